@@ -1,0 +1,1 @@
+//! Safe HIP runtime (work in progress).

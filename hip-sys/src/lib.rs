@@ -1,0 +1,1 @@
+//! Raw HIP FFI (work in progress).

@@ -1,0 +1,5 @@
+//! hip-kernels: hand-written HIP kernels for training on Hygon DCU, with a CPU reference.
+#![deny(unsafe_op_in_unsafe_fn)]
+
+pub mod cpu;
+pub mod ops;
