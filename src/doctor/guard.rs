@@ -68,6 +68,19 @@ pub fn guarded(name: &str, check: impl FnOnce() -> Vec<Item>) -> Vec<Item> {
     }
 }
 
+/// Runs one check under [`guarded`] and [`with_progress`]: `Ok(detail)` is a PASS row,
+/// `Err(e)` a FAIL row showing `e`.
+pub fn check<E: std::fmt::Display>(name: &str, run: impl FnOnce() -> Result<String, E>) -> Item {
+    let mut rows = guarded(name, || {
+        vec![match with_progress(name, run) {
+            Ok(detail) => Item::pass(name, detail),
+            Err(e) => Item::fail(name, e.to_string()),
+        }]
+    });
+    rows.pop()
+        .unwrap_or_else(|| Item::fail(name, "the check produced no result"))
+}
+
 /// Shows `label` on stderr if `work` is still running after one second.
 ///
 /// On a terminal the line is redrawn with the elapsed time each second and erased at the end;
@@ -148,6 +161,19 @@ mod tests {
         );
         assert!(!rows[0].detail.contains("panicked"));
         let _ = panic::take_hook();
+    }
+
+    #[test]
+    fn check_maps_results_to_rows() {
+        let ok = check("copy", || Ok::<_, String>("4096 bytes round trip".into()));
+        assert_eq!(ok, Item::pass("copy", "4096 bytes round trip"));
+        let bad = check("copy", || {
+            Err::<String, _>("mismatch at index 3: got 1, expected 2")
+        });
+        assert_eq!(
+            bad,
+            Item::fail("copy", "mismatch at index 3: got 1, expected 2")
+        );
     }
 
     #[test]
