@@ -8,6 +8,7 @@
 //! libraries), Embedded kernels, Devices, Checks per device, CPU reference self-check,
 //! Benchmarks (with `--bench`), Diagnosis.
 
+pub mod bench;
 pub mod diagnose;
 pub mod env;
 pub mod guard;

@@ -1,0 +1,130 @@
+//! `--bench`: short microbenchmarks, reported as GB/s or TFLOPS.
+//!
+//! Each benchmark is a closure that runs the operation once and waits for it to finish (the
+//! closure synchronises the device). [`measure`] runs it a few times after a warm-up and keeps
+//! the median, so one slow first launch (code-object load) does not distort the figure.
+
+use std::time::{Duration, Instant};
+
+use super::json::Json;
+use super::report::Item;
+
+/// Warm-up runs before timing.
+pub const WARMUP: usize = 2;
+
+/// Timed runs; the median is reported.
+pub const RUNS: usize = 10;
+
+/// What one run of a benchmark moves or computes.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Work {
+    /// Bytes read plus bytes written: reported as GB/s.
+    Bytes(f64),
+    /// Floating-point operations: reported as TFLOPS.
+    Flops(f64),
+}
+
+impl Work {
+    /// The rate for one run taking `seconds`, with its unit.
+    pub fn rate(self, seconds: f64) -> (f64, &'static str) {
+        match self {
+            Work::Bytes(b) => (b / seconds / 1e9, "GB/s"),
+            Work::Flops(f) => (f / seconds / 1e12, "TFLOPS"),
+        }
+    }
+}
+
+/// The median of `times` (the mean of the middle two for an even count); zero when empty.
+pub fn median(times: &mut [Duration]) -> Duration {
+    times.sort_unstable();
+    match times.len() {
+        0 => Duration::ZERO,
+        n if n % 2 == 1 => times[n / 2],
+        n => (times[n / 2 - 1] + times[n / 2]) / 2,
+    }
+}
+
+/// Runs `once` [`WARMUP`] times untimed, then [`RUNS`] times timed; returns the median time.
+pub fn measure<E>(mut once: impl FnMut() -> Result<(), E>) -> Result<Duration, E> {
+    for _ in 0..WARMUP {
+        once()?;
+    }
+    let mut times = Vec::with_capacity(RUNS);
+    for _ in 0..RUNS {
+        let start = Instant::now();
+        once()?;
+        times.push(start.elapsed());
+    }
+    Ok(median(&mut times))
+}
+
+/// A benchmark row: `name`, median time and rate; a FAIL row if a run failed.
+pub fn bench_item<E: std::fmt::Display>(
+    name: &str,
+    work: Work,
+    once: impl FnMut() -> Result<(), E>,
+) -> Item {
+    match measure(once) {
+        Ok(time) => {
+            let seconds = time.as_secs_f64().max(1e-9);
+            let (rate, unit) = work.rate(seconds);
+            Item::info(
+                name,
+                format!(
+                    "{rate:.2} {unit} (median of {RUNS}, {:.3} ms)",
+                    seconds * 1e3
+                ),
+            )
+            .with_fact("median_ms", Json::Num(seconds * 1e3))
+            .with_fact(unit, Json::Num(rate))
+        }
+        Err(e) => Item::fail(name, format!("benchmark run failed: {e}")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rates_have_the_right_units() {
+        assert_eq!(Work::Bytes(2e9).rate(0.5), (4.0, "GB/s"));
+        assert_eq!(Work::Flops(3e12).rate(1.5), (2.0, "TFLOPS"));
+    }
+
+    #[test]
+    fn median_of_odd_even_and_empty() {
+        let ms = Duration::from_millis;
+        assert_eq!(median(&mut [ms(5), ms(1), ms(3)]), ms(3));
+        assert_eq!(
+            median(&mut [ms(4), ms(1), ms(3), ms(2)]),
+            Duration::from_micros(2500)
+        );
+        assert_eq!(median(&mut []), Duration::ZERO);
+    }
+
+    #[test]
+    fn measure_runs_warmup_plus_runs_and_stops_on_error() {
+        let mut calls = 0;
+        assert!(measure(|| {
+            calls += 1;
+            Ok::<_, String>(())
+        })
+        .is_ok());
+        assert_eq!(calls, WARMUP + RUNS);
+        let mut calls = 0;
+        let failed = bench_item("x", Work::Bytes(1.0), || {
+            calls += 1;
+            if calls == 3 {
+                Err("launch failed")
+            } else {
+                Ok(())
+            }
+        });
+        assert_eq!(
+            failed,
+            Item::fail("x", "benchmark run failed: launch failed")
+        );
+        assert_eq!(calls, 3);
+    }
+}
