@@ -346,3 +346,12 @@ fn legacy_offsets_match_a_compiled_probe() {
         assert_eq!(value(&format!("{f} ")), ours, "{f}");
     }
 }
+
+#[test]
+fn preferred_layout_per_flavour() {
+    use crate::Flavour;
+    assert_eq!(preferred_layout(Flavour::Rocm, true), PropsLayout::R0600);
+    assert_eq!(preferred_layout(Flavour::Rocm, false), PropsLayout::Legacy);
+    assert_eq!(preferred_layout(Flavour::Dtk, true), PropsLayout::Legacy);
+    assert_eq!(preferred_layout(Flavour::Dtk, false), PropsLayout::Legacy);
+}
