@@ -48,11 +48,6 @@ fn par_for_each<I: Send>(items: Vec<I>, work: usize, f: impl Fn(I) + Sync) {
     });
 }
 
-/// Exact f64 dot product of two equally long rows.
-fn dot<T: Element, U: Element>(a: &[T], b: &[U]) -> f64 {
-    a.iter().zip(b).map(|(x, y)| x.to_f64() * y.to_f64()).sum()
-}
-
 /// Exact widening of a storage slice to f64.
 fn widen<T: Element>(x: &[T]) -> Vec<f64> {
     x.iter().map(|v| v.to_f64()).collect()
