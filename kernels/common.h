@@ -108,14 +108,12 @@ __device__ __forceinline__ bool is_aligned(const void* p, uintptr_t bytes) {
   return (reinterpret_cast<uintptr_t>(p) & (bytes - 1)) == 0;
 }
 
-/// out[k] = p[i + k] as f32 for k < N. Elements at or past n read as `fill`. One vector access
-/// when the pack is 4, 8 or 16 bytes, lies fully inside [0, n) and p + i is aligned to its
-/// size; scalar accesses otherwise (tails and unaligned rows), never reading past n.
-/// The pack moves as 32-bit words (no private array of T, which the compiler could otherwise
-/// promote to LDS).
+namespace detail {
+
+/// load_floats on a raw output pointer, for packs of up to 16 bytes.
 template <int N, typename T>
-__device__ __forceinline__ void load_floats(const T* p, int64_t i, int64_t n, float (&out)[N],
-                                            float fill = 0.0f) {
+__device__ __forceinline__ void load_pack(const T* p, int64_t i, int64_t n, float* out,
+                                          float fill) {
   constexpr int kBytes = N * static_cast<int>(sizeof(T));
   if constexpr (kBytes == 4 || kBytes == 8 || kBytes == 16) {
     if (i + N <= n && is_aligned(p + i, kBytes)) {
@@ -125,8 +123,7 @@ __device__ __forceinline__ void load_floats(const T* p, int64_t i, int64_t n, fl
       __builtin_memcpy(w, &raw, kBytes);
 #pragma unroll
       for (int k = 0; k < N; ++k) {
-        const uint32_t bits =
-            sizeof(T) == 4 ? w[k] : (w[k / 2] >> (16 * (k % 2))) & 0xffffu;
+        const uint32_t bits = sizeof(T) == 4 ? w[k] : (w[k / 2] >> (16 * (k % 2))) & 0xffffu;
         out[k] = from_bits(static_cast<T*>(nullptr), bits);
       }
       return;
@@ -136,10 +133,9 @@ __device__ __forceinline__ void load_floats(const T* p, int64_t i, int64_t n, fl
   for (int k = 0; k < N; ++k) out[k] = (i + k < n) ? load_as_float(p, i + k) : fill;
 }
 
-/// p[i + k] = in[k] (rounded to T) for k < N and i + k < n; the same vector/scalar split as
-/// load_floats.
+/// store_floats on a raw input pointer, for packs of up to 16 bytes.
 template <int N, typename T>
-__device__ __forceinline__ void store_floats(T* p, int64_t i, int64_t n, const float (&in)[N]) {
+__device__ __forceinline__ void store_pack(T* p, int64_t i, int64_t n, const float* in) {
   constexpr int kBytes = N * static_cast<int>(sizeof(T));
   if constexpr (kBytes == 4 || kBytes == 8 || kBytes == 16) {
     if (i + N <= n && is_aligned(p + i, kBytes)) {
@@ -166,6 +162,32 @@ __device__ __forceinline__ void store_floats(T* p, int64_t i, int64_t n, const f
   for (int k = 0; k < N; ++k) {
     if (i + k < n) store_from_float(p, i + k, in[k]);
   }
+}
+
+}  // namespace detail
+
+/// out[k] = p[i + k] as f32 for k < N. Elements at or past n read as `fill`. Each 16-byte
+/// piece (or the whole pack when it is 4 or 8 bytes) is one vector access when it lies fully
+/// inside [0, n) and is aligned to its size; otherwise scalar accesses (tails, unaligned rows),
+/// never reading at or past n. Packs move as 32-bit words (no private array of T, which the
+/// compiler could otherwise promote to LDS).
+template <int N, typename T>
+__device__ __forceinline__ void load_floats(const T* p, int64_t i, int64_t n, float (&out)[N],
+                                            float fill = 0.0f) {
+  constexpr int kPiece = (N * sizeof(T) > 16) ? VecWidth<T>::value : N;
+  static_assert(N % kPiece == 0, "packs over 16 bytes must be whole 16-byte pieces");
+#pragma unroll
+  for (int k = 0; k < N; k += kPiece) detail::load_pack<kPiece>(p, i + k, n, out + k, fill);
+}
+
+/// p[i + k] = in[k] (rounded to T) for k < N and i + k < n; the same vector/scalar split as
+/// load_floats.
+template <int N, typename T>
+__device__ __forceinline__ void store_floats(T* p, int64_t i, int64_t n, const float (&in)[N]) {
+  constexpr int kPiece = (N * sizeof(T) > 16) ? VecWidth<T>::value : N;
+  static_assert(N % kPiece == 0, "packs over 16 bytes must be whole 16-byte pieces");
+#pragma unroll
+  for (int k = 0; k < N; k += kPiece) detail::store_pack<kPiece>(p, i + k, n, in + k);
 }
 
 // ---------------------------------------------------------------------------------------------
