@@ -3,4 +3,7 @@
 
 pub mod cpu;
 pub mod doctor;
+pub mod golden;
 pub mod ops;
+pub mod params;
+pub mod tolerance;
