@@ -170,3 +170,62 @@ fn bench_without_a_device_is_skipped_with_a_reason() {
     assert_eq!(status, "skipped");
     assert!(reason.contains("device"), "{reason}");
 }
+
+/// Debian's ROCm 5.2 runtime, installed here and in CI.
+const DEBIAN_HIP: &str = "/usr/lib/x86_64-linux-gnu/libamdhip64.so.5";
+
+#[test]
+fn names_the_loaded_library_and_reports_no_device() {
+    let (code, report) = json_report(&[]);
+    assert_eq!(code, 1);
+    let (status, detail) = row(&report, "Environment", "HIP runtime").expect("HIP runtime row");
+    if std::path::Path::new(DEBIAN_HIP).exists() {
+        assert_eq!(status, "pass", "{detail}");
+        assert!(detail.contains("libamdhip64.so"), "{detail}");
+        assert!(detail.contains("ROCm HIP 5.2."), "{detail}");
+        let (status, detail) = row(&report, "Devices", "devices").expect("devices row");
+        assert_eq!(status, "fail");
+        assert!(
+            detail.contains("no device") && detail.contains("hipErrorNoDevice"),
+            "{detail}"
+        );
+    } else {
+        println!("{DEBIAN_HIP} not installed: checking the not-found diagnosis instead");
+        assert_eq!(status, "fail", "{detail}");
+        assert!(row(&report, "Diagnosis", "HIP runtime not found").is_some());
+    }
+}
+
+#[test]
+fn a_missing_override_file_is_named() {
+    let missing = "/nonexistent/dir/libamdhip64.so";
+    let (code, stdout, _) = doctor(&[], &[("HIPK_HIP_LIBRARY", missing)]);
+    assert_eq!(code, 1);
+    assert!(
+        stdout.contains(&format!(
+            "HIPK_HIP_LIBRARY names {missing}, which does not exist"
+        )),
+        "{stdout}"
+    );
+    let (_, report) = json_report(&[("HIPK_HIP_LIBRARY", missing)]);
+    let (status, detail) = row(&report, "Environment", "HIP runtime").expect("HIP runtime row");
+    assert_eq!(status, "fail");
+    assert!(detail.contains(missing), "{detail}");
+    let (status, _) = row(&report, "Devices", "devices").expect("devices row");
+    assert_eq!(status, "skipped");
+}
+
+#[test]
+fn a_file_that_is_not_a_hip_runtime_is_a_clear_failure() {
+    let libc = "/lib/x86_64-linux-gnu/libc.so.6";
+    if !std::path::Path::new(libc).exists() {
+        println!("{libc} not present: skipped");
+        return;
+    }
+    let (code, report) = json_report(&[("HIPK_HIP_LIBRARY", libc)]);
+    assert_eq!(code, 1);
+    let (status, detail) =
+        row(&report, "Diagnosis", "HIP runtime unusable").expect("diagnosis row");
+    assert_eq!(status, "fail");
+    assert!(detail.contains("not a HIP runtime"), "{detail}");
+}

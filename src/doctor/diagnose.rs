@@ -172,11 +172,21 @@ fn library_rule(facts: Facts<'_>) -> Vec<Item> {
             vec![Item::fail("HIP runtime not found", detail).with_hint(hint)]
         }
         LibraryState::Unusable { path, message } => {
-            vec![
-                Item::fail("HIP runtime unusable", format!("{path}: {message}")).with_hint(
-                    format!("check that {path} is a HIP runtime of ROCm >= 5 or DTK, {hint_tail}"),
-                ),
-            ]
+            let detail = if message.contains(path.as_str()) {
+                message.clone()
+            } else {
+                format!("{path}: {message}")
+            };
+            let item = Item::fail("HIP runtime unusable", detail.clone());
+            // hip-sys's message names the fix when the override variable caused it.
+            if detail.contains("HIPK_HIP_LIBRARY") {
+                vec![item]
+            } else {
+                vec![item.with_hint(
+                    "point HIPK_HIP_LIBRARY at the HIP runtime (libgalaxyhip.so.5 on DTK, \
+                     libamdhip64.so on ROCm), or unset it to search the usual places",
+                )]
+            }
         }
         LibraryState::NotInBuild | LibraryState::Loaded { .. } => Vec::new(),
     }

@@ -12,6 +12,7 @@ pub mod bench;
 pub mod diagnose;
 pub mod env;
 pub mod guard;
+pub mod hip;
 pub mod json;
 pub mod report;
 pub mod selfcheck;
@@ -80,22 +81,25 @@ pub fn parse_args<I: IntoIterator<Item = String>>(args: I) -> Result<Command, Us
 pub fn run(options: &Options) -> Report {
     let mut report = Report::default();
 
-    let env = guarded_value(&mut report, "Environment", env::EnvFacts::probe);
-    let Some(env) = env else {
+    let Some(env) = guarded_value(&mut report, "Environment", env::EnvFacts::probe) else {
         return report;
     };
     let mut env_section = env.section();
 
-    let library = LibraryState::NotInBuild;
-    env_section.push(Item::not_available(
-        "HIP runtime",
-        "the hip-sys loader has not landed",
-    ));
-    env_section.push(Item::not_available(
-        "hipBLAS / rocBLAS",
-        "the hip-sys BLAS loader has not landed",
-    ));
+    let mut loaded = None;
+    env_section.items.extend(guarded("HIP runtime", || {
+        let (hip, state, item) = with_progress("loading the HIP runtime", hip::library);
+        loaded = Some((hip, state));
+        vec![item]
+    }));
+    env_section.items.extend(guarded("hipBLAS / rocBLAS", || {
+        with_progress("loading hipBLAS / rocBLAS", hip::blas_items)
+    }));
     report.push(env_section);
+    let (hip, library) = match loaded {
+        Some((hip, state)) => (Some(hip), state),
+        None => (None, LibraryState::NotInBuild),
+    };
 
     let kernels = KernelState::NotInBuild;
     let mut kernel_section = Section::new("Embedded kernels");
@@ -105,13 +109,17 @@ pub fn run(options: &Options) -> Report {
     ));
     report.push(kernel_section);
 
-    let devices = DeviceState::NotChecked("hip-rt device queries are not in this build".into());
-    let mut device_section = Section::new("Devices");
-    device_section.push(Item::not_available(
-        "devices",
-        "hip-rt device queries have not landed",
-    ));
-    report.push(device_section);
+    let mut devices = DeviceState::NotChecked("the HIP runtime check did not finish".into());
+    let device_rows = guarded("devices", || {
+        if let Some(hip) = &hip {
+            devices = with_progress("querying devices", || hip::devices(hip));
+        }
+        hip::device_section(&devices, &kernels).items
+    });
+    report.push(Section {
+        title: "Devices".into(),
+        items: device_rows,
+    });
 
     let selfcheck = guarded("CPU reference self-check", || {
         with_progress("running the CPU reference on the golden cases", || {
@@ -133,13 +141,13 @@ pub fn run(options: &Options) -> Report {
     }
 
     let diagnosis = guarded("Diagnosis", || {
-        diagnose::diagnose(Facts {
+        let facts = Facts {
             env: &env,
             library: &library,
             devices: &devices,
             kernels: &kernels,
-        })
-        .items
+        };
+        diagnose::diagnose(facts).items
     });
     report.push(Section {
         title: "Diagnosis".into(),
