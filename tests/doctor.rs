@@ -229,3 +229,23 @@ fn a_file_that_is_not_a_hip_runtime_is_a_clear_failure() {
     assert_eq!(status, "fail");
     assert!(detail.contains("not a HIP runtime"), "{detail}");
 }
+
+#[test]
+fn the_cpu_self_check_passes_on_the_committed_cases() {
+    let (_, report) = json_report(&[]);
+    for op in [
+        "matmul",
+        "layernorm_forward",
+        "layernorm_backward",
+        "attention_forward",
+        "attention_backward",
+        "adamw",
+    ] {
+        let (status, detail) = row(&report, "CPU reference self-check", op)
+            .unwrap_or_else(|| panic!("no row for {op}"));
+        assert_eq!(status, "pass", "{op}: {detail}");
+        assert!(detail.contains("cases passed"), "{detail}");
+    }
+    let (_, stdout, _) = doctor(&[], &[]);
+    assert!(stdout.contains("PASS  matmul"), "{stdout}");
+}
