@@ -1,1 +1,4 @@
 //! Safe HIP runtime (work in progress).
+#![deny(unsafe_op_in_unsafe_fn)]
+
+pub mod module;
