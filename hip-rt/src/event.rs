@@ -1,6 +1,6 @@
 //! [`Event`]: a marker in a stream, for ordering and timing.
 
-use hip_sys::hipEvent_t;
+use hip_sys::generated::hipEvent_t;
 
 use crate::device::Device;
 use crate::error::Result;
@@ -25,12 +25,12 @@ impl EventOptions {
     pub const BLOCKING: EventOptions = EventOptions { timing: false, blocking_sync: true };
 
     fn flags(self) -> u32 {
-        let mut flags = hip_sys::hipEventDefault;
+        let mut flags = hip_sys::generated::hipEventDefault;
         if !self.timing {
-            flags |= hip_sys::hipEventDisableTiming;
+            flags |= hip_sys::generated::hipEventDisableTiming;
         }
         if self.blocking_sync {
-            flags |= hip_sys::hipEventBlockingSync;
+            flags |= hip_sys::generated::hipEventBlockingSync;
         }
         flags
     }

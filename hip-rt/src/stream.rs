@@ -1,6 +1,6 @@
 //! [`Stream`]: an ordered queue of device work.
 
-use hip_sys::hipStream_t;
+use hip_sys::generated::hipStream_t;
 
 use crate::device::Device;
 use crate::error::{Error, Result};
@@ -35,7 +35,7 @@ impl Stream {
     /// A new stream on `device`.
     pub fn new(device: &Device, options: StreamOptions) -> Result<Stream> {
         device.bind_to_thread()?;
-        let flags = if options.non_blocking { hip_sys::hipStreamNonBlocking } else { hip_sys::hipStreamDefault };
+        let flags = if options.non_blocking { hip_sys::generated::hipStreamNonBlocking } else { hip_sys::generated::hipStreamDefault };
         let raw = result::stream::create(flags, options.priority)?;
         Ok(Stream { device: device.clone(), raw })
     }

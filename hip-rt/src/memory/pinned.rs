@@ -46,7 +46,7 @@ impl<T: Element> PinnedHostBuffer<T> {
             NonNull::dangling()
         } else {
             device.bind_to_thread()?;
-            let raw = result::memory::host_malloc(bytes, hip_sys::hipHostMallocDefault)?;
+            let raw = result::memory::host_malloc(bytes, hip_sys::generated::hipHostMallocDefault)?;
             let Some(ptr) = NonNull::new(raw.cast::<T>()) else {
                 let detail = "hipHostMalloc reported success but returned a null pointer".to_owned();
                 return Err(Error::OutOfMemory { ordinal: device.ordinal(), requested: bytes, detail });

@@ -14,26 +14,11 @@ pub mod memory;
 pub mod module;
 pub mod stream;
 
-use hip_sys::HipApi;
-
-use crate::error::Result;
-
-/// Resolve one entry point of the HIP runtime: `hip_fn!(hipMalloc)`.
+/// Resolve one entry point of the HIP runtime (loading it on first use): `hip_fn!(hipMalloc)`.
+/// A missing export is `hip_sys::Error::MissingSymbol` naming it.
 macro_rules! hip_fn {
     ($name:ident) => {
-        $crate::result::lookup(stringify!($name), |api| &api.$name)
+        hip_sys::sym!($name).map_err($crate::error::Error::from)
     };
 }
 pub(crate) use hip_fn;
-
-/// Load the runtime (once per process) and pick one function pointer out of its table.
-pub(crate) fn lookup<T: Copy>(
-    name: &'static str,
-    pick: impl FnOnce(&'static HipApi) -> &'static std::result::Result<T, libloading::Error>,
-) -> Result<T> {
-    let hip = hip_sys::hip()?;
-    match pick(hip.api()) {
-        Ok(f) => Ok(*f),
-        Err(_) => Err(hip_sys::Error::MissingSymbol { name, library: hip.path().to_path_buf() }.into()),
-    }
-}
