@@ -58,8 +58,16 @@ impl Device {
         }
         let props = hip_sys::hip()?.device_props(ordinal)?;
         let limits = limits_from_props(&props);
-        let inner = DeviceInner { ordinal, props, limits, allocator, errors: ErrorLog::default() };
-        Ok(Device { inner: Arc::new(inner) })
+        let inner = DeviceInner {
+            ordinal,
+            props,
+            limits,
+            allocator,
+            errors: ErrorLog::default(),
+        };
+        Ok(Device {
+            inner: Arc::new(inner),
+        })
     }
 
     /// The device ordinal.

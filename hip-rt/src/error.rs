@@ -101,6 +101,14 @@ pub enum Error {
     /// A GEMM whose shapes or buffer lengths do not agree.
     #[error("gemm: {0}")]
     BlasShape(String),
+    /// Neither hipBLAS nor rocBLAS could be used.
+    #[error("no BLAS library is usable. hipBLAS: {hipblas}. rocBLAS (the fallback): {rocblas}")]
+    BlasUnavailable {
+        /// Why hipBLAS failed.
+        hipblas: Box<Error>,
+        /// Why rocBLAS failed.
+        rocblas: Box<Error>,
+    },
     /// A kernel name containing a NUL byte.
     #[error("kernel name {0:?} contains a NUL byte")]
     NulInName(String),
@@ -118,7 +126,11 @@ impl Error {
     /// The HIP status code behind this error, if it came from a HIP call.
     pub fn hip_code(&self) -> Option<hipError_t> {
         match self {
-            Error::Sys(hip_sys::Error::Hip(e)) | Error::LaunchFailed { source: hip_sys::Error::Hip(e), .. } => Some(e.code),
+            Error::Sys(hip_sys::Error::Hip(e))
+            | Error::LaunchFailed {
+                source: hip_sys::Error::Hip(e),
+                ..
+            } => Some(e.code),
             _ => None,
         }
     }
@@ -130,7 +142,8 @@ impl Error {
 
     /// True for [`Error::OutOfMemory`] and a raw hipErrorOutOfMemory.
     pub fn is_out_of_memory(&self) -> bool {
-        matches!(self, Error::OutOfMemory { .. }) || self.hip_code() == Some(hipError_t::hipErrorOutOfMemory)
+        matches!(self, Error::OutOfMemory { .. })
+            || self.hip_code() == Some(hipError_t::hipErrorOutOfMemory)
     }
 }
 

@@ -18,11 +18,20 @@ pub struct EventOptions {
 
 impl EventOptions {
     /// Timing enabled, spinning wait.
-    pub const TIMING: EventOptions = EventOptions { timing: true, blocking_sync: false };
+    pub const TIMING: EventOptions = EventOptions {
+        timing: true,
+        blocking_sync: false,
+    };
     /// No timing (cheapest; for ordering only), spinning wait.
-    pub const NO_TIMING: EventOptions = EventOptions { timing: false, blocking_sync: false };
+    pub const NO_TIMING: EventOptions = EventOptions {
+        timing: false,
+        blocking_sync: false,
+    };
     /// No timing, blocking wait (frees the CPU while waiting).
-    pub const BLOCKING: EventOptions = EventOptions { timing: false, blocking_sync: true };
+    pub const BLOCKING: EventOptions = EventOptions {
+        timing: false,
+        blocking_sync: true,
+    };
 
     fn flags(self) -> u32 {
         let mut flags = hip_sys::generated::hipEventDefault;
@@ -55,7 +64,11 @@ impl Event {
     pub fn new(device: &Device, options: EventOptions) -> Result<Event> {
         device.bind_to_thread()?;
         let raw = result::event::create(options.flags())?;
-        Ok(Event { device: device.clone(), raw, timing: options.timing })
+        Ok(Event {
+            device: device.clone(),
+            raw,
+            timing: options.timing,
+        })
     }
 
     /// The device this event belongs to.
@@ -109,6 +122,11 @@ impl Drop for Event {
 
 impl std::fmt::Debug for Event {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "Event({:?} on device {})", self.raw, self.device.ordinal())
+        write!(
+            f,
+            "Event({:?} on device {})",
+            self.raw,
+            self.device.ordinal()
+        )
     }
 }

@@ -25,6 +25,7 @@
 //! GPU). The device tests (`--features device`) compile but have never run on hardware.
 #![deny(unsafe_op_in_unsafe_fn)]
 
+pub mod blas;
 pub mod device;
 pub mod error;
 pub mod event;
@@ -34,12 +35,17 @@ pub mod module;
 pub mod result;
 pub mod stream;
 
+pub use blas::{Batch, Blas, BlasBackend, Gemm, GemmElement};
 pub use device::{Device, MemoryInfo};
 pub use error::{Error, Result};
 pub use event::{Event, EventOptions};
-pub use launch::{DevicePtr, DeviceRepr, KernelArg, KernelArgs, LaunchConfig, LaunchError, LaunchLimits};
+pub use launch::{
+    DevicePtr, DeviceRepr, KernelArg, KernelArgs, LaunchConfig, LaunchError, LaunchLimits,
+};
 pub use memory::alloc::{DeviceAllocator, DirectAllocator, RawAllocation, RawStream};
-pub use memory::buffer::{DeviceBuffer, DeviceSlice, DeviceSliceMut, DeviceView, DeviceViewMut, Element};
+pub use memory::buffer::{
+    DeviceBuffer, DeviceSlice, DeviceSliceMut, DeviceView, DeviceViewMut, Element,
+};
 pub use memory::pinned::PinnedHostBuffer;
 pub use module::{Function, LaunchBuilder, Module};
 pub use stream::{Stream, StreamOptions};

@@ -35,14 +35,24 @@ impl Stream {
     /// A new stream on `device`.
     pub fn new(device: &Device, options: StreamOptions) -> Result<Stream> {
         device.bind_to_thread()?;
-        let flags = if options.non_blocking { hip_sys::generated::hipStreamNonBlocking } else { hip_sys::generated::hipStreamDefault };
+        let flags = if options.non_blocking {
+            hip_sys::generated::hipStreamNonBlocking
+        } else {
+            hip_sys::generated::hipStreamDefault
+        };
         let raw = result::stream::create(flags, options.priority)?;
-        Ok(Stream { device: device.clone(), raw })
+        Ok(Stream {
+            device: device.clone(),
+            raw,
+        })
     }
 
     /// The device's null (default) stream. Makes no HIP call.
     pub fn null(device: &Device) -> Stream {
-        Stream { device: device.clone(), raw: std::ptr::null_mut() }
+        Stream {
+            device: device.clone(),
+            raw: std::ptr::null_mut(),
+        }
     }
 
     /// `(least, greatest)` priority on `device`; greater priority = lower number.
@@ -100,7 +110,11 @@ impl Stream {
         if other.ordinal() == self.device.ordinal() {
             Ok(())
         } else {
-            Err(Error::WrongDevice { what, expected: self.device.ordinal(), found: other.ordinal() })
+            Err(Error::WrongDevice {
+                what,
+                expected: self.device.ordinal(),
+                found: other.ordinal(),
+            })
         }
     }
 }
@@ -118,6 +132,11 @@ impl Drop for Stream {
 
 impl std::fmt::Debug for Stream {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "Stream({:?} on device {})", self.raw, self.device.ordinal())
+        write!(
+            f,
+            "Stream({:?} on device {})",
+            self.raw,
+            self.device.ordinal()
+        )
     }
 }

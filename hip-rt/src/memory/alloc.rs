@@ -117,5 +117,9 @@ fn out_of_memory(ordinal: i32, requested: usize) -> Error {
         ),
         Err(e) => format!("hipMalloc failed and hipMemGetInfo too ({e})"),
     };
-    Error::OutOfMemory { ordinal, requested, detail }
+    Error::OutOfMemory {
+        ordinal,
+        requested,
+        detail,
+    }
 }

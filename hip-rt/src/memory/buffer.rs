@@ -19,7 +19,8 @@ impl<T: Pod + DeviceRepr> Element for T {}
 /// `len` elements of `T` in bytes, or [`Error::SizeOverflow`].
 pub fn byte_len<T>(len: usize) -> Result<usize> {
     let elem_bytes = std::mem::size_of::<T>();
-    len.checked_mul(elem_bytes).ok_or(Error::SizeOverflow { len, elem_bytes })
+    len.checked_mul(elem_bytes)
+        .ok_or(Error::SizeOverflow { len, elem_bytes })
 }
 
 /// Resolve a range against a length: the checked version of slice indexing.
@@ -36,7 +37,11 @@ pub fn resolve_range(range: impl RangeBounds<usize>, len: usize) -> Result<Range
     };
     match (start, end) {
         (Some(start), Some(end)) if start <= end && end <= len => Ok(start..end),
-        (s, e) => Err(Error::OutOfBounds { start: s.unwrap_or(usize::MAX), end: e.unwrap_or(usize::MAX), len }),
+        (s, e) => Err(Error::OutOfBounds {
+            start: s.unwrap_or(usize::MAX),
+            end: e.unwrap_or(usize::MAX),
+            len,
+        }),
     }
 }
 
@@ -125,21 +130,43 @@ impl<T: Element> DeviceBuffer<T> {
     /// A shared view of `range`.
     pub fn slice(&self, range: impl RangeBounds<usize>) -> Result<DeviceSlice<'_, T>> {
         let r = resolve_range(range, self.len)?;
-        Ok(DeviceSlice { ptr: elem_ptr::<T>(self.ptr, r.start), len: r.len(), owner: self })
+        Ok(DeviceSlice {
+            ptr: elem_ptr::<T>(self.ptr, r.start),
+            len: r.len(),
+            owner: self,
+        })
     }
 
     /// An exclusive view of `range`.
     pub fn slice_mut(&mut self, range: impl RangeBounds<usize>) -> Result<DeviceSliceMut<'_, T>> {
         let r = resolve_range(range, self.len)?;
-        Ok(DeviceSliceMut { ptr: elem_ptr::<T>(self.ptr, r.start), len: r.len(), owner: self, _excl: PhantomData })
+        Ok(DeviceSliceMut {
+            ptr: elem_ptr::<T>(self.ptr, r.start),
+            len: r.len(),
+            owner: self,
+            _excl: PhantomData,
+        })
     }
 
     /// Two disjoint exclusive views: `..mid` and `mid..`.
-    pub fn split_at_mut(&mut self, mid: usize) -> Result<(DeviceSliceMut<'_, T>, DeviceSliceMut<'_, T>)> {
+    pub fn split_at_mut(
+        &mut self,
+        mid: usize,
+    ) -> Result<(DeviceSliceMut<'_, T>, DeviceSliceMut<'_, T>)> {
         resolve_range(..mid, self.len)?;
         let (base, len, owner) = (self.ptr, self.len, &*self);
-        let left = DeviceSliceMut { ptr: base, len: mid, owner, _excl: PhantomData };
-        let right = DeviceSliceMut { ptr: elem_ptr::<T>(base, mid), len: len - mid, owner, _excl: PhantomData };
+        let left = DeviceSliceMut {
+            ptr: base,
+            len: mid,
+            owner,
+            _excl: PhantomData,
+        };
+        let right = DeviceSliceMut {
+            ptr: elem_ptr::<T>(base, mid),
+            len: len - mid,
+            owner,
+            _excl: PhantomData,
+        };
         Ok((left, right))
     }
 
@@ -148,7 +175,9 @@ impl<T: Element> DeviceBuffer<T> {
     /// kernel on another stream than the allocation stream uses the buffer.
     pub fn record_stream(&self, stream: &Stream) -> Result<()> {
         match self.allocation {
-            Some(a) if stream.id() != self.stream => self.device.allocator().record_stream(&a, stream.id()),
+            Some(a) if stream.id() != self.stream => {
+                self.device.allocator().record_stream(&a, stream.id())
+            }
             _ => Ok(()),
         }
     }
@@ -169,7 +198,14 @@ impl<T: Element> Drop for DeviceBuffer<T> {
 
 impl<T: Element> std::fmt::Debug for DeviceBuffer<T> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "DeviceBuffer<{}>({} elems at {:#x} on device {})", std::any::type_name::<T>(), self.len, self.ptr.0, self.device.ordinal())
+        write!(
+            f,
+            "DeviceBuffer<{}>({} elems at {:#x} on device {})",
+            std::any::type_name::<T>(),
+            self.len,
+            self.ptr.0,
+            self.device.ordinal()
+        )
     }
 }
 
@@ -199,7 +235,11 @@ impl<'a, T: Element> DeviceSlice<'a, T> {
     /// A narrower view.
     pub fn slice(&self, range: impl RangeBounds<usize>) -> Result<DeviceSlice<'a, T>> {
         let r = resolve_range(range, self.len)?;
-        Ok(DeviceSlice { ptr: elem_ptr::<T>(self.ptr, r.start), len: r.len(), owner: self.owner })
+        Ok(DeviceSlice {
+            ptr: elem_ptr::<T>(self.ptr, r.start),
+            len: r.len(),
+            owner: self.owner,
+        })
     }
 }
 
@@ -207,7 +247,12 @@ impl<T: Element> DeviceSliceMut<'_, T> {
     /// A narrower exclusive view, borrowing this one.
     pub fn slice_mut(&mut self, range: impl RangeBounds<usize>) -> Result<DeviceSliceMut<'_, T>> {
         let r = resolve_range(range, self.len)?;
-        Ok(DeviceSliceMut { ptr: elem_ptr::<T>(self.ptr, r.start), len: r.len(), owner: self.owner, _excl: PhantomData })
+        Ok(DeviceSliceMut {
+            ptr: elem_ptr::<T>(self.ptr, r.start),
+            len: r.len(),
+            owner: self.owner,
+            _excl: PhantomData,
+        })
     }
 }
 
@@ -272,6 +317,7 @@ mod tests {
     use super::*;
 
     #[test]
+    #[allow(clippy::reversed_empty_ranges)] // a reversed range is the point of one case
     fn ranges_resolve_like_slice_indexing() {
         assert_eq!(resolve_range(.., 10).unwrap(), 0..10);
         assert_eq!(resolve_range(2..5, 10).unwrap(), 2..5);
@@ -279,10 +325,37 @@ mod tests {
         assert_eq!(resolve_range(..=9, 10).unwrap(), 0..10);
         assert_eq!(resolve_range(10.., 10).unwrap(), 10..10);
         assert_eq!(resolve_range(.., 0).unwrap(), 0..0);
-        assert!(matches!(resolve_range(..=10, 10), Err(Error::OutOfBounds { start: 0, end: 11, len: 10 })));
-        assert!(matches!(resolve_range(5..3, 10), Err(Error::OutOfBounds { start: 5, end: 3, .. })));
-        assert!(matches!(resolve_range(11.., 10), Err(Error::OutOfBounds { start: 11, end: 10, .. })));
-        assert!(matches!(resolve_range(..=usize::MAX, 10), Err(Error::OutOfBounds { end: usize::MAX, .. })));
+        assert!(matches!(
+            resolve_range(..=10, 10),
+            Err(Error::OutOfBounds {
+                start: 0,
+                end: 11,
+                len: 10
+            })
+        ));
+        assert!(matches!(
+            resolve_range(5..3, 10),
+            Err(Error::OutOfBounds {
+                start: 5,
+                end: 3,
+                ..
+            })
+        ));
+        assert!(matches!(
+            resolve_range(11.., 10),
+            Err(Error::OutOfBounds {
+                start: 11,
+                end: 10,
+                ..
+            })
+        ));
+        assert!(matches!(
+            resolve_range(..=usize::MAX, 10),
+            Err(Error::OutOfBounds {
+                end: usize::MAX,
+                ..
+            })
+        ));
         let excluded_start = (Bound::Excluded(usize::MAX), Bound::Unbounded);
         assert!(resolve_range(excluded_start, 10).is_err());
     }
@@ -291,7 +364,10 @@ mod tests {
     fn byte_lengths_are_checked() {
         assert_eq!(byte_len::<f32>(3).unwrap(), 12);
         assert_eq!(byte_len::<half::bf16>(0).unwrap(), 0);
-        assert!(matches!(byte_len::<u64>(usize::MAX / 4), Err(Error::SizeOverflow { elem_bytes: 8, .. })));
+        assert!(matches!(
+            byte_len::<u64>(usize::MAX / 4),
+            Err(Error::SizeOverflow { elem_bytes: 8, .. })
+        ));
         let msg = byte_len::<u64>(usize::MAX).unwrap_err().to_string();
         assert!(msg.contains("overflow"), "{msg}");
     }

@@ -48,15 +48,25 @@ impl<T: Element> PinnedHostBuffer<T> {
             device.bind_to_thread()?;
             let raw = result::memory::host_malloc(bytes, hip_sys::generated::hipHostMallocDefault)?;
             let Some(ptr) = NonNull::new(raw.cast::<T>()) else {
-                let detail = "hipHostMalloc reported success but returned a null pointer".to_owned();
-                return Err(Error::OutOfMemory { ordinal: device.ordinal(), requested: bytes, detail });
+                let detail =
+                    "hipHostMalloc reported success but returned a null pointer".to_owned();
+                return Err(Error::OutOfMemory {
+                    ordinal: device.ordinal(),
+                    requested: bytes,
+                    detail,
+                });
             };
             // SAFETY: `ptr` is a fresh allocation of `bytes` bytes; zeroing makes every element
             // a valid `T` (T: Pod) before any slice of it exists.
             unsafe { ptr.as_ptr().cast::<u8>().write_bytes(0, bytes) };
             ptr
         };
-        Ok(PinnedHostBuffer { ptr, len, device: device.clone(), pending: Mutex::new(Pending::default()) })
+        Ok(PinnedHostBuffer {
+            ptr,
+            len,
+            device: device.clone(),
+            pending: Mutex::new(Pending::default()),
+        })
     }
 
     /// A pinned copy of `data`.
@@ -109,7 +119,10 @@ impl<T: Element> PinnedHostBuffer<T> {
     /// Note that an asynchronous copy touching this buffer was just queued on `stream`.
     pub(crate) fn mark_in_flight(&self, stream: &Stream) -> Result<()> {
         let mut pending = self.pending.lock().unwrap_or_else(|p| p.into_inner());
-        let reusable = pending.event.as_ref().is_some_and(|e| e.device().ordinal() == stream.device().ordinal());
+        let reusable = pending
+            .event
+            .as_ref()
+            .is_some_and(|e| e.device().ordinal() == stream.device().ordinal());
         if !reusable {
             if let (true, Some(old)) = (pending.in_flight, &pending.event) {
                 old.synchronize()?;
@@ -142,6 +155,11 @@ impl<T: Element> Drop for PinnedHostBuffer<T> {
 
 impl<T: Element> std::fmt::Debug for PinnedHostBuffer<T> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "PinnedHostBuffer<{}>({} elems)", std::any::type_name::<T>(), self.len)
+        write!(
+            f,
+            "PinnedHostBuffer<{}>({} elems)",
+            std::any::type_name::<T>(),
+            self.len
+        )
     }
 }

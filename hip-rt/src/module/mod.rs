@@ -54,13 +54,19 @@ impl Module {
             Err(BundleError::Compressed) => None, // newer runtimes read these; let HIP decide
             Err(e) => return Err(e.into()),
         };
-        let target_ids: Vec<String> =
-            parsed.as_ref().map(|p| p.target_ids().into_iter().map(str::to_owned).collect()).unwrap_or_default();
-        let arch = device.gcn_arch_name();
-        let matching = parsed
+        let target_ids: Vec<String> = parsed
             .as_ref()
-            .and_then(|p| p.objects.iter().find(|(t, _)| bundle::target_id_compatible(t, arch) || !p.from_bundle));
-        let kernels = matching.and_then(|(_, bytes)| elf::kernel_names(bytes).ok()).unwrap_or_default();
+            .map(|p| p.target_ids().into_iter().map(str::to_owned).collect())
+            .unwrap_or_default();
+        let arch = device.gcn_arch_name();
+        let matching = parsed.as_ref().and_then(|p| {
+            p.objects
+                .iter()
+                .find(|(t, _)| bundle::target_id_compatible(t, arch) || !p.from_bundle)
+        });
+        let kernels = matching
+            .and_then(|(_, bytes)| elf::kernel_names(bytes).ok())
+            .unwrap_or_default();
         let no_binary = || Error::NoBinaryForGpu {
             ordinal: device.ordinal(),
             device_arch: arch.to_owned(),
@@ -72,9 +78,23 @@ impl Module {
         // bundle whose own header bounds it), owned by the module for its whole life.
         let raw = match unsafe { result::module::load_data(&image) } {
             Ok(raw) => raw,
-            Err(e) => return Err(map_load_error(e, parsed.is_some() && matching.is_none(), no_binary)),
+            Err(e) => {
+                return Err(map_load_error(
+                    e,
+                    parsed.is_some() && matching.is_none(),
+                    no_binary,
+                ))
+            }
         };
-        Ok(Module { inner: Arc::new(ModuleInner { device: device.clone(), raw, target_ids, kernels, _image: image }) })
+        Ok(Module {
+            inner: Arc::new(ModuleInner {
+                device: device.clone(),
+                raw,
+                target_ids,
+                kernels,
+                _image: image,
+            }),
+        })
     }
 
     /// The device the module is loaded on.
@@ -95,7 +115,10 @@ impl Module {
     /// The kernel called `name` (its `extern "C"` name, or the mangled C++ name).
     pub fn function(&self, name: &str) -> Result<Function> {
         let cname = CString::new(name).map_err(|_| Error::NulInName(name.to_owned()))?;
-        let not_found = || Error::KernelNotFound { name: name.to_owned(), available: self.inner.kernels.clone() };
+        let not_found = || Error::KernelNotFound {
+            name: name.to_owned(),
+            available: self.inner.kernels.clone(),
+        };
         if !self.inner.kernels.is_empty() && !self.inner.kernels.iter().any(|k| k == name) {
             return Err(not_found());
         }
@@ -108,13 +131,25 @@ impl Module {
         let device_limits = *self.inner.device.limits();
         // SAFETY (both calls): `raw` is a live function of the live module.
         let max_threads = unsafe {
-            result::module::func_attribute(raw, hipFunction_attribute::HIP_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK)
+            result::module::func_attribute(
+                raw,
+                hipFunction_attribute::HIP_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK,
+            )
         };
         // SAFETY: as above.
-        let static_lds =
-            unsafe { result::module::func_attribute(raw, hipFunction_attribute::HIP_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES) };
+        let static_lds = unsafe {
+            result::module::func_attribute(
+                raw,
+                hipFunction_attribute::HIP_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES,
+            )
+        };
         let limits = function_limits(device_limits, max_threads.ok(), static_lds.ok());
-        Ok(Function { module: self.clone(), raw, name: name.to_owned(), limits })
+        Ok(Function {
+            module: self.clone(),
+            raw,
+            name: name.to_owned(),
+            limits,
+        })
     }
 }
 
@@ -130,7 +165,9 @@ impl Drop for ModuleInner {
 /// Map a hipModuleLoadData failure: NoBinaryForGpu (or any failure when the parsed image has no
 /// code object for the device) becomes [`Error::NoBinaryForGpu`].
 fn map_load_error(e: Error, known_mismatch: bool, no_binary: impl FnOnce() -> Error) -> Error {
-    if e.hip_code() == Some(hipError_t::hipErrorNoBinaryForGpu) || (known_mismatch && e.hip_code().is_some()) {
+    if e.hip_code() == Some(hipError_t::hipErrorNoBinaryForGpu)
+        || (known_mismatch && e.hip_code().is_some())
+    {
         no_binary()
     } else {
         e
@@ -138,11 +175,18 @@ fn map_load_error(e: Error, known_mismatch: bool, no_binary: impl FnOnce() -> Er
 }
 
 fn is_not_found(e: &Error) -> bool {
-    matches!(e.hip_code(), Some(hipError_t::hipErrorNotFound | hipError_t::hipErrorInvalidDeviceFunction))
+    matches!(
+        e.hip_code(),
+        Some(hipError_t::hipErrorNotFound | hipError_t::hipErrorInvalidDeviceFunction)
+    )
 }
 
 /// A device's limits narrowed by a kernel's attributes (`__launch_bounds__`, static LDS).
-pub fn function_limits(device: LaunchLimits, max_threads: Option<i32>, static_lds: Option<i32>) -> LaunchLimits {
+pub fn function_limits(
+    device: LaunchLimits,
+    max_threads: Option<i32>,
+    static_lds: Option<i32>,
+) -> LaunchLimits {
     let mut limits = device;
     if let Some(t) = max_threads.filter(|t| *t > 0) {
         limits.max_threads_per_block = limits.max_threads_per_block.min(t as u32);
@@ -195,23 +239,39 @@ impl Function {
     /// passed must be valid for all accesses the kernel makes, and the memory must stay alive
     /// until the kernel completes (buffers used on a stream other than their allocation stream
     /// need [`DeviceBuffer::record_stream`](crate::DeviceBuffer::record_stream)).
-    pub unsafe fn launch(&self, stream: &Stream, cfg: &LaunchConfig, args: &mut KernelArgs<'_>) -> Result<()> {
+    pub unsafe fn launch(
+        &self,
+        stream: &Stream,
+        cfg: &LaunchConfig,
+        args: &mut KernelArgs<'_>,
+    ) -> Result<()> {
         stream.check_same_device("kernel", self.module.device())?;
         cfg.validate(&self.limits)?;
         let failed = |source: Error| match source {
-            Error::Sys(source) => Error::LaunchFailed { kernel: self.name.clone(), source },
+            Error::Sys(source) => Error::LaunchFailed {
+                kernel: self.name.clone(),
+                source,
+            },
             other => other,
         };
         // SAFETY: the function and stream are live while borrowed; the caller guarantees the
         // argument array matches the kernel and the memory it points to stays valid.
-        unsafe { result::module::launch_kernel(self.raw, cfg, stream.raw(), args.as_param_array()) }.map_err(failed)?;
+        unsafe {
+            result::module::launch_kernel(self.raw, cfg, stream.raw(), args.as_param_array())
+        }
+        .map_err(failed)?;
         result::error::get_last().map_err(failed)
     }
 }
 
 impl std::fmt::Debug for Function {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "Function({} on device {})", self.name, self.module.device().ordinal())
+        write!(
+            f,
+            "Function({} on device {})",
+            self.name,
+            self.module.device().ordinal()
+        )
     }
 }
 
@@ -249,7 +309,11 @@ impl<'a> LaunchBuilder<'a> {
 impl Stream {
     /// Start collecting arguments for a launch of `function` on this stream.
     pub fn launch_builder<'a>(&'a self, function: &'a Function) -> LaunchBuilder<'a> {
-        LaunchBuilder { stream: self, function, args: KernelArgs::new() }
+        LaunchBuilder {
+            stream: self,
+            function,
+            args: KernelArgs::new(),
+        }
     }
 }
 
@@ -270,15 +334,27 @@ mod tests {
         };
         let e = map_load_error(hip_err(hipError_t::hipErrorNoBinaryForGpu), false, typed);
         let msg = e.to_string();
-        assert!(msg.contains("gfx928:sramecc+:xnack-") && msg.contains("[\"gfx906\"]"), "{msg}");
+        assert!(
+            msg.contains("gfx928:sramecc+:xnack-") && msg.contains("[\"gfx906\"]"),
+            "{msg}"
+        );
         assert!(msg.contains("--offload-arch"), "{msg}");
         // Another code with a known mismatch also names the archs; without one it passes through.
-        assert!(matches!(map_load_error(hip_err(hipError_t::hipErrorInvalidImage), true, typed), Error::NoBinaryForGpu { .. }));
+        assert!(matches!(
+            map_load_error(hip_err(hipError_t::hipErrorInvalidImage), true, typed),
+            Error::NoBinaryForGpu { .. }
+        ));
         let passed = map_load_error(hip_err(hipError_t::hipErrorInvalidImage), false, typed);
         assert_eq!(passed.hip_code(), Some(hipError_t::hipErrorInvalidImage));
         // Non-HIP errors (e.g. a missing symbol) are never rewritten.
-        let missing = Error::Sys(hip_sys::Error::MissingSymbol { name: "hipModuleLoadData", library: "x".into() });
-        assert!(matches!(map_load_error(missing, true, typed), Error::Sys(hip_sys::Error::MissingSymbol { .. })));
+        let missing = Error::Sys(hip_sys::Error::MissingSymbol {
+            name: "hipModuleLoadData",
+            library: "x".into(),
+        });
+        assert!(matches!(
+            map_load_error(missing, true, typed),
+            Error::Sys(hip_sys::Error::MissingSymbol { .. })
+        ));
     }
 
     #[test]
@@ -289,15 +365,28 @@ mod tests {
         assert_eq!(l.shared_mem_per_block, 65536 - 4096);
         assert_eq!(function_limits(d, None, None), d);
         assert_eq!(function_limits(d, Some(0), Some(-1)), d);
-        assert_eq!(function_limits(d, Some(4096), None).max_threads_per_block, 1024);
-        let cfg = LaunchConfig { grid: (1, 1, 1), block: (512, 1, 1), shared_mem_bytes: 0 };
+        assert_eq!(
+            function_limits(d, Some(4096), None).max_threads_per_block,
+            1024
+        );
+        let cfg = LaunchConfig {
+            grid: (1, 1, 1),
+            block: (512, 1, 1),
+            shared_mem_bytes: 0,
+        };
         assert!(cfg.validate(&l).is_err());
     }
 
     #[test]
     fn kernel_not_found_names_it() {
-        let e = Error::KernelNotFound { name: "gelu_f32".into(), available: vec!["gelu_bf16".into()] };
+        let e = Error::KernelNotFound {
+            name: "gelu_f32".into(),
+            available: vec!["gelu_bf16".into()],
+        };
         let msg = e.to_string();
-        assert!(msg.contains("`gelu_f32`") && msg.contains("gelu_bf16"), "{msg}");
+        assert!(
+            msg.contains("`gelu_f32`") && msg.contains("gelu_bf16"),
+            "{msg}"
+        );
     }
 }

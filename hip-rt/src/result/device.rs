@@ -55,7 +55,9 @@ pub fn pci_bus_id(ordinal: i32) -> Result<String> {
     unsafe { f(buf.as_mut_ptr(), buf.len() as i32, ordinal) }.result()?;
     buf[buf.len() - 1] = 0;
     // SAFETY: `buf` is NUL-terminated (last byte forced to 0 above) and lives across the read.
-    Ok(unsafe { CStr::from_ptr(buf.as_ptr()) }.to_string_lossy().into_owned())
+    Ok(unsafe { CStr::from_ptr(buf.as_ptr()) }
+        .to_string_lossy()
+        .into_owned())
 }
 
 /// `hipDeviceGetStreamPriorityRange`: `(least, greatest)`; greater priority = lower number.

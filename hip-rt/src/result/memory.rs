@@ -52,7 +52,12 @@ pub unsafe fn host_free(ptr: *mut c_void) -> Result<()> {
 /// # Safety
 /// `dst` must be device memory valid for `bytes`; `src` host memory valid for `bytes` reads
 /// until the copy completes on `stream` (null or live).
-pub unsafe fn copy_htod_async(dst: DevicePtr, src: *const c_void, bytes: usize, stream: hipStream_t) -> Result<()> {
+pub unsafe fn copy_htod_async(
+    dst: DevicePtr,
+    src: *const c_void,
+    bytes: usize,
+    stream: hipStream_t,
+) -> Result<()> {
     let f = hip_fn!(hipMemcpyHtoDAsync)?;
     // SAFETY: the caller guarantees both ranges are valid until completion; HIP only reads `src`.
     Ok(unsafe { f(dst.as_raw(), src.cast_mut(), bytes, stream) }.result()?)
@@ -63,7 +68,12 @@ pub unsafe fn copy_htod_async(dst: DevicePtr, src: *const c_void, bytes: usize, 
 /// # Safety
 /// `src` must be device memory valid for `bytes`; `dst` host memory valid for `bytes` writes,
 /// not accessed by the host until the copy completes on `stream` (null or live).
-pub unsafe fn copy_dtoh_async(dst: *mut c_void, src: DevicePtr, bytes: usize, stream: hipStream_t) -> Result<()> {
+pub unsafe fn copy_dtoh_async(
+    dst: *mut c_void,
+    src: DevicePtr,
+    bytes: usize,
+    stream: hipStream_t,
+) -> Result<()> {
     let f = hip_fn!(hipMemcpyDtoHAsync)?;
     // SAFETY: the caller guarantees both ranges are valid and unaliased until completion.
     Ok(unsafe { f(dst, src.as_raw(), bytes, stream) }.result()?)
@@ -73,7 +83,12 @@ pub unsafe fn copy_dtoh_async(dst: *mut c_void, src: DevicePtr, bytes: usize, st
 ///
 /// # Safety
 /// Both must be device memory valid for `bytes` until the copy completes on `stream`.
-pub unsafe fn copy_dtod_async(dst: DevicePtr, src: DevicePtr, bytes: usize, stream: hipStream_t) -> Result<()> {
+pub unsafe fn copy_dtod_async(
+    dst: DevicePtr,
+    src: DevicePtr,
+    bytes: usize,
+    stream: hipStream_t,
+) -> Result<()> {
     let f = hip_fn!(hipMemcpyDtoDAsync)?;
     // SAFETY: the caller guarantees both device ranges are valid until completion.
     Ok(unsafe { f(dst.as_raw(), src.as_raw(), bytes, stream) }.result()?)
@@ -83,7 +98,12 @@ pub unsafe fn copy_dtod_async(dst: DevicePtr, src: DevicePtr, bytes: usize, stre
 ///
 /// # Safety
 /// `dst` must be device memory valid for `bytes` until the memset completes on `stream`.
-pub unsafe fn memset_d8_async(dst: DevicePtr, value: u8, bytes: usize, stream: hipStream_t) -> Result<()> {
+pub unsafe fn memset_d8_async(
+    dst: DevicePtr,
+    value: u8,
+    bytes: usize,
+    stream: hipStream_t,
+) -> Result<()> {
     let f = hip_fn!(hipMemsetD8Async)?;
     // SAFETY: the caller guarantees the device range is valid until completion.
     Ok(unsafe { f(dst.as_raw(), value, bytes, stream) }.result()?)

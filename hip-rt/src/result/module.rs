@@ -61,10 +61,29 @@ pub unsafe fn func_attribute(func: hipFunction_t, attr: hipFunction_attribute) -
 /// `func` must be live; `params` must point at one pointer per kernel parameter, in order, each
 /// to a value of the parameter's type, valid until this call returns; `stream` null or live on
 /// the function's device; device memory the kernel touches must stay valid until it completes.
-pub unsafe fn launch_kernel(func: hipFunction_t, cfg: &LaunchConfig, stream: hipStream_t, params: *mut *mut c_void) -> Result<()> {
+pub unsafe fn launch_kernel(
+    func: hipFunction_t,
+    cfg: &LaunchConfig,
+    stream: hipStream_t,
+    params: *mut *mut c_void,
+) -> Result<()> {
     let f = hip_fn!(hipModuleLaunchKernel)?;
     let (g, b) = (cfg.grid, cfg.block);
     // SAFETY: the caller guarantees the handles and the argument array as documented above.
-    let status = unsafe { f(func, g.0, g.1, g.2, b.0, b.1, b.2, cfg.shared_mem_bytes, stream, params, std::ptr::null_mut()) };
+    let status = unsafe {
+        f(
+            func,
+            g.0,
+            g.1,
+            g.2,
+            b.0,
+            b.1,
+            b.2,
+            cfg.shared_mem_bytes,
+            stream,
+            params,
+            std::ptr::null_mut(),
+        )
+    };
     Ok(status.result()?)
 }
