@@ -27,6 +27,8 @@ pub(crate) struct DeviceInner {
     pub(crate) limits: LaunchLimits,
     pub(crate) allocator: Arc<dyn DeviceAllocator>,
     pub(crate) errors: ErrorLog,
+    /// Makes the device current (`hipSetDevice`); unit tests substitute a no-op.
+    set_current: fn(i32) -> Result<()>,
 }
 
 /// Free and total device memory, in bytes.
@@ -57,6 +59,20 @@ impl Device {
             return Err(Error::InvalidOrdinal { ordinal, count });
         }
         let props = hip_sys::hip()?.device_props(ordinal)?;
+        Ok(Self::from_parts(
+            ordinal,
+            props,
+            allocator,
+            result::device::set,
+        ))
+    }
+
+    fn from_parts(
+        ordinal: i32,
+        props: DeviceProps,
+        allocator: Arc<dyn DeviceAllocator>,
+        set_current: fn(i32) -> Result<()>,
+    ) -> Device {
         let limits = limits_from_props(&props);
         let inner = DeviceInner {
             ordinal,
@@ -64,10 +80,48 @@ impl Device {
             limits,
             allocator,
             errors: ErrorLog::default(),
+            set_current,
         };
-        Ok(Device {
+        Device {
             inner: Arc::new(inner),
-        })
+        }
+    }
+
+    /// A device that exists only for unit tests: gfx906-like properties, `allocator` for
+    /// memory, and no `hipSetDevice` call. Any other HIP call on it fails (no device).
+    #[cfg(test)]
+    pub(crate) fn fake(ordinal: i32, allocator: Arc<dyn DeviceAllocator>) -> Device {
+        let props = DeviceProps {
+            name: "fake".into(),
+            gcn_arch_name: "gfx906:sramecc+:xnack-".into(),
+            total_global_mem: 1 << 30,
+            shared_mem_per_block: 65536,
+            regs_per_block: 65536,
+            warp_size: 64,
+            max_threads_per_block: 1024,
+            max_threads_dim: [1024; 3],
+            max_grid_size: [i32::MAX, 65536, 65536],
+            clock_rate_khz: 1_700_000,
+            memory_clock_rate_khz: 1_000_000,
+            memory_bus_width_bits: 4096,
+            total_const_mem: 1 << 20,
+            major: 9,
+            minor: 0,
+            multi_processor_count: 60,
+            l2_cache_size: 4 << 20,
+            max_threads_per_multi_processor: 2560,
+            max_shared_memory_per_multi_processor: 65536,
+            pci_domain_id: 0,
+            pci_bus_id: 3,
+            pci_device_id: 0,
+            integrated: false,
+            concurrent_kernels: true,
+            cooperative_launch: true,
+            is_large_bar: false,
+            asic_revision: 0,
+            layout: hip_sys::PropsLayout::Legacy,
+        };
+        Self::from_parts(ordinal, props, allocator, |_| Ok(()))
     }
 
     /// The device ordinal.
@@ -149,7 +203,7 @@ impl Device {
 
     /// Make this the calling thread's current HIP device.
     pub fn bind_to_thread(&self) -> Result<()> {
-        result::device::set(self.inner.ordinal)
+        (self.inner.set_current)(self.inner.ordinal)
     }
 
     /// Wait for all work queued on this device.

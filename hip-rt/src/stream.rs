@@ -55,6 +55,16 @@ impl Stream {
         }
     }
 
+    /// A stream value around a made-up handle, for unit tests that must never reach HIP.
+    /// The caller must `mem::forget` it (dropping would destroy the bogus handle).
+    #[cfg(test)]
+    pub(crate) fn from_raw_for_tests(device: &Device, raw: hipStream_t) -> Stream {
+        Stream {
+            device: device.clone(),
+            raw,
+        }
+    }
+
     /// `(least, greatest)` priority on `device`; greater priority = lower number.
     pub fn priority_range(device: &Device) -> Result<(i32, i32)> {
         device.bind_to_thread()?;

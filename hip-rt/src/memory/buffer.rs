@@ -378,3 +378,7 @@ mod tests {
         assert_eq!(elem_ptr::<half::f16>(DevicePtr(1024), 3), DevicePtr(1030));
     }
 }
+
+#[cfg(test)]
+#[path = "buffer_tests.rs"]
+mod device_free_tests;
