@@ -449,6 +449,12 @@ fn roc_op(trans: bool) -> rocblas_operation {
     }
 }
 
+impl std::fmt::Debug for Blas {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Blas({:?} on {:?})", self.backend(), self.stream)
+    }
+}
+
 impl Drop for Blas {
     fn drop(&mut self) {
         let r: Result<()> = match self.handle {

@@ -153,6 +153,16 @@ impl Module {
     }
 }
 
+impl std::fmt::Debug for Module {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Module")
+            .field("device", &self.inner.device.ordinal())
+            .field("target_ids", &self.inner.target_ids)
+            .field("kernels", &self.inner.kernels)
+            .finish()
+    }
+}
+
 impl Drop for ModuleInner {
     fn drop(&mut self) {
         // SAFETY: `raw` is the module this value loaded; no Function outlives it (each holds an
