@@ -46,7 +46,7 @@ fn main() {
     check("launching", unsafe {
         stream
             .launch_builder(&add)
-            .arg(&mut x)
+            .arg_mut(&mut x)
             .value(41.0f32)
             .value(n as i32)
             .launch(&cfg)

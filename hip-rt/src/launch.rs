@@ -385,6 +385,13 @@ impl<'a> KernelArgs<'a> {
         self
     }
 
+    /// Push the next argument by exclusive reference: for buffers the kernel writes, so nothing
+    /// else can borrow them until the launch has been queued.
+    pub fn arg_mut<A: KernelArg + ?Sized>(&mut self, arg: &'a mut A) -> &mut Self {
+        let shared: &'a A = arg;
+        self.arg(shared)
+    }
+
     /// Push the next argument by value; the builder keeps the value alive.
     pub fn value<T: DeviceRepr>(&mut self, value: T) -> &mut Self {
         let boxed = Box::new(value);

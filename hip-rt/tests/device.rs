@@ -157,7 +157,7 @@ fn module_load_and_launch() {
     // SAFETY: hipk_test_add(float*, float, int) gets a buffer of n floats, a float and n.
     unsafe {
         s.launch_builder(&add)
-            .arg(&x)
+            .arg_mut(&mut x)
             .value(2.5f32)
             .value(n)
             .launch(&cfg)
@@ -172,7 +172,7 @@ fn module_load_and_launch() {
     // SAFETY: hipk_test_scale(float*, float, int) gets a view of 500 floats, a float and 500.
     unsafe {
         s.launch_builder(&scale)
-            .arg(&mut tail)
+            .arg_mut(&mut tail)
             .value(2.0f32)
             .value(500i32)
             .launch(&cfg)

@@ -300,6 +300,12 @@ impl<'a> LaunchBuilder<'a> {
         self
     }
 
+    /// Push the next argument by exclusive reference (a buffer or view the kernel writes).
+    pub fn arg_mut<A: KernelArg + ?Sized>(&mut self, arg: &'a mut A) -> &mut Self {
+        self.args.arg_mut(arg);
+        self
+    }
+
     /// Push the next argument by value (kept alive by the builder).
     pub fn value<T: crate::DeviceRepr>(&mut self, value: T) -> &mut Self {
         self.args.value(value);
