@@ -60,9 +60,9 @@ impl Module {
             .unwrap_or_default();
         let arch = device.gcn_arch_name();
         let matching = parsed.as_ref().and_then(|p| {
-            p.objects
-                .iter()
-                .find(|(t, _)| bundle::target_id_compatible(t, arch) || !p.from_bundle)
+            p.objects.iter().find(|(t, _)| {
+                bundle::target_id_compatible(t, arch) || t.starts_with("unknown-mach")
+            })
         });
         let kernels = matching
             .and_then(|(_, bytes)| elf::kernel_names(bytes).ok())
@@ -115,19 +115,9 @@ impl Module {
     /// The kernel called `name` (its `extern "C"` name, or the mangled C++ name).
     pub fn function(&self, name: &str) -> Result<Function> {
         let cname = CString::new(name).map_err(|_| Error::NulInName(name.to_owned()))?;
-        let not_found = || Error::KernelNotFound {
-            name: name.to_owned(),
-            available: self.inner.kernels.clone(),
-        };
-        if !self.inner.kernels.is_empty() && !self.inner.kernels.iter().any(|k| k == name) {
-            return Err(not_found());
-        }
         // SAFETY: the module is live while `self` is; `cname` is NUL-terminated.
-        let raw = match unsafe { result::module::get_function(self.inner.raw, &cname) } {
-            Ok(raw) => raw,
-            Err(e) if is_not_found(&e) => return Err(not_found()),
-            Err(e) => return Err(e),
-        };
+        let raw = unsafe { result::module::get_function(self.inner.raw, &cname) }
+            .map_err(|e| map_function_error(e, name, &self.inner.kernels))?;
         let device_limits = *self.inner.device.limits();
         // SAFETY (both calls): `raw` is a live function of the live module.
         let max_threads = unsafe {
@@ -184,11 +174,23 @@ fn map_load_error(e: Error, known_mismatch: bool, no_binary: impl FnOnce() -> Er
     }
 }
 
-fn is_not_found(e: &Error) -> bool {
-    matches!(
+/// Map a hipModuleGetFunction failure: a name the code object does not define (or, when its
+/// kernels could not be listed, the runtime's not-found codes) becomes [`Error::KernelNotFound`].
+fn map_function_error(e: Error, name: &str, kernels: &[String]) -> Error {
+    let listed = !kernels.is_empty();
+    let not_found_code = matches!(
         e.hip_code(),
         Some(hipError_t::hipErrorNotFound | hipError_t::hipErrorInvalidDeviceFunction)
-    )
+    );
+    let absent = listed && e.hip_code().is_some() && !kernels.iter().any(|k| k == name);
+    if absent || (!listed && not_found_code) {
+        Error::KernelNotFound {
+            name: name.to_owned(),
+            available: kernels.to_vec(),
+        }
+    } else {
+        e
+    }
 }
 
 /// A device's limits narrowed by a kernel's attributes (`__launch_bounds__`, static LDS).
@@ -264,6 +266,9 @@ impl Function {
             },
             other => other,
         };
+        // Clear this thread's last-error state: every earlier failure was already returned by
+        // the call that caused it, and must not be blamed on this launch.
+        let _ = result::error::get_last();
         // SAFETY: the function and stream are live while borrowed; the caller guarantees the
         // argument array matches the kernel and the memory it points to stays valid.
         unsafe {
@@ -391,6 +396,27 @@ mod tests {
             shared_mem_bytes: 0,
         };
         assert!(cfg.validate(&l).is_err());
+    }
+
+    #[test]
+    fn missing_kernels_are_mapped_to_a_typed_error() {
+        let kernels = vec!["gelu_bf16".to_string()];
+        let e = map_function_error(hip_err(hipError_t::hipErrorNotFound), "gelu_f32", &kernels);
+        assert!(
+            matches!(&e, Error::KernelNotFound { name, available } if name == "gelu_f32" && available == &kernels)
+        );
+        // A listed kernel that fails for another reason keeps its error.
+        let e = map_function_error(
+            hip_err(hipError_t::hipErrorInvalidHandle),
+            "gelu_bf16",
+            &kernels,
+        );
+        assert_eq!(e.hip_code(), Some(hipError_t::hipErrorInvalidHandle));
+        // Unknown kernel list: only the runtime's not-found codes say "not found".
+        let e = map_function_error(hip_err(hipError_t::hipErrorInvalidDeviceFunction), "x", &[]);
+        assert!(matches!(e, Error::KernelNotFound { .. }));
+        let e = map_function_error(hip_err(hipError_t::hipErrorInvalidHandle), "x", &[]);
+        assert_eq!(e.hip_code(), Some(hipError_t::hipErrorInvalidHandle));
     }
 
     #[test]
