@@ -245,3 +245,72 @@ pub fn builtin_strings(code: hipError_t) -> (&'static str, &'static str) {
         hipErrorRuntimeOther => "HSA runtime call returned an error",
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn builtin_names_follow_the_header_numbers() {
+        let cases = [
+            (0, "hipSuccess"),
+            (1, "hipErrorInvalidValue"),
+            (2, "hipErrorOutOfMemory"),
+            (3, "hipErrorNotInitialized"),
+            (98, "hipErrorInvalidDeviceFunction"),
+            (100, "hipErrorNoDevice"),
+            (101, "hipErrorInvalidDevice"),
+            (200, "hipErrorInvalidImage"),
+            (209, "hipErrorNoBinaryForGpu"),
+            (218, "hipErrorInvalidKernelFile"),
+            (400, "hipErrorInvalidHandle"),
+            (500, "hipErrorNotFound"),
+            (600, "hipErrorNotReady"),
+            (700, "hipErrorIllegalAddress"),
+            (701, "hipErrorLaunchOutOfResources"),
+            (719, "hipErrorLaunchFailure"),
+            (801, "hipErrorNotSupported"),
+            (999, "hipErrorUnknown"),
+            (12345, "hipErrorUnrecognized"),
+        ];
+        for (code, name) in cases {
+            assert_eq!(hipError_t(code).builtin_name(), name, "code {code}");
+        }
+    }
+
+    #[test]
+    fn success_is_ok_and_failures_carry_code_name_and_text() {
+        assert!(hipError_t::hipSuccess.result().is_ok());
+        let err = hipError_t::hipErrorInvalidValue.result().unwrap_err();
+        let Error::Hip(hip) = &err else {
+            panic!("not a HIP error: {err:?}")
+        };
+        assert_eq!(hip.code, hipError_t::hipErrorInvalidValue);
+        let text = err.to_string();
+        assert!(text.contains("HIP error 1 hipErrorInvalidValue"), "{text}");
+        assert!(!hip.description.is_empty());
+    }
+
+    #[test]
+    fn hints_for_common_failures() {
+        let no_device = HipError::new(hipError_t::hipErrorNoDevice).to_string();
+        for needle in [
+            "no HIP device found",
+            "/dev/kfd",
+            "HIP_VISIBLE_DEVICES",
+            "render",
+            "video",
+        ] {
+            assert!(
+                no_device.contains(needle),
+                "{needle:?} missing: {no_device}"
+            );
+        }
+        let no_binary = HipError::new(hipError_t::hipErrorNoBinaryForGpu).to_string();
+        assert!(no_binary.contains("HIPK_ARCH"), "{no_binary}");
+        assert!(HipError::new(hipError_t::hipErrorOutOfMemory)
+            .to_string()
+            .contains("memory"));
+        assert!(HipError::new(hipError_t::hipErrorNotReady).hint().is_none());
+    }
+}

@@ -8,9 +8,20 @@
 //! - Status codes are newtypes over the C integer ([`hipError_t`], [`blas::hipblasStatus_t`],
 //!   [`blas::rocblas_status`]) with `.result()`.
 //! - [`Hip::device_props`] reads `hipDeviceProp_t` in whichever layout the runtime uses (legacy
-//!   on ROCm 5.x and DTK, R0600 on ROCm >= 6) and sanity-checks it.
+//!   on ROCm 5.x and DTK, R0600 on ROCm >= 6) and sanity-checks it. Prefer it to
+//!   `hipDeviceGetAttribute`: the generated [`hipDeviceAttribute_t`] constants carry upstream
+//!   ROCm's numbering, and DTK renumbers that enum (a stock value yields "invalid argument").
 //! - [`blas::hipblas`] / [`blas::rocblas`] load the BLAS libraries independently: a missing BLAS
 //!   never breaks the runtime.
+//!
+//! # Environment
+//! - `HIPK_HIP_LIBRARY`, `HIPK_HIPBLAS_LIBRARY`, `HIPK_ROCBLAS_LIBRARY`: the exact file to load
+//!   (nothing else is tried when set).
+//! - `HIP_PATH`, `ROCM_PATH`: install roots whose `lib/` (and `$ROCM_PATH/hip/lib`) are searched
+//!   before `/opt/dtk/hip/lib`, `/opt/dtk/lib`, `/opt/rocm/lib` and the system loader
+//!   (`LD_LIBRARY_PATH`). On DTK, `source /opt/dtk/env.sh` sets them.
+//! - Build time, feature `bindgen` only: `HIPK_HIP_INCLUDE_DIR`, else `$ROCM_PATH/include`, else
+//!   `/opt/rocm/include`: the headers to regenerate the bindings from.
 //!
 //! # Safety contract
 //! Every function pointer obtained here is `unsafe extern "C"`: calling it requires the C API's
@@ -29,7 +40,7 @@ pub mod version;
 
 pub use error::{builtin_strings, hint, Error, HipError};
 pub use generated::{
-    hipDeviceAttribute_t, hipDeviceProp_t, hipDevice_t, hipDeviceptr_t, hipError_t, hipEvent_t,
+    hipDeviceAttribute_t, hipDevice_t, hipDeviceptr_t, hipError_t, hipEvent_t,
     hipFunction_attribute, hipFunction_t, hipMemcpyKind, hipModule_t, hipStream_t, HipApi,
 };
 pub use libloading;

@@ -149,19 +149,37 @@ impl Hip {
         Ok(count)
     }
 
-    /// Which properties call and layout this runtime uses: R0600 when it exports
-    /// `hipGetDevicePropertiesR0600` (ROCm >= 6), else the legacy one.
+    /// Which properties call and layout to try first: see [`props::preferred_layout`].
     pub fn props_layout(&self) -> PropsLayout {
-        if self.api.hipGetDevicePropertiesR0600.is_ok() {
-            PropsLayout::R0600
-        } else {
-            PropsLayout::Legacy
+        props::preferred_layout(self.flavour(), self.api.hipGetDevicePropertiesR0600.is_ok())
+    }
+
+    /// Properties of device `ordinal`, sanity-checked. Reads the layout from
+    /// [`Hip::props_layout`] first; if what comes back fails the checks and the other entry point
+    /// exists, reads that one instead (and reports the first failure if both fail).
+    pub fn device_props(&self, ordinal: i32) -> Result<DeviceProps, Error> {
+        let first = self.props_in(ordinal, self.props_layout());
+        let other = match self.props_layout() {
+            PropsLayout::R0600 => PropsLayout::Legacy,
+            PropsLayout::Legacy => PropsLayout::R0600,
+        };
+        match first {
+            Err(Error::BadProps { .. }) if self.has_props_entry(other) => {
+                self.props_in(ordinal, other).or(first)
+            }
+            result => result,
         }
     }
 
-    /// Properties of device `ordinal`, decoded per [`Hip::props_layout`] and sanity-checked.
-    pub fn device_props(&self, ordinal: i32) -> Result<DeviceProps, Error> {
-        let layout = self.props_layout();
+    fn has_props_entry(&self, layout: PropsLayout) -> bool {
+        match layout {
+            PropsLayout::R0600 => self.api.hipGetDevicePropertiesR0600.is_ok(),
+            PropsLayout::Legacy => self.api.hipGetDeviceProperties.is_ok(),
+        }
+    }
+
+    /// One properties call in `layout`, checked and decoded.
+    fn props_in(&self, ordinal: i32, layout: PropsLayout) -> Result<DeviceProps, Error> {
         let mut buf = props::new_buffer(layout);
         let status = match layout {
             PropsLayout::R0600 => {

@@ -6,7 +6,8 @@
 //! - `hipblasComputeType_t` and `hipblasGemmEx_v2`/`hipblasGemmStridedBatchedEx_v2`: hipBLAS 2.x
 //!   (ROCm 6.0-6.4, `hipblas.h` of rocm-6.0.0); hipBLAS 3.x (ROCm 7) removed the `_v2` names and
 //!   gave the unsuffixed `hipblasGemmEx` this signature.
-//! - `hipDataType`: HIP's `library_types.h` (identical in 5.2, checked against /usr/include).
+//! - `hipDataType`: HIP's `library_types.h` of ROCm 6.x (the 5.2 header defines only the float
+//!   types, with the same numbers; a test checks those against /usr/include).
 #![allow(non_camel_case_types, non_upper_case_globals)]
 
 use std::ffi::{c_int, c_uint, c_void};

@@ -178,3 +178,6 @@ macro_rules! status_newtype {
     };
 }
 pub(crate) use status_newtype;
+
+#[cfg(test)]
+mod tests;

@@ -117,6 +117,17 @@ impl DeviceProps {
     }
 }
 
+/// The layout to read first. DTK keeps the legacy 792-byte struct even on its HIP 6.x based
+/// releases (hashcat PR 4758, checked on DTK 25.04.2 / HIP 6.3), so DTK reads legacy; upstream
+/// ROCm reads R0600 when it exports `hipGetDevicePropertiesR0600` (ROCm >= 6), else legacy.
+/// [`crate::Hip::device_props`] falls back to the other layout if this one fails the checks.
+pub fn preferred_layout(flavour: crate::Flavour, has_r0600: bool) -> PropsLayout {
+    match (flavour, has_r0600) {
+        (crate::Flavour::Rocm, true) => PropsLayout::R0600,
+        _ => PropsLayout::Legacy,
+    }
+}
+
 /// Little bounds-checked reader over the runtime's buffer.
 struct Reader<'a> {
     buf: &'a [u8],
