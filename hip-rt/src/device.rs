@@ -260,3 +260,37 @@ pub fn limits_from_props(p: &DeviceProps) -> LaunchLimits {
         wavefront_size: u(p.warp_size),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn limits_come_from_props_and_negative_values_reject_launches() {
+        let d = Device::fake(0, Arc::new(DirectAllocator::new(0)));
+        assert_eq!(*d.limits(), LaunchLimits::GFX906);
+        assert_eq!(
+            (d.wavefront_size(), d.compute_units(), d.arch()),
+            (64, 60, "gfx906")
+        );
+        let mut props = d.props().clone();
+        props.max_threads_per_block = -1;
+        props.max_grid_size = [-5, 1, 1];
+        let l = limits_from_props(&props);
+        assert_eq!((l.max_threads_per_block, l.max_grid_dim[0]), (0, 0));
+        let cfg = crate::LaunchConfig {
+            grid: (1, 1, 1),
+            block: (1, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        assert!(cfg.validate(&l).is_err());
+    }
+
+    #[test]
+    fn handles_compare_by_identity() {
+        let alloc: Arc<dyn DeviceAllocator> = Arc::new(DirectAllocator::new(0));
+        let (a, b) = (Device::fake(0, alloc.clone()), Device::fake(0, alloc));
+        assert!(a.same_as(&a.clone()) && !a.same_as(&b));
+        assert!(format!("{a:?}").contains("gfx906"));
+    }
+}

@@ -183,3 +183,66 @@ impl ErrorLog {
         (std::mem::take(&mut guard.0), std::mem::take(&mut guard.1))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn oob(start: usize) -> Error {
+        Error::OutOfBounds {
+            start,
+            end: start + 1,
+            len: 0,
+        }
+    }
+
+    #[test]
+    fn log_keeps_64_counts_the_rest_and_clears_on_take() {
+        let log = ErrorLog::default();
+        log.record_result(Ok(()));
+        for i in 0..100 {
+            log.record(oob(i));
+        }
+        let (kept, dropped) = log.take();
+        assert_eq!((kept.len(), dropped), (64, 36));
+        assert!(matches!(kept[0], Error::OutOfBounds { start: 0, .. }));
+        assert_eq!(log.take().0.len(), 0);
+    }
+
+    #[test]
+    fn log_survives_a_poisoned_lock() {
+        let log = std::sync::Arc::new(ErrorLog::default());
+        let l2 = log.clone();
+        let _ = std::thread::spawn(move || {
+            let _guard = l2.inner.lock().unwrap();
+            panic!("poison the lock");
+        })
+        .join();
+        log.record(oob(7));
+        assert_eq!(log.take().0.len(), 1);
+    }
+
+    #[test]
+    fn classification_helpers() {
+        let oom = Error::OutOfMemory {
+            ordinal: 0,
+            requested: 1 << 30,
+            detail: "x".into(),
+        };
+        assert!(oom.is_out_of_memory() && !oom.is_no_device());
+        let no_dev = Error::Sys(hip_sys::Error::Hip(hip_sys::HipError::new(
+            hipError_t::hipErrorNoDevice,
+        )));
+        assert!(no_dev.is_no_device() && !no_dev.is_out_of_memory());
+        let raw_oom = Error::Sys(hip_sys::Error::Hip(hip_sys::HipError::new(
+            hipError_t::hipErrorOutOfMemory,
+        )));
+        assert!(raw_oom.is_out_of_memory());
+        assert_eq!(oob(1).hip_code(), None);
+        let msg = oom.to_string();
+        assert!(
+            msg.contains("1073741824") && msg.contains("device 0"),
+            "{msg}"
+        );
+    }
+}
