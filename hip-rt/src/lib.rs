@@ -49,3 +49,8 @@ pub use memory::buffer::{
 pub use memory::pinned::PinnedHostBuffer;
 pub use module::{Function, LaunchBuilder, Module};
 pub use stream::{Stream, StreamOptions};
+
+/// Compiles the README's example as a doctest.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeDoctests;
