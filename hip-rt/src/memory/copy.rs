@@ -96,17 +96,18 @@ impl Stream {
         }
         src.wait()?;
         dst.buffer().record_stream(self)?;
-        // SAFETY: equal lengths checked; `src` is pinned memory that `mark_in_flight` keeps
-        // from being written or freed until the copy's event completes; `dst` a live view.
-        unsafe {
-            result::memory::copy_htod_async(
-                dst.device_ptr(),
-                src.host_ptr() as *const c_void,
-                dst.byte_len(),
-                self.raw(),
-            )
-        }?;
-        src.mark_in_flight(self)
+        src.track_copy(self, || {
+            // SAFETY: equal lengths checked; `src` is pinned memory that `track_copy` keeps from
+            // being written or freed until the copy completes; `dst` a live device view.
+            unsafe {
+                result::memory::copy_htod_async(
+                    dst.device_ptr(),
+                    src.host_ptr() as *const c_void,
+                    dst.byte_len(),
+                    self.raw(),
+                )
+            }
+        })
     }
 
     /// Queue a copy into pinned host memory (returns without waiting; reading the pinned buffer
@@ -126,17 +127,15 @@ impl Stream {
         }
         dst.wait()?;
         src.buffer().record_stream(self)?;
-        // SAFETY: equal lengths checked; `dst` is pinned memory that `mark_in_flight` keeps from
-        // being read, written or freed until the copy's event completes; `src` a live view.
-        unsafe {
-            result::memory::copy_dtoh_async(
-                dst.host_ptr().cast(),
-                src.device_ptr(),
-                src.byte_len(),
-                self.raw(),
-            )
-        }?;
-        dst.mark_in_flight(self)
+        let host = dst.host_ptr().cast::<c_void>();
+        dst.track_copy(self, || {
+            // SAFETY: equal lengths checked; `dst` is pinned memory, exclusively borrowed here,
+            // that `track_copy` keeps from being read, written or freed until the copy
+            // completes; `src` is a live device view.
+            unsafe {
+                result::memory::copy_dtoh_async(host, src.device_ptr(), src.byte_len(), self.raw())
+            }
+        })
     }
 
     /// Queue setting every byte of `dst` to `value`.

@@ -28,6 +28,8 @@ pub struct PinnedHostBuffer<T: Element> {
 struct Pending {
     event: Option<Event>,
     in_flight: bool,
+    /// Set when a queued copy could be neither tracked nor waited for.
+    poisoned: Option<crate::Error>,
 }
 
 // SAFETY: the buffer owns its allocation (like a Box<[T]>, T: Pod is Send); the pending-copy
@@ -104,6 +106,9 @@ impl<T: Element> PinnedHostBuffer<T> {
     /// Wait until no asynchronous copy touches this buffer.
     pub fn wait(&self) -> Result<()> {
         let mut pending = self.pending.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(e) = &pending.poisoned {
+            return Err(e.clone());
+        }
         if let (true, Some(event)) = (pending.in_flight, &pending.event) {
             event.synchronize()?;
         }
@@ -116,24 +121,48 @@ impl<T: Element> PinnedHostBuffer<T> {
         self.ptr.as_ptr()
     }
 
-    /// Note that an asynchronous copy touching this buffer was just queued on `stream`.
-    pub(crate) fn mark_in_flight(&self, stream: &Stream) -> Result<()> {
+    /// Queue an asynchronous copy that touches this buffer (`queue`) and track its completion
+    /// with this buffer's event. If the completion cannot be tracked, the stream is
+    /// synchronised instead; if even that fails, the buffer is poisoned: host access returns
+    /// that error and Drop leaks the memory rather than free it under a running copy.
+    pub(crate) fn track_copy(
+        &self,
+        stream: &Stream,
+        queue: impl FnOnce() -> Result<()>,
+    ) -> Result<()> {
         let mut pending = self.pending.lock().unwrap_or_else(|p| p.into_inner());
-        let reusable = pending
+        if let Some(e) = &pending.poisoned {
+            return Err(e.clone());
+        }
+        let ordinal = stream.device().ordinal();
+        if !pending
             .event
             .as_ref()
-            .is_some_and(|e| e.device().ordinal() == stream.device().ordinal());
-        if !reusable {
+            .is_some_and(|e| e.device().ordinal() == ordinal)
+        {
             if let (true, Some(old)) = (pending.in_flight, &pending.event) {
                 old.synchronize()?;
+                pending.in_flight = false;
             }
             pending.event = Some(Event::new(stream.device(), EventOptions::NO_TIMING)?);
         }
-        if let Some(event) = &pending.event {
-            event.record(stream)?;
-            pending.in_flight = true;
+        queue()?;
+        let recorded = match &pending.event {
+            Some(event) => event.record(stream),
+            None => Ok(()), // unreachable: created above
+        };
+        match recorded {
+            Ok(()) => {
+                pending.in_flight = true;
+                Ok(())
+            }
+            Err(e) => {
+                if let Err(sync_err) = stream.synchronize() {
+                    pending.poisoned = Some(sync_err);
+                }
+                Err(e)
+            }
         }
-        Ok(())
     }
 }
 
