@@ -39,6 +39,26 @@ fn reads_a_bundle_built_by_hipcc() {
         let _ = elf::kernel_names(&entry.bytes[..cut]);
         let _ = CodeObjects::parse(&entry.bytes[..cut]);
     }
+    // Random byte corruption (fixed-seed LCG): typed errors or readings, never a panic.
+    let mut seed = 0x2545_f491_4f6c_dd1du64;
+    for _ in 0..2000 {
+        let mut corrupt = entry.bytes.to_vec();
+        for _ in 0..4 {
+            seed = seed
+                .wrapping_mul(6_364_136_223_846_793_005)
+                .wrapping_add(1_442_695_040_888_963_407);
+            // Half the hits land in the ELF header or the section-header table at the end.
+            let len = corrupt.len();
+            let at = match seed & 3 {
+                0 => (seed >> 33) as usize % 64,
+                1 => len - 1 - (seed >> 33) as usize % (len / 4),
+                _ => (seed >> 33) as usize % len,
+            };
+            corrupt[at] = (seed >> 17) as u8;
+        }
+        let _ = elf::kernel_names(&corrupt);
+        let _ = CodeObjects::parse(&corrupt);
+    }
     for cut in (0..bytes.len()).step_by(13) {
         assert!(Bundle::parse(&bytes[..cut]).is_err() || cut >= 0x1000);
     }
