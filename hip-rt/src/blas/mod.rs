@@ -232,10 +232,10 @@ impl Blas {
                     hipblasDatatype_t::HIPBLAS_R_32F,
                     hipblasComputeType_t::HIPBLAS_COMPUTE_32F,
                 );
-                // SAFETY (every arm): forwarded from the caller; the type tags match T and the
-                // compute type is f32, matching the f32 alpha/beta.
                 let status = if batched {
                     match lib.gemm_strided_batched_ex()? {
+                        // SAFETY: operands satisfy `c` (caller); v2 type tags of T, f32 compute type match the
+                        // f32 alpha/beta and the ABI hip-sys probed for this function.
                         GemmStridedBatchedEx::V2(f) => unsafe {
                             f(
                                 h,
@@ -263,6 +263,8 @@ impl Blas {
                                 algo,
                             )
                         },
+                        // SAFETY: operands satisfy `c` (caller); legacy type tags of T, f32 compute type match the
+                        // f32 alpha/beta and the ABI hip-sys probed for this function.
                         GemmStridedBatchedEx::Legacy(f) => unsafe {
                             f(
                                 h,
@@ -293,6 +295,8 @@ impl Blas {
                     }
                 } else {
                     match lib.gemm_ex()? {
+                        // SAFETY: operands satisfy `c` (caller); v2 type tags of T, f32 compute type match the
+                        // f32 alpha/beta and the ABI hip-sys probed for this function.
                         GemmEx::V2(f) => unsafe {
                             f(
                                 h,
@@ -316,6 +320,8 @@ impl Blas {
                                 algo,
                             )
                         },
+                        // SAFETY: operands satisfy `c` (caller); legacy type tags of T, f32 compute type match the
+                        // f32 alpha/beta and the ABI hip-sys probed for this function.
                         GemmEx::Legacy(f) => unsafe {
                             f(
                                 h,
