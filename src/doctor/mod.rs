@@ -9,6 +9,7 @@
 //! Benchmarks (with `--bench`), Diagnosis.
 
 pub mod bench;
+pub mod device_checks;
 pub mod diagnose;
 pub mod env;
 pub mod guard;
@@ -120,6 +121,7 @@ pub fn run(options: &Options) -> Report {
         title: "Devices".into(),
         items: device_rows,
     });
+    push_device_checks(&mut report, &devices);
 
     let selfcheck = guarded("CPU reference self-check", || {
         with_progress("running the CPU reference on the golden cases", || {
@@ -154,6 +156,28 @@ pub fn run(options: &Options) -> Report {
         items: diagnosis,
     });
     report
+}
+
+/// One "Checks (device N)" section per device, or one skipped row saying why there are none.
+fn push_device_checks(report: &mut Report, devices: &DeviceState) {
+    let ordinals: Vec<usize> = match devices {
+        DeviceState::Found(list) => list.iter().map(|d| d.ordinal).collect(),
+        DeviceState::NoDevice(_) => {
+            report.push(device_checks::no_device_section(
+                "no HIP device is visible (see Devices)",
+            ));
+            return;
+        }
+        DeviceState::NotChecked(why) | DeviceState::Error(why) => {
+            report.push(device_checks::no_device_section(why));
+            return;
+        }
+    };
+    for ordinal in ordinals {
+        let title = format!("Checks (device {ordinal})");
+        let items = guarded(&title, || device_checks::section(ordinal).items);
+        report.push(Section { title, items });
+    }
 }
 
 /// Runs a probe that returns a value; a panic becomes a FAIL row in a section named `title`.
