@@ -4,10 +4,16 @@
 //! closure synchronises the device). [`measure`] runs it a few times after a warm-up and keeps
 //! the median, so one slow first launch (code-object load) does not distort the figure.
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use half::f16;
+use hip_rt::{Blas, Device, DeviceBuffer, Gemm, GemmElement, Stream, StreamOptions};
+
+use super::diagnose::DeviceState;
+use super::guard::{guarded, with_progress};
 use super::json::Json;
-use super::report::Item;
+use super::report::{Item, Section};
 
 /// Warm-up runs before timing.
 pub const WARMUP: usize = 2;
@@ -80,6 +86,110 @@ pub fn bench_item<E: std::fmt::Display>(
         }
         Err(e) => Item::fail(name, format!("benchmark run failed: {e}")),
     }
+}
+
+/// Bytes of the device-to-device copy benchmark (256 MiB).
+const COPY_BYTES: usize = 256 << 20;
+
+/// Square size of the GEMM benchmarks.
+const GEMM_N: usize = 2048;
+
+/// The Benchmarks section: one block of rows per device, or one skipped row saying why none ran.
+pub fn section(devices: &DeviceState) -> Section {
+    let mut section = Section::new("Benchmarks");
+    let DeviceState::Found(list) = devices else {
+        section.push(Item::skipped(
+            "benchmarks",
+            "no device: the benchmarks need a HIP device",
+        ));
+        return section;
+    };
+    for d in list {
+        let prefix = format!("device {}", d.ordinal);
+        section.items.extend(guarded(&prefix, || {
+            with_progress(&format!("benchmarking {prefix}"), || {
+                device_benches(d.ordinal, &prefix)
+            })
+        }));
+    }
+    section
+}
+
+fn device_benches(ordinal: usize, prefix: &str) -> Vec<Item> {
+    let setup = i32::try_from(ordinal)
+        .map_err(|e| e.to_string())
+        .and_then(|o| Device::get(o).map_err(|e| e.to_string()))
+        .and_then(|d| {
+            Stream::new(&d, StreamOptions::default())
+                .map(Arc::new)
+                .map_err(|e| e.to_string())
+        });
+    let stream = match setup {
+        Ok(s) => s,
+        Err(e) => return vec![Item::fail(format!("{prefix} setup"), e)],
+    };
+    let mut rows = vec![copy_bench(&stream, prefix)];
+    match Blas::new(stream.clone()) {
+        Ok(blas) => {
+            rows.push(gemm_bench::<f32>(
+                &blas,
+                &format!("{prefix} BLAS sgemm {GEMM_N}^3"),
+            ));
+            rows.push(gemm_bench::<f16>(
+                &blas,
+                &format!("{prefix} BLAS hgemm {GEMM_N}^3 (f32 acc)"),
+            ));
+        }
+        Err(e) => rows.push(Item::skipped(
+            format!("{prefix} BLAS GEMM"),
+            format!("no BLAS handle: {e}"),
+        )),
+    }
+    rows.push(Item::not_available(
+        format!("{prefix} kernels"),
+        "layernorm/AdamW GB/s and matmul/attention TFLOPS need the launchers in hip_kernels::ops",
+    ));
+    rows
+}
+
+fn copy_bench(stream: &Stream, prefix: &str) -> Item {
+    let name = format!("{prefix} device copy {} MiB", COPY_BYTES >> 20);
+    let len = COPY_BYTES / 4;
+    let buffers = DeviceBuffer::<f32>::zeroed(stream, len)
+        .and_then(|a| Ok((a, DeviceBuffer::<f32>::zeroed(stream, len)?)));
+    let (src, mut dst) = match buffers {
+        Ok(pair) => pair,
+        Err(e) => return Item::fail(name, format!("allocating: {e}")),
+    };
+    // Read once and write once per copy.
+    bench_item(&name, Work::Bytes(2.0 * COPY_BYTES as f64), || {
+        stream.copy_dtod(&src, &mut dst)?;
+        stream.synchronize()
+    })
+}
+
+fn gemm_bench<T: GemmElement + crate::params::Element>(blas: &Blas, name: &str) -> Item {
+    let stream = blas.stream();
+    let g = Gemm::new(GEMM_N, GEMM_N, GEMM_N);
+    let host: Vec<T> = (0..GEMM_N * GEMM_N)
+        .map(|i| T::from_f32(((i % 7) as f32 - 3.0) * 0.125))
+        .collect();
+    let buffers = DeviceBuffer::from_slice(stream, &host).and_then(|a| {
+        Ok((
+            a,
+            DeviceBuffer::from_slice(stream, &host)?,
+            DeviceBuffer::<T>::zeroed(stream, host.len())?,
+        ))
+    });
+    let (a, b, mut c) = match buffers {
+        Ok(t) => t,
+        Err(e) => return Item::fail(name, format!("allocating: {e}")),
+    };
+    let flops = 2.0 * (GEMM_N as f64).powi(3);
+    bench_item(name, Work::Flops(flops), || {
+        blas.gemm(&g, &a, &b, &mut c)?;
+        stream.synchronize()
+    })
 }
 
 #[cfg(test)]

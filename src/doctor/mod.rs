@@ -134,12 +134,11 @@ pub fn run(options: &Options) -> Report {
     });
 
     if options.bench {
-        let mut bench = Section::new("Benchmarks");
-        bench.push(Item::skipped(
-            "benchmarks",
-            "no device: the benchmarks need a HIP device",
-        ));
-        report.push(bench);
+        let items = guarded("Benchmarks", || bench::section(&devices).items);
+        report.push(Section {
+            title: "Benchmarks".into(),
+            items,
+        });
     }
 
     let diagnosis = guarded("Diagnosis", || {
