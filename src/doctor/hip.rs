@@ -154,7 +154,9 @@ pub fn library() -> (Result<&'static Hip, Error>, LibraryState, Item) {
 /// The hipBLAS and rocBLAS rows. A missing BLAS is a warning here: the runtime works without
 /// it, and the GEMM check says it was skipped.
 pub fn blas_items() -> Vec<Item> {
-    let hipblas = match hip_sys::blas::hipblas() {
+    let hipblas = hip_sys::blas::hipblas();
+    let rocblas = hip_sys::blas::rocblas();
+    let hipblas_item = match &hipblas {
         Ok(b) => {
             let abi = match b.gemm_ex_abi() {
                 Some(abi) => format!("GemmEx ABI {abi:?}"),
@@ -163,16 +165,32 @@ pub fn blas_items() -> Vec<Item> {
             Item::pass("hipBLAS", format!("{} ({abi})", b.path().display()))
                 .with_fact("path", Json::str(b.path().display().to_string()))
         }
-        Err(e) => blas_missing("hipBLAS", &hip_sys::blas::hipblas_search_report(), &e),
+        Err(e) if rocblas.is_ok() => {
+            Item::info("hipBLAS", format!("{}; rocBLAS is used instead", short(e)))
+        }
+        Err(e) => blas_missing("hipBLAS", &hip_sys::blas::hipblas_search_report(), e),
     };
-    let rocblas = match hip_sys::blas::rocblas() {
+    let rocblas_item = match &rocblas {
         Ok(b) => Item::pass("rocBLAS", b.path().display().to_string())
             .with_fact("path", Json::str(b.path().display().to_string())),
-        Err(e) => blas_missing("rocBLAS", &hip_sys::blas::rocblas_search_report(), &e),
+        Err(e) if hipblas.is_ok() => Item::info(
+            "rocBLAS",
+            format!("{} (not needed: hipBLAS is used)", short(e)),
+        ),
+        Err(e) => blas_missing("rocBLAS", &hip_sys::blas::rocblas_search_report(), e),
     };
-    vec![hipblas, rocblas]
+    vec![hipblas_item, rocblas_item]
 }
 
+/// One line for a BLAS load error when the other library stands in for it.
+fn short(e: &Error) -> String {
+    match e {
+        Error::NotFound { .. } => "not found".to_string(),
+        other => other.to_string(),
+    }
+}
+
+/// Both BLAS libraries are missing: a warning listing where this one was looked for.
 fn blas_missing(name: &str, report: &SearchReport, e: &Error) -> Item {
     let detail = match e {
         Error::NotFound { .. } => {
@@ -186,7 +204,9 @@ fn blas_missing(name: &str, report: &SearchReport, e: &Error) -> Item {
         other => other.to_string(),
     };
     Item::warn(name, detail).with_hint(format!(
-        "{name} is needed only for the GEMM check and Blas; DTK ships it under /opt/dtk/lib (source /opt/dtk/env.sh)"
+        "GEMM through BLAS (hip_rt::Blas, the GEMM check) needs hipBLAS or rocBLAS; DTK ships both \
+         in /opt/dtk/lib (source /opt/dtk/env.sh), or set HIPK_{}_LIBRARY to the file",
+        name.to_uppercase()
     ))
 }
 
