@@ -9,6 +9,8 @@
 mod element;
 
 pub use element::{DType, Element};
+/// The 16-bit float types [`Element`] is implemented for (re-exported `half` types).
+pub use half::{bf16, f16};
 
 /// The operations with a CPU reference, device launchers and golden cases.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
