@@ -2,4 +2,5 @@
 #![deny(unsafe_op_in_unsafe_fn)]
 
 pub mod cpu;
+pub mod kernels;
 pub mod ops;
