@@ -2,5 +2,8 @@
 #![deny(unsafe_op_in_unsafe_fn)]
 
 pub mod cpu;
+pub mod golden;
 pub mod kernels;
 pub mod ops;
+pub mod params;
+pub mod tolerance;
