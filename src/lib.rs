@@ -5,6 +5,7 @@
 pub mod cpu;
 pub mod doctor;
 pub mod golden;
+pub mod kernels;
 pub mod ops;
 pub mod params;
 pub mod tolerance;

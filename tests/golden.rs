@@ -6,6 +6,7 @@ use hip_kernels::golden::{
     self, case_files, committed_dir, env_dirs, load_case, run_case_with, CpuBackend, GoldenError,
     TensorData,
 };
+use std::io::Write;
 use std::path::PathBuf;
 
 fn all_case_files() -> Vec<PathBuf> {
@@ -54,7 +55,9 @@ fn golden_cases_pass_on_the_cpu_reference() {
         results.len(),
         failures.join("\n")
     );
-    println!("golden: {} cases passed", results.len());
+    // Written to the stderr handle directly so it shows without --nocapture (the print macros
+    // are captured by the test harness).
+    let _ = writeln!(std::io::stderr(), "golden: {} cases passed", results.len());
 }
 
 #[test]
@@ -145,4 +148,98 @@ fn unreadable_or_unknown_cases_are_errors() {
     let missing = golden::run_case(&dir.join("missing.safetensors")).unwrap_err();
     assert!(matches!(missing, GoldenError::Io { .. }));
     std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// Rewrite a committed case: `edit` may change the metadata and the tensor list.
+fn rewritten(
+    case: &str,
+    edit: impl FnOnce(
+        &mut std::collections::HashMap<String, String>,
+        &mut Vec<(String, safetensors::Dtype, Vec<usize>, Vec<u8>)>,
+    ),
+) -> Result<golden::Case, GoldenError> {
+    let bytes = std::fs::read(committed_dir().join(format!("{case}.safetensors"))).unwrap();
+    let (_, header) = safetensors::SafeTensors::read_metadata(&bytes).unwrap();
+    let mut meta = header.metadata().clone().unwrap();
+    let st = safetensors::SafeTensors::deserialize(&bytes).unwrap();
+    let mut tensors: Vec<_> = st
+        .tensors()
+        .into_iter()
+        .map(|(n, v)| (n, v.dtype(), v.shape().to_vec(), v.data().to_vec()))
+        .collect();
+    edit(&mut meta, &mut tensors);
+    let views: Vec<_> = tensors
+        .iter()
+        .map(|(n, d, s, b)| {
+            (
+                n.clone(),
+                safetensors::tensor::TensorView::new(*d, s.clone(), b).unwrap(),
+            )
+        })
+        .collect();
+    let out = safetensors::serialize(views, &Some(meta)).unwrap();
+    golden::parse_case(case, &out)
+}
+
+#[test]
+fn malformed_cases_name_the_case_and_key() {
+    let err = |r: Result<golden::Case, GoldenError>| r.unwrap_err().to_string();
+    assert!(rewritten("matmul_f32_k1", |_, _| {}).is_ok());
+    let e = err(rewritten("matmul_f32_k1", |m, _| {
+        m.insert("trans_a".into(), "True".into());
+    }));
+    assert!(
+        e.contains("matmul_f32_k1") && e.contains("`trans_a`") && e.contains("\"True\""),
+        "{e}"
+    );
+    let e = err(rewritten("matmul_f32_k1", |m, _| {
+        m.remove("alpha");
+    }));
+    assert!(e.contains("`alpha` is missing"), "{e}");
+    let e = err(rewritten("layernorm_forward_f32_odd", |m, _| {
+        m.insert("eps".into(), "1e-5x".into());
+    }));
+    assert!(e.contains("`eps`") && e.contains("1e-5x"), "{e}");
+    let e = err(rewritten("matmul_f32_k1", |_, t| {
+        let b = t.iter_mut().find(|x| x.0 == "b").unwrap();
+        b.2 = vec![b.2[1], b.2[0]];
+    }));
+    assert!(
+        e.contains("tensor `b` has shape [4, 1] but must be [1, 1]"),
+        "{e}"
+    );
+    let e = err(rewritten("matmul_f32_k1", |_, t| {
+        t.push(("c".into(), safetensors::Dtype::F32, vec![3, 4], vec![0; 48]));
+    }));
+    assert!(e.contains("unexpected tensor `c`"), "{e}");
+    let e = err(rewritten("matmul_f32_batch_beta", |_, t| {
+        t.retain(|x| x.0 != "c")
+    }));
+    assert!(e.contains("tensor `c` is missing"), "{e}");
+    let e = err(rewritten("adamw_f32_plain", |_, t| {
+        t.retain(|x| x.0 != "expected_exp_avg")
+    }));
+    assert!(e.contains("`expected_exp_avg` is missing"), "{e}");
+    let e = err(rewritten("adamw_f32_plain", |_, t| {
+        t.push(("note".into(), safetensors::Dtype::F32, vec![1], vec![0; 4]));
+    }));
+    assert!(e.contains("unexpected tensor `note`"), "{e}");
+    let e = err(rewritten("attention_forward_f16_d16_causal", |_, t| {
+        let lse = t.iter_mut().find(|x| x.0 == "expected_lse").unwrap();
+        lse.1 = safetensors::Dtype::F16;
+        lse.3.truncate(lse.3.len() / 2);
+    }));
+    assert!(
+        e.contains("`expected_lse` has dtype f16 but must be f32"),
+        "{e}"
+    );
+    let e = err(rewritten("attention_forward_f32_d16_causal", |_, t| {
+        let q = t.iter_mut().find(|x| x.0 == "q").unwrap();
+        q.1 = safetensors::Dtype::F64;
+        q.2[3] /= 2;
+    }));
+    assert!(
+        e.contains("`q` has dtype F64 but must be F32, F16 or BF16"),
+        "{e}"
+    );
 }

@@ -229,9 +229,9 @@ pub fn attention_backward(
         );
         let (k, v) = (&k[bh * tk * d..][..tk * d], &v[bh * tk * d..][..tk * d]);
         let lse = &lse[bh * tq..][..tq];
-        for i in 0..tq {
+        for (i, &lse_i) in lse.iter().enumerate() {
             let n = shape.visible_keys(i);
-            if n == 0 || lse[i] == f64::NEG_INFINITY {
+            if n == 0 || lse_i == f64::NEG_INFINITY {
                 continue;
             }
             let row = i * d..(i + 1) * d;
@@ -239,7 +239,7 @@ pub fn attention_backward(
             let big_d = dot(doi, &out[row.clone()]);
             for j in 0..n {
                 let col = j * d..(j + 1) * d;
-                let p = (scale * dot(qi, &k[col.clone()]) - lse[i]).exp();
+                let p = (scale * dot(qi, &k[col.clone()]) - lse_i).exp();
                 let ds = p * (dot(doi, &v[col.clone()]) - big_d);
                 for (((dqv, kv), dkv), (qv, (dvv, dov))) in dq[row.clone()]
                     .iter_mut()

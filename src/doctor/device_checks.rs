@@ -185,7 +185,7 @@ fn gemm_case<T: GemmElement + Element>(blas: &Blas, batch: usize) -> Result<Stri
         .map_err(|e| format!("downloading C: {e}"))?;
 
     let dtype = T::DTYPE;
-    let tol = tolerance(Op::Matmul, dtype, dtype, g.k);
+    let tol = tolerance(Op::Matmul, "out", dtype, dtype, g.k);
     for (i, (x, w)) in got.iter().zip(&want).enumerate() {
         let (x, w) = (x.to_f64(), w.to_f64());
         if !tol.allows(x, w) {

@@ -217,7 +217,7 @@ pub fn run_case_with<B: GoldenBackend>(
                 got: "nothing (the backend did not return it)".into(),
             });
         };
-        let tol = tolerance(case.op(), expected.data.dtype(), case.dtype, *len);
+        let tol = tolerance(case.op(), name, expected.data.dtype(), case.dtype, *len);
         tensors.push(compare(&case.name, name, got, expected, tol)?);
     }
     Ok(CaseReport {

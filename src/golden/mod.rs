@@ -131,11 +131,11 @@ macro_rules! with_dtype {
                 $body
             }
             $crate::params::DType::F16 => {
-                type $T = ::half::f16;
+                type $T = $crate::params::f16;
                 $body
             }
             $crate::params::DType::BF16 => {
-                type $T = ::half::bf16;
+                type $T = $crate::params::bf16;
                 $body
             }
         }
