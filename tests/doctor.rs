@@ -249,3 +249,25 @@ fn the_cpu_self_check_passes_on_the_committed_cases() {
     let (_, stdout, _) = doctor(&[], &[]);
     assert!(stdout.contains("PASS  matmul"), "{stdout}");
 }
+
+#[test]
+fn embedded_kernels_are_listed_or_their_absence_explained() {
+    let (_, report) = json_report(&[]);
+    match hip_kernels::kernels::not_built_reason() {
+        Some(reason) => {
+            let (status, detail) =
+                row(&report, "Embedded kernels", "kernels").expect("kernels row");
+            assert_eq!(status, "fail");
+            assert!(detail.contains(reason), "{detail}");
+        }
+        None => {
+            let (_, archs) = row(&report, "Embedded kernels", "archs").expect("archs row");
+            assert_eq!(archs, hip_kernels::kernels::archs().join(", "));
+            for bundle in hip_kernels::kernels::bundles() {
+                let name = format!("{} bundle", bundle.source);
+                let (status, detail) = row(&report, "Embedded kernels", &name).expect("bundle row");
+                assert_eq!(status, "pass", "{name}: {detail}");
+            }
+        }
+    }
+}

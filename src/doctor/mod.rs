@@ -15,12 +15,13 @@ pub mod env;
 pub mod guard;
 pub mod hip;
 pub mod json;
+pub mod kernels;
 pub mod report;
 pub mod selfcheck;
 
 use diagnose::{DeviceState, Facts, KernelState, LibraryState};
 use guard::{guarded, with_progress};
-use report::{Item, Report, Section};
+use report::{Report, Section};
 
 /// What the command line asked for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -102,13 +103,15 @@ pub fn run(options: &Options) -> Report {
         None => (None, LibraryState::NotInBuild),
     };
 
-    let kernels = KernelState::NotInBuild;
-    let mut kernel_section = Section::new("Embedded kernels");
-    kernel_section.push(Item::not_available(
-        "kernels",
-        "the kernel build pipeline has not landed",
-    ));
-    report.push(kernel_section);
+    let mut kernels = KernelState::NotInBuild;
+    let kernel_rows = guarded("Embedded kernels", || {
+        kernels = kernels::state();
+        kernels::section().items
+    });
+    report.push(Section {
+        title: "Embedded kernels".into(),
+        items: kernel_rows,
+    });
 
     let mut devices = DeviceState::NotChecked("the HIP runtime check did not finish".into());
     let device_rows = guarded("devices", || {
