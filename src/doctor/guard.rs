@@ -94,6 +94,9 @@ fn with_progress_after<T>(label: &str, delay: Duration, work: impl FnOnce() -> T
     let (done_tx, done_rx) = mpsc::channel::<()>();
     let terminal = std::io::stderr().is_terminal();
     std::thread::scope(|scope| {
+        // Owned by this closure, so that if `work` unwinds the sender is dropped, the watcher
+        // sees the channel close and exits, and the scope's join cannot hang.
+        let done_tx = done_tx;
         scope.spawn(move || {
             let start = Instant::now();
             let mut wait = delay;
@@ -139,8 +142,12 @@ fn with_progress_after<T>(label: &str, delay: Duration, work: impl FnOnce() -> T
 mod tests {
     use super::*;
 
+    /// The panic hook is process-wide: tests that replace it run one at a time and restore it.
+    static HOOK: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
     #[test]
     fn errors_pass_through_and_panics_become_fail_rows() {
+        let _serial = HOOK.lock().unwrap_or_else(|e| e.into_inner());
         install_quiet_panic_hook();
         let ok = guarded("fine", || vec![Item::pass("fine", "ok")]);
         assert_eq!(ok, vec![Item::pass("fine", "ok")]);
@@ -174,6 +181,21 @@ mod tests {
             bad,
             Item::fail("copy", "mismatch at index 3: got 1, expected 2")
         );
+    }
+
+    #[test]
+    fn a_panic_under_progress_does_not_hang() {
+        let _serial = HOOK.lock().unwrap_or_else(|e| e.into_inner());
+        install_quiet_panic_hook();
+        let rows = guarded("slow boom", || {
+            with_progress_after("slow boom", Duration::from_millis(1), || {
+                std::thread::sleep(Duration::from_millis(20));
+                panic!("boom")
+            })
+        });
+        assert_eq!(rows.len(), 1);
+        assert!(rows[0].detail.contains("boom"), "{}", rows[0].detail);
+        let _ = panic::take_hook();
     }
 
     #[test]
