@@ -1,1 +1,2 @@
 //! Safe HIP runtime (work in progress).
+pub mod caching;
