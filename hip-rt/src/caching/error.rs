@@ -182,6 +182,13 @@ impl fmt::Display for OutOfMemory {
             write!(f, "; max_split_size {}", Bytes(limit))?;
         }
         f.write_str(". Hint: ")?;
+        self.write_hint(f)?;
+        f.write_str(".")
+    }
+}
+
+impl OutOfMemory {
+    fn write_hint(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self.hint {
             OomHint::FractionCap => write!(
                 f,
