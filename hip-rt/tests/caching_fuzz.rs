@@ -210,7 +210,7 @@ fn run(seed: u64, config: AllocatorConfig, ops: usize) -> Stats {
             }
             800..=899 if !live.is_empty() => {
                 let l = &live[rng.below(live.len() as u64) as usize];
-                l.alloc.record_stream(streams[rng.below(3) as usize]);
+                l.alloc.record_stream(streams[rng.below(3) as usize]).unwrap();
             }
             900..=979 => host.complete_stream(streams[rng.below(3) as usize]),
             980..=994 => alloc.empty_cache().unwrap(),

@@ -171,7 +171,7 @@ fn record_stream_delays_reuse_until_event_completes() {
     let side = host.new_stream();
     let tmp = alloc.allocate(16, side).unwrap();
     let ptr = tmp.ptr();
-    tmp.record_stream(DEFAULT);
+    tmp.record_stream(DEFAULT).unwrap();
     drop(tmp);
     assert_eq!(host.pending_events(DEFAULT), 1);
     let s = alloc.stats();
@@ -194,7 +194,7 @@ fn blocks_stay_on_their_stream() {
     let (host, alloc) = allocator(1 << 30);
     let side = host.new_stream();
     let a = alloc.allocate(4096, DEFAULT).unwrap();
-    a.record_stream(DEFAULT);
+    a.record_stream(DEFAULT).unwrap();
     let ptr = a.ptr();
     drop(a);
     assert_eq!(host.counters().events_recorded, 0);
@@ -216,7 +216,7 @@ fn record_stream_blocks_released_by_oom_retry() {
     let _y = alloc.allocate(16 * MIB, stream).unwrap();
     for _ in 0..100 {
         let x = alloc.allocate(16 * MIB, DEFAULT).unwrap();
-        x.record_stream(stream);
+        x.record_stream(stream).unwrap();
         drop(x);
     }
     let s = alloc.stats();
@@ -274,7 +274,7 @@ fn snapshot_shows_pending_blocks() {
     let (host, alloc) = allocator(1 << 30);
     let side = host.new_stream();
     let a = alloc.allocate(3 * MIB, DEFAULT).unwrap();
-    a.record_stream(side);
+    a.record_stream(side).unwrap();
     drop(a);
     let snap = alloc.snapshot();
     assert_eq!(snap.segments.len(), 1);

@@ -24,14 +24,32 @@ pub enum AllocError {
         source: BackendError,
     },
     /// A request so large it can only come from a size computation bug.
-    #[error("allocation of {requested} B requested, more than 1 EiB; check the size computation")]
+    #[error("allocation of {requested} B requested, more than 256 TiB; check the size computation")]
     TooLarge {
         /// Bytes asked for.
         requested: usize,
     },
+    /// More distinct streams than the allocator can track.
+    #[error("device {device}: more than {limit} distinct streams used with one allocator; reuse streams (e.g. from a pool) instead of creating new ones per step")]
+    TooManyStreams {
+        /// The device ordinal.
+        device: i32,
+        /// The limit.
+        limit: usize,
+    },
+    /// The backend returned memory beyond the 512 TiB address range the allocator indexes.
+    #[error("device {device}: backend returned {size} B at {addr:#x}, beyond the 2^49 address range the caching allocator supports; the memory was returned")]
+    AddressOutOfRange {
+        /// The device ordinal.
+        device: i32,
+        /// The address.
+        addr: u64,
+        /// The size.
+        size: usize,
+    },
     /// A raw allocation handed to the wrong allocator.
-    #[error("device {device}: free of {addr:#x}, which this allocator did not hand out (wrong allocator?)")]
-    ForeignFree {
+    #[error("device {device}: {addr:#x} was not handed out by this allocator or is already freed; free it with the allocator that made it")]
+    ForeignAllocation {
         /// The device ordinal.
         device: i32,
         /// The address.

@@ -65,8 +65,8 @@ pub const KLARGE_BUFFER: usize = 20 * MIB;
 pub const KMIN_LARGE_ALLOC: usize = 10 * MIB;
 /// Rounding of segments for large requests (`kRoundLarge`).
 pub const KROUND_LARGE: usize = 2 * MIB;
-/// Requests above 1 EiB are rejected as size bugs ([`AllocError::TooLarge`]).
-pub const MAX_REQUEST: usize = 1 << 60;
+/// Requests above 256 TiB are rejected as size bugs ([`AllocError::TooLarge`]).
+pub const MAX_REQUEST: usize = 1 << 48;
 
 struct Shared<B: Backend> {
     policy: Mutex<Policy<B>>,
@@ -185,7 +185,7 @@ impl<B: Backend> CachingAllocator<B> {
         }
         let mut policy = self.lock();
         if !policy.is_allocated(raw.id, raw.ptr.addr()) {
-            return Err(AllocError::ForeignFree {
+            return Err(AllocError::ForeignAllocation {
                 device: self.shared.device,
                 addr: raw.ptr.addr(),
             });
@@ -194,13 +194,18 @@ impl<B: Backend> CachingAllocator<B> {
     }
 
     /// Records that a raw allocation is used on `stream` (see [`Allocation::record_stream`]).
-    pub fn record_stream_raw(&self, raw: &RawAllocation, stream: B::Stream) {
-        if raw.id != NONE {
-            let mut policy = self.lock();
-            if policy.is_allocated(raw.id, raw.ptr.addr()) {
-                policy.record_stream(raw.id, stream);
-            }
+    pub fn record_stream_raw(&self, raw: &RawAllocation, stream: B::Stream) -> Result<(), AllocError> {
+        if raw.id == NONE {
+            return Ok(());
         }
+        let mut policy = self.lock();
+        if !policy.is_allocated(raw.id, raw.ptr.addr()) {
+            return Err(AllocError::ForeignAllocation {
+                device: self.shared.device,
+                addr: raw.ptr.addr(),
+            });
+        }
+        policy.record_stream(raw.id, stream)
     }
 
     /// Waits for outstanding events, then returns every cached segment that is entirely free
@@ -298,9 +303,10 @@ impl<B: Backend> Allocation<B> {
     }
 
     /// Records that the memory is used on `stream` too: after this handle drops, the block
-    /// is not reused until the work queued on `stream` by then has completed.
-    pub fn record_stream(&self, stream: B::Stream) {
-        self.allocator.record_stream_raw(&self.raw, stream);
+    /// is not reused until the work queued on `stream` by then has completed. Fails only
+    /// when the allocator already tracks its maximum number of streams.
+    pub fn record_stream(&self, stream: B::Stream) -> Result<(), AllocError> {
+        self.allocator.record_stream_raw(&self.raw, stream)
     }
 
     /// The allocator it came from.

@@ -82,8 +82,44 @@ impl Block {
     }
 }
 
-/// Free-pool key: ordered by stream, then size, then address (best fit per stream).
-type Key = (u32, usize, u64, u32);
+/// Free-pool key, packed into one `u128` so the B-tree compares a single integer: interned
+/// stream (16 bits), size / 512 (40 bits), address / 512 (40 bits), block id (32 bits).
+/// Ordered by stream, then size, then address: best fit per stream, lowest address first.
+/// Blocks are at least 512 B and disjoint, so `address / 512` is distinct per free block.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+struct Key(u128);
+
+impl Key {
+    fn new(stream: u32, size: usize, addr: u64, id: u32) -> Key {
+        let units = |v: u64| u128::from(v >> 9) & ((1 << 40) - 1);
+        Key((stream as u128) << 112
+            | units(size as u64) << 72
+            | units(addr) << 32
+            | id as u128)
+    }
+
+    /// The smallest key of `stream` with at least `size` bytes.
+    fn at_least(stream: u32, size: usize) -> Key {
+        Key::new(stream, size, 0, 0)
+    }
+
+    fn stream(self) -> u32 {
+        (self.0 >> 112) as u32
+    }
+
+    fn size(self) -> usize {
+        (((self.0 >> 72) & ((1 << 40) - 1)) as usize) << 9
+    }
+
+    fn id(self) -> u32 {
+        self.0 as u32
+    }
+}
+
+/// Interned streams are limited by the 16 bits they get in a [`Key`].
+const MAX_STREAMS: u32 = 1 << 16;
+/// Segments must end below this address (40 bits of 512-byte units in a [`Key`]).
+const ADDRESS_LIMIT: u64 = 1 << 49;
 
 #[derive(Default)]
 struct Pool {
@@ -177,20 +213,30 @@ impl<B: Backend> Policy<B> {
         Ok(())
     }
 
-    fn stream_id(&mut self, stream: B::Stream) -> u32 {
+    fn stream_id(&mut self, stream: B::Stream) -> Result<u32, AllocError> {
         if let Some(&s) = self.streams.get(self.last_stream as usize) {
             if s == stream {
-                return self.last_stream;
+                return Ok(self.last_stream);
             }
         }
         let next = self.streams.len() as u32;
-        let id = *self.stream_ids.entry(stream).or_insert(next);
-        if id == next {
-            self.streams.push(stream);
-            self.pending.push(VecDeque::new());
-        }
+        let id = match self.stream_ids.get(&stream) {
+            Some(&id) => id,
+            None if next < MAX_STREAMS => {
+                self.stream_ids.insert(stream, next);
+                self.streams.push(stream);
+                self.pending.push(VecDeque::new());
+                next
+            }
+            None => {
+                return Err(AllocError::TooManyStreams {
+                    device: self.device,
+                    limit: MAX_STREAMS as usize,
+                })
+            }
+        };
         self.last_stream = id;
-        id
+        Ok(id)
     }
 
     fn pool_mut(&mut self, small: bool) -> &mut Pool {
@@ -232,7 +278,7 @@ impl<B: Backend> Policy<B> {
 
     fn key(&self, id: u32) -> Key {
         let b = &self.blocks[id as usize];
-        (b.stream, b.size, b.addr, id)
+        Key::new(b.stream, b.size, b.addr, id)
     }
 
     fn insert_free(&mut self, id: u32) {
@@ -260,7 +306,7 @@ impl<B: Backend> Policy<B> {
         if self.pending_count > 0 {
             self.process_events()?;
         }
-        let sid = self.stream_id(stream);
+        let sid = self.stream_id(stream)?;
         let rounded = round_size(size);
         let small = rounded <= KSMALL_SIZE;
         let id = match self.get_free_block(small, sid, rounded) {
@@ -279,9 +325,9 @@ impl<B: Backend> Policy<B> {
         if gc {
             pool.gc_calls += 1;
         }
-        let key = *pool.free.range((sid, rounded, 0, 0)..).next()?;
-        let (stream, found, _, id) = key;
-        if stream != sid {
+        let key = *pool.free.range(Key::at_least(sid, rounded)..).next()?;
+        let (found, id) = (key.size(), key.id());
+        if key.stream() != sid {
             return None;
         }
         // An oversize block does not serve a splittable request, and serves an oversize
@@ -345,6 +391,15 @@ impl<B: Backend> Policy<B> {
         else {
             return Ok(None);
         };
+        if ptr.addr().checked_add(size as u64).map_or(true, |end| end > ADDRESS_LIMIT) {
+            // SAFETY: `ptr` was just returned by `malloc(size)` and is not recorded anywhere.
+            let _ = unsafe { self.backend.free(ptr, size) };
+            return Err(AllocError::AddressOutOfRange {
+                device: self.device,
+                addr: ptr.addr(),
+                size,
+            });
+        }
         self.total_reserved += size;
         let ty = if small {
             StatType::SmallPool
@@ -442,13 +497,14 @@ impl<B: Backend> Policy<B> {
     }
 
     /// Marks an allocated block as used on `stream` (PyTorch's `recordStream`).
-    pub fn record_stream(&mut self, id: u32, stream: B::Stream) {
-        let sid = self.stream_id(stream);
+    pub fn record_stream(&mut self, id: u32, stream: B::Stream) -> Result<(), AllocError> {
+        let sid = self.stream_id(stream)?;
         if let Some(b) = self.blocks.get_mut(id as usize) {
             if b.state == State::Allocated && b.stream != sid && !b.stream_uses.contains(&sid) {
                 b.stream_uses.push(sid);
             }
         }
+        Ok(())
     }
 
     /// Returns an allocated block. Reusable at once on its stream; after the events of
@@ -625,28 +681,28 @@ impl<B: Backend> Policy<B> {
         }
         let want = rounded.max(max_split);
         let pool = if small { &self.small } else { &self.large };
-        let unsplit = |k: &&Key| !self.blocks[k.3 as usize].is_split();
-        if let Some(&key) = pool.free.range((sid, want, 0, 0)..).find(unsplit) {
-            if key.0 == sid {
-                self.release_block(key.3)?;
+        let unsplit = |k: &&Key| !self.blocks[k.id() as usize].is_split();
+        if let Some(&key) = pool.free.range(Key::at_least(sid, want)..).find(unsplit) {
+            if key.stream() == sid {
+                self.release_block(key.id())?;
                 return Ok(true);
             }
         }
         let victims: Vec<Key> = pool
             .free
-            .range(..(sid, want, 0, 0))
+            .range(..Key::at_least(sid, want))
             .rev()
-            .take_while(|k| k.0 == sid && k.1 >= max_split)
+            .take_while(|k| k.stream() == sid && k.size() >= max_split)
             .filter(unsplit)
             .copied()
             .collect();
         let mut released = 0;
-        for (_, size, _, id) in victims {
+        for key in victims {
             if released >= want {
                 break;
             }
-            self.release_block(id)?;
-            released += size;
+            self.release_block(key.id())?;
+            released += key.size();
         }
         Ok(released >= want)
     }
@@ -655,7 +711,7 @@ impl<B: Backend> Policy<B> {
     pub fn release_cached_blocks(&mut self) -> Result<(), AllocError> {
         self.synchronize_and_free_events()?;
         let whole: Vec<u32> = (self.small.free.iter().chain(self.large.free.iter()))
-            .map(|k| k.3)
+            .map(|k| k.id())
             .filter(|&id| !self.blocks[id as usize].is_split())
             .collect();
         for id in whole {
@@ -679,8 +735,9 @@ impl<B: Backend> Policy<B> {
         let target = self.total_reserved - threshold;
         let now = self.large.gc_calls;
         let mut candidates: Vec<(u32, u64, usize)> = (self.large.free.iter())
-            .filter(|k| !self.blocks[k.3 as usize].is_split())
-            .map(|k| (k.3, now - self.blocks[k.3 as usize].gc_base, k.1))
+            .map(|k| (k.id(), &self.blocks[k.id() as usize]))
+            .filter(|(_, b)| !b.is_split())
+            .map(|(id, b)| (id, now - b.gc_base, b.size))
             .collect();
         let mut total_age: u64 = candidates.iter().map(|c| c.1).sum();
         let mut reclaimed = 0;
@@ -797,5 +854,26 @@ impl<B: Backend> Drop for Policy<B> {
         if self.backend.synchronize_device().is_ok() {
             let _ = self.release_cached_blocks();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Key;
+
+    #[test]
+    fn packed_key_round_trips_and_orders_by_stream_size_address() {
+        let k = Key::new(7, 20 << 20, 0x7f00_1234_5600, 99);
+        assert_eq!((k.stream(), k.size(), k.id()), (7, 20 << 20, 99));
+        let ordered = [
+            Key::new(0, 1 << 40, 0x9000, 1),
+            Key::new(1, 512, 0xffff_0000, 2),
+            Key::new(1, 1024, 0x1000, 3),
+            Key::new(1, 1024, 0x1200, 0),
+            Key::new(2, 512, 0, 4),
+        ];
+        assert!(ordered.windows(2).all(|w| w[0] < w[1]));
+        assert!(Key::at_least(1, 1024) <= ordered[2]);
+        assert!(Key::at_least(1, 1024) > ordered[1]);
     }
 }

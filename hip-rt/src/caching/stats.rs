@@ -18,12 +18,14 @@ pub struct Stat {
 }
 
 impl Stat {
+    #[inline]
     pub(crate) fn increase(&mut self, amount: u64) {
         self.current += amount;
         self.peak = self.peak.max(self.current);
         self.allocated += amount;
     }
 
+    #[inline]
     pub(crate) fn decrease(&mut self, amount: u64) {
         self.current = self.current.saturating_sub(amount);
         self.freed += amount;
@@ -67,11 +69,13 @@ impl StatArray {
         self.get(StatType::All)
     }
 
+    #[inline]
     pub(crate) fn increase(&mut self, pool: StatType, amount: u64) {
         self.0[StatType::All as usize].increase(amount);
         self.0[pool as usize].increase(amount);
     }
 
+    #[inline]
     pub(crate) fn decrease(&mut self, pool: StatType, amount: u64) {
         self.0[StatType::All as usize].decrease(amount);
         self.0[pool as usize].decrease(amount);
