@@ -4,9 +4,9 @@
 //! `cargo bench -p hip-rt --bench caching`
 //!
 //! Every bench runs twice: `wall/...` measures wall-clock time (criterion's default), and
-//! `cpu/...` the benchmark thread's CPU time from `/proc/thread-self/schedstat`, which
-//! leaves out time the thread spent preempted; on a shared, loaded machine the second is
-//! the figure that reflects the allocator.
+//! `cpu/...` the benchmark thread's CPU time (`CLOCK_THREAD_CPUTIME_ID`, 64-bit Linux),
+//! which leaves out time the thread spent preempted; on a shared, loaded machine the second
+//! is the figure that reflects the allocator.
 
 use std::hint::black_box;
 use std::time::Duration;
@@ -23,16 +23,36 @@ fn allocator() -> CachingAllocator<HostBackend> {
         .expect("host allocator")
 }
 
-/// CPU time of the calling thread, in nanoseconds (Linux `schedstat`; 0 elsewhere).
+/// CPU time of the calling thread, in nanoseconds (`CLOCK_THREAD_CPUTIME_ID`): time the
+/// thread spent preempted by other processes does not count.
 struct ThreadCpuTime {
     wall: WallTime,
 }
 
+#[repr(C)]
+struct Timespec {
+    tv_sec: i64,
+    tv_nsec: i64,
+}
+
+extern "C" {
+    // From the C library std already links on Linux.
+    fn clock_gettime(clock: i32, ts: *mut Timespec) -> i32;
+}
+
+/// Linux's `CLOCK_THREAD_CPUTIME_ID`.
+const CLOCK_THREAD_CPUTIME_ID: i32 = 3;
+
 fn thread_cpu_ns() -> u64 {
-    std::fs::read_to_string("/proc/thread-self/schedstat")
-        .ok()
-        .and_then(|s| s.split_whitespace().next()?.parse().ok())
-        .unwrap_or(0)
+    let mut ts = Timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid, writable timespec with the C layout on 64-bit Linux, and
+    // clock 3 is the calling thread's CPU clock, which always exists.
+    let rc = unsafe { clock_gettime(CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    assert_eq!(rc, 0, "clock_gettime(CLOCK_THREAD_CPUTIME_ID) failed");
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
 impl Measurement for ThreadCpuTime {
@@ -122,7 +142,7 @@ fn training_pattern<M: Measurement>(c: &mut Criterion<M>, clock: &str) {
     let allocs = ops.iter().filter(|o| matches!(o, Op::Alloc(_))).count();
     let alloc = allocator();
     let mut slots = Vec::with_capacity(allocs);
-    let mut run = |slots: &mut Vec<Option<hip_rt::caching::Allocation<HostBackend>>>| {
+    let run = |slots: &mut Vec<Option<hip_rt::caching::Allocation<HostBackend>>>| {
         slots.clear();
         for op in &ops {
             match *op {

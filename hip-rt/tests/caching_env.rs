@@ -5,7 +5,10 @@ use hip_rt::caching::{AllocError, CachingAllocator, ConfigError, HostBackend, CO
 
 #[test]
 fn config_from_environment_at_first_use() {
-    std::env::set_var(CONFIG_ENV, "max_split_size_mb:64, garbage_collection_threshold:0.9");
+    std::env::set_var(
+        CONFIG_ENV,
+        "max_split_size_mb:64, garbage_collection_threshold:0.9",
+    );
     let alloc = CachingAllocator::new(HostBackend::new(MIB)).unwrap();
     let config = alloc.config();
     assert_eq!(config.max_split_size, 64 * MIB);

@@ -54,7 +54,12 @@ fn check_pattern(live: &Live) {
     for off in pattern_offsets(live.alloc.size()) {
         // SAFETY: as in `write_pattern`; the byte was written there.
         let got = unsafe { base.add(off).read() };
-        assert_eq!(got, live.tag ^ (off as u8), "corrupted at +{off} of {:?}", live.alloc);
+        assert_eq!(
+            got,
+            live.tag ^ (off as u8),
+            "corrupted at +{off} of {:?}",
+            live.alloc
+        );
     }
 }
 
@@ -119,29 +124,60 @@ fn check_invariants(alloc: &CachingAllocator<HostBackend>, host: &HostBackend, l
         ("allocation", &stats.allocation, &want.allocation),
         ("segment", &stats.segment, &want.segment),
         ("active", &stats.active, &want.active),
-        ("inactive_split", &stats.inactive_split, &want.inactive_split),
-        ("allocated_bytes", &stats.allocated_bytes, &want.allocated_bytes),
-        ("reserved_bytes", &stats.reserved_bytes, &want.reserved_bytes),
+        (
+            "inactive_split",
+            &stats.inactive_split,
+            &want.inactive_split,
+        ),
+        (
+            "allocated_bytes",
+            &stats.allocated_bytes,
+            &want.allocated_bytes,
+        ),
+        (
+            "reserved_bytes",
+            &stats.reserved_bytes,
+            &want.reserved_bytes,
+        ),
         ("active_bytes", &stats.active_bytes, &want.active_bytes),
-        ("inactive_split_bytes", &stats.inactive_split_bytes, &want.inactive_split_bytes),
-        ("requested_bytes", &stats.requested_bytes, &want.requested_bytes),
+        (
+            "inactive_split_bytes",
+            &stats.inactive_split_bytes,
+            &want.inactive_split_bytes,
+        ),
+        (
+            "requested_bytes",
+            &stats.requested_bytes,
+            &want.requested_bytes,
+        ),
     ];
     for (name, got, want) in pairs {
         assert_eq!(current(got), current(want), "stat {name} != recount");
         for s in got.0 {
-            assert!(s.peak >= s.current && s.allocated - s.freed == s.current, "{name}");
+            assert!(
+                s.peak >= s.current && s.allocated - s.freed == s.current,
+                "{name}"
+            );
         }
     }
     let reserved = stats.reserved_bytes.all().current;
     assert!(reserved >= stats.allocated_bytes.all().current);
     assert_eq!(reserved as usize, host.used(), "reserved != backend usage");
-    assert_eq!(stats.segment.all().current as usize, host.live_allocations());
+    assert_eq!(
+        stats.segment.all().current as usize,
+        host.live_allocations()
+    );
     assert_eq!(stats.allocation.all().current as usize, live.len());
 
     // Every live handle sits in an allocated block big enough for it; none overlap.
     let mut ranges: Vec<(u64, u64)> = live
         .iter()
-        .map(|l| (l.alloc.ptr().addr(), l.alloc.ptr().addr() + l.alloc.size() as u64))
+        .map(|l| {
+            (
+                l.alloc.ptr().addr(),
+                l.alloc.ptr().addr() + l.alloc.size() as u64,
+            )
+        })
         .collect();
     ranges.sort_unstable();
     for w in ranges.windows(2) {
@@ -156,7 +192,11 @@ fn check_invariants(alloc: &CachingAllocator<HostBackend>, host: &HostBackend, l
                 a >= s.address.addr() && a < s.address.addr() + s.total_size as u64
             })
             .expect("live allocation inside a segment");
-        assert_eq!(seg.stream, l.alloc.stream(), "block served on a foreign stream");
+        assert_eq!(
+            seg.stream,
+            l.alloc.stream(),
+            "block served on a foreign stream"
+        );
         let b = seg
             .blocks
             .iter()
@@ -210,7 +250,9 @@ fn run(seed: u64, config: AllocatorConfig, ops: usize) -> Stats {
             }
             800..=899 if !live.is_empty() => {
                 let l = &live[rng.below(live.len() as u64) as usize];
-                l.alloc.record_stream(streams[rng.below(3) as usize]).unwrap();
+                l.alloc
+                    .record_stream(streams[rng.below(3) as usize])
+                    .unwrap();
             }
             900..=979 => host.complete_stream(streams[rng.below(3) as usize]),
             980..=994 => alloc.empty_cache().unwrap(),
@@ -230,7 +272,11 @@ fn run(seed: u64, config: AllocatorConfig, ops: usize) -> Stats {
     }
     alloc.empty_cache().unwrap();
     check_invariants(&alloc, &host, &live);
-    assert_eq!(host.used(), 0, "nothing reserved after a full free + empty_cache");
+    assert_eq!(
+        host.used(),
+        0,
+        "nothing reserved after a full free + empty_cache"
+    );
     alloc.check_err().unwrap();
     alloc.stats()
 }

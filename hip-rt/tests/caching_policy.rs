@@ -11,13 +11,13 @@ use hip_rt::caching::{
 
 const S0: HostStream = HostStream::DEFAULT;
 
-fn allocator_with(
-    capacity: usize,
-    conf: &str,
-) -> (HostBackend, CachingAllocator<HostBackend>) {
+fn allocator_with(capacity: usize, conf: &str) -> (HostBackend, CachingAllocator<HostBackend>) {
     let host = HostBackend::new(capacity);
     let config = AllocatorConfig::parse(conf).unwrap();
-    (host.clone(), CachingAllocator::with_config(host, config).unwrap())
+    (
+        host.clone(),
+        CachingAllocator::with_config(host, config).unwrap(),
+    )
 }
 
 #[test]
@@ -35,8 +35,14 @@ fn rounding_and_segment_sizes() {
 #[test]
 fn small_requests_pack_into_one_segment_and_merge_back() {
     let (host, alloc) = allocator_with(1 << 30, "");
-    let blocks: Vec<_> = (0..8).map(|_| alloc.allocate(100_000, S0).unwrap()).collect();
-    assert_eq!(host.counters().mallocs, 1, "8 x ~98 KiB share one 2 MiB segment");
+    let blocks: Vec<_> = (0..8)
+        .map(|_| alloc.allocate(100_000, S0).unwrap())
+        .collect();
+    assert_eq!(
+        host.counters().mallocs,
+        1,
+        "8 x ~98 KiB share one 2 MiB segment"
+    );
     let base = blocks[0].ptr().addr();
     for (i, b) in blocks.iter().enumerate() {
         assert_eq!(b.ptr().addr(), base + (i * round_size(100_000)) as u64);
@@ -57,12 +63,20 @@ fn large_pool_splits_only_with_more_than_1mib_left() {
     assert_eq!(b.ptr().addr(), a.ptr().addr() + 5 * MIB as u64);
     // 1 MiB left in the segment: not split off, so the next request needs a new segment.
     let c = alloc.allocate(1024, S0).unwrap();
-    assert_eq!(host.counters().mallocs, 2, "small requests never use the large pool");
+    assert_eq!(
+        host.counters().mallocs,
+        2,
+        "small requests never use the large pool"
+    );
     drop((a, b, c));
     let d = alloc.allocate(19 * MIB + 512, S0).unwrap();
     let seg = &alloc.snapshot().segments;
     let large = seg.iter().find(|s| !s.is_small).unwrap();
-    assert_eq!(large.blocks.len(), 1, "remainder < 1 MiB stays in the block");
+    assert_eq!(
+        large.blocks.len(),
+        1,
+        "remainder < 1 MiB stays in the block"
+    );
     assert_eq!(large.blocks[0].size, 20 * MIB);
     drop(d);
 }
@@ -91,7 +105,15 @@ fn max_split_size_keeps_oversize_blocks_whole() {
     // An oversize request takes it only when it wastes less than 20 MiB.
     let near = alloc.allocate(36 * MIB, S0).unwrap();
     assert_eq!(near.ptr(), ptr);
-    assert_eq!(alloc.snapshot().segments.iter().map(|s| s.blocks.len()).max(), Some(1));
+    assert_eq!(
+        alloc
+            .snapshot()
+            .segments
+            .iter()
+            .map(|s| s.blocks.len())
+            .max(),
+        Some(1)
+    );
     drop(near);
     let far = alloc.allocate(20 * MIB + 512, S0).unwrap();
     assert_ne!(far.ptr(), ptr, "40 MiB block would waste 20 MiB");
@@ -128,7 +150,12 @@ fn fragmentation_hint_names_max_split_size() {
     for size in [5, 5, 10, 5, 5, 10] {
         blocks.push(alloc.allocate(size * MIB, S0).unwrap());
     }
-    let _keep: Vec<_> = blocks.drain(..).filter(|b| b.size() == 5 * MIB).skip(1).step_by(2).collect();
+    let _keep: Vec<_> = blocks
+        .drain(..)
+        .filter(|b| b.size() == 5 * MIB)
+        .skip(1)
+        .step_by(2)
+        .collect();
     assert_eq!(alloc.stats().segment.all().current, 2);
     let err = alloc.allocate(12 * MIB, S0).unwrap_err();
     let oom = err.as_out_of_memory().unwrap();
@@ -174,7 +201,10 @@ fn raw_allocations_free_once_and_only_here() {
     let raw = a1.allocate(4096, S0).unwrap().into_raw();
     assert_eq!(a1.stats().allocation.all().current, 1);
     let other = a2.allocate_raw(4096, S0).unwrap();
-    assert!(matches!(a1.free_raw(other), Err(AllocError::ForeignAllocation { .. })));
+    assert!(matches!(
+        a1.free_raw(other),
+        Err(AllocError::ForeignAllocation { .. })
+    ));
     a1.free_raw(raw).unwrap();
     assert_eq!(a1.stats().allocation.all().current, 0);
 }
@@ -252,7 +282,10 @@ fn drop_records_backend_errors_and_stays_safe() {
     drop(a); // must not panic
     let err = alloc.check_err().unwrap_err();
     let text = err.to_string();
-    assert!(text.contains("device 3") && text.contains("record_event"), "{text}");
+    assert!(
+        text.contains("device 3") && text.contains("record_event"),
+        "{text}"
+    );
     assert!(alloc.check_err().is_ok(), "check_err clears the error");
     // The device was synchronised instead, so the block is safely reusable.
     assert_eq!(host.counters().device_syncs, 1);
@@ -274,7 +307,11 @@ fn concurrent_threads_share_one_allocator() {
                     unsafe { p.write(t << 32 | i) };
                     std::thread::yield_now();
                     // SAFETY: as above; written by this thread just before.
-                    assert_eq!(unsafe { p.read() }, t << 32 | i, "block shared between threads");
+                    assert_eq!(
+                        unsafe { p.read() },
+                        t << 32 | i,
+                        "block shared between threads"
+                    );
                 }
             })
         })

@@ -49,8 +49,16 @@ fn memory_stats_exact_after_256_float_alloc() {
     assert_eq!(s.active_bytes.all().freed, 1024);
     assert_eq!(s.active_bytes.all().peak, 1024);
     assert_eq!(s.allocated_bytes.all().current, 0);
-    assert_eq!(s.reserved_bytes.all().current, 2 * MIB as u64, "segment stays cached");
-    assert_eq!(s.inactive_split.all().current, 0, "merged back into one block");
+    assert_eq!(
+        s.reserved_bytes.all().current,
+        2 * MIB as u64,
+        "segment stays cached"
+    );
+    assert_eq!(
+        s.inactive_split.all().current,
+        0,
+        "merged back into one block"
+    );
     assert_eq!(s.inactive_split_bytes.all().current, 0);
 
     alloc.empty_cache().unwrap();
@@ -83,7 +91,9 @@ fn flat_stats_use_pytorch_keys() {
 fn out_of_memory_then_memory_still_works() {
     let (_host, alloc) = allocator(64 * MIB);
     let tensor = alloc.allocate(1024 * 4, DEFAULT).unwrap();
-    let err = oom(alloc.allocate(1024 * 1024 * 1024 * 800_000_000, DEFAULT).unwrap_err());
+    let err = oom(alloc
+        .allocate(1024 * 1024 * 1024 * 800_000_000, DEFAULT)
+        .unwrap_err());
     let text = err.to_string();
     assert!(text.contains("800000000.00 GiB"), "{text}");
     assert_eq!(err.hint, OomHint::Exhausted, "{text}");
@@ -111,14 +121,23 @@ fn out_of_memory_retry_after_free() {
     let size = 32 * MIB;
     let a = alloc.allocate(size, DEFAULT).unwrap();
     let err = oom(alloc.allocate(size, DEFAULT).unwrap_err());
-    assert_eq!((err.requested, err.rounded, err.segment_size), (size, size, size));
+    assert_eq!(
+        (err.requested, err.rounded, err.segment_size),
+        (size, size, size)
+    );
     assert_eq!(err.capacity, 64 * MIB);
     assert_eq!(err.free, 30 * MIB);
     assert_eq!(err.allocated, size + 4096);
     assert_eq!(err.reserved, 34 * MIB);
     assert_eq!(err.hint, OomHint::Exhausted);
     let text = err.to_string();
-    for needle in ["device 0", "32.00 MiB", "64.00 MiB", "30.00 MiB free", "Hint"] {
+    for needle in [
+        "device 0",
+        "32.00 MiB",
+        "64.00 MiB",
+        "30.00 MiB free",
+        "Hint",
+    ] {
         assert!(text.contains(needle), "missing {needle:?} in {text}");
     }
     let s = alloc.stats();
@@ -183,7 +202,11 @@ fn record_stream_delays_reuse_until_event_completes() {
     host.complete_stream(DEFAULT);
     let tmp3 = alloc.allocate(16, side).unwrap();
     assert_eq!(tmp3.ptr(), ptr, "allocation not re-used");
-    assert_eq!(host.counters().event_syncs, 0, "no host sync on the allocation path");
+    assert_eq!(
+        host.counters().event_syncs,
+        0,
+        "no host sync on the allocation path"
+    );
     drop((tmp2, tmp3));
 }
 
@@ -231,20 +254,26 @@ fn record_stream_blocks_released_by_oom_retry() {
 /// Config parsing: PyTorch syntax accepted, unknown keys and bad values named.
 #[test]
 fn config_parsing() {
-    let c = AllocatorConfig::parse("max_split_size_mb:128,garbage_collection_threshold:0.8")
-        .unwrap();
+    let c =
+        AllocatorConfig::parse("max_split_size_mb:128,garbage_collection_threshold:0.8").unwrap();
     assert_eq!(c.max_split_size, 128 * MIB);
     assert_eq!(c.garbage_collection_threshold, 0.8);
     assert_eq!(c.memory_fraction, None);
     let c = AllocatorConfig::parse(" per_process_memory_fraction : 0.25 , ").unwrap();
     assert_eq!(c.memory_fraction, Some(0.25));
-    assert_eq!(AllocatorConfig::parse("").unwrap(), AllocatorConfig::default());
+    assert_eq!(
+        AllocatorConfig::parse("").unwrap(),
+        AllocatorConfig::default()
+    );
 
     let rejected = [
         ("max_split_size_mb:20", "`20`"),
         ("max_split_size_mb:abc", "`abc`"),
         ("max_split_size_mb:-5", "`-5`"),
-        ("garbage_collection_threshold:1.0", "garbage_collection_threshold"),
+        (
+            "garbage_collection_threshold:1.0",
+            "garbage_collection_threshold",
+        ),
         ("garbage_collection_threshold:0", "`0`"),
         ("per_process_memory_fraction:1.5", "`1.5`"),
         ("foo:1", "unknown option `foo`"),

@@ -172,7 +172,7 @@ fn parse_max_split_mb(value: &str) -> Result<usize, ConfigError> {
     if mb <= KLARGE_BUFFER / MIB {
         return Err(bad());
     }
-    Ok(mb.checked_mul(MIB).unwrap_or(usize::MAX))
+    Ok(mb.saturating_mul(MIB))
 }
 
 fn parse_unit_interval(

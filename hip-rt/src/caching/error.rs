@@ -24,7 +24,9 @@ pub enum AllocError {
         source: BackendError,
     },
     /// A request so large it can only come from a size computation bug.
-    #[error("allocation of {requested} B requested, more than 256 TiB; check the size computation")]
+    #[error(
+        "allocation of {requested} B requested, more than 256 TiB; check the size computation"
+    )]
     TooLarge {
         /// Bytes asked for.
         requested: usize,
@@ -130,9 +132,9 @@ impl OutOfMemory {
             .capacity
             .saturating_sub(self.free)
             .saturating_sub(self.reserved);
-        let capped = self.fraction.is_some_and(|(_, allowed)| {
-            self.reserved.saturating_add(self.segment_size) > allowed
-        });
+        let capped = self
+            .fraction
+            .is_some_and(|(_, allowed)| self.reserved.saturating_add(self.segment_size) > allowed);
         self.hint = if capped && self.free >= self.segment_size {
             OomHint::FractionCap
         } else if cached >= self.rounded || cached.saturating_add(self.free) >= self.rounded {
@@ -190,11 +192,7 @@ impl fmt::Display for OutOfMemory {
             Bytes(self.reserved_unallocated()),
         )?;
         if let Some((fraction, allowed)) = self.fraction {
-            write!(
-                f,
-                "; memory fraction cap {fraction} = {}",
-                Bytes(allowed)
-            )?;
+            write!(f, "; memory fraction cap {fraction} = {}", Bytes(allowed))?;
         }
         if let Some(limit) = self.max_split_size {
             write!(f, "; max_split_size {}", Bytes(limit))?;

@@ -73,7 +73,9 @@ pub enum HostBackendError {
         allocated: usize,
     },
     /// An event or record on a stream that was never created.
-    #[error("host backend: stream {0:?} does not exist; create streams with HostBackend::new_stream")]
+    #[error(
+        "host backend: stream {0:?} does not exist; create streams with HostBackend::new_stream"
+    )]
     UnknownStream(HostStream),
 }
 

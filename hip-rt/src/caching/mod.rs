@@ -166,7 +166,11 @@ impl<B: Backend> CachingAllocator<B> {
     }
 
     /// Allocates without a handle; give it back with [`CachingAllocator::free_raw`].
-    pub fn allocate_raw(&self, size: usize, stream: B::Stream) -> Result<RawAllocation, AllocError> {
+    pub fn allocate_raw(
+        &self,
+        size: usize,
+        stream: B::Stream,
+    ) -> Result<RawAllocation, AllocError> {
         if size == 0 {
             return Ok(RawAllocation::EMPTY);
         }
@@ -194,7 +198,11 @@ impl<B: Backend> CachingAllocator<B> {
     }
 
     /// Records that a raw allocation is used on `stream` (see [`Allocation::record_stream`]).
-    pub fn record_stream_raw(&self, raw: &RawAllocation, stream: B::Stream) -> Result<(), AllocError> {
+    pub fn record_stream_raw(
+        &self,
+        raw: &RawAllocation,
+        stream: B::Stream,
+    ) -> Result<(), AllocError> {
         if raw.id == NONE {
             return Ok(());
         }

@@ -92,10 +92,7 @@ struct Key(u128);
 impl Key {
     fn new(stream: u32, size: usize, addr: u64, id: u32) -> Key {
         let units = |v: u64| u128::from(v >> 9) & ((1 << 40) - 1);
-        Key((stream as u128) << 112
-            | units(size as u64) << 72
-            | units(addr) << 32
-            | id as u128)
+        Key((stream as u128) << 112 | units(size as u64) << 72 | units(addr) << 32 | id as u128)
     }
 
     /// The smallest key of `stream` with at least `size` bytes.
@@ -391,7 +388,11 @@ impl<B: Backend> Policy<B> {
         else {
             return Ok(None);
         };
-        if ptr.addr().checked_add(size as u64).map_or(true, |end| end > ADDRESS_LIMIT) {
+        if ptr
+            .addr()
+            .checked_add(size as u64)
+            .map_or(true, |end| end > ADDRESS_LIMIT)
+        {
             // SAFETY: `ptr` was just returned by `malloc(size)` and is not recorded anywhere.
             let _ = unsafe { self.backend.free(ptr, size) };
             return Err(AllocError::AddressOutOfRange {
