@@ -3,8 +3,8 @@
 //! every operation the allocator's invariants are checked against a recount.
 
 use hip_rt::caching::{
-    Allocation, AllocatorConfig, BlockState, CachingAllocator, HostBackend, HostStream, Stat,
-    StatArray, StatType, Stats, MIB,
+    Allocation, AllocatorConfig, BlockState, CachingAllocator, DevicePtr, HostBackend, HostStream,
+    Stat, StatArray, StatType, Stats, MIB,
 };
 
 /// splitmix64: tiny, well-distributed, reproducible.
@@ -24,9 +24,31 @@ impl SplitMix64 {
     }
 }
 
+/// A live allocation: a handle, or (one in four) only an address freed with `free_ptr`.
 struct Live {
-    alloc: Allocation<HostBackend>,
+    handle: Option<Allocation<HostBackend>>,
+    ptr: DevicePtr,
+    size: usize,
+    stream: HostStream,
     tag: u8,
+}
+
+impl Live {
+    fn record_stream(&self, alloc: &CachingAllocator<HostBackend>, stream: HostStream) {
+        match &self.handle {
+            Some(h) => h.record_stream(stream).unwrap(),
+            None => alloc.record_stream_ptr(self.ptr, stream).unwrap(),
+        }
+    }
+
+    fn free(self, alloc: &CachingAllocator<HostBackend>) {
+        check_pattern(&self);
+        if self.handle.is_none() {
+            // SAFETY: `ptr` came from `allocate_raw` on `alloc`, is freed only here, and
+            // this `Live` (the only user) is consumed.
+            unsafe { alloc.free_ptr(self.ptr) }.unwrap();
+        }
+    }
 }
 
 /// Offsets written in a block: every byte of the first and last 4 KiB, and one byte per
@@ -41,8 +63,8 @@ fn pattern_offsets(size: usize) -> impl Iterator<Item = usize> {
 }
 
 fn write_pattern(live: &Live) {
-    let base = live.alloc.ptr().addr() as *mut u8;
-    for off in pattern_offsets(live.alloc.size()) {
+    let base = live.ptr.addr() as *mut u8;
+    for off in pattern_offsets(live.size) {
         // SAFETY: `off < size` and the block is a live host allocation of at least `size`
         // bytes that this test owns exclusively.
         unsafe { base.add(off).write(live.tag ^ (off as u8)) };
@@ -50,15 +72,16 @@ fn write_pattern(live: &Live) {
 }
 
 fn check_pattern(live: &Live) {
-    let base = live.alloc.ptr().addr() as *const u8;
-    for off in pattern_offsets(live.alloc.size()) {
+    let base = live.ptr.addr() as *const u8;
+    for off in pattern_offsets(live.size) {
         // SAFETY: as in `write_pattern`; the byte was written there.
         let got = unsafe { base.add(off).read() };
         assert_eq!(
             got,
             live.tag ^ (off as u8),
-            "corrupted at +{off} of {:?}",
-            live.alloc
+            "corrupted at +{off} of {:?} ({} B)",
+            live.ptr,
+            live.size
         );
     }
 }
@@ -172,12 +195,7 @@ fn check_invariants(alloc: &CachingAllocator<HostBackend>, host: &HostBackend, l
     // Every live handle sits in an allocated block big enough for it; none overlap.
     let mut ranges: Vec<(u64, u64)> = live
         .iter()
-        .map(|l| {
-            (
-                l.alloc.ptr().addr(),
-                l.alloc.ptr().addr() + l.alloc.size() as u64,
-            )
-        })
+        .map(|l| (l.ptr.addr(), l.ptr.addr() + l.size as u64))
         .collect();
     ranges.sort_unstable();
     for w in ranges.windows(2) {
@@ -188,22 +206,18 @@ fn check_invariants(alloc: &CachingAllocator<HostBackend>, host: &HostBackend, l
             .segments
             .iter()
             .find(|s| {
-                let a = l.alloc.ptr().addr();
+                let a = l.ptr.addr();
                 a >= s.address.addr() && a < s.address.addr() + s.total_size as u64
             })
             .expect("live allocation inside a segment");
-        assert_eq!(
-            seg.stream,
-            l.alloc.stream(),
-            "block served on a foreign stream"
-        );
+        assert_eq!(seg.stream, l.stream, "block served on a foreign stream");
         let b = seg
             .blocks
             .iter()
-            .find(|b| b.address == l.alloc.ptr())
+            .find(|b| b.address == l.ptr)
             .expect("live allocation starts a block");
         assert_eq!(b.state, BlockState::ActiveAllocated);
-        assert!(b.size >= l.alloc.size() && b.requested_size == l.alloc.size());
+        assert!(b.size >= l.size && b.requested_size == l.size);
     }
 }
 
@@ -228,10 +242,24 @@ fn run(seed: u64, config: AllocatorConfig, ops: usize) -> Stats {
             0..=449 => {
                 let size = random_size(&mut rng);
                 let stream = streams[rng.below(3) as usize];
-                match alloc.allocate(size, stream) {
-                    Ok(a) => {
+                let by_ptr = rng.below(4) == 0;
+                let made = if by_ptr {
+                    alloc
+                        .allocate_raw(size, stream)
+                        .map(|raw| (None, raw.ptr()))
+                } else {
+                    alloc.allocate(size, stream).map(|a| {
+                        let ptr = a.ptr();
+                        (Some(a), ptr)
+                    })
+                };
+                match made {
+                    Ok((handle, ptr)) => {
                         let l = Live {
-                            alloc: a,
+                            handle,
+                            ptr,
+                            size,
+                            stream,
                             tag: op as u8,
                         };
                         write_pattern(&l);
@@ -246,19 +274,17 @@ fn run(seed: u64, config: AllocatorConfig, ops: usize) -> Stats {
             }
             450..=799 if !live.is_empty() => {
                 let l = live.swap_remove(rng.below(live.len() as u64) as usize);
-                check_pattern(&l);
+                l.free(&alloc);
             }
             800..=899 if !live.is_empty() => {
                 let l = &live[rng.below(live.len() as u64) as usize];
-                l.alloc
-                    .record_stream(streams[rng.below(3) as usize])
-                    .unwrap();
+                l.record_stream(&alloc, streams[rng.below(3) as usize]);
             }
             900..=979 => host.complete_stream(streams[rng.below(3) as usize]),
             980..=994 => alloc.empty_cache().unwrap(),
             _ => {
                 for l in live.drain(..) {
-                    check_pattern(&l);
+                    l.free(&alloc);
                 }
                 alloc.empty_cache().unwrap();
                 assert_eq!(alloc.stats().reserved_bytes.all().current, 0);
@@ -268,7 +294,7 @@ fn run(seed: u64, config: AllocatorConfig, ops: usize) -> Stats {
         check_invariants(&alloc, &host, &live);
     }
     for l in live.drain(..) {
-        check_pattern(&l);
+        l.free(&alloc);
     }
     alloc.empty_cache().unwrap();
     check_invariants(&alloc, &host, &live);

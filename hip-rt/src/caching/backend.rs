@@ -80,4 +80,10 @@ pub trait Backend: Send + 'static {
 
     /// Blocks the host until all work on the device has completed.
     fn synchronize_device(&mut self) -> Result<(), BackendError>;
+
+    /// Takes back an event the policy no longer needs (it has completed), e.g. into a pool
+    /// for the next `record_event`. The default drops it.
+    fn recycle_event(&mut self, event: Self::Event) {
+        drop(event);
+    }
 }

@@ -24,9 +24,7 @@ pub enum AllocError {
         source: BackendError,
     },
     /// A request so large it can only come from a size computation bug.
-    #[error(
-        "allocation of {requested} B requested, more than 256 TiB; check the size computation"
-    )]
+    #[error("allocation of {requested} B requested, more than 1 EiB; check the size computation")]
     TooLarge {
         /// Bytes asked for.
         requested: usize,

@@ -65,8 +65,8 @@ pub const KLARGE_BUFFER: usize = 20 * MIB;
 pub const KMIN_LARGE_ALLOC: usize = 10 * MIB;
 /// Rounding of segments for large requests (`kRoundLarge`).
 pub const KROUND_LARGE: usize = 2 * MIB;
-/// Requests above 256 TiB are rejected as size bugs ([`AllocError::TooLarge`]).
-pub const MAX_REQUEST: usize = 1 << 48;
+/// Requests above 1 EiB are rejected as size bugs ([`AllocError::TooLarge`]).
+pub const MAX_REQUEST: usize = 1 << 60;
 
 struct Shared<B: Backend> {
     policy: Mutex<Policy<B>>,
@@ -98,14 +98,14 @@ impl<B: Backend> fmt::Debug for CachingAllocator<B> {
 /// so it can be freed only once; dropping it without [`CachingAllocator::free_raw`] leaks
 /// the block (like a forgotten pointer).
 #[derive(Debug, PartialEq, Eq)]
-pub struct RawAllocation {
+pub struct RawBlock {
     id: u32,
     ptr: DevicePtr,
     size: usize,
 }
 
-impl RawAllocation {
-    const EMPTY: RawAllocation = RawAllocation {
+impl RawBlock {
+    const EMPTY: RawBlock = RawBlock {
         id: NONE,
         ptr: DevicePtr::NULL,
         size: 0,
@@ -166,16 +166,12 @@ impl<B: Backend> CachingAllocator<B> {
     }
 
     /// Allocates without a handle; give it back with [`CachingAllocator::free_raw`].
-    pub fn allocate_raw(
-        &self,
-        size: usize,
-        stream: B::Stream,
-    ) -> Result<RawAllocation, AllocError> {
+    pub fn allocate_raw(&self, size: usize, stream: B::Stream) -> Result<RawBlock, AllocError> {
         if size == 0 {
-            return Ok(RawAllocation::EMPTY);
+            return Ok(RawBlock::EMPTY);
         }
         let grant = self.lock().malloc(size, stream)?;
-        Ok(RawAllocation {
+        Ok(RawBlock {
             id: grant.id,
             ptr: grant.ptr,
             size,
@@ -183,37 +179,59 @@ impl<B: Backend> CachingAllocator<B> {
     }
 
     /// Returns a raw allocation to the cache (stream-ordered, as for [`Allocation`]).
-    pub fn free_raw(&self, raw: RawAllocation) -> Result<(), AllocError> {
+    pub fn free_raw(&self, raw: RawBlock) -> Result<(), AllocError> {
         if raw.id == NONE {
             return Ok(());
         }
         let mut policy = self.lock();
         if !policy.is_allocated(raw.id, raw.ptr.addr()) {
-            return Err(AllocError::ForeignAllocation {
-                device: self.shared.device,
-                addr: raw.ptr.addr(),
-            });
+            return Err(self.foreign(raw.ptr));
         }
         policy.free(raw.id)
     }
 
     /// Records that a raw allocation is used on `stream` (see [`Allocation::record_stream`]).
-    pub fn record_stream_raw(
-        &self,
-        raw: &RawAllocation,
-        stream: B::Stream,
-    ) -> Result<(), AllocError> {
+    pub fn record_stream_raw(&self, raw: &RawBlock, stream: B::Stream) -> Result<(), AllocError> {
         if raw.id == NONE {
             return Ok(());
         }
         let mut policy = self.lock();
         if !policy.is_allocated(raw.id, raw.ptr.addr()) {
-            return Err(AllocError::ForeignAllocation {
-                device: self.shared.device,
-                addr: raw.ptr.addr(),
-            });
+            return Err(self.foreign(raw.ptr));
         }
         policy.record_stream(raw.id, stream)
+    }
+
+    /// Returns an allocation known only by its address (for allocator interfaces that keep
+    /// no token), stream-ordered as for [`Allocation`].
+    ///
+    /// # Safety
+    /// `ptr` came from [`CachingAllocator::allocate_raw`] on this allocator (whose
+    /// [`RawBlock`] was then dropped), has not been freed since, and the caller never uses it
+    /// again. Anything else may free a block that another owner still uses.
+    pub unsafe fn free_ptr(&self, ptr: DevicePtr) -> Result<(), AllocError> {
+        let mut policy = self.lock();
+        match policy.allocated_at(ptr.addr()) {
+            Some(id) => policy.free(id),
+            None => Err(self.foreign(ptr)),
+        }
+    }
+
+    /// Records that the allocation at `ptr` is used on `stream` too (see
+    /// [`Allocation::record_stream`]).
+    pub fn record_stream_ptr(&self, ptr: DevicePtr, stream: B::Stream) -> Result<(), AllocError> {
+        let mut policy = self.lock();
+        match policy.allocated_at(ptr.addr()) {
+            Some(id) => policy.record_stream(id, stream),
+            None => Err(self.foreign(ptr)),
+        }
+    }
+
+    fn foreign(&self, ptr: DevicePtr) -> AllocError {
+        AllocError::ForeignAllocation {
+            device: self.shared.device,
+            addr: ptr.addr(),
+        }
     }
 
     /// Waits for outstanding events, then returns every cached segment that is entirely free
@@ -267,7 +285,7 @@ impl<B: Backend> CachingAllocator<B> {
         }
     }
 
-    fn free_from_drop(&self, raw: RawAllocation) {
+    fn free_from_drop(&self, raw: RawBlock) {
         if let Err(e) = self.free_raw(raw) {
             let mut policy = self.lock();
             policy.drop_error_count += 1;
@@ -280,7 +298,7 @@ impl<B: Backend> CachingAllocator<B> {
 /// the work queued on its stream (and on recorded streams).
 pub struct Allocation<B: Backend> {
     allocator: CachingAllocator<B>,
-    raw: RawAllocation,
+    raw: RawBlock,
     stream: B::Stream,
 }
 
@@ -323,12 +341,12 @@ impl<B: Backend> Allocation<B> {
     }
 
     /// Detaches the block from the handle; free it with [`CachingAllocator::free_raw`].
-    pub fn into_raw(mut self) -> RawAllocation {
+    pub fn into_raw(mut self) -> RawBlock {
         self.take_raw()
     }
 
-    fn take_raw(&mut self) -> RawAllocation {
-        std::mem::replace(&mut self.raw, RawAllocation::EMPTY)
+    fn take_raw(&mut self) -> RawBlock {
+        std::mem::replace(&mut self.raw, RawBlock::EMPTY)
     }
 }
 

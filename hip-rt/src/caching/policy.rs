@@ -3,6 +3,7 @@
 //! allocator's lock; nothing here knows about HIP.
 
 use std::collections::{BTreeSet, HashMap, VecDeque};
+use std::hash::{BuildHasherDefault, Hasher};
 use std::mem;
 
 use super::backend::{Backend, DevicePtr, MemInfo};
@@ -125,6 +126,28 @@ struct Pool {
     gc_calls: u64,
 }
 
+/// Hashes block addresses for the address index: one folded multiply (addresses are
+/// distinct and 512-byte spaced, so no defence against adversarial keys is needed).
+#[derive(Default)]
+pub(crate) struct AddrHasher(u64);
+
+impl Hasher for AddrHasher {
+    fn finish(&self) -> u64 {
+        let p = u128::from(self.0) * 0x9E37_79B9_7F4A_7C15;
+        (p as u64) ^ ((p >> 64) as u64)
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = self.0.rotate_left(8) ^ u64::from(b);
+        }
+    }
+
+    fn write_u64(&mut self, v: u64) {
+        self.0 = v;
+    }
+}
+
 /// What a successful allocation hands back: the block id and its address.
 #[derive(Debug, PartialEq, Eq)]
 pub(crate) struct Grant {
@@ -143,6 +166,8 @@ pub(crate) struct Policy<B: Backend> {
     streams: Vec<B::Stream>,
     stream_ids: HashMap<B::Stream, u32>,
     last_stream: u32,
+    /// Allocated blocks by address, for frees that only know the pointer.
+    by_addr: HashMap<u64, u32, BuildHasherDefault<AddrHasher>>,
     /// Per interned stream: events recorded for blocks used on it, oldest first.
     pending: Vec<VecDeque<(B::Event, u32)>>,
     pending_count: usize,
@@ -171,6 +196,7 @@ impl<B: Backend> Policy<B> {
             streams: Vec::new(),
             stream_ids: HashMap::new(),
             last_stream: NONE,
+            by_addr: HashMap::default(),
             pending: Vec::new(),
             pending_count: 0,
             stats: Stats {
@@ -312,10 +338,16 @@ impl<B: Backend> Policy<B> {
         };
         self.alloc_found_block(id, rounded, size);
         let ptr = DevicePtr(self.blocks[id as usize].addr);
+        self.by_addr.insert(ptr.addr(), id);
         Ok(Grant { id, ptr })
     }
 
     fn get_free_block(&mut self, small: bool, sid: u32, rounded: usize) -> Option<u32> {
+        if rounded as u64 >= ADDRESS_LIMIT {
+            // No segment is that large (segments end below the limit); the size would not
+            // even fit in a key.
+            return None;
+        }
         let max_split = self.config.max_split_size;
         let gc = self.gc_enabled();
         let pool = self.pool_mut(small);
@@ -490,6 +522,11 @@ impl<B: Backend> Policy<B> {
         }
     }
 
+    /// The allocated block at `addr`, if any.
+    pub fn allocated_at(&self, addr: u64) -> Option<u32> {
+        self.by_addr.get(&addr).copied()
+    }
+
     /// `true` if `id` is an allocated block at `addr` (guards raw frees).
     pub fn is_allocated(&self, id: u32, addr: u64) -> bool {
         self.blocks
@@ -515,6 +552,7 @@ impl<B: Backend> Policy<B> {
         let b = &mut self.blocks[id as usize];
         b.state = State::Pending;
         let (ty, size) = (b.stat_type(), b.size);
+        self.by_addr.remove(&b.addr);
         self.stats.allocation.decrease(ty, 1);
         self.stats.allocated_bytes.decrease(ty, size as u64);
         if size >= max_split {
@@ -559,7 +597,8 @@ impl<B: Backend> Policy<B> {
     }
 
     fn event_done(&mut self, sid: usize) {
-        if let Some((_, id)) = self.pending[sid].pop_front() {
+        if let Some((event, id)) = self.pending[sid].pop_front() {
+            self.backend.recycle_event(event);
             self.pending_count -= 1;
             let b = &mut self.blocks[id as usize];
             b.event_count -= 1;
