@@ -44,7 +44,7 @@ impl Live {
     fn free(self, alloc: &CachingAllocator<HostBackend>) {
         check_pattern(&self);
         if self.handle.is_none() {
-            // SAFETY: `ptr` came from `allocate_raw` on `alloc`, is freed only here, and
+            // SAFETY: `ptr` came from `allocate_ptr` on `alloc`, is freed only here, and
             // this `Live` (the only user) is consumed.
             unsafe { alloc.free_ptr(self.ptr) }.unwrap();
         }
@@ -244,9 +244,7 @@ fn run(seed: u64, config: AllocatorConfig, ops: usize) -> Stats {
                 let stream = streams[rng.below(3) as usize];
                 let by_ptr = rng.below(4) == 0;
                 let made = if by_ptr {
-                    alloc
-                        .allocate_raw(size, stream)
-                        .map(|raw| (None, raw.ptr()))
+                    alloc.allocate_ptr(size, stream).map(|ptr| (None, ptr))
                 } else {
                     alloc.allocate(size, stream).map(|a| {
                         let ptr = a.ptr();

@@ -213,7 +213,7 @@ fn raw_allocations_free_once_and_only_here() {
 fn frees_by_address_check_the_address() {
     let (host, alloc) = allocator_with(1 << 30, "");
     let side = host.new_stream();
-    let ptr = alloc.allocate_raw(8192, S0).unwrap().ptr();
+    let ptr = alloc.allocate_ptr(8192, S0).unwrap();
     alloc.record_stream_ptr(ptr, side).unwrap();
     let bogus = DevicePtr(ptr.addr() + 512);
     assert!(matches!(
@@ -223,7 +223,7 @@ fn frees_by_address_check_the_address() {
     // SAFETY: `bogus` is not an allocation; the allocator must refuse it without effect.
     let err = unsafe { alloc.free_ptr(bogus) }.unwrap_err();
     assert!(err.to_string().contains("not handed out"), "{err}");
-    // SAFETY: `ptr` came from `allocate_raw` here and is not used again.
+    // SAFETY: `ptr` came from `allocate_ptr` here and is not used again.
     unsafe { alloc.free_ptr(ptr) }.unwrap();
     assert_eq!(host.pending_events(side), 1, "recorded use honoured");
     // SAFETY: a second free of the same address must be refused, not double-free.

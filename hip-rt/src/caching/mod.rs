@@ -170,7 +170,7 @@ impl<B: Backend> CachingAllocator<B> {
         if size == 0 {
             return Ok(RawBlock::EMPTY);
         }
-        let grant = self.lock().malloc(size, stream)?;
+        let grant = self.lock().malloc(size, stream, false)?;
         Ok(RawBlock {
             id: grant.id,
             ptr: grant.ptr,
@@ -202,14 +202,27 @@ impl<B: Backend> CachingAllocator<B> {
         policy.record_stream(raw.id, stream)
     }
 
-    /// Returns an allocation known only by its address (for allocator interfaces that keep
-    /// no token), stream-ordered as for [`Allocation`].
+    /// Allocates for callers that keep only the address (allocator interfaces without a
+    /// token): free it with [`CachingAllocator::free_ptr`]. Costs an address-index update
+    /// that [`CachingAllocator::allocate`] avoids. Zero bytes gives null.
+    pub fn allocate_ptr(&self, size: usize, stream: B::Stream) -> Result<DevicePtr, AllocError> {
+        if size == 0 {
+            return Ok(DevicePtr::NULL);
+        }
+        Ok(self.lock().malloc(size, stream, true)?.ptr)
+    }
+
+    /// Returns an allocation from [`CachingAllocator::allocate_ptr`], stream-ordered as for
+    /// [`Allocation`]. Null is a no-op.
     ///
     /// # Safety
-    /// `ptr` came from [`CachingAllocator::allocate_raw`] on this allocator (whose
-    /// [`RawBlock`] was then dropped), has not been freed since, and the caller never uses it
-    /// again. Anything else may free a block that another owner still uses.
+    /// `ptr` came from `allocate_ptr` on this allocator, has not been freed since, and the
+    /// caller never uses it again. Anything else may free a block that another owner still
+    /// uses (an unknown address is refused, but a stale one may have been reallocated).
     pub unsafe fn free_ptr(&self, ptr: DevicePtr) -> Result<(), AllocError> {
+        if ptr.is_null() {
+            return Ok(());
+        }
         let mut policy = self.lock();
         match policy.allocated_at(ptr.addr()) {
             Some(id) => policy.free(id),
@@ -217,9 +230,12 @@ impl<B: Backend> CachingAllocator<B> {
         }
     }
 
-    /// Records that the allocation at `ptr` is used on `stream` too (see
-    /// [`Allocation::record_stream`]).
+    /// Records that the allocation at `ptr` (from [`CachingAllocator::allocate_ptr`]) is used
+    /// on `stream` too (see [`Allocation::record_stream`]). Null is a no-op.
     pub fn record_stream_ptr(&self, ptr: DevicePtr, stream: B::Stream) -> Result<(), AllocError> {
+        if ptr.is_null() {
+            return Ok(());
+        }
         let mut policy = self.lock();
         match policy.allocated_at(ptr.addr()) {
             Some(id) => policy.record_stream(id, stream),

@@ -67,6 +67,8 @@ struct Block {
     stream_uses: Vec<u32>,
     /// The pool's `gc_calls` when the block entered it; age = calls since.
     gc_base: u64,
+    /// Allocated through the address-keyed API, so present in `by_addr`.
+    indexed: bool,
 }
 
 impl Block {
@@ -321,8 +323,14 @@ impl<B: Backend> Policy<B> {
         self.pool_mut(small).free.remove(&key);
     }
 
-    /// Allocates `size` bytes (`0 < size`) for use on `stream`.
-    pub fn malloc(&mut self, size: usize, stream: B::Stream) -> Result<Grant, AllocError> {
+    /// Allocates `size` bytes (`0 < size`) for use on `stream`; `indexed` makes it findable
+    /// by address ([`Policy::allocated_at`]).
+    pub fn malloc(
+        &mut self,
+        size: usize,
+        stream: B::Stream,
+        indexed: bool,
+    ) -> Result<Grant, AllocError> {
         if size > MAX_REQUEST {
             return Err(AllocError::TooLarge { requested: size });
         }
@@ -337,8 +345,12 @@ impl<B: Backend> Policy<B> {
             None => self.alloc_new(small, sid, size, rounded)?,
         };
         self.alloc_found_block(id, rounded, size);
-        let ptr = DevicePtr(self.blocks[id as usize].addr);
-        self.by_addr.insert(ptr.addr(), id);
+        let b = &mut self.blocks[id as usize];
+        b.indexed = indexed;
+        let ptr = DevicePtr(b.addr);
+        if indexed {
+            self.by_addr.insert(ptr.addr(), id);
+        }
         Ok(Grant { id, ptr })
     }
 
@@ -457,6 +469,7 @@ impl<B: Backend> Policy<B> {
             event_count: 0,
             stream_uses: Vec::new(),
             gc_base: 0,
+            indexed: false,
         })))
     }
 
@@ -486,6 +499,7 @@ impl<B: Backend> Policy<B> {
                 event_count: 0,
                 stream_uses: Vec::new(),
                 gc_base: 0,
+                indexed: false,
             };
             let rest_size = rest.size as u64;
             let rest_id = self.new_block(rest);
@@ -552,7 +566,9 @@ impl<B: Backend> Policy<B> {
         let b = &mut self.blocks[id as usize];
         b.state = State::Pending;
         let (ty, size) = (b.stat_type(), b.size);
-        self.by_addr.remove(&b.addr);
+        if b.indexed {
+            self.by_addr.remove(&b.addr);
+        }
         self.stats.allocation.decrease(ty, 1);
         self.stats.allocated_bytes.decrease(ty, size as u64);
         if size >= max_split {
