@@ -63,7 +63,7 @@ fn pattern_offsets(size: usize) -> impl Iterator<Item = usize> {
 }
 
 fn write_pattern(live: &Live) {
-    let base = live.ptr.addr() as *mut u8;
+    let base = live.ptr.0 as *mut u8;
     for off in pattern_offsets(live.size) {
         // SAFETY: `off < size` and the block is a live host allocation of at least `size`
         // bytes that this test owns exclusively.
@@ -72,7 +72,7 @@ fn write_pattern(live: &Live) {
 }
 
 fn check_pattern(live: &Live) {
-    let base = live.ptr.addr() as *const u8;
+    let base = live.ptr.0 as *const u8;
     for off in pattern_offsets(live.size) {
         // SAFETY: as in `write_pattern`; the byte was written there.
         let got = unsafe { base.add(off).read() };
@@ -105,15 +105,15 @@ fn check_invariants(alloc: &CachingAllocator<HostBackend>, host: &HostBackend, l
     };
     let mut prev_end = 0;
     for seg in &snap.segments {
-        assert!(seg.address.addr() >= prev_end, "segments overlap");
-        prev_end = seg.address.addr() + seg.total_size as u64;
+        assert!(seg.address.0 >= prev_end, "segments overlap");
+        prev_end = seg.address.0 + seg.total_size as u64;
         let ty = pool_of(seg.is_small);
         add(&mut want.segment, ty, 1);
         add(&mut want.reserved_bytes, ty, seg.total_size);
-        let mut cursor = seg.address.addr();
+        let mut cursor = seg.address.0;
         let split = seg.blocks.len() > 1;
         for (i, b) in seg.blocks.iter().enumerate() {
-            assert_eq!(b.address.addr(), cursor, "blocks not contiguous");
+            assert_eq!(b.address.0, cursor, "blocks not contiguous");
             assert_eq!(b.size % 512, 0);
             cursor += b.size as u64;
             match b.state {
@@ -195,7 +195,7 @@ fn check_invariants(alloc: &CachingAllocator<HostBackend>, host: &HostBackend, l
     // Every live handle sits in an allocated block big enough for it; none overlap.
     let mut ranges: Vec<(u64, u64)> = live
         .iter()
-        .map(|l| (l.ptr.addr(), l.ptr.addr() + l.size as u64))
+        .map(|l| (l.ptr.0, l.ptr.0 + l.size as u64))
         .collect();
     ranges.sort_unstable();
     for w in ranges.windows(2) {
@@ -206,8 +206,8 @@ fn check_invariants(alloc: &CachingAllocator<HostBackend>, host: &HostBackend, l
             .segments
             .iter()
             .find(|s| {
-                let a = l.ptr.addr();
-                a >= s.address.addr() && a < s.address.addr() + s.total_size as u64
+                let a = l.ptr.0;
+                a >= s.address.0 && a < s.address.0 + s.total_size as u64
             })
             .expect("live allocation inside a segment");
         assert_eq!(seg.stream, l.stream, "block served on a foreign stream");

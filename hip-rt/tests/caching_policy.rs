@@ -43,9 +43,9 @@ fn small_requests_pack_into_one_segment_and_merge_back() {
         1,
         "8 x ~98 KiB share one 2 MiB segment"
     );
-    let base = blocks[0].ptr().addr();
+    let base = blocks[0].ptr().0;
     for (i, b) in blocks.iter().enumerate() {
-        assert_eq!(b.ptr().addr(), base + (i * round_size(100_000)) as u64);
+        assert_eq!(b.ptr().0, base + (i * round_size(100_000)) as u64);
     }
     drop(blocks);
     let snap = alloc.snapshot();
@@ -60,7 +60,7 @@ fn large_pool_splits_only_with_more_than_1mib_left() {
     let a = alloc.allocate(5 * MIB, S0).unwrap();
     let b = alloc.allocate(14 * MIB, S0).unwrap();
     assert_eq!(host.counters().mallocs, 1);
-    assert_eq!(b.ptr().addr(), a.ptr().addr() + 5 * MIB as u64);
+    assert_eq!(b.ptr().0, a.ptr().0 + 5 * MIB as u64);
     // 1 MiB left in the segment: not split off, so the next request needs a new segment.
     let c = alloc.allocate(1024, S0).unwrap();
     assert_eq!(
@@ -215,7 +215,7 @@ fn frees_by_address_check_the_address() {
     let side = host.new_stream();
     let ptr = alloc.allocate_ptr(8192, S0).unwrap();
     alloc.record_stream_ptr(ptr, side).unwrap();
-    let bogus = DevicePtr(ptr.addr() + 512);
+    let bogus = DevicePtr(ptr.0 + 512);
     assert!(matches!(
         alloc.record_stream_ptr(bogus, side),
         Err(AllocError::ForeignAllocation { .. })
@@ -323,7 +323,7 @@ fn concurrent_threads_share_one_allocator() {
                 for i in 0..2000u64 {
                     let size = 512 + ((i * 7919 + t * 104_729) % (3 * MIB as u64)) as usize;
                     let a = alloc.allocate(size, S0).unwrap();
-                    let p = a.ptr().addr() as *mut u64;
+                    let p = a.ptr().0 as *mut u64;
                     // SAFETY: `a` is a live host block of at least 512 bytes, owned here.
                     unsafe { p.write(t << 32 | i) };
                     std::thread::yield_now();

@@ -102,7 +102,7 @@ fn out_of_memory_then_memory_still_works() {
         .unwrap_err();
     assert!(matches!(err, AllocError::TooLarge { .. }), "{err}");
     // The surviving allocation is still real memory.
-    let p = tensor.ptr().addr() as *mut u8;
+    let p = tensor.ptr().0 as *mut u8;
     // SAFETY: `tensor` is a live 4 KiB host allocation from the host backend.
     unsafe { std::ptr::write_bytes(p, 1, tensor.size()) };
     // SAFETY: as above; the 4096 bytes were just initialised.

@@ -14,11 +14,6 @@ impl DevicePtr {
     /// The null address, used for zero-byte allocations (which never reach the backend).
     pub const NULL: DevicePtr = DevicePtr(0);
 
-    /// The address as an integer.
-    pub fn addr(self) -> u64 {
-        self.0
-    }
-
     /// `true` for [`DevicePtr::NULL`].
     pub fn is_null(self) -> bool {
         self.0 == 0

@@ -239,7 +239,7 @@ impl Backend for HostBackend {
 
     unsafe fn free(&mut self, ptr: DevicePtr, size: usize) -> Result<(), BackendError> {
         let mut s = self.lock();
-        let addr = ptr.addr();
+        let addr = ptr.0;
         let allocated = *s
             .live
             .get(&addr)

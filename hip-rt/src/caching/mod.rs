@@ -184,7 +184,7 @@ impl<B: Backend> CachingAllocator<B> {
             return Ok(());
         }
         let mut policy = self.lock();
-        if !policy.is_allocated(raw.id, raw.ptr.addr()) {
+        if !policy.is_allocated(raw.id, raw.ptr.0) {
             return Err(self.foreign(raw.ptr));
         }
         policy.free(raw.id)
@@ -196,7 +196,7 @@ impl<B: Backend> CachingAllocator<B> {
             return Ok(());
         }
         let mut policy = self.lock();
-        if !policy.is_allocated(raw.id, raw.ptr.addr()) {
+        if !policy.is_allocated(raw.id, raw.ptr.0) {
             return Err(self.foreign(raw.ptr));
         }
         policy.record_stream(raw.id, stream)
@@ -224,7 +224,7 @@ impl<B: Backend> CachingAllocator<B> {
             return Ok(());
         }
         let mut policy = self.lock();
-        match policy.allocated_at(ptr.addr()) {
+        match policy.allocated_at(ptr.0) {
             Some(id) => policy.free(id),
             None => Err(self.foreign(ptr)),
         }
@@ -237,7 +237,7 @@ impl<B: Backend> CachingAllocator<B> {
             return Ok(());
         }
         let mut policy = self.lock();
-        match policy.allocated_at(ptr.addr()) {
+        match policy.allocated_at(ptr.0) {
             Some(id) => policy.record_stream(id, stream),
             None => Err(self.foreign(ptr)),
         }
@@ -246,7 +246,7 @@ impl<B: Backend> CachingAllocator<B> {
     fn foreign(&self, ptr: DevicePtr) -> AllocError {
         AllocError::ForeignAllocation {
             device: self.shared.device,
-            addr: ptr.addr(),
+            addr: ptr.0,
         }
     }
 

@@ -349,7 +349,7 @@ impl<B: Backend> Policy<B> {
         b.indexed = indexed;
         let ptr = DevicePtr(b.addr);
         if indexed {
-            self.by_addr.insert(ptr.addr(), id);
+            self.by_addr.insert(ptr.0, id);
         }
         Ok(Grant { id, ptr })
     }
@@ -433,7 +433,7 @@ impl<B: Backend> Policy<B> {
             return Ok(None);
         };
         if ptr
-            .addr()
+            .0
             .checked_add(size as u64)
             .map_or(true, |end| end > ADDRESS_LIMIT)
         {
@@ -441,7 +441,7 @@ impl<B: Backend> Policy<B> {
             let _ = unsafe { self.backend.free(ptr, size) };
             return Err(AllocError::AddressOutOfRange {
                 device: self.device,
-                addr: ptr.addr(),
+                addr: ptr.0,
                 size,
             });
         }
@@ -458,7 +458,7 @@ impl<B: Backend> Policy<B> {
         }
         self.stats.num_device_alloc += 1;
         Ok(Some(self.new_block(Block {
-            addr: ptr.addr(),
+            addr: ptr.0,
             size,
             requested: 0,
             stream: sid,
