@@ -176,32 +176,52 @@ impl fmt::Display for OutOfMemory {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "out of memory on device {}: tried to allocate {} (requested {} B, rounded to {} B, \
-             segment {}); device capacity {}, {} free; this allocator has {} allocated and {} \
-             reserved but unallocated",
+            "out of memory on device {}: {}",
             self.device,
-            Bytes(self.rounded),
-            self.requested,
-            self.rounded,
-            Bytes(self.segment_size),
-            Bytes(self.capacity),
-            Bytes(self.free),
-            Bytes(self.allocated),
-            Bytes(self.reserved_unallocated()),
+            self.detail()
+        )
+    }
+}
+
+/// The report after the "out of memory on device N:" header.
+struct Detail<'a>(&'a OutOfMemory);
+
+impl fmt::Display for Detail<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let oom = self.0;
+        write!(
+            f,
+            "tried to allocate {} (requested {} B, rounded to {} B, segment {}); device \
+             capacity {}, {} free; this allocator has {} allocated and {} reserved but \
+             unallocated",
+            Bytes(oom.rounded),
+            oom.requested,
+            oom.rounded,
+            Bytes(oom.segment_size),
+            Bytes(oom.capacity),
+            Bytes(oom.free),
+            Bytes(oom.allocated),
+            Bytes(oom.reserved_unallocated()),
         )?;
-        if let Some((fraction, allowed)) = self.fraction {
+        if let Some((fraction, allowed)) = oom.fraction {
             write!(f, "; memory fraction cap {fraction} = {}", Bytes(allowed))?;
         }
-        if let Some(limit) = self.max_split_size {
+        if let Some(limit) = oom.max_split_size {
             write!(f, "; max_split_size {}", Bytes(limit))?;
         }
         f.write_str(". Hint: ")?;
-        self.write_hint(f)?;
+        oom.write_hint(f)?;
         f.write_str(".")
     }
 }
 
 impl OutOfMemory {
+    /// The report without the "out of memory on device N:" header: sizes, memory figures
+    /// and the hint (for errors that print their own header).
+    pub fn detail(&self) -> String {
+        Detail(self).to_string()
+    }
+
     fn write_hint(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self.hint {
             OomHint::FractionCap => write!(
