@@ -5,20 +5,9 @@ use std::error::Error as StdError;
 use std::fmt::Debug;
 use std::hash::Hash;
 
-/// A device address handed out by a [`Backend`]. Plain data: holding one grants nothing, and
-/// the allocator never dereferences it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
-pub struct DevicePtr(pub u64);
-
-impl DevicePtr {
-    /// The null address, used for zero-byte allocations (which never reach the backend).
-    pub const NULL: DevicePtr = DevicePtr(0);
-
-    /// `true` for [`DevicePtr::NULL`].
-    pub fn is_null(self) -> bool {
-        self.0 == 0
-    }
-}
+/// A device address (hip-rt's [`DevicePtr`](crate::DevicePtr)): plain data, never
+/// dereferenced by the allocator. Zero-byte allocations get [`DevicePtr::NULL`].
+pub use crate::launch::DevicePtr;
 
 /// Device memory as the backend reports it (`hipMemGetInfo` for HIP).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -14,6 +14,8 @@
 //! This file has only been compiled and run up to HIP's "no device" answer: no DCU was
 //! available. The policy above it is tested on the host backend.
 
+use std::sync::Arc;
+
 use hip_sys::hipEvent_t;
 
 use super::backend::{Backend, BackendError, DevicePtr, MemInfo};
@@ -153,9 +155,9 @@ fn to_rt_error(e: AllocError) -> Error {
         },
         AllocError::Backend { op, device, source } => match source.downcast::<Error>() {
             Ok(e) => *e,
-            Err(source) => Error::Caching(Box::new(AllocError::Backend { op, device, source })),
+            Err(source) => Error::Caching(Arc::new(AllocError::Backend { op, device, source })),
         },
-        other => Error::Caching(Box::new(other)),
+        other => Error::Caching(Arc::new(other)),
     }
 }
 

@@ -35,6 +35,7 @@
 mod backend;
 mod config;
 mod error;
+mod hip;
 mod host;
 mod policy;
 mod stats;
@@ -45,6 +46,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 pub use backend::{Backend, BackendError, DevicePtr, MemInfo};
 pub use config::{AllocatorConfig, ConfigError, CONFIG_ENV};
 pub use error::{AllocError, OomHint, OutOfMemory};
+pub use hip::{HipBackend, HipEvent};
 pub use host::{HostBackend, HostBackendError, HostCounters, HostEvent, HostStream};
 pub use policy::{allocation_size, round_size};
 pub use stats::{BlockInfo, BlockState, SegmentInfo, Snapshot, Stat, StatArray, StatType, Stats};
