@@ -23,7 +23,10 @@ fn allocation_without_a_device_is_a_backend_error() {
         other => panic!("expected a backend error without a device, got {other:?}"),
     }
     assert_eq!(cache.stats().num_device_alloc, 0);
-    assert!(cache.empty_cache().is_ok(), "nothing cached, nothing to call");
+    assert!(
+        cache.empty_cache().is_ok(),
+        "nothing cached, nothing to call"
+    );
 }
 
 #[test]

@@ -93,7 +93,11 @@ impl Backend for HipBackend {
         })
     }
 
-    unsafe fn free(&mut self, ptr: DevicePtr, _size: usize) -> std::result::Result<(), BackendError> {
+    unsafe fn free(
+        &mut self,
+        ptr: DevicePtr,
+        _size: usize,
+    ) -> std::result::Result<(), BackendError> {
         // SAFETY: the caller guarantees `ptr` came from `malloc` here and is freed once;
         // hipFree waits for work queued on the device before releasing the memory.
         self.on_device(|| unsafe { result::memory::free(ptr) })
@@ -105,12 +109,13 @@ impl Backend for HipBackend {
     }
 
     fn record_event(&mut self, stream: RawStream) -> std::result::Result<HipEvent, BackendError> {
-        let event = match self.spare_events.pop() {
-            Some(e) => e,
-            None => HipEvent(self.on_device(|| {
-                result::event::create(hip_sys::generated::hipEventDisableTiming)
-            })?),
-        };
+        let event =
+            match self.spare_events.pop() {
+                Some(e) => e,
+                None => HipEvent(self.on_device(|| {
+                    result::event::create(hip_sys::generated::hipEventDisableTiming)
+                })?),
+            };
         // SAFETY: `event` is live (owned here) and was created on this device; `stream` is
         // the identity of a stream the caller allocated on or recorded, which the
         // DeviceAllocator contract requires to be live and on this device.
