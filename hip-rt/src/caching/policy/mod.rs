@@ -2,18 +2,23 @@
 //! garbage collection, release and the out-of-memory path. Everything here runs under the
 //! allocator's lock; nothing here knows about HIP.
 
-use std::collections::{BTreeSet, HashMap, VecDeque};
-use std::hash::{BuildHasherDefault, Hasher};
+use std::collections::{HashMap, VecDeque};
+use std::hash::BuildHasherDefault;
 use std::mem;
 
 use super::backend::{Backend, DevicePtr, MemInfo};
 use super::config::AllocatorConfig;
-use super::error::{AllocError, OomHint, OutOfMemory};
-use super::stats::{BlockInfo, BlockState, SegmentInfo, Snapshot, StatType, Stats};
+use super::error::AllocError;
+use super::stats::{StatType, Stats};
 use super::{
     KLARGE_BUFFER, KMIN_BLOCK_SIZE, KMIN_LARGE_ALLOC, KROUND_LARGE, KSMALL_BUFFER, KSMALL_SIZE,
     MAX_REQUEST,
 };
+
+mod keys;
+mod release;
+
+use keys::{AddrHasher, Key, Pool, ADDRESS_LIMIT, MAX_STREAMS};
 
 /// "No block" in the arena's links.
 pub(crate) const NONE: u32 = u32::MAX;
@@ -82,71 +87,6 @@ impl Block {
         } else {
             StatType::LargePool
         }
-    }
-}
-
-/// Free-pool key, packed into one `u128` so the B-tree compares a single integer: interned
-/// stream (16 bits), size / 512 (40 bits), address / 512 (40 bits), block id (32 bits).
-/// Ordered by stream, then size, then address: best fit per stream, lowest address first.
-/// Blocks are at least 512 B and disjoint, so `address / 512` is distinct per free block.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
-struct Key(u128);
-
-impl Key {
-    fn new(stream: u32, size: usize, addr: u64, id: u32) -> Key {
-        let units = |v: u64| u128::from(v >> 9) & ((1 << 40) - 1);
-        Key((stream as u128) << 112 | units(size as u64) << 72 | units(addr) << 32 | id as u128)
-    }
-
-    /// The smallest key of `stream` with at least `size` bytes.
-    fn at_least(stream: u32, size: usize) -> Key {
-        Key::new(stream, size, 0, 0)
-    }
-
-    fn stream(self) -> u32 {
-        (self.0 >> 112) as u32
-    }
-
-    fn size(self) -> usize {
-        (((self.0 >> 72) & ((1 << 40) - 1)) as usize) << 9
-    }
-
-    fn id(self) -> u32 {
-        self.0 as u32
-    }
-}
-
-/// Interned streams are limited by the 16 bits they get in a [`Key`].
-const MAX_STREAMS: u32 = 1 << 16;
-/// Segments must end below this address (40 bits of 512-byte units in a [`Key`]).
-const ADDRESS_LIMIT: u64 = 1 << 49;
-
-#[derive(Default)]
-struct Pool {
-    free: BTreeSet<Key>,
-    /// Searches of this pool since creation (garbage-collection clock).
-    gc_calls: u64,
-}
-
-/// Hashes block addresses for the address index: one folded multiply (addresses are
-/// distinct and 512-byte spaced, so no defence against adversarial keys is needed).
-#[derive(Default)]
-pub(crate) struct AddrHasher(u64);
-
-impl Hasher for AddrHasher {
-    fn finish(&self) -> u64 {
-        let p = u128::from(self.0) * 0x9E37_79B9_7F4A_7C15;
-        (p as u64) ^ ((p >> 64) as u64)
-    }
-
-    fn write(&mut self, bytes: &[u8]) {
-        for &b in bytes {
-            self.0 = self.0.rotate_left(8) ^ u64::from(b);
-        }
-    }
-
-    fn write_u64(&mut self, v: u64) {
-        self.0 = v;
     }
 }
 
@@ -703,193 +643,7 @@ impl<B: Backend> Policy<B> {
         s.requested_bytes.decrease(ty, requested);
     }
 
-    /// Returns a whole cached segment to the backend.
-    fn release_block(&mut self, id: u32) -> Result<(), AllocError> {
-        let b = &self.blocks[id as usize];
-        let (ptr, size, ty) = (DevicePtr(b.addr), b.size, b.stat_type());
-        // SAFETY: a whole free segment was returned by `malloc(size)` on this backend (segments
-        // keep their address and size while unsplit) and is freed only here, after which
-        // its arena slot is vacated, so it cannot be freed twice.
-        unsafe { self.backend.free(ptr, size) }.map_err(backend_err("free", self.device))?;
-        self.remove_free(id);
-        self.vacate(id);
-        self.total_reserved -= size;
-        self.stats.segment.decrease(ty, 1);
-        self.stats.reserved_bytes.decrease(ty, size as u64);
-        if size >= self.config.max_split_size {
-            self.stats.oversize_segments.decrease(1);
-        }
-        self.stats.num_device_free += 1;
-        Ok(())
-    }
-
-    /// Frees one oversize cached segment big enough for the request, or several of the
-    /// largest ones on the same stream. Only with a `max_split_size` set.
-    fn release_available_cached_blocks(
-        &mut self,
-        small: bool,
-        sid: u32,
-        rounded: usize,
-    ) -> Result<bool, AllocError> {
-        let max_split = self.config.max_split_size;
-        if max_split == usize::MAX {
-            return Ok(false);
-        }
-        let want = rounded.max(max_split);
-        let pool = if small { &self.small } else { &self.large };
-        let unsplit = |k: &&Key| !self.blocks[k.id() as usize].is_split();
-        if let Some(&key) = pool.free.range(Key::at_least(sid, want)..).find(unsplit) {
-            if key.stream() == sid {
-                self.release_block(key.id())?;
-                return Ok(true);
-            }
-        }
-        let victims: Vec<Key> = pool
-            .free
-            .range(..Key::at_least(sid, want))
-            .rev()
-            .take_while(|k| k.stream() == sid && k.size() >= max_split)
-            .filter(unsplit)
-            .copied()
-            .collect();
-        let mut released = 0;
-        for key in victims {
-            if released >= want {
-                break;
-            }
-            self.release_block(key.id())?;
-            released += key.size();
-        }
-        Ok(released >= want)
-    }
-
-    /// Waits for outstanding events, then returns every unsplit cached segment.
-    pub fn release_cached_blocks(&mut self) -> Result<(), AllocError> {
-        self.synchronize_and_free_events()?;
-        let whole: Vec<u32> = (self.small.free.iter().chain(self.large.free.iter()))
-            .map(|k| k.id())
-            .filter(|&id| !self.blocks[id as usize].is_split())
-            .collect();
-        for id in whole {
-            self.release_block(id)?;
-        }
-        Ok(())
-    }
-
-    /// Releases old unsplit large cached segments, without synchronising, while reserved
-    /// memory exceeds `garbage_collection_threshold` of the allowed memory.
-    fn garbage_collect(&mut self) -> Result<(), AllocError> {
-        let allowed = match (self.allowed_max, self.capacity) {
-            (Some(a), _) => a,
-            (None, Some(c)) => c,
-            (None, None) => self.mem_info()?.total,
-        };
-        let threshold = (self.config.garbage_collection_threshold * allowed as f64) as usize;
-        if self.total_reserved <= threshold {
-            return Ok(());
-        }
-        let target = self.total_reserved - threshold;
-        let now = self.large.gc_calls;
-        let mut candidates: Vec<(u32, u64, usize)> = (self.large.free.iter())
-            .map(|k| (k.id(), &self.blocks[k.id() as usize]))
-            .filter(|(_, b)| !b.is_split())
-            .map(|(id, b)| (id, now - b.gc_base, b.size))
-            .collect();
-        let mut total_age: u64 = candidates.iter().map(|c| c.1).sum();
-        let mut reclaimed = 0;
-        while reclaimed < target && !candidates.is_empty() {
-            let average = total_age as f64 / candidates.len() as f64;
-            let mut freed_any = false;
-            let mut kept = Vec::with_capacity(candidates.len());
-            for (id, age, size) in mem::take(&mut candidates) {
-                if age as f64 >= average {
-                    self.release_block(id)?;
-                    reclaimed += size;
-                    total_age -= age;
-                    freed_any = true;
-                } else {
-                    kept.push((id, age, size));
-                }
-            }
-            candidates = kept;
-            if !freed_any {
-                break;
-            }
-        }
-        Ok(())
-    }
-
-    fn out_of_memory(&mut self, requested: usize, rounded: usize, segment: usize) -> AllocError {
-        let info = self.mem_info().unwrap_or(MemInfo { free: 0, total: 0 });
-        let fraction = self.config.memory_fraction.zip(self.allowed_max);
-        let max_split = self.config.max_split_size;
-        let oom = OutOfMemory {
-            requested,
-            rounded,
-            segment_size: segment,
-            device: self.device,
-            capacity: info.total,
-            free: info.free,
-            allocated: self.stats.allocated_bytes.all().current as usize,
-            reserved: self.total_reserved,
-            fraction,
-            max_split_size: (max_split != usize::MAX).then_some(max_split),
-            hint: OomHint::Exhausted,
-        };
-        AllocError::OutOfMemory(Box::new(oom.diagnose()))
-    }
-
-    /// All segments and their blocks, by address.
-    pub fn snapshot(&self) -> Snapshot<B::Stream> {
-        let mut segments = Vec::new();
-        for head in self.blocks.iter() {
-            if head.state == State::Vacant || head.prev != NONE {
-                continue;
-            }
-            let mut seg = SegmentInfo {
-                address: DevicePtr(head.addr),
-                total_size: 0,
-                stream: self.streams[head.stream as usize],
-                is_small: head.small,
-                allocated_size: 0,
-                active_size: 0,
-                blocks: Vec::new(),
-            };
-            let mut b = head;
-            loop {
-                let state = match b.state {
-                    State::Allocated => BlockState::ActiveAllocated,
-                    State::Pending | State::Leaked => BlockState::ActivePendingFree,
-                    _ => BlockState::Inactive,
-                };
-                seg.total_size += b.size;
-                if state == BlockState::ActiveAllocated {
-                    seg.allocated_size += b.size;
-                }
-                if state != BlockState::Inactive {
-                    seg.active_size += b.size;
-                }
-                seg.blocks.push(BlockInfo {
-                    address: DevicePtr(b.addr),
-                    size: b.size,
-                    requested_size: b.requested,
-                    state,
-                });
-                match self.blocks.get(b.next as usize) {
-                    Some(next) => b = next,
-                    None => break,
-                }
-            }
-            segments.push(seg);
-        }
-        segments.sort_by_key(|s| s.address);
-        Snapshot {
-            device: self.device,
-            segments,
-        }
-    }
-
-    /// Stats with the split limit filled in.
+    /// A copy of the statistics.
     pub fn stats(&self) -> Stats {
         self.stats.clone()
     }
@@ -900,36 +654,5 @@ fn apply_net(array: &mut super::stats::StatArray, ty: StatType, net: i64) {
         array.increase(ty, net as u64);
     } else if net < 0 {
         array.decrease(ty, net.unsigned_abs());
-    }
-}
-
-impl<B: Backend> Drop for Policy<B> {
-    fn drop(&mut self) {
-        // Errors cannot be reported any more; what cannot be released is left to the driver,
-        // which reclaims it at process exit.
-        if self.backend.synchronize_device().is_ok() {
-            let _ = self.release_cached_blocks();
-        }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::Key;
-
-    #[test]
-    fn packed_key_round_trips_and_orders_by_stream_size_address() {
-        let k = Key::new(7, 20 << 20, 0x7f00_1234_5600, 99);
-        assert_eq!((k.stream(), k.size(), k.id()), (7, 20 << 20, 99));
-        let ordered = [
-            Key::new(0, 1 << 40, 0x9000, 1),
-            Key::new(1, 512, 0xffff_0000, 2),
-            Key::new(1, 1024, 0x1000, 3),
-            Key::new(1, 1024, 0x1200, 0),
-            Key::new(2, 512, 0, 4),
-        ];
-        assert!(ordered.windows(2).all(|w| w[0] < w[1]));
-        assert!(Key::at_least(1, 1024) <= ordered[2]);
-        assert!(Key::at_least(1, 1024) > ordered[1]);
     }
 }
