@@ -30,7 +30,17 @@
 //! `Drop`, stream-ordered as above; an error there (only possible when a backend event call
 //! fails) is recorded and reported by [`CachingAllocator::check_err`].
 //!
-//! The policy has only run against [`HostBackend`] here; no DCU was available.
+//! # Backends
+//! [`HipBackend`] runs the policy on a HIP device (`hipMalloc`/`hipFree`, `hipMemGetInfo`,
+//! pooled `hipEvent`s), and `CachingAllocator<HipBackend>` implements hip-rt's
+//! [`DeviceAllocator`](crate::DeviceAllocator), so `Device::with_allocator(ordinal,
+//! Arc::new(CachingAllocator::new(HipBackend::new(ordinal))?))` makes every `DeviceBuffer`
+//! of that device come from the cache. [`HostBackend`] (host memory, simulated streams and
+//! events) exercises the same policy in tests and benches.
+//!
+//! What has run where: the policy has only run against [`HostBackend`]; [`HipBackend`] has
+//! only run up to the runtime's "no device" answer (no DCU was available). The device test
+//! (`tests/caching_device.rs`, `--features device`) compiles but has never run.
 
 mod backend;
 mod config;
