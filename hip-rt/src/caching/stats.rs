@@ -60,6 +60,7 @@ pub struct StatArray(pub [Stat; 3]);
 
 impl StatArray {
     /// The stat for one pool type.
+    #[inline]
     pub fn get(&self, ty: StatType) -> &Stat {
         &self.0[ty as usize]
     }

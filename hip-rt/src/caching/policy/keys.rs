@@ -11,24 +11,29 @@ use std::hash::Hasher;
 pub(super) struct Key(u128);
 
 impl Key {
+    #[inline]
     pub(super) fn new(stream: u32, size: usize, addr: u64, id: u32) -> Key {
         let units = |v: u64| u128::from(v >> 9) & ((1 << 40) - 1);
         Key((stream as u128) << 112 | units(size as u64) << 72 | units(addr) << 32 | id as u128)
     }
 
     /// The smallest key of `stream` with at least `size` bytes.
+    #[inline]
     pub(super) fn at_least(stream: u32, size: usize) -> Key {
         Key::new(stream, size, 0, 0)
     }
 
+    #[inline]
     pub(super) fn stream(self) -> u32 {
         (self.0 >> 112) as u32
     }
 
+    #[inline]
     pub(super) fn size(self) -> usize {
         (((self.0 >> 72) & ((1 << 40) - 1)) as usize) << 9
     }
 
+    #[inline]
     pub(super) fn id(self) -> u32 {
         self.0 as u32
     }
@@ -52,6 +57,7 @@ pub(super) struct Pool {
 pub(super) struct AddrHasher(u64);
 
 impl Hasher for AddrHasher {
+    #[inline]
     fn finish(&self) -> u64 {
         let p = u128::from(self.0) * 0x9E37_79B9_7F4A_7C15;
         (p as u64) ^ ((p >> 64) as u64)
@@ -63,6 +69,7 @@ impl Hasher for AddrHasher {
         }
     }
 
+    #[inline]
     fn write_u64(&mut self, v: u64) {
         self.0 = v;
     }

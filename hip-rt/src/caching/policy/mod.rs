@@ -24,6 +24,7 @@ use keys::{AddrHasher, Key, Pool, ADDRESS_LIMIT, MAX_STREAMS};
 pub(crate) const NONE: u32 = u32::MAX;
 
 /// Rounds a request to the block size: at least 512 B, a multiple of 512 B.
+#[inline]
 pub fn round_size(size: usize) -> usize {
     if size < KMIN_BLOCK_SIZE {
         KMIN_BLOCK_SIZE
@@ -34,6 +35,7 @@ pub fn round_size(size: usize) -> usize {
 
 /// The segment size reserved from the device for a rounded request with no cached fit:
 /// 2 MiB for the small pool, 20 MiB for 1–10 MiB, else the request rounded up to 2 MiB.
+#[inline]
 pub fn allocation_size(rounded: usize) -> usize {
     if rounded <= KSMALL_SIZE {
         KSMALL_BUFFER
@@ -649,6 +651,7 @@ impl<B: Backend> Policy<B> {
     }
 }
 
+#[inline]
 fn apply_net(array: &mut super::stats::StatArray, ty: StatType, net: i64) {
     if net > 0 {
         array.increase(ty, net as u64);
