@@ -151,12 +151,17 @@ impl Backend for HipBackend {
 
 /// Maps the allocator's errors onto hip-rt's: out-of-memory keeps its full report, backend
 /// failures are the HIP errors they wrapped.
-fn to_rt_error(e: AllocError) -> Error {
+fn to_rt_error(e: AllocError, ordinal: i32) -> Error {
     match e {
         AllocError::OutOfMemory(oom) => Error::OutOfMemory {
             ordinal: oom.device,
             requested: oom.requested,
             detail: oom.detail(),
+        },
+        AllocError::TooLarge { requested } => Error::OutOfMemory {
+            ordinal,
+            requested,
+            detail: "more than 1 EiB requested; check the size computation".into(),
         },
         AllocError::Backend { op, device, source } => match source.downcast::<Error>() {
             Ok(e) => *e,
@@ -168,18 +173,20 @@ fn to_rt_error(e: AllocError) -> Error {
 
 impl DeviceAllocator for CachingAllocator<HipBackend> {
     fn allocate(&self, bytes: usize, stream: RawStream) -> Result<RawAllocation> {
-        let ptr = self.allocate_ptr(bytes, stream).map_err(to_rt_error)?;
+        let ptr = self
+            .allocate_ptr(bytes, stream)
+            .map_err(|e| to_rt_error(e, self.device()))?;
         Ok(RawAllocation { ptr, bytes })
     }
 
     unsafe fn deallocate(&self, allocation: RawAllocation, _stream: RawStream) -> Result<()> {
         // SAFETY: the DeviceAllocator contract: `allocation` came from `allocate` above (so
         // from `allocate_ptr`), has not been deallocated since, and is never used again.
-        unsafe { self.free_ptr(allocation.ptr) }.map_err(to_rt_error)
+        unsafe { self.free_ptr(allocation.ptr) }.map_err(|e| to_rt_error(e, self.device()))
     }
 
     fn record_stream(&self, allocation: &RawAllocation, stream: RawStream) -> Result<()> {
         self.record_stream_ptr(allocation.ptr, stream)
-            .map_err(to_rt_error)
+            .map_err(|e| to_rt_error(e, self.device()))
     }
 }
