@@ -3,13 +3,9 @@
 
 mod cpu_common;
 
-use cpu_common::Normal;
+use cpu_common::{cast, LayerNormData, Normal};
 use half::{bf16, f16};
 use hip_kernels::cpu::{self, AttentionShape, Element, LayerNormShape, MatmulShape};
-
-fn cast<T: Element>(x: &[f64]) -> Vec<T> {
-    x.iter().map(|&v| T::from_f64(v)).collect()
-}
 
 /// Plain triple loop, f64, same summation order as the reference.
 fn naive_matmul(
@@ -172,24 +168,19 @@ fn threaded_layernorm_equals_per_row_calls() {
         rows: 300,
         cols: 64,
     };
-    let n = s.rows * s.cols;
-    let (x, w, b, dy) = (
-        cast::<bf16>(&rng.vec(n)),
-        cast::<bf16>(&rng.vec(s.cols)),
-        cast::<bf16>(&rng.vec(s.cols)),
-        cast::<bf16>(&rng.vec(n)),
-    );
-    let (mut y, mut mean, mut rstd) = (
-        vec![bf16::ZERO; n],
-        vec![0.0f32; s.rows],
-        vec![0.0f32; s.rows],
-    );
+    let LayerNormData {
+        x,
+        weight: w,
+        bias: b,
+        dy,
+        mut y,
+        mut mean,
+        mut rstd,
+        mut dx,
+        dweight: mut dw,
+        dbias: mut db,
+    } = LayerNormData::<bf16>::random(&mut rng, &s);
     cpu::layernorm_forward(&s, 1e-5, &x, &w, &b, &mut y, &mut mean, &mut rstd).unwrap();
-    let (mut dx, mut dw, mut db) = (
-        vec![bf16::ZERO; n],
-        vec![bf16::ZERO; s.cols],
-        vec![bf16::ZERO; s.cols],
-    );
     cpu::layernorm_backward(&s, &x, &w, &dy, &mean, &rstd, &mut dx, &mut dw, &mut db).unwrap();
     let one = LayerNormShape {
         rows: 1,
