@@ -33,48 +33,14 @@ fn layernorm(c: &mut Criterion, rng: &mut Normal) {
         cols: 768,
     };
     let n = s.rows * s.cols;
-    let LayerNormData {
-        x,
-        weight: w,
-        bias: b,
-        dy,
-        mut y,
-        mut mean,
-        mut rstd,
-        mut dx,
-        dweight: mut dw,
-        dbias: mut db,
-    } = LayerNormData::<bf16>::random(rng, &s);
+    let mut d = LayerNormData::<bf16>::random(rng, &s);
     let mut g = c.benchmark_group("layernorm");
     g.throughput(Throughput::Elements(n as u64));
     g.bench_function("forward_bf16_64x768", |bch| {
-        bch.iter(|| {
-            cpu::layernorm_forward(
-                &s,
-                1e-5,
-                black_box(&x),
-                &w,
-                &b,
-                &mut y,
-                &mut mean,
-                &mut rstd,
-            )
-        })
+        bch.iter(|| black_box(&mut d).forward(&s, 1e-5))
     });
     g.bench_function("backward_bf16_64x768", |bch| {
-        bch.iter(|| {
-            cpu::layernorm_backward(
-                &s,
-                black_box(&x),
-                &w,
-                &dy,
-                &mean,
-                &rstd,
-                &mut dx,
-                &mut dw,
-                &mut db,
-            )
-        })
+        bch.iter(|| black_box(&mut d).backward(&s))
     });
     g.finish();
 }

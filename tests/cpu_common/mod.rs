@@ -2,7 +2,7 @@
 //! Included by several test crates and by `benches/cpu_reference.rs`; each uses a subset.
 #![allow(dead_code)]
 
-use hip_kernels::cpu::{Element, LayerNormShape};
+use hip_kernels::cpu::{self, Element, LayerNormShape, ShapeError};
 
 /// A small deterministic generator of N(0, 1) values (SplitMix64 + Box–Muller).
 pub struct Normal(u64);
@@ -70,5 +70,34 @@ impl<T: Element> LayerNormData<T> {
             dweight: vec![zero; s.cols],
             dbias: vec![zero; s.cols],
         }
+    }
+
+    /// `cpu::layernorm_forward` from `x`, `weight`, `bias` into `y`, `mean`, `rstd`.
+    pub fn forward(&mut self, s: &LayerNormShape, eps: f32) -> Result<(), ShapeError> {
+        cpu::layernorm_forward(
+            s,
+            eps,
+            &self.x,
+            &self.weight,
+            &self.bias,
+            &mut self.y,
+            &mut self.mean,
+            &mut self.rstd,
+        )
+    }
+
+    /// `cpu::layernorm_backward` from the saved `mean`, `rstd` into `dx`, `dweight`, `dbias`.
+    pub fn backward(&mut self, s: &LayerNormShape) -> Result<(), ShapeError> {
+        cpu::layernorm_backward(
+            s,
+            &self.x,
+            &self.weight,
+            &self.dy,
+            &self.mean,
+            &self.rstd,
+            &mut self.dx,
+            &mut self.dweight,
+            &mut self.dbias,
+        )
     }
 }
