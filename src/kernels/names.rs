@@ -48,5 +48,8 @@ pub const KERNEL_FILES: &[KernelFile] = &[
 
 /// The kernels of `kernels/<source>.hip`, if the table lists it.
 pub fn kernel_names(source: &str) -> Option<&'static [&'static str]> {
-    KERNEL_FILES.iter().find(|f| f.source == source).map(|f| f.kernels)
+    KERNEL_FILES
+        .iter()
+        .find(|f| f.source == source)
+        .map(|f| f.kernels)
 }
