@@ -53,9 +53,7 @@ impl std::fmt::Display for DType {
 /// exactly what PyTorch does when it casts float64 to float16/bfloat16 (c10 converts via float).
 /// It differs from a single correctly rounded f64 → 16-bit conversion only when the f32 rounding
 /// lands exactly on a 16-bit tie.
-pub trait Element:
-    Copy + Send + Sync + PartialEq + std::fmt::Debug + bytemuck::Pod + 'static
-{
+pub trait Element: Copy + Send + Sync + PartialEq + std::fmt::Debug + bytemuck::Pod + 'static {
     /// The matching [`DType`].
     const DTYPE: DType;
     /// Exact widening to `f64`.
@@ -135,14 +133,7 @@ pub enum Op {
 
 impl Op {
     /// All operations.
-    pub const ALL: [Op; 6] = [
-        Op::Matmul,
-        Op::LayerNormForward,
-        Op::LayerNormBackward,
-        Op::AttentionForward,
-        Op::AttentionBackward,
-        Op::AdamW,
-    ];
+    pub const ALL: [Op; 6] = [Op::Matmul, Op::LayerNormForward, Op::LayerNormBackward, Op::AttentionForward, Op::AttentionBackward, Op::AdamW];
 
     /// The name used in golden cases (`op` metadata) and kernel names.
     pub const fn name(self) -> &'static str {
@@ -230,47 +221,23 @@ pub enum ShapeError {
 }
 
 /// Product of dimensions, or [`ShapeError::Overflow`].
-pub fn checked_len(
-    op: &'static str,
-    tensor: &'static str,
-    dims: &[usize],
-) -> Result<usize, ShapeError> {
+pub fn checked_len(op: &'static str, tensor: &'static str, dims: &[usize]) -> Result<usize, ShapeError> {
     dims.iter()
         .try_fold(1usize, |acc, &d| acc.checked_mul(d))
         .ok_or(ShapeError::Overflow { op, tensor })
 }
 
 /// Check that a buffer length equals the expected element count.
-pub fn check_len(
-    op: &'static str,
-    tensor: &'static str,
-    expected: usize,
-    got: usize,
-) -> Result<(), ShapeError> {
+pub fn check_len(op: &'static str, tensor: &'static str, expected: usize, got: usize) -> Result<(), ShapeError> {
     if expected == got {
         Ok(())
     } else {
-        Err(ShapeError::Length {
-            op,
-            tensor,
-            expected,
-            got,
-        })
+        Err(ShapeError::Length { op, tensor, expected, got })
     }
 }
 
-fn invalid(
-    op: &'static str,
-    name: &'static str,
-    value: impl std::fmt::Display,
-    reason: &'static str,
-) -> ShapeError {
-    ShapeError::Invalid {
-        op,
-        name,
-        value: value.to_string(),
-        reason,
-    }
+fn invalid(op: &'static str, name: &'static str, value: impl std::fmt::Display, reason: &'static str) -> ShapeError {
+    ShapeError::Invalid { op, name, value: value.to_string(), reason }
 }
 
 /// `out = alpha·op(A)·op(B) + beta·C`, row-major, packed batches.
@@ -300,14 +267,7 @@ impl MatmulShape {
 
     /// A single non-transposed `m × k` by `k × n` product.
     pub const fn new(m: usize, n: usize, k: usize) -> Self {
-        Self {
-            batch: 1,
-            m,
-            n,
-            k,
-            trans_a: false,
-            trans_b: false,
-        }
+        Self { batch: 1, m, n, k, trans_a: false, trans_b: false }
     }
 
     /// Elements of `a` (all batches).
@@ -326,14 +286,7 @@ impl MatmulShape {
     }
 
     /// Check buffer lengths and scalars. `out` doubles as C when `beta != 0`.
-    pub fn validate(
-        &self,
-        alpha: f32,
-        beta: f32,
-        a_len: usize,
-        b_len: usize,
-        out_len: usize,
-    ) -> Result<(), ShapeError> {
+    pub fn validate(&self, alpha: f32, beta: f32, a_len: usize, b_len: usize, out_len: usize) -> Result<(), ShapeError> {
         if !alpha.is_finite() {
             return Err(invalid(Self::OP, "alpha", alpha, "must be finite"));
         }
@@ -364,20 +317,9 @@ impl LayerNormShape {
         checked_len(Self::OP, "x", &[self.rows, self.cols])
     }
 
-    fn validate_common(
-        &self,
-        x: usize,
-        weight: usize,
-        mean: usize,
-        rstd: usize,
-    ) -> Result<(), ShapeError> {
+    fn validate_common(&self, x: usize, weight: usize, mean: usize, rstd: usize) -> Result<(), ShapeError> {
         if self.cols == 0 {
-            return Err(invalid(
-                Self::OP,
-                "cols",
-                0,
-                "must be at least 1 (the mean of nothing is undefined)",
-            ));
+            return Err(invalid(Self::OP, "cols", 0, "must be at least 1 (the mean of nothing is undefined)"));
         }
         check_len(Self::OP, "x", self.x_len()?, x)?;
         check_len(Self::OP, "weight", self.cols, weight)?;
@@ -388,23 +330,9 @@ impl LayerNormShape {
     /// Check the forward's `eps` and buffer lengths (`x`/`y` `[rows, cols]`, `weight`/`bias` `[cols]`,
     /// `mean`/`rstd` `[rows]`).
     #[allow(clippy::too_many_arguments)]
-    pub fn validate_forward(
-        &self,
-        eps: f32,
-        x: usize,
-        weight: usize,
-        bias: usize,
-        y: usize,
-        mean: usize,
-        rstd: usize,
-    ) -> Result<(), ShapeError> {
+    pub fn validate_forward(&self, eps: f32, x: usize, weight: usize, bias: usize, y: usize, mean: usize, rstd: usize) -> Result<(), ShapeError> {
         if !(eps.is_finite() && eps >= 0.0) {
-            return Err(invalid(
-                Self::OP,
-                "eps",
-                eps,
-                "must be finite and non-negative",
-            ));
+            return Err(invalid(Self::OP, "eps", eps, "must be finite and non-negative"));
         }
         self.validate_common(x, weight, mean, rstd)?;
         check_len(Self::OP, "bias", self.cols, bias)?;
@@ -414,17 +342,7 @@ impl LayerNormShape {
     /// Check the backward's buffer lengths (`x`, `dy`, `dx` `[rows, cols]`; `weight`, `dweight`,
     /// `dbias` `[cols]`; `mean`, `rstd` `[rows]`).
     #[allow(clippy::too_many_arguments)]
-    pub fn validate_backward(
-        &self,
-        x: usize,
-        weight: usize,
-        dy: usize,
-        mean: usize,
-        rstd: usize,
-        dx: usize,
-        dweight: usize,
-        dbias: usize,
-    ) -> Result<(), ShapeError> {
+    pub fn validate_backward(&self, x: usize, weight: usize, dy: usize, mean: usize, rstd: usize, dx: usize, dweight: usize, dbias: usize) -> Result<(), ShapeError> {
         self.validate_common(x, weight, mean, rstd)?;
         check_len(Self::OP, "dy", self.x_len()?, dy)?;
         check_len(Self::OP, "dx", self.x_len()?, dx)?;
@@ -468,20 +386,12 @@ impl AttentionShape {
 
     /// Elements of `q`, `out`, `dout`, `dq`.
     pub fn q_len(&self) -> Result<usize, ShapeError> {
-        checked_len(
-            Self::OP,
-            "q",
-            &[self.batch, self.heads, self.tq, self.head_dim],
-        )
+        checked_len(Self::OP, "q", &[self.batch, self.heads, self.tq, self.head_dim])
     }
 
     /// Elements of `k`, `v`, `dk`, `dv`.
     pub fn kv_len(&self) -> Result<usize, ShapeError> {
-        checked_len(
-            Self::OP,
-            "k",
-            &[self.batch, self.heads, self.tk, self.head_dim],
-        )
+        checked_len(Self::OP, "k", &[self.batch, self.heads, self.tk, self.head_dim])
     }
 
     /// Elements of `lse`.
@@ -513,32 +423,14 @@ impl AttentionShape {
     }
 
     /// Check the forward's buffer lengths.
-    pub fn validate_forward(
-        &self,
-        q: usize,
-        k: usize,
-        v: usize,
-        out: usize,
-        lse: usize,
-    ) -> Result<(), ShapeError> {
+    pub fn validate_forward(&self, q: usize, k: usize, v: usize, out: usize, lse: usize) -> Result<(), ShapeError> {
         self.validate_qkv(q, k, v, lse)?;
         check_len(Self::OP, "out", self.q_len()?, out)
     }
 
     /// Check the backward's buffer lengths.
     #[allow(clippy::too_many_arguments)]
-    pub fn validate_backward(
-        &self,
-        q: usize,
-        k: usize,
-        v: usize,
-        out: usize,
-        dout: usize,
-        lse: usize,
-        dq: usize,
-        dk: usize,
-        dv: usize,
-    ) -> Result<(), ShapeError> {
+    pub fn validate_backward(&self, q: usize, k: usize, v: usize, out: usize, dout: usize, lse: usize, dq: usize, dk: usize, dv: usize) -> Result<(), ShapeError> {
         self.validate_forward(q, k, v, out, lse)?;
         check_len(Self::OP, "dout", self.q_len()?, dout)?;
         check_len(Self::OP, "dq", self.q_len()?, dq)?;
@@ -571,15 +463,7 @@ pub struct AdamWConfig {
 impl Default for AdamWConfig {
     /// torch.optim.AdamW's defaults: lr 1e-3, betas (0.9, 0.999), eps 1e-8, weight_decay 1e-2.
     fn default() -> Self {
-        Self {
-            lr: 1e-3,
-            beta1: 0.9,
-            beta2: 0.999,
-            eps: 1e-8,
-            weight_decay: 1e-2,
-            maximize: false,
-            amsgrad: false,
-        }
+        Self { lr: 1e-3, beta1: 0.9, beta2: 0.999, eps: 1e-8, weight_decay: 1e-2, maximize: false, amsgrad: false }
     }
 }
 
@@ -597,11 +481,7 @@ pub struct AdamWStep {
 impl AdamWStep {
     /// A plain step without scaling.
     pub const fn new(step: u64) -> Self {
-        Self {
-            step,
-            grad_scale: None,
-            found_inf: false,
-        }
+        Self { step, grad_scale: None, found_inf: false }
     }
 }
 
@@ -614,16 +494,7 @@ impl AdamWConfig {
     /// `param` (the model copy), `grad`, `exp_avg`, `exp_avg_sq` must have equal length;
     /// `max_exp_avg_sq` is given iff `amsgrad`; `master` (f32 master weights) is optional.
     #[allow(clippy::too_many_arguments)]
-    pub fn validate(
-        &self,
-        step: &AdamWStep,
-        param: usize,
-        grad: usize,
-        exp_avg: usize,
-        exp_avg_sq: usize,
-        max_exp_avg_sq: Option<usize>,
-        master: Option<usize>,
-    ) -> Result<(), ShapeError> {
+    pub fn validate(&self, step: &AdamWStep, param: usize, grad: usize, exp_avg: usize, exp_avg_sq: usize, max_exp_avg_sq: Option<usize>, master: Option<usize>) -> Result<(), ShapeError> {
         let op = Self::OP;
         if !(self.lr.is_finite() && self.lr >= 0.0) {
             return Err(invalid(op, "lr", self.lr, "must be finite and >= 0"));
@@ -637,20 +508,10 @@ impl AdamWConfig {
             return Err(invalid(op, "eps", self.eps, "must be finite and >= 0"));
         }
         if !(self.weight_decay.is_finite() && self.weight_decay >= 0.0) {
-            return Err(invalid(
-                op,
-                "weight_decay",
-                self.weight_decay,
-                "must be finite and >= 0",
-            ));
+            return Err(invalid(op, "weight_decay", self.weight_decay, "must be finite and >= 0"));
         }
         if step.step == 0 {
-            return Err(invalid(
-                op,
-                "step",
-                0,
-                "must be >= 1 (the step count after increment)",
-            ));
+            return Err(invalid(op, "step", 0, "must be >= 1 (the step count after increment)"));
         }
         if let Some(s) = step.grad_scale {
             if !(s.is_finite() && s > 0.0) {
@@ -664,20 +525,10 @@ impl AdamWConfig {
             (true, Some(len)) => check_len(op, "max_exp_avg_sq", param, len)?,
             (false, None) => {}
             (true, None) => {
-                return Err(ShapeError::Presence {
-                    op,
-                    tensor: "max_exp_avg_sq",
-                    required: true,
-                    fix: "amsgrad needs the running maximum of exp_avg_sq",
-                })
+                return Err(ShapeError::Presence { op, tensor: "max_exp_avg_sq", required: true, fix: "amsgrad needs the running maximum of exp_avg_sq" })
             }
             (false, Some(_)) => {
-                return Err(ShapeError::Presence {
-                    op,
-                    tensor: "max_exp_avg_sq",
-                    required: false,
-                    fix: "set amsgrad = true or drop it",
-                })
+                return Err(ShapeError::Presence { op, tensor: "max_exp_avg_sq", required: false, fix: "set amsgrad = true or drop it" })
             }
         }
         if let Some(len) = master {
@@ -694,78 +545,35 @@ mod tests {
     #[test]
     fn from_f64_rounds_like_torch_via_f32() {
         // Values torch casts to 1.0 (f64 → f32 → 16-bit), not to the next 16-bit value.
-        assert_eq!(
-            <bf16 as Element>::from_f64(1.0 + 2f64.powi(-8) + 2f64.powi(-30)).to_f64(),
-            1.0
-        );
-        assert_eq!(
-            <f16 as Element>::from_f64(1.0 + 2f64.powi(-11) + 2f64.powi(-40)).to_f64(),
-            1.0
-        );
-        assert_eq!(
-            <f16 as Element>::from_f64(1.0 + 3.0 * 2f64.powi(-11)).to_f64(),
-            1.0 + 2f64.powi(-9)
-        );
+        assert_eq!(<bf16 as Element>::from_f64(1.0 + 2f64.powi(-8) + 2f64.powi(-30)).to_f64(), 1.0);
+        assert_eq!(<f16 as Element>::from_f64(1.0 + 2f64.powi(-11) + 2f64.powi(-40)).to_f64(), 1.0);
+        assert_eq!(<f16 as Element>::from_f64(1.0 + 3.0 * 2f64.powi(-11)).to_f64(), 1.0 + 2f64.powi(-9));
     }
 
     #[test]
     fn causal_visibility_is_bottom_right_aligned() {
-        let s = AttentionShape {
-            batch: 1,
-            heads: 1,
-            tq: 2,
-            tk: 5,
-            head_dim: 4,
-            causal: true,
-            scale: 1.0,
-        };
+        let s = AttentionShape { batch: 1, heads: 1, tq: 2, tk: 5, head_dim: 4, causal: true, scale: 1.0 };
         assert_eq!((s.visible_keys(0), s.visible_keys(1)), (4, 5));
         let s = AttentionShape { tq: 5, tk: 2, ..s };
-        assert_eq!(
-            (0..5).map(|i| s.visible_keys(i)).collect::<Vec<_>>(),
-            vec![0, 0, 0, 1, 2]
-        );
+        assert_eq!((0..5).map(|i| s.visible_keys(i)).collect::<Vec<_>>(), vec![0, 0, 0, 1, 2]);
         let s = AttentionShape { causal: false, ..s };
         assert_eq!(s.visible_keys(0), 2);
     }
 
     #[test]
     fn validation_names_the_values() {
-        let s = MatmulShape {
-            batch: 2,
-            ..MatmulShape::new(3, 4, 5)
-        };
+        let s = MatmulShape { batch: 2, ..MatmulShape::new(3, 4, 5) };
         let e = s.validate(1.0, 0.0, 30, 39, 24).unwrap_err();
-        assert_eq!(
-            e,
-            ShapeError::Length {
-                op: "matmul",
-                tensor: "b",
-                expected: 40,
-                got: 39
-            }
-        );
+        assert_eq!(e, ShapeError::Length { op: "matmul", tensor: "b", expected: 40, got: 39 });
         assert!(e.to_string().contains("39") && e.to_string().contains("40"));
         let big = MatmulShape::new(usize::MAX, 2, 2);
         assert!(matches!(big.a_len(), Err(ShapeError::Overflow { .. })));
-        let c = AdamWConfig {
-            amsgrad: true,
-            ..AdamWConfig::default()
-        };
-        let e = c
-            .validate(&AdamWStep::new(1), 3, 3, 3, 3, None, None)
-            .unwrap_err();
-        assert!(
-            e.to_string().contains("`max_exp_avg_sq` must be given"),
-            "{e}"
-        );
-        let e = AdamWConfig::default()
-            .validate(&AdamWStep::new(0), 3, 3, 3, 3, None, None)
-            .unwrap_err();
+        let c = AdamWConfig { amsgrad: true, ..AdamWConfig::default() };
+        let e = c.validate(&AdamWStep::new(1), 3, 3, 3, 3, None, None).unwrap_err();
+        assert!(e.to_string().contains("`max_exp_avg_sq` must be given"), "{e}");
+        let e = AdamWConfig::default().validate(&AdamWStep::new(0), 3, 3, 3, 3, None, None).unwrap_err();
         assert!(e.to_string().contains("step = 0"), "{e}");
-        let e = LayerNormShape { rows: 2, cols: 0 }
-            .validate_forward(1e-5, 0, 0, 0, 0, 2, 2)
-            .unwrap_err();
+        let e = LayerNormShape { rows: 2, cols: 0 }.validate_forward(1e-5, 0, 0, 0, 0, 2, 2).unwrap_err();
         assert!(e.to_string().contains("cols = 0"), "{e}");
     }
 }

@@ -42,18 +42,9 @@ impl Tolerance {
     /// torch.testing.assert_close's defaults for a dtype.
     pub const fn torch_default(dtype: DType) -> Tolerance {
         match dtype {
-            DType::F32 => Tolerance {
-                rtol: 1.3e-6,
-                atol: 1e-5,
-            },
-            DType::F16 => Tolerance {
-                rtol: 1e-3,
-                atol: 1e-5,
-            },
-            DType::BF16 => Tolerance {
-                rtol: 1.6e-2,
-                atol: 1e-5,
-            },
+            DType::F32 => Tolerance { rtol: 1.3e-6, atol: 1e-5 },
+            DType::F16 => Tolerance { rtol: 1e-3, atol: 1e-5 },
+            DType::BF16 => Tolerance { rtol: 1.6e-2, atol: 1e-5 },
         }
     }
 
@@ -87,19 +78,10 @@ pub fn tolerance(op: Op, dtype: DType, input_dtype: DType, reduction_len: usize)
     let base = Tolerance::torch_default(dtype);
     let l = reduction_len.max(1) as f64;
     match op {
-        Op::AdamW if dtype == DType::F32 => Tolerance {
-            rtol: base.rtol,
-            atol: 1e-8,
-        },
+        Op::AdamW if dtype == DType::F32 => Tolerance { rtol: base.rtol, atol: 1e-8 },
         Op::AdamW => base,
-        Op::AttentionBackward if input_dtype != DType::F32 => Tolerance {
-            rtol: base.rtol,
-            atol: base.atol + 4.0 * U_F32 * l + unit_roundoff(input_dtype) * l.sqrt(),
-        },
-        _ => Tolerance {
-            rtol: base.rtol,
-            atol: base.atol + 4.0 * U_F32 * l,
-        },
+        Op::AttentionBackward if input_dtype != DType::F32 => Tolerance { rtol: base.rtol, atol: base.atol + 4.0 * U_F32 * l + unit_roundoff(input_dtype) * l.sqrt() },
+        _ => Tolerance { rtol: base.rtol, atol: base.atol + 4.0 * U_F32 * l },
     }
 }
 
@@ -130,9 +112,6 @@ mod tests {
         let long = tolerance(Op::Matmul, DType::F32, DType::F32, 512);
         assert!(long.atol > 1e-4 && short.atol < 1.1e-5);
         assert_eq!(tolerance(Op::AdamW, DType::F32, DType::F32, 1).atol, 1e-8);
-        assert!(
-            tolerance(Op::AttentionBackward, DType::F16, DType::F16, 64).atol
-                > tolerance(Op::AttentionBackward, DType::F32, DType::F32, 64).atol
-        );
+        assert!(tolerance(Op::AttentionBackward, DType::F16, DType::F16, 64).atol > tolerance(Op::AttentionBackward, DType::F32, DType::F32, 64).atol);
     }
 }

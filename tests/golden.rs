@@ -2,10 +2,7 @@
 //! `HIPK_GOLDEN_DIR` (colon-separated). A case that cannot be read, names an unknown op, or
 //! mismatches is a failure; all failures are listed before the test fails.
 
-use hip_kernels::golden::{
-    self, case_files, committed_dir, env_dirs, load_case, run_case_with, CpuBackend, GoldenError,
-    TensorData,
-};
+use hip_kernels::golden::{self, case_files, committed_dir, env_dirs, load_case, run_case_with, CpuBackend, GoldenError, TensorData};
 use std::path::PathBuf;
 
 fn all_case_files() -> Vec<PathBuf> {
@@ -26,34 +23,12 @@ fn all_case_files() -> Vec<PathBuf> {
 fn golden_cases_pass_on_the_cpu_reference() {
     let files = all_case_files();
     let results = std::thread::scope(|s| {
-        let handles: Vec<_> = files
-            .chunks(files.len().div_ceil(4).max(1))
-            .map(|chunk| {
-                s.spawn(move || {
-                    chunk
-                        .iter()
-                        .map(|p| (p.clone(), golden::run_case(p)))
-                        .collect::<Vec<_>>()
-                })
-            })
-            .collect();
-        handles
-            .into_iter()
-            .flat_map(|h| h.join().unwrap_or_default())
-            .collect::<Vec<_>>()
+        let handles: Vec<_> = files.chunks(files.len().div_ceil(4).max(1)).map(|chunk| s.spawn(move || chunk.iter().map(|p| (p.clone(), golden::run_case(p))).collect::<Vec<_>>())).collect();
+        handles.into_iter().flat_map(|h| h.join().unwrap_or_default()).collect::<Vec<_>>()
     });
     assert_eq!(results.len(), files.len(), "a worker thread panicked");
-    let failures: Vec<String> = results
-        .iter()
-        .filter_map(|(p, r)| r.as_ref().err().map(|e| format!("{}: {e}", p.display())))
-        .collect();
-    assert!(
-        failures.is_empty(),
-        "{} of {} golden cases failed:\n{}",
-        failures.len(),
-        results.len(),
-        failures.join("\n")
-    );
+    let failures: Vec<String> = results.iter().filter_map(|(p, r)| r.as_ref().err().map(|e| format!("{}: {e}", p.display()))).collect();
+    assert!(failures.is_empty(), "{} of {} golden cases failed:\n{}", failures.len(), results.len(), failures.join("\n"));
     println!("golden: {} cases passed", results.len());
 }
 
@@ -66,10 +41,7 @@ fn committed_cases_cover_every_op_and_dtype() {
     }
     for op in hip_kernels::params::Op::ALL {
         for dt in hip_kernels::params::DType::ALL {
-            assert!(
-                seen.contains(&(op, dt)),
-                "no committed golden case for {op} {dt}"
-            );
+            assert!(seen.contains(&(op, dt)), "no committed golden case for {op} {dt}");
         }
     }
 }
@@ -87,15 +59,9 @@ fn perturbed_fails(name: &str, tensor: &str, index: usize) {
     }
     match run_case_with(&mut CpuBackend, &case) {
         Err(GoldenError::Mismatch(m)) => {
-            assert_eq!(
-                (m.case.as_str(), m.tensor.as_str(), m.index, m.bad),
-                (name, tensor, index, 1)
-            );
+            assert_eq!((m.case.as_str(), m.tensor.as_str(), m.index, m.bad), (name, tensor, index, 1));
             let text = m.to_string();
-            assert!(
-                text.contains(name) && text.contains(tensor) && text.contains("expected"),
-                "{text}"
-            );
+            assert!(text.contains(name) && text.contains(tensor) && text.contains("expected"), "{text}");
         }
         other => panic!("perturbed {name}/{tensor}[{index}] not reported: {other:?}"),
     }
@@ -119,29 +85,17 @@ fn unreadable_or_unknown_cases_are_errors() {
     std::fs::create_dir_all(&dir).unwrap();
     let garbage = dir.join("garbage.safetensors");
     std::fs::write(&garbage, b"not a safetensors file").unwrap();
-    assert!(matches!(
-        golden::run_case(&garbage),
-        Err(GoldenError::Format { .. })
-    ));
+    assert!(matches!(golden::run_case(&garbage), Err(GoldenError::Format { .. })));
     // A valid file with an unknown op.
     let mut bytes = std::fs::read(committed_dir().join("adamw_f32_plain.safetensors")).unwrap();
     let key = b"\"op\":\"adamw\"";
-    let at = bytes
-        .windows(key.len())
-        .position(|w| w == key)
-        .expect("fixture header has a compact op key");
+    let at = bytes.windows(key.len()).position(|w| w == key).expect("fixture header has a compact op key");
     bytes[at + key.len() - 2] = b'x';
     let unknown = dir.join("unknown.safetensors");
     std::fs::write(&unknown, &bytes).unwrap();
     let err = golden::run_case(&unknown).unwrap_err();
-    assert!(
-        matches!(&err, GoldenError::UnknownOp { op, .. } if op == "adamx"),
-        "{err}"
-    );
-    assert!(
-        err.to_string().contains("unknown.") || err.to_string().contains("unknown op"),
-        "{err}"
-    );
+    assert!(matches!(&err, GoldenError::UnknownOp { op, .. } if op == "adamx"), "{err}");
+    assert!(err.to_string().contains("unknown.") || err.to_string().contains("unknown op"), "{err}");
     let missing = golden::run_case(&dir.join("missing.safetensors")).unwrap_err();
     assert!(matches!(missing, GoldenError::Io { .. }));
     std::fs::remove_dir_all(&dir).unwrap();
