@@ -45,13 +45,16 @@ fn hipcc_search_order_is_the_documented_one() {
     assert_eq!(order, expected);
 }
 
+/// (environment, existing files, expected pick).
+type FindCase = (
+    &'static [(&'static str, &'static str)],
+    &'static [&'static str],
+    Option<(&'static str, HipccOrigin)>,
+);
+
 #[test]
 fn find_hipcc_picks_the_first_existing_candidate() {
-    let cases: &[(
-        &[(&str, &str)],
-        &'static [&'static str],
-        Option<(&str, HipccOrigin)>,
-    )] = &[
+    let cases: &[FindCase] = &[
         // Nothing set, DTK installed and a Debian hipcc on PATH: DTK wins.
         (
             &[("PATH", "/usr/bin")],
