@@ -11,6 +11,7 @@
 
 #[path = "../../build/detect.rs"]
 pub mod detect;
+pub mod loader;
 mod names;
 mod table;
 
