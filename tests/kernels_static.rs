@@ -59,7 +59,10 @@ fn gate_no_scratch_no_spills_enough_occupancy_on_gfx906() {
         .collect();
     println!("{}", kernels::format_resource_table(&rows));
     let mut failures = Vec::new();
-    for file in kernels::KERNEL_FILES {
+    for file in kernels::KERNEL_FILES
+        .iter()
+        .filter(|f| kernels::bundle(f.source).is_ok())
+    {
         for &name in file.kernels {
             let Some(r) = rows.iter().find(|r| r.kernel == name) else {
                 failures.push(format!("{name}: no resource figures for {GATE_ARCH}"));
@@ -139,10 +142,20 @@ fn manifest_every_bundle_has_every_arch_and_the_listed_kernels() {
         );
     }
     for file in kernels::KERNEL_FILES {
+        if kernels::bundle(file.source).is_ok() {
+            continue;
+        }
+        // A source listed ahead of its merge (the table is shared by every kernel file).
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("kernels")
+            .join(format!("{}.hip", file.source));
         assert!(
-            kernels::bundle(file.source).is_ok(),
-            "KERNEL_FILES lists {} but kernels/{}.hip was not built",
-            file.source,
+            !path.exists(),
+            "{} exists but was not built into this crate",
+            path.display()
+        );
+        eprintln!(
+            "KERNEL_FILES lists {}, not in this checkout: skipped",
             file.source
         );
     }
@@ -153,7 +166,10 @@ fn every_kernel_has_figures_for_every_arch() {
     if !built() {
         return;
     }
-    for file in kernels::KERNEL_FILES {
+    for file in kernels::KERNEL_FILES
+        .iter()
+        .filter(|f| kernels::bundle(f.source).is_ok())
+    {
         for &name in file.kernels {
             for arch in kernels::archs() {
                 let r = kernels::resource(name, arch)
