@@ -1,7 +1,9 @@
 // kernels/adamw.hip — fused multi-tensor AdamW, and the multi-tensor non-finite check and
 // global L2 norm a trainer needs for gradient clipping and loss scaling.
 //
-// NEVER RUN ON A GPU: compiled and statically checked for gfx906 only (see the figures below).
+// NEVER RUN ON A GPU: compiled and statically checked for gfx906 only (see the figures below),
+// and executed on the CPU under a host emulation of HIP (tools/kernel-emu/run_layernorm_adamw.sh)
+// against double-precision loops.
 //
 // Multi-tensor launch (like PyTorch's multi_tensor_apply): the host writes a table of tensor
 // descriptors to device memory; tensor i is cut into chunks of `chunk` elements and owns chunks

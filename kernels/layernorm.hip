@@ -1,6 +1,8 @@
 // kernels/layernorm.hip — layer norm forward and backward over the last dimension.
 //
-// NEVER RUN ON A GPU: compiled and statically checked for gfx906 only (see the figures below).
+// NEVER RUN ON A GPU: compiled and statically checked for gfx906 only (see the figures below),
+// and executed on the CPU under a host emulation of HIP (tools/kernel-emu/run_layernorm_adamw.sh)
+// against double-precision loops.
 //
 // Layout: x, y, dy, dx are [rows, C] row-major in T (f32, f16, bf16); weight, bias, dweight,
 // dbias are [C] in T; mean and rstd are [rows] f32. All math is f32. Biased variance, eps inside
