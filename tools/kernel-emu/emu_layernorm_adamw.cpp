@@ -187,7 +187,20 @@ static void test_helpers(void (*nf)(const TensorRef*, int, int64_t, int64_t, flo
   if (flag != 1) { std::printf("FAIL nonfinite %s: missed inf\n", name_of<T>()); ++failures; }
 }
 
+/// f32 -> bf16 rounding of common.h on edge values (ties to even, overflow, NaN, signed zero).
+static void test_bf16_rounding() {
+  const struct { uint32_t in; uint16_t out; } cases[] = {
+      {0x3f800000u, 0x3f80}, {0x3f808000u, 0x3f80}, {0x3f818000u, 0x3f82}, {0x3f808001u, 0x3f81},
+      {0x7f7fffffu, 0x7f80}, {0xff7fffffu, 0xff80}, {0x7f800000u, 0x7f80}, {0x80000000u, 0x8000},
+      {0x00000001u, 0x0000}, {0x7f800001u, 0x7fc0}, {0xffc00000u, 0xffc0}, {0x7fbfffffu, 0x7fff}};
+  for (const auto& c : cases) {
+    const uint16_t got = hipk::f32_to_bf16(__uint_as_float(c.in)).bits;
+    if (got != c.out) { std::printf("FAIL bf16 rounding of %08x: got %04x expected %04x\n", c.in, got, c.out); ++failures; }
+  }
+}
+
 int main(int argc, char** argv) {
+  test_bf16_rounding();
   bool quick = argc > 1 && std::string(argv[1]) == "quick";
   for (int C : {1, 3, 4, 64, 100, 256, 257, 1024, 1025, 2000, 4096, 4100}) {
     for (long rows : {1L, 5L}) {
