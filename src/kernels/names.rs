@@ -44,9 +44,87 @@ pub const KERNEL_FILES: &[KernelFile] = &[
             "multi_l2norm_finalize_f32",
         ],
     },
+    // kernels/matmul.hip and kernels/attention.hip (helper kmath's), as of its branch at the
+    // time of writing; the manifest test flags any drift.
+    KernelFile {
+        source: "matmul",
+        kernels: &[
+            "matmul_nn_bf16",
+            "matmul_nn_f16",
+            "matmul_nn_f32",
+            "matmul_nt_bf16",
+            "matmul_nt_f16",
+            "matmul_nt_f32",
+            "matmul_small_nn_bf16",
+            "matmul_small_nn_f16",
+            "matmul_small_nn_f32",
+            "matmul_small_nt_bf16",
+            "matmul_small_nt_f16",
+            "matmul_small_nt_f32",
+            "matmul_small_tn_bf16",
+            "matmul_small_tn_f16",
+            "matmul_small_tn_f32",
+            "matmul_small_tt_bf16",
+            "matmul_small_tt_f16",
+            "matmul_small_tt_f32",
+            "matmul_tn_bf16",
+            "matmul_tn_f16",
+            "matmul_tn_f32",
+            "matmul_tt_bf16",
+            "matmul_tt_f16",
+            "matmul_tt_f32",
+        ],
+    },
+    KernelFile {
+        source: "attention",
+        kernels: &[
+            "attention_bwd_dkdv_d128_bf16",
+            "attention_bwd_dkdv_d128_f16",
+            "attention_bwd_dkdv_d128_f32",
+            "attention_bwd_dkdv_d32_bf16",
+            "attention_bwd_dkdv_d32_f16",
+            "attention_bwd_dkdv_d32_f32",
+            "attention_bwd_dkdv_d64_bf16",
+            "attention_bwd_dkdv_d64_f16",
+            "attention_bwd_dkdv_d64_f32",
+            "attention_bwd_dkdv_d96_bf16",
+            "attention_bwd_dkdv_d96_f16",
+            "attention_bwd_dkdv_d96_f32",
+            "attention_bwd_dot_bf16",
+            "attention_bwd_dot_f16",
+            "attention_bwd_dot_f32",
+            "attention_bwd_dq_d128_bf16",
+            "attention_bwd_dq_d128_f16",
+            "attention_bwd_dq_d128_f32",
+            "attention_bwd_dq_d32_bf16",
+            "attention_bwd_dq_d32_f16",
+            "attention_bwd_dq_d32_f32",
+            "attention_bwd_dq_d64_bf16",
+            "attention_bwd_dq_d64_f16",
+            "attention_bwd_dq_d64_f32",
+            "attention_bwd_dq_d96_bf16",
+            "attention_bwd_dq_d96_f16",
+            "attention_bwd_dq_d96_f32",
+            "attention_fwd_d128_bf16",
+            "attention_fwd_d128_f16",
+            "attention_fwd_d128_f32",
+            "attention_fwd_d32_bf16",
+            "attention_fwd_d32_f16",
+            "attention_fwd_d32_f32",
+            "attention_fwd_d64_bf16",
+            "attention_fwd_d64_f16",
+            "attention_fwd_d64_f32",
+            "attention_fwd_d96_bf16",
+            "attention_fwd_d96_f16",
+            "attention_fwd_d96_f32",
+        ],
+    },
 ];
 
 /// The kernels of `kernels/<source>.hip`, if the table lists it.
 pub fn kernel_names(source: &str) -> Option<&'static [&'static str]> {
-    KERNEL_FILES.iter().find(|f| f.source == source).map(|f| f.kernels)
+    KERNEL_FILES
+        .iter()
+        .find(|f| f.source == source)
+        .map(|f| f.kernels)
 }
