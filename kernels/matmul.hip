@@ -50,6 +50,7 @@
 // (Figures re-checked whenever the tiles change; the static-gate test prints the live values.)
 
 #include "common.h"
+#include "tile_io.h"
 
 namespace hipk_matmul {
 
@@ -138,76 +139,6 @@ __device__ __forceinline__ void lds_get4(const half2_t* p, half2_t* w) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Global memory: V consecutive elements as f32, one vector access or a bounds-checked scalar tail.
-// (Local rather than hipk::load_floats: the bound is a 32-bit count of valid elements and the
-// alignment test is hoisted per kernel, which keeps the per-lane masks few; with the 64-bit
-// per-element compares the unrolled epilogue spilled SGPRs.)
-// ---------------------------------------------------------------------------------------------
-
-/// r[u] = p[u] for u < min(V, valid), 0 beyond. `vec_ok` (uniform): p is aligned to V elements.
-template <int V, typename T>
-__device__ __forceinline__ void load_vec(const T* p, int valid, bool vec_ok, float (&r)[V]) {
-  constexpr int kBytes = V * static_cast<int>(sizeof(T));
-  if (vec_ok && valid >= V) {
-    using Raw = typename hipk::RawWords<kBytes>::type;
-    const Raw raw = *reinterpret_cast<const Raw*>(p);
-    uint32_t w[kBytes / 4];
-    __builtin_memcpy(w, &raw, kBytes);
-#pragma unroll
-    for (int u = 0; u < V; ++u) {
-      const uint32_t bits = sizeof(T) == 4 ? w[u] : (w[u / 2] >> (16 * (u % 2))) & 0xffffu;
-      r[u] = hipk::from_bits(static_cast<T*>(nullptr), bits);
-    }
-  } else if (valid > 0) {
-    // Branch-free tail: clamp the index into [0, valid) (always a legal address), then zero
-    // what lies past the end. Per-element branches here cost a saved exec mask each.
-#pragma unroll
-    for (int u = 0; u < V; ++u) {
-      const float x = hipk::to_float(p[u < valid ? u : valid - 1]);
-      r[u] = u < valid ? x : 0.0f;
-    }
-  } else {
-#pragma unroll
-    for (int u = 0; u < V; ++u) r[u] = 0.0f;
-  }
-}
-
-/// p[u] = v[u] rounded to T for u < min(V, valid). `vec_ok` (uniform): p aligned to V elements.
-template <int V, typename T>
-__device__ __forceinline__ void store_vec(T* p, int valid, bool vec_ok, const float (&v)[V]) {
-  constexpr int kBytes = V * static_cast<int>(sizeof(T));
-  if (vec_ok && valid >= V) {
-    using Raw = typename hipk::RawWords<kBytes>::type;
-    uint32_t w[kBytes / 4];
-#pragma unroll
-    for (int k = 0; k < kBytes / 4; ++k) w[k] = 0;
-#pragma unroll
-    for (int u = 0; u < V; ++u) {
-      const uint32_t bits = hipk::to_bits(hipk::from_float<T>(v[u]));
-      if (sizeof(T) == 4) {
-        w[u] = bits;
-      } else {
-        w[u / 2] |= bits << (16 * (u % 2));
-      }
-    }
-    Raw raw;
-    __builtin_memcpy(&raw, w, kBytes);
-    *reinterpret_cast<Raw*>(p) = raw;
-  } else {
-#pragma unroll
-    for (int u = 0; u < V; ++u) {
-      if (u < valid) p[u] = hipk::from_float<T>(v[u]);
-    }
-  }
-}
-
-/// True (uniform) when every row start of every batch item of x is aligned to V elements.
-template <int V, typename T>
-__device__ __forceinline__ bool rows_aligned(const T* x, int64_t ld, int64_t stride) {
-  return hipk::is_aligned(x, V * sizeof(T)) && ld % V == 0 && stride % V == 0;
-}
-
-// ---------------------------------------------------------------------------------------------
 // Global -> register -> LDS staging of one operand slice (MN x BK of op(X)).
 // ---------------------------------------------------------------------------------------------
 
@@ -225,8 +156,8 @@ template <typename T, typename Path, int MN, int BK, bool K_CONTIG> struct Stage
   float r[V];
 
   /// Loads the slice starting at (mn0, k0). x points at the batch item's first element; ld is
-  /// its row pitch; mn_total is M (for A) or N (for B); vec_ok from rows_aligned<V>. Elements
-  /// outside the matrix read as 0 and are never touched in memory.
+  /// its row pitch; mn_total is M (for A) or N (for B); vec_ok from hipk::rows_aligned<V>.
+  /// Elements outside the matrix read as 0 and are never touched in memory.
   __device__ __forceinline__ void load(const T* x, int64_t ld, int mn_total, int k_total,
                                        int mn0, int k0, bool vec_ok, int tid) {
     const int row = tid / SLOTS_PER_ROW;
@@ -238,7 +169,7 @@ template <typename T, typename Path, int MN, int BK, bool K_CONTIG> struct Stage
     const int cols = K_CONTIG ? k_total : mn_total;
     // A row past the matrix loads nothing: valid = 0 (gcol < 2^31 - V, so no overflow).
     const int valid = grow < rows ? cols - gcol : 0;
-    load_vec<V>(x + static_cast<int64_t>(grow) * ld + gcol, valid, vec_ok, r);
+    hipk::load_vec<V>(x + static_cast<int64_t>(grow) * ld + gcol, valid, vec_ok, r);
   }
 
   /// Writes the registers into the LDS slice sm (BK / KP rows of `stride` words, k-major).
@@ -293,10 +224,10 @@ __device__ __forceinline__ void gemm(const T* __restrict__ a, const T* __restric
   Stager<T, Path, BN, BK, TRANS_B> stage_b;
   using StageA = decltype(stage_a);
   using StageB = decltype(stage_b);
-  const bool a_vec = rows_aligned<StageA::V>(a, lda, stride_a);
-  const bool b_vec = rows_aligned<StageB::V>(b, ldb, stride_b);
-  const bool o_vec = rows_aligned<4>(out, ldo, stride_o);
-  const bool c_vec = beta != 0.0f && rows_aligned<4>(c, ldc, stride_c);
+  const bool a_vec = hipk::rows_aligned<StageA::V>(a, lda, stride_a);
+  const bool b_vec = hipk::rows_aligned<StageB::V>(b, ldb, stride_b);
+  const bool o_vec = hipk::rows_aligned<4>(out, ldo, stride_o);
+  const bool c_vec = beta != 0.0f && hipk::rows_aligned<4>(c, ldc, stride_c);
 
   // One batch item per blockIdx.z (the launcher splits batches over 65535 into several launches
   // with offset pointers). No grid-stride loop over items on purpose: with one, LICM hoists every
@@ -371,11 +302,11 @@ __device__ __forceinline__ void gemm(const T* __restrict__ a, const T* __restric
         for (int u = 0; u < 4; ++u) v[u] = alpha * acc[i][4 * g + u];
         if (beta != 0.0f) {
           float cv[4];
-          load_vec<4>(c_item + static_cast<int64_t>(m) * ldc + n, valid, c_vec, cv);
+          hipk::load_vec<4>(c_item + static_cast<int64_t>(m) * ldc + n, valid, c_vec, cv);
 #pragma unroll
           for (int u = 0; u < 4; ++u) v[u] = __builtin_fmaf(beta, cv[u], v[u]);
         }
-        store_vec<4>(o_item + static_cast<int64_t>(m) * ldo + n, valid, o_vec, v);
+        hipk::store_vec<4>(o_item + static_cast<int64_t>(m) * ldo + n, valid, o_vec, v);
       }
     }
   }
