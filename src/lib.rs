@@ -2,4 +2,7 @@
 #![deny(unsafe_op_in_unsafe_fn)]
 
 pub mod cpu;
+pub mod golden;
 pub mod ops;
+pub mod params;
+pub mod tolerance;

@@ -1,1 +1,82 @@
-fn main() {}
+//! Project tasks. `cargo run -p xtask -- bindings [--check] [--include DIR]`: regenerate
+//! `hip-sys/src/generated/*` from the HIP headers (default `/usr/include`), or with `--check`
+//! fail if regenerating would change the checked-in files by a single byte.
+
+#[path = "../../hip-sys/generator.rs"]
+mod generator;
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let result = match args.first().map(String::as_str) {
+        Some("bindings") => bindings(&args[1..]),
+        _ => Err("usage: cargo run -p xtask -- bindings [--check] [--include DIR]".to_string()),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(msg) => {
+            eprintln!("xtask: {msg}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn bindings(args: &[String]) -> Result<(), String> {
+    let mut check = false;
+    let mut include = PathBuf::from("/usr/include");
+    let mut it = args.iter();
+    while let Some(arg) = it.next() {
+        match arg.as_str() {
+            "--check" => check = true,
+            "--include" => {
+                include = it
+                    .next()
+                    .map(PathBuf::from)
+                    .ok_or("--include needs a directory")?
+            }
+            other => return Err(format!("unknown argument {other:?}")),
+        }
+    }
+    let out_dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../hip-sys/src/generated");
+    let generated = generator::generate_hip_runtime(&include)?;
+    let path = out_dir.join(generator::HIP_RUNTIME_FILE);
+    if check {
+        let current = std::fs::read_to_string(&path)
+            .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+        if current != generated {
+            return Err(format!(
+                "{} is out of date with the generator/headers ({}):\n{}\nrun `cargo run -p xtask -- bindings` and commit the result",
+                path.display(),
+                include.display(),
+                first_difference(&current, &generated)
+            ));
+        }
+        println!("{} is up to date", path.display());
+    } else {
+        std::fs::write(&path, &generated)
+            .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+        println!("wrote {} ({} bytes)", path.display(), generated.len());
+    }
+    Ok(())
+}
+
+/// A short, diff-like description of where two texts first differ.
+fn first_difference(checked_in: &str, regenerated: &str) -> String {
+    let (a, b): (Vec<&str>, Vec<&str>) =
+        (checked_in.lines().collect(), regenerated.lines().collect());
+    let n = a.iter().zip(&b).take_while(|(x, y)| x == y).count();
+    let at = |v: &[&str], i: usize| v.get(i).copied().unwrap_or("<end of file>").to_string();
+    if n == a.len() && n == b.len() {
+        return "the files differ only in line endings or a trailing newline".to_string();
+    }
+    format!(
+        "first difference at line {} ({} lines checked in, {} regenerated):\n- {}\n+ {}",
+        n + 1,
+        a.len(),
+        b.len(),
+        at(&a, n),
+        at(&b, n)
+    )
+}

@@ -1,0 +1,156 @@
+//! Opening a library found by [`crate::search`]: the one place that calls the system loader.
+//! Nothing opened here is ever unloaded (DTK's runtime crashes in its exit handlers after a
+//! `dlclose`), so libraries are leaked on purpose.
+
+use std::path::{Path, PathBuf};
+
+use crate::search::{self, LibrarySpec, SearchReport, Target};
+use crate::Error;
+
+/// A library that opened and exports the spec's core symbols.
+pub(crate) struct Opened {
+    pub library: libloading::Library,
+    /// The file actually loaded (resolved through the system loader when it found it).
+    pub path: PathBuf,
+}
+
+/// Search for `spec` with the process environment and filesystem, open the first hit and check
+/// it is the library it claims to be.
+pub(crate) fn find(spec: &LibrarySpec) -> (Result<Opened, Error>, SearchReport) {
+    let env = |var: &str| std::env::var_os(var);
+    let is_file = |path: &Path| path.is_file();
+    let (found, report) = search::search(spec, &env, &is_file, &mut open_target);
+    let result = match found {
+        None => Err(Error::NotFound {
+            report: Box::new(report.clone()),
+        }),
+        Some((target, library)) => validate(spec, target, library),
+    };
+    (result, report)
+}
+
+/// Open exactly `path` as `spec`, bypassing the search.
+pub(crate) fn open_path(spec: &LibrarySpec, path: &Path) -> Result<Opened, Error> {
+    let target = Target::File(path.to_path_buf());
+    match open_target(&target) {
+        Ok(library) => validate(spec, target, library),
+        Err(msg) => {
+            let report = SearchReport {
+                spec: *spec,
+                attempts: vec![search::Attempt {
+                    target,
+                    outcome: if path.is_file() {
+                        search::Outcome::OpenFailed(msg)
+                    } else {
+                        search::Outcome::Absent
+                    },
+                }],
+                env: Vec::new(),
+            };
+            Err(Error::NotFound {
+                report: Box::new(report),
+            })
+        }
+    }
+}
+
+fn open_target(target: &Target) -> Result<libloading::Library, String> {
+    // SAFETY: loading runs the library's initialisers. The targets are the HIP/BLAS libraries
+    // the user's environment names (or a file the user named explicitly); their initialisers
+    // are sound to run once, and libraries are never unloaded afterwards (see module docs).
+    let opened = unsafe {
+        match target {
+            Target::File(path) => libloading::Library::new(path),
+            Target::SystemLoader(name) => libloading::Library::new(name),
+        }
+    };
+    opened.map_err(|e| e.to_string())
+}
+
+fn validate(
+    spec: &LibrarySpec,
+    target: Target,
+    library: libloading::Library,
+) -> Result<Opened, Error> {
+    let missing: Vec<&'static str> = spec
+        .core_symbols
+        .iter()
+        .copied()
+        .filter(|name| symbol_address(&library, name).is_none())
+        .collect();
+    let path = match &target {
+        Target::File(path) => path.clone(),
+        Target::SystemLoader(name) => spec
+            .core_symbols
+            .iter()
+            .find_map(|sym| symbol_address(&library, sym).and_then(file_of_address))
+            .unwrap_or_else(|| PathBuf::from(name)),
+    };
+    if missing.is_empty() {
+        return Ok(Opened { library, path });
+    }
+    // Never dlclose what we opened, even a wrong file (see module docs).
+    std::mem::forget(library);
+    Err(if *spec == search::HIP_RUNTIME {
+        Error::NotAHipRuntime {
+            path,
+            missing,
+            override_var: spec.override_var,
+        }
+    } else {
+        Error::NotABlasLibrary {
+            library: spec.label,
+            path,
+            missing,
+            override_var: spec.override_var,
+        }
+    })
+}
+
+/// Address of an exported symbol, if the library has it.
+fn symbol_address(library: &libloading::Library, name: &str) -> Option<*const std::ffi::c_void> {
+    // SAFETY: the symbol is only read as an address (never called or dereferenced here), so its
+    // real type does not matter.
+    let symbol = unsafe { library.get::<*const std::ffi::c_void>(name.as_bytes()) }.ok()?;
+    Some(*symbol)
+}
+
+/// The file that contains `addr`, per the dynamic loader (`dladdr`).
+#[cfg(target_os = "linux")]
+fn file_of_address(addr: *const std::ffi::c_void) -> Option<PathBuf> {
+    use std::ffi::{c_char, c_int, c_void, CStr, OsStr};
+    use std::os::unix::ffi::OsStrExt;
+
+    /// glibc's `Dl_info`.
+    #[repr(C)]
+    struct DlInfo {
+        dli_fname: *const c_char,
+        dli_fbase: *mut c_void,
+        dli_sname: *const c_char,
+        dli_saddr: *mut c_void,
+    }
+    extern "C" {
+        fn dladdr(addr: *const c_void, info: *mut DlInfo) -> c_int;
+    }
+    let mut info = DlInfo {
+        dli_fname: std::ptr::null(),
+        dli_fbase: std::ptr::null_mut(),
+        dli_sname: std::ptr::null(),
+        dli_saddr: std::ptr::null_mut(),
+    };
+    // SAFETY: dladdr only reads `addr` as a number and writes the four fields of `info`, which
+    // is a valid, exclusively borrowed Dl_info.
+    let found = unsafe { dladdr(addr, &mut info) };
+    if found == 0 || info.dli_fname.is_null() {
+        return None;
+    }
+    // SAFETY: on success dli_fname is a NUL-terminated path owned by the loader, valid while the
+    // library stays loaded (forever here); it is copied out immediately.
+    let name = unsafe { CStr::from_ptr(info.dli_fname) };
+    Some(PathBuf::from(OsStr::from_bytes(name.to_bytes())))
+}
+
+#[cfg(not(target_os = "linux"))]
+fn file_of_address(_addr: *const std::ffi::c_void) -> Option<PathBuf> {
+    None
+}

@@ -1,0 +1,282 @@
+//! Where hip-sys looks for a shared library, and what it found. The list of places is a pure
+//! function of the environment ([`targets`]); probing them is a pure function of that list, a
+//! filesystem probe and an opener ([`search`]), so both are table-tested without touching disk.
+
+use std::ffi::OsString;
+use std::fmt;
+use std::path::{Path, PathBuf};
+
+/// Install-root variables searched, each with the sub-directory that holds libraries, in order.
+pub const ENV_DIRS: &[(&str, &str)] = &[
+    ("HIP_PATH", "lib"),
+    ("ROCM_PATH", "lib"),
+    ("ROCM_PATH", "hip/lib"),
+];
+
+/// Fixed directories searched after the variables, in order.
+pub const FIXED_DIRS: &[&str] = &["/opt/dtk/hip/lib", "/opt/dtk/lib", "/opt/rocm/lib"];
+
+/// One library hip-sys loads, and how to find it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LibrarySpec {
+    /// Human name, e.g. "HIP runtime".
+    pub label: &'static str,
+    /// Variable naming the exact file to load; when set, nothing else is tried.
+    pub override_var: &'static str,
+    /// File names tried in each directory and then through the system loader, in order.
+    pub file_names: &'static [&'static str],
+    /// Entry points a file must export to count as this library.
+    pub core_symbols: &'static [&'static str],
+    /// What to install when nothing is found.
+    pub install_hint: &'static str,
+}
+
+/// The HIP runtime: ROCm's libamdhip64 or DTK's libgalaxyhip.
+pub const HIP_RUNTIME: LibrarySpec = LibrarySpec {
+    label: "HIP runtime",
+    override_var: "HIPK_HIP_LIBRARY",
+    file_names: &[
+        "libamdhip64.so",
+        "libamdhip64.so.7",
+        "libamdhip64.so.6",
+        "libamdhip64.so.5",
+        "libgalaxyhip.so.5",
+    ],
+    core_symbols: &["hipGetDeviceCount", "hipRuntimeGetVersion"],
+    install_hint:
+        "on ROCm, set ROCM_PATH or install the runtime (Debian: apt-get install libamdhip64-dev)",
+};
+
+/// One place to try.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum Target {
+    /// A file path (from the override variable or a search directory).
+    File(PathBuf),
+    /// A bare file name handed to the system loader (LD_LIBRARY_PATH, ld.so.cache, ...).
+    SystemLoader(&'static str),
+}
+
+impl fmt::Display for Target {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Target::File(p) => write!(f, "{}", p.display()),
+            Target::SystemLoader(name) => write!(f, "{name} (system loader)"),
+        }
+    }
+}
+
+/// What happened at one target.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Outcome {
+    /// The file does not exist (not opened).
+    Absent,
+    /// The loader refused it; the loader's message.
+    OpenFailed(String),
+    /// Opened; the search stopped here.
+    Opened,
+}
+
+/// One tried target and its outcome.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Attempt {
+    pub target: Target,
+    pub outcome: Outcome,
+}
+
+/// Everything one search did: for `hip-doctor` and for the not-found error.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SearchReport {
+    pub spec: LibrarySpec,
+    /// Targets in the order tried, up to and including the one that opened.
+    pub attempts: Vec<Attempt>,
+    /// The variables that steer the search and their values at search time.
+    pub env: Vec<(&'static str, Option<String>)>,
+}
+
+impl SearchReport {
+    /// The target that opened, if any.
+    pub fn opened(&self) -> Option<&Target> {
+        self.attempts
+            .iter()
+            .find(|a| a.outcome == Outcome::Opened)
+            .map(|a| &a.target)
+    }
+}
+
+/// The variables that steer a search for `spec`, in the order they matter.
+pub fn steering_vars(spec: &LibrarySpec) -> [&'static str; 4] {
+    [
+        spec.override_var,
+        "HIP_PATH",
+        "ROCM_PATH",
+        "LD_LIBRARY_PATH",
+    ]
+}
+
+/// Non-empty value of a variable.
+fn non_empty(env: &dyn Fn(&str) -> Option<OsString>, var: &str) -> Option<OsString> {
+    env(var).filter(|v| !v.is_empty())
+}
+
+/// The places to try for `spec`, in order, given the environment `env`.
+///
+/// If the override variable is set (non-empty) its file is the only target: a user who names a
+/// file wants that file or an error, not a silent fallback. Otherwise: each file name in
+/// `$HIP_PATH/lib`, `$ROCM_PATH/lib`, `$ROCM_PATH/hip/lib`, `/opt/dtk/hip/lib`, `/opt/dtk/lib`,
+/// `/opt/rocm/lib` (a directory listed twice is tried once), then each name through the system
+/// loader.
+pub fn targets(spec: &LibrarySpec, env: &dyn Fn(&str) -> Option<OsString>) -> Vec<Target> {
+    if let Some(file) = non_empty(env, spec.override_var) {
+        return vec![Target::File(PathBuf::from(file))];
+    }
+    let mut dirs: Vec<PathBuf> = Vec::new();
+    let env_dirs = ENV_DIRS
+        .iter()
+        .filter_map(|(var, sub)| non_empty(env, var).map(|root| PathBuf::from(root).join(sub)));
+    for dir in env_dirs.chain(FIXED_DIRS.iter().map(PathBuf::from)) {
+        if !dirs.contains(&dir) {
+            dirs.push(dir);
+        }
+    }
+    let files = dirs.iter().flat_map(|dir| {
+        spec.file_names
+            .iter()
+            .map(move |name| Target::File(dir.join(name)))
+    });
+    let system = spec
+        .file_names
+        .iter()
+        .map(|name| Target::SystemLoader(name));
+    files.chain(system).collect()
+}
+
+/// Try `targets` in order: skip files `is_file` says are absent, `open` the rest, stop at the
+/// first that opens. Returns what opened (with its target) and the report of every attempt.
+pub fn search<T>(
+    spec: &LibrarySpec,
+    env: &dyn Fn(&str) -> Option<OsString>,
+    is_file: &dyn Fn(&Path) -> bool,
+    open: &mut dyn FnMut(&Target) -> Result<T, String>,
+) -> (Option<(Target, T)>, SearchReport) {
+    let mut attempts = Vec::new();
+    let mut found = None;
+    for target in targets(spec, env) {
+        let outcome = match &target {
+            Target::File(path) if !is_file(path) => Outcome::Absent,
+            _ => match open(&target) {
+                Ok(value) => {
+                    found = Some((target.clone(), value));
+                    Outcome::Opened
+                }
+                Err(msg) => Outcome::OpenFailed(msg),
+            },
+        };
+        attempts.push(Attempt { target, outcome });
+        if found.is_some() {
+            break;
+        }
+    }
+    let env = steering_vars(spec)
+        .into_iter()
+        .map(|var| (var, env(var).map(|v| v.to_string_lossy().into_owned())))
+        .collect();
+    (
+        found,
+        SearchReport {
+            spec: *spec,
+            attempts,
+            env,
+        },
+    )
+}
+
+impl fmt::Display for SearchReport {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let spec = &self.spec;
+        match self.opened() {
+            Some(target) => writeln!(f, "{} found: {target}. Tried, in order:", spec.label)?,
+            None => writeln!(f, "{} library not found. Tried, in order:", spec.label)?,
+        }
+        let mut i = 0;
+        while let Some(attempt) = self.attempts.get(i) {
+            // Group a run of absent files in one directory on one line.
+            let run = absent_run(self.attempts.get(i..).unwrap_or(&[]));
+            if run.len() > 1 {
+                let dir = run
+                    .first()
+                    .and_then(|p| p.parent())
+                    .unwrap_or(Path::new(""));
+                let names: Vec<String> = run
+                    .iter()
+                    .filter_map(|p| p.file_name().map(|n| n.to_string_lossy().into_owned()))
+                    .collect();
+                writeln!(
+                    f,
+                    "  {}/{{{}}}: not present",
+                    dir.display(),
+                    names.join(", ")
+                )?;
+                i += run.len();
+                continue;
+            }
+            match (&attempt.target, &attempt.outcome) {
+                (Target::File(p), Outcome::Absent) if i == 0 && self.overridden() => {
+                    writeln!(f, "  {}={}: no such file", spec.override_var, p.display())?
+                }
+                (t, Outcome::Absent) => writeln!(f, "  {t}: not present")?,
+                (t, Outcome::OpenFailed(msg)) => writeln!(f, "  {t}: {msg}")?,
+                (t, Outcome::Opened) => writeln!(f, "  {t}: opened")?,
+            }
+            i += 1;
+        }
+        write!(f, "The search is steered by")?;
+        for (var, value) in &self.env {
+            let role = match *var {
+                v if v == spec.override_var => "the exact file to load, skipping the search",
+                "LD_LIBRARY_PATH" => "the system loader's directories",
+                _ => "an install root whose lib/ is searched",
+            };
+            match value {
+                Some(v) => write!(f, "\n  {var}={v} ({role})")?,
+                None => write!(f, "\n  {var} unset ({role})")?,
+            }
+        }
+        if self.opened().is_none() {
+            write!(
+                f,
+                "\nOn DTK, run `source /opt/dtk/env.sh` first (it sets ROCM_PATH and LD_LIBRARY_PATH); {}.",
+                spec.install_hint
+            )?;
+        }
+        Ok(())
+    }
+}
+
+impl SearchReport {
+    fn overridden(&self) -> bool {
+        self.env.iter().any(|(var, value)| {
+            *var == self.spec.override_var && value.as_deref().is_some_and(|v| !v.is_empty())
+        })
+    }
+}
+
+/// The leading run of absent files sharing one parent directory.
+fn absent_run(attempts: &[Attempt]) -> Vec<&Path> {
+    let mut run: Vec<&Path> = Vec::new();
+    for attempt in attempts {
+        match (&attempt.target, &attempt.outcome) {
+            (Target::File(p), Outcome::Absent)
+                if run
+                    .first()
+                    .map_or(true, |first| first.parent() == p.parent()) =>
+            {
+                run.push(p)
+            }
+            _ => break,
+        }
+    }
+    run
+}
+
+#[cfg(test)]
+mod tests;

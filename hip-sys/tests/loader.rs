@@ -1,0 +1,240 @@
+//! The loader against the real system: Debian's libamdhip64 when installed (CI installs it),
+//! and steered environments in child processes (the runtime is loaded once per process, so each
+//! steered load runs this test binary again with one child test selected).
+
+use std::path::Path;
+use std::process::Command;
+
+use hip_sys::{hipError_t, Error, Flavour};
+
+const LIBC: &str = "/lib/x86_64-linux-gnu/libc.so.6";
+const CHILD_VAR: &str = "HIP_SYS_TEST_CHILD";
+
+/// The process-wide runtime, or `None` (with the reason printed) when no HIP runtime is installed.
+fn real_hip() -> Option<&'static hip_sys::Hip> {
+    if std::env::var_os("HIPK_HIP_LIBRARY").is_some() {
+        eprintln!("skipped: HIPK_HIP_LIBRARY is set, this test wants the default search");
+        return None;
+    }
+    match hip_sys::hip() {
+        Ok(hip) => Some(hip),
+        Err(Error::NotFound { report }) => {
+            eprintln!(
+                "skipped: no HIP runtime installed (apt-get install libamdhip64-dev):\n{report}"
+            );
+            None
+        }
+        Err(e) => panic!("the HIP runtime was found but failed to load: {e}"),
+    }
+}
+
+#[test]
+fn real_runtime_loads_and_reports_its_version() {
+    let Some(hip) = real_hip() else { return };
+    assert!(hip.path().exists(), "{}", hip.path().display());
+    let v = hip.runtime_version().unwrap();
+    assert!(v.major >= 5, "{v}");
+    let debian = hip.path().to_string_lossy().contains("x86_64-linux-gnu");
+    if debian {
+        // Debian bookworm's libamdhip64 is 5.2.21153.
+        assert_eq!((v.major, v.minor), (5, 2), "{v}");
+        assert_eq!(hip.flavour(), Flavour::Rocm);
+    }
+    // Loading again gives the same runtime.
+    assert!(std::ptr::eq(hip, hip_sys::hip().unwrap()));
+}
+
+#[test]
+fn device_count_without_a_device_is_no_device_with_the_fix() {
+    let Some(hip) = real_hip() else { return };
+    match hip.device_count() {
+        Ok(n) => {
+            // A machine with a real device: its properties must decode and pass the checks.
+            eprintln!("{n} device(s) present; checking device 0's properties instead");
+            let props = hip.device_props(0).unwrap();
+            assert!(props.warp_size == 32 || props.warp_size == 64);
+        }
+        Err(Error::Hip(e)) => {
+            assert_eq!(e.code, hipError_t::hipErrorNoDevice, "{e}");
+            let text = e.to_string();
+            for needle in [
+                "100",
+                "hipErrorNoDevice",
+                "no HIP device found",
+                "/dev/kfd",
+                "HIP_VISIBLE_DEVICES",
+                "render",
+                "video",
+            ] {
+                assert!(text.contains(needle), "{needle:?} missing from: {text}");
+            }
+            // The same code through the generated table and `sym!`.
+            let f = hip_sys::sym!(hipGetDeviceCount).unwrap();
+            let mut count = -1;
+            // SAFETY: hipGetDeviceCount writes one int through a valid pointer.
+            let status = unsafe { f(&mut count) };
+            assert_eq!(status, hipError_t::hipErrorNoDevice);
+            // Device properties fail the same way instead of decoding garbage.
+            let err = hip.device_props(0).unwrap_err();
+            assert!(matches!(err, Error::Hip(_)), "{err}");
+        }
+        Err(e) => panic!("unexpected error: {e}"),
+    }
+}
+
+#[test]
+fn missing_symbol_is_a_typed_error_naming_it() {
+    let Some(hip) = real_hip() else { return };
+    // hipGetDevicePropertiesR0600 does not exist before ROCm 6.
+    if hip.runtime_version().unwrap().major >= 6 {
+        eprintln!("skipped: this runtime has hipGetDevicePropertiesR0600");
+        return;
+    }
+    let err = hip_sys::sym!(hip, hipGetDevicePropertiesR0600).unwrap_err();
+    match &err {
+        Error::MissingSymbol { name, library } => {
+            assert_eq!(*name, "hipGetDevicePropertiesR0600");
+            assert_eq!(library, hip.path());
+        }
+        other => panic!("not MissingSymbol: {other}"),
+    }
+    assert!(err.to_string().contains("hipGetDevicePropertiesR0600"));
+    assert_eq!(hip.props_layout(), hip_sys::PropsLayout::Legacy);
+}
+
+#[test]
+fn load_from_a_missing_file_names_it() {
+    let err = hip_sys::load_from(Path::new("/nonexistent/libamdhip64.so")).unwrap_err();
+    assert!(matches!(err, Error::NotFound { .. }), "{err:?}");
+    assert!(
+        err.to_string().contains("/nonexistent/libamdhip64.so"),
+        "{err}"
+    );
+}
+
+#[test]
+fn load_from_libc_says_it_is_not_a_hip_runtime() {
+    if !Path::new(LIBC).is_file() {
+        eprintln!("skipped: {LIBC} not present on this system");
+        return;
+    }
+    match hip_sys::load_from(Path::new(LIBC)).unwrap_err() {
+        Error::NotAHipRuntime { path, missing, .. } => {
+            assert_eq!(path, Path::new(LIBC));
+            assert_eq!(missing, ["hipGetDeviceCount", "hipRuntimeGetVersion"]);
+        }
+        other => panic!("not NotAHipRuntime: {other}"),
+    }
+}
+
+#[test]
+fn blas_absence_does_not_affect_the_runtime() {
+    let hipblas = hip_sys::blas::hipblas();
+    let rocblas = hip_sys::blas::rocblas();
+    for result in [
+        hipblas.map(|b| b.path().to_path_buf()),
+        rocblas.map(|b| b.path().to_path_buf()),
+    ] {
+        match result {
+            Ok(path) => eprintln!("BLAS present at {}", path.display()),
+            Err(Error::NotFound { report }) => {
+                let text = report.to_string();
+                assert!(
+                    text.contains("not found") && text.contains("/opt/rocm/lib/{"),
+                    "{text}"
+                );
+            }
+            Err(e) => panic!("BLAS load failed unexpectedly: {e}"),
+        }
+    }
+    if let Ok(blas) = hip_sys::blas::hipblas() {
+        eprintln!("hipBLAS GemmEx ABI: {:?}", blas.gemm_ex_abi());
+        assert!(hip_sys::sym!(blas, hipblasCreate).is_ok());
+    }
+    if let Some(hip) = real_hip() {
+        assert!(hip.runtime_version().is_ok());
+    }
+    let reports = hip_sys::search_report();
+    assert_eq!(reports.hip.spec.label, "HIP runtime");
+    assert_eq!(reports.hipblas.spec.label, "hipBLAS");
+    assert_eq!(reports.rocblas.spec.label, "rocBLAS");
+}
+
+/// Run `child_load` in a fresh process with `HIPK_HIP_LIBRARY=value`; return its output.
+fn steered_child(value: &str) -> String {
+    let exe = std::env::current_exe().unwrap();
+    let out = Command::new(exe)
+        .args(["child_load", "--exact", "--nocapture", "--test-threads=1"])
+        .env(CHILD_VAR, "1")
+        .env("HIPK_HIP_LIBRARY", value)
+        .output()
+        .unwrap();
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(out.status.success(), "child failed:\n{text}");
+    text
+}
+
+/// Child half of the steered tests: only acts when spawned by them.
+#[test]
+fn child_load() {
+    if std::env::var_os(CHILD_VAR).is_none() {
+        return;
+    }
+    // The first and the second call must report the same error.
+    let first = hip_sys::hip().map(|h| h.path().display().to_string());
+    let second = hip_sys::hip().map(|h| h.path().display().to_string());
+    match (first, second) {
+        (Err(a), Err(b)) => {
+            assert_eq!(a.to_string(), b.to_string());
+            println!("CHILD-ERROR-KIND: {}", kind(&a));
+            println!("CHILD-ERROR: {a}");
+        }
+        (Ok(a), Ok(b)) => {
+            assert_eq!(a, b);
+            println!("CHILD-LOADED: {a}");
+        }
+        (a, b) => panic!("first and second load disagree: {a:?} / {b:?}"),
+    }
+}
+
+fn kind(e: &Error) -> &'static str {
+    match e {
+        Error::NotFound { .. } => "NotFound",
+        Error::NotAHipRuntime { .. } => "NotAHipRuntime",
+        _ => "other",
+    }
+}
+
+#[test]
+fn override_naming_a_missing_file_fails_naming_it() {
+    let out = steered_child("/nonexistent/dir/libamdhip64.so");
+    assert!(out.contains("CHILD-ERROR-KIND: NotFound"), "{out}");
+    assert!(
+        out.contains("HIPK_HIP_LIBRARY=/nonexistent/dir/libamdhip64.so: no such file"),
+        "{out}"
+    );
+    assert!(out.contains("source /opt/dtk/env.sh"), "{out}");
+}
+
+#[test]
+fn override_naming_libc_fails_cleanly() {
+    if !Path::new(LIBC).is_file() {
+        eprintln!("skipped: {LIBC} not present on this system");
+        return;
+    }
+    let out = steered_child(LIBC);
+    assert!(out.contains("CHILD-ERROR-KIND: NotAHipRuntime"), "{out}");
+    assert!(out.contains("hipGetDeviceCount"), "{out}");
+}
+
+#[test]
+fn override_naming_the_real_library_loads_it() {
+    let Some(hip) = real_hip() else { return };
+    let path = hip.path().display().to_string();
+    let out = steered_child(&path);
+    assert!(out.contains(&format!("CHILD-LOADED: {path}")), "{out}");
+}

@@ -1,0 +1,117 @@
+//! Comparison tolerances, per op and output dtype, in one place with the reasons.
+//!
+//! A value `got` matches `expected` iff `|got − expected| ≤ atol + rtol·|expected|`, or both are
+//! NaN, or both are the same infinity (an `lse` of −inf for a fully masked row).
+//!
+//! Expected values are exact (f64) results rounded once to the output dtype. The implementations
+//! checked against them are the CPU reference (f64, so at most one rounding flip away) and the
+//! device kernels, which accumulate in f32. The tolerances therefore have three parts:
+//!
+//! 1. **Storage rounding**: torch.testing's defaults for the output dtype: f32 rtol 1.3e-6,
+//!    f16 rtol 1e-3, bf16 rtol 1.6e-2, atol 1e-5. One unit in the last place is at most 2^-10
+//!    (f16) or 2^-7 (bf16) relative, so a single rounding flip always fits.
+//! 2. **f32 accumulation** (widened, reductions only): a sum of `L` terms of magnitude O(1)
+//!    (inputs are N(0, 1)) accumulated in f32 has rounding error of order `u·L`
+//!    (`u = 2^-24`; random-walk standard deviation ≈ 0.7·u·L for a sequential sum). Where the
+//!    result cancels to near zero the relative term does not help, so `atol` grows by
+//!    `4·u·L` (≈ 6σ): 1.2e-4 at L = 512. Elementwise ops (AdamW) get no such term.
+//! 3. **Attention backward in f16/bf16** (widened): FlashAttention-style kernels round `P` and
+//!    `dS` to the storage type before the second matmul, an error of one storage unit roundoff
+//!    per term that adds up like a random walk: `atol` grows by `u_dtype·√L`.
+//!
+//! **AdamW in f32** is tightened instead: the default atol 1e-5 would exceed the whole
+//! optimizer state (`exp_avg_sq` ≈ 1e-4·(1 − β2)) and hide a missing weight decay. Every output
+//! is an elementwise f32 expression of O(1) values with errors of a few `u` relative, so
+//! `atol = 1e-8` is ample.
+
+use crate::params::{DType, Op};
+
+/// A closeness criterion `|got − expected| ≤ atol + rtol·|expected|`.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Tolerance {
+    /// Relative tolerance.
+    pub rtol: f64,
+    /// Absolute tolerance.
+    pub atol: f64,
+}
+
+/// f32 unit roundoff.
+const U_F32: f64 = 1.0 / (1u64 << 24) as f64;
+
+impl Tolerance {
+    /// torch.testing.assert_close's defaults for a dtype.
+    pub const fn torch_default(dtype: DType) -> Tolerance {
+        match dtype {
+            DType::F32 => Tolerance { rtol: 1.3e-6, atol: 1e-5 },
+            DType::F16 => Tolerance { rtol: 1e-3, atol: 1e-5 },
+            DType::BF16 => Tolerance { rtol: 1.6e-2, atol: 1e-5 },
+        }
+    }
+
+    /// Whether `got` is close enough to `expected`.
+    pub fn allows(&self, got: f64, expected: f64) -> bool {
+        if got.is_nan() || expected.is_nan() {
+            return got.is_nan() && expected.is_nan();
+        }
+        if got.is_infinite() || expected.is_infinite() {
+            return got == expected;
+        }
+        (got - expected).abs() <= self.atol + self.rtol * expected.abs()
+    }
+}
+
+/// Unit roundoff of a storage type (half an ulp at 1).
+pub const fn unit_roundoff(dtype: DType) -> f64 {
+    match dtype {
+        DType::F32 => U_F32,
+        DType::F16 => 1.0 / 2048.0,
+        DType::BF16 => 1.0 / 256.0,
+    }
+}
+
+/// The tolerance for an output of `op` stored as `dtype` whose elements are reductions over
+/// `reduction_len` terms (1 for elementwise outputs). Reasons in the module docs.
+///
+/// `dtype` is the output's own dtype (f32 for `lse`, `mean`, `rstd` and optimizer state);
+/// `input_dtype` is the op's storage dtype (it decides the attention-backward widening).
+pub fn tolerance(op: Op, dtype: DType, input_dtype: DType, reduction_len: usize) -> Tolerance {
+    let base = Tolerance::torch_default(dtype);
+    let l = reduction_len.max(1) as f64;
+    match op {
+        Op::AdamW if dtype == DType::F32 => Tolerance { rtol: base.rtol, atol: 1e-8 },
+        Op::AdamW => base,
+        Op::AttentionBackward if input_dtype != DType::F32 => Tolerance { rtol: base.rtol, atol: base.atol + 4.0 * U_F32 * l + unit_roundoff(input_dtype) * l.sqrt() },
+        _ => Tolerance { rtol: base.rtol, atol: base.atol + 4.0 * U_F32 * l },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn allows_special_values_only_when_equal() {
+        let t = Tolerance::torch_default(DType::F32);
+        assert!(t.allows(f64::NAN, f64::NAN));
+        assert!(!t.allows(0.0, f64::NAN));
+        assert!(t.allows(f64::NEG_INFINITY, f64::NEG_INFINITY));
+        assert!(!t.allows(f64::INFINITY, f64::NEG_INFINITY));
+        assert!(!t.allows(-1e30, f64::NEG_INFINITY));
+        assert!(t.allows(1.0 + 1e-6, 1.0));
+        assert!(!t.allows(1.0 + 1e-4, 1.0));
+    }
+
+    #[test]
+    fn one_ulp_of_each_dtype_fits_and_reductions_widen() {
+        for d in DType::ALL {
+            let t = Tolerance::torch_default(d);
+            // An ulp just below 2 (the worst relative spacing) is 2·unit_roundoff relative to 1.
+            assert!(t.allows(1.0 + 2.0 * unit_roundoff(d), 1.0), "{d}");
+        }
+        let short = tolerance(Op::Matmul, DType::F32, DType::F32, 1);
+        let long = tolerance(Op::Matmul, DType::F32, DType::F32, 512);
+        assert!(long.atol > 1e-4 && short.atol < 1.1e-5);
+        assert_eq!(tolerance(Op::AdamW, DType::F32, DType::F32, 1).atol, 1e-8);
+        assert!(tolerance(Op::AttentionBackward, DType::F16, DType::F16, 64).atol > tolerance(Op::AttentionBackward, DType::F32, DType::F32, 64).atol);
+    }
+}

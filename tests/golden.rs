@@ -1,0 +1,102 @@
+//! Runs the CPU reference on every golden case in `tests/golden/` and in each directory listed in
+//! `HIPK_GOLDEN_DIR` (colon-separated). A case that cannot be read, names an unknown op, or
+//! mismatches is a failure; all failures are listed before the test fails.
+
+use hip_kernels::golden::{self, case_files, committed_dir, env_dirs, load_case, run_case_with, CpuBackend, GoldenError, TensorData};
+use std::path::PathBuf;
+
+fn all_case_files() -> Vec<PathBuf> {
+    let mut dirs = vec![committed_dir()];
+    dirs.extend(env_dirs());
+    let mut files = Vec::new();
+    for dir in &dirs {
+        match case_files(dir) {
+            Ok(f) if f.is_empty() => panic!("golden: no *.safetensors cases in {}", dir.display()),
+            Ok(f) => files.extend(f),
+            Err(e) => panic!("{e}"),
+        }
+    }
+    files
+}
+
+#[test]
+fn golden_cases_pass_on_the_cpu_reference() {
+    let files = all_case_files();
+    let results = std::thread::scope(|s| {
+        let handles: Vec<_> = files.chunks(files.len().div_ceil(4).max(1)).map(|chunk| s.spawn(move || chunk.iter().map(|p| (p.clone(), golden::run_case(p))).collect::<Vec<_>>())).collect();
+        handles.into_iter().flat_map(|h| h.join().unwrap_or_default()).collect::<Vec<_>>()
+    });
+    assert_eq!(results.len(), files.len(), "a worker thread panicked");
+    let failures: Vec<String> = results.iter().filter_map(|(p, r)| r.as_ref().err().map(|e| format!("{}: {e}", p.display()))).collect();
+    assert!(failures.is_empty(), "{} of {} golden cases failed:\n{}", failures.len(), results.len(), failures.join("\n"));
+    println!("golden: {} cases passed", results.len());
+}
+
+#[test]
+fn committed_cases_cover_every_op_and_dtype() {
+    let mut seen = std::collections::HashSet::new();
+    for p in case_files(&committed_dir()).unwrap() {
+        let c = load_case(&p).unwrap();
+        seen.insert((c.op(), c.dtype));
+    }
+    for op in hip_kernels::params::Op::ALL {
+        for dt in hip_kernels::params::DType::ALL {
+            assert!(seen.contains(&(op, dt)), "no committed golden case for {op} {dt}");
+        }
+    }
+}
+
+/// Perturb one expected element by a few tolerances; the comparison must report exactly it.
+fn perturbed_fails(name: &str, tensor: &str, index: usize) {
+    let mut case = load_case(&committed_dir().join(format!("{name}.safetensors"))).unwrap();
+    run_case_with(&mut CpuBackend, &case).unwrap();
+    let (_, t) = case.expected.iter_mut().find(|(n, _)| n == tensor).unwrap();
+    let bump = |x: f64| x + 0.05 * x.abs() + 0.01;
+    match &mut t.data {
+        TensorData::F32(v) => v[index] = bump(f64::from(v[index])) as f32,
+        TensorData::F16(v) => v[index] = half::f16::from_f64(bump(v[index].to_f64())),
+        TensorData::BF16(v) => v[index] = half::bf16::from_f64(bump(v[index].to_f64())),
+    }
+    match run_case_with(&mut CpuBackend, &case) {
+        Err(GoldenError::Mismatch(m)) => {
+            assert_eq!((m.case.as_str(), m.tensor.as_str(), m.index, m.bad), (name, tensor, index, 1));
+            let text = m.to_string();
+            assert!(text.contains(name) && text.contains(tensor) && text.contains("expected"), "{text}");
+        }
+        other => panic!("perturbed {name}/{tensor}[{index}] not reported: {other:?}"),
+    }
+}
+
+#[test]
+fn a_wrong_expected_value_is_reported() {
+    perturbed_fails("matmul_f32_odd_ta", "out", 17);
+    perturbed_fails("matmul_bf16_batch_beta", "out", 40);
+    perturbed_fails("layernorm_forward_f16_odd", "rstd", 3);
+    perturbed_fails("layernorm_backward_bf16_wide", "dweight", 700);
+    perturbed_fails("attention_forward_f32_d80_causal", "lse", 5);
+    perturbed_fails("attention_backward_f16_d32_tq_lt_tk_causal", "dk", 100);
+    perturbed_fails("adamw_f32_amsgrad", "exp_avg_sq", 9);
+    perturbed_fails("adamw_bf16_all_flags", "param", 50);
+}
+
+#[test]
+fn unreadable_or_unknown_cases_are_errors() {
+    let dir = std::env::temp_dir().join(format!("hipk-golden-bad-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let garbage = dir.join("garbage.safetensors");
+    std::fs::write(&garbage, b"not a safetensors file").unwrap();
+    assert!(matches!(golden::run_case(&garbage), Err(GoldenError::Format { .. })));
+    // A valid file with an unknown op.
+    let mut bytes = std::fs::read(committed_dir().join("adamw_f32_plain.safetensors")).unwrap();
+    let key = b"\"op\":\"adamw\"";
+    let at = bytes.windows(key.len()).position(|w| w == key).expect("fixture header has a compact op key");
+    bytes[at + key.len() - 2] = b'x';
+    let unknown = dir.join("unknown.safetensors");
+    std::fs::write(&unknown, &bytes).unwrap();
+    let err = golden::run_case(&unknown).unwrap_err();
+    assert!(matches!(&err, GoldenError::UnknownOp { op, .. } if op == "adamx"), "{err}");
+    assert!(err.to_string().contains("unknown.") || err.to_string().contains("unknown op"), "{err}");
+    let missing = golden::run_case(&dir.join("missing.safetensors")).unwrap_err();
+    assert!(matches!(missing, GoldenError::Io { .. }));
+    std::fs::remove_dir_all(&dir).unwrap();
+}
