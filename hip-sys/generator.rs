@@ -122,16 +122,18 @@ pub const HIP_VARS: &[&str] = &[
 ];
 
 /// The header bindgen parses. ROCm >= 6 headers `#define hipGetDeviceProperties
-/// hipGetDevicePropertiesR0600`, which would hide the unversioned (legacy-layout) symbol; 5.x
-/// headers do not declare `hipGetDevicePropertiesR0600` at all. Declaring the missing one with an
-/// untyped buffer makes both symbols fields of `HipApi` whichever headers are used; hip-sys
-/// passes a byte buffer to either and decodes it per layout.
+/// hipGetDevicePropertiesR0600` (and `hipDeviceProp_t` to `hipDeviceProp_tR0600`), which would
+/// hide the unversioned export (which still fills the legacy struct); 5.x headers do not declare
+/// `hipGetDevicePropertiesR0600` at all. Declaring whichever is missing, with an untyped buffer,
+/// makes both symbols fields of `HipApi` whatever headers are used; hip-sys passes a byte buffer
+/// to either and decodes it per layout.
 pub const HIP_WRAPPER_HEADER: &str = r#"#include <hip/hip_version.h>
 #include <hip/hip_runtime_api.h>
-#if HIP_VERSION_MAJOR >= 6
+#ifdef hipGetDeviceProperties
 #undef hipGetDeviceProperties
 hipError_t hipGetDeviceProperties(void* prop, int deviceId);
-#else
+#endif
+#if !defined(HIP_VERSION_MAJOR) || HIP_VERSION_MAJOR < 6
 hipError_t hipGetDevicePropertiesR0600(void* prop, int deviceId);
 #endif
 "#;

@@ -8,8 +8,10 @@
 //   - conversions f16/bf16 <-> f32 with round-to-nearest-even (bf16 by bit manipulation,
 //     NaN-preserving; f16 through the __half intrinsics): to_float(T), from_float<T>(float),
 //     load_as_float(p, i), store_from_float(p, i, x);
-//   - vector loads and stores of N consecutive elements as floats with scalar tails:
-//     load_floats<N>(p, i, n, out), store_floats<N>(p, i, n, in);
+//   - vector loads and stores of N consecutive elements as floats: checked, with scalar tails
+//     and an alignment test per pack (load_floats<N>(p, i, n, out), store_floats<N>(p, i, n, in)),
+//     or unchecked on a pack the caller knows is aligned and in range (load_vec<N>, store_vec<N>;
+//     cheaper in registers: test alignment once per tensor, not per pack);
 //   - wave and block reductions (sum, max, pairs of sums), wave-size agnostic: they use
 //     warpSize and __shfl_xor(width = warpSize), never a hard-coded 32 or 64. Block
 //     reductions go through LDS and visit the per-wave partials in a fixed order, so the
@@ -17,7 +19,9 @@
 //   - HIPK_DTYPES(X) / HIPK_KERNEL(...) to instantiate `extern "C" __global__` kernels named
 //     `<op>_<dtype>` for f32, f16 and bf16.
 //
-// All math is f32. Element offsets are int64_t so tensors over 2^31 elements index correctly.
+// All math is f32. Index type I of the load/store helpers is a template parameter: use int64_t
+// for offsets into whole tensors (over 2^31 elements index correctly) and int for offsets
+// inside a row the launcher has checked fits (fewer registers).
 #pragma once
 
 #include <hip/hip_fp16.h>
@@ -68,12 +72,13 @@ template <> __device__ __forceinline__ __half from_float<__half>(float x) {
 template <> __device__ __forceinline__ bf16 from_float<bf16>(float x) { return f32_to_bf16(x); }
 
 /// Read p[i] as f32.
-template <typename T> __device__ __forceinline__ float load_as_float(const T* p, int64_t i) {
+template <typename T, typename I> __device__ __forceinline__ float load_as_float(const T* p, I i) {
   return to_float(p[i]);
 }
 
 /// Write x to p[i], rounded to T's precision (round-to-nearest-even).
-template <typename T> __device__ __forceinline__ void store_from_float(T* p, int64_t i, float x) {
+template <typename T, typename I>
+__device__ __forceinline__ void store_from_float(T* p, I i, float x) {
   p[i] = from_float<T>(x);
 }
 
@@ -108,24 +113,55 @@ __device__ __forceinline__ bool is_aligned(const void* p, uintptr_t bytes) {
   return (reinterpret_cast<uintptr_t>(p) & (bytes - 1)) == 0;
 }
 
+/// out[k] = p[k] as f32 for k < N, as one vector access of N * sizeof(T) bytes (4, 8 or 16).
+/// p must be aligned to that size. Unchecked: the caller guarantees the whole pack is valid.
+template <int N, typename T>
+__device__ __forceinline__ void load_vec(const T* p, float* out) {
+  constexpr int kBytes = N * static_cast<int>(sizeof(T));
+  static_assert(kBytes == 4 || kBytes == 8 || kBytes == 16, "vector access of 4, 8 or 16 bytes");
+  using Raw = typename RawWords<kBytes>::type;
+  const Raw raw = *reinterpret_cast<const Raw*>(p);
+  uint32_t w[kBytes / 4];
+  __builtin_memcpy(w, &raw, kBytes);
+#pragma unroll
+  for (int k = 0; k < N; ++k) {
+    const uint32_t bits = sizeof(T) == 4 ? w[k] : (w[k / 2] >> (16 * (k % 2))) & 0xffffu;
+    out[k] = from_bits(static_cast<T*>(nullptr), bits);
+  }
+}
+
+/// p[k] = in[k] rounded to T for k < N, as one aligned vector access (see load_vec).
+template <int N, typename T>
+__device__ __forceinline__ void store_vec(T* p, const float* in) {
+  constexpr int kBytes = N * static_cast<int>(sizeof(T));
+  static_assert(kBytes == 4 || kBytes == 8 || kBytes == 16, "vector access of 4, 8 or 16 bytes");
+  using Raw = typename RawWords<kBytes>::type;
+  uint32_t w[kBytes / 4];
+#pragma unroll
+  for (int k = 0; k < kBytes / 4; ++k) w[k] = 0;
+#pragma unroll
+  for (int k = 0; k < N; ++k) {
+    const uint32_t bits = to_bits(from_float<T>(in[k]));
+    if (sizeof(T) == 4) {
+      w[k] = bits;
+    } else {
+      w[k / 2] |= bits << (16 * (k % 2));
+    }
+  }
+  Raw raw;
+  __builtin_memcpy(&raw, w, kBytes);
+  *reinterpret_cast<Raw*>(p) = raw;
+}
+
 namespace detail {
 
 /// load_floats on a raw output pointer, for packs of up to 16 bytes.
-template <int N, typename T>
-__device__ __forceinline__ void load_pack(const T* p, int64_t i, int64_t n, float* out,
-                                          float fill) {
+template <int N, typename T, typename I>
+__device__ __forceinline__ void load_pack(const T* p, I i, I n, float* out, float fill) {
   constexpr int kBytes = N * static_cast<int>(sizeof(T));
   if constexpr (kBytes == 4 || kBytes == 8 || kBytes == 16) {
     if (i + N <= n && is_aligned(p + i, kBytes)) {
-      using Raw = typename RawWords<kBytes>::type;
-      const Raw raw = *reinterpret_cast<const Raw*>(p + i);
-      uint32_t w[kBytes / 4];
-      __builtin_memcpy(w, &raw, kBytes);
-#pragma unroll
-      for (int k = 0; k < N; ++k) {
-        const uint32_t bits = sizeof(T) == 4 ? w[k] : (w[k / 2] >> (16 * (k % 2))) & 0xffffu;
-        out[k] = from_bits(static_cast<T*>(nullptr), bits);
-      }
+      load_vec<N>(p + i, out);
       return;
     }
   }
@@ -134,27 +170,12 @@ __device__ __forceinline__ void load_pack(const T* p, int64_t i, int64_t n, floa
 }
 
 /// store_floats on a raw input pointer, for packs of up to 16 bytes.
-template <int N, typename T>
-__device__ __forceinline__ void store_pack(T* p, int64_t i, int64_t n, const float* in) {
+template <int N, typename T, typename I>
+__device__ __forceinline__ void store_pack(T* p, I i, I n, const float* in) {
   constexpr int kBytes = N * static_cast<int>(sizeof(T));
   if constexpr (kBytes == 4 || kBytes == 8 || kBytes == 16) {
     if (i + N <= n && is_aligned(p + i, kBytes)) {
-      using Raw = typename RawWords<kBytes>::type;
-      uint32_t w[kBytes / 4];
-#pragma unroll
-      for (int k = 0; k < kBytes / 4; ++k) w[k] = 0;
-#pragma unroll
-      for (int k = 0; k < N; ++k) {
-        const uint32_t bits = to_bits(from_float<T>(in[k]));
-        if (sizeof(T) == 4) {
-          w[k] = bits;
-        } else {
-          w[k / 2] |= bits << (16 * (k % 2));
-        }
-      }
-      Raw raw;
-      __builtin_memcpy(&raw, w, kBytes);
-      *reinterpret_cast<Raw*>(p + i) = raw;
+      store_vec<N>(p + i, in);
       return;
     }
   }
@@ -171,8 +192,8 @@ __device__ __forceinline__ void store_pack(T* p, int64_t i, int64_t n, const flo
 /// inside [0, n) and is aligned to its size; otherwise scalar accesses (tails, unaligned rows),
 /// never reading at or past n. Packs move as 32-bit words (no private array of T, which the
 /// compiler could otherwise promote to LDS).
-template <int N, typename T>
-__device__ __forceinline__ void load_floats(const T* p, int64_t i, int64_t n, float (&out)[N],
+template <int N, typename T, typename I>
+__device__ __forceinline__ void load_floats(const T* p, I i, I n, float (&out)[N],
                                             float fill = 0.0f) {
   constexpr int kPiece = (N * sizeof(T) > 16) ? VecWidth<T>::value : N;
   static_assert(N % kPiece == 0, "packs over 16 bytes must be whole 16-byte pieces");
@@ -182,8 +203,8 @@ __device__ __forceinline__ void load_floats(const T* p, int64_t i, int64_t n, fl
 
 /// p[i + k] = in[k] (rounded to T) for k < N and i + k < n; the same vector/scalar split as
 /// load_floats.
-template <int N, typename T>
-__device__ __forceinline__ void store_floats(T* p, int64_t i, int64_t n, const float (&in)[N]) {
+template <int N, typename T, typename I>
+__device__ __forceinline__ void store_floats(T* p, I i, I n, const float (&in)[N]) {
   constexpr int kPiece = (N * sizeof(T) > 16) ? VecWidth<T>::value : N;
   static_assert(N % kPiece == 0, "packs over 16 bytes must be whole 16-byte pieces");
 #pragma unroll

@@ -3,6 +3,7 @@
 
 pub mod cpu;
 pub mod golden;
+pub mod kernels;
 pub mod ops;
 pub mod params;
 pub mod tolerance;

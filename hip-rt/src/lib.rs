@@ -1,1 +1,56 @@
-//! Safe HIP runtime (work in progress).
+//! hip-rt: a safe HIP runtime for Rust, for Hygon DCU (DTK) and AMD GPUs (ROCm).
+//!
+//! # Layers
+//! - [`result`]: one fallible wrapper per HIP call, grouped by API prefix (`result::stream::create`,
+//!   `result::memory::copy_htod_async`). Raw handles in, `Result` out.
+//! - The safe layer: [`Device`] (properties, limits, allocator, Drop-error log), [`Stream`],
+//!   [`Event`], [`DeviceBuffer`] with borrow-checked views, [`PinnedHostBuffer`], [`Module`] /
+//!   [`Function`] with a checked [`LaunchConfig`] and an unsafe argument builder, and [`Blas`]
+//!   (hipBLAS, rocBLAS as fallback) for row-major GEMM.
+//! - Pure logic usable without a GPU: [`module::bundle`] / [`module::elf`] (code-object
+//!   inspection), [`launch`] (launch geometry and validation).
+//!
+//! # Safety contract
+//! Safe functions cannot cause undefined behaviour on the host: lengths are checked before HIP
+//! sees a pointer, views borrow their buffer, host memory used by an asynchronous copy is pinned
+//! and waited for before the host touches it again. Kernel launches stay `unsafe`: hip-rt cannot
+//! check that arguments match the kernel or that the kernel stays in bounds.
+//! `Drop` never panics; errors there are recorded on the device ([`Device::check_err`]).
+//!
+//! # What has run where
+//! No GPU was available while this crate was written. The pure modules ([`module::bundle`],
+//! [`module::elf`], [`launch`], range/length checks, error mapping) are unit-tested. Every path
+//! that needs a device (allocation, copies, streams, events, module load, launch, BLAS) has only
+//! ever run up to the runtime's hipErrorNoDevice answer (Debian's ROCm 5.2 `libamdhip64`, no
+//! GPU). The device tests (`--features device`) compile but have never run on hardware.
+#![deny(unsafe_op_in_unsafe_fn)]
+
+pub mod blas;
+pub mod device;
+pub mod error;
+pub mod event;
+pub mod launch;
+pub mod memory;
+pub mod module;
+pub mod result;
+pub mod stream;
+
+pub use blas::{Batch, Blas, BlasBackend, Gemm, GemmElement};
+pub use device::{Device, MemoryInfo};
+pub use error::{Error, Result};
+pub use event::{Event, EventOptions};
+pub use launch::{
+    DevicePtr, DeviceRepr, KernelArg, KernelArgs, LaunchConfig, LaunchError, LaunchLimits,
+};
+pub use memory::alloc::{DeviceAllocator, DirectAllocator, RawAllocation, RawStream};
+pub use memory::buffer::{
+    DeviceBuffer, DeviceSlice, DeviceSliceMut, DeviceView, DeviceViewMut, Element,
+};
+pub use memory::pinned::PinnedHostBuffer;
+pub use module::{Function, LaunchBuilder, Module};
+pub use stream::{Stream, StreamOptions};
+
+/// Compiles the README's example as a doctest.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeDoctests;

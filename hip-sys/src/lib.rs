@@ -11,7 +11,7 @@
 //!   on ROCm 5.x and DTK, R0600 on ROCm >= 6) and sanity-checks it. Prefer it to
 //!   `hipDeviceGetAttribute`: the generated [`hipDeviceAttribute_t`] constants carry upstream
 //!   ROCm's numbering, and DTK renumbers that enum (a stock value yields "invalid argument").
-//! - [`blas::hipblas`] / [`blas::rocblas`] load the BLAS libraries independently: a missing BLAS
+//! - [`blas::hipblas()`] / [`blas::rocblas()`] load the BLAS libraries independently: a missing BLAS
 //!   never breaks the runtime.
 //!
 //! # Environment

@@ -33,13 +33,7 @@ static HIP: OnceLock<(Result<Hip, Error>, SearchReport)> = OnceLock::new();
 /// The HIP runtime, loaded on first use (search order in [`crate::search::targets`]). Every later
 /// call returns the same runtime, or the same error.
 pub fn hip() -> Result<&'static Hip, Error> {
-    HIP.get_or_init(|| {
-        let (opened, report) = dl::find(&HIP_RUNTIME);
-        (opened.and_then(Hip::from_opened), report)
-    })
-    .0
-    .as_ref()
-    .map_err(Clone::clone)
+    hip_cell().0.as_ref().map_err(Clone::clone)
 }
 
 /// The runtime if [`hip`] has already loaded it; never triggers a load.
@@ -49,20 +43,14 @@ pub(crate) fn loaded() -> Option<&'static Hip> {
 
 /// Where the HIP runtime search looked and what it found (runs the search if not done yet).
 pub fn hip_search_report() -> SearchReport {
-    let _ = hip();
-    match HIP.get() {
-        Some((_, report)) => report.clone(),
-        None => unreachable_report(),
-    }
+    hip_cell().1.clone()
 }
 
-/// `hip()` always initialises `HIP`; this keeps the function total without a panic.
-fn unreachable_report() -> SearchReport {
-    SearchReport {
-        spec: HIP_RUNTIME,
-        attempts: Vec::new(),
-        env: Vec::new(),
-    }
+fn hip_cell() -> &'static (Result<Hip, Error>, SearchReport) {
+    HIP.get_or_init(|| {
+        let (opened, report) = dl::find(&HIP_RUNTIME);
+        (opened.and_then(Hip::from_opened), report)
+    })
 }
 
 /// Load the HIP runtime from exactly `path`, bypassing the search and the process-wide cache

@@ -8,7 +8,10 @@ enum Weights<'a, T> {
     /// The model parameters themselves are updated.
     Plain(&'a mut [T]),
     /// f32 master weights are updated and the model copy is rewritten from them.
-    Master { master: &'a mut [f32], model: &'a mut [T] },
+    Master {
+        master: &'a mut [f32],
+        model: &'a mut [T],
+    },
 }
 
 /// One AdamW step on `param` (f32/f16/bf16) with f32 state, in place.
@@ -19,23 +22,75 @@ enum Weights<'a, T> {
 /// `p ← p − lr/(1 − β1^step) · m / denom`. Each stored value is rounded once.
 /// With `found_inf` nothing is written at all. `max_exp_avg_sq` is given iff `amsgrad`.
 /// `grad` is not modified (torch's fused kernel also writes the unscaled gradient back).
-pub fn adamw<T: Element>(config: &AdamWConfig, step: &AdamWStep, param: &mut [T], grad: &[T], exp_avg: &mut [f32], exp_avg_sq: &mut [f32], max_exp_avg_sq: Option<&mut [f32]>) -> Result<(), ShapeError> {
-    update(config, step, Weights::Plain(param), grad, exp_avg, exp_avg_sq, max_exp_avg_sq)
+pub fn adamw<T: Element>(
+    config: &AdamWConfig,
+    step: &AdamWStep,
+    param: &mut [T],
+    grad: &[T],
+    exp_avg: &mut [f32],
+    exp_avg_sq: &mut [f32],
+    max_exp_avg_sq: Option<&mut [f32]>,
+) -> Result<(), ShapeError> {
+    update(
+        config,
+        step,
+        Weights::Plain(param),
+        grad,
+        exp_avg,
+        exp_avg_sq,
+        max_exp_avg_sq,
+    )
 }
 
 /// [`adamw`] on f32 master weights `master`, then `param` (the f16/bf16/f32 model copy) is
 /// overwritten with `master` rounded to its type. The model copy is not read.
 #[allow(clippy::too_many_arguments)]
-pub fn adamw_master<T: Element>(config: &AdamWConfig, step: &AdamWStep, master: &mut [f32], param: &mut [T], grad: &[T], exp_avg: &mut [f32], exp_avg_sq: &mut [f32], max_exp_avg_sq: Option<&mut [f32]>) -> Result<(), ShapeError> {
-    update(config, step, Weights::Master { master, model: param }, grad, exp_avg, exp_avg_sq, max_exp_avg_sq)
+pub fn adamw_master<T: Element>(
+    config: &AdamWConfig,
+    step: &AdamWStep,
+    master: &mut [f32],
+    param: &mut [T],
+    grad: &[T],
+    exp_avg: &mut [f32],
+    exp_avg_sq: &mut [f32],
+    max_exp_avg_sq: Option<&mut [f32]>,
+) -> Result<(), ShapeError> {
+    update(
+        config,
+        step,
+        Weights::Master {
+            master,
+            model: param,
+        },
+        grad,
+        exp_avg,
+        exp_avg_sq,
+        max_exp_avg_sq,
+    )
 }
 
-fn update<T: Element>(c: &AdamWConfig, s: &AdamWStep, mut w: Weights<'_, T>, grad: &[T], exp_avg: &mut [f32], exp_avg_sq: &mut [f32], mut max_sq: Option<&mut [f32]>) -> Result<(), ShapeError> {
+fn update<T: Element>(
+    c: &AdamWConfig,
+    s: &AdamWStep,
+    mut w: Weights<'_, T>,
+    grad: &[T],
+    exp_avg: &mut [f32],
+    exp_avg_sq: &mut [f32],
+    mut max_sq: Option<&mut [f32]>,
+) -> Result<(), ShapeError> {
     let (len, master_len) = match &w {
         Weights::Plain(p) => (p.len(), None),
         Weights::Master { master, model } => (model.len(), Some(master.len())),
     };
-    c.validate(s, len, grad.len(), exp_avg.len(), exp_avg_sq.len(), max_sq.as_deref().map(<[f32]>::len), master_len)?;
+    c.validate(
+        s,
+        len,
+        grad.len(),
+        exp_avg.len(),
+        exp_avg_sq.len(),
+        max_sq.as_deref().map(<[f32]>::len),
+        master_len,
+    )?;
     if s.found_inf {
         return Ok(());
     }
@@ -78,13 +133,20 @@ fn update<T: Element>(c: &AdamWConfig, s: &AdamWStep, mut w: Weights<'_, T>, gra
 
 /// True iff any element of any tensor is NaN or ±inf (what a loss scaler checks before a step).
 pub fn non_finite<T: Element>(tensors: &[&[T]]) -> bool {
-    tensors.iter().any(|t| t.iter().any(|x| !x.to_f64().is_finite()))
+    tensors
+        .iter()
+        .any(|t| t.iter().any(|x| !x.to_f64().is_finite()))
 }
 
 /// Global L2 norm `√(Σ x²)` over all elements of all tensors, accumulated in f64 (gradient
 /// clipping). A non-finite element gives a non-finite norm.
 pub fn l2_norm<T: Element>(tensors: &[&[T]]) -> f64 {
-    tensors.iter().flat_map(|t| t.iter()).map(|x| x.to_f64() * x.to_f64()).sum::<f64>().sqrt()
+    tensors
+        .iter()
+        .flat_map(|t| t.iter())
+        .map(|x| x.to_f64() * x.to_f64())
+        .sum::<f64>()
+        .sqrt()
 }
 
 #[cfg(test)]
@@ -95,45 +157,112 @@ mod tests {
     #[test]
     fn first_step_moves_by_lr_times_sign() {
         // Step 1 without decay: m̂ = g, v̂ = g², so p moves by −lr·g/(|g| + eps) ≈ −lr·sign(g).
-        let c = AdamWConfig { lr: 0.1, weight_decay: 0.0, eps: 0.0, ..AdamWConfig::default() };
+        let c = AdamWConfig {
+            lr: 0.1,
+            weight_decay: 0.0,
+            eps: 0.0,
+            ..AdamWConfig::default()
+        };
         let (mut p, mut m, mut v) = ([1.0f32, 1.0], [0.0f32; 2], [0.0f32; 2]);
-        adamw(&c, &AdamWStep::new(1), &mut p, &[0.5, -2.0], &mut m, &mut v, None).unwrap();
+        adamw(
+            &c,
+            &AdamWStep::new(1),
+            &mut p,
+            &[0.5, -2.0],
+            &mut m,
+            &mut v,
+            None,
+        )
+        .unwrap();
         assert_eq!(p, [0.9, 1.1]);
         let b1c = 1.0 - 0.9f64;
         assert_eq!(m, [(b1c * 0.5) as f32, (b1c * -2.0) as f32]);
-        let cm = AdamWConfig { maximize: true, ..c };
+        let cm = AdamWConfig {
+            maximize: true,
+            ..c
+        };
         let (mut p, mut m, mut v) = ([1.0f32], [0.0f32], [0.0f32]);
-        let s = AdamWStep { grad_scale: Some(4.0), ..AdamWStep::new(1) };
+        let s = AdamWStep {
+            grad_scale: Some(4.0),
+            ..AdamWStep::new(1)
+        };
         adamw(&cm, &s, &mut p, &[2.0], &mut m, &mut v, None).unwrap();
         // g = 2 / 4 = 0.5, negated by maximize.
-        assert_eq!((p, m, v), ([1.1], [(b1c * -0.5) as f32], [((1.0 - 0.999f64) * 0.25) as f32]));
+        assert_eq!(
+            (p, m, v),
+            (
+                [1.1],
+                [(b1c * -0.5) as f32],
+                [((1.0 - 0.999f64) * 0.25) as f32]
+            )
+        );
     }
 
     #[test]
     fn found_inf_changes_nothing_and_amsgrad_keeps_the_max() {
-        let c = AdamWConfig { amsgrad: true, ..AdamWConfig::default() };
+        let c = AdamWConfig {
+            amsgrad: true,
+            ..AdamWConfig::default()
+        };
         let (mut p, mut m, mut v, mut mx) = ([f16::from_f32(1.5)], [0.25f32], [0.5f32], [2.0f32]);
-        let s = AdamWStep { found_inf: true, ..AdamWStep::new(3) };
+        let s = AdamWStep {
+            found_inf: true,
+            ..AdamWStep::new(3)
+        };
         adamw(&c, &s, &mut p, &[f16::NAN], &mut m, &mut v, Some(&mut mx)).unwrap();
         assert_eq!((p[0].to_f32(), m, v, mx), (1.5, [0.25], [0.5], [2.0]));
-        adamw(&c, &AdamWStep::new(3), &mut p, &[f16::from_f32(0.1)], &mut m, &mut v, Some(&mut mx)).unwrap();
+        adamw(
+            &c,
+            &AdamWStep::new(3),
+            &mut p,
+            &[f16::from_f32(0.1)],
+            &mut m,
+            &mut v,
+            Some(&mut mx),
+        )
+        .unwrap();
         assert_eq!(mx, [2.0]);
         assert!(v[0] < 0.5);
     }
 
     #[test]
     fn master_weights_write_the_rounded_model_copy() {
-        let c = AdamWConfig { lr: 1e-3, ..AdamWConfig::default() };
+        let c = AdamWConfig {
+            lr: 1e-3,
+            ..AdamWConfig::default()
+        };
         let (mut master, mut model) = ([1.0f32, -3.0], [bf16::ZERO; 2]);
         let (mut m, mut v) = ([0.0f32; 2], [0.0f32; 2]);
         let g = [bf16::from_f32(0.01), bf16::from_f32(-0.02)];
-        adamw_master(&c, &AdamWStep::new(1), &mut master, &mut model, &g, &mut m, &mut v, None).unwrap();
+        adamw_master(
+            &c,
+            &AdamWStep::new(1),
+            &mut master,
+            &mut model,
+            &g,
+            &mut m,
+            &mut v,
+            None,
+        )
+        .unwrap();
         // The same update on f32 params gives the master weights; the model copy is their rounding.
         let (mut p32, mut m32, mut v32) = ([1.0f32, -3.0], [0.0f32; 2], [0.0f32; 2]);
-        adamw(&c, &AdamWStep::new(1), &mut p32, &g.map(|x| x.to_f32()), &mut m32, &mut v32, None).unwrap();
+        adamw(
+            &c,
+            &AdamWStep::new(1),
+            &mut p32,
+            &g.map(|x| x.to_f32()),
+            &mut m32,
+            &mut v32,
+            None,
+        )
+        .unwrap();
         assert_eq!((master, m, v), (p32, m32, v32));
         assert_eq!(model, p32.map(bf16::from_f32));
-        assert!(master[0] < 1.0 && model[0] == bf16::ONE, "update below bf16 resolution stays in master");
+        assert!(
+            master[0] < 1.0 && model[0] == bf16::ONE,
+            "update below bf16 resolution stays in master"
+        );
     }
 
     #[test]

@@ -9,20 +9,45 @@ use super::{par_for_each, AttentionShape, LayerNormShape, ShapeError};
 /// f64 layer norm forward: `y = (x − mean)·rstd·weight + bias` per row, biased variance,
 /// `rstd = 1/√(var + eps)`.
 #[allow(clippy::too_many_arguments)]
-pub fn layernorm_forward(shape: &LayerNormShape, eps: f32, x: &[f64], weight: &[f64], bias: &[f64], y: &mut [f64], mean: &mut [f64], rstd: &mut [f64]) -> Result<(), ShapeError> {
-    shape.validate_forward(eps, x.len(), weight.len(), bias.len(), y.len(), mean.len(), rstd.len())?;
+pub fn layernorm_forward(
+    shape: &LayerNormShape,
+    eps: f32,
+    x: &[f64],
+    weight: &[f64],
+    bias: &[f64],
+    y: &mut [f64],
+    mean: &mut [f64],
+    rstd: &mut [f64],
+) -> Result<(), ShapeError> {
+    shape.validate_forward(
+        eps,
+        x.len(),
+        weight.len(),
+        bias.len(),
+        y.len(),
+        mean.len(),
+        rstd.len(),
+    )?;
     let c = shape.cols;
     let eps = f64::from(eps);
-    let items: Vec<_> = y.chunks_mut(c).zip(x.chunks(c)).zip(mean.iter_mut().zip(rstd.iter_mut())).collect();
-    par_for_each(items, shape.rows.saturating_mul(c).saturating_mul(8), |((y, x), (mu, rs))| {
-        let m = x.iter().sum::<f64>() / c as f64;
-        let var = x.iter().map(|v| (v - m) * (v - m)).sum::<f64>() / c as f64;
-        let r = 1.0 / (var + eps).sqrt();
-        for (((yo, xv), w), b) in y.iter_mut().zip(x).zip(weight).zip(bias) {
-            *yo = (xv - m) * r * w + b;
-        }
-        (*mu, *rs) = (m, r);
-    });
+    let items: Vec<_> = y
+        .chunks_mut(c)
+        .zip(x.chunks(c))
+        .zip(mean.iter_mut().zip(rstd.iter_mut()))
+        .collect();
+    par_for_each(
+        items,
+        shape.rows.saturating_mul(c).saturating_mul(8),
+        |((y, x), (mu, rs))| {
+            let m = x.iter().sum::<f64>() / c as f64;
+            let var = x.iter().map(|v| (v - m) * (v - m)).sum::<f64>() / c as f64;
+            let r = 1.0 / (var + eps).sqrt();
+            for (((yo, xv), w), b) in y.iter_mut().zip(x).zip(weight).zip(bias) {
+                *yo = (xv - m) * r * w + b;
+            }
+            (*mu, *rs) = (m, r);
+        },
+    );
     Ok(())
 }
 
@@ -30,8 +55,27 @@ pub fn layernorm_forward(shape: &LayerNormShape, eps: f32, x: &[f64], weight: &[
 /// `g = dy·weight`, `dx = rstd·(g − mean(g) − x̂·mean(g·x̂))`, `dweight = Σ_rows dy·x̂`,
 /// `dbias = Σ_rows dy` (overwritten, not accumulated).
 #[allow(clippy::too_many_arguments)]
-pub fn layernorm_backward(shape: &LayerNormShape, x: &[f64], weight: &[f64], dy: &[f64], mean: &[f64], rstd: &[f64], dx: &mut [f64], dweight: &mut [f64], dbias: &mut [f64]) -> Result<(), ShapeError> {
-    shape.validate_backward(x.len(), weight.len(), dy.len(), mean.len(), rstd.len(), dx.len(), dweight.len(), dbias.len())?;
+pub fn layernorm_backward(
+    shape: &LayerNormShape,
+    x: &[f64],
+    weight: &[f64],
+    dy: &[f64],
+    mean: &[f64],
+    rstd: &[f64],
+    dx: &mut [f64],
+    dweight: &mut [f64],
+    dbias: &mut [f64],
+) -> Result<(), ShapeError> {
+    shape.validate_backward(
+        x.len(),
+        weight.len(),
+        dy.len(),
+        mean.len(),
+        rstd.len(),
+        dx.len(),
+        dweight.len(),
+        dbias.len(),
+    )?;
     let c = shape.cols;
     dweight.fill(0.0);
     dbias.fill(0.0);
@@ -41,19 +85,27 @@ pub fn layernorm_backward(shape: &LayerNormShape, x: &[f64], weight: &[f64], dy:
             *db += g;
         }
     }
-    let items: Vec<_> = dx.chunks_mut(c).zip(x.chunks(c).zip(dy.chunks(c))).zip(mean.iter().zip(rstd)).collect();
-    par_for_each(items, shape.rows.saturating_mul(c).saturating_mul(8), |((dx, (x, dy)), (m, r))| {
-        let (mut mg, mut mgx) = (0.0, 0.0);
-        for ((xv, g), w) in x.iter().zip(dy).zip(weight) {
-            let gw = g * w;
-            mg += gw;
-            mgx += gw * (xv - m) * r;
-        }
-        let (mg, mgx) = (mg / c as f64, mgx / c as f64);
-        for (((d, xv), g), w) in dx.iter_mut().zip(x).zip(dy).zip(weight) {
-            *d = r * (g * w - mg - (xv - m) * r * mgx);
-        }
-    });
+    let items: Vec<_> = dx
+        .chunks_mut(c)
+        .zip(x.chunks(c).zip(dy.chunks(c)))
+        .zip(mean.iter().zip(rstd))
+        .collect();
+    par_for_each(
+        items,
+        shape.rows.saturating_mul(c).saturating_mul(8),
+        |((dx, (x, dy)), (m, r))| {
+            let (mut mg, mut mgx) = (0.0, 0.0);
+            for ((xv, g), w) in x.iter().zip(dy).zip(weight) {
+                let gw = g * w;
+                mg += gw;
+                mgx += gw * (xv - m) * r;
+            }
+            let (mg, mgx) = (mg / c as f64, mgx / c as f64);
+            for (((d, xv), g), w) in dx.iter_mut().zip(x).zip(dy).zip(weight) {
+                *d = r * (g * w - mg - (xv - m) * r * mgx);
+            }
+        },
+    );
     Ok(())
 }
 
@@ -68,17 +120,35 @@ fn heads(shape: &AttentionShape) -> usize {
 
 /// f64 attention forward: `out = softmax(scale·Q·Kᵀ + mask)·V`, `lse` = natural log-sum-exp of
 /// the scaled visible scores; a query with no visible key gets `out = 0`, `lse = −inf`.
-pub fn attention_forward(shape: &AttentionShape, q: &[f64], k: &[f64], v: &[f64], out: &mut [f64], lse: &mut [f64]) -> Result<(), ShapeError> {
+pub fn attention_forward(
+    shape: &AttentionShape,
+    q: &[f64],
+    k: &[f64],
+    v: &[f64],
+    out: &mut [f64],
+    lse: &mut [f64],
+) -> Result<(), ShapeError> {
     shape.validate_forward(q.len(), k.len(), v.len(), out.len(), lse.len())?;
     let (tq, tk, d) = (shape.tq, shape.tk, shape.head_dim);
     let scale = f64::from(shape.scale);
     if heads(shape) == 0 || tq == 0 {
         return Ok(());
     }
-    let items: Vec<_> = out.chunks_mut(tq * d).zip(lse.chunks_mut(tq)).enumerate().collect();
-    let work = heads(shape).saturating_mul(tq).saturating_mul(tk).saturating_mul(2 * d + 1);
+    let items: Vec<_> = out
+        .chunks_mut(tq * d)
+        .zip(lse.chunks_mut(tq))
+        .enumerate()
+        .collect();
+    let work = heads(shape)
+        .saturating_mul(tq)
+        .saturating_mul(tk)
+        .saturating_mul(2 * d + 1);
     par_for_each(items, work, |(bh, (out, lse))| {
-        let (q, k, v) = (&q[bh * tq * d..][..tq * d], &k[bh * tk * d..][..tk * d], &v[bh * tk * d..][..tk * d]);
+        let (q, k, v) = (
+            &q[bh * tq * d..][..tq * d],
+            &k[bh * tk * d..][..tk * d],
+            &v[bh * tk * d..][..tk * d],
+        );
         let mut s = vec![0.0f64; tk];
         for i in 0..tq {
             let o = &mut out[i * d..(i + 1) * d];
@@ -111,8 +181,29 @@ pub fn attention_forward(shape: &AttentionShape, q: &[f64], k: &[f64], v: &[f64]
 /// `dS = P ∘ (dout·vᵀ − D)`, `dq = scale·dS·k`, `dk = scale·dSᵀ·q`, `dv = Pᵀ·dout`.
 /// Rows with no visible key (or `lse = −inf`) contribute nothing; their `dq` is 0.
 #[allow(clippy::too_many_arguments)]
-pub fn attention_backward(shape: &AttentionShape, q: &[f64], k: &[f64], v: &[f64], out: &[f64], dout: &[f64], lse: &[f64], dq: &mut [f64], dk: &mut [f64], dv: &mut [f64]) -> Result<(), ShapeError> {
-    shape.validate_backward(q.len(), k.len(), v.len(), out.len(), dout.len(), lse.len(), dq.len(), dk.len(), dv.len())?;
+pub fn attention_backward(
+    shape: &AttentionShape,
+    q: &[f64],
+    k: &[f64],
+    v: &[f64],
+    out: &[f64],
+    dout: &[f64],
+    lse: &[f64],
+    dq: &mut [f64],
+    dk: &mut [f64],
+    dv: &mut [f64],
+) -> Result<(), ShapeError> {
+    shape.validate_backward(
+        q.len(),
+        k.len(),
+        v.len(),
+        out.len(),
+        dout.len(),
+        lse.len(),
+        dq.len(),
+        dk.len(),
+        dv.len(),
+    )?;
     let (tq, tk, d) = (shape.tq, shape.tk, shape.head_dim);
     let scale = f64::from(shape.scale);
     dq.fill(0.0);
@@ -121,15 +212,26 @@ pub fn attention_backward(shape: &AttentionShape, q: &[f64], k: &[f64], v: &[f64
     if heads(shape) == 0 || tq == 0 || tk == 0 {
         return Ok(());
     }
-    let items: Vec<_> = dq.chunks_mut(tq * d).zip(dk.chunks_mut(tk * d).zip(dv.chunks_mut(tk * d))).enumerate().collect();
-    let work = heads(shape).saturating_mul(tq).saturating_mul(tk).saturating_mul(4 * d + 1);
+    let items: Vec<_> = dq
+        .chunks_mut(tq * d)
+        .zip(dk.chunks_mut(tk * d).zip(dv.chunks_mut(tk * d)))
+        .enumerate()
+        .collect();
+    let work = heads(shape)
+        .saturating_mul(tq)
+        .saturating_mul(tk)
+        .saturating_mul(4 * d + 1);
     par_for_each(items, work, |(bh, (dq, (dk, dv)))| {
-        let (q, out, dout) = (&q[bh * tq * d..][..tq * d], &out[bh * tq * d..][..tq * d], &dout[bh * tq * d..][..tq * d]);
+        let (q, out, dout) = (
+            &q[bh * tq * d..][..tq * d],
+            &out[bh * tq * d..][..tq * d],
+            &dout[bh * tq * d..][..tq * d],
+        );
         let (k, v) = (&k[bh * tk * d..][..tk * d], &v[bh * tk * d..][..tk * d]);
         let lse = &lse[bh * tq..][..tq];
-        for i in 0..tq {
+        for (i, &lse_i) in lse.iter().enumerate() {
             let n = shape.visible_keys(i);
-            if n == 0 || lse[i] == f64::NEG_INFINITY {
+            if n == 0 || lse_i == f64::NEG_INFINITY {
                 continue;
             }
             let row = i * d..(i + 1) * d;
@@ -137,9 +239,14 @@ pub fn attention_backward(shape: &AttentionShape, q: &[f64], k: &[f64], v: &[f64
             let big_d = dot(doi, &out[row.clone()]);
             for j in 0..n {
                 let col = j * d..(j + 1) * d;
-                let p = (scale * dot(qi, &k[col.clone()]) - lse[i]).exp();
+                let p = (scale * dot(qi, &k[col.clone()]) - lse_i).exp();
                 let ds = p * (dot(doi, &v[col.clone()]) - big_d);
-                for (((dqv, kv), dkv), (qv, (dvv, dov))) in dq[row.clone()].iter_mut().zip(&k[col.clone()]).zip(&mut dk[col.clone()]).zip(qi.iter().zip(dv[col.clone()].iter_mut().zip(doi))) {
+                for (((dqv, kv), dkv), (qv, (dvv, dov))) in dq[row.clone()]
+                    .iter_mut()
+                    .zip(&k[col.clone()])
+                    .zip(&mut dk[col.clone()])
+                    .zip(qi.iter().zip(dv[col.clone()].iter_mut().zip(doi)))
+                {
                     *dqv += scale * ds * kv;
                     *dkv += scale * ds * qv;
                     *dvv += p * dov;

@@ -7,29 +7,65 @@ use super::{par_for_each, Element, MatmulShape, ShapeError};
 /// Layouts are in [`MatmulShape`]. As in BLAS and `torch.addmm`, C is not read when `beta == 0`
 /// (a NaN there does not propagate). Products and sums are exact-widened to f64; each output is
 /// rounded once.
-pub fn matmul<T: Element>(shape: &MatmulShape, alpha: f32, beta: f32, a: &[T], b: &[T], out: &mut [T]) -> Result<(), ShapeError> {
+pub fn matmul<T: Element>(
+    shape: &MatmulShape,
+    alpha: f32,
+    beta: f32,
+    a: &[T],
+    b: &[T],
+    out: &mut [T],
+) -> Result<(), ShapeError> {
     shape.validate(alpha, beta, a.len(), b.len(), out.len())?;
-    let MatmulShape { m, n, k, trans_a, trans_b, .. } = *shape;
+    let MatmulShape {
+        m,
+        n,
+        k,
+        trans_a,
+        trans_b,
+        ..
+    } = *shape;
     if m == 0 || n == 0 {
         return Ok(());
     }
     let (alpha, beta) = (f64::from(alpha), f64::from(beta));
-    let a_at = |mat: &[T], i: usize, p: usize| if trans_a { mat[p * m + i] } else { mat[i * k + p] };
-    let b_at = |mat: &[T], p: usize, j: usize| if trans_b { mat[j * k + p] } else { mat[p * n + j] };
+    let a_at = |mat: &[T], i: usize, p: usize| {
+        if trans_a {
+            mat[p * m + i]
+        } else {
+            mat[i * k + p]
+        }
+    };
+    let b_at = |mat: &[T], p: usize, j: usize| {
+        if trans_b {
+            mat[j * k + p]
+        } else {
+            mat[p * n + j]
+        }
+    };
     // One item per output matrix; within it, op(A) rows and op(B) columns are widened once.
     let items: Vec<_> = out.chunks_mut(m * n).enumerate().collect();
-    let work = shape.batch.saturating_mul(m).saturating_mul(n).saturating_mul(k);
+    let work = shape
+        .batch
+        .saturating_mul(m)
+        .saturating_mul(n)
+        .saturating_mul(k);
     par_for_each(items, work, |(bi, out)| {
         let a = &a[bi * m * k..(bi + 1) * m * k];
         let b = &b[bi * k * n..(bi + 1) * k * n];
-        let bt: Vec<f64> = (0..n).flat_map(|j| (0..k).map(move |p| b_at(b, p, j).to_f64())).collect();
+        let bt: Vec<f64> = (0..n)
+            .flat_map(|j| (0..k).map(move |p| b_at(b, p, j).to_f64()))
+            .collect();
         let mut row = vec![0.0f64; k];
         for (i, out_row) in out.chunks_mut(n).enumerate() {
             for (p, r) in row.iter_mut().enumerate() {
                 *r = a_at(a, i, p).to_f64();
             }
             for (j, o) in out_row.iter_mut().enumerate() {
-                let acc: f64 = row.iter().zip(&bt[j * k..(j + 1) * k]).map(|(x, y)| x * y).sum();
+                let acc: f64 = row
+                    .iter()
+                    .zip(&bt[j * k..(j + 1) * k])
+                    .map(|(x, y)| x * y)
+                    .sum();
                 let c = if beta == 0.0 { 0.0 } else { beta * o.to_f64() };
                 *o = T::from_f64(alpha * acc + c);
             }
@@ -54,26 +90,65 @@ mod tests {
         let at = [1.0f32, 4., 2., 5., 3., 6.];
         let bt = [1.0f32, 0., 1., 0., 1., 1.];
         let mut out2 = [f32::NAN; 4];
-        let s = MatmulShape { trans_a: true, trans_b: true, ..MatmulShape::new(2, 2, 3) };
+        let s = MatmulShape {
+            trans_a: true,
+            trans_b: true,
+            ..MatmulShape::new(2, 2, 3)
+        };
         matmul(&s, 1.0, 0.0, &at, &bt, &mut out2).unwrap();
         assert_eq!(out2, [4.0, 5.0, 10.0, 11.0]);
     }
 
     #[test]
     fn batches_are_independent_and_k0_scales_c() {
-        let s = MatmulShape { batch: 2, ..MatmulShape::new(1, 1, 2) };
-        let a = [bf16::from_f32(1.0), bf16::from_f32(2.0), bf16::from_f32(3.0), bf16::from_f32(4.0)];
+        let s = MatmulShape {
+            batch: 2,
+            ..MatmulShape::new(1, 1, 2)
+        };
+        let a = [
+            bf16::from_f32(1.0),
+            bf16::from_f32(2.0),
+            bf16::from_f32(3.0),
+            bf16::from_f32(4.0),
+        ];
         let mut out = [bf16::ZERO; 2];
         matmul(&s, 1.0, 0.0, &a, &a, &mut out).unwrap();
         assert_eq!([out[0].to_f32(), out[1].to_f32()], [5.0, 25.0]);
         let mut c = [3.0f32, 4.0];
-        matmul(&MatmulShape { batch: 2, ..MatmulShape::new(1, 1, 0) }, 1.0, 2.0, &[], &[], &mut c).unwrap();
+        matmul(
+            &MatmulShape {
+                batch: 2,
+                ..MatmulShape::new(1, 1, 0)
+            },
+            1.0,
+            2.0,
+            &[],
+            &[],
+            &mut c,
+        )
+        .unwrap();
         assert_eq!(c, [6.0, 8.0]);
     }
 
     #[test]
     fn rejects_wrong_lengths() {
-        let e = matmul(&MatmulShape::new(2, 2, 2), 1.0, 0.0, &[0.0f32; 4], &[0.0; 4], &mut [0.0; 3]).unwrap_err();
-        assert_eq!(e, ShapeError::Length { op: "matmul", tensor: "out", expected: 4, got: 3 });
+        let e = matmul(
+            &MatmulShape::new(2, 2, 2),
+            1.0,
+            0.0,
+            &[0.0f32; 4],
+            &[0.0; 4],
+            &mut [0.0; 3],
+        )
+        .unwrap_err();
+        assert_eq!(
+            e,
+            ShapeError::Length {
+                op: "matmul",
+                tensor: "out",
+                expected: 4,
+                got: 3
+            }
+        );
     }
 }

@@ -12,12 +12,14 @@
 //! returns [`ShapeError`] naming the tensor and the values; it never panics on bad input.
 
 mod adamw;
-pub mod exact;
 mod attention;
+pub mod exact;
 mod layernorm;
 mod matmul;
 
-pub use crate::params::{AdamWConfig, AdamWStep, AttentionShape, DType, Element, LayerNormShape, MatmulShape, ShapeError};
+pub use crate::params::{
+    AdamWConfig, AdamWStep, AttentionShape, DType, Element, LayerNormShape, MatmulShape, ShapeError,
+};
 pub use adamw::{adamw, adamw_master, l2_norm, non_finite};
 pub use attention::{attention_backward, attention_forward};
 pub use layernorm::{layernorm_backward, layernorm_forward};
@@ -29,7 +31,9 @@ const PAR_MIN_WORK: usize = 1 << 16;
 /// Run `f` on every item, spreading items over up to `available_parallelism` scoped threads when
 /// `work` (total multiply-adds, roughly) is large enough.
 fn par_for_each<I: Send>(items: Vec<I>, work: usize, f: impl Fn(I) + Sync) {
-    let threads = std::thread::available_parallelism().map_or(1, |n| n.get()).min(items.len());
+    let threads = std::thread::available_parallelism()
+        .map_or(1, |n| n.get())
+        .min(items.len());
     if threads <= 1 || work < PAR_MIN_WORK {
         items.into_iter().for_each(f);
         return;

@@ -1,6 +1,9 @@
 //! The pluggable implementation under test, and the CPU reference as one.
 
-use super::{AdamWCase, AttentionBackwardCase, AttentionForwardCase, LayerNormBackwardCase, LayerNormForwardCase, MatmulCase, TensorData};
+use super::{
+    AdamWCase, AttentionBackwardCase, AttentionForwardCase, LayerNormBackwardCase,
+    LayerNormForwardCase, MatmulCase, TensorData,
+};
 use crate::params::ShapeError;
 use crate::{cpu, with_dtype};
 
@@ -72,16 +75,28 @@ pub trait GoldenBackend {
     fn matmul(&mut self, case: &MatmulCase) -> Result<TensorData, Self::Error>;
 
     /// Layer norm forward.
-    fn layernorm_forward(&mut self, case: &LayerNormForwardCase) -> Result<LayerNormForwardOut, Self::Error>;
+    fn layernorm_forward(
+        &mut self,
+        case: &LayerNormForwardCase,
+    ) -> Result<LayerNormForwardOut, Self::Error>;
 
     /// Layer norm backward.
-    fn layernorm_backward(&mut self, case: &LayerNormBackwardCase) -> Result<LayerNormBackwardOut, Self::Error>;
+    fn layernorm_backward(
+        &mut self,
+        case: &LayerNormBackwardCase,
+    ) -> Result<LayerNormBackwardOut, Self::Error>;
 
     /// Attention forward.
-    fn attention_forward(&mut self, case: &AttentionForwardCase) -> Result<AttentionForwardOut, Self::Error>;
+    fn attention_forward(
+        &mut self,
+        case: &AttentionForwardCase,
+    ) -> Result<AttentionForwardOut, Self::Error>;
 
     /// Attention backward.
-    fn attention_backward(&mut self, case: &AttentionBackwardCase) -> Result<AttentionBackwardOut, Self::Error>;
+    fn attention_backward(
+        &mut self,
+        case: &AttentionBackwardCase,
+    ) -> Result<AttentionBackwardOut, Self::Error>;
 
     /// One AdamW step (on copies of the case's tensors).
     fn adamw(&mut self, case: &AdamWCase) -> Result<AdamWOut, Self::Error>;
@@ -110,7 +125,10 @@ impl GoldenBackend for CpuBackend {
         })
     }
 
-    fn layernorm_forward(&mut self, c: &LayerNormForwardCase) -> Result<LayerNormForwardOut, ShapeError> {
+    fn layernorm_forward(
+        &mut self,
+        c: &LayerNormForwardCase,
+    ) -> Result<LayerNormForwardOut, ShapeError> {
         const OP: &str = "layernorm";
         with_dtype!(c.x.dtype(), T => {
             let x = c.x.typed::<T>(OP, "x")?;
@@ -121,7 +139,10 @@ impl GoldenBackend for CpuBackend {
         })
     }
 
-    fn layernorm_backward(&mut self, c: &LayerNormBackwardCase) -> Result<LayerNormBackwardOut, ShapeError> {
+    fn layernorm_backward(
+        &mut self,
+        c: &LayerNormBackwardCase,
+    ) -> Result<LayerNormBackwardOut, ShapeError> {
         const OP: &str = "layernorm";
         with_dtype!(c.x.dtype(), T => {
             let (x, w) = (c.x.typed::<T>(OP, "x")?, c.weight.typed::<T>(OP, "weight")?);
@@ -131,7 +152,10 @@ impl GoldenBackend for CpuBackend {
         })
     }
 
-    fn attention_forward(&mut self, c: &AttentionForwardCase) -> Result<AttentionForwardOut, ShapeError> {
+    fn attention_forward(
+        &mut self,
+        c: &AttentionForwardCase,
+    ) -> Result<AttentionForwardOut, ShapeError> {
         const OP: &str = "attention";
         with_dtype!(c.q.dtype(), T => {
             let q = c.q.typed::<T>(OP, "q")?;
@@ -142,7 +166,10 @@ impl GoldenBackend for CpuBackend {
         })
     }
 
-    fn attention_backward(&mut self, c: &AttentionBackwardCase) -> Result<AttentionBackwardOut, ShapeError> {
+    fn attention_backward(
+        &mut self,
+        c: &AttentionBackwardCase,
+    ) -> Result<AttentionBackwardOut, ShapeError> {
         const OP: &str = "attention";
         with_dtype!(c.q.dtype(), T => {
             let (q, k, v) = (c.q.typed::<T>(OP, "q")?, c.k.typed::<T>(OP, "k")?, c.v.typed::<T>(OP, "v")?);

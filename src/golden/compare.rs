@@ -1,6 +1,8 @@
 //! Element-wise comparison of outputs with expected tensors, and running a case end to end.
 
-use super::{load_case, Case, CaseInputs, CpuBackend, GoldenBackend, GoldenError, Tensor, TensorData};
+use super::{
+    load_case, Case, CaseInputs, CpuBackend, GoldenBackend, GoldenError, Tensor, TensorData,
+};
 use crate::params::{DType, Op};
 use crate::tolerance::{tolerance, Tolerance};
 use std::path::Path;
@@ -92,14 +94,28 @@ fn coords(shape: &[usize], mut index: usize) -> Vec<usize> {
 /// Compare `got` with `expected` element-wise under `tol`. Fails on a dtype or length difference
 /// ([`GoldenError::OutputShape`]) or on the first element outside tolerance
 /// ([`GoldenError::Mismatch`], which also counts all bad elements).
-pub fn compare(case: &str, tensor: &str, got: &TensorData, expected: &Tensor, tol: Tolerance) -> Result<TensorReport, GoldenError> {
+pub fn compare(
+    case: &str,
+    tensor: &str,
+    got: &TensorData,
+    expected: &Tensor,
+    tol: Tolerance,
+) -> Result<TensorReport, GoldenError> {
     let exp = &expected.data;
     if got.dtype() != exp.dtype() || got.len() != exp.len() {
-        return Err(GoldenError::OutputShape { case: case.into(), tensor: tensor.into(), expected: format!("{} × {}", exp.dtype(), exp.len()), got: format!("{} × {}", got.dtype(), got.len()) });
+        return Err(GoldenError::OutputShape {
+            case: case.into(),
+            tensor: tensor.into(),
+            expected: format!("{} × {}", exp.dtype(), exp.len()),
+            got: format!("{} × {}", got.dtype(), got.len()),
+        });
     }
     let (mut first, mut bad, mut max_abs_err) = (None, 0usize, 0.0f64);
     for i in 0..exp.len() {
-        let (g, e) = (got.get_f64(i).unwrap_or(f64::NAN), exp.get_f64(i).unwrap_or(f64::NAN));
+        let (g, e) = (
+            got.get_f64(i).unwrap_or(f64::NAN),
+            exp.get_f64(i).unwrap_or(f64::NAN),
+        );
         if g.is_finite() && e.is_finite() {
             max_abs_err = max_abs_err.max((g - e).abs());
         }
@@ -109,7 +125,13 @@ pub fn compare(case: &str, tensor: &str, got: &TensorData, expected: &Tensor, to
         }
     }
     match first {
-        None => Ok(TensorReport { tensor: tensor.into(), dtype: exp.dtype(), len: exp.len(), max_abs_err, tolerance: tol }),
+        None => Ok(TensorReport {
+            tensor: tensor.into(),
+            dtype: exp.dtype(),
+            len: exp.len(),
+            max_abs_err,
+            tolerance: tol,
+        }),
         Some((index, got, expected_v)) => Err(GoldenError::Mismatch(Box::new(Mismatch {
             case: case.into(),
             tensor: tensor.into(),
@@ -130,9 +152,16 @@ pub fn run_case(path: &Path) -> Result<CaseReport, GoldenError> {
 }
 
 /// Run `backend` on `case` and compare every expected output.
-pub fn run_case_with<B: GoldenBackend>(backend: &mut B, case: &Case) -> Result<CaseReport, GoldenError> {
+pub fn run_case_with<B: GoldenBackend>(
+    backend: &mut B,
+    case: &Case,
+) -> Result<CaseReport, GoldenError> {
     let backend_name = backend.name();
-    let fail = |e: B::Error| GoldenError::Backend { case: case.name.clone(), backend: backend_name.clone(), source: Box::new(e) };
+    let fail = |e: B::Error| GoldenError::Backend {
+        case: case.name.clone(),
+        backend: backend_name.clone(),
+        source: Box::new(e),
+    };
     let f32s = |v: Vec<f32>| TensorData::F32(v);
     // (output name, value, reduction length for the tolerance)
     let outputs: Vec<(&str, TensorData, usize)> = match &case.inputs {
@@ -140,11 +169,19 @@ pub fn run_case_with<B: GoldenBackend>(backend: &mut B, case: &Case) -> Result<C
         CaseInputs::LayerNormForward(c) => {
             let o = backend.layernorm_forward(c).map_err(fail)?;
             let l = c.shape.cols;
-            vec![("y", o.y, l), ("mean", f32s(o.mean), l), ("rstd", f32s(o.rstd), l)]
+            vec![
+                ("y", o.y, l),
+                ("mean", f32s(o.mean), l),
+                ("rstd", f32s(o.rstd), l),
+            ]
         }
         CaseInputs::LayerNormBackward(c) => {
             let o = backend.layernorm_backward(c).map_err(fail)?;
-            vec![("dx", o.dx, c.shape.cols), ("dweight", o.dweight, c.shape.rows), ("dbias", o.dbias, c.shape.rows)]
+            vec![
+                ("dx", o.dx, c.shape.cols),
+                ("dweight", o.dweight, c.shape.rows),
+                ("dbias", o.dbias, c.shape.rows),
+            ]
         }
         CaseInputs::AttentionForward(c) => {
             let o = backend.attention_forward(c).map_err(fail)?;
@@ -153,12 +190,19 @@ pub fn run_case_with<B: GoldenBackend>(backend: &mut B, case: &Case) -> Result<C
         }
         CaseInputs::AttentionBackward(c) => {
             let o = backend.attention_backward(c).map_err(fail)?;
-            let (lq, lk) = (c.shape.tk.max(c.shape.head_dim), c.shape.tq.max(c.shape.head_dim));
+            let (lq, lk) = (
+                c.shape.tk.max(c.shape.head_dim),
+                c.shape.tq.max(c.shape.head_dim),
+            );
             vec![("dq", o.dq, lq), ("dk", o.dk, lk), ("dv", o.dv, lk)]
         }
         CaseInputs::AdamW(c) => {
             let o = backend.adamw(c).map_err(fail)?;
-            let mut v = vec![("param", o.param, 1), ("exp_avg", f32s(o.exp_avg), 1), ("exp_avg_sq", f32s(o.exp_avg_sq), 1)];
+            let mut v = vec![
+                ("param", o.param, 1),
+                ("exp_avg", f32s(o.exp_avg), 1),
+                ("exp_avg_sq", f32s(o.exp_avg_sq), 1),
+            ];
             v.extend(o.max_exp_avg_sq.map(|m| ("max_exp_avg_sq", f32s(m), 1)));
             v
         }
@@ -166,12 +210,23 @@ pub fn run_case_with<B: GoldenBackend>(backend: &mut B, case: &Case) -> Result<C
     let mut tensors = Vec::with_capacity(case.expected.len());
     for (name, expected) in &case.expected {
         let Some((_, got, len)) = outputs.iter().find(|(n, _, _)| n == name) else {
-            return Err(GoldenError::OutputShape { case: case.name.clone(), tensor: name.clone(), expected: "an output".into(), got: "nothing (the backend did not return it)".into() });
+            return Err(GoldenError::OutputShape {
+                case: case.name.clone(),
+                tensor: name.clone(),
+                expected: "an output".into(),
+                got: "nothing (the backend did not return it)".into(),
+            });
         };
-        let tol = tolerance(case.op(), expected.data.dtype(), case.dtype, *len);
+        let tol = tolerance(case.op(), name, expected.data.dtype(), case.dtype, *len);
         tensors.push(compare(&case.name, name, got, expected, tol)?);
     }
-    Ok(CaseReport { case: case.name.clone(), backend: backend_name, op: case.op(), dtype: case.dtype, tensors })
+    Ok(CaseReport {
+        case: case.name.clone(),
+        backend: backend_name,
+        op: case.op(),
+        dtype: case.dtype,
+        tensors,
+    })
 }
 
 #[cfg(test)]
@@ -179,7 +234,10 @@ mod tests {
     use super::*;
 
     fn t(v: Vec<f32>, shape: Vec<usize>) -> Tensor {
-        Tensor { shape, data: TensorData::F32(v) }
+        Tensor {
+            shape,
+            data: TensorData::F32(v),
+        }
     }
 
     #[test]
@@ -187,10 +245,28 @@ mod tests {
         let exp = t(vec![1.0, 2.0, 3.0, 4.0, 5.0, 6.0], vec![2, 3]);
         let got = TensorData::F32(vec![1.0, 2.0, 3.0, 4.0, 5.5, 7.0]);
         let err = compare("c", "y", &got, &exp, Tolerance::torch_default(DType::F32)).unwrap_err();
-        let GoldenError::Mismatch(m) = err else { panic!("{err}") };
-        assert_eq!((m.index, m.coords.clone(), m.got, m.expected, m.bad), (4, vec![1, 1], 5.5, 5.0, 2));
+        let GoldenError::Mismatch(m) = err else {
+            panic!("{err}")
+        };
+        assert_eq!(
+            (m.index, m.coords.clone(), m.got, m.expected, m.bad),
+            (4, vec![1, 1], 5.5, 5.0, 2)
+        );
         let text = m.to_string();
-        assert!(text.contains("golden case c") && text.contains("`y`[4]") && text.contains("5.5e0") && text.contains("expected 5e0"), "{text}");
-        assert!(compare("c", "y", &TensorData::F16(vec![]), &exp, Tolerance::torch_default(DType::F32)).is_err());
+        assert!(
+            text.contains("golden case c")
+                && text.contains("`y`[4]")
+                && text.contains("5.5e0")
+                && text.contains("expected 5e0"),
+            "{text}"
+        );
+        assert!(compare(
+            "c",
+            "y",
+            &TensorData::F16(vec![]),
+            &exp,
+            Tolerance::torch_default(DType::F32)
+        )
+        .is_err());
     }
 }

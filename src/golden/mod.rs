@@ -13,9 +13,15 @@ mod backend;
 mod compare;
 mod schema;
 
-pub use backend::{AdamWOut, AttentionBackwardOut, AttentionForwardOut, CpuBackend, GoldenBackend, LayerNormBackwardOut, LayerNormForwardOut};
+pub use backend::{
+    AdamWOut, AttentionBackwardOut, AttentionForwardOut, CpuBackend, GoldenBackend,
+    LayerNormBackwardOut, LayerNormForwardOut,
+};
 pub use compare::{compare, run_case, run_case_with, CaseReport, Mismatch, TensorReport};
-pub use schema::{load_case, parse_case, AdamWCase, AttentionBackwardCase, AttentionForwardCase, Case, CaseInputs, LayerNormBackwardCase, LayerNormForwardCase, MatmulCase};
+pub use schema::{
+    load_case, parse_case, AdamWCase, AttentionBackwardCase, AttentionForwardCase, Case,
+    CaseInputs, LayerNormBackwardCase, LayerNormForwardCase, MatmulCase,
+};
 
 use crate::params::{DType, Element, ShapeError};
 use half::{bf16, f16};
@@ -86,8 +92,17 @@ impl TensorData {
     }
 
     /// A typed slice or a [`ShapeError::DType`] naming the tensor.
-    pub fn typed<T: Element>(&self, op: &'static str, tensor: &'static str) -> Result<&[T], ShapeError> {
-        self.as_slice().ok_or(ShapeError::DType { op, tensor, expected: T::DTYPE, got: self.dtype() })
+    pub fn typed<T: Element>(
+        &self,
+        op: &'static str,
+        tensor: &'static str,
+    ) -> Result<&[T], ShapeError> {
+        self.as_slice().ok_or(ShapeError::DType {
+            op,
+            tensor,
+            expected: T::DTYPE,
+            got: self.dtype(),
+        })
     }
 }
 
@@ -116,11 +131,11 @@ macro_rules! with_dtype {
                 $body
             }
             $crate::params::DType::F16 => {
-                type $T = ::half::f16;
+                type $T = $crate::params::f16;
                 $body
             }
             $crate::params::DType::BF16 => {
-                type $T = ::half::bf16;
+                type $T = $crate::params::bf16;
                 $body
             }
         }
@@ -251,7 +266,10 @@ pub enum GoldenError {
 
 /// The case files (`*.safetensors`, sorted by name) in a directory; other files are ignored.
 pub fn case_files(dir: &Path) -> Result<Vec<PathBuf>, GoldenError> {
-    let io = |source| GoldenError::Io { path: dir.to_path_buf(), source };
+    let io = |source| GoldenError::Io {
+        path: dir.to_path_buf(),
+        source,
+    };
     let mut files = Vec::new();
     for entry in std::fs::read_dir(dir).map_err(io)? {
         let path = entry.map_err(io)?.path();
@@ -266,10 +284,16 @@ pub fn case_files(dir: &Path) -> Result<Vec<PathBuf>, GoldenError> {
 /// The directory of the committed cases in this crate's source tree (`tests/golden`), as it was
 /// at build time.
 pub fn committed_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests").join("golden")
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests")
+        .join("golden")
 }
 
 /// Extra case directories from `HIPK_GOLDEN_DIR` (colon-separated; empty entries skipped).
 pub fn env_dirs() -> Vec<PathBuf> {
-    std::env::var_os("HIPK_GOLDEN_DIR").map_or_else(Vec::new, |v| std::env::split_paths(&v).filter(|p| !p.as_os_str().is_empty()).collect())
+    std::env::var_os("HIPK_GOLDEN_DIR").map_or_else(Vec::new, |v| {
+        std::env::split_paths(&v)
+            .filter(|p| !p.as_os_str().is_empty())
+            .collect()
+    })
 }

@@ -1,7 +1,9 @@
 //! Strict parsing of a case file into typed inputs and expected outputs.
 
 use super::{GoldenError, Tensor, TensorData};
-use crate::params::{AdamWConfig, AdamWStep, AttentionShape, DType, LayerNormShape, MatmulShape, Op};
+use crate::params::{
+    AdamWConfig, AdamWStep, AttentionShape, DType, LayerNormShape, MatmulShape, Op,
+};
 use half::{bf16, f16};
 use safetensors::{Dtype, SafeTensors};
 use std::collections::{BTreeMap, HashMap};
@@ -161,20 +163,32 @@ impl Case {
 
     /// Expected tensor `name` (without the `expected_` prefix).
     pub fn expected(&self, name: &str) -> Option<&Tensor> {
-        self.expected.iter().find(|(n, _)| n == name).map(|(_, t)| t)
+        self.expected
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, t)| t)
     }
 }
 
 /// Read and parse one case file.
 pub fn load_case(path: &Path) -> Result<Case, GoldenError> {
-    let bytes = std::fs::read(path).map_err(|source| GoldenError::Io { path: path.to_path_buf(), source })?;
-    let name = path.file_stem().map_or_else(|| path.display().to_string(), |s| s.to_string_lossy().into_owned());
+    let bytes = std::fs::read(path).map_err(|source| GoldenError::Io {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    let name = path.file_stem().map_or_else(
+        || path.display().to_string(),
+        |s| s.to_string_lossy().into_owned(),
+    );
     parse_case(&name, &bytes)
 }
 
 /// Parse a case from its bytes; `name` is used in errors and reports.
 pub fn parse_case(name: &str, bytes: &[u8]) -> Result<Case, GoldenError> {
-    let format = |source| GoldenError::Format { case: name.to_string(), source };
+    let format = |source| GoldenError::Format {
+        case: name.to_string(),
+        source,
+    };
     let (_, header) = SafeTensors::read_metadata(bytes).map_err(format)?;
     let st = SafeTensors::deserialize(bytes).map_err(format)?;
     let meta = header.metadata().clone().unwrap_or_default();
@@ -184,9 +198,16 @@ pub fn parse_case(name: &str, bytes: &[u8]) -> Result<Case, GoldenError> {
         let shape = view.shape().to_vec();
         tensors.insert(tname, Tensor { shape, data });
     }
-    let mut r = Reader { case: name, meta, tensors };
+    let mut r = Reader {
+        case: name,
+        meta,
+        tensors,
+    };
     let op_name = r.meta_str("op")?;
-    let op = Op::from_name(&op_name).ok_or_else(|| GoldenError::UnknownOp { case: name.to_string(), op: op_name.clone() })?;
+    let op = Op::from_name(&op_name).ok_or_else(|| GoldenError::UnknownOp {
+        case: name.to_string(),
+        op: op_name.clone(),
+    })?;
     let case = match op {
         Op::Matmul => r.matmul()?,
         Op::LayerNormForward | Op::LayerNormBackward => r.layernorm(op)?,
@@ -194,18 +215,37 @@ pub fn parse_case(name: &str, bytes: &[u8]) -> Result<Case, GoldenError> {
         Op::AdamW => r.adamw()?,
     };
     if let Some(extra) = r.tensors.keys().next() {
-        return Err(GoldenError::UnexpectedTensor { case: name.to_string(), tensor: extra.clone() });
+        return Err(GoldenError::UnexpectedTensor {
+            case: name.to_string(),
+            tensor: extra.clone(),
+        });
     }
     Ok(case)
 }
 
 fn decode(case: &str, tensor: &str, dtype: Dtype, bytes: &[u8]) -> Result<TensorData, GoldenError> {
-    let u16s = || bytes.chunks_exact(2).map(|b| u16::from_le_bytes([b[0], b[1]]));
+    let u16s = || {
+        bytes
+            .chunks_exact(2)
+            .map(|b| u16::from_le_bytes([b[0], b[1]]))
+    };
     Ok(match dtype {
-        Dtype::F32 => TensorData::F32(bytes.chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect()),
+        Dtype::F32 => TensorData::F32(
+            bytes
+                .chunks_exact(4)
+                .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+                .collect(),
+        ),
         Dtype::F16 => TensorData::F16(u16s().map(f16::from_bits).collect()),
         Dtype::BF16 => TensorData::BF16(u16s().map(bf16::from_bits).collect()),
-        other => return Err(GoldenError::TensorDType { case: case.to_string(), tensor: tensor.to_string(), expected: "F32, F16 or BF16".into(), got: format!("{other:?}") }),
+        other => {
+            return Err(GoldenError::TensorDType {
+                case: case.to_string(),
+                tensor: tensor.to_string(),
+                expected: "F32, F16 or BF16".into(),
+                got: format!("{other:?}"),
+            })
+        }
     })
 }
 
@@ -226,16 +266,29 @@ struct Reader<'a> {
 
 impl Reader<'_> {
     fn meta_str(&self, key: &str) -> Result<String, GoldenError> {
-        self.meta.get(key).cloned().ok_or_else(|| GoldenError::MissingMetadata { case: self.case.to_string(), key: key.to_string() })
+        self.meta
+            .get(key)
+            .cloned()
+            .ok_or_else(|| GoldenError::MissingMetadata {
+                case: self.case.to_string(),
+                key: key.to_string(),
+            })
     }
 
     fn bad(&self, key: &str, value: &str, expected: &'static str) -> GoldenError {
-        GoldenError::BadMetadata { case: self.case.to_string(), key: key.to_string(), value: value.to_string(), expected }
+        GoldenError::BadMetadata {
+            case: self.case.to_string(),
+            key: key.to_string(),
+            value: value.to_string(),
+            expected,
+        }
     }
 
     fn meta_f64(&self, key: &str) -> Result<f64, GoldenError> {
         let v = self.meta_str(key)?;
-        v.trim().parse().map_err(|_| self.bad(key, &v, "a decimal or Python-repr float"))
+        v.trim()
+            .parse()
+            .map_err(|_| self.bad(key, &v, "a decimal or Python-repr float"))
     }
 
     fn meta_f32(&self, key: &str) -> Result<f32, GoldenError> {
@@ -244,7 +297,9 @@ impl Reader<'_> {
 
     fn meta_u64(&self, key: &str) -> Result<u64, GoldenError> {
         let v = self.meta_str(key)?;
-        v.trim().parse().map_err(|_| self.bad(key, &v, "a non-negative decimal integer"))
+        v.trim()
+            .parse()
+            .map_err(|_| self.bad(key, &v, "a non-negative decimal integer"))
     }
 
     fn meta_bool(&self, key: &str) -> Result<bool, GoldenError> {
@@ -256,14 +311,31 @@ impl Reader<'_> {
     }
 
     /// Take tensor `name`, checking its dtype (`Want::Case` → `dtype`) and, if given, its shape.
-    fn take(&mut self, name: &str, want: Want, dtype: DType, shape: Option<&[usize]>) -> Result<Tensor, GoldenError> {
-        let t = self.tensors.remove(name).ok_or_else(|| GoldenError::MissingTensor { case: self.case.to_string(), tensor: name.to_string() })?;
+    fn take(
+        &mut self,
+        name: &str,
+        want: Want,
+        dtype: DType,
+        shape: Option<&[usize]>,
+    ) -> Result<Tensor, GoldenError> {
+        let t = self
+            .tensors
+            .remove(name)
+            .ok_or_else(|| GoldenError::MissingTensor {
+                case: self.case.to_string(),
+                tensor: name.to_string(),
+            })?;
         let need = match want {
             Want::Case => dtype,
             Want::F32 => DType::F32,
         };
         if t.data.dtype() != need {
-            return Err(GoldenError::TensorDType { case: self.case.to_string(), tensor: name.to_string(), expected: need.to_string(), got: t.data.dtype().to_string() });
+            return Err(GoldenError::TensorDType {
+                case: self.case.to_string(),
+                tensor: name.to_string(),
+                expected: need.to_string(),
+                got: t.data.dtype().to_string(),
+            });
         }
         if let Some(s) = shape {
             if t.shape != s {
@@ -273,7 +345,13 @@ impl Reader<'_> {
         Ok(t)
     }
 
-    fn take_opt(&mut self, name: &str, want: Want, dtype: DType, shape: Option<&[usize]>) -> Result<Option<Tensor>, GoldenError> {
+    fn take_opt(
+        &mut self,
+        name: &str,
+        want: Want,
+        dtype: DType,
+        shape: Option<&[usize]>,
+    ) -> Result<Option<Tensor>, GoldenError> {
         if self.tensors.contains_key(name) {
             self.take(name, want, dtype, shape).map(Some)
         } else {
@@ -285,28 +363,61 @@ impl Reader<'_> {
     fn presence(&self, tensor: &str, present: bool, required: bool) -> Result<(), GoldenError> {
         let case = self.case.to_string();
         match (present, required) {
-            (false, true) => Err(GoldenError::MissingTensor { case, tensor: tensor.to_string() }),
-            (true, false) => Err(GoldenError::UnexpectedTensor { case, tensor: tensor.to_string() }),
+            (false, true) => Err(GoldenError::MissingTensor {
+                case,
+                tensor: tensor.to_string(),
+            }),
+            (true, false) => Err(GoldenError::UnexpectedTensor {
+                case,
+                tensor: tensor.to_string(),
+            }),
             _ => Ok(()),
         }
     }
 
     fn shape_err(&self, tensor: &str, expected: String, got: &[usize]) -> GoldenError {
-        GoldenError::TensorShape { case: self.case.to_string(), tensor: tensor.to_string(), expected, got: got.to_vec() }
+        GoldenError::TensorShape {
+            case: self.case.to_string(),
+            tensor: tensor.to_string(),
+            expected,
+            got: got.to_vec(),
+        }
     }
 
     /// The case dtype from a primary input (peeked, not taken).
     fn primary(&self, name: &str) -> Result<(DType, Vec<usize>), GoldenError> {
-        let t = self.tensors.get(name).ok_or_else(|| GoldenError::MissingTensor { case: self.case.to_string(), tensor: name.to_string() })?;
+        let t = self
+            .tensors
+            .get(name)
+            .ok_or_else(|| GoldenError::MissingTensor {
+                case: self.case.to_string(),
+                tensor: name.to_string(),
+            })?;
         Ok((t.data.dtype(), t.shape.clone()))
     }
 
-    fn expected(&mut self, outs: &[(&str, Want, Vec<usize>)], dtype: DType) -> Result<Vec<(String, Tensor)>, GoldenError> {
-        outs.iter().map(|(n, want, shape)| Ok((n.to_string(), self.take(&format!("expected_{n}"), *want, dtype, Some(shape))?))).collect()
+    fn expected(
+        &mut self,
+        outs: &[(&str, Want, Vec<usize>)],
+        dtype: DType,
+    ) -> Result<Vec<(String, Tensor)>, GoldenError> {
+        outs.iter()
+            .map(|(n, want, shape)| {
+                Ok((
+                    n.to_string(),
+                    self.take(&format!("expected_{n}"), *want, dtype, Some(shape))?,
+                ))
+            })
+            .collect()
     }
 
     fn finish(&self, dtype: DType, inputs: CaseInputs, expected: Vec<(String, Tensor)>) -> Case {
-        Case { name: self.case.to_string(), dtype, inputs, expected }
+        Case {
+            name: self.case.to_string(),
+            dtype,
+            inputs,
+            expected,
+        }
     }
 
     fn matmul(&mut self) -> Result<Case, GoldenError> {
@@ -324,15 +435,39 @@ impl Reader<'_> {
         let lead: Vec<usize> = batch.into_iter().collect();
         let (_, b0, b1) = split(&b_shape, "b")?;
         let n = if trans_b { b0 } else { b1 };
-        let b_want: Vec<usize> = lead.iter().copied().chain(if trans_b { [n, k] } else { [k, n] }).collect();
+        let b_want: Vec<usize> = lead
+            .iter()
+            .copied()
+            .chain(if trans_b { [n, k] } else { [k, n] })
+            .collect();
         let out_shape: Vec<usize> = lead.iter().copied().chain([m, n]).collect();
         let a = self.take("a", Want::Case, dtype, None)?.data;
         let b = self.take("b", Want::Case, dtype, Some(&b_want))?.data;
-        let c = self.take_opt("c", Want::Case, dtype, Some(&out_shape))?.map(|t| t.data);
+        let c = self
+            .take_opt("c", Want::Case, dtype, Some(&out_shape))?
+            .map(|t| t.data);
         self.presence("c", c.is_some(), beta != 0.0)?;
-        let shape = MatmulShape { batch: batch.unwrap_or(1), m, n, k, trans_a, trans_b };
+        let shape = MatmulShape {
+            batch: batch.unwrap_or(1),
+            m,
+            n,
+            k,
+            trans_a,
+            trans_b,
+        };
         let expected = self.expected(&[("out", Want::Case, out_shape)], dtype)?;
-        Ok(self.finish(dtype, CaseInputs::Matmul(MatmulCase { shape, alpha, beta, a, b, c }), expected))
+        Ok(self.finish(
+            dtype,
+            CaseInputs::Matmul(MatmulCase {
+                shape,
+                alpha,
+                beta,
+                a,
+                b,
+                c,
+            }),
+            expected,
+        ))
     }
 
     fn layernorm(&mut self, op: Op) -> Result<Case, GoldenError> {
@@ -346,14 +481,50 @@ impl Reader<'_> {
         let weight = self.take("weight", Want::Case, dtype, Some(&[cols]))?.data;
         if op == Op::LayerNormForward {
             let bias = self.take("bias", Want::Case, dtype, Some(&[cols]))?.data;
-            let expected = self.expected(&[("y", Want::Case, x_shape.clone()), ("mean", Want::F32, vec![rows]), ("rstd", Want::F32, vec![rows])], dtype)?;
-            return Ok(self.finish(dtype, CaseInputs::LayerNormForward(LayerNormForwardCase { shape, eps, x, weight, bias }), expected));
+            let expected = self.expected(
+                &[
+                    ("y", Want::Case, x_shape.clone()),
+                    ("mean", Want::F32, vec![rows]),
+                    ("rstd", Want::F32, vec![rows]),
+                ],
+                dtype,
+            )?;
+            return Ok(self.finish(
+                dtype,
+                CaseInputs::LayerNormForward(LayerNormForwardCase {
+                    shape,
+                    eps,
+                    x,
+                    weight,
+                    bias,
+                }),
+                expected,
+            ));
         }
         let dy = self.take("dy", Want::Case, dtype, Some(&x_shape))?.data;
         let mean = f32s(self.take("mean", Want::F32, dtype, Some(&[rows]))?);
         let rstd = f32s(self.take("rstd", Want::F32, dtype, Some(&[rows]))?);
-        let expected = self.expected(&[("dx", Want::Case, x_shape.clone()), ("dweight", Want::Case, vec![cols]), ("dbias", Want::Case, vec![cols])], dtype)?;
-        Ok(self.finish(dtype, CaseInputs::LayerNormBackward(LayerNormBackwardCase { shape, eps, x, weight, dy, mean, rstd }), expected))
+        let expected = self.expected(
+            &[
+                ("dx", Want::Case, x_shape.clone()),
+                ("dweight", Want::Case, vec![cols]),
+                ("dbias", Want::Case, vec![cols]),
+            ],
+            dtype,
+        )?;
+        Ok(self.finish(
+            dtype,
+            CaseInputs::LayerNormBackward(LayerNormBackwardCase {
+                shape,
+                eps,
+                x,
+                weight,
+                dy,
+                mean,
+                rstd,
+            }),
+            expected,
+        ))
     }
 
     fn attention(&mut self, op: Op) -> Result<Case, GoldenError> {
@@ -367,22 +538,59 @@ impl Reader<'_> {
             [_, _, tk, _] => tk,
             _ => return Err(self.shape_err("k", "[B, H, Tk, D]".into(), &k_shape)),
         };
-        let shape = AttentionShape { batch, heads, tq, tk, head_dim, causal, scale };
+        let shape = AttentionShape {
+            batch,
+            heads,
+            tq,
+            tk,
+            head_dim,
+            causal,
+            scale,
+        };
         let kv_shape = [batch, heads, tk, head_dim];
         let lse_shape = vec![batch, heads, tq];
         let q = self.take("q", Want::Case, dtype, None)?.data;
         let k = self.take("k", Want::Case, dtype, Some(&kv_shape))?.data;
         let v = self.take("v", Want::Case, dtype, Some(&kv_shape))?.data;
         if op == Op::AttentionForward {
-            let expected = self.expected(&[("out", Want::Case, q_shape.clone()), ("lse", Want::F32, lse_shape)], dtype)?;
-            return Ok(self.finish(dtype, CaseInputs::AttentionForward(AttentionForwardCase { shape, q, k, v }), expected));
+            let expected = self.expected(
+                &[
+                    ("out", Want::Case, q_shape.clone()),
+                    ("lse", Want::F32, lse_shape),
+                ],
+                dtype,
+            )?;
+            return Ok(self.finish(
+                dtype,
+                CaseInputs::AttentionForward(AttentionForwardCase { shape, q, k, v }),
+                expected,
+            ));
         }
         let out = self.take("out", Want::Case, dtype, Some(&q_shape))?.data;
         let dout = self.take("dout", Want::Case, dtype, Some(&q_shape))?.data;
         let lse = f32s(self.take("lse", Want::F32, dtype, Some(&lse_shape))?);
         let kv = kv_shape.to_vec();
-        let expected = self.expected(&[("dq", Want::Case, q_shape.clone()), ("dk", Want::Case, kv.clone()), ("dv", Want::Case, kv)], dtype)?;
-        Ok(self.finish(dtype, CaseInputs::AttentionBackward(AttentionBackwardCase { shape, q, k, v, out, dout, lse }), expected))
+        let expected = self.expected(
+            &[
+                ("dq", Want::Case, q_shape.clone()),
+                ("dk", Want::Case, kv.clone()),
+                ("dv", Want::Case, kv),
+            ],
+            dtype,
+        )?;
+        Ok(self.finish(
+            dtype,
+            CaseInputs::AttentionBackward(AttentionBackwardCase {
+                shape,
+                q,
+                k,
+                v,
+                out,
+                dout,
+                lse,
+            }),
+            expected,
+        ))
     }
 
     fn adamw(&mut self) -> Result<Case, GoldenError> {
@@ -395,21 +603,47 @@ impl Reader<'_> {
             maximize: self.meta_bool("maximize")?,
             amsgrad: self.meta_bool("amsgrad")?,
         };
-        let grad_scale = if self.meta.contains_key("grad_scale") { Some(self.meta_f32("grad_scale")?) } else { None };
-        let step = AdamWStep { step: self.meta_u64("step")?, grad_scale, found_inf: self.meta_bool("found_inf")? };
+        let grad_scale = if self.meta.contains_key("grad_scale") {
+            Some(self.meta_f32("grad_scale")?)
+        } else {
+            None
+        };
+        let step = AdamWStep {
+            step: self.meta_u64("step")?,
+            grad_scale,
+            found_inf: self.meta_bool("found_inf")?,
+        };
         let (dtype, shape) = self.primary("param")?;
         let param = self.take("param", Want::Case, dtype, None)?.data;
         let grad = self.take("grad", Want::Case, dtype, Some(&shape))?.data;
         let exp_avg = f32s(self.take("exp_avg", Want::F32, dtype, Some(&shape))?);
         let exp_avg_sq = f32s(self.take("exp_avg_sq", Want::F32, dtype, Some(&shape))?);
-        let max_exp_avg_sq = self.take_opt("max_exp_avg_sq", Want::F32, dtype, Some(&shape))?.map(f32s);
+        let max_exp_avg_sq = self
+            .take_opt("max_exp_avg_sq", Want::F32, dtype, Some(&shape))?
+            .map(f32s);
         self.presence("max_exp_avg_sq", max_exp_avg_sq.is_some(), config.amsgrad)?;
-        let mut outs = vec![("param", Want::Case, shape.clone()), ("exp_avg", Want::F32, shape.clone()), ("exp_avg_sq", Want::F32, shape.clone())];
+        let mut outs = vec![
+            ("param", Want::Case, shape.clone()),
+            ("exp_avg", Want::F32, shape.clone()),
+            ("exp_avg_sq", Want::F32, shape.clone()),
+        ];
         if config.amsgrad {
             outs.push(("max_exp_avg_sq", Want::F32, shape));
         }
         let expected = self.expected(&outs, dtype)?;
-        Ok(self.finish(dtype, CaseInputs::AdamW(AdamWCase { config, step, param, grad, exp_avg, exp_avg_sq, max_exp_avg_sq }), expected))
+        Ok(self.finish(
+            dtype,
+            CaseInputs::AdamW(AdamWCase {
+                config,
+                step,
+                param,
+                grad,
+                exp_avg,
+                exp_avg_sq,
+                max_exp_avg_sq,
+            }),
+            expected,
+        ))
     }
 }
 

@@ -80,3 +80,22 @@ fn first_difference(checked_in: &str, regenerated: &str) -> String {
         at(&b, n)
     )
 }
+
+#[cfg(test)]
+mod tests {
+    use super::first_difference;
+
+    #[test]
+    fn names_the_first_differing_line() {
+        let msg = first_difference("a\nb\nc\n", "a\nB\nc\n");
+        assert!(msg.contains("line 2"), "{msg}");
+        assert!(msg.contains("- b") && msg.contains("+ B"), "{msg}");
+        let msg = first_difference("a\n", "a\nextra\n");
+        assert!(
+            msg.contains("+ extra") && msg.contains("- <end of file>"),
+            "{msg}"
+        );
+        let msg = first_difference("a\n", "a");
+        assert!(msg.contains("trailing newline"), "{msg}");
+    }
+}

@@ -40,6 +40,13 @@ status_newtype! {
         HIPBLAS_STATUS_INVALID_ENUM = 10,
         HIPBLAS_STATUS_UNKNOWN = 11,
     }
+    hints {
+        HIPBLAS_STATUS_NOT_INITIALIZED => "the handle is not initialised: create it with hipblasCreate after the HIP runtime has a device",
+        HIPBLAS_STATUS_ALLOC_FAILED => "hipBLAS could not allocate its workspace: device memory is exhausted",
+        HIPBLAS_STATUS_NOT_SUPPORTED => "this hipBLAS build or its backend does not support the type/compute-type combination",
+        HIPBLAS_STATUS_ARCH_MISMATCH => "this hipBLAS/rocBLAS build has no kernels for the device's arch: install the vendor build for it (DTK's on a DCU)",
+        HIPBLAS_STATUS_INVALID_ENUM => "an enum value is unknown to this build: check GemmExAbi (legacy hipblasDatatype_t vs hipDataType numbering)",
+    }
 }
 
 /// Declare a C-enum newtype with its constants.

@@ -1,8 +1,8 @@
 //! hipBLAS and rocBLAS, each found and loaded on its own, once per process, never unloaded.
 //! A missing BLAS never affects the HIP runtime: [`crate::hip`] does not touch these.
 //!
-//! No hipBLAS/rocBLAS headers exist in Debian bookworm, so the declarations in [`hipblas`] and
-//! [`rocblas`] are written by hand; each says which published header it follows. The tables
+//! No hipBLAS/rocBLAS headers exist in Debian bookworm, so the declarations in [`mod@hipblas`] and
+//! [`mod@rocblas`] are written by hand; each says which published header it follows. The tables
 //! mirror bindgen's dynamic-loading layout: one pub `Result<fn, libloading::Error>` field per
 //! entry point, resolved with [`crate::sym!`]`(blas, name)` into a typed
 //! [`crate::Error::MissingSymbol`].
@@ -141,6 +141,7 @@ macro_rules! status_newtype {
         $status:ident => $error:ident ($library:literal) {
             $( $name:ident = $value:literal, )*
         }
+        hints { $( $hinted:ident => $hint:literal, )* }
     ) => {
         $(#[$meta])*
         #[repr(transparent)]
@@ -159,6 +160,14 @@ macro_rules! status_newtype {
                 }
             }
 
+            /// What to check for this code, when there is a known cause.
+            pub fn hint(self) -> Option<&'static str> {
+                match self {
+                    $( $status::$hinted => Some($hint), )*
+                    _ => None,
+                }
+            }
+
             /// `Ok(())` on success, else the typed error.
             pub fn result(self) -> Result<(), crate::Error> {
                 if self.0 == 0 {
@@ -170,11 +179,22 @@ macro_rules! status_newtype {
         }
 
         #[doc = concat!("A failed ", $library, " call.")]
-        #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
-        #[error("{} error {} {}", $library, .code.0, .code.name())]
+        #[derive(Debug, Clone, Copy, PartialEq, Eq)]
         pub struct $error {
             pub code: $status,
         }
+
+        impl std::fmt::Display for $error {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                write!(f, "{} error {} {}", $library, self.code.0, self.code.name())?;
+                if let Some(hint) = self.code.hint() {
+                    write!(f, ". Hint: {hint}")?;
+                }
+                Ok(())
+            }
+        }
+
+        impl std::error::Error for $error {}
     };
 }
 pub(crate) use status_newtype;

@@ -41,6 +41,12 @@ status_newtype! {
         rocblas_status_excluded_from_build = 14,
         rocblas_status_arch_mismatch = 15,
     }
+    hints {
+        rocblas_status_memory_error => "rocBLAS could not allocate its workspace: device memory is exhausted",
+        rocblas_status_invalid_size => "a dimension or leading dimension is invalid (column-major: lda >= rows of op(A))",
+        rocblas_status_excluded_from_build => "this rocBLAS was built without the kernels (Tensile) for this function",
+        rocblas_status_arch_mismatch => "this rocBLAS build has no kernels for the device's arch: install the vendor build for it (DTK's on a DCU)",
+    }
 }
 
 enum_newtype! {

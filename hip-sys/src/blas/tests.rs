@@ -48,8 +48,15 @@ fn status_names_and_results() {
     assert_eq!(text, "hipBLAS error 3 HIPBLAS_STATUS_INVALID_VALUE");
     assert!(rocblas_status::rocblas_status_success.result().is_ok());
     assert_eq!(rocblas_status(15).name(), "rocblas_status_arch_mismatch");
-    let text = rocblas_status(4).result().unwrap_err().to_string();
-    assert_eq!(text, "rocBLAS error 4 rocblas_status_invalid_size");
+    let text = rocblas_status(6).result().unwrap_err().to_string();
+    assert_eq!(text, "rocBLAS error 6 rocblas_status_internal_error");
+    let text = rocblas_status(15).result().unwrap_err().to_string();
+    assert!(
+        text.starts_with("rocBLAS error 15 rocblas_status_arch_mismatch. Hint: "),
+        "{text}"
+    );
+    let text = hipblasStatus_t(8).result().unwrap_err().to_string();
+    assert!(text.contains("arch"), "{text}");
 }
 
 #[test]

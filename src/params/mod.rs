@@ -6,113 +6,11 @@
 //! [`ShapeError`]. Every tensor is dense and row-major; batched tensors are packed (batch stride =
 //! the size of one matrix).
 
-use half::{bf16, f16};
+mod element;
 
-/// Storage type of a tensor.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum DType {
-    /// IEEE binary32.
-    F32,
-    /// IEEE binary16.
-    F16,
-    /// bfloat16 (8-bit exponent, 7-bit mantissa).
-    BF16,
-}
-
-impl DType {
-    /// All supported storage types.
-    pub const ALL: [DType; 3] = [DType::F32, DType::F16, DType::BF16];
-
-    /// Size of one element in bytes.
-    pub const fn size_bytes(self) -> usize {
-        match self {
-            DType::F32 => 4,
-            DType::F16 | DType::BF16 => 2,
-        }
-    }
-
-    /// Lower-case name, as used in kernel names (`<op>_<dtype>`): `f32`, `f16`, `bf16`.
-    pub const fn name(self) -> &'static str {
-        match self {
-            DType::F32 => "f32",
-            DType::F16 => "f16",
-            DType::BF16 => "bf16",
-        }
-    }
-}
-
-impl std::fmt::Display for DType {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.name())
-    }
-}
-
-/// A storage element type: `f32`, `half::f16` or `half::bf16`.
-///
-/// Conversions from `f64` round to nearest-even through `f32` first (f64 → f32 → 16-bit), which is
-/// exactly what PyTorch does when it casts float64 to float16/bfloat16 (c10 converts via float).
-/// It differs from a single correctly rounded f64 → 16-bit conversion only when the f32 rounding
-/// lands exactly on a 16-bit tie.
-pub trait Element: Copy + Send + Sync + PartialEq + std::fmt::Debug + bytemuck::Pod + 'static {
-    /// The matching [`DType`].
-    const DTYPE: DType;
-    /// Exact widening to `f64`.
-    fn to_f64(self) -> f64;
-    /// Round-to-nearest-even narrowing from `f64` (via `f32`, as torch does).
-    fn from_f64(v: f64) -> Self;
-    /// Exact widening to `f32`.
-    fn to_f32(self) -> f32;
-    /// Round-to-nearest-even narrowing from `f32`.
-    fn from_f32(v: f32) -> Self;
-}
-
-impl Element for f32 {
-    const DTYPE: DType = DType::F32;
-    fn to_f64(self) -> f64 {
-        f64::from(self)
-    }
-    fn from_f64(v: f64) -> Self {
-        v as f32
-    }
-    fn to_f32(self) -> f32 {
-        self
-    }
-    fn from_f32(v: f32) -> Self {
-        v
-    }
-}
-
-impl Element for f16 {
-    const DTYPE: DType = DType::F16;
-    fn to_f64(self) -> f64 {
-        f16::to_f64(self)
-    }
-    fn from_f64(v: f64) -> Self {
-        f16::from_f32(v as f32)
-    }
-    fn to_f32(self) -> f32 {
-        f16::to_f32(self)
-    }
-    fn from_f32(v: f32) -> Self {
-        f16::from_f32(v)
-    }
-}
-
-impl Element for bf16 {
-    const DTYPE: DType = DType::BF16;
-    fn to_f64(self) -> f64 {
-        bf16::to_f64(self)
-    }
-    fn from_f64(v: f64) -> Self {
-        bf16::from_f32(v as f32)
-    }
-    fn to_f32(self) -> f32 {
-        bf16::to_f32(self)
-    }
-    fn from_f32(v: f32) -> Self {
-        bf16::from_f32(v)
-    }
-}
+pub use element::{DType, Element};
+/// The 16-bit float types [`Element`] is implemented for (re-exported `half` types).
+pub use half::{bf16, f16};
 
 /// The operations with a CPU reference, device launchers and golden cases.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -133,7 +31,14 @@ pub enum Op {
 
 impl Op {
     /// All operations.
-    pub const ALL: [Op; 6] = [Op::Matmul, Op::LayerNormForward, Op::LayerNormBackward, Op::AttentionForward, Op::AttentionBackward, Op::AdamW];
+    pub const ALL: [Op; 6] = [
+        Op::Matmul,
+        Op::LayerNormForward,
+        Op::LayerNormBackward,
+        Op::AttentionForward,
+        Op::AttentionBackward,
+        Op::AdamW,
+    ];
 
     /// The name used in golden cases (`op` metadata) and kernel names.
     pub const fn name(self) -> &'static str {
@@ -221,23 +126,47 @@ pub enum ShapeError {
 }
 
 /// Product of dimensions, or [`ShapeError::Overflow`].
-pub fn checked_len(op: &'static str, tensor: &'static str, dims: &[usize]) -> Result<usize, ShapeError> {
+pub fn checked_len(
+    op: &'static str,
+    tensor: &'static str,
+    dims: &[usize],
+) -> Result<usize, ShapeError> {
     dims.iter()
         .try_fold(1usize, |acc, &d| acc.checked_mul(d))
         .ok_or(ShapeError::Overflow { op, tensor })
 }
 
 /// Check that a buffer length equals the expected element count.
-pub fn check_len(op: &'static str, tensor: &'static str, expected: usize, got: usize) -> Result<(), ShapeError> {
+pub fn check_len(
+    op: &'static str,
+    tensor: &'static str,
+    expected: usize,
+    got: usize,
+) -> Result<(), ShapeError> {
     if expected == got {
         Ok(())
     } else {
-        Err(ShapeError::Length { op, tensor, expected, got })
+        Err(ShapeError::Length {
+            op,
+            tensor,
+            expected,
+            got,
+        })
     }
 }
 
-fn invalid(op: &'static str, name: &'static str, value: impl std::fmt::Display, reason: &'static str) -> ShapeError {
-    ShapeError::Invalid { op, name, value: value.to_string(), reason }
+fn invalid(
+    op: &'static str,
+    name: &'static str,
+    value: impl std::fmt::Display,
+    reason: &'static str,
+) -> ShapeError {
+    ShapeError::Invalid {
+        op,
+        name,
+        value: value.to_string(),
+        reason,
+    }
 }
 
 /// `out = alpha·op(A)·op(B) + beta·C`, row-major, packed batches.
@@ -267,7 +196,14 @@ impl MatmulShape {
 
     /// A single non-transposed `m × k` by `k × n` product.
     pub const fn new(m: usize, n: usize, k: usize) -> Self {
-        Self { batch: 1, m, n, k, trans_a: false, trans_b: false }
+        Self {
+            batch: 1,
+            m,
+            n,
+            k,
+            trans_a: false,
+            trans_b: false,
+        }
     }
 
     /// Elements of `a` (all batches).
@@ -286,7 +222,14 @@ impl MatmulShape {
     }
 
     /// Check buffer lengths and scalars. `out` doubles as C when `beta != 0`.
-    pub fn validate(&self, alpha: f32, beta: f32, a_len: usize, b_len: usize, out_len: usize) -> Result<(), ShapeError> {
+    pub fn validate(
+        &self,
+        alpha: f32,
+        beta: f32,
+        a_len: usize,
+        b_len: usize,
+        out_len: usize,
+    ) -> Result<(), ShapeError> {
         if !alpha.is_finite() {
             return Err(invalid(Self::OP, "alpha", alpha, "must be finite"));
         }
@@ -317,9 +260,20 @@ impl LayerNormShape {
         checked_len(Self::OP, "x", &[self.rows, self.cols])
     }
 
-    fn validate_common(&self, x: usize, weight: usize, mean: usize, rstd: usize) -> Result<(), ShapeError> {
+    fn validate_common(
+        &self,
+        x: usize,
+        weight: usize,
+        mean: usize,
+        rstd: usize,
+    ) -> Result<(), ShapeError> {
         if self.cols == 0 {
-            return Err(invalid(Self::OP, "cols", 0, "must be at least 1 (the mean of nothing is undefined)"));
+            return Err(invalid(
+                Self::OP,
+                "cols",
+                0,
+                "must be at least 1 (the mean of nothing is undefined)",
+            ));
         }
         check_len(Self::OP, "x", self.x_len()?, x)?;
         check_len(Self::OP, "weight", self.cols, weight)?;
@@ -330,9 +284,23 @@ impl LayerNormShape {
     /// Check the forward's `eps` and buffer lengths (`x`/`y` `[rows, cols]`, `weight`/`bias` `[cols]`,
     /// `mean`/`rstd` `[rows]`).
     #[allow(clippy::too_many_arguments)]
-    pub fn validate_forward(&self, eps: f32, x: usize, weight: usize, bias: usize, y: usize, mean: usize, rstd: usize) -> Result<(), ShapeError> {
+    pub fn validate_forward(
+        &self,
+        eps: f32,
+        x: usize,
+        weight: usize,
+        bias: usize,
+        y: usize,
+        mean: usize,
+        rstd: usize,
+    ) -> Result<(), ShapeError> {
         if !(eps.is_finite() && eps >= 0.0) {
-            return Err(invalid(Self::OP, "eps", eps, "must be finite and non-negative"));
+            return Err(invalid(
+                Self::OP,
+                "eps",
+                eps,
+                "must be finite and non-negative",
+            ));
         }
         self.validate_common(x, weight, mean, rstd)?;
         check_len(Self::OP, "bias", self.cols, bias)?;
@@ -342,7 +310,17 @@ impl LayerNormShape {
     /// Check the backward's buffer lengths (`x`, `dy`, `dx` `[rows, cols]`; `weight`, `dweight`,
     /// `dbias` `[cols]`; `mean`, `rstd` `[rows]`).
     #[allow(clippy::too_many_arguments)]
-    pub fn validate_backward(&self, x: usize, weight: usize, dy: usize, mean: usize, rstd: usize, dx: usize, dweight: usize, dbias: usize) -> Result<(), ShapeError> {
+    pub fn validate_backward(
+        &self,
+        x: usize,
+        weight: usize,
+        dy: usize,
+        mean: usize,
+        rstd: usize,
+        dx: usize,
+        dweight: usize,
+        dbias: usize,
+    ) -> Result<(), ShapeError> {
         self.validate_common(x, weight, mean, rstd)?;
         check_len(Self::OP, "dy", self.x_len()?, dy)?;
         check_len(Self::OP, "dx", self.x_len()?, dx)?;
@@ -386,12 +364,20 @@ impl AttentionShape {
 
     /// Elements of `q`, `out`, `dout`, `dq`.
     pub fn q_len(&self) -> Result<usize, ShapeError> {
-        checked_len(Self::OP, "q", &[self.batch, self.heads, self.tq, self.head_dim])
+        checked_len(
+            Self::OP,
+            "q",
+            &[self.batch, self.heads, self.tq, self.head_dim],
+        )
     }
 
     /// Elements of `k`, `v`, `dk`, `dv`.
     pub fn kv_len(&self) -> Result<usize, ShapeError> {
-        checked_len(Self::OP, "k", &[self.batch, self.heads, self.tk, self.head_dim])
+        checked_len(
+            Self::OP,
+            "k",
+            &[self.batch, self.heads, self.tk, self.head_dim],
+        )
     }
 
     /// Elements of `lse`.
@@ -423,14 +409,32 @@ impl AttentionShape {
     }
 
     /// Check the forward's buffer lengths.
-    pub fn validate_forward(&self, q: usize, k: usize, v: usize, out: usize, lse: usize) -> Result<(), ShapeError> {
+    pub fn validate_forward(
+        &self,
+        q: usize,
+        k: usize,
+        v: usize,
+        out: usize,
+        lse: usize,
+    ) -> Result<(), ShapeError> {
         self.validate_qkv(q, k, v, lse)?;
         check_len(Self::OP, "out", self.q_len()?, out)
     }
 
     /// Check the backward's buffer lengths.
     #[allow(clippy::too_many_arguments)]
-    pub fn validate_backward(&self, q: usize, k: usize, v: usize, out: usize, dout: usize, lse: usize, dq: usize, dk: usize, dv: usize) -> Result<(), ShapeError> {
+    pub fn validate_backward(
+        &self,
+        q: usize,
+        k: usize,
+        v: usize,
+        out: usize,
+        dout: usize,
+        lse: usize,
+        dq: usize,
+        dk: usize,
+        dv: usize,
+    ) -> Result<(), ShapeError> {
         self.validate_forward(q, k, v, out, lse)?;
         check_len(Self::OP, "dout", self.q_len()?, dout)?;
         check_len(Self::OP, "dq", self.q_len()?, dq)?;
@@ -463,7 +467,15 @@ pub struct AdamWConfig {
 impl Default for AdamWConfig {
     /// torch.optim.AdamW's defaults: lr 1e-3, betas (0.9, 0.999), eps 1e-8, weight_decay 1e-2.
     fn default() -> Self {
-        Self { lr: 1e-3, beta1: 0.9, beta2: 0.999, eps: 1e-8, weight_decay: 1e-2, maximize: false, amsgrad: false }
+        Self {
+            lr: 1e-3,
+            beta1: 0.9,
+            beta2: 0.999,
+            eps: 1e-8,
+            weight_decay: 1e-2,
+            maximize: false,
+            amsgrad: false,
+        }
     }
 }
 
@@ -481,7 +493,11 @@ pub struct AdamWStep {
 impl AdamWStep {
     /// A plain step without scaling.
     pub const fn new(step: u64) -> Self {
-        Self { step, grad_scale: None, found_inf: false }
+        Self {
+            step,
+            grad_scale: None,
+            found_inf: false,
+        }
     }
 }
 
@@ -494,7 +510,16 @@ impl AdamWConfig {
     /// `param` (the model copy), `grad`, `exp_avg`, `exp_avg_sq` must have equal length;
     /// `max_exp_avg_sq` is given iff `amsgrad`; `master` (f32 master weights) is optional.
     #[allow(clippy::too_many_arguments)]
-    pub fn validate(&self, step: &AdamWStep, param: usize, grad: usize, exp_avg: usize, exp_avg_sq: usize, max_exp_avg_sq: Option<usize>, master: Option<usize>) -> Result<(), ShapeError> {
+    pub fn validate(
+        &self,
+        step: &AdamWStep,
+        param: usize,
+        grad: usize,
+        exp_avg: usize,
+        exp_avg_sq: usize,
+        max_exp_avg_sq: Option<usize>,
+        master: Option<usize>,
+    ) -> Result<(), ShapeError> {
         let op = Self::OP;
         if !(self.lr.is_finite() && self.lr >= 0.0) {
             return Err(invalid(op, "lr", self.lr, "must be finite and >= 0"));
@@ -508,10 +533,20 @@ impl AdamWConfig {
             return Err(invalid(op, "eps", self.eps, "must be finite and >= 0"));
         }
         if !(self.weight_decay.is_finite() && self.weight_decay >= 0.0) {
-            return Err(invalid(op, "weight_decay", self.weight_decay, "must be finite and >= 0"));
+            return Err(invalid(
+                op,
+                "weight_decay",
+                self.weight_decay,
+                "must be finite and >= 0",
+            ));
         }
         if step.step == 0 {
-            return Err(invalid(op, "step", 0, "must be >= 1 (the step count after increment)"));
+            return Err(invalid(
+                op,
+                "step",
+                0,
+                "must be >= 1 (the step count after increment)",
+            ));
         }
         if let Some(s) = step.grad_scale {
             if !(s.is_finite() && s > 0.0) {
@@ -525,10 +560,20 @@ impl AdamWConfig {
             (true, Some(len)) => check_len(op, "max_exp_avg_sq", param, len)?,
             (false, None) => {}
             (true, None) => {
-                return Err(ShapeError::Presence { op, tensor: "max_exp_avg_sq", required: true, fix: "amsgrad needs the running maximum of exp_avg_sq" })
+                return Err(ShapeError::Presence {
+                    op,
+                    tensor: "max_exp_avg_sq",
+                    required: true,
+                    fix: "amsgrad needs the running maximum of exp_avg_sq",
+                })
             }
             (false, Some(_)) => {
-                return Err(ShapeError::Presence { op, tensor: "max_exp_avg_sq", required: false, fix: "set amsgrad = true or drop it" })
+                return Err(ShapeError::Presence {
+                    op,
+                    tensor: "max_exp_avg_sq",
+                    required: false,
+                    fix: "set amsgrad = true or drop it",
+                })
             }
         }
         if let Some(len) = master {
@@ -543,37 +588,63 @@ mod tests {
     use super::*;
 
     #[test]
-    fn from_f64_rounds_like_torch_via_f32() {
-        // Values torch casts to 1.0 (f64 → f32 → 16-bit), not to the next 16-bit value.
-        assert_eq!(<bf16 as Element>::from_f64(1.0 + 2f64.powi(-8) + 2f64.powi(-30)).to_f64(), 1.0);
-        assert_eq!(<f16 as Element>::from_f64(1.0 + 2f64.powi(-11) + 2f64.powi(-40)).to_f64(), 1.0);
-        assert_eq!(<f16 as Element>::from_f64(1.0 + 3.0 * 2f64.powi(-11)).to_f64(), 1.0 + 2f64.powi(-9));
-    }
-
-    #[test]
     fn causal_visibility_is_bottom_right_aligned() {
-        let s = AttentionShape { batch: 1, heads: 1, tq: 2, tk: 5, head_dim: 4, causal: true, scale: 1.0 };
+        let s = AttentionShape {
+            batch: 1,
+            heads: 1,
+            tq: 2,
+            tk: 5,
+            head_dim: 4,
+            causal: true,
+            scale: 1.0,
+        };
         assert_eq!((s.visible_keys(0), s.visible_keys(1)), (4, 5));
         let s = AttentionShape { tq: 5, tk: 2, ..s };
-        assert_eq!((0..5).map(|i| s.visible_keys(i)).collect::<Vec<_>>(), vec![0, 0, 0, 1, 2]);
+        assert_eq!(
+            (0..5).map(|i| s.visible_keys(i)).collect::<Vec<_>>(),
+            vec![0, 0, 0, 1, 2]
+        );
         let s = AttentionShape { causal: false, ..s };
         assert_eq!(s.visible_keys(0), 2);
     }
 
     #[test]
     fn validation_names_the_values() {
-        let s = MatmulShape { batch: 2, ..MatmulShape::new(3, 4, 5) };
+        let s = MatmulShape {
+            batch: 2,
+            ..MatmulShape::new(3, 4, 5)
+        };
         let e = s.validate(1.0, 0.0, 30, 39, 24).unwrap_err();
-        assert_eq!(e, ShapeError::Length { op: "matmul", tensor: "b", expected: 40, got: 39 });
+        assert_eq!(
+            e,
+            ShapeError::Length {
+                op: "matmul",
+                tensor: "b",
+                expected: 40,
+                got: 39
+            }
+        );
         assert!(e.to_string().contains("39") && e.to_string().contains("40"));
         let big = MatmulShape::new(usize::MAX, 2, 2);
         assert!(matches!(big.a_len(), Err(ShapeError::Overflow { .. })));
-        let c = AdamWConfig { amsgrad: true, ..AdamWConfig::default() };
-        let e = c.validate(&AdamWStep::new(1), 3, 3, 3, 3, None, None).unwrap_err();
-        assert!(e.to_string().contains("`max_exp_avg_sq` must be given"), "{e}");
-        let e = AdamWConfig::default().validate(&AdamWStep::new(0), 3, 3, 3, 3, None, None).unwrap_err();
+        let c = AdamWConfig {
+            amsgrad: true,
+            ..AdamWConfig::default()
+        };
+        let e = c
+            .validate(&AdamWStep::new(1), 3, 3, 3, 3, None, None)
+            .unwrap_err();
+        assert!(
+            e.to_string().contains("`max_exp_avg_sq` must be given"),
+            "{e}"
+        );
+        let e = AdamWConfig::default()
+            .validate(&AdamWStep::new(0), 3, 3, 3, 3, None, None)
+            .unwrap_err();
         assert!(e.to_string().contains("step = 0"), "{e}");
-        let e = LayerNormShape { rows: 2, cols: 0 }.validate_forward(1e-5, 0, 0, 0, 0, 2, 2).unwrap_err();
+        let e = LayerNormShape { rows: 2, cols: 0 }
+            .validate_forward(1e-5, 0, 0, 0, 0, 2, 2)
+            .unwrap_err();
         assert!(e.to_string().contains("cols = 0"), "{e}");
     }
 }

@@ -1,0 +1,248 @@
+//! The safe layer's error type, and the log that `Drop` implementations write into.
+
+use std::sync::Mutex;
+
+use hip_sys::hipError_t;
+
+use crate::launch::LaunchError;
+use crate::module::bundle::BundleError;
+
+/// Everything hip-rt can fail with. Each variant's text says what happened, the values
+/// involved, and what to do.
+#[derive(Debug, Clone, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// The loader, a missing symbol, or a HIP/BLAS status code (see [`Error::hip_code`]).
+    #[error(transparent)]
+    Sys(#[from] hip_sys::Error),
+    /// A device ordinal past the visible devices.
+    #[error("device {ordinal} does not exist: {count} HIP device(s) are visible (HIP_VISIBLE_DEVICES narrows the set)")]
+    InvalidOrdinal {
+        /// The requested ordinal.
+        ordinal: i32,
+        /// How many devices are visible.
+        count: i32,
+    },
+    /// A launch configuration that the kernel or device cannot run.
+    #[error("launch rejected before reaching HIP: {0}")]
+    Launch(#[from] LaunchError),
+    /// Code-object bytes that could not be parsed.
+    #[error(transparent)]
+    Bundle(#[from] BundleError),
+    /// The code object holds no ISA for this device.
+    #[error(
+        "no code object for device {ordinal} ({device_arch}) in this module; it holds {bundle_archs:?}. \
+         Rebuild the kernels for {device_arch} (hipcc --offload-arch={device_arch}, or HIPK_ARCH)"
+    )]
+    NoBinaryForGpu {
+        /// The device ordinal.
+        ordinal: i32,
+        /// The device's `gcnArchName`, e.g. `gfx928:sramecc+:xnack-`.
+        device_arch: String,
+        /// The target ids the bundle holds.
+        bundle_archs: Vec<String>,
+    },
+    /// A kernel name that the module does not define.
+    #[error("kernel `{name}` is not in the module; it defines {available:?}. Check the name (extern \"C\" kernels keep their C name; C++ ones are mangled)")]
+    KernelNotFound {
+        /// The name asked for.
+        name: String,
+        /// The kernels the code object defines (empty if it could not be read).
+        available: Vec<String>,
+    },
+    /// Two lengths that must be equal are not.
+    #[error("{op}: length mismatch, destination holds {dst} elements but source holds {src}; copy between equal-length views (use .slice(..) to narrow one)")]
+    LengthMismatch {
+        /// The operation.
+        op: &'static str,
+        /// Destination length.
+        dst: usize,
+        /// Source length.
+        src: usize,
+    },
+    /// A sub-range outside a buffer.
+    #[error("range {start}..{end} is out of bounds for a buffer of {len} elements")]
+    OutOfBounds {
+        /// Range start.
+        start: usize,
+        /// Range end (exclusive).
+        end: usize,
+        /// The buffer length.
+        len: usize,
+    },
+    /// An element count whose byte size overflows `usize`.
+    #[error("{len} elements of {elem_bytes} bytes overflow the address space")]
+    SizeOverflow {
+        /// Element count.
+        len: usize,
+        /// Bytes per element.
+        elem_bytes: usize,
+    },
+    /// The device could not provide the memory.
+    #[error("out of memory on device {ordinal}: {requested} bytes requested. {detail}")]
+    OutOfMemory {
+        /// The device ordinal.
+        ordinal: i32,
+        /// Bytes requested.
+        requested: usize,
+        /// What the allocator knows: free/total memory, cached bytes, and a hint.
+        detail: String,
+    },
+    /// Objects from two different devices used together.
+    #[error("{what} belongs to device {found}, but this operation runs on device {expected}")]
+    WrongDevice {
+        /// What was passed.
+        what: &'static str,
+        /// The device the operation runs on.
+        expected: i32,
+        /// The device of the object passed.
+        found: i32,
+    },
+    /// A GEMM whose shapes or buffer lengths do not agree.
+    #[error("gemm: {0}")]
+    BlasShape(String),
+    /// Neither hipBLAS nor rocBLAS could be used.
+    #[error("no BLAS library is usable. hipBLAS: {hipblas}. rocBLAS (the fallback): {rocblas}")]
+    BlasUnavailable {
+        /// Why hipBLAS failed.
+        hipblas: Box<Error>,
+        /// Why rocBLAS failed.
+        rocblas: Box<Error>,
+    },
+    /// A kernel name containing a NUL byte.
+    #[error("kernel name {0:?} contains a NUL byte")]
+    NulInName(String),
+    /// A launch or an earlier asynchronous failure reported by `hipGetLastError`.
+    #[error("kernel `{kernel}` launch failed: {source}")]
+    LaunchFailed {
+        /// The kernel's name.
+        kernel: String,
+        /// The HIP error.
+        source: hip_sys::Error,
+    },
+}
+
+impl Error {
+    /// The HIP status code behind this error, if it came from a HIP call.
+    pub fn hip_code(&self) -> Option<hipError_t> {
+        match self {
+            Error::Sys(hip_sys::Error::Hip(e))
+            | Error::LaunchFailed {
+                source: hip_sys::Error::Hip(e),
+                ..
+            } => Some(e.code),
+            _ => None,
+        }
+    }
+
+    /// True when the runtime reported that no HIP device exists (hipErrorNoDevice).
+    pub fn is_no_device(&self) -> bool {
+        self.hip_code() == Some(hipError_t::hipErrorNoDevice)
+    }
+
+    /// True for [`Error::OutOfMemory`] and a raw hipErrorOutOfMemory.
+    pub fn is_out_of_memory(&self) -> bool {
+        matches!(self, Error::OutOfMemory { .. })
+            || self.hip_code() == Some(hipError_t::hipErrorOutOfMemory)
+    }
+}
+
+/// Shorthand for results in hip-rt.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// At most this many Drop errors are kept per device; later ones are only counted.
+const MAX_LOGGED: usize = 64;
+
+/// Errors raised in `Drop` implementations (which cannot return them), kept per device.
+#[derive(Debug, Default)]
+pub(crate) struct ErrorLog {
+    inner: Mutex<(Vec<Error>, usize)>,
+}
+
+impl ErrorLog {
+    /// Record an error from a destructor. Never panics (a poisoned lock is recovered).
+    pub(crate) fn record(&self, err: Error) {
+        let mut guard = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        if guard.0.len() < MAX_LOGGED {
+            guard.0.push(err);
+        } else {
+            guard.1 += 1;
+        }
+    }
+
+    /// Record the error of `result`, if any.
+    pub(crate) fn record_result(&self, result: Result<()>) {
+        if let Err(e) = result {
+            self.record(e);
+        }
+    }
+
+    /// Take every recorded error and the count of errors dropped for lack of room.
+    pub(crate) fn take(&self) -> (Vec<Error>, usize) {
+        let mut guard = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        (std::mem::take(&mut guard.0), std::mem::take(&mut guard.1))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn oob(start: usize) -> Error {
+        Error::OutOfBounds {
+            start,
+            end: start + 1,
+            len: 0,
+        }
+    }
+
+    #[test]
+    fn log_keeps_64_counts_the_rest_and_clears_on_take() {
+        let log = ErrorLog::default();
+        log.record_result(Ok(()));
+        for i in 0..100 {
+            log.record(oob(i));
+        }
+        let (kept, dropped) = log.take();
+        assert_eq!((kept.len(), dropped), (64, 36));
+        assert!(matches!(kept[0], Error::OutOfBounds { start: 0, .. }));
+        assert_eq!(log.take().0.len(), 0);
+    }
+
+    #[test]
+    fn log_survives_a_poisoned_lock() {
+        let log = std::sync::Arc::new(ErrorLog::default());
+        let l2 = log.clone();
+        let _ = std::thread::spawn(move || {
+            let _guard = l2.inner.lock().unwrap();
+            panic!("poison the lock");
+        })
+        .join();
+        log.record(oob(7));
+        assert_eq!(log.take().0.len(), 1);
+    }
+
+    #[test]
+    fn classification_helpers() {
+        let oom = Error::OutOfMemory {
+            ordinal: 0,
+            requested: 1 << 30,
+            detail: "x".into(),
+        };
+        assert!(oom.is_out_of_memory() && !oom.is_no_device());
+        let no_dev = Error::Sys(hip_sys::Error::Hip(hip_sys::HipError::new(
+            hipError_t::hipErrorNoDevice,
+        )));
+        assert!(no_dev.is_no_device() && !no_dev.is_out_of_memory());
+        let raw_oom = Error::Sys(hip_sys::Error::Hip(hip_sys::HipError::new(
+            hipError_t::hipErrorOutOfMemory,
+        )));
+        assert!(raw_oom.is_out_of_memory());
+        assert_eq!(oob(1).hip_code(), None);
+        let msg = oom.to_string();
+        assert!(
+            msg.contains("1073741824") && msg.contains("device 0"),
+            "{msg}"
+        );
+    }
+}

@@ -1,0 +1,89 @@
+//! `hipModule*` / `hipFuncGetAttribute`.
+
+use std::ffi::{c_void, CStr};
+
+use hip_sys::{hipFunction_attribute, hipFunction_t, hipModule_t, hipStream_t};
+
+use super::hip_fn;
+use crate::error::Result;
+use crate::launch::LaunchConfig;
+
+/// `hipModuleLoadData` on the current device.
+///
+/// # Safety
+/// `image` must hold a complete code object or offload bundle: the runtime reads as many bytes
+/// as the image's own headers claim.
+pub unsafe fn load_data(image: &[u8]) -> Result<hipModule_t> {
+    let f = hip_fn!(hipModuleLoadData)?;
+    let mut m: hipModule_t = std::ptr::null_mut();
+    // SAFETY: `m` is a valid out-pointer; the caller guarantees `image` is complete.
+    unsafe { f(&mut m, image.as_ptr().cast()) }.result()?;
+    Ok(m)
+}
+
+/// `hipModuleUnload`.
+///
+/// # Safety
+/// `module` must be live, unloaded at most once; its functions must not be used afterwards.
+pub unsafe fn unload(module: hipModule_t) -> Result<()> {
+    let f = hip_fn!(hipModuleUnload)?;
+    // SAFETY: the caller guarantees `module` is live and its functions are no longer used.
+    Ok(unsafe { f(module) }.result()?)
+}
+
+/// `hipModuleGetFunction`.
+///
+/// # Safety
+/// `module` must be live.
+pub unsafe fn get_function(module: hipModule_t, name: &CStr) -> Result<hipFunction_t> {
+    let f = hip_fn!(hipModuleGetFunction)?;
+    let mut func: hipFunction_t = std::ptr::null_mut();
+    // SAFETY: `func` is a valid out-pointer, `name` NUL-terminated, `module` live (caller).
+    unsafe { f(&mut func, module, name.as_ptr()) }.result()?;
+    Ok(func)
+}
+
+/// `hipFuncGetAttribute`.
+///
+/// # Safety
+/// `func` must be a live function of a live module.
+pub unsafe fn func_attribute(func: hipFunction_t, attr: hipFunction_attribute) -> Result<i32> {
+    let f = hip_fn!(hipFuncGetAttribute)?;
+    let mut v = 0;
+    // SAFETY: `v` is a valid out-pointer and `func` live (caller).
+    unsafe { f(&mut v, attr, func) }.result()?;
+    Ok(v)
+}
+
+/// `hipModuleLaunchKernel` with `kernelParams` (no `extra`).
+///
+/// # Safety
+/// `func` must be live; `params` must point at one pointer per kernel parameter, in order, each
+/// to a value of the parameter's type, valid until this call returns; `stream` null or live on
+/// the function's device; device memory the kernel touches must stay valid until it completes.
+pub unsafe fn launch_kernel(
+    func: hipFunction_t,
+    cfg: &LaunchConfig,
+    stream: hipStream_t,
+    params: *mut *mut c_void,
+) -> Result<()> {
+    let f = hip_fn!(hipModuleLaunchKernel)?;
+    let (g, b) = (cfg.grid, cfg.block);
+    // SAFETY: the caller guarantees the handles and the argument array as documented above.
+    let status = unsafe {
+        f(
+            func,
+            g.0,
+            g.1,
+            g.2,
+            b.0,
+            b.1,
+            b.2,
+            cfg.shared_mem_bytes,
+            stream,
+            params,
+            std::ptr::null_mut(),
+        )
+    };
+    Ok(status.result()?)
+}

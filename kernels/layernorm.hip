@@ -1,0 +1,472 @@
+// kernels/layernorm.hip — layer norm forward and backward over the last dimension.
+//
+// NEVER RUN ON A GPU: compiled and statically checked for gfx906 only (see the figures below).
+//
+// Layout: x, y, dy, dx are [rows, C] row-major in T (f32, f16, bf16); weight, bias, dweight,
+// dbias are [C] in T; mean and rstd are [rows] f32. All math is f32. Biased variance, eps inside
+// the square root (torch.nn.functional.layer_norm).
+//
+// Row groups: a row is handled by a group of threads, either one wave (`row_per_wave` != 0,
+// for small C; several rows per block, no barriers) or the whole block (large C; reductions
+// through LDS). Groups walk rows grid-stride. The launcher picks the mode and block size from
+// C; any choice is correct, the choice only changes speed. In wave mode blockDim.x must be a
+// multiple of warpSize (the launcher uses 256).
+//
+// Slots: thread t of a group of G threads owns slots k = 0, 1, ... of a row. In the vector
+// layout (C % 4 == 0 and every tensor aligned to 4 elements; tested once per launch) slot k is
+// the 4 consecutive elements (k·G + t)·4 .. +3, one 16-byte (f32) or 8-byte (f16/bf16) access;
+// otherwise (odd C, misaligned views) slot k is the single element k·G + t. Both are coalesced.
+//
+// Forward: rows of at most 4 slots per thread (C ≤ 16·G: 1024 per wave64, 16384 per 1024-thread
+// block) stay in registers between the three steps (mean; variance as Σ(x − mean)²; normalise):
+// x is read once. Longer rows, and the scalar layout, stream: x is read three times (the second
+// and third reads hit the cache). Writes y, mean, rstd.
+//
+// Backward, stage 1 (layernorm_bwd_<T>): per row xhat = (x − mean)·rstd, g = dy·w,
+// dx = rstd·(g − mean(g) − xhat·mean(g·xhat)). Each group also sums dy·xhat and dy per column
+// over its rows: in registers for rows of one slot per thread (C ≤ 4·G: 256 per wave64, 4096
+// per 1024-thread block), else in its own rows of `partial` (read-modify-write per row; this
+// costs extra traffic for C > 4096, a known limit: keeping two slots in registers spilled on
+// gfx906), and writes them to partial[group] = [2][C] f32. Stage 2
+// (layernorm_bwd_dwdb_<T>): dweight[j] = Σ_group partial[group][0][j], dbias likewise, summed
+// in group order. No float atomics anywhere: for a fixed launch configuration the results are
+// bit-identical run to run.
+//
+// Resource usage on gfx906 (hipcc 5.2 / clang 15, -O3), from the build's resource table
+// (`cargo test --test kernels_static -- --nocapture` prints it):
+//   kernel                    VGPRs  SGPRs  LDS B  waves/SIMD  scratch  spills
+//   FIGURES
+#include "common.h"
+
+namespace {
+
+/// Elements per slot: one 16-byte access for f32, 8 bytes for f16/bf16 in the vector layout.
+constexpr int V = 4;
+/// Slots per thread kept in registers for a cached forward row / backward row.
+constexpr int kFwdSlots = 4;
+constexpr int kBwdSlots = 1;
+
+/// Threads per block the row kernels are compiled for (their register budget).
+constexpr int kMaxBlock = 1024;
+
+/// One row group's geometry.
+struct Group {
+  int lane;       // thread index inside the group
+  int size;       // threads in the group
+  int64_t id;     // this group's index in the grid
+  int64_t count;  // row groups in the grid
+  bool wave;      // the group is one wave (no barriers, wave reductions)
+};
+
+__device__ __forceinline__ Group row_group(int row_per_wave) {
+  Group g;
+  const int tid = static_cast<int>(threadIdx.x);
+  if (row_per_wave) {
+    const int per_block = static_cast<int>(blockDim.x) / warpSize;
+    g.lane = tid % warpSize;
+    g.size = warpSize;
+    g.id = static_cast<int64_t>(blockIdx.x) * per_block + tid / warpSize;
+    g.count = static_cast<int64_t>(gridDim.x) * per_block;
+    g.wave = true;
+  } else {
+    g.lane = tid;
+    g.size = static_cast<int>(blockDim.x);
+    g.id = blockIdx.x;
+    g.count = gridDim.x;
+    g.wave = false;
+  }
+  return g;
+}
+
+/// Sum over the group (a wave, or the block through `lds`).
+__device__ __forceinline__ float group_sum(const Group& g, float v, float* lds) {
+  return g.wave ? hipk::wave_sum(v) : hipk::block_sum(v, lds);
+}
+
+__device__ __forceinline__ void group_sum2(const Group& g, float& a, float& b, float* lds) {
+  if (g.wave) {
+    hipk::wave_sum2(a, b);
+  } else {
+    hipk::block_sum2(a, b, lds);
+  }
+}
+
+/// Elements per slot: V consecutive ones in the vector layout (one access; needs C % V == 0
+/// and aligned tensors), one in the scalar layout (any C and alignment).
+template <bool kVec> constexpr int slot_width() { return kVec ? V : 1; }
+
+/// Element e of slot k of thread `lane`: (k·G + lane)·W + e. Coalesced in both layouts.
+template <bool kVec>
+__device__ __forceinline__ int slot_elem(const Group& g, int k, int e) {
+  return (k * g.size + g.lane) * slot_width<kVec>() + e;
+}
+
+/// True when slot k holds elements of a row of C (in the vector layout a slot is all in or
+/// all out).
+template <bool kVec>
+__device__ __forceinline__ bool slot_live(const Group& g, int k, int C) {
+  return slot_elem<kVec>(g, k, 0) < C;
+}
+
+/// Slots needed to cover a row of C elements.
+template <bool kVec>
+__device__ __forceinline__ int slot_count(const Group& g, int C) {
+  const int per_slot_row = g.size * slot_width<kVec>();
+  return (C + per_slot_row - 1) / per_slot_row;
+}
+
+/// Load slot k of row p; a slot past C reads as 0.
+template <bool kVec, typename T>
+__device__ __forceinline__ void load_slot(const T* p, const Group& g, int k, int C,
+                                          float (&out)[slot_width<kVec>()]) {
+  const int j = slot_elem<kVec>(g, k, 0);
+  if (j < C) {
+    if constexpr (kVec) {
+      hipk::load_vec<V>(p + j, out);
+    } else {
+      out[0] = hipk::load_as_float(p, j);
+    }
+  } else {
+#pragma unroll
+    for (int e = 0; e < slot_width<kVec>(); ++e) out[e] = 0.0f;
+  }
+}
+
+/// Store slot k of row p (a slot past C is not written).
+template <bool kVec, typename T>
+__device__ __forceinline__ void store_slot(T* p, const Group& g, int k, int C,
+                                           const float (&in)[slot_width<kVec>()]) {
+  const int j = slot_elem<kVec>(g, k, 0);
+  if (j < C) {
+    if constexpr (kVec) {
+      hipk::store_vec<V>(p + j, in);
+    } else {
+      hipk::store_from_float(p, j, in[0]);
+    }
+  }
+}
+
+/// The vector layout is usable: whole slots and every tensor aligned to a slot.
+template <typename T>
+__device__ __forceinline__ bool vec_ok(int C, const void* a, const void* b, const void* c,
+                                       const void* d) {
+  constexpr uintptr_t kBytes = V * sizeof(T);
+  return C % V == 0 && hipk::is_aligned(a, kBytes) && hipk::is_aligned(b, kBytes) &&
+         hipk::is_aligned(c, kBytes) && hipk::is_aligned(d, kBytes);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Forward
+// ---------------------------------------------------------------------------------------------
+
+/// y = (x − mean)·rstd·w + b for slot k of a row whose x values are `xv`.
+template <bool kVec, typename T>
+__device__ __forceinline__ void fwd_emit(const T* weight, const T* bias, T* yr, const Group& g,
+                                         int k, int C, float mean, float rstd,
+                                         const float (&xv)[slot_width<kVec>()]) {
+  constexpr int W = slot_width<kVec>();
+  float w[W];
+  float b[W];
+  float out[W];
+  load_slot<kVec>(weight, g, k, C, w);
+  load_slot<kVec>(bias, g, k, C, b);
+#pragma unroll
+  for (int e = 0; e < W; ++e) out[e] = (xv[e] - mean) * rstd * w[e] + b[e];
+  store_slot<kVec>(yr, g, k, C, out);
+}
+
+/// Forward for rows of at most kFwdSlots slots per thread, vector layout: each row is read
+/// once into registers.
+template <typename T>
+__device__ void layernorm_fwd_cached(const T* __restrict__ x, const T* __restrict__ weight,
+                                     const T* __restrict__ bias, T* __restrict__ y,
+                                     float* __restrict__ mean_out, float* __restrict__ rstd_out,
+                                     int64_t rows, int C, float eps, const Group& g, float* lds) {
+  constexpr int K = kFwdSlots;
+  const float inv_c = 1.0f / static_cast<float>(C);
+#pragma unroll 1
+  for (int64_t row = g.id; row < rows; row += g.count) {
+    float v[K][V];
+    float s = 0.0f;
+#pragma unroll
+    for (int k = 0; k < K; ++k) {
+      load_slot<true>(x + row * C, g, k, C, v[k]);
+#pragma unroll
+      for (int e = 0; e < V; ++e) s += v[k][e];
+    }
+    const float mean = group_sum(g, s, lds) * inv_c;
+    float q = 0.0f;
+#pragma unroll
+    for (int k = 0; k < K; ++k) {
+#pragma unroll
+      for (int e = 0; e < V; ++e) {
+        const float d = slot_live<true>(g, k, C) ? v[k][e] - mean : 0.0f;
+        q += d * d;
+      }
+    }
+    const float rstd = 1.0f / sqrtf(group_sum(g, q, lds) * inv_c + eps);
+    if (g.lane == 0) {
+      mean_out[row] = mean;
+      rstd_out[row] = rstd;
+    }
+#pragma unroll
+    for (int k = 0; k < K; ++k) {
+      if (slot_live<true>(g, k, C)) fwd_emit<true>(weight, bias, y + row * C, g, k, C, mean, rstd, v[k]);
+    }
+  }
+}
+
+/// Forward for any row length and layout: x is read three times (mean, variance, output);
+/// the second and third reads of a row hit the cache.
+template <bool kVec, typename T>
+__device__ void layernorm_fwd_stream(const T* __restrict__ x, const T* __restrict__ weight,
+                                     const T* __restrict__ bias, T* __restrict__ y,
+                                     float* __restrict__ mean_out, float* __restrict__ rstd_out,
+                                     int64_t rows, int C, float eps, const Group& g, float* lds) {
+  const float inv_c = 1.0f / static_cast<float>(C);
+  const int slots = slot_count<kVec>(g, C);
+  constexpr int W = slot_width<kVec>();
+#pragma unroll 1
+  for (int64_t row = g.id; row < rows; row += g.count) {
+    const T* xr = x + row * C;
+    float s = 0.0f;
+#pragma unroll 1
+    for (int k = 0; k < slots; ++k) {
+      float t[W];
+      load_slot<kVec>(xr, g, k, C, t);
+#pragma unroll
+      for (int e = 0; e < W; ++e) s += t[e];
+    }
+    const float mean = group_sum(g, s, lds) * inv_c;
+    float q = 0.0f;
+#pragma unroll 1
+    for (int k = 0; k < slots; ++k) {
+      float t[W];
+      load_slot<kVec>(xr, g, k, C, t);
+#pragma unroll
+      for (int e = 0; e < W; ++e) {
+        const float d = slot_elem<kVec>(g, k, e) < C ? t[e] - mean : 0.0f;
+        q += d * d;
+      }
+    }
+    const float rstd = 1.0f / sqrtf(group_sum(g, q, lds) * inv_c + eps);
+    if (g.lane == 0) {
+      mean_out[row] = mean;
+      rstd_out[row] = rstd;
+    }
+#pragma unroll 1
+    for (int k = 0; k < slots; ++k) {
+      float t[W];
+      load_slot<kVec>(xr, g, k, C, t);
+      fwd_emit<kVec>(weight, bias, y + row * C, g, k, C, mean, rstd, t);
+    }
+  }
+}
+
+template <typename T>
+__device__ void layernorm_fwd_impl(const T* x, const T* weight, const T* bias, T* y,
+                                   float* mean, float* rstd, int64_t rows, int C, float eps,
+                                   int row_per_wave) {
+  __shared__ float lds[hipk::kMaxWavesPerBlock];
+  const Group g = row_group(row_per_wave);
+  if (!vec_ok<T>(C, x, weight, bias, y)) {
+    layernorm_fwd_stream<false>(x, weight, bias, y, mean, rstd, rows, C, eps, g, lds);
+  } else if (slot_count<true>(g, C) <= kFwdSlots) {
+    layernorm_fwd_cached(x, weight, bias, y, mean, rstd, rows, C, eps, g, lds);
+  } else {
+    layernorm_fwd_stream<true>(x, weight, bias, y, mean, rstd, rows, C, eps, g, lds);
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Backward
+// ---------------------------------------------------------------------------------------------
+
+/// Stage 1 for rows of at most kBwdSlots slots per thread, vector layout: x and dy of a row
+/// and the group's column accumulators stay in registers. `pdw`/`pdb`: the group's partials.
+template <typename T>
+__device__ void layernorm_bwd_cached(const T* __restrict__ x, const T* __restrict__ weight,
+                                     const T* __restrict__ dy, const float* __restrict__ mean_in,
+                                     const float* __restrict__ rstd_in, T* __restrict__ dx,
+                                     float* __restrict__ pdw, float* __restrict__ pdb,
+                                     int64_t rows, int C, const Group& g, float* lds) {
+  constexpr int K = kBwdSlots;
+  const float inv_c = 1.0f / static_cast<float>(C);
+  float acc_dw[K][V];
+  float acc_db[K][V];
+#pragma unroll
+  for (int k = 0; k < K; ++k) {
+#pragma unroll
+    for (int e = 0; e < V; ++e) acc_dw[k][e] = acc_db[k][e] = 0.0f;
+  }
+#pragma unroll 1
+  for (int64_t row = g.id; row < rows; row += g.count) {
+    const float mean = mean_in[row];
+    const float rstd = rstd_in[row];
+    float xh[K][V];
+    float dyv[K][V];
+    float s1 = 0.0f;
+    float s2 = 0.0f;
+#pragma unroll
+    for (int k = 0; k < K; ++k) {
+      float w[V];
+      load_slot<true>(x + row * C, g, k, C, xh[k]);
+      load_slot<true>(dy + row * C, g, k, C, dyv[k]);
+      load_slot<true>(weight, g, k, C, w);
+#pragma unroll
+      for (int e = 0; e < V; ++e) {
+        xh[k][e] = (xh[k][e] - mean) * rstd;  // dy is 0 past C: tails add nothing
+        const float gw = dyv[k][e] * w[e];
+        s1 += gw;
+        s2 += gw * xh[k][e];
+        acc_dw[k][e] += dyv[k][e] * xh[k][e];
+        acc_db[k][e] += dyv[k][e];
+      }
+    }
+    group_sum2(g, s1, s2, lds);
+    const float m1 = s1 * inv_c;
+    const float m2 = s2 * inv_c;
+#pragma unroll
+    for (int k = 0; k < K; ++k) {
+      float w[V];
+      float out[V];
+      load_slot<true>(weight, g, k, C, w);
+#pragma unroll
+      for (int e = 0; e < V; ++e) out[e] = rstd * (dyv[k][e] * w[e] - m1 - xh[k][e] * m2);
+      store_slot<true>(dx + row * C, g, k, C, out);
+    }
+  }
+#pragma unroll
+  for (int k = 0; k < K; ++k) {
+    store_slot<true>(pdw, g, k, C, acc_dw[k]);
+    store_slot<true>(pdb, g, k, C, acc_db[k]);
+  }
+}
+
+/// Stage 1 for any row length and layout: x, dy and weight are re-read, and the column sums
+/// accumulate in the group's partial rows. Each partial element is only touched by the
+/// thread that owns it, rows in order: deterministic.
+template <bool kVec, typename T>
+__device__ void layernorm_bwd_stream(const T* __restrict__ x, const T* __restrict__ weight,
+                                     const T* __restrict__ dy, const float* __restrict__ mean_in,
+                                     const float* __restrict__ rstd_in, T* __restrict__ dx,
+                                     float* __restrict__ pdw, float* __restrict__ pdb,
+                                     int64_t rows, int C, const Group& g, float* lds) {
+  const float inv_c = 1.0f / static_cast<float>(C);
+  const int slots = slot_count<kVec>(g, C);
+  constexpr int W = slot_width<kVec>();
+#pragma unroll 1
+  for (int k = 0; k < slots; ++k) {
+    const float zero[W] = {};
+    store_slot<kVec>(pdw, g, k, C, zero);
+    store_slot<kVec>(pdb, g, k, C, zero);
+  }
+#pragma unroll 1
+  for (int64_t row = g.id; row < rows; row += g.count) {
+    const float mean = mean_in[row];
+    const float rstd = rstd_in[row];
+    const T* xr = x + row * C;
+    const T* dyr = dy + row * C;
+    float s1 = 0.0f;
+    float s2 = 0.0f;
+#pragma unroll 1
+    for (int k = 0; k < slots; ++k) {
+      float xv[W];
+      float dyv[W];
+      float w[W];
+      float adw[W];
+      float adb[W];
+      load_slot<kVec>(xr, g, k, C, xv);
+      load_slot<kVec>(dyr, g, k, C, dyv);
+      load_slot<kVec>(weight, g, k, C, w);
+      load_slot<kVec>(pdw, g, k, C, adw);
+      load_slot<kVec>(pdb, g, k, C, adb);
+#pragma unroll
+      for (int e = 0; e < W; ++e) {
+        const float xh = (xv[e] - mean) * rstd;
+        const float gw = dyv[e] * w[e];
+        s1 += gw;
+        s2 += gw * xh;
+        adw[e] += dyv[e] * xh;
+        adb[e] += dyv[e];
+      }
+      store_slot<kVec>(pdw, g, k, C, adw);
+      store_slot<kVec>(pdb, g, k, C, adb);
+    }
+    group_sum2(g, s1, s2, lds);
+    const float m1 = s1 * inv_c;
+    const float m2 = s2 * inv_c;
+#pragma unroll 1
+    for (int k = 0; k < slots; ++k) {
+      float xv[W];
+      float dyv[W];
+      float w[W];
+      float out[W];
+      load_slot<kVec>(xr, g, k, C, xv);
+      load_slot<kVec>(dyr, g, k, C, dyv);
+      load_slot<kVec>(weight, g, k, C, w);
+#pragma unroll
+      for (int e = 0; e < W; ++e) {
+        const float xh = (xv[e] - mean) * rstd;
+        out[e] = rstd * (dyv[e] * w[e] - m1 - xh * m2);
+      }
+      store_slot<kVec>(dx + row * C, g, k, C, out);
+    }
+  }
+}
+
+template <typename T>
+__device__ void layernorm_bwd_impl(const T* x, const T* weight, const T* dy, const float* mean,
+                                   const float* rstd, T* dx, float* partial, int64_t rows, int C,
+                                   int row_per_wave) {
+  __shared__ float lds[2 * hipk::kMaxWavesPerBlock];
+  const Group g = row_group(row_per_wave);
+  float* pdw = partial + g.id * 2 * C;  // this group's dweight partial row
+  float* pdb = pdw + C;                  // and its dbias partial row
+  // The partial rows are f32 at offsets that are multiples of C (C % V == 0 in vector layout).
+  if (!vec_ok<T>(C, x, weight, dy, dx) || !hipk::is_aligned(partial, V * sizeof(float))) {
+    layernorm_bwd_stream<false>(x, weight, dy, mean, rstd, dx, pdw, pdb, rows, C, g, lds);
+  } else if (slot_count<true>(g, C) <= kBwdSlots) {
+    layernorm_bwd_cached(x, weight, dy, mean, rstd, dx, pdw, pdb, rows, C, g, lds);
+  } else {
+    layernorm_bwd_stream<true>(x, weight, dy, mean, rstd, dx, pdw, pdb, rows, C, g, lds);
+  }
+}
+
+/// Stage 2: dweight[j] = Σ_g partial[g][0][j], dbias[j] = Σ_g partial[g][1][j], g in order.
+template <typename T>
+__device__ void layernorm_bwd_dwdb_impl(const float* __restrict__ partial, int64_t groups,
+                                        int C, T* __restrict__ dweight,
+                                        T* __restrict__ dbias) {
+  const int j = static_cast<int>(blockIdx.x * blockDim.x + threadIdx.x);
+  if (j >= C) return;
+  float dw = 0.0f;
+  float db = 0.0f;
+  for (int64_t gi = 0; gi < groups; ++gi) {
+    const float* p = partial + gi * 2 * C;
+    dw += p[j];
+    db += p[C + j];
+  }
+  hipk::store_from_float(dweight, j, dw);
+  hipk::store_from_float(dbias, j, db);
+}
+
+}  // namespace
+
+#define LAYERNORM_KERNELS(suffix, T)                                                          \
+  HIPK_KERNEL(layernorm_fwd_##suffix, kMaxBlock)                                              \
+  (const T* x, const T* weight, const T* bias, T* y, float* mean, float* rstd, int64_t rows,  \
+   int C, float eps, int row_per_wave) {                                                      \
+    layernorm_fwd_impl<T>(x, weight, bias, y, mean, rstd, rows, C, eps, row_per_wave);        \
+  }                                                                                           \
+  HIPK_KERNEL(layernorm_bwd_##suffix, kMaxBlock)                                              \
+  (const T* x, const T* weight, const T* dy, const float* mean, const float* rstd, T* dx,     \
+   float* partial, int64_t rows, int C, int row_per_wave) {                                   \
+    layernorm_bwd_impl<T>(x, weight, dy, mean, rstd, dx, partial, rows, C, row_per_wave);     \
+  }                                                                                           \
+  HIPK_KERNEL(layernorm_bwd_dwdb_##suffix, 256)                                               \
+  (const float* partial, int64_t groups, int C, T* dweight, T* dbias) {                       \
+    layernorm_bwd_dwdb_impl<T>(partial, groups, C, dweight, dbias);                           \
+  }
+
+HIPK_DTYPES(LAYERNORM_KERNELS)

@@ -1,0 +1,52 @@
+//! The one table of kernel symbols each `kernels/*.hip` exports.
+//!
+//! The manifest test (`tests/kernels_static.rs`) checks it against the embedded bundles in both
+//! directions: every bundle has an entry here, and every listed symbol is in the code object of
+//! every arch. Launchers look kernels up by these names.
+
+/// The kernels one source file exports.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct KernelFile {
+    /// File stem under `kernels/`.
+    pub source: &'static str,
+    /// Exported `extern "C"` kernel names.
+    pub kernels: &'static [&'static str],
+}
+
+/// Every kernel source and its kernels.
+pub const KERNEL_FILES: &[KernelFile] = &[
+    KernelFile {
+        source: "layernorm",
+        kernels: &[
+            "layernorm_fwd_f32",
+            "layernorm_fwd_f16",
+            "layernorm_fwd_bf16",
+            "layernorm_bwd_f32",
+            "layernorm_bwd_f16",
+            "layernorm_bwd_bf16",
+            "layernorm_bwd_dwdb_f32",
+            "layernorm_bwd_dwdb_f16",
+            "layernorm_bwd_dwdb_bf16",
+        ],
+    },
+    KernelFile {
+        source: "adamw",
+        kernels: &[
+            "adamw_f32",
+            "adamw_f16",
+            "adamw_bf16",
+            "multi_nonfinite_f32",
+            "multi_nonfinite_f16",
+            "multi_nonfinite_bf16",
+            "multi_l2norm_f32",
+            "multi_l2norm_f16",
+            "multi_l2norm_bf16",
+            "multi_l2norm_finalize_f32",
+        ],
+    },
+];
+
+/// The kernels of `kernels/<source>.hip`, if the table lists it.
+pub fn kernel_names(source: &str) -> Option<&'static [&'static str]> {
+    KERNEL_FILES.iter().find(|f| f.source == source).map(|f| f.kernels)
+}

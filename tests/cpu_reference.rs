@@ -1,0 +1,278 @@
+//! The CPU reference's threaded paths agree with straightforward serial computations, and each
+//! dtype rounds the same f64 result.
+
+mod cpu_common;
+
+use cpu_common::Normal;
+use half::{bf16, f16};
+use hip_kernels::cpu::{self, AttentionShape, Element, LayerNormShape, MatmulShape};
+
+fn cast<T: Element>(x: &[f64]) -> Vec<T> {
+    x.iter().map(|&v| T::from_f64(v)).collect()
+}
+
+/// Plain triple loop, f64, same summation order as the reference.
+fn naive_matmul(
+    s: &MatmulShape,
+    alpha: f64,
+    beta: f64,
+    a: &[f64],
+    b: &[f64],
+    c: &[f64],
+) -> Vec<f64> {
+    let (m, n, k) = (s.m, s.n, s.k);
+    let mut out = vec![0.0; s.batch * m * n];
+    for bi in 0..s.batch {
+        let (a, b) = (&a[bi * m * k..], &b[bi * k * n..]);
+        for i in 0..m {
+            for j in 0..n {
+                let mut acc = 0.0;
+                for p in 0..k {
+                    let x = if s.trans_a {
+                        a[p * m + i]
+                    } else {
+                        a[i * k + p]
+                    };
+                    let y = if s.trans_b {
+                        b[j * k + p]
+                    } else {
+                        b[p * n + j]
+                    };
+                    acc += x * y;
+                }
+                let o = bi * m * n + i * n + j;
+                out[o] = alpha * acc + beta * c[o];
+            }
+        }
+    }
+    out
+}
+
+fn matmul_all_dtypes<T: Element>(rng: &mut Normal) {
+    for (trans_a, trans_b) in [(false, false), (true, false), (false, true), (true, true)] {
+        let s = MatmulShape {
+            batch: 3,
+            m: 37,
+            n: 41,
+            k: 53,
+            trans_a,
+            trans_b,
+        };
+        let (a, b, c) = (
+            cast::<T>(&rng.vec(s.a_len().unwrap())),
+            cast::<T>(&rng.vec(s.b_len().unwrap())),
+            cast::<T>(&rng.vec(s.out_len().unwrap())),
+        );
+        let wide = |x: &[T]| x.iter().map(|v| v.to_f64()).collect::<Vec<_>>();
+        let want: Vec<T> = cast(&naive_matmul(
+            &s,
+            1.5,
+            -0.5,
+            &wide(&a),
+            &wide(&b),
+            &wide(&c),
+        ));
+        let mut out = c.clone();
+        cpu::matmul(&s, 1.5, -0.5, &a, &b, &mut out).unwrap();
+        assert_eq!(
+            out,
+            want,
+            "{:?} trans_a={trans_a} trans_b={trans_b}",
+            T::DTYPE
+        );
+    }
+}
+
+#[test]
+fn threaded_matmul_equals_the_triple_loop() {
+    let mut rng = Normal::new(1);
+    matmul_all_dtypes::<f32>(&mut rng);
+    matmul_all_dtypes::<f16>(&mut rng);
+    matmul_all_dtypes::<bf16>(&mut rng);
+}
+
+#[test]
+fn threaded_attention_equals_per_head_calls() {
+    let mut rng = Normal::new(2);
+    let s = AttentionShape {
+        batch: 2,
+        heads: 4,
+        tq: 24,
+        tk: 40,
+        head_dim: 16,
+        causal: true,
+        scale: 0.25,
+    };
+    let (q, k, v, dout) = (
+        cast::<f32>(&rng.vec(s.q_len().unwrap())),
+        cast::<f32>(&rng.vec(s.kv_len().unwrap())),
+        cast::<f32>(&rng.vec(s.kv_len().unwrap())),
+        cast::<f32>(&rng.vec(s.q_len().unwrap())),
+    );
+    let (mut out, mut lse) = (vec![0.0f32; q.len()], vec![0.0f32; s.lse_len().unwrap()]);
+    cpu::attention_forward(&s, &q, &k, &v, &mut out, &mut lse).unwrap();
+    let (mut dq, mut dk, mut dv) = (
+        vec![0.0f32; q.len()],
+        vec![0.0f32; k.len()],
+        vec![0.0f32; v.len()],
+    );
+    cpu::attention_backward(&s, &q, &k, &v, &out, &dout, &lse, &mut dq, &mut dk, &mut dv).unwrap();
+    let one = AttentionShape {
+        batch: 1,
+        heads: 1,
+        ..s
+    };
+    let (nq, nk, d) = (s.tq * s.head_dim, s.tk * s.head_dim, s.head_dim);
+    for h in 0..s.batch * s.heads {
+        let (qs, ks, vs) = (&q[h * nq..][..nq], &k[h * nk..][..nk], &v[h * nk..][..nk]);
+        let (mut o1, mut l1) = (vec![0.0f32; nq], vec![0.0f32; s.tq]);
+        cpu::attention_forward(&one, qs, ks, vs, &mut o1, &mut l1).unwrap();
+        assert_eq!(
+            (&o1[..], &l1[..]),
+            (&out[h * nq..][..nq], &lse[h * s.tq..][..s.tq]),
+            "head {h}"
+        );
+        let (mut dq1, mut dk1, mut dv1) = (vec![0.0f32; nq], vec![0.0f32; nk], vec![0.0f32; nk]);
+        cpu::attention_backward(
+            &one,
+            qs,
+            ks,
+            vs,
+            &o1,
+            &dout[h * nq..][..nq],
+            &l1,
+            &mut dq1,
+            &mut dk1,
+            &mut dv1,
+        )
+        .unwrap();
+        assert_eq!(
+            (&dq1[..], &dk1[..], &dv1[..]),
+            (
+                &dq[h * nq..][..nq],
+                &dk[h * nk..][..nk],
+                &dv[h * nk..][..nk]
+            ),
+            "head {h}"
+        );
+    }
+    // Softmax rows sum to one: with v = 1 everywhere, every visible row of out is 1.
+    let ones = vec![1.0f32; v.len()];
+    cpu::attention_forward(&s, &q, &k, &ones, &mut out, &mut lse).unwrap();
+    assert!(
+        out.iter().all(|&o| (o - 1.0).abs() < 1e-6),
+        "a softmax row does not sum to 1 (head_dim {d})"
+    );
+}
+
+#[test]
+fn threaded_layernorm_equals_per_row_calls() {
+    let mut rng = Normal::new(3);
+    let s = LayerNormShape {
+        rows: 300,
+        cols: 64,
+    };
+    let n = s.rows * s.cols;
+    let (x, w, b, dy) = (
+        cast::<bf16>(&rng.vec(n)),
+        cast::<bf16>(&rng.vec(s.cols)),
+        cast::<bf16>(&rng.vec(s.cols)),
+        cast::<bf16>(&rng.vec(n)),
+    );
+    let (mut y, mut mean, mut rstd) = (
+        vec![bf16::ZERO; n],
+        vec![0.0f32; s.rows],
+        vec![0.0f32; s.rows],
+    );
+    cpu::layernorm_forward(&s, 1e-5, &x, &w, &b, &mut y, &mut mean, &mut rstd).unwrap();
+    let (mut dx, mut dw, mut db) = (
+        vec![bf16::ZERO; n],
+        vec![bf16::ZERO; s.cols],
+        vec![bf16::ZERO; s.cols],
+    );
+    cpu::layernorm_backward(&s, &x, &w, &dy, &mean, &rstd, &mut dx, &mut dw, &mut db).unwrap();
+    let one = LayerNormShape {
+        rows: 1,
+        cols: s.cols,
+    };
+    let (mut dw_sum, mut db_sum) = (vec![0.0f64; s.cols], vec![0.0f64; s.cols]);
+    for r in 0..s.rows {
+        let row = r * s.cols..(r + 1) * s.cols;
+        let (mut y1, mut m1, mut r1) = (vec![bf16::ZERO; s.cols], [0.0f32], [0.0f32]);
+        cpu::layernorm_forward(
+            &one,
+            1e-5,
+            &x[row.clone()],
+            &w,
+            &b,
+            &mut y1,
+            &mut m1,
+            &mut r1,
+        )
+        .unwrap();
+        assert_eq!(
+            (&y1[..], m1[0], r1[0]),
+            (&y[row.clone()], mean[r], rstd[r]),
+            "row {r}"
+        );
+        let (mut dx1, mut dw1, mut db1) = (
+            vec![bf16::ZERO; s.cols],
+            vec![0.0f32; s.cols],
+            vec![0.0f32; s.cols],
+        );
+        let (x32, w32, dy32) = (
+            x[row.clone()]
+                .iter()
+                .map(|v| v.to_f32())
+                .collect::<Vec<_>>(),
+            w.iter().map(|v| v.to_f32()).collect::<Vec<_>>(),
+            dy[row.clone()]
+                .iter()
+                .map(|v| v.to_f32())
+                .collect::<Vec<_>>(),
+        );
+        let mut dx32 = vec![0.0f32; s.cols];
+        cpu::layernorm_backward(
+            &one, &x32, &w32, &dy32, &m1, &r1, &mut dx32, &mut dw1, &mut db1,
+        )
+        .unwrap();
+        cpu::layernorm_backward(
+            &one,
+            &x[row.clone()],
+            &w,
+            &dy[row.clone()],
+            &m1,
+            &r1,
+            &mut dx1,
+            &mut vec![bf16::ZERO; s.cols],
+            &mut vec![bf16::ZERO; s.cols],
+        )
+        .unwrap();
+        assert_eq!(&dx1[..], &dx[row], "row {r}");
+        // The f32 run of the same (exactly representable) row rounds to the same bf16 values.
+        assert_eq!(
+            dx32.iter().map(|v| bf16::from_f32(*v)).collect::<Vec<_>>(),
+            dx1,
+            "row {r}"
+        );
+        dw_sum
+            .iter_mut()
+            .zip(&dw1)
+            .for_each(|(a, v)| *a += f64::from(*v));
+        db_sum
+            .iter_mut()
+            .zip(&db1)
+            .for_each(|(a, v)| *a += f64::from(*v));
+    }
+    for c in 0..s.cols {
+        // Per-row f32 partials summed in f64 agree with the full reduction to bf16 resolution.
+        assert!(
+            (dw[c].to_f64() - dw_sum[c]).abs() <= 1e-2 * dw_sum[c].abs() + 1e-3,
+            "dweight[{c}]"
+        );
+        assert!(
+            (db[c].to_f64() - db_sum[c]).abs() <= 1e-2 * db_sum[c].abs() + 1e-3,
+            "dbias[{c}]"
+        );
+    }
+}
