@@ -21,7 +21,12 @@ use std::time::Instant;
 
 fn setup() -> (Arc<Stream>, Blas) {
     let device = Device::get(0).expect("the device bench needs HIP device 0");
-    println!("device 0: {} ({}), {} CUs", device.name(), device.arch(), device.compute_units());
+    println!(
+        "device 0: {} ({}), {} CUs",
+        device.name(),
+        device.arch(),
+        device.compute_units()
+    );
     let stream = Arc::new(Stream::new(&device, StreamOptions::default()).expect("stream"));
     let blas = Blas::new(stream.clone()).expect("hipBLAS or rocBLAS (DTK ships both)");
     (stream, blas)
@@ -47,7 +52,13 @@ fn seconds_per_call(s: &Stream, mut f: impl FnMut()) -> f64 {
 fn matmul<T: DeviceElement + GemmElement>(c: &mut Criterion, s: &Stream, blas: &Blas) {
     let mut g = c.benchmark_group(format!("matmul_{}", T::DTYPE));
     g.sample_size(10);
-    for (m, n, k) in [(1024, 1024, 1024), (2048, 2048, 2048), (4096, 4096, 4096), (8192, 64, 8192), (64, 8192, 8192)] {
+    for (m, n, k) in [
+        (1024, 1024, 1024),
+        (2048, 2048, 2048),
+        (4096, 4096, 4096),
+        (8192, 64, 8192),
+        (64, 8192, 8192),
+    ] {
         let shape = MatmulShape::new(m, n, k);
         let (a, b) = (filled::<T>(s, m * k, 0.01), filled::<T>(s, k * n, 0.02));
         let mut out = filled::<T>(s, m * n, 0.0);
@@ -62,12 +73,18 @@ fn matmul<T: DeviceElement + GemmElement>(c: &mut Criterion, s: &Stream, blas: &
         });
         g.bench_function(BenchmarkId::new("hipblas", &id), |bench| {
             bench.iter(|| {
-                blas.gemm(&Gemm::new(m, n, k), &a, &b, &mut out).expect("gemm");
+                blas.gemm(&Gemm::new(m, n, k), &a, &b, &mut out)
+                    .expect("gemm");
                 s.synchronize().expect("sync");
             })
         });
-        let ours = seconds_per_call(s, || ops::matmul(s, &shape, 1.0, 0.0, &a, &b, &mut out).expect("matmul"));
-        let theirs = seconds_per_call(s, || blas.gemm(&Gemm::new(m, n, k), &a, &b, &mut out).expect("gemm"));
+        let ours = seconds_per_call(s, || {
+            ops::matmul(s, &shape, 1.0, 0.0, &a, &b, &mut out).expect("matmul")
+        });
+        let theirs = seconds_per_call(s, || {
+            blas.gemm(&Gemm::new(m, n, k), &a, &b, &mut out)
+                .expect("gemm")
+        });
         println!(
             "matmul {} {id}: hip-kernels {:.2} TFLOPS, {:?} {:.2} TFLOPS, ratio {:.2}",
             T::DTYPE,
@@ -86,31 +103,60 @@ fn attention<T: DeviceElement + GemmElement>(c: &mut Criterion, s: &Stream, blas
     for t in [512usize, 2048, 8192] {
         for d in [64usize, 128] {
             let heads = if t == 8192 { 4 } else { 16 };
-            let shape = AttentionShape { batch: 1, heads, tq: t, tk: t, head_dim: d, causal: false, scale: AttentionShape::default_scale(d) };
+            let shape = AttentionShape {
+                batch: 1,
+                heads,
+                tq: t,
+                tk: t,
+                head_dim: d,
+                causal: false,
+                scale: AttentionShape::default_scale(d),
+            };
             let n = heads * t * d;
-            let (q, k, v, dout) = (filled::<T>(s, n, 0.01), filled::<T>(s, n, 0.02), filled::<T>(s, n, 0.03), filled::<T>(s, n, 0.04));
-            let (mut out, mut dq, mut dk, mut dv) = (filled::<T>(s, n, 0.0), filled::<T>(s, n, 0.0), filled::<T>(s, n, 0.0), filled::<T>(s, n, 0.0));
+            let (q, k, v, dout) = (
+                filled::<T>(s, n, 0.01),
+                filled::<T>(s, n, 0.02),
+                filled::<T>(s, n, 0.03),
+                filled::<T>(s, n, 0.04),
+            );
+            let (mut out, mut dq, mut dk, mut dv) = (
+                filled::<T>(s, n, 0.0),
+                filled::<T>(s, n, 0.0),
+                filled::<T>(s, n, 0.0),
+                filled::<T>(s, n, 0.0),
+            );
             let mut lse = filled::<f32>(s, heads * t, 0.0);
             let fwd_flops = 4.0 * (heads * t * t * d) as f64;
             let id = format!("T{t}_D{d}");
             g.throughput(Throughput::Elements(fwd_flops as u64));
             g.bench_function(BenchmarkId::new("forward", &id), |bench| {
                 bench.iter(|| {
-                    ops::attention_forward(s, &shape, &q, &k, &v, &mut out, &mut lse).expect("forward");
+                    ops::attention_forward(s, &shape, &q, &k, &v, &mut out, &mut lse)
+                        .expect("forward");
                     s.synchronize().expect("sync");
                 })
             });
-            let fwd = seconds_per_call(s, || ops::attention_forward(s, &shape, &q, &k, &v, &mut out, &mut lse).expect("forward"));
+            let fwd = seconds_per_call(s, || {
+                ops::attention_forward(s, &shape, &q, &k, &v, &mut out, &mut lse).expect("forward")
+            });
             let bwd = seconds_per_call(s, || {
-                ops::attention_backward(s, &shape, &q, &k, &v, &out, &dout, &lse, &mut dq, &mut dk, &mut dv).expect("backward")
+                ops::attention_backward(
+                    s, &shape, &q, &k, &v, &out, &dout, &lse, &mut dq, &mut dk, &mut dv,
+                )
+                .expect("backward")
             });
             // Baseline: S = Q·Kᵀ ([heads, t, t]) then O = S·V, two strided-batched GEMMs.
             let mut scores = filled::<T>(s, heads * t * t, 0.0);
-            let qk = Gemm { trans_b: true, ..Gemm::new(t, t, d) };
+            let qk = Gemm {
+                trans_b: true,
+                ..Gemm::new(t, t, d)
+            };
             let sv = Gemm::new(t, d, t);
             let baseline = seconds_per_call(s, || {
-                blas.gemm_strided_batched(&qk, &Batch::packed(&qk, heads), &q, &k, &mut scores).expect("qk");
-                blas.gemm_strided_batched(&sv, &Batch::packed(&sv, heads), &scores, &v, &mut out).expect("sv");
+                blas.gemm_strided_batched(&qk, &Batch::packed(&qk, heads), &q, &k, &mut scores)
+                    .expect("qk");
+                blas.gemm_strided_batched(&sv, &Batch::packed(&sv, heads), &scores, &v, &mut out)
+                    .expect("sv");
             });
             println!(
                 "attention {} {id} (BH {heads}): forward {:.2} TFLOPS, backward {:.2} TFLOPS, \

@@ -68,7 +68,10 @@ fn assert_close<T: Element>(what: &str, op: Op, input: DType, len: usize, got: &
         .take(5)
         .map(|(i, (g, w))| format!("[{i}] got {g:?} want {w:?}"))
         .collect();
-    assert!(bad.is_empty(), "{what} ({op}, {input}, len {len}) beyond {tol:?}: {bad:?}");
+    assert!(
+        bad.is_empty(),
+        "{what} ({op}, {input}, len {len}) beyond {tol:?}: {bad:?}"
+    );
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -117,13 +120,21 @@ fn attention_backward_device<T: DeviceElement>(
     dout: &[T],
     lse: &[f32],
 ) -> Result<Grads<T>, OpError> {
-    let (bq, bk, bv, bo, bdo, blse) =
-        (upload(s, q), upload(s, k), upload(s, v), upload(s, out), upload(s, dout), upload(s, lse));
+    let (bq, bk, bv, bo, bdo, blse) = (
+        upload(s, q),
+        upload(s, k),
+        upload(s, v),
+        upload(s, out),
+        upload(s, dout),
+        upload(s, lse),
+    );
     // Garbage in the outputs: every element must be written.
     let mut dq = upload(s, &vec![T::from_f64(f64::NAN); q.len()]);
     let mut dk = upload(s, &vec![T::from_f64(f64::NAN); k.len()]);
     let mut dv = upload(s, &vec![T::from_f64(f64::NAN); v.len()]);
-    ops::attention_backward(s, shape, &bq, &bk, &bv, &bo, &bdo, &blse, &mut dq, &mut dk, &mut dv)?;
+    ops::attention_backward(
+        s, shape, &bq, &bk, &bv, &bo, &bdo, &blse, &mut dq, &mut dk, &mut dv,
+    )?;
     Ok((download(s, &dq), download(s, &dk), download(s, &dv)))
 }
 
@@ -131,7 +142,13 @@ fn attention_backward_device<T: DeviceElement>(
 // Random shapes
 // ---------------------------------------------------------------------------------------------
 
-fn check_matmul<T: DeviceElement>(s: &Stream, rng: &mut Rng, shape: MatmulShape, alpha: f32, beta: f32) {
+fn check_matmul<T: DeviceElement>(
+    s: &Stream,
+    rng: &mut Rng,
+    shape: MatmulShape,
+    alpha: f32,
+    beta: f32,
+) {
     let a = rng.vec::<T>(shape.a_len().unwrap());
     let b = rng.vec::<T>(shape.b_len().unwrap());
     let c: Vec<T> = if beta == 0.0 {
@@ -142,7 +159,14 @@ fn check_matmul<T: DeviceElement>(s: &Stream, rng: &mut Rng, shape: MatmulShape,
     let mut want = c.clone();
     cpu::matmul(&shape, alpha, beta, &a, &b, &mut want).unwrap();
     let got = matmul_device(s, &shape, alpha, beta, &a, &b, &c).unwrap();
-    assert_close(&format!("out {shape:?} alpha {alpha} beta {beta}"), Op::Matmul, T::DTYPE, shape.k, &got, &want);
+    assert_close(
+        &format!("out {shape:?} alpha {alpha} beta {beta}"),
+        Op::Matmul,
+        T::DTYPE,
+        shape.k,
+        &got,
+        &want,
+    );
 }
 
 fn matmul_random_shapes<T: DeviceElement>() {
@@ -157,17 +181,45 @@ fn matmul_random_shapes<T: DeviceElement>() {
                     if [m, n, k].iter().filter(|&&d| d == 1000).count() > 1 {
                         continue;
                     }
-                    let shape = MatmulShape { batch: 1, m, n, k, trans_a, trans_b };
+                    let shape = MatmulShape {
+                        batch: 1,
+                        m,
+                        n,
+                        k,
+                        trans_a,
+                        trans_b,
+                    };
                     check_matmul::<T>(&s, &mut rng, shape, 1.0, 0.0);
                 }
             }
         }
-        let batched = MatmulShape { batch: 3, m: 129, n: 7, k: 64, trans_a, trans_b };
+        let batched = MatmulShape {
+            batch: 3,
+            m: 129,
+            n: 7,
+            k: 64,
+            trans_a,
+            trans_b,
+        };
         check_matmul::<T>(&s, &mut rng, batched, 0.5, -1.25);
     }
-    let cube = MatmulShape { batch: 1, m: 1000, n: 1000, k: 1000, trans_a: false, trans_b: true };
+    let cube = MatmulShape {
+        batch: 1,
+        m: 1000,
+        n: 1000,
+        k: 1000,
+        trans_a: false,
+        trans_b: true,
+    };
     check_matmul::<T>(&s, &mut rng, cube, 1.0, 1.0);
-    let k0 = MatmulShape { batch: 2, m: 5, n: 3, k: 0, trans_a: false, trans_b: false };
+    let k0 = MatmulShape {
+        batch: 2,
+        m: 5,
+        n: 3,
+        k: 0,
+        trans_a: false,
+        trans_b: false,
+    };
     check_matmul::<T>(&s, &mut rng, k0, 1.0, 2.0);
 }
 
@@ -187,24 +239,70 @@ fn matmul_random_shapes_bf16() {
 }
 
 fn check_attention<T: DeviceElement>(s: &Stream, rng: &mut Rng, shape: AttentionShape) {
-    let (q, k, v) = (rng.vec::<T>(shape.q_len().unwrap()), rng.vec::<T>(shape.kv_len().unwrap()), rng.vec::<T>(shape.kv_len().unwrap()));
+    let (q, k, v) = (
+        rng.vec::<T>(shape.q_len().unwrap()),
+        rng.vec::<T>(shape.kv_len().unwrap()),
+        rng.vec::<T>(shape.kv_len().unwrap()),
+    );
     let dout = rng.vec::<T>(shape.q_len().unwrap());
     let mut out = vec![T::from_f64(0.0); q.len()];
     let mut lse = vec![0.0f32; shape.lse_len().unwrap()];
     cpu::attention_forward(&shape, &q, &k, &v, &mut out, &mut lse).unwrap();
     let (got_out, got_lse) = attention_forward_device(s, &shape, &q, &k, &v).unwrap();
     let what = format!("{shape:?}");
-    assert_close(&format!("out {what}"), Op::AttentionForward, T::DTYPE, shape.tk, &got_out, &out);
-    assert_close(&format!("lse {what}"), Op::AttentionForward, T::DTYPE, shape.tk, &got_lse, &lse);
+    assert_close(
+        &format!("out {what}"),
+        Op::AttentionForward,
+        T::DTYPE,
+        shape.tk,
+        &got_out,
+        &out,
+    );
+    assert_close(
+        &format!("lse {what}"),
+        Op::AttentionForward,
+        T::DTYPE,
+        shape.tk,
+        &got_lse,
+        &lse,
+    );
 
     // The backward from the reference's out and lse, so both sides see the same inputs.
-    let (mut dq, mut dk, mut dv) = (vec![T::from_f64(0.0); q.len()], vec![T::from_f64(0.0); k.len()], vec![T::from_f64(0.0); v.len()]);
-    cpu::attention_backward(&shape, &q, &k, &v, &out, &dout, &lse, &mut dq, &mut dk, &mut dv).unwrap();
+    let (mut dq, mut dk, mut dv) = (
+        vec![T::from_f64(0.0); q.len()],
+        vec![T::from_f64(0.0); k.len()],
+        vec![T::from_f64(0.0); v.len()],
+    );
+    cpu::attention_backward(
+        &shape, &q, &k, &v, &out, &dout, &lse, &mut dq, &mut dk, &mut dv,
+    )
+    .unwrap();
     let got = attention_backward_device(s, &shape, &q, &k, &v, &out, &dout, &lse).unwrap();
     let len = shape.tq.max(shape.tk);
-    assert_close(&format!("dq {what}"), Op::AttentionBackward, T::DTYPE, len, &got.0, &dq);
-    assert_close(&format!("dk {what}"), Op::AttentionBackward, T::DTYPE, len, &got.1, &dk);
-    assert_close(&format!("dv {what}"), Op::AttentionBackward, T::DTYPE, len, &got.2, &dv);
+    assert_close(
+        &format!("dq {what}"),
+        Op::AttentionBackward,
+        T::DTYPE,
+        len,
+        &got.0,
+        &dq,
+    );
+    assert_close(
+        &format!("dk {what}"),
+        Op::AttentionBackward,
+        T::DTYPE,
+        len,
+        &got.1,
+        &dk,
+    );
+    assert_close(
+        &format!("dv {what}"),
+        Op::AttentionBackward,
+        T::DTYPE,
+        len,
+        &got.2,
+        &dv,
+    );
 }
 
 fn attention_random_shapes<T: DeviceElement>() {
@@ -254,15 +352,49 @@ fn attention_random_shapes_bf16() {
 fn attention_backward_is_bit_identical_run_to_run() {
     let s = stream();
     let mut rng = Rng(0x5eed_0003);
-    let shape = AttentionShape { batch: 2, heads: 3, tq: 300, tk: 257, head_dim: 80, causal: true, scale: 0.1 };
-    let (q, k, v, dout) = (rng.vec::<f32>(shape.q_len().unwrap()), rng.vec::<f32>(shape.kv_len().unwrap()), rng.vec::<f32>(shape.kv_len().unwrap()), rng.vec::<f32>(shape.q_len().unwrap()));
+    let shape = AttentionShape {
+        batch: 2,
+        heads: 3,
+        tq: 300,
+        tk: 257,
+        head_dim: 80,
+        causal: true,
+        scale: 0.1,
+    };
+    let (q, k, v, dout) = (
+        rng.vec::<f32>(shape.q_len().unwrap()),
+        rng.vec::<f32>(shape.kv_len().unwrap()),
+        rng.vec::<f32>(shape.kv_len().unwrap()),
+        rng.vec::<f32>(shape.q_len().unwrap()),
+    );
     let (out, lse) = attention_forward_device(&s, &shape, &q, &k, &v).unwrap();
     let first = attention_backward_device(&s, &shape, &q, &k, &v, &out, &dout, &lse).unwrap();
     for _ in 0..3 {
         let again = attention_backward_device(&s, &shape, &q, &k, &v, &out, &dout, &lse).unwrap();
-        assert!(first.0.iter().zip(&again.0).all(|(a, b)| a.to_bits() == b.to_bits()), "dq differs");
-        assert!(first.1.iter().zip(&again.1).all(|(a, b)| a.to_bits() == b.to_bits()), "dk differs");
-        assert!(first.2.iter().zip(&again.2).all(|(a, b)| a.to_bits() == b.to_bits()), "dv differs");
+        assert!(
+            first
+                .0
+                .iter()
+                .zip(&again.0)
+                .all(|(a, b)| a.to_bits() == b.to_bits()),
+            "dq differs"
+        );
+        assert!(
+            first
+                .1
+                .iter()
+                .zip(&again.1)
+                .all(|(a, b)| a.to_bits() == b.to_bits()),
+            "dk differs"
+        );
+        assert!(
+            first
+                .2
+                .iter()
+                .zip(&again.2)
+                .all(|(a, b)| a.to_bits() == b.to_bits()),
+            "dv differs"
+        );
     }
 }
 
@@ -273,8 +405,19 @@ fn bad_shapes_are_rejected_before_any_launch() {
     let mut out = upload(&s, &[0f32; 4]);
     let shape = MatmulShape::new(2, 2, 3);
     let e = ops::matmul(&s, &shape, 1.0, 0.0, &a, &b, &mut out).unwrap_err();
-    assert!(e.to_string().contains("`b`") || e.to_string().contains("`a`"), "{e}");
-    let big = AttentionShape { batch: 1, heads: 1, tq: 1, tk: 1, head_dim: 129, causal: false, scale: 1.0 };
+    assert!(
+        e.to_string().contains("`b`") || e.to_string().contains("`a`"),
+        "{e}"
+    );
+    let big = AttentionShape {
+        batch: 1,
+        heads: 1,
+        tq: 1,
+        tk: 1,
+        head_dim: 129,
+        causal: false,
+        scale: 1.0,
+    };
     let (x, mut o) = (upload(&s, &[0f32; 129]), upload(&s, &[0f32; 129]));
     let mut lse = upload(&s, &[0f32; 1]);
     let e = ops::attention_forward(&s, &big, &x, &x, &x, &mut o, &mut lse).unwrap_err();
@@ -307,7 +450,11 @@ impl GoldenBackend for HipBackend {
     type Error = BackendError;
 
     fn name(&self) -> String {
-        format!("hip:{} {}", self.0.device().ordinal(), self.0.device().arch())
+        format!(
+            "hip:{} {}",
+            self.0.device().ordinal(),
+            self.0.device().arch()
+        )
     }
 
     fn matmul(&mut self, c: &MatmulCase) -> Result<TensorData, BackendError> {
@@ -322,15 +469,24 @@ impl GoldenBackend for HipBackend {
         })
     }
 
-    fn layernorm_forward(&mut self, _: &LayerNormForwardCase) -> Result<LayerNormForwardOut, BackendError> {
+    fn layernorm_forward(
+        &mut self,
+        _: &LayerNormForwardCase,
+    ) -> Result<LayerNormForwardOut, BackendError> {
         Err(BackendError("layernorm is not tested here".into()))
     }
 
-    fn layernorm_backward(&mut self, _: &LayerNormBackwardCase) -> Result<LayerNormBackwardOut, BackendError> {
+    fn layernorm_backward(
+        &mut self,
+        _: &LayerNormBackwardCase,
+    ) -> Result<LayerNormBackwardOut, BackendError> {
         Err(BackendError("layernorm is not tested here".into()))
     }
 
-    fn attention_forward(&mut self, c: &AttentionForwardCase) -> Result<AttentionForwardOut, BackendError> {
+    fn attention_forward(
+        &mut self,
+        c: &AttentionForwardCase,
+    ) -> Result<AttentionForwardOut, BackendError> {
         const OP: &str = "attention";
         with_dtype!(c.q.dtype(), T => {
             let (out, lse) = attention_forward_device(&self.0, &c.shape, c.q.typed::<T>(OP, "q")?, c.k.typed::<T>(OP, "k")?, c.v.typed::<T>(OP, "v")?)?;
@@ -338,7 +494,10 @@ impl GoldenBackend for HipBackend {
         })
     }
 
-    fn attention_backward(&mut self, c: &AttentionBackwardCase) -> Result<AttentionBackwardOut, BackendError> {
+    fn attention_backward(
+        &mut self,
+        c: &AttentionBackwardCase,
+    ) -> Result<AttentionBackwardOut, BackendError> {
         const OP: &str = "attention";
         with_dtype!(c.q.dtype(), T => {
             let (dq, dk, dv) = attention_backward_device(&self.0, &c.shape, c.q.typed::<T>(OP, "q")?, c.k.typed::<T>(OP, "k")?, c.v.typed::<T>(OP, "v")?, c.out.typed::<T>(OP, "out")?, c.dout.typed::<T>(OP, "dout")?, &c.lse)?;
@@ -362,7 +521,9 @@ fn golden_matmul_and_attention_cases_pass_on_the_device() {
             let case = load_case(&path).expect("case");
             if !matches!(
                 case.inputs,
-                CaseInputs::Matmul(_) | CaseInputs::AttentionForward(_) | CaseInputs::AttentionBackward(_)
+                CaseInputs::Matmul(_)
+                    | CaseInputs::AttentionForward(_)
+                    | CaseInputs::AttentionBackward(_)
             ) {
                 continue;
             }
@@ -373,5 +534,10 @@ fn golden_matmul_and_attention_cases_pass_on_the_device() {
         }
     }
     assert!(ran > 0, "no matmul/attention golden cases found");
-    assert!(failures.is_empty(), "{} of {ran} cases failed:\n{}", failures.len(), failures.join("\n"));
+    assert!(
+        failures.is_empty(),
+        "{} of {ran} cases failed:\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
 }

@@ -44,7 +44,12 @@ pub struct AttentionPlan {
 }
 
 fn invalid(name: &'static str, value: usize, reason: &'static str) -> ShapeError {
-    ShapeError::Invalid { op: AttentionShape::OP, name, value: value.to_string(), reason }
+    ShapeError::Invalid {
+        op: AttentionShape::OP,
+        name,
+        value: value.to_string(),
+        reason,
+    }
 }
 
 fn blocks(rows: usize, per_block: usize) -> u32 {
@@ -68,10 +73,13 @@ impl AttentionPlan {
                 return Err(invalid(name, t, "must be below 2^31 - 256 on the device"));
             }
         }
-        let heads = shape.batch.checked_mul(shape.heads).ok_or(ShapeError::Overflow {
-            op: AttentionShape::OP,
-            tensor: "q",
-        })?;
+        let heads = shape
+            .batch
+            .checked_mul(shape.heads)
+            .ok_or(ShapeError::Overflow {
+                op: AttentionShape::OP,
+                tensor: "q",
+            })?;
         // The backward kernels give each row 4 lanes up to bucket 64, 8 above (see the kernels).
         let bwd_rows = if bucket <= 64 { 64 } else { 32 };
         Ok(AttentionPlan {
@@ -106,7 +114,11 @@ fn push_dims(b: &mut hip_rt::LaunchBuilder<'_>, shape: &AttentionShape) {
 }
 
 fn config(grid_x: u32, heads: usize) -> LaunchConfig {
-    LaunchConfig { grid: (grid_x, heads as u32, 1), block: (BLOCK, 1, 1), shared_mem_bytes: 0 }
+    LaunchConfig {
+        grid: (grid_x, heads as u32, 1),
+        block: (BLOCK, 1, 1),
+        shared_mem_bytes: 0,
+    }
 }
 
 /// Attention forward on `stream`: `out = softmax(scale·q·kᵀ + mask)·v` and the natural-log
@@ -124,7 +136,12 @@ pub fn attention_forward<T: DeviceElement>(
 ) -> Result<(), OpError> {
     shape.validate_forward(q.len(), k.len(), v.len(), out.len(), lse.len())?;
     let plan = AttentionPlan::new(shape)?;
-    let p = [ptr(stream, "q", q)?, ptr(stream, "k", k)?, ptr(stream, "v", v)?, ptr(stream, "out", out)?];
+    let p = [
+        ptr(stream, "q", q)?,
+        ptr(stream, "k", k)?,
+        ptr(stream, "v", v)?,
+        ptr(stream, "out", out)?,
+    ];
     let plse = ptr(stream, "lse", lse)?;
     if plan.heads == 0 || shape.tq == 0 {
         return Ok(());
@@ -133,7 +150,9 @@ pub fn attention_forward<T: DeviceElement>(
     let off = Offsets::new::<T>(shape);
     for (first, heads) in head_chunks(plan.heads) {
         let mut b = stream.launch_builder(&f);
-        b.value(off.q(p[0], first)).value(off.kv(p[1], first)).value(off.kv(p[2], first));
+        b.value(off.q(p[0], first))
+            .value(off.kv(p[1], first))
+            .value(off.kv(p[2], first));
         b.value(off.q(p[3], first)).value(off.row(plse, first));
         push_dims(&mut b, shape);
         // SAFETY: the arguments are attention_fwd_d<bucket>_<T>'s (q, k, v, out, lse: device
@@ -165,15 +184,30 @@ pub fn attention_backward<T: DeviceElement>(
     dv: &mut impl DeviceViewMut<T>,
 ) -> Result<(), OpError> {
     shape.validate_backward(
-        q.len(), k.len(), v.len(), out.len(), dout.len(), lse.len(), dq.len(), dk.len(), dv.len(),
+        q.len(),
+        k.len(),
+        v.len(),
+        out.len(),
+        dout.len(),
+        lse.len(),
+        dq.len(),
+        dk.len(),
+        dv.len(),
     )?;
     let plan = AttentionPlan::new(shape)?;
     let [pq, pk, pv, pout, pdout] = [
-        ptr(stream, "q", q)?, ptr(stream, "k", k)?, ptr(stream, "v", v)?,
-        ptr(stream, "out", out)?, ptr(stream, "dout", dout)?,
+        ptr(stream, "q", q)?,
+        ptr(stream, "k", k)?,
+        ptr(stream, "v", v)?,
+        ptr(stream, "out", out)?,
+        ptr(stream, "dout", dout)?,
     ];
     let plse = ptr(stream, "lse", lse)?;
-    let [pdq, pdk, pdv] = [ptr(stream, "dq", dq)?, ptr(stream, "dk", dk)?, ptr(stream, "dv", dv)?];
+    let [pdq, pdk, pdv] = [
+        ptr(stream, "dq", dq)?,
+        ptr(stream, "dk", dk)?,
+        ptr(stream, "dv", dv)?,
+    ];
     if plan.heads == 0 || (shape.tq == 0 && shape.tk == 0) {
         return Ok(());
     }
@@ -184,7 +218,11 @@ pub fn attention_backward<T: DeviceElement>(
     let off = Offsets::new::<T>(shape);
 
     if shape.tq > 0 {
-        let f = kernel_named(stream, SOURCE, &format!("attention_bwd_dot_{}", dtype.name()))?;
+        let f = kernel_named(
+            stream,
+            SOURCE,
+            &format!("attention_bwd_dot_{}", dtype.name()),
+        )?;
         let row_bytes = shape.head_dim * std::mem::size_of::<T>();
         for first in (0..rows).step_by(DOT_ROWS_PER_LAUNCH) {
             let n = (rows - first).min(DOT_ROWS_PER_LAUNCH);
@@ -194,7 +232,11 @@ pub fn attention_backward<T: DeviceElement>(
                 .value(pdelta.byte_add(first * 4))
                 .value(n as i64)
                 .value(shape.head_dim as i32);
-            let cfg = LaunchConfig { grid: (blocks(n, DOT_ROWS), 1, 1), block: (BLOCK, 1, 1), shared_mem_bytes: 0 };
+            let cfg = LaunchConfig {
+                grid: (blocks(n, DOT_ROWS), 1, 1),
+                block: (BLOCK, 1, 1),
+                shared_mem_bytes: 0,
+            };
             // SAFETY: attention_bwd_dot_<T>(out, dout: device pointers; delta: float*; rows:
             // int64_t; D: int). Rows first..first + n of out and dout ([rows, head_dim], checked
             // by validate_backward) and of delta (allocated with `rows` floats) are in bounds;
@@ -205,7 +247,12 @@ pub fn attention_backward<T: DeviceElement>(
     let fdkdv = kernel_named(stream, SOURCE, &plan.kernel("bwd_dkdv", dtype))?;
     let fdq = kernel_named(stream, SOURCE, &plan.kernel("bwd_dq", dtype))?;
     for (first, heads) in head_chunks(plan.heads) {
-        let inputs = [off.q(pq, first), off.kv(pk, first), off.kv(pv, first), off.q(pdout, first)];
+        let inputs = [
+            off.q(pq, first),
+            off.kv(pk, first),
+            off.kv(pv, first),
+            off.q(pdout, first),
+        ];
         let stats = [off.row(plse, first), off.row(pdelta, first)];
         if plan.dkdv_blocks > 0 {
             let mut b = stream.launch_builder(&fdkdv);
@@ -268,13 +315,31 @@ mod tests {
     use crate::kernels::kernel_names;
 
     fn shape(tq: usize, tk: usize, head_dim: usize) -> AttentionShape {
-        AttentionShape { batch: 2, heads: 3, tq, tk, head_dim, causal: true, scale: 0.125 }
+        AttentionShape {
+            batch: 2,
+            heads: 3,
+            tq,
+            tk,
+            head_dim,
+            causal: true,
+            scale: 0.125,
+        }
     }
 
     #[test]
     fn head_dims_map_to_the_smallest_bucket_and_every_kernel_exists() {
         let names = kernel_names(SOURCE).expect("attention is in the name table");
-        for (d, bucket) in [(1, 32), (16, 32), (32, 32), (33, 64), (64, 64), (80, 96), (96, 96), (100, 128), (128, 128)] {
+        for (d, bucket) in [
+            (1, 32),
+            (16, 32),
+            (32, 32),
+            (33, 64),
+            (64, 64),
+            (80, 96),
+            (96, 96),
+            (100, 128),
+            (128, 128),
+        ] {
             let p = AttentionPlan::new(&shape(7, 9, d)).unwrap();
             assert_eq!(p.bucket, bucket, "head_dim {d}");
             for dtype in DType::ALL {
@@ -291,7 +356,10 @@ mod tests {
     #[test]
     fn grids_cover_every_row() {
         let p = AttentionPlan::new(&shape(1000, 17, 64)).unwrap();
-        assert_eq!((p.heads, p.fwd_blocks, p.dkdv_blocks, p.dq_blocks), (6, 16, 1, 16));
+        assert_eq!(
+            (p.heads, p.fwd_blocks, p.dkdv_blocks, p.dq_blocks),
+            (6, 16, 1, 16)
+        );
         let p = AttentionPlan::new(&shape(129, 1000, 128)).unwrap();
         assert_eq!((p.fwd_blocks, p.dkdv_blocks, p.dq_blocks), (3, 32, 5));
         let p = AttentionPlan::new(&shape(0, 0, 8)).unwrap();
@@ -301,8 +369,20 @@ mod tests {
     #[test]
     fn unsupported_shapes_are_typed_errors() {
         let e = AttentionPlan::new(&shape(4, 4, 129)).unwrap_err();
-        assert!(matches!(e, ShapeError::Invalid { name: "head_dim", .. }), "{e}");
-        assert!(e.to_string().contains("129") && e.to_string().contains("128"), "{e}");
+        assert!(
+            matches!(
+                e,
+                ShapeError::Invalid {
+                    name: "head_dim",
+                    ..
+                }
+            ),
+            "{e}"
+        );
+        assert!(
+            e.to_string().contains("129") && e.to_string().contains("128"),
+            "{e}"
+        );
         let e = AttentionPlan::new(&shape(1 << 31, 4, 64)).unwrap_err();
         assert!(matches!(e, ShapeError::Invalid { name: "tq", .. }), "{e}");
     }
@@ -310,7 +390,14 @@ mod tests {
     #[test]
     fn head_chunks_split_at_the_grid_limit() {
         let chunks: Vec<_> = head_chunks(2 * MAX_HEADS_PER_LAUNCH + 5).collect();
-        assert_eq!(chunks, vec![(0, MAX_HEADS_PER_LAUNCH), (MAX_HEADS_PER_LAUNCH, MAX_HEADS_PER_LAUNCH), (2 * MAX_HEADS_PER_LAUNCH, 5)]);
+        assert_eq!(
+            chunks,
+            vec![
+                (0, MAX_HEADS_PER_LAUNCH),
+                (MAX_HEADS_PER_LAUNCH, MAX_HEADS_PER_LAUNCH),
+                (2 * MAX_HEADS_PER_LAUNCH, 5)
+            ]
+        );
         assert_eq!(head_chunks(0).count(), 0);
     }
 }

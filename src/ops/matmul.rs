@@ -62,7 +62,12 @@ pub struct MatmulPlan {
 }
 
 fn invalid(name: &'static str, value: usize, reason: &'static str) -> ShapeError {
-    ShapeError::Invalid { op: MatmulShape::OP, name, value: value.to_string(), reason }
+    ShapeError::Invalid {
+        op: MatmulShape::OP,
+        name,
+        value: value.to_string(),
+        reason,
+    }
 }
 
 impl MatmulPlan {
@@ -90,7 +95,11 @@ impl MatmulPlan {
         };
         let (gy, gx) = blocks(tile);
         if gy > MAX_GRID_YZ || gx > u32::MAX as usize {
-            return Err(invalid("m", shape.m, "must be at most 65535 * 128 on the device"));
+            return Err(invalid(
+                "m",
+                shape.m,
+                "must be at most 65535 * 128 on the device",
+            ));
         }
         let ab = match (shape.trans_a, shape.trans_b) {
             (false, false) => "nn",
@@ -104,7 +113,11 @@ impl MatmulPlan {
             tile,
             grid_xy: (gx as u32, gy as u32),
             batch_per_launch: shape.batch.clamp(1, MAX_GRID_YZ),
-            launches: if empty { 0 } else { shape.batch.div_ceil(MAX_GRID_YZ) },
+            launches: if empty {
+                0
+            } else {
+                shape.batch.div_ceil(MAX_GRID_YZ)
+            },
         })
     }
 }
@@ -123,7 +136,11 @@ pub fn matmul<T: DeviceElement>(
 ) -> Result<(), OpError> {
     shape.validate(alpha, beta, a.len(), b.len(), out.len())?;
     let plan = MatmulPlan::new(shape, T::DTYPE, stream.device().compute_units())?;
-    let (pa, pb, po) = (ptr(stream, "a", a)?, ptr(stream, "b", b)?, ptr(stream, "out", out)?);
+    let (pa, pb, po) = (
+        ptr(stream, "a", a)?,
+        ptr(stream, "b", b)?,
+        ptr(stream, "out", out)?,
+    );
     if plan.launches == 0 {
         return Ok(());
     }
@@ -172,7 +189,14 @@ mod tests {
     use crate::kernels::kernel_names;
 
     fn shape(batch: usize, m: usize, n: usize, k: usize, ta: bool, tb: bool) -> MatmulShape {
-        MatmulShape { batch, m, n, k, trans_a: ta, trans_b: tb }
+        MatmulShape {
+            batch,
+            m,
+            n,
+            k,
+            trans_a: ta,
+            trans_b: tb,
+        }
     }
 
     #[test]
@@ -190,13 +214,21 @@ mod tests {
 
     #[test]
     fn big_problems_take_the_big_tile_and_skinny_ones_the_small() {
-        let big = MatmulPlan::new(&shape(1, 4096, 4096, 4096, false, false), DType::F32, 60).unwrap();
-        assert_eq!((big.tile, big.grid_xy, big.kernel.as_str()), (MatmulTile::Big, (32, 32), "matmul_nn_f32"));
-        let skinny = MatmulPlan::new(&shape(1, 8192, 64, 8192, false, true), DType::BF16, 60).unwrap();
+        let big =
+            MatmulPlan::new(&shape(1, 4096, 4096, 4096, false, false), DType::F32, 60).unwrap();
+        assert_eq!(
+            (big.tile, big.grid_xy, big.kernel.as_str()),
+            (MatmulTile::Big, (32, 32), "matmul_nn_f32")
+        );
+        let skinny =
+            MatmulPlan::new(&shape(1, 8192, 64, 8192, false, true), DType::BF16, 60).unwrap();
         assert_eq!((skinny.tile, skinny.grid_xy), (MatmulTile::Small, (1, 128)));
         assert_eq!(skinny.kernel, "matmul_small_nt_bf16");
         let tiny = MatmulPlan::new(&shape(3, 1, 129, 7, true, false), DType::F16, 60).unwrap();
-        assert_eq!((tiny.grid_xy, tiny.launches, tiny.kernel.as_str()), ((3, 1), 1, "matmul_small_tn_f16"));
+        assert_eq!(
+            (tiny.grid_xy, tiny.launches, tiny.kernel.as_str()),
+            ((3, 1), 1, "matmul_small_tn_f16")
+        );
     }
 
     #[test]
@@ -209,18 +241,33 @@ mod tests {
 
     #[test]
     fn empty_outputs_launch_nothing_but_k_zero_still_scales_c() {
-        for s in [shape(1, 0, 5, 3, false, false), shape(1, 5, 0, 3, false, false), shape(0, 5, 5, 3, false, false)] {
-            assert_eq!(MatmulPlan::new(&s, DType::F32, 60).unwrap().launches, 0, "{s:?}");
+        for s in [
+            shape(1, 0, 5, 3, false, false),
+            shape(1, 5, 0, 3, false, false),
+            shape(0, 5, 5, 3, false, false),
+        ] {
+            assert_eq!(
+                MatmulPlan::new(&s, DType::F32, 60).unwrap().launches,
+                0,
+                "{s:?}"
+            );
         }
-        assert_eq!(MatmulPlan::new(&shape(1, 5, 5, 0, false, false), DType::F32, 60).unwrap().launches, 1);
+        assert_eq!(
+            MatmulPlan::new(&shape(1, 5, 5, 0, false, false), DType::F32, 60)
+                .unwrap()
+                .launches,
+            1
+        );
     }
 
     #[test]
     fn dimensions_the_kernels_cannot_index_are_typed_errors() {
-        let e = MatmulPlan::new(&shape(1, 5, 5, 1 << 31, false, false), DType::F32, 60).unwrap_err();
+        let e =
+            MatmulPlan::new(&shape(1, 5, 5, 1 << 31, false, false), DType::F32, 60).unwrap_err();
         assert!(matches!(e, ShapeError::Invalid { name: "k", .. }), "{e}");
         assert!(e.to_string().contains("2147483648"), "{e}");
-        let e = MatmulPlan::new(&shape(1, 65_536 * 128, 1, 1, false, false), DType::F32, 60).unwrap_err();
+        let e = MatmulPlan::new(&shape(1, 65_536 * 128, 1, 1, false, false), DType::F32, 60)
+            .unwrap_err();
         assert!(matches!(e, ShapeError::Invalid { name: "m", .. }), "{e}");
     }
 }
