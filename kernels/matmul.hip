@@ -11,15 +11,16 @@
 // in {f32, f16, bf16}. Storage is <dtype>; accumulation is always f32.
 //
 // Arguments (all kernels): a, b, c, out, M, N, K, lda, ldb, ldc, ldo, stride_a, stride_b,
-// stride_c, stride_o, batch, alpha, beta.
+// stride_c, stride_o, alpha, beta.
 //   op(A) is M x K: A is [M, lda>=K] row-major, or [K, lda>=M] when A is transposed.
 //   op(B) is K x N: B is [K, ldb>=N] row-major, or [N, ldb>=K] when B is transposed.
 //   C and out are [M, ld>=N]; c may alias out. When beta == 0, C is never read (it may be null,
 //   uninitialised or NaN, as in BLAS). stride_* are elements between batch items.
 //   Any M, N, K >= 0 works: edge tiles load zeros past the matrix (bounds-checked, never an
 //   out-of-bounds read) and store only inside it. K == 0 gives out = beta * C.
-// Launch: block (256, 1, 1); grid (ceil(N / BN), ceil(M / BM), min(batch, 65535)); the batch is
-// walked with a grid-stride loop over blockIdx.z. No dynamic LDS.
+// Launch: block (256, 1, 1); grid (ceil(N / BN), ceil(M / BM), items), one batch item per
+// blockIdx.z; the launcher splits batches over 65535 items into launches with offset pointers.
+// No dynamic LDS.
 //
 // Algorithm: each block owns a BM x BN tile of out. K is walked in BK-deep slices: the A and B
 // slices are loaded from global memory (one 8- or 16-byte vector load per thread and operand when
