@@ -4,7 +4,7 @@
 // (hipcc 5.2 / clang 15, --genco -O3, -Rpass-analysis=kernel-resource-usage); its results have
 // not been compared with the CPU reference on a device. Indexing and masking were reviewed by hand.
 //
-// Exported kernels (C linkage), one per tile size x layout x dtype, 48 in all:
+// Exported kernels (C linkage), one per tile size x layout x dtype, 24 in all:
 //   matmul_<ab>_<dtype>        128x128 block tile (big problems)
 //   matmul_small_<ab>_<dtype>   64x64 block tile  (skinny problems or few tiles; more blocks)
 // with <ab> in {nn, nt, tn, tt} (first letter: A transposed?, second: B transposed?) and <dtype>
