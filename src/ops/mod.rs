@@ -5,13 +5,17 @@
 //! None of them has run on a GPU yet.
 
 mod adamw;
+mod attention;
 mod error;
 mod launch;
 mod layernorm;
+mod matmul;
 
 pub use adamw::{
     adamw, adamw_master, adamw_multi, l2_norm, non_finite, AdamwTensor, DeviceStep, CHUNK,
 };
+pub use attention::{attention_backward, attention_forward, AttentionPlan, MAX_HEAD_DIM};
 pub use error::OpError;
 pub use launch::DeviceElement;
 pub use layernorm::{layernorm_backward, layernorm_forward, RowPlan, MAX_COLS};
+pub use matmul::{matmul, MatmulPlan, MatmulTile};
