@@ -80,8 +80,12 @@ fn env_str(var: &str) -> String {
 /// `kernels/*.hip`, sorted; registers every file of `kernels/` (sources and headers) for rerun.
 fn kernel_sources(kernels_dir: &Path) -> Vec<PathBuf> {
     println!("cargo:rerun-if-changed={}", kernels_dir.display());
-    let entries = fs::read_dir(kernels_dir)
-        .unwrap_or_else(|e| panic!("hip-kernels build: cannot read {}: {e}", kernels_dir.display()));
+    let entries = fs::read_dir(kernels_dir).unwrap_or_else(|e| {
+        panic!(
+            "hip-kernels build: cannot read {}: {e}",
+            kernels_dir.display()
+        )
+    });
     let mut files: Vec<PathBuf> = entries.filter_map(|e| e.ok().map(|e| e.path())).collect();
     files.sort();
     for f in &files {
@@ -93,9 +97,15 @@ fn kernel_sources(kernels_dir: &Path) -> Vec<PathBuf> {
 
 /// First non-empty line of `hipcc --version` (stdout), or "" when it prints nothing.
 fn hipcc_version(hipcc: &Path) -> String {
-    let out = Command::new(hipcc).arg("--version").output().unwrap_or_else(|e| {
-        panic!("hip-kernels: cannot run `{} --version`: {e}", hipcc.display())
-    });
+    let out = Command::new(hipcc)
+        .arg("--version")
+        .output()
+        .unwrap_or_else(|e| {
+            panic!(
+                "hip-kernels: cannot run `{} --version`: {e}",
+                hipcc.display()
+            )
+        });
     String::from_utf8_lossy(&out.stdout)
         .lines()
         .map(str::trim)
@@ -123,7 +133,10 @@ fn select_archs(hipcc: &Path, version: &str, out_dir: &Path) -> Vec<String> {
         }
     }
     if explicit.is_some() && !rejected.is_empty() {
-        let list: Vec<String> = rejected.iter().map(|(a, why)| format!("{a}: {why}")).collect();
+        let list: Vec<String> = rejected
+            .iter()
+            .map(|(a, why)| format!("{a}: {why}"))
+            .collect();
         panic!(
             "hip-kernels: HIPK_ARCH asks for archs that {} rejects:\n{}\nUse a compiler that \
              supports them (DTK's hipcc for gfx926/928/936/938) or remove them from HIPK_ARCH.",
@@ -200,10 +213,17 @@ fn probe_archs(
             .collect();
         handles
             .into_iter()
-            .map(|h| h.join().unwrap_or_else(|_| Err("probe thread panicked".into())))
+            .map(|h| {
+                h.join()
+                    .unwrap_or_else(|_| Err("probe thread panicked".into()))
+            })
             .collect()
     });
-    let mut lines: Vec<String> = cached.lines().filter(|l| !l.starts_with(&key)).map(String::from).collect();
+    let mut lines: Vec<String> = cached
+        .lines()
+        .filter(|l| !l.starts_with(&key))
+        .map(String::from)
+        .collect();
     for (arch, r) in archs.iter().zip(&results) {
         lines.push(match r {
             Ok(()) => format!("{key} {arch} ok"),
@@ -236,7 +256,10 @@ fn compile_all(
     out_dir: &Path,
     sources: &[PathBuf],
 ) -> Vec<BuiltSource> {
-    let jobs = env::var("NUM_JOBS").ok().and_then(|j| j.parse::<usize>().ok()).unwrap_or(4);
+    let jobs = env::var("NUM_JOBS")
+        .ok()
+        .and_then(|j| j.parse::<usize>().ok())
+        .unwrap_or(4);
     let next = AtomicUsize::new(0);
     let results: Mutex<Vec<(usize, Result<BuiltSource, String>)>> = Mutex::new(Vec::new());
     std::thread::scope(|s| {
@@ -262,7 +285,10 @@ fn compile_all(
         }
     }
     if !failures.is_empty() {
-        panic!("hip-kernels: kernel compile failed\n\n{}", failures.join("\n\n"));
+        panic!(
+            "hip-kernels: kernel compile failed\n\n{}",
+            failures.join("\n\n")
+        );
     }
     built
 }
@@ -275,7 +301,10 @@ fn compile_one(
     out_dir: &Path,
     src: &Path,
 ) -> Result<BuiltSource, String> {
-    let name = src.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
+    let name = src
+        .file_stem()
+        .map(|s| s.to_string_lossy().into_owned())
+        .unwrap_or_default();
     let work = out_dir.join("kernel-build").join(&name);
     let _ = fs::remove_dir_all(&work);
     fs::create_dir_all(&work).map_err(|e| format!("cannot create {}: {e}", work.display()))?;
@@ -285,17 +314,30 @@ fn compile_one(
     for arch in archs {
         cmd.arg(format!("--offload-arch={arch}"));
     }
-    cmd.arg("-I").arg(kernels_dir).arg(src).arg("-o").arg(&bundle_path);
-    let out = cmd.output().map_err(|e| format!("cannot run {cmd:?}: {e}"))?;
+    cmd.arg("-I")
+        .arg(kernels_dir)
+        .arg(src)
+        .arg("-o")
+        .arg(&bundle_path);
+    let out = cmd
+        .output()
+        .map_err(|e| format!("cannot run {cmd:?}: {e}"))?;
     let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
     if !out.status.success() {
-        return Err(format!("command: {cmd:?}\nexit: {}\nstderr:\n{stderr}", out.status));
+        return Err(format!(
+            "command: {cmd:?}\nexit: {}\nstderr:\n{stderr}",
+            out.status
+        ));
     }
     for line in stderr.lines().filter(|l| l.contains("warning:")).take(20) {
         println!("cargo:warning=hip-kernels: {name}: {line}");
     }
     let resources = collect_resources(&name, archs, &work, &stderr);
-    Ok(BuiltSource { name, bundle_path, resources })
+    Ok(BuiltSource {
+        name,
+        bundle_path,
+        resources,
+    })
 }
 
 /// Reads the per-arch optimization records in `work`; falls back to the text remarks when only

@@ -4,17 +4,13 @@
 #[path = "../tests/cpu_common/mod.rs"]
 mod cpu_common;
 
-use cpu_common::Normal;
+use cpu_common::{cast, LayerNormData, Normal};
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use half::bf16;
 use hip_kernels::cpu::{
     self, AdamWConfig, AdamWStep, AttentionShape, Element, LayerNormShape, MatmulShape,
 };
 use std::hint::black_box;
-
-fn cast<T: Element>(x: &[f64]) -> Vec<T> {
-    x.iter().map(|&v| T::from_f64(v)).collect()
-}
 
 fn matmul<T: Element>(c: &mut Criterion, rng: &mut Normal) {
     let s = MatmulShape::new(128, 128, 128);
@@ -37,52 +33,14 @@ fn layernorm(c: &mut Criterion, rng: &mut Normal) {
         cols: 768,
     };
     let n = s.rows * s.cols;
-    let (x, w, b, dy) = (
-        cast::<bf16>(&rng.vec(n)),
-        cast::<bf16>(&rng.vec(s.cols)),
-        cast::<bf16>(&rng.vec(s.cols)),
-        cast::<bf16>(&rng.vec(n)),
-    );
-    let (mut y, mut mean, mut rstd) = (
-        vec![bf16::ZERO; n],
-        vec![0.0f32; s.rows],
-        vec![0.0f32; s.rows],
-    );
-    let (mut dx, mut dw, mut db) = (
-        vec![bf16::ZERO; n],
-        vec![bf16::ZERO; s.cols],
-        vec![bf16::ZERO; s.cols],
-    );
+    let mut d = LayerNormData::<bf16>::random(rng, &s);
     let mut g = c.benchmark_group("layernorm");
     g.throughput(Throughput::Elements(n as u64));
     g.bench_function("forward_bf16_64x768", |bch| {
-        bch.iter(|| {
-            cpu::layernorm_forward(
-                &s,
-                1e-5,
-                black_box(&x),
-                &w,
-                &b,
-                &mut y,
-                &mut mean,
-                &mut rstd,
-            )
-        })
+        bch.iter(|| black_box(&mut d).forward(&s, 1e-5))
     });
     g.bench_function("backward_bf16_64x768", |bch| {
-        bch.iter(|| {
-            cpu::layernorm_backward(
-                &s,
-                black_box(&x),
-                &w,
-                &dy,
-                &mean,
-                &rstd,
-                &mut dx,
-                &mut dw,
-                &mut db,
-            )
-        })
+        bch.iter(|| black_box(&mut d).backward(&s))
     });
     g.finish();
 }

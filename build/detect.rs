@@ -13,7 +13,14 @@ use std::path::{Path, PathBuf};
 pub const DCU_ARCHS: &[&str] = &["gfx906", "gfx926", "gfx928", "gfx936", "gfx938"];
 
 /// Every environment variable the kernel build reads (each one is a `rerun-if-env-changed`).
-pub const ENV_VARS: &[&str] = &["HIPK_HIPCC", "HIPCC", "ROCM_PATH", "HIP_PATH", "HIPK_ARCH", "PATH"];
+pub const ENV_VARS: &[&str] = &[
+    "HIPK_HIPCC",
+    "HIPCC",
+    "ROCM_PATH",
+    "HIP_PATH",
+    "HIPK_ARCH",
+    "PATH",
+];
 
 /// What a user without hipcc is told (build warning, `KernelsNotBuilt` error, `device` failure).
 pub const HOW_TO_GET_HIPCC: &str = "install DTK and `source /opt/dtk/env.sh` (its hipcc builds \
@@ -85,7 +92,10 @@ pub fn hipcc_candidates(env: &dyn Fn(&str) -> Option<OsString>) -> Vec<(PathBuf,
         .map(|p| std::env::split_paths(&p).collect())
         .unwrap_or_default();
     let mut out = Vec::new();
-    for (var, origin) in [("HIPK_HIPCC", HipccOrigin::HipkHipcc), ("HIPCC", HipccOrigin::Hipcc)] {
+    for (var, origin) in [
+        ("HIPK_HIPCC", HipccOrigin::HipkHipcc),
+        ("HIPCC", HipccOrigin::Hipcc),
+    ] {
         if let Some(value) = env(var).filter(|v| !v.is_empty()) {
             let named = PathBuf::from(&value);
             if named.components().count() == 1 && !named.is_absolute() {
@@ -95,14 +105,21 @@ pub fn hipcc_candidates(env: &dyn Fn(&str) -> Option<OsString>) -> Vec<(PathBuf,
             }
         }
     }
-    for (var, origin) in [("ROCM_PATH", HipccOrigin::RocmPath), ("HIP_PATH", HipccOrigin::HipPath)] {
+    for (var, origin) in [
+        ("ROCM_PATH", HipccOrigin::RocmPath),
+        ("HIP_PATH", HipccOrigin::HipPath),
+    ] {
         if let Some(root) = env(var).filter(|v| !v.is_empty()) {
             out.push((PathBuf::from(root).join("bin").join("hipcc"), origin));
         }
     }
     out.push((PathBuf::from("/opt/dtk/bin/hipcc"), HipccOrigin::OptDtk));
     out.push((PathBuf::from("/opt/rocm/bin/hipcc"), HipccOrigin::OptRocm));
-    out.extend(path_dirs.iter().map(|d| (d.join("hipcc"), HipccOrigin::Path)));
+    out.extend(
+        path_dirs
+            .iter()
+            .map(|d| (d.join("hipcc"), HipccOrigin::Path)),
+    );
     out
 }
 
@@ -114,7 +131,11 @@ pub fn find_hipcc(
 ) -> Result<(PathBuf, HipccOrigin), HipccError> {
     let candidates = hipcc_candidates(env);
     for var in ["HIPK_HIPCC", "HIPCC"] {
-        let origin = if var == "HIPK_HIPCC" { HipccOrigin::HipkHipcc } else { HipccOrigin::Hipcc };
+        let origin = if var == "HIPK_HIPCC" {
+            HipccOrigin::HipkHipcc
+        } else {
+            HipccOrigin::Hipcc
+        };
         let mut of_var = candidates.iter().filter(|(_, o)| *o == origin).peekable();
         if of_var.peek().is_some() {
             return match of_var.find(|(p, _)| exists(p)) {
@@ -156,14 +177,18 @@ pub fn parse_arch_list(value: &str) -> Result<Vec<String>, ArchError> {
     let mut out: Vec<String> = Vec::new();
     for entry in value.split(',').map(str::trim).filter(|e| !e.is_empty()) {
         if !is_target_id(entry) {
-            return Err(ArchError { entry: entry.to_string() });
+            return Err(ArchError {
+                entry: entry.to_string(),
+            });
         }
         if !out.iter().any(|a| a == entry) {
             out.push(entry.to_string());
         }
     }
     if out.is_empty() {
-        return Err(ArchError { entry: value.to_string() });
+        return Err(ArchError {
+            entry: value.to_string(),
+        });
     }
     Ok(out)
 }
@@ -259,7 +284,9 @@ impl Collector {
     }
 
     fn finish(&mut self) {
-        let Some((kernel, f)) = self.current.take() else { return };
+        let Some((kernel, f)) = self.current.take() else {
+            return;
+        };
         let missing: Vec<&'static str> = FIELDS
             .iter()
             .zip(f.iter())
@@ -306,9 +333,13 @@ pub fn parse_remarks(stderr: &str) -> Vec<Result<(String, ResourceUsage), Remark
         if !line.contains("[-Rpass-analysis=kernel-resource-usage]") {
             continue;
         }
-        let Some((_, rest)) = line.split_once("remark:") else { continue };
+        let Some((_, rest)) = line.split_once("remark:") else {
+            continue;
+        };
         let text = rest.split(" [-Rpass-analysis").next().unwrap_or("").trim();
-        let Some((label, value)) = text.rsplit_once(':') else { continue };
+        let Some((label, value)) = text.rsplit_once(':') else {
+            continue;
+        };
         let (label, value) = (label.trim(), value.trim());
         if label == "Function Name" {
             c.start(value);
@@ -335,7 +366,10 @@ pub fn parse_opt_record_yaml(text: &str) -> Vec<Result<(String, ResourceUsage), 
             let Some((key, value)) = line.trim_start_matches("- ").split_once(':') else {
                 continue;
             };
-            let (key, value) = (key.trim(), value.trim().trim_matches('\'').trim_matches('"'));
+            let (key, value) = (
+                key.trim(),
+                value.trim().trim_matches('\'').trim_matches('"'),
+            );
             match key {
                 "Pass" => pass = Some(value),
                 "Name" => name = Some(value),
@@ -400,7 +434,10 @@ pub fn render_generated(
     let mut s = String::from("// @generated by build.rs (build/detect.rs); do not edit.\n");
     let _ = writeln!(s, "/// The hipcc that built the kernels, if any.");
     let _ = writeln!(s, "pub const HIPCC: Option<&str> = {hipcc:?};");
-    let _ = writeln!(s, "/// First line of `hipcc --version` (empty without hipcc).");
+    let _ = writeln!(
+        s,
+        "/// First line of `hipcc --version` (empty without hipcc)."
+    );
     let _ = writeln!(s, "pub const HIPCC_VERSION: &str = {hipcc_version:?};");
     let _ = writeln!(s, "/// Target ids every bundle was compiled for.");
     let _ = writeln!(s, "pub const ARCHS: &[&str] = &{archs:?};");
@@ -417,7 +454,10 @@ pub fn render_generated(
         );
     }
     let _ = writeln!(s, "];");
-    let _ = writeln!(s, "/// Compiler-reported resource usage per kernel and arch.");
+    let _ = writeln!(
+        s,
+        "/// Compiler-reported resource usage per kernel and arch."
+    );
     let _ = writeln!(s, "pub const RESOURCES: &[KernelResources] = &[");
     for src in sources {
         for (kernel, arch, u) in &src.resources {

@@ -1,7 +1,9 @@
 // kernels/adamw.hip — fused multi-tensor AdamW, and the multi-tensor non-finite check and
 // global L2 norm a trainer needs for gradient clipping and loss scaling.
 //
-// NEVER RUN ON A GPU: compiled and statically checked for gfx906 only (see the figures below).
+// NEVER RUN ON A GPU: compiled and statically checked for gfx906 only (see the figures below),
+// and executed on the CPU under a host emulation of HIP (tools/kernel-emu/run_layernorm_adamw.sh)
+// against double-precision loops.
 //
 // Multi-tensor launch (like PyTorch's multi_tensor_apply): the host writes a table of tensor
 // descriptors to device memory; tensor i is cut into chunks of `chunk` elements and owns chunks
@@ -32,7 +34,16 @@
 // Resource usage on gfx906 (hipcc 5.2 / clang 15, -O3), from the build's resource table
 // (`cargo test --test kernels_static -- --nocapture` prints it):
 //   kernel                    VGPRs  SGPRs  LDS B  waves/SIMD  scratch  spills
-//   FIGURES
+//   adamw_f32                    42     65      0           5        0       0
+//   multi_nonfinite_f32          18     42      0          10        0       0
+//   multi_l2norm_f32             29     47    128           8        0       0
+//   adamw_f16                    43     68      0           5        0       0
+//   multi_nonfinite_f16          18     42      0          10        0       0
+//   multi_l2norm_f16             29     47    128           8        0       0
+//   adamw_bf16                   44     70      0           5        0       0
+//   multi_nonfinite_bf16         18     42      0          10        0       0
+//   multi_l2norm_bf16            29     47    128           8        0       0
+//   multi_l2norm_finalize_f32    12     20    256          10        0       0
 #include "common.h"
 
 namespace {

@@ -3,13 +3,9 @@
 
 mod cpu_common;
 
-use cpu_common::Normal;
+use cpu_common::{cast, LayerNormData, Normal};
 use half::{bf16, f16};
 use hip_kernels::cpu::{self, AttentionShape, Element, LayerNormShape, MatmulShape};
-
-fn cast<T: Element>(x: &[f64]) -> Vec<T> {
-    x.iter().map(|&v| T::from_f64(v)).collect()
-}
 
 /// Plain triple loop, f64, same summation order as the reference.
 fn naive_matmul(
@@ -172,25 +168,9 @@ fn threaded_layernorm_equals_per_row_calls() {
         rows: 300,
         cols: 64,
     };
-    let n = s.rows * s.cols;
-    let (x, w, b, dy) = (
-        cast::<bf16>(&rng.vec(n)),
-        cast::<bf16>(&rng.vec(s.cols)),
-        cast::<bf16>(&rng.vec(s.cols)),
-        cast::<bf16>(&rng.vec(n)),
-    );
-    let (mut y, mut mean, mut rstd) = (
-        vec![bf16::ZERO; n],
-        vec![0.0f32; s.rows],
-        vec![0.0f32; s.rows],
-    );
-    cpu::layernorm_forward(&s, 1e-5, &x, &w, &b, &mut y, &mut mean, &mut rstd).unwrap();
-    let (mut dx, mut dw, mut db) = (
-        vec![bf16::ZERO; n],
-        vec![bf16::ZERO; s.cols],
-        vec![bf16::ZERO; s.cols],
-    );
-    cpu::layernorm_backward(&s, &x, &w, &dy, &mean, &rstd, &mut dx, &mut dw, &mut db).unwrap();
+    let mut d = LayerNormData::<bf16>::random(&mut rng, &s);
+    d.forward(&s, 1e-5).unwrap();
+    d.backward(&s).unwrap();
     let one = LayerNormShape {
         rows: 1,
         cols: s.cols,
@@ -202,9 +182,9 @@ fn threaded_layernorm_equals_per_row_calls() {
         cpu::layernorm_forward(
             &one,
             1e-5,
-            &x[row.clone()],
-            &w,
-            &b,
+            &d.x[row.clone()],
+            &d.weight,
+            &d.bias,
             &mut y1,
             &mut m1,
             &mut r1,
@@ -212,7 +192,7 @@ fn threaded_layernorm_equals_per_row_calls() {
         .unwrap();
         assert_eq!(
             (&y1[..], m1[0], r1[0]),
-            (&y[row.clone()], mean[r], rstd[r]),
+            (&d.y[row.clone()], d.mean[r], d.rstd[r]),
             "row {r}"
         );
         let (mut dx1, mut dw1, mut db1) = (
@@ -221,12 +201,12 @@ fn threaded_layernorm_equals_per_row_calls() {
             vec![0.0f32; s.cols],
         );
         let (x32, w32, dy32) = (
-            x[row.clone()]
+            d.x[row.clone()]
                 .iter()
                 .map(|v| v.to_f32())
                 .collect::<Vec<_>>(),
-            w.iter().map(|v| v.to_f32()).collect::<Vec<_>>(),
-            dy[row.clone()]
+            d.weight.iter().map(|v| v.to_f32()).collect::<Vec<_>>(),
+            d.dy[row.clone()]
                 .iter()
                 .map(|v| v.to_f32())
                 .collect::<Vec<_>>(),
@@ -238,9 +218,9 @@ fn threaded_layernorm_equals_per_row_calls() {
         .unwrap();
         cpu::layernorm_backward(
             &one,
-            &x[row.clone()],
-            &w,
-            &dy[row.clone()],
+            &d.x[row.clone()],
+            &d.weight,
+            &d.dy[row.clone()],
             &m1,
             &r1,
             &mut dx1,
@@ -248,7 +228,7 @@ fn threaded_layernorm_equals_per_row_calls() {
             &mut vec![bf16::ZERO; s.cols],
         )
         .unwrap();
-        assert_eq!(&dx1[..], &dx[row], "row {r}");
+        assert_eq!(&dx1[..], &d.dx[row], "row {r}");
         // The f32 run of the same (exactly representable) row rounds to the same bf16 values.
         assert_eq!(
             dx32.iter().map(|v| bf16::from_f32(*v)).collect::<Vec<_>>(),
@@ -267,11 +247,11 @@ fn threaded_layernorm_equals_per_row_calls() {
     for c in 0..s.cols {
         // Per-row f32 partials summed in f64 agree with the full reduction to bf16 resolution.
         assert!(
-            (dw[c].to_f64() - dw_sum[c]).abs() <= 1e-2 * dw_sum[c].abs() + 1e-3,
+            (d.dweight[c].to_f64() - dw_sum[c]).abs() <= 1e-2 * dw_sum[c].abs() + 1e-3,
             "dweight[{c}]"
         );
         assert!(
-            (db[c].to_f64() - db_sum[c]).abs() <= 1e-2 * db_sum[c].abs() + 1e-3,
+            (d.dbias[c].to_f64() - db_sum[c]).abs() <= 1e-2 * db_sum[c].abs() + 1e-3,
             "dbias[{c}]"
         );
     }

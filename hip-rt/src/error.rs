@@ -78,6 +78,9 @@ pub enum Error {
         /// Bytes per element.
         elem_bytes: usize,
     },
+    /// A caching-allocator failure other than out-of-memory (see `caching::AllocError`).
+    #[error(transparent)]
+    Caching(std::sync::Arc<crate::caching::AllocError>),
     /// The device could not provide the memory.
     #[error("out of memory on device {ordinal}: {requested} bytes requested. {detail}")]
     OutOfMemory {

@@ -26,6 +26,7 @@
 #![deny(unsafe_op_in_unsafe_fn)]
 
 pub mod blas;
+pub mod caching;
 pub mod device;
 pub mod error;
 pub mod event;

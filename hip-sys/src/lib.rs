@@ -14,6 +14,22 @@
 //! - [`blas::hipblas()`] / [`blas::rocblas()`] load the BLAS libraries independently: a missing BLAS
 //!   never breaks the runtime.
 //!
+//! ```no_run
+//! fn main() -> Result<(), hip_sys::Error> {
+//!     let hip = hip_sys::hip()?; // NotFound lists every place searched
+//!     println!("{} ({}, {})", hip.path().display(), hip.flavour(), hip.runtime_version()?);
+//!     let get_count = hip_sys::sym!(hipGetDeviceCount)?; // MissingSymbol if not exported
+//!     let mut count = 0;
+//!     // SAFETY: hipGetDeviceCount writes one int through a valid pointer.
+//!     unsafe { get_count(&mut count) }.result()?; // NoDevice carries what to check
+//!     for ordinal in 0..count {
+//!         let props = hip.device_props(ordinal)?;
+//!         println!("{ordinal}: {} {} wave{}", props.name, props.arch(), props.warp_size);
+//!     }
+//!     Ok(())
+//! }
+//! ```
+//!
 //! # Environment
 //! - `HIPK_HIP_LIBRARY`, `HIPK_HIPBLAS_LIBRARY`, `HIPK_ROCBLAS_LIBRARY`: the exact file to load
 //!   (nothing else is tried when set).

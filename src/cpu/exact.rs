@@ -2,7 +2,11 @@
 //!
 //! The storage-typed functions in [`crate::cpu`] widen their inputs, call these and round the
 //! outputs once. They are public for finite-difference checks and for callers who want the
-//! unrounded values. Lengths are validated exactly as in the typed functions.
+//! unrounded values.
+//!
+//! Validation lives here only: the typed functions pass f64 buffers of exactly their own
+//! lengths, so they get the same [`ShapeError`], and round into their outputs only after the
+//! core has returned `Ok`.
 
 use super::{par_for_each, AttentionShape, LayerNormShape, ShapeError};
 

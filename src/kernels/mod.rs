@@ -11,6 +11,7 @@
 
 #[path = "../../build/detect.rs"]
 pub mod detect;
+pub mod loader;
 mod names;
 mod table;
 
@@ -68,12 +69,18 @@ pub fn bundles() -> &'static [Bundle] {
 /// The bundle compiled from `kernels/<source>.hip`.
 pub fn bundle(source: &str) -> Result<&'static Bundle, KernelsNotBuilt> {
     if let Some(reason) = generated::NOT_BUILT {
-        return Err(KernelsNotBuilt { source_name: source.to_string(), reason: reason.to_string() });
+        return Err(KernelsNotBuilt {
+            source_name: source.to_string(),
+            reason: reason.to_string(),
+        });
     }
-    generated::BUNDLES.iter().find(|b| b.source == source).ok_or_else(|| KernelsNotBuilt {
-        source_name: source.to_string(),
-        reason: format!("no kernels/{source}.hip was compiled into this build"),
-    })
+    generated::BUNDLES
+        .iter()
+        .find(|b| b.source == source)
+        .ok_or_else(|| KernelsNotBuilt {
+            source_name: source.to_string(),
+            reason: format!("no kernels/{source}.hip was compiled into this build"),
+        })
 }
 
 /// Why the kernels were not built, or `None` when they were.
@@ -103,7 +110,9 @@ pub fn resources() -> &'static [KernelResources] {
 
 /// Resource usage of one kernel for one target id (`gfx906`), if it was recorded.
 pub fn resource(kernel: &str, arch: &str) -> Option<&'static KernelResources> {
-    generated::RESOURCES.iter().find(|r| r.kernel == kernel && r.arch == arch)
+    generated::RESOURCES
+        .iter()
+        .find(|r| r.kernel == kernel && r.arch == arch)
 }
 
 #[cfg(test)]

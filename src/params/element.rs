@@ -78,37 +78,29 @@ impl Element for f32 {
     }
 }
 
-impl Element for f16 {
-    const DTYPE: DType = DType::F16;
-    fn to_f64(self) -> f64 {
-        f16::to_f64(self)
-    }
-    fn from_f64(v: f64) -> Self {
-        f16::from_f32(v as f32)
-    }
-    fn to_f32(self) -> f32 {
-        f16::to_f32(self)
-    }
-    fn from_f32(v: f32) -> Self {
-        f16::from_f32(v)
-    }
+/// `Element` for a `half` 16-bit type: exact widening, and narrowing from f64 through f32.
+macro_rules! half_element {
+    ($t:ident, $dtype:expr) => {
+        impl Element for $t {
+            const DTYPE: DType = $dtype;
+            fn to_f64(self) -> f64 {
+                $t::to_f64(self)
+            }
+            fn from_f64(v: f64) -> Self {
+                $t::from_f32(v as f32)
+            }
+            fn to_f32(self) -> f32 {
+                $t::to_f32(self)
+            }
+            fn from_f32(v: f32) -> Self {
+                $t::from_f32(v)
+            }
+        }
+    };
 }
 
-impl Element for bf16 {
-    const DTYPE: DType = DType::BF16;
-    fn to_f64(self) -> f64 {
-        bf16::to_f64(self)
-    }
-    fn from_f64(v: f64) -> Self {
-        bf16::from_f32(v as f32)
-    }
-    fn to_f32(self) -> f32 {
-        bf16::to_f32(self)
-    }
-    fn from_f32(v: f32) -> Self {
-        bf16::from_f32(v)
-    }
-}
+half_element!(f16, DType::F16);
+half_element!(bf16, DType::BF16);
 
 #[cfg(test)]
 mod tests {

@@ -1,4 +1,8 @@
 //! Deterministic inputs for the CPU-reference tests and bench (no RNG crate is allowed).
+//! Included by several test crates and by `benches/cpu_reference.rs`; each uses a subset.
+#![allow(dead_code)]
+
+use hip_kernels::cpu::{self, Element, LayerNormShape, ShapeError};
 
 /// A small deterministic generator of N(0, 1) values (SplitMix64 + Box–Muller).
 pub struct Normal(u64);
@@ -27,5 +31,73 @@ impl Normal {
     /// `n` draws.
     pub fn vec(&mut self, n: usize) -> Vec<f64> {
         (0..n).map(|_| self.sample()).collect()
+    }
+}
+
+/// Round each f64 once to the storage type `T`.
+pub fn cast<T: Element>(x: &[f64]) -> Vec<T> {
+    x.iter().map(|&v| T::from_f64(v)).collect()
+}
+
+/// Random layer-norm inputs in storage type `T` and zeroed output buffers for one shape.
+pub struct LayerNormData<T> {
+    pub x: Vec<T>,
+    pub weight: Vec<T>,
+    pub bias: Vec<T>,
+    pub dy: Vec<T>,
+    pub y: Vec<T>,
+    pub mean: Vec<f32>,
+    pub rstd: Vec<f32>,
+    pub dx: Vec<T>,
+    pub dweight: Vec<T>,
+    pub dbias: Vec<T>,
+}
+
+impl<T: Element> LayerNormData<T> {
+    /// N(0, 1) `x`, `weight`, `bias`, `dy` (drawn in that order) rounded to `T`.
+    pub fn random(rng: &mut Normal, s: &LayerNormShape) -> Self {
+        let n = s.rows * s.cols;
+        let zero = T::from_f64(0.0);
+        LayerNormData {
+            x: cast(&rng.vec(n)),
+            weight: cast(&rng.vec(s.cols)),
+            bias: cast(&rng.vec(s.cols)),
+            dy: cast(&rng.vec(n)),
+            y: vec![zero; n],
+            mean: vec![0.0; s.rows],
+            rstd: vec![0.0; s.rows],
+            dx: vec![zero; n],
+            dweight: vec![zero; s.cols],
+            dbias: vec![zero; s.cols],
+        }
+    }
+
+    /// `cpu::layernorm_forward` from `x`, `weight`, `bias` into `y`, `mean`, `rstd`.
+    pub fn forward(&mut self, s: &LayerNormShape, eps: f32) -> Result<(), ShapeError> {
+        cpu::layernorm_forward(
+            s,
+            eps,
+            &self.x,
+            &self.weight,
+            &self.bias,
+            &mut self.y,
+            &mut self.mean,
+            &mut self.rstd,
+        )
+    }
+
+    /// `cpu::layernorm_backward` from the saved `mean`, `rstd` into `dx`, `dweight`, `dbias`.
+    pub fn backward(&mut self, s: &LayerNormShape) -> Result<(), ShapeError> {
+        cpu::layernorm_backward(
+            s,
+            &self.x,
+            &self.weight,
+            &self.dy,
+            &self.mean,
+            &self.rstd,
+            &mut self.dx,
+            &mut self.dweight,
+            &mut self.dbias,
+        )
     }
 }

@@ -1,0 +1,134 @@
+//! Device bandwidth of layernorm forward/backward and fused AdamW (`--features device`), in GB/s
+//! of compulsory traffic (each input read once, each output written once), printed beside the
+//! device's peak (2 × memory clock × bus width). Targets: ≥ 80 % of peak for rows of C ≥ 1024
+//! and for AdamW over ≥ 16 M parameters. NEVER RUN: no GPU was available when it was written.
+
+use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
+use hip_kernels::ops::{self, AdamwTensor, DeviceElement, DeviceStep};
+use hip_kernels::params::{bf16, AdamWConfig, LayerNormShape};
+use hip_rt::{Device, DeviceBuffer, Stream, StreamOptions};
+
+fn setup() -> (Stream, f64) {
+    let device = Device::get(0).expect("the device bench needs HIP device 0");
+    let p = device.props();
+    let peak = 2.0 * f64::from(p.memory_clock_rate_khz) * 1e3 * f64::from(p.memory_bus_width_bits)
+        / 8.0
+        / 1e9;
+    println!(
+        "device 0: {} ({}), peak {peak:.0} GB/s",
+        device.name(),
+        device.arch()
+    );
+    (
+        Stream::new(&device, StreamOptions::default()).expect("stream"),
+        peak,
+    )
+}
+
+fn filled<T: DeviceElement>(s: &Stream, n: usize, v: f64) -> DeviceBuffer<T> {
+    DeviceBuffer::from_slice(s, &vec![T::from_f64(v); n]).expect("alloc")
+}
+
+fn layernorm<T: DeviceElement>(c: &mut Criterion, s: &Stream) {
+    let mut g = c.benchmark_group(format!("layernorm_{}", T::DTYPE));
+    for cols in [1024usize, 4096, 8192] {
+        let rows = (1usize << 26) / cols / T::DTYPE.size_bytes(); // 64 MiB of x
+        let shape = LayerNormShape { rows, cols };
+        let n = rows * cols;
+        let (x, w, b, dy) = (
+            filled::<T>(s, n, 0.5),
+            filled::<T>(s, cols, 1.0),
+            filled::<T>(s, cols, 0.0),
+            filled::<T>(s, n, 0.25),
+        );
+        let (mut y, mut dx) = (filled::<T>(s, n, 0.0), filled::<T>(s, n, 0.0));
+        let (mut dw, mut db) = (filled::<T>(s, cols, 0.0), filled::<T>(s, cols, 0.0));
+        let (mut mean, mut rstd) = (filled::<f32>(s, rows, 0.0), filled::<f32>(s, rows, 1.0));
+        let e = T::DTYPE.size_bytes() as u64;
+        g.throughput(Throughput::Bytes(2 * n as u64 * e + 8 * rows as u64));
+        g.bench_function(BenchmarkId::new("forward", cols), |bench| {
+            bench.iter(|| {
+                ops::layernorm_forward(s, &shape, 1e-5, &x, &w, &b, &mut y, &mut mean, &mut rstd)
+                    .expect("forward");
+                s.synchronize().expect("sync");
+            })
+        });
+        g.throughput(Throughput::Bytes(3 * n as u64 * e + 8 * rows as u64));
+        g.bench_function(BenchmarkId::new("backward", cols), |bench| {
+            bench.iter(|| {
+                ops::layernorm_backward(
+                    s, &shape, &x, &w, &dy, &mean, &rstd, &mut dx, &mut dw, &mut db,
+                )
+                .expect("backward");
+                s.synchronize().expect("sync");
+            })
+        });
+    }
+    g.finish();
+}
+
+fn adamw(c: &mut Criterion, s: &Stream) {
+    let n = 1usize << 24; // 16 M parameters
+    let mut g = c.benchmark_group("adamw");
+    let config = AdamWConfig::default();
+    let step = DeviceStep {
+        step: 10,
+        grad_scale: None,
+        found_inf: None,
+    };
+    // f32 params: param r/w, grad r, exp_avg r/w, exp_avg_sq r/w.
+    let (mut p, gr, mut m, mut v) = (
+        filled::<f32>(s, n, 1.0),
+        filled::<f32>(s, n, 1e-3),
+        filled::<f32>(s, n, 0.0),
+        filled::<f32>(s, n, 0.0),
+    );
+    g.throughput(Throughput::Bytes(7 * 4 * n as u64));
+    g.bench_function("f32_16M", |bench| {
+        bench.iter(|| {
+            let t = AdamwTensor {
+                param: &mut p,
+                grad: &gr,
+                exp_avg: &mut m,
+                exp_avg_sq: &mut v,
+                max_exp_avg_sq: None,
+                master: None,
+            };
+            ops::adamw_multi(s, &config, &step, &mut [t]).expect("adamw");
+            s.synchronize().expect("sync");
+        })
+    });
+    // bf16 model copy with f32 master weights: master r/w, copy w, grad r, state r/w.
+    let (mut p16, g16, mut master) = (
+        filled::<bf16>(s, n, 1.0),
+        filled::<bf16>(s, n, 1e-3),
+        filled::<f32>(s, n, 1.0),
+    );
+    g.throughput(Throughput::Bytes((6 * 4 + 2 * 2) * n as u64));
+    g.bench_function("bf16_master_16M", |bench| {
+        bench.iter(|| {
+            let t = AdamwTensor {
+                param: &mut p16,
+                grad: &g16,
+                exp_avg: &mut m,
+                exp_avg_sq: &mut v,
+                max_exp_avg_sq: None,
+                master: Some(&mut master),
+            };
+            ops::adamw_multi(s, &config, &step, &mut [t]).expect("adamw");
+            s.synchronize().expect("sync");
+        })
+    });
+    g.finish();
+}
+
+fn benches(c: &mut Criterion) {
+    let (s, peak) = setup();
+    layernorm::<f32>(c, &s);
+    layernorm::<bf16>(c, &s);
+    adamw(c, &s);
+    println!("compare each GB/s figure above with the peak {peak:.0} GB/s (target ≥ 80 %)");
+}
+
+criterion_group!(device_bandwidth, benches);
+criterion_main!(device_bandwidth);

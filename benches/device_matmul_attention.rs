@@ -1,0 +1,183 @@
+//! Device throughput of matmul and attention (`--features device`), in TFLOPS, beside hipBLAS.
+//! NEVER RUN: no GPU was available when it was written.
+//!
+//! - matmul: square 1024³, 2048³, 4096³ and the skinny 8192×64×8192, 64×8192×8192 (M×N×K),
+//!   f32 and f16, against `Blas::gemm` on the same shapes; the ratio ours / hipBLAS is printed.
+//!   Targets (unverified until measured on a DCU): f32 ≥ 80 % of hipBLAS at 4096³, ≥ 100 % on
+//!   the skinny shapes.
+//! - attention forward and backward (non-causal, f16 and f32) for T ∈ {512, 2048, 8192},
+//!   D ∈ {64, 128}, FLOPs counted as FlashAttention-2 does (forward 4·BH·T²·D, backward 2.5×),
+//!   beside a baseline of two hipBLAS strided-batched GEMMs (S = Q·Kᵀ into an f32/f16 T×T
+//!   buffer, then S·V). The baseline has no softmax pass (this project has no standalone softmax
+//!   kernel), so it is a lower bound on the time of "hipBLAS + softmax": the printed speed-up is
+//!   conservative. Target: forward ≥ 2× that baseline at T = 2048.
+
+use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
+use hip_kernels::ops::{self, DeviceElement};
+use hip_kernels::params::{f16, AttentionShape, MatmulShape};
+use hip_rt::{Batch, Blas, Device, DeviceBuffer, Gemm, GemmElement, Stream, StreamOptions};
+use std::sync::Arc;
+use std::time::Instant;
+
+fn setup() -> (Arc<Stream>, Blas) {
+    let device = Device::get(0).expect("the device bench needs HIP device 0");
+    println!(
+        "device 0: {} ({}), {} CUs",
+        device.name(),
+        device.arch(),
+        device.compute_units()
+    );
+    let stream = Arc::new(Stream::new(&device, StreamOptions::default()).expect("stream"));
+    let blas = Blas::new(stream.clone()).expect("hipBLAS or rocBLAS (DTK ships both)");
+    (stream, blas)
+}
+
+fn filled<T: DeviceElement>(s: &Stream, n: usize, v: f64) -> DeviceBuffer<T> {
+    DeviceBuffer::from_slice(s, &vec![T::from_f64(v); n]).expect("alloc")
+}
+
+/// Mean seconds per call of `f` (queued back to back, one sync at the end), after a warm-up.
+fn seconds_per_call(s: &Stream, mut f: impl FnMut()) -> f64 {
+    f();
+    s.synchronize().expect("sync");
+    let iters = 10;
+    let t = Instant::now();
+    for _ in 0..iters {
+        f();
+    }
+    s.synchronize().expect("sync");
+    t.elapsed().as_secs_f64() / f64::from(iters)
+}
+
+fn matmul<T: DeviceElement + GemmElement>(c: &mut Criterion, s: &Stream, blas: &Blas) {
+    let mut g = c.benchmark_group(format!("matmul_{}", T::DTYPE));
+    g.sample_size(10);
+    for (m, n, k) in [
+        (1024, 1024, 1024),
+        (2048, 2048, 2048),
+        (4096, 4096, 4096),
+        (8192, 64, 8192),
+        (64, 8192, 8192),
+    ] {
+        let shape = MatmulShape::new(m, n, k);
+        let (a, b) = (filled::<T>(s, m * k, 0.01), filled::<T>(s, k * n, 0.02));
+        let mut out = filled::<T>(s, m * n, 0.0);
+        let flops = 2.0 * (m * n * k) as f64;
+        let id = format!("{m}x{n}x{k}");
+        g.throughput(Throughput::Elements(flops as u64));
+        g.bench_function(BenchmarkId::new("hip-kernels", &id), |bench| {
+            bench.iter(|| {
+                ops::matmul(s, &shape, 1.0, 0.0, &a, &b, &mut out).expect("matmul");
+                s.synchronize().expect("sync");
+            })
+        });
+        g.bench_function(BenchmarkId::new("hipblas", &id), |bench| {
+            bench.iter(|| {
+                blas.gemm(&Gemm::new(m, n, k), &a, &b, &mut out)
+                    .expect("gemm");
+                s.synchronize().expect("sync");
+            })
+        });
+        let ours = seconds_per_call(s, || {
+            ops::matmul(s, &shape, 1.0, 0.0, &a, &b, &mut out).expect("matmul")
+        });
+        let theirs = seconds_per_call(s, || {
+            blas.gemm(&Gemm::new(m, n, k), &a, &b, &mut out)
+                .expect("gemm")
+        });
+        println!(
+            "matmul {} {id}: hip-kernels {:.2} TFLOPS, {:?} {:.2} TFLOPS, ratio {:.2}",
+            T::DTYPE,
+            flops / ours / 1e12,
+            blas.backend(),
+            flops / theirs / 1e12,
+            theirs / ours
+        );
+    }
+    g.finish();
+}
+
+fn attention<T: DeviceElement + GemmElement>(c: &mut Criterion, s: &Stream, blas: &Blas) {
+    let mut g = c.benchmark_group(format!("attention_{}", T::DTYPE));
+    g.sample_size(10);
+    for t in [512usize, 2048, 8192] {
+        for d in [64usize, 128] {
+            let heads = if t == 8192 { 4 } else { 16 };
+            let shape = AttentionShape {
+                batch: 1,
+                heads,
+                tq: t,
+                tk: t,
+                head_dim: d,
+                causal: false,
+                scale: AttentionShape::default_scale(d),
+            };
+            let n = heads * t * d;
+            let (q, k, v, dout) = (
+                filled::<T>(s, n, 0.01),
+                filled::<T>(s, n, 0.02),
+                filled::<T>(s, n, 0.03),
+                filled::<T>(s, n, 0.04),
+            );
+            let (mut out, mut dq, mut dk, mut dv) = (
+                filled::<T>(s, n, 0.0),
+                filled::<T>(s, n, 0.0),
+                filled::<T>(s, n, 0.0),
+                filled::<T>(s, n, 0.0),
+            );
+            let mut lse = filled::<f32>(s, heads * t, 0.0);
+            let fwd_flops = 4.0 * (heads * t * t * d) as f64;
+            let id = format!("T{t}_D{d}");
+            g.throughput(Throughput::Elements(fwd_flops as u64));
+            g.bench_function(BenchmarkId::new("forward", &id), |bench| {
+                bench.iter(|| {
+                    ops::attention_forward(s, &shape, &q, &k, &v, &mut out, &mut lse)
+                        .expect("forward");
+                    s.synchronize().expect("sync");
+                })
+            });
+            let fwd = seconds_per_call(s, || {
+                ops::attention_forward(s, &shape, &q, &k, &v, &mut out, &mut lse).expect("forward")
+            });
+            let bwd = seconds_per_call(s, || {
+                ops::attention_backward(
+                    s, &shape, &q, &k, &v, &out, &dout, &lse, &mut dq, &mut dk, &mut dv,
+                )
+                .expect("backward")
+            });
+            // Baseline: S = Q·Kᵀ ([heads, t, t]) then O = S·V, two strided-batched GEMMs.
+            let mut scores = filled::<T>(s, heads * t * t, 0.0);
+            let qk = Gemm {
+                trans_b: true,
+                ..Gemm::new(t, t, d)
+            };
+            let sv = Gemm::new(t, d, t);
+            let baseline = seconds_per_call(s, || {
+                blas.gemm_strided_batched(&qk, &Batch::packed(&qk, heads), &q, &k, &mut scores)
+                    .expect("qk");
+                blas.gemm_strided_batched(&sv, &Batch::packed(&sv, heads), &scores, &v, &mut out)
+                    .expect("sv");
+            });
+            println!(
+                "attention {} {id} (BH {heads}): forward {:.2} TFLOPS, backward {:.2} TFLOPS, \
+                 forward vs 2-GEMM baseline (no softmax) {:.2}x",
+                T::DTYPE,
+                fwd_flops / fwd / 1e12,
+                2.5 * fwd_flops / bwd / 1e12,
+                baseline / fwd
+            );
+        }
+    }
+    g.finish();
+}
+
+fn benches(c: &mut Criterion) {
+    let (s, blas) = setup();
+    matmul::<f32>(c, &s, &blas);
+    matmul::<f16>(c, &s, &blas);
+    attention::<f16>(c, &s, &blas);
+    attention::<f32>(c, &s, &blas);
+}
+
+criterion_group!(device, benches);
+criterion_main!(device);

@@ -1,0 +1,32 @@
+//! The error every device launcher returns.
+
+use crate::kernels::{loader::LoadError, KernelsNotBuilt};
+use crate::params::ShapeError;
+
+/// Why a launcher did not (fully) run. Shape, dtype, length and device checks all happen before
+/// anything is launched.
+#[derive(Debug, thiserror::Error)]
+pub enum OpError {
+    /// Bad shape, length or hyper-parameter: the same error the CPU reference gives.
+    #[error(transparent)]
+    Shape(#[from] ShapeError),
+    /// This build has no HIP kernels (no hipcc when it was compiled); the message says how to
+    /// get hipcc.
+    #[error(transparent)]
+    KernelsNotBuilt(#[from] KernelsNotBuilt),
+    /// The kernels could not be loaded on this device (e.g. no code object for its arch).
+    #[error(transparent)]
+    Load(LoadError),
+    /// A HIP call failed (allocation, copy, launch), or a buffer is on another device.
+    #[error(transparent)]
+    Hip(#[from] hip_rt::Error),
+}
+
+impl From<LoadError> for OpError {
+    fn from(e: LoadError) -> Self {
+        match e {
+            LoadError::NotBuilt(n) => OpError::KernelsNotBuilt(n),
+            other => OpError::Load(other),
+        }
+    }
+}

@@ -1,0 +1,78 @@
+//! Helpers shared by the launchers: element types, kernel lookup, device checks.
+
+use super::OpError;
+use crate::kernels::loader;
+use hip_rt::memory::buffer::DeviceView;
+use hip_rt::{DevicePtr, Function, Stream};
+
+/// A storage type the kernels support (f32, f16, bf16) that device buffers can hold.
+pub trait DeviceElement: crate::params::Element + hip_rt::Element {}
+impl<T: crate::params::Element + hip_rt::Element> DeviceElement for T {}
+
+/// The kernel `<op>_<dtype>` of `kernels/<source>.hip` on the stream's device.
+pub(crate) fn kernel<T: DeviceElement>(
+    stream: &Stream,
+    source: &'static str,
+    op: &str,
+) -> Result<Function, OpError> {
+    let name = format!("{op}_{}", T::DTYPE.name());
+    Ok(loader::function(stream.device(), source, &name)?)
+}
+
+/// The kernel `name` (no dtype suffix added) of `kernels/<source>.hip`.
+pub(crate) fn kernel_named(
+    stream: &Stream,
+    source: &'static str,
+    name: &str,
+) -> Result<Function, OpError> {
+    Ok(loader::function(stream.device(), source, name)?)
+}
+
+/// The device address of `view`, after checking it lives on the stream's device; tells the
+/// allocator the buffer is used on `stream` (so it is not reused before the kernel is done).
+pub(crate) fn ptr<T: hip_rt::Element>(
+    stream: &Stream,
+    what: &'static str,
+    view: &(impl DeviceView<T> + ?Sized),
+) -> Result<DevicePtr, OpError> {
+    let found = view.buffer().device().ordinal();
+    let expected = stream.device().ordinal();
+    if found != expected {
+        return Err(hip_rt::Error::WrongDevice {
+            what,
+            expected,
+            found,
+        }
+        .into());
+    }
+    view.buffer().record_stream(stream)?;
+    Ok(view.device_ptr())
+}
+
+/// Blocks to launch for `work_items` independent items of `per_block` each, at most
+/// `blocks_per_cu` per compute unit (kernels walk the rest grid-stride); at least 1.
+pub(crate) fn grid_for(
+    work_items: u64,
+    per_block: u64,
+    compute_units: u32,
+    blocks_per_cu: u32,
+) -> u32 {
+    let needed = work_items.div_ceil(per_block.max(1)).max(1);
+    let cap = u64::from(compute_units.max(1)) * u64::from(blocks_per_cu.max(1));
+    u32::try_from(needed.min(cap)).unwrap_or(u32::MAX)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::grid_for;
+
+    #[test]
+    fn grids_cover_the_work_up_to_the_cap() {
+        assert_eq!(grid_for(0, 4, 60, 8), 1);
+        assert_eq!(grid_for(1, 4, 60, 8), 1);
+        assert_eq!(grid_for(4, 4, 60, 8), 1);
+        assert_eq!(grid_for(5, 4, 60, 8), 2);
+        assert_eq!(grid_for(1 << 40, 4, 60, 8), 480);
+        assert_eq!(grid_for(100, 0, 0, 0), 1);
+    }
+}

@@ -1,0 +1,560 @@
+//! Device tests of the layernorm and AdamW kernels against the CPU reference (`--features
+//! device`; needs a HIP device and kernels built for its arch). NEVER RUN: no GPU was available
+//! when they were written; they compile in CI.
+//!
+//! - golden cases (layernorm forward/backward, adamw) through a device `GoldenBackend`;
+//! - random shapes: C ∈ {1, 3, 4, 768, 1024, 1025, 4095, 4096, 8192, 20000}, rows ∈ {1, 7, 129},
+//!   every dtype; AdamW over element counts that are not multiples of a block or chunk, every
+//!   option, several tensors in one launch;
+//! - a found_inf step leaves every tensor bit-identical; results are bit-identical run to run.
+#![cfg(feature = "device")]
+
+use hip_kernels::cpu;
+use hip_kernels::golden::{
+    case_files, committed_dir, env_dirs, load_case, run_case_with, AdamWCase, AdamWOut,
+    AttentionBackwardCase, AttentionBackwardOut, AttentionForwardCase, AttentionForwardOut,
+    CaseInputs, GoldenBackend, LayerNormBackwardCase, LayerNormBackwardOut, LayerNormForwardCase,
+    LayerNormForwardOut, MatmulCase, TensorData,
+};
+use hip_kernels::ops::{self, AdamwTensor, DeviceElement, DeviceStep, OpError};
+use hip_kernels::params::{bf16, f16, AdamWConfig, AdamWStep, DType, Element, LayerNormShape, Op};
+use hip_kernels::tolerance::tolerance;
+use hip_kernels::with_dtype;
+use hip_rt::memory::buffer::DeviceView;
+use hip_rt::{Device, DeviceBuffer, Stream, StreamOptions};
+
+fn stream() -> Stream {
+    let device = Device::get(0).expect("--features device needs HIP device 0");
+    Stream::new(&device, StreamOptions::default()).expect("stream")
+}
+
+/// xorshift64* with a Box–Muller normal: reproducible inputs without a crate.
+struct Rng(u64);
+
+impl Rng {
+    fn uniform(&mut self) -> f64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        ((self.0.wrapping_mul(0x2545_f491_4f6c_dd1d) >> 11) as f64 + 0.5) / (1u64 << 53) as f64
+    }
+
+    fn normal(&mut self) -> f64 {
+        let (u, v) = (self.uniform(), self.uniform());
+        (-2.0 * u.ln()).sqrt() * (std::f64::consts::TAU * v).cos()
+    }
+
+    fn vec<T: Element>(&mut self, n: usize, scale: f64) -> Vec<T> {
+        (0..n).map(|_| T::from_f64(self.normal() * scale)).collect()
+    }
+}
+
+fn upload<T: DeviceElement>(s: &Stream, v: &[T]) -> DeviceBuffer<T> {
+    DeviceBuffer::from_slice(s, v).expect("upload")
+}
+
+fn download<T: DeviceElement>(s: &Stream, b: &DeviceBuffer<T>) -> Vec<T> {
+    b.to_vec(s).expect("download")
+}
+
+/// Asserts every element is within the op's tolerance of the reference.
+fn assert_close<T: Element>(what: &str, op: Op, dtype: DType, len: usize, got: &[T], want: &[T]) {
+    assert_eq!(got.len(), want.len(), "{what}: length");
+    let tol = tolerance(op, what, T::DTYPE, dtype, len);
+    let bad: Vec<String> = got
+        .iter()
+        .zip(want)
+        .enumerate()
+        .filter(|(_, (g, w))| !tol.allows(g.to_f64(), w.to_f64()))
+        .take(5)
+        .map(|(i, (g, w))| format!("[{i}] got {g:?} want {w:?}"))
+        .collect();
+    assert!(
+        bad.is_empty(),
+        "{what} ({op}, {dtype}, len {len}) beyond {tol:?}: {bad:?}"
+    );
+}
+
+fn bits<T: Element>(v: &[T]) -> Vec<u8> {
+    bytemuck::cast_slice(v).to_vec()
+}
+
+// ---------------------------------------------------------------------------------------------
+// Layer norm
+// ---------------------------------------------------------------------------------------------
+
+struct LnFwd<T> {
+    y: Vec<T>,
+    mean: Vec<f32>,
+    rstd: Vec<f32>,
+}
+
+fn ln_forward_device<T: DeviceElement>(
+    s: &Stream,
+    shape: &LayerNormShape,
+    eps: f32,
+    x: &[T],
+    w: &[T],
+    b: &[T],
+) -> Result<LnFwd<T>, OpError> {
+    let (dx, dw, db) = (upload(s, x), upload(s, w), upload(s, b));
+    let mut y = DeviceBuffer::<T>::zeroed(s, x.len())?;
+    let mut mean = DeviceBuffer::<f32>::zeroed(s, shape.rows)?;
+    let mut rstd = DeviceBuffer::<f32>::zeroed(s, shape.rows)?;
+    ops::layernorm_forward(s, shape, eps, &dx, &dw, &db, &mut y, &mut mean, &mut rstd)?;
+    Ok(LnFwd {
+        y: download(s, &y),
+        mean: download(s, &mean),
+        rstd: download(s, &rstd),
+    })
+}
+
+type LnBwd<T> = (Vec<T>, Vec<T>, Vec<T>);
+
+#[allow(clippy::too_many_arguments)]
+fn ln_backward_device<T: DeviceElement>(
+    s: &Stream,
+    shape: &LayerNormShape,
+    x: &[T],
+    w: &[T],
+    dy: &[T],
+    mean: &[f32],
+    rstd: &[f32],
+) -> Result<LnBwd<T>, OpError> {
+    let (bx, bw, bdy, bm, br) = (
+        upload(s, x),
+        upload(s, w),
+        upload(s, dy),
+        upload(s, mean),
+        upload(s, rstd),
+    );
+    let mut dx = DeviceBuffer::<T>::zeroed(s, x.len())?;
+    let mut dw = DeviceBuffer::<T>::zeroed(s, w.len())?;
+    let mut db = DeviceBuffer::<T>::zeroed(s, w.len())?;
+    ops::layernorm_backward(
+        s, shape, &bx, &bw, &bdy, &bm, &br, &mut dx, &mut dw, &mut db,
+    )?;
+    Ok((download(s, &dx), download(s, &dw), download(s, &db)))
+}
+
+fn layernorm_random<T: DeviceElement>(s: &Stream, rows: usize, cols: usize, seed: u64) {
+    let shape = LayerNormShape { rows, cols };
+    let n = rows * cols;
+    let mut rng = Rng(seed);
+    let (x, w, b, dy) = (
+        rng.vec::<T>(n, 1.0),
+        rng.vec::<T>(cols, 1.0),
+        rng.vec::<T>(cols, 1.0),
+        rng.vec::<T>(n, 1.0),
+    );
+    let dt = T::DTYPE;
+    let eps = 1e-5;
+    let got = ln_forward_device(s, &shape, eps, &x, &w, &b).expect("forward");
+    let (mut y, mut mean, mut rstd) = (x.clone(), vec![0f32; rows], vec![0f32; rows]);
+    cpu::layernorm_forward(&shape, eps, &x, &w, &b, &mut y, &mut mean, &mut rstd)
+        .expect("cpu forward");
+    assert_close("y", Op::LayerNormForward, dt, cols, &got.y, &y);
+    assert_close("mean", Op::LayerNormForward, dt, cols, &got.mean, &mean);
+    assert_close("rstd", Op::LayerNormForward, dt, cols, &got.rstd, &rstd);
+
+    let got = ln_backward_device(s, &shape, &x, &w, &dy, &mean, &rstd).expect("backward");
+    let (mut dx, mut dw, mut db) = (x.clone(), w.clone(), w.clone());
+    cpu::layernorm_backward(&shape, &x, &w, &dy, &mean, &rstd, &mut dx, &mut dw, &mut db)
+        .expect("cpu backward");
+    assert_close("dx", Op::LayerNormBackward, dt, cols, &got.0, &dx);
+    assert_close("dweight", Op::LayerNormBackward, dt, rows, &got.1, &dw);
+    assert_close("dbias", Op::LayerNormBackward, dt, rows, &got.2, &db);
+    let again = ln_backward_device(s, &shape, &x, &w, &dy, &mean, &rstd).expect("backward again");
+    assert_eq!(
+        (bits(&again.0), bits(&again.1), bits(&again.2)),
+        (bits(&got.0), bits(&got.1), bits(&got.2)),
+        "backward is not deterministic ({rows}×{cols})"
+    );
+}
+
+#[test]
+fn layernorm_matches_the_reference_on_random_shapes_every_dtype() {
+    let s = stream();
+    for (i, &cols) in [1usize, 3, 4, 768, 1024, 1025, 4095, 4096, 8192, 20000]
+        .iter()
+        .enumerate()
+    {
+        for (j, &rows) in [1usize, 7, 129].iter().enumerate() {
+            let seed = 1 + (i * 10 + j) as u64;
+            layernorm_random::<f32>(&s, rows, cols, seed);
+            layernorm_random::<f16>(&s, rows, cols, seed);
+            layernorm_random::<bf16>(&s, rows, cols, seed);
+        }
+    }
+}
+
+#[test]
+fn layernorm_with_zero_rows_zeroes_the_weight_gradients() {
+    let s = stream();
+    let shape = LayerNormShape { rows: 0, cols: 5 };
+    let w = vec![1.0f32; 5];
+    let got = ln_backward_device(&s, &shape, &[], &w, &[], &[], &[]).expect("backward");
+    assert_eq!((got.1, got.2), (vec![0.0; 5], vec![0.0; 5]));
+}
+
+#[test]
+fn launchers_validate_before_launching() {
+    let s = stream();
+    let shape = LayerNormShape { rows: 2, cols: 3 };
+    let x = upload(&s, &[0f32; 5]);
+    let w = upload(&s, &[0f32; 3]);
+    let (mut y, mut m, mut r) = (
+        upload(&s, &[0f32; 6]),
+        upload(&s, &[0f32; 2]),
+        upload(&s, &[0f32; 2]),
+    );
+    let e =
+        ops::layernorm_forward(&s, &shape, 1e-5, &x, &w, &w, &mut y, &mut m, &mut r).unwrap_err();
+    assert!(matches!(e, OpError::Shape(_)), "{e}");
+}
+
+// ---------------------------------------------------------------------------------------------
+// AdamW
+// ---------------------------------------------------------------------------------------------
+
+struct AdamwState<T> {
+    param: Vec<T>,
+    grad: Vec<T>,
+    m: Vec<f32>,
+    v: Vec<f32>,
+    vmax: Option<Vec<f32>>,
+    master: Option<Vec<f32>>,
+}
+
+impl<T: DeviceElement> AdamwState<T> {
+    fn random(n: usize, amsgrad: bool, master: bool, rng: &mut Rng) -> Self {
+        let param: Vec<T> = rng.vec(n, 1.0);
+        AdamwState {
+            master: master.then(|| param.iter().map(|p| p.to_f32()).collect()),
+            grad: rng.vec(n, 1e-2),
+            m: rng.vec(n, 1e-3),
+            v: (0..n)
+                .map(|_| (rng.normal() * 1e-2).powi(2) as f32)
+                .collect(),
+            vmax: amsgrad.then(|| {
+                (0..n)
+                    .map(|_| (rng.normal() * 1e-2).powi(2) as f32)
+                    .collect()
+            }),
+            param,
+        }
+    }
+
+    fn cpu_step(&mut self, c: &AdamWConfig, s: &AdamWStep) {
+        let r = match &mut self.master {
+            Some(master) => cpu::adamw_master(
+                c,
+                s,
+                master,
+                &mut self.param,
+                &self.grad,
+                &mut self.m,
+                &mut self.v,
+                self.vmax.as_deref_mut(),
+            ),
+            None => cpu::adamw(
+                c,
+                s,
+                &mut self.param,
+                &self.grad,
+                &mut self.m,
+                &mut self.v,
+                self.vmax.as_deref_mut(),
+            ),
+        };
+        r.expect("cpu adamw");
+    }
+}
+
+/// Device copies of one tensor's state.
+struct DeviceState<T: DeviceElement> {
+    param: DeviceBuffer<T>,
+    grad: DeviceBuffer<T>,
+    m: DeviceBuffer<f32>,
+    v: DeviceBuffer<f32>,
+    vmax: Option<DeviceBuffer<f32>>,
+    master: Option<DeviceBuffer<f32>>,
+}
+
+impl<T: DeviceElement> DeviceState<T> {
+    fn upload(s: &Stream, h: &AdamwState<T>) -> Self {
+        DeviceState {
+            param: upload(s, &h.param),
+            grad: upload(s, &h.grad),
+            m: upload(s, &h.m),
+            v: upload(s, &h.v),
+            vmax: h.vmax.as_ref().map(|v| upload(s, v)),
+            master: h.master.as_ref().map(|v| upload(s, v)),
+        }
+    }
+
+    fn tensor(&mut self) -> AdamwTensor<'_, T> {
+        AdamwTensor {
+            param: &mut self.param,
+            grad: &self.grad,
+            exp_avg: &mut self.m,
+            exp_avg_sq: &mut self.v,
+            max_exp_avg_sq: self.vmax.as_mut().map(|b| b as _),
+            master: self.master.as_mut().map(|b| b as _),
+        }
+    }
+
+    fn download(&self, s: &Stream) -> AdamwState<T> {
+        AdamwState {
+            param: download(s, &self.param),
+            grad: download(s, &self.grad),
+            m: download(s, &self.m),
+            v: download(s, &self.v),
+            vmax: self.vmax.as_ref().map(|b| download(s, b)),
+            master: self.master.as_ref().map(|b| download(s, b)),
+        }
+    }
+}
+
+fn assert_adamw_close<T: DeviceElement>(got: &AdamwState<T>, want: &AdamwState<T>) {
+    let dt = T::DTYPE;
+    assert_close("param", Op::AdamW, dt, 1, &got.param, &want.param);
+    assert_close("exp_avg", Op::AdamW, dt, 1, &got.m, &want.m);
+    assert_close("exp_avg_sq", Op::AdamW, dt, 1, &got.v, &want.v);
+    if let (Some(g), Some(w)) = (&got.vmax, &want.vmax) {
+        assert_close("max_exp_avg_sq", Op::AdamW, dt, 1, g, w);
+    }
+    if let (Some(g), Some(w)) = (&got.master, &want.master) {
+        assert_close("param", Op::AdamW, DType::F32, 1, g, w);
+    }
+}
+
+fn adamw_multi_random<T: DeviceElement>(s: &Stream, seed: u64) {
+    let lens = [1usize, 255, 1023, 4097, 65_537, 200_003, 0];
+    for (amsgrad, maximize, master, scaled) in [
+        (false, false, false, false),
+        (true, true, true, true),
+        (true, false, false, true),
+        (false, true, true, false),
+    ] {
+        let c = AdamWConfig {
+            lr: 1e-2,
+            amsgrad,
+            maximize,
+            weight_decay: 0.1,
+            ..AdamWConfig::default()
+        };
+        let mut rng = Rng(seed);
+        let mut host: Vec<AdamwState<T>> = lens
+            .iter()
+            .map(|&n| AdamwState::random(n, amsgrad, master, &mut rng))
+            .collect();
+        let mut dev: Vec<DeviceState<T>> = host.iter().map(|h| DeviceState::upload(s, h)).collect();
+        let scale = upload(s, &[256.0f32]);
+        let step = AdamWStep {
+            step: 7,
+            grad_scale: scaled.then_some(256.0),
+            found_inf: false,
+        };
+        let dstep = DeviceStep {
+            step: 7,
+            grad_scale: scaled.then_some(&scale as &dyn DeviceView<f32>),
+            found_inf: None,
+        };
+        let mut tensors: Vec<AdamwTensor<'_, T>> = dev.iter_mut().map(|d| d.tensor()).collect();
+        ops::adamw_multi(s, &c, &dstep, &mut tensors).expect("adamw_multi");
+        drop(tensors);
+        for (h, d) in host.iter_mut().zip(&dev) {
+            h.cpu_step(&c, &step);
+            assert_adamw_close(&d.download(s), h);
+        }
+    }
+}
+
+#[test]
+fn adamw_multi_matches_the_reference_every_option_every_dtype() {
+    let s = stream();
+    adamw_multi_random::<f32>(&s, 11);
+    adamw_multi_random::<f16>(&s, 12);
+    adamw_multi_random::<bf16>(&s, 13);
+}
+
+#[test]
+fn a_found_inf_step_changes_no_bit() {
+    let s = stream();
+    let c = AdamWConfig {
+        amsgrad: true,
+        ..AdamWConfig::default()
+    };
+    let mut rng = Rng(5);
+    let host = AdamwState::<bf16>::random(70_001, true, true, &mut rng);
+    let mut dev = DeviceState::upload(&s, &host);
+    let found = upload(&s, &[1.0f32]);
+    let dstep = DeviceStep {
+        step: 3,
+        grad_scale: None,
+        found_inf: Some(&found),
+    };
+    ops::adamw_multi(&s, &c, &dstep, &mut [dev.tensor()]).expect("adamw_multi");
+    let got = dev.download(&s);
+    assert_eq!(bits(&got.param), bits(&host.param));
+    assert_eq!((bits(&got.m), bits(&got.v)), (bits(&host.m), bits(&host.v)));
+    assert_eq!(
+        got.vmax.as_deref().map(bits),
+        host.vmax.as_deref().map(bits)
+    );
+    assert_eq!(
+        got.master.as_deref().map(bits),
+        host.master.as_deref().map(bits)
+    );
+}
+
+#[test]
+fn non_finite_and_l2_norm_match_the_reference() {
+    let s = stream();
+    let mut rng = Rng(9);
+    let a: Vec<f16> = rng.vec(100_000, 1.0);
+    let mut b: Vec<f16> = rng.vec(3, 1.0);
+    let (da, db) = (upload(&s, &a), upload(&s, &b));
+    let mut flag = upload(&s, &[7.0f32]);
+    let mut norm = upload(&s, &[0.0f32]);
+    ops::non_finite(&s, &[&da, &db], &mut flag).expect("non_finite");
+    assert_eq!(download(&s, &flag), [0.0]);
+    ops::l2_norm(&s, &[&da, &db], &mut norm).expect("l2_norm");
+    let want = cpu::l2_norm(&[&a[..], &b[..]]);
+    let got = download(&s, &norm)[0];
+    assert!(
+        (f64::from(got) - want).abs() <= 1e-5 * want,
+        "l2 norm {got} vs {want}"
+    );
+    ops::l2_norm(&s, &[&da, &db], &mut norm).expect("l2_norm again");
+    assert_eq!(
+        download(&s, &norm)[0].to_bits(),
+        got.to_bits(),
+        "l2 norm is deterministic"
+    );
+    b[2] = f16::INFINITY;
+    let db = upload(&s, &b);
+    ops::non_finite(&s, &[&da, &db], &mut flag).expect("non_finite");
+    assert_eq!(download(&s, &flag), [1.0]);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Golden cases
+// ---------------------------------------------------------------------------------------------
+
+/// The device as a golden backend for the ops of this file (other ops are filtered out before).
+struct HipBackend(Stream);
+
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+struct BackendError(String);
+
+impl From<OpError> for BackendError {
+    fn from(e: OpError) -> Self {
+        BackendError(e.to_string())
+    }
+}
+impl From<hip_kernels::params::ShapeError> for BackendError {
+    fn from(e: hip_kernels::params::ShapeError) -> Self {
+        BackendError(e.to_string())
+    }
+}
+
+impl GoldenBackend for HipBackend {
+    type Error = BackendError;
+
+    fn name(&self) -> String {
+        format!(
+            "hip:{} {}",
+            self.0.device().ordinal(),
+            self.0.device().arch()
+        )
+    }
+
+    fn matmul(&mut self, _: &MatmulCase) -> Result<TensorData, BackendError> {
+        Err(BackendError("matmul is not tested here".into()))
+    }
+
+    fn layernorm_forward(
+        &mut self,
+        c: &LayerNormForwardCase,
+    ) -> Result<LayerNormForwardOut, BackendError> {
+        const OP: &str = "layernorm";
+        with_dtype!(c.x.dtype(), T => {
+            let o = ln_forward_device(&self.0, &c.shape, c.eps, c.x.typed::<T>(OP, "x")?, c.weight.typed::<T>(OP, "weight")?, c.bias.typed::<T>(OP, "bias")?)?;
+            Ok(LayerNormForwardOut { y: TensorData::from_slice(&o.y), mean: o.mean, rstd: o.rstd })
+        })
+    }
+
+    fn layernorm_backward(
+        &mut self,
+        c: &LayerNormBackwardCase,
+    ) -> Result<LayerNormBackwardOut, BackendError> {
+        const OP: &str = "layernorm";
+        with_dtype!(c.x.dtype(), T => {
+            let (dx, dw, db) = ln_backward_device(&self.0, &c.shape, c.x.typed::<T>(OP, "x")?, c.weight.typed::<T>(OP, "weight")?, c.dy.typed::<T>(OP, "dy")?, &c.mean, &c.rstd)?;
+            Ok(LayerNormBackwardOut { dx: TensorData::from_slice(&dx), dweight: TensorData::from_slice(&dw), dbias: TensorData::from_slice(&db) })
+        })
+    }
+
+    fn attention_forward(
+        &mut self,
+        _: &AttentionForwardCase,
+    ) -> Result<AttentionForwardOut, BackendError> {
+        Err(BackendError("attention is not tested here".into()))
+    }
+
+    fn attention_backward(
+        &mut self,
+        _: &AttentionBackwardCase,
+    ) -> Result<AttentionBackwardOut, BackendError> {
+        Err(BackendError("attention is not tested here".into()))
+    }
+
+    fn adamw(&mut self, c: &AdamWCase) -> Result<AdamWOut, BackendError> {
+        const OP: &str = "adamw";
+        let s = &self.0;
+        with_dtype!(c.param.dtype(), T => {
+            let mut param = upload(s, c.param.typed::<T>(OP, "param")?);
+            let grad = upload(s, c.grad.typed::<T>(OP, "grad")?);
+            let (mut m, mut v) = (upload(s, &c.exp_avg), upload(s, &c.exp_avg_sq));
+            let mut vmax = c.max_exp_avg_sq.as_ref().map(|x| upload(s, x));
+            ops::adamw(s, &c.config, &c.step, &mut param, &grad, &mut m, &mut v, vmax.as_mut().map(|b| b as _))?;
+            Ok(AdamWOut { param: TensorData::from_slice(&download(s, &param)), exp_avg: download(s, &m), exp_avg_sq: download(s, &v), max_exp_avg_sq: vmax.as_ref().map(|b| download(s, b)) })
+        })
+    }
+}
+
+#[test]
+fn golden_layernorm_and_adamw_cases_pass_on_the_device() {
+    let mut dirs = vec![committed_dir()];
+    dirs.extend(env_dirs());
+    let mut backend = HipBackend(stream());
+    let mut failures = Vec::new();
+    let mut ran = 0;
+    for dir in dirs {
+        for path in case_files(&dir).expect("case files") {
+            let case = load_case(&path).expect("case");
+            if !matches!(
+                case.inputs,
+                CaseInputs::LayerNormForward(_)
+                    | CaseInputs::LayerNormBackward(_)
+                    | CaseInputs::AdamW(_)
+            ) {
+                continue;
+            }
+            ran += 1;
+            if let Err(e) = run_case_with(&mut backend, &case) {
+                failures.push(format!("{}: {e}", path.display()));
+            }
+        }
+    }
+    assert!(ran > 0, "no layernorm/adamw golden cases found");
+    assert!(
+        failures.is_empty(),
+        "{} of {ran} cases failed:\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
+}
