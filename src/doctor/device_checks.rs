@@ -47,10 +47,13 @@ pub fn section(ordinal: usize) -> Section {
     section.push(check("alloc/copy round trip", || copy_round_trip(&device)));
     section.push(check("memory info", || memory_info(&device)));
     section.push(gemm_item(&device));
-    section.push(Item::not_available(
-        "kernels vs CPU reference",
-        "the device launchers in hip_kernels::ops have not landed",
-    ));
+    match Stream::new(&device, StreamOptions::default()) {
+        Ok(stream) => section.items.extend(super::kernel_checks::items(&stream)),
+        Err(e) => section.push(Item::fail(
+            "kernels vs CPU reference",
+            format!("creating a stream: {e}"),
+        )),
+    }
     section.push(Item::not_available(
         "allocator stats",
         "the caching allocator has not landed",
