@@ -13,7 +13,9 @@ use hip_rt::{DeviceBuffer, Stream};
 use super::report::Item;
 use crate::cpu;
 use crate::ops::{self, DeviceElement};
-use crate::params::{AdamWConfig, AdamWStep, DType, Element, LayerNormShape, Op};
+use crate::params::{
+    AdamWConfig, AdamWStep, AttentionShape, DType, Element, LayerNormShape, MatmulShape, Op,
+};
 use crate::tolerance::tolerance;
 
 /// Rows × columns of the layernorm case: columns not a multiple of any vector width.
@@ -47,13 +49,15 @@ pub fn items(stream: &Stream) -> Vec<Item> {
             ],
         ),
         op_item("adamw", stream, [adamw::<f32>, adamw::<f16>, adamw::<bf16>]),
-        Item::not_available(
+        op_item(
             "matmul",
-            "the matmul launcher has not landed in hip_kernels::ops",
+            stream,
+            [matmul::<f32>, matmul::<f16>, matmul::<bf16>],
         ),
-        Item::not_available(
+        op_item(
             "attention",
-            "the attention launchers have not landed in hip_kernels::ops",
+            stream,
+            [attention::<f32>, attention::<f16>, attention::<bf16>],
         ),
     ]
 }
@@ -302,6 +306,132 @@ fn adamw<T: DeviceElement>(stream: &Stream) -> Result<String, String> {
         &exp_avg_sq,
     )?;
     Ok(format!("{} {len} params ok", T::DTYPE))
+}
+
+/// The matmul case: batched, A transposed, odd sizes, alpha and beta not 0/1.
+const MM: MatmulShape = MatmulShape {
+    batch: 2,
+    m: 67,
+    n: 45,
+    k: 129,
+    trans_a: true,
+    trans_b: false,
+};
+
+fn matmul<T: DeviceElement>(stream: &Stream) -> Result<String, String> {
+    let (alpha, beta) = (1.5, 0.5);
+    let (b, m, n, k) = (MM.batch, MM.m, MM.n, MM.k);
+    let (a_h, b_h, c_h) = (
+        values::<T>(b * m * k, 12),
+        values::<T>(b * k * n, 13),
+        values::<T>(b * m * n, 14),
+    );
+    let mut want = c_h.clone();
+    cpu::matmul(&MM, alpha, beta, &a_h, &b_h, &mut want)
+        .map_err(|e| format!("CPU reference: {e}"))?;
+    let (da, db) = (upload(stream, &a_h, "a")?, upload(stream, &b_h, "b")?);
+    let mut dout = upload(stream, &c_h, "out")?;
+    ops::matmul(stream, &MM, alpha, beta, &da, &db, &mut dout).map_err(|e| e.to_string())?;
+    compare(
+        Op::Matmul,
+        "out",
+        T::DTYPE,
+        k,
+        &download(stream, &dout, "out")?,
+        &want,
+    )?;
+    Ok(format!("{} {b}x{m}x{n}x{k} (Aᵀ) ok", T::DTYPE))
+}
+
+/// The attention case: causal with Tq < Tk (bottom-right aligned), odd lengths, D = 64.
+fn attention_shape() -> AttentionShape {
+    AttentionShape {
+        batch: 1,
+        heads: 2,
+        tq: 37,
+        tk: 53,
+        head_dim: 64,
+        causal: true,
+        scale: AttentionShape::default_scale(64),
+    }
+}
+
+fn attention<T: DeviceElement>(stream: &Stream) -> Result<String, String> {
+    let s = attention_shape();
+    let (nq, nk, rows) = (
+        s.batch * s.heads * s.tq * s.head_dim,
+        s.batch * s.heads * s.tk * s.head_dim,
+        s.batch * s.heads * s.tq,
+    );
+    let (q, k, v, dout) = (
+        values::<T>(nq, 15),
+        values::<T>(nk, 16),
+        values::<T>(nk, 17),
+        values::<T>(nq, 18),
+    );
+    let zero = T::from_f32(0.0);
+    let (mut out, mut lse) = (vec![zero; nq], vec![0f32; rows]);
+    cpu::attention_forward(&s, &q, &k, &v, &mut out, &mut lse)
+        .map_err(|e| format!("CPU reference: {e}"))?;
+    let (mut dq, mut dk, mut dv) = (vec![zero; nq], vec![zero; nk], vec![zero; nk]);
+    cpu::attention_backward(&s, &q, &k, &v, &out, &dout, &lse, &mut dq, &mut dk, &mut dv)
+        .map_err(|e| format!("CPU reference: {e}"))?;
+
+    let (d_q, d_k, d_v) = (
+        upload(stream, &q, "q")?,
+        upload(stream, &k, "k")?,
+        upload(stream, &v, "v")?,
+    );
+    let (mut d_out, mut d_lse) = (
+        zeroed::<T>(stream, nq, "out")?,
+        zeroed::<f32>(stream, rows, "lse")?,
+    );
+    ops::attention_forward(stream, &s, &d_q, &d_k, &d_v, &mut d_out, &mut d_lse)
+        .map_err(|e| e.to_string())?;
+    let (lq, lk) = (s.tk.max(s.head_dim), s.tq.max(s.head_dim));
+    compare(
+        Op::AttentionForward,
+        "out",
+        T::DTYPE,
+        lq,
+        &download(stream, &d_out, "out")?,
+        &out,
+    )?;
+    compare(
+        Op::AttentionForward,
+        "lse",
+        T::DTYPE,
+        lq,
+        &download(stream, &d_lse, "lse")?,
+        &lse,
+    )?;
+
+    // The backward gets the reference's out and lse, so it is judged on its own.
+    let (c_out, c_lse, d_dout) = (
+        upload(stream, &out, "out")?,
+        upload(stream, &lse, "lse")?,
+        upload(stream, &dout, "dout")?,
+    );
+    let (mut g_q, mut g_k, mut g_v) = (
+        zeroed::<T>(stream, nq, "dq")?,
+        zeroed::<T>(stream, nk, "dk")?,
+        zeroed::<T>(stream, nk, "dv")?,
+    );
+    ops::attention_backward(
+        stream, &s, &d_q, &d_k, &d_v, &c_out, &d_dout, &c_lse, &mut g_q, &mut g_k, &mut g_v,
+    )
+    .map_err(|e| e.to_string())?;
+    let op = Op::AttentionBackward;
+    compare(op, "dq", T::DTYPE, lq, &download(stream, &g_q, "dq")?, &dq)?;
+    compare(op, "dk", T::DTYPE, lk, &download(stream, &g_k, "dk")?, &dk)?;
+    compare(op, "dv", T::DTYPE, lk, &download(stream, &g_v, "dv")?, &dv)?;
+    Ok(format!(
+        "{} causal Tq {} Tk {} D {} fwd+bwd ok",
+        T::DTYPE,
+        s.tq,
+        s.tk,
+        s.head_dim
+    ))
 }
 
 #[cfg(test)]
