@@ -92,7 +92,7 @@ pub fn bench_item<E: std::fmt::Display>(
 const COPY_BYTES: usize = 256 << 20;
 
 /// Square size of the GEMM benchmarks.
-const GEMM_N: usize = 2048;
+pub const GEMM_N: usize = 2048;
 
 /// The Benchmarks section: one block of rows per device, or one skipped row saying why none ran.
 pub fn section(devices: &DeviceState) -> Section {
@@ -145,10 +145,7 @@ fn device_benches(ordinal: usize, prefix: &str) -> Vec<Item> {
             format!("no BLAS handle: {e}"),
         )),
     }
-    rows.push(Item::not_available(
-        format!("{prefix} kernels"),
-        "layernorm/AdamW GB/s and matmul/attention TFLOPS need the launchers in hip_kernels::ops",
-    ));
+    rows.extend(super::kernel_bench::items(&stream, prefix));
     rows
 }
 

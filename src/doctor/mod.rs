@@ -15,6 +15,7 @@ pub mod env;
 pub mod guard;
 pub mod hip;
 pub mod json;
+pub mod kernel_bench;
 pub mod kernel_checks;
 pub mod kernels;
 pub mod report;
