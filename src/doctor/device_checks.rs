@@ -54,10 +54,9 @@ pub fn section(ordinal: usize) -> Section {
             format!("creating a stream: {e}"),
         )),
     }
-    section.push(Item::not_available(
-        "allocator stats",
-        "the caching allocator has not landed",
-    ));
+    section.push(check("allocator stats", || {
+        super::alloc_check::check(device.ordinal())
+    }));
     section.push(check("errors while dropping", || {
         device
             .check_err()

@@ -8,6 +8,7 @@
 //! libraries), Embedded kernels, Devices, Checks per device, CPU reference self-check,
 //! Benchmarks (with `--bench`), Diagnosis.
 
+pub mod alloc_check;
 pub mod bench;
 pub mod device_checks;
 pub mod diagnose;
