@@ -3,9 +3,39 @@
 //! `dlclose`), so libraries are leaked on purpose.
 
 use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
 
 use crate::search::{self, LibrarySpec, SearchReport, Target};
 use crate::Error;
+
+/// A process-wide library slot: the loaded library (or why it failed) and where the search looked.
+pub(crate) type LoadCell<T> = OnceLock<(Result<T, Error>, SearchReport)>;
+
+/// The library in `cell`, searching for `spec` and wrapping what opened with `wrap` on first
+/// use; every later call returns the same value or error.
+pub(crate) fn load_once<T>(
+    cell: &'static LoadCell<T>,
+    spec: &LibrarySpec,
+    wrap: impl FnOnce(Opened) -> Result<T, Error>,
+) -> &'static (Result<T, Error>, SearchReport) {
+    cell.get_or_init(|| {
+        let (opened, report) = find(spec);
+        (opened.and_then(wrap), report)
+    })
+}
+
+/// Turn a field of a dynamic table into its function pointer, or [`Error::MissingSymbol`] naming
+/// `name` and the `library` file it is missing from.
+pub(crate) fn resolve<F: Copy>(
+    library: &Path,
+    name: &'static str,
+    field: &Result<F, libloading::Error>,
+) -> Result<F, Error> {
+    field.as_ref().copied().map_err(|_| Error::MissingSymbol {
+        name,
+        library: library.to_path_buf(),
+    })
+}
 
 /// A library that opened and exports the spec's core symbols.
 pub(crate) struct Opened {

@@ -28,7 +28,7 @@ impl std::fmt::Debug for Hip {
     }
 }
 
-static HIP: OnceLock<(Result<Hip, Error>, SearchReport)> = OnceLock::new();
+static HIP: dl::LoadCell<Hip> = OnceLock::new();
 
 /// The HIP runtime, loaded on first use (search order in [`crate::search::targets`]). Every later
 /// call returns the same runtime, or the same error.
@@ -47,10 +47,7 @@ pub fn hip_search_report() -> SearchReport {
 }
 
 fn hip_cell() -> &'static (Result<Hip, Error>, SearchReport) {
-    HIP.get_or_init(|| {
-        let (opened, report) = dl::find(&HIP_RUNTIME);
-        (opened.and_then(Hip::from_opened), report)
-    })
+    dl::load_once(&HIP, &HIP_RUNTIME, Hip::from_opened)
 }
 
 /// Load the HIP runtime from exactly `path`, bypassing the search and the process-wide cache
@@ -109,10 +106,7 @@ impl Hip {
         name: &'static str,
         field: &Result<F, libloading::Error>,
     ) -> Result<F, Error> {
-        field.as_ref().copied().map_err(|_| Error::MissingSymbol {
-            name,
-            library: self.path.clone(),
-        })
+        dl::resolve(&self.path, name, field)
     }
 
     /// `hipRuntimeGetVersion`, decoded.

@@ -351,10 +351,7 @@ impl HipBlas {
         name: &'static str,
         field: &Result<F, libloading::Error>,
     ) -> Result<F, Error> {
-        field.as_ref().copied().map_err(|_| Error::MissingSymbol {
-            name,
-            library: self.path.clone(),
-        })
+        crate::dl::resolve(&self.path, name, field)
     }
 
     /// `GemmEx` for this build's ABI.

@@ -149,10 +149,7 @@ impl RocBlas {
         name: &'static str,
         field: &Result<F, libloading::Error>,
     ) -> Result<F, Error> {
-        field.as_ref().copied().map_err(|_| Error::MissingSymbol {
-            name,
-            library: self.path.clone(),
-        })
+        crate::dl::resolve(&self.path, name, field)
     }
 }
 
