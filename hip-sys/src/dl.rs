@@ -44,6 +44,34 @@ pub(crate) struct Opened {
     pub path: PathBuf,
 }
 
+/// The accessors every loaded library type shares (`path`, `api`, `resolve`), for a struct with
+/// `path: PathBuf` and `api` (or something that derefs to it) fields; `api`'s doc is given.
+macro_rules! library_accessors {
+    ($lib:ident, $api:ty, $api_doc:literal) => {
+        impl $lib {
+            /// The file actually loaded.
+            pub fn path(&self) -> &std::path::Path {
+                &self.path
+            }
+
+            #[doc = $api_doc]
+            pub fn api(&self) -> &$api {
+                &self.api
+            }
+
+            #[doc = concat!("Turn a field of [`", stringify!($lib), "::api`] into the function pointer, or [`Error::MissingSymbol`](crate::Error::MissingSymbol).")]
+            pub fn resolve<F: Copy>(
+                &self,
+                name: &'static str,
+                field: &Result<F, libloading::Error>,
+            ) -> Result<F, crate::Error> {
+                crate::dl::resolve(&self.path, name, field)
+            }
+        }
+    };
+}
+pub(crate) use library_accessors;
+
 /// Search for `spec` with the process environment and filesystem, open the first hit and check
 /// it is the library it claims to be.
 pub(crate) fn find(spec: &LibrarySpec) -> (Result<Opened, Error>, SearchReport) {

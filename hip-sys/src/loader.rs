@@ -19,6 +19,12 @@ pub struct Hip {
     evidence: FlavourEvidence,
 }
 
+dl::library_accessors!(
+    Hip,
+    HipApi,
+    "The generated table of entry points. Read its fields (or use [`crate::sym!`]); never call\nits methods, which panic when a symbol is missing."
+);
+
 impl std::fmt::Debug for Hip {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Hip")
@@ -79,11 +85,6 @@ impl Hip {
         })
     }
 
-    /// The file actually loaded.
-    pub fn path(&self) -> &Path {
-        &self.path
-    }
-
     /// DTK or upstream ROCm.
     pub fn flavour(&self) -> Flavour {
         self.evidence.flavour()
@@ -92,21 +93,6 @@ impl Hip {
     /// Why [`Hip::flavour`] decided what it did.
     pub fn flavour_evidence(&self) -> &FlavourEvidence {
         &self.evidence
-    }
-
-    /// The generated table of entry points. Read its fields (or use [`crate::sym!`]); never call
-    /// its methods, which panic when a symbol is missing.
-    pub fn api(&self) -> &HipApi {
-        &self.api
-    }
-
-    /// Turn a field of [`Hip::api`] into the function pointer, or [`Error::MissingSymbol`].
-    pub fn resolve<F: Copy>(
-        &self,
-        name: &'static str,
-        field: &Result<F, libloading::Error>,
-    ) -> Result<F, Error> {
-        dl::resolve(&self.path, name, field)
     }
 
     /// `hipRuntimeGetVersion`, decoded.
