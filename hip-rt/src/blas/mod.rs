@@ -233,58 +233,25 @@ impl Blas {
                     hipblasComputeType_t::HIPBLAS_COMPUTE_32F,
                 );
                 // The legacy and v2 ABIs differ only in the types of the type tags and compute
-                // type, so each argument list is written once and filled with the ABI's tags.
-                macro_rules! strided_batched_args {
-                    ($f:expr, $t:expr, $ct:expr) => {
+                // type, and the strided-batched call only adds the strides and batch count, so
+                // the argument list is written once and filled with the ABI's tags.
+                macro_rules! ex_call {
+                    (
+                        $f:expr, $t:expr, $ct:expr
+                        $(, strided: $sa:expr, $sb:expr, $sc:expr, $count:expr)?
+                    ) => {
                         $f(
-                            h,
-                            opf,
-                            ops,
-                            m,
-                            n,
-                            k,
-                            p.alpha,
-                            p.first,
-                            $t,
-                            c.ld_first,
-                            c.stride_first,
-                            p.second,
-                            $t,
-                            c.ld_second,
-                            c.stride_second,
-                            p.beta,
-                            p.c,
-                            $t,
-                            c.ldc,
-                            c.stride_c,
-                            c.batch,
-                            $ct,
-                            algo,
+                            h, opf, ops, m, n, k, p.alpha, p.first, $t, c.ld_first, $($sa,)?
+                            p.second, $t, c.ld_second, $($sb,)? p.beta, p.c, $t, c.ldc,
+                            $($sc, $count,)? $ct, algo,
                         )
                     };
                 }
-                macro_rules! gemm_args {
+                macro_rules! strided_batched_args {
                     ($f:expr, $t:expr, $ct:expr) => {
-                        $f(
-                            h,
-                            opf,
-                            ops,
-                            m,
-                            n,
-                            k,
-                            p.alpha,
-                            p.first,
-                            $t,
-                            c.ld_first,
-                            p.second,
-                            $t,
-                            c.ld_second,
-                            p.beta,
-                            p.c,
-                            $t,
-                            c.ldc,
-                            $ct,
-                            algo,
+                        ex_call!(
+                            $f, $t, $ct,
+                            strided: c.stride_first, c.stride_second, c.stride_c, c.batch
                         )
                     };
                 }
@@ -303,10 +270,10 @@ impl Blas {
                     match lib.gemm_ex()? {
                         // SAFETY: operands satisfy `c` (caller); v2 type tags of T, f32 compute type match the
                         // f32 alpha/beta and the ABI hip-sys probed for this function.
-                        GemmEx::V2(f) => unsafe { gemm_args!(f, v2, vc) },
+                        GemmEx::V2(f) => unsafe { ex_call!(f, v2, vc) },
                         // SAFETY: operands satisfy `c` (caller); legacy type tags of T, f32 compute type match the
                         // f32 alpha/beta and the ABI hip-sys probed for this function.
-                        GemmEx::Legacy(f) => unsafe { gemm_args!(f, lt, lc) },
+                        GemmEx::Legacy(f) => unsafe { ex_call!(f, lt, lc) },
                     }
                 };
                 Ok(status.result()?)
