@@ -3,9 +3,39 @@
 //! `dlclose`), so libraries are leaked on purpose.
 
 use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
 
 use crate::search::{self, LibrarySpec, SearchReport, Target};
 use crate::Error;
+
+/// A process-wide library slot: the loaded library (or why it failed) and where the search looked.
+pub(crate) type LoadCell<T> = OnceLock<(Result<T, Error>, SearchReport)>;
+
+/// The library in `cell`, searching for `spec` and wrapping what opened with `wrap` on first
+/// use; every later call returns the same value or error.
+pub(crate) fn load_once<T>(
+    cell: &'static LoadCell<T>,
+    spec: &LibrarySpec,
+    wrap: impl FnOnce(Opened) -> Result<T, Error>,
+) -> &'static (Result<T, Error>, SearchReport) {
+    cell.get_or_init(|| {
+        let (opened, report) = find(spec);
+        (opened.and_then(wrap), report)
+    })
+}
+
+/// Turn a field of a dynamic table into its function pointer, or [`Error::MissingSymbol`] naming
+/// `name` and the `library` file it is missing from.
+pub(crate) fn resolve<F: Copy>(
+    library: &Path,
+    name: &'static str,
+    field: &Result<F, libloading::Error>,
+) -> Result<F, Error> {
+    field.as_ref().copied().map_err(|_| Error::MissingSymbol {
+        name,
+        library: library.to_path_buf(),
+    })
+}
 
 /// A library that opened and exports the spec's core symbols.
 pub(crate) struct Opened {
@@ -13,6 +43,34 @@ pub(crate) struct Opened {
     /// The file actually loaded (resolved through the system loader when it found it).
     pub path: PathBuf,
 }
+
+/// The accessors every loaded library type shares (`path`, `api`, `resolve`), for a struct with
+/// `path: PathBuf` and `api` (or something that derefs to it) fields; `api`'s doc is given.
+macro_rules! library_accessors {
+    ($lib:ident, $api:ty, $api_doc:literal) => {
+        impl $lib {
+            /// The file actually loaded.
+            pub fn path(&self) -> &std::path::Path {
+                &self.path
+            }
+
+            #[doc = $api_doc]
+            pub fn api(&self) -> &$api {
+                &self.api
+            }
+
+            #[doc = concat!("Turn a field of [`", stringify!($lib), "::api`] into the function pointer, or [`Error::MissingSymbol`](crate::Error::MissingSymbol).")]
+            pub fn resolve<F: Copy>(
+                &self,
+                name: &'static str,
+                field: &Result<F, libloading::Error>,
+            ) -> Result<F, crate::Error> {
+                crate::dl::resolve(&self.path, name, field)
+            }
+        }
+    };
+}
+pub(crate) use library_accessors;
 
 /// Search for `spec` with the process environment and filesystem, open the first hit and check
 /// it is the library it claims to be.

@@ -19,6 +19,12 @@ pub struct Hip {
     evidence: FlavourEvidence,
 }
 
+dl::library_accessors!(
+    Hip,
+    HipApi,
+    "The generated table of entry points. Read its fields (or use [`crate::sym!`]); never call\nits methods, which panic when a symbol is missing."
+);
+
 impl std::fmt::Debug for Hip {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Hip")
@@ -28,7 +34,7 @@ impl std::fmt::Debug for Hip {
     }
 }
 
-static HIP: OnceLock<(Result<Hip, Error>, SearchReport)> = OnceLock::new();
+static HIP: dl::LoadCell<Hip> = OnceLock::new();
 
 /// The HIP runtime, loaded on first use (search order in [`crate::search::targets`]). Every later
 /// call returns the same runtime, or the same error.
@@ -47,10 +53,7 @@ pub fn hip_search_report() -> SearchReport {
 }
 
 fn hip_cell() -> &'static (Result<Hip, Error>, SearchReport) {
-    HIP.get_or_init(|| {
-        let (opened, report) = dl::find(&HIP_RUNTIME);
-        (opened.and_then(Hip::from_opened), report)
-    })
+    dl::load_once(&HIP, &HIP_RUNTIME, Hip::from_opened)
 }
 
 /// Load the HIP runtime from exactly `path`, bypassing the search and the process-wide cache
@@ -82,11 +85,6 @@ impl Hip {
         })
     }
 
-    /// The file actually loaded.
-    pub fn path(&self) -> &Path {
-        &self.path
-    }
-
     /// DTK or upstream ROCm.
     pub fn flavour(&self) -> Flavour {
         self.evidence.flavour()
@@ -95,24 +93,6 @@ impl Hip {
     /// Why [`Hip::flavour`] decided what it did.
     pub fn flavour_evidence(&self) -> &FlavourEvidence {
         &self.evidence
-    }
-
-    /// The generated table of entry points. Read its fields (or use [`crate::sym!`]); never call
-    /// its methods, which panic when a symbol is missing.
-    pub fn api(&self) -> &HipApi {
-        &self.api
-    }
-
-    /// Turn a field of [`Hip::api`] into the function pointer, or [`Error::MissingSymbol`].
-    pub fn resolve<F: Copy>(
-        &self,
-        name: &'static str,
-        field: &Result<F, libloading::Error>,
-    ) -> Result<F, Error> {
-        field.as_ref().copied().map_err(|_| Error::MissingSymbol {
-            name,
-            library: self.path.clone(),
-        })
     }
 
     /// `hipRuntimeGetVersion`, decoded.

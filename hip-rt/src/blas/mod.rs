@@ -232,119 +232,48 @@ impl Blas {
                     hipblasDatatype_t::HIPBLAS_R_32F,
                     hipblasComputeType_t::HIPBLAS_COMPUTE_32F,
                 );
+                // The legacy and v2 ABIs differ only in the types of the type tags and compute
+                // type, and the strided-batched call only adds the strides and batch count, so
+                // the argument list is written once and filled with the ABI's tags.
+                macro_rules! ex_call {
+                    (
+                        $f:expr, $t:expr, $ct:expr
+                        $(, strided: $sa:expr, $sb:expr, $sc:expr, $count:expr)?
+                    ) => {
+                        $f(
+                            h, opf, ops, m, n, k, p.alpha, p.first, $t, c.ld_first, $($sa,)?
+                            p.second, $t, c.ld_second, $($sb,)? p.beta, p.c, $t, c.ldc,
+                            $($sc, $count,)? $ct, algo,
+                        )
+                    };
+                }
+                macro_rules! strided_batched_args {
+                    ($f:expr, $t:expr, $ct:expr) => {
+                        ex_call!(
+                            $f, $t, $ct,
+                            strided: c.stride_first, c.stride_second, c.stride_c, c.batch
+                        )
+                    };
+                }
                 let status = if batched {
                     match lib.gemm_strided_batched_ex()? {
                         // SAFETY: operands satisfy `c` (caller); v2 type tags of T, f32 compute type match the
                         // f32 alpha/beta and the ABI hip-sys probed for this function.
-                        GemmStridedBatchedEx::V2(f) => unsafe {
-                            f(
-                                h,
-                                opf,
-                                ops,
-                                m,
-                                n,
-                                k,
-                                p.alpha,
-                                p.first,
-                                v2,
-                                c.ld_first,
-                                c.stride_first,
-                                p.second,
-                                v2,
-                                c.ld_second,
-                                c.stride_second,
-                                p.beta,
-                                p.c,
-                                v2,
-                                c.ldc,
-                                c.stride_c,
-                                c.batch,
-                                vc,
-                                algo,
-                            )
-                        },
+                        GemmStridedBatchedEx::V2(f) => unsafe { strided_batched_args!(f, v2, vc) },
                         // SAFETY: operands satisfy `c` (caller); legacy type tags of T, f32 compute type match the
                         // f32 alpha/beta and the ABI hip-sys probed for this function.
                         GemmStridedBatchedEx::Legacy(f) => unsafe {
-                            f(
-                                h,
-                                opf,
-                                ops,
-                                m,
-                                n,
-                                k,
-                                p.alpha,
-                                p.first,
-                                lt,
-                                c.ld_first,
-                                c.stride_first,
-                                p.second,
-                                lt,
-                                c.ld_second,
-                                c.stride_second,
-                                p.beta,
-                                p.c,
-                                lt,
-                                c.ldc,
-                                c.stride_c,
-                                c.batch,
-                                lc,
-                                algo,
-                            )
+                            strided_batched_args!(f, lt, lc)
                         },
                     }
                 } else {
                     match lib.gemm_ex()? {
                         // SAFETY: operands satisfy `c` (caller); v2 type tags of T, f32 compute type match the
                         // f32 alpha/beta and the ABI hip-sys probed for this function.
-                        GemmEx::V2(f) => unsafe {
-                            f(
-                                h,
-                                opf,
-                                ops,
-                                m,
-                                n,
-                                k,
-                                p.alpha,
-                                p.first,
-                                v2,
-                                c.ld_first,
-                                p.second,
-                                v2,
-                                c.ld_second,
-                                p.beta,
-                                p.c,
-                                v2,
-                                c.ldc,
-                                vc,
-                                algo,
-                            )
-                        },
+                        GemmEx::V2(f) => unsafe { ex_call!(f, v2, vc) },
                         // SAFETY: operands satisfy `c` (caller); legacy type tags of T, f32 compute type match the
                         // f32 alpha/beta and the ABI hip-sys probed for this function.
-                        GemmEx::Legacy(f) => unsafe {
-                            f(
-                                h,
-                                opf,
-                                ops,
-                                m,
-                                n,
-                                k,
-                                p.alpha,
-                                p.first,
-                                lt,
-                                c.ld_first,
-                                p.second,
-                                lt,
-                                c.ld_second,
-                                p.beta,
-                                p.c,
-                                lt,
-                                c.ldc,
-                                lc,
-                                algo,
-                            )
-                        },
+                        GemmEx::Legacy(f) => unsafe { ex_call!(f, lt, lc) },
                     }
                 };
                 Ok(status.result()?)

@@ -330,31 +330,9 @@ impl HipBlas {
         }
     }
 
-    /// The file actually loaded.
-    pub fn path(&self) -> &Path {
-        &self.path
-    }
-
-    /// The entry-point table (read fields, or use `sym!(blas, name)`).
-    pub fn api(&self) -> &HipBlasApi {
-        &self.api
-    }
-
     /// Which `GemmEx` ABI this build has, if any.
     pub fn gemm_ex_abi(&self) -> Option<GemmExAbi> {
         self.gemm_ex_abi
-    }
-
-    /// Turn a field of [`HipBlas::api`] into the function pointer, or [`Error::MissingSymbol`].
-    pub fn resolve<F: Copy>(
-        &self,
-        name: &'static str,
-        field: &Result<F, libloading::Error>,
-    ) -> Result<F, Error> {
-        field.as_ref().copied().map_err(|_| Error::MissingSymbol {
-            name,
-            library: self.path.clone(),
-        })
     }
 
     /// `GemmEx` for this build's ABI.
@@ -411,6 +389,12 @@ impl HipBlas {
         }
     }
 }
+
+crate::dl::library_accessors!(
+    HipBlas,
+    HipBlasApi,
+    "The entry-point table (read fields, or use `sym!(blas, name)`)."
+);
 
 impl std::fmt::Debug for HipBlas {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {

@@ -22,6 +22,7 @@ pub use rocblas::{
 
 use std::sync::OnceLock;
 
+use crate::dl::{load_once, LoadCell};
 use crate::search::{LibrarySpec, SearchReport};
 use crate::Error;
 
@@ -55,8 +56,8 @@ pub const ROCBLAS: LibrarySpec = LibrarySpec {
     install_hint: "on ROCm, install rocblas (it is not packaged in Debian bookworm)",
 };
 
-static HIPBLAS_LIB: OnceLock<(Result<HipBlas, Error>, SearchReport)> = OnceLock::new();
-static ROCBLAS_LIB: OnceLock<(Result<RocBlas, Error>, SearchReport)> = OnceLock::new();
+static HIPBLAS_LIB: LoadCell<HipBlas> = OnceLock::new();
+static ROCBLAS_LIB: LoadCell<RocBlas> = OnceLock::new();
 
 /// hipBLAS, loaded on first use; the same value or error on every later call.
 pub fn hipblas() -> Result<&'static HipBlas, Error> {
@@ -79,16 +80,14 @@ pub fn rocblas_search_report() -> SearchReport {
 }
 
 fn hipblas_cell() -> &'static (Result<HipBlas, Error>, SearchReport) {
-    HIPBLAS_LIB.get_or_init(|| {
-        let (opened, report) = crate::dl::find(&HIPBLAS);
-        (opened.map(HipBlas::from_opened), report)
+    load_once(&HIPBLAS_LIB, &HIPBLAS, |opened| {
+        Ok(HipBlas::from_opened(opened))
     })
 }
 
 fn rocblas_cell() -> &'static (Result<RocBlas, Error>, SearchReport) {
-    ROCBLAS_LIB.get_or_init(|| {
-        let (opened, report) = crate::dl::find(&ROCBLAS);
-        (opened.map(RocBlas::from_opened), report)
+    load_once(&ROCBLAS_LIB, &ROCBLAS, |opened| {
+        Ok(RocBlas::from_opened(opened))
     })
 }
 

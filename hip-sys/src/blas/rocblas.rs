@@ -5,12 +5,11 @@
 #![allow(non_camel_case_types, non_upper_case_globals)]
 
 use std::ffi::{c_uint, c_void};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use super::hipblas::enum_newtype;
 use super::{dynamic_table, status_newtype};
 use crate::generated::hipStream_t;
-use crate::Error;
 
 /// `rocblas_handle` (opaque).
 pub type rocblas_handle = *mut c_void;
@@ -132,29 +131,13 @@ impl RocBlas {
             path: opened.path,
         }
     }
-
-    /// The file actually loaded.
-    pub fn path(&self) -> &Path {
-        &self.path
-    }
-
-    /// The entry-point table (read fields, or use `sym!(blas, name)`).
-    pub fn api(&self) -> &RocBlasApi {
-        &self.api
-    }
-
-    /// Turn a field of [`RocBlas::api`] into the function pointer, or [`Error::MissingSymbol`].
-    pub fn resolve<F: Copy>(
-        &self,
-        name: &'static str,
-        field: &Result<F, libloading::Error>,
-    ) -> Result<F, Error> {
-        field.as_ref().copied().map_err(|_| Error::MissingSymbol {
-            name,
-            library: self.path.clone(),
-        })
-    }
 }
+
+crate::dl::library_accessors!(
+    RocBlas,
+    RocBlasApi,
+    "The entry-point table (read fields, or use `sym!(blas, name)`)."
+);
 
 impl std::fmt::Debug for RocBlas {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
