@@ -252,30 +252,14 @@ fn attention_backward_is_bit_identical_run_to_run() {
     let first = attention_backward_device(&s, &shape, &q, &k, &v, &out, &dout, &lse).unwrap();
     for _ in 0..3 {
         let again = attention_backward_device(&s, &shape, &q, &k, &v, &out, &dout, &lse).unwrap();
-        assert!(
-            first
-                .0
-                .iter()
-                .zip(&again.0)
-                .all(|(a, b)| a.to_bits() == b.to_bits()),
-            "dq differs"
-        );
-        assert!(
-            first
-                .1
-                .iter()
-                .zip(&again.1)
-                .all(|(a, b)| a.to_bits() == b.to_bits()),
-            "dk differs"
-        );
-        assert!(
-            first
-                .2
-                .iter()
-                .zip(&again.2)
-                .all(|(a, b)| a.to_bits() == b.to_bits()),
-            "dv differs"
-        );
+        let pairs = [
+            ("dq", &first.0, &again.0),
+            ("dk", &first.1, &again.1),
+            ("dv", &first.2, &again.2),
+        ];
+        for (name, a, b) in pairs {
+            assert!(bits(a) == bits(b), "{name} differs");
+        }
     }
 }
 
