@@ -108,7 +108,8 @@ pub fn ln_forward_device<T: DeviceElement>(
     })
 }
 
-pub type LnBwd<T> = (Vec<T>, Vec<T>, Vec<T>);
+/// Three gradients downloaded to the host: (dx, dweight, dbias) or (dq, dk, dv).
+pub type Grads<T> = (Vec<T>, Vec<T>, Vec<T>);
 
 #[allow(clippy::too_many_arguments)]
 pub fn ln_backward_device<T: DeviceElement>(
@@ -119,7 +120,7 @@ pub fn ln_backward_device<T: DeviceElement>(
     dy: &[T],
     mean: &[f32],
     rstd: &[f32],
-) -> Result<LnBwd<T>, OpError> {
+) -> Result<Grads<T>, OpError> {
     let (bx, bw, bdy, bm, br) = (
         upload(s, x),
         upload(s, w),
@@ -164,8 +165,6 @@ pub fn attention_forward_device<T: DeviceElement>(
     ops::attention_forward(s, shape, &dq, &dk, &dv, &mut out, &mut lse)?;
     Ok((download(s, &out), download(s, &lse)))
 }
-
-pub type Grads<T> = (Vec<T>, Vec<T>, Vec<T>);
 
 #[allow(clippy::too_many_arguments)]
 pub fn attention_backward_device<T: DeviceElement>(
