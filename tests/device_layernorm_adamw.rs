@@ -10,132 +10,19 @@
 #![cfg(feature = "device")]
 
 use hip_kernels::cpu;
-use hip_kernels::golden::{
-    case_files, committed_dir, env_dirs, load_case, run_case_with, AdamWCase, AdamWOut,
-    AttentionBackwardCase, AttentionBackwardOut, AttentionForwardCase, AttentionForwardOut,
-    CaseInputs, GoldenBackend, LayerNormBackwardCase, LayerNormBackwardOut, LayerNormForwardCase,
-    LayerNormForwardOut, MatmulCase, TensorData,
-};
+use hip_kernels::golden::CaseInputs;
 use hip_kernels::ops::{self, AdamwTensor, DeviceElement, DeviceStep, OpError};
-use hip_kernels::params::{bf16, f16, AdamWConfig, AdamWStep, DType, Element, LayerNormShape, Op};
-use hip_kernels::tolerance::tolerance;
-use hip_kernels::with_dtype;
+use hip_kernels::params::{bf16, f16, AdamWConfig, AdamWStep, DType, LayerNormShape, Op};
 use hip_rt::memory::buffer::DeviceView;
-use hip_rt::{Device, DeviceBuffer, Stream, StreamOptions};
+use hip_rt::{DeviceBuffer, Stream};
 
-fn stream() -> Stream {
-    let device = Device::get(0).expect("--features device needs HIP device 0");
-    Stream::new(&device, StreamOptions::default()).expect("stream")
-}
+mod device_common;
 
-/// xorshift64* with a Box–Muller normal: reproducible inputs without a crate.
-struct Rng(u64);
-
-impl Rng {
-    fn uniform(&mut self) -> f64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        ((self.0.wrapping_mul(0x2545_f491_4f6c_dd1d) >> 11) as f64 + 0.5) / (1u64 << 53) as f64
-    }
-
-    fn normal(&mut self) -> f64 {
-        let (u, v) = (self.uniform(), self.uniform());
-        (-2.0 * u.ln()).sqrt() * (std::f64::consts::TAU * v).cos()
-    }
-
-    fn vec<T: Element>(&mut self, n: usize, scale: f64) -> Vec<T> {
-        (0..n).map(|_| T::from_f64(self.normal() * scale)).collect()
-    }
-}
-
-fn upload<T: DeviceElement>(s: &Stream, v: &[T]) -> DeviceBuffer<T> {
-    DeviceBuffer::from_slice(s, v).expect("upload")
-}
-
-fn download<T: DeviceElement>(s: &Stream, b: &DeviceBuffer<T>) -> Vec<T> {
-    b.to_vec(s).expect("download")
-}
-
-/// Asserts every element is within the op's tolerance of the reference.
-fn assert_close<T: Element>(what: &str, op: Op, dtype: DType, len: usize, got: &[T], want: &[T]) {
-    assert_eq!(got.len(), want.len(), "{what}: length");
-    let tol = tolerance(op, what, T::DTYPE, dtype, len);
-    let bad: Vec<String> = got
-        .iter()
-        .zip(want)
-        .enumerate()
-        .filter(|(_, (g, w))| !tol.allows(g.to_f64(), w.to_f64()))
-        .take(5)
-        .map(|(i, (g, w))| format!("[{i}] got {g:?} want {w:?}"))
-        .collect();
-    assert!(
-        bad.is_empty(),
-        "{what} ({op}, {dtype}, len {len}) beyond {tol:?}: {bad:?}"
-    );
-}
-
-fn bits<T: Element>(v: &[T]) -> Vec<u8> {
-    bytemuck::cast_slice(v).to_vec()
-}
+use device_common::*;
 
 // ---------------------------------------------------------------------------------------------
 // Layer norm
 // ---------------------------------------------------------------------------------------------
-
-struct LnFwd<T> {
-    y: Vec<T>,
-    mean: Vec<f32>,
-    rstd: Vec<f32>,
-}
-
-fn ln_forward_device<T: DeviceElement>(
-    s: &Stream,
-    shape: &LayerNormShape,
-    eps: f32,
-    x: &[T],
-    w: &[T],
-    b: &[T],
-) -> Result<LnFwd<T>, OpError> {
-    let (dx, dw, db) = (upload(s, x), upload(s, w), upload(s, b));
-    let mut y = DeviceBuffer::<T>::zeroed(s, x.len())?;
-    let mut mean = DeviceBuffer::<f32>::zeroed(s, shape.rows)?;
-    let mut rstd = DeviceBuffer::<f32>::zeroed(s, shape.rows)?;
-    ops::layernorm_forward(s, shape, eps, &dx, &dw, &db, &mut y, &mut mean, &mut rstd)?;
-    Ok(LnFwd {
-        y: download(s, &y),
-        mean: download(s, &mean),
-        rstd: download(s, &rstd),
-    })
-}
-
-type LnBwd<T> = (Vec<T>, Vec<T>, Vec<T>);
-
-#[allow(clippy::too_many_arguments)]
-fn ln_backward_device<T: DeviceElement>(
-    s: &Stream,
-    shape: &LayerNormShape,
-    x: &[T],
-    w: &[T],
-    dy: &[T],
-    mean: &[f32],
-    rstd: &[f32],
-) -> Result<LnBwd<T>, OpError> {
-    let (bx, bw, bdy, bm, br) = (
-        upload(s, x),
-        upload(s, w),
-        upload(s, dy),
-        upload(s, mean),
-        upload(s, rstd),
-    );
-    let mut dx = DeviceBuffer::<T>::zeroed(s, x.len())?;
-    let mut dw = DeviceBuffer::<T>::zeroed(s, w.len())?;
-    let mut db = DeviceBuffer::<T>::zeroed(s, w.len())?;
-    ops::layernorm_backward(
-        s, shape, &bx, &bw, &bdy, &bm, &br, &mut dx, &mut dw, &mut db,
-    )?;
-    Ok((download(s, &dx), download(s, &dw), download(s, &db)))
-}
 
 fn layernorm_random<T: DeviceElement>(s: &Stream, rows: usize, cols: usize, seed: u64) {
     let shape = LayerNormShape { rows, cols };
@@ -439,122 +326,17 @@ fn non_finite_and_l2_norm_match_the_reference() {
     assert_eq!(download(&s, &flag), [1.0]);
 }
 
-// ---------------------------------------------------------------------------------------------
-// Golden cases
-// ---------------------------------------------------------------------------------------------
-
-/// The device as a golden backend for the ops of this file (other ops are filtered out before).
-struct HipBackend(Stream);
-
-#[derive(Debug, thiserror::Error)]
-#[error("{0}")]
-struct BackendError(String);
-
-impl From<OpError> for BackendError {
-    fn from(e: OpError) -> Self {
-        BackendError(e.to_string())
-    }
-}
-impl From<hip_kernels::params::ShapeError> for BackendError {
-    fn from(e: hip_kernels::params::ShapeError) -> Self {
-        BackendError(e.to_string())
-    }
-}
-
-impl GoldenBackend for HipBackend {
-    type Error = BackendError;
-
-    fn name(&self) -> String {
-        format!(
-            "hip:{} {}",
-            self.0.device().ordinal(),
-            self.0.device().arch()
-        )
-    }
-
-    fn matmul(&mut self, _: &MatmulCase) -> Result<TensorData, BackendError> {
-        Err(BackendError("matmul is not tested here".into()))
-    }
-
-    fn layernorm_forward(
-        &mut self,
-        c: &LayerNormForwardCase,
-    ) -> Result<LayerNormForwardOut, BackendError> {
-        const OP: &str = "layernorm";
-        with_dtype!(c.x.dtype(), T => {
-            let o = ln_forward_device(&self.0, &c.shape, c.eps, c.x.typed::<T>(OP, "x")?, c.weight.typed::<T>(OP, "weight")?, c.bias.typed::<T>(OP, "bias")?)?;
-            Ok(LayerNormForwardOut { y: TensorData::from_slice(&o.y), mean: o.mean, rstd: o.rstd })
-        })
-    }
-
-    fn layernorm_backward(
-        &mut self,
-        c: &LayerNormBackwardCase,
-    ) -> Result<LayerNormBackwardOut, BackendError> {
-        const OP: &str = "layernorm";
-        with_dtype!(c.x.dtype(), T => {
-            let (dx, dw, db) = ln_backward_device(&self.0, &c.shape, c.x.typed::<T>(OP, "x")?, c.weight.typed::<T>(OP, "weight")?, c.dy.typed::<T>(OP, "dy")?, &c.mean, &c.rstd)?;
-            Ok(LayerNormBackwardOut { dx: TensorData::from_slice(&dx), dweight: TensorData::from_slice(&dw), dbias: TensorData::from_slice(&db) })
-        })
-    }
-
-    fn attention_forward(
-        &mut self,
-        _: &AttentionForwardCase,
-    ) -> Result<AttentionForwardOut, BackendError> {
-        Err(BackendError("attention is not tested here".into()))
-    }
-
-    fn attention_backward(
-        &mut self,
-        _: &AttentionBackwardCase,
-    ) -> Result<AttentionBackwardOut, BackendError> {
-        Err(BackendError("attention is not tested here".into()))
-    }
-
-    fn adamw(&mut self, c: &AdamWCase) -> Result<AdamWOut, BackendError> {
-        const OP: &str = "adamw";
-        let s = &self.0;
-        with_dtype!(c.param.dtype(), T => {
-            let mut param = upload(s, c.param.typed::<T>(OP, "param")?);
-            let grad = upload(s, c.grad.typed::<T>(OP, "grad")?);
-            let (mut m, mut v) = (upload(s, &c.exp_avg), upload(s, &c.exp_avg_sq));
-            let mut vmax = c.max_exp_avg_sq.as_ref().map(|x| upload(s, x));
-            ops::adamw(s, &c.config, &c.step, &mut param, &grad, &mut m, &mut v, vmax.as_mut().map(|b| b as _))?;
-            Ok(AdamWOut { param: TensorData::from_slice(&download(s, &param)), exp_avg: download(s, &m), exp_avg_sq: download(s, &v), max_exp_avg_sq: vmax.as_ref().map(|b| download(s, b)) })
-        })
-    }
-}
-
 #[test]
 fn golden_layernorm_and_adamw_cases_pass_on_the_device() {
-    let mut dirs = vec![committed_dir()];
-    dirs.extend(env_dirs());
-    let mut backend = HipBackend(stream());
-    let mut failures = Vec::new();
-    let mut ran = 0;
-    for dir in dirs {
-        for path in case_files(&dir).expect("case files") {
-            let case = load_case(&path).expect("case");
-            if !matches!(
-                case.inputs,
+    run_golden_cases(
+        |inputs| {
+            matches!(
+                inputs,
                 CaseInputs::LayerNormForward(_)
                     | CaseInputs::LayerNormBackward(_)
                     | CaseInputs::AdamW(_)
-            ) {
-                continue;
-            }
-            ran += 1;
-            if let Err(e) = run_case_with(&mut backend, &case) {
-                failures.push(format!("{}: {e}", path.display()));
-            }
-        }
-    }
-    assert!(ran > 0, "no layernorm/adamw golden cases found");
-    assert!(
-        failures.is_empty(),
-        "{} of {ran} cases failed:\n{}",
-        failures.len(),
-        failures.join("\n")
+            )
+        },
+        "layernorm/adamw",
     );
 }

@@ -10,133 +10,14 @@
 #![cfg(feature = "device")]
 
 use hip_kernels::cpu;
-use hip_kernels::golden::{
-    case_files, committed_dir, env_dirs, load_case, run_case_with, AdamWCase, AdamWOut,
-    AttentionBackwardCase, AttentionBackwardOut, AttentionForwardCase, AttentionForwardOut,
-    CaseInputs, GoldenBackend, LayerNormBackwardCase, LayerNormBackwardOut, LayerNormForwardCase,
-    LayerNormForwardOut, MatmulCase, TensorData,
-};
-use hip_kernels::ops::{self, DeviceElement, OpError};
-use hip_kernels::params::{AttentionShape, DType, Element, MatmulShape, Op};
-use hip_kernels::tolerance::tolerance;
-use hip_kernels::with_dtype;
-use hip_rt::{Device, DeviceBuffer, Stream, StreamOptions};
+use hip_kernels::golden::CaseInputs;
+use hip_kernels::ops::{self, DeviceElement};
+use hip_kernels::params::{AttentionShape, MatmulShape, Op};
+use hip_rt::Stream;
 
-fn stream() -> Stream {
-    let device = Device::get(0).expect("--features device needs HIP device 0");
-    Stream::new(&device, StreamOptions::default()).expect("stream")
-}
+mod device_common;
 
-/// xorshift64* with a Box–Muller normal: reproducible inputs without a crate.
-struct Rng(u64);
-
-impl Rng {
-    fn uniform(&mut self) -> f64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        ((self.0.wrapping_mul(0x2545_f491_4f6c_dd1d) >> 11) as f64 + 0.5) / (1u64 << 53) as f64
-    }
-
-    fn normal(&mut self) -> f64 {
-        let (u, v) = (self.uniform(), self.uniform());
-        (-2.0 * u.ln()).sqrt() * (std::f64::consts::TAU * v).cos()
-    }
-
-    fn vec<T: Element>(&mut self, n: usize) -> Vec<T> {
-        (0..n).map(|_| T::from_f64(self.normal())).collect()
-    }
-}
-
-fn upload<T: DeviceElement>(s: &Stream, v: &[T]) -> DeviceBuffer<T> {
-    DeviceBuffer::from_slice(s, v).expect("upload")
-}
-
-fn download<T: DeviceElement>(s: &Stream, b: &DeviceBuffer<T>) -> Vec<T> {
-    b.to_vec(s).expect("download")
-}
-
-/// Asserts every element is within the op's tolerance of the reference.
-fn assert_close<T: Element>(what: &str, op: Op, input: DType, len: usize, got: &[T], want: &[T]) {
-    assert_eq!(got.len(), want.len(), "{what}: length");
-    let tol = tolerance(op, what, T::DTYPE, input, len);
-    let bad: Vec<String> = got
-        .iter()
-        .zip(want)
-        .enumerate()
-        .filter(|(_, (g, w))| !tol.allows(g.to_f64(), w.to_f64()))
-        .take(5)
-        .map(|(i, (g, w))| format!("[{i}] got {g:?} want {w:?}"))
-        .collect();
-    assert!(
-        bad.is_empty(),
-        "{what} ({op}, {input}, len {len}) beyond {tol:?}: {bad:?}"
-    );
-}
-
-// ---------------------------------------------------------------------------------------------
-// Device wrappers (host slices in, host vectors out)
-// ---------------------------------------------------------------------------------------------
-
-fn matmul_device<T: DeviceElement>(
-    s: &Stream,
-    shape: &MatmulShape,
-    alpha: f32,
-    beta: f32,
-    a: &[T],
-    b: &[T],
-    c: &[T],
-) -> Result<Vec<T>, OpError> {
-    let (da, db) = (upload(s, a), upload(s, b));
-    let mut out = upload(s, c);
-    ops::matmul(s, shape, alpha, beta, &da, &db, &mut out)?;
-    Ok(download(s, &out))
-}
-
-fn attention_forward_device<T: DeviceElement>(
-    s: &Stream,
-    shape: &AttentionShape,
-    q: &[T],
-    k: &[T],
-    v: &[T],
-) -> Result<(Vec<T>, Vec<f32>), OpError> {
-    let (dq, dk, dv) = (upload(s, q), upload(s, k), upload(s, v));
-    let mut out = DeviceBuffer::<T>::zeroed(s, q.len())?;
-    let mut lse = DeviceBuffer::<f32>::zeroed(s, shape.lse_len()?)?;
-    ops::attention_forward(s, shape, &dq, &dk, &dv, &mut out, &mut lse)?;
-    Ok((download(s, &out), download(s, &lse)))
-}
-
-type Grads<T> = (Vec<T>, Vec<T>, Vec<T>);
-
-#[allow(clippy::too_many_arguments)]
-fn attention_backward_device<T: DeviceElement>(
-    s: &Stream,
-    shape: &AttentionShape,
-    q: &[T],
-    k: &[T],
-    v: &[T],
-    out: &[T],
-    dout: &[T],
-    lse: &[f32],
-) -> Result<Grads<T>, OpError> {
-    let (bq, bk, bv, bo, bdo, blse) = (
-        upload(s, q),
-        upload(s, k),
-        upload(s, v),
-        upload(s, out),
-        upload(s, dout),
-        upload(s, lse),
-    );
-    // Garbage in the outputs: every element must be written.
-    let mut dq = upload(s, &vec![T::from_f64(f64::NAN); q.len()]);
-    let mut dk = upload(s, &vec![T::from_f64(f64::NAN); k.len()]);
-    let mut dv = upload(s, &vec![T::from_f64(f64::NAN); v.len()]);
-    ops::attention_backward(
-        s, shape, &bq, &bk, &bv, &bo, &bdo, &blse, &mut dq, &mut dk, &mut dv,
-    )?;
-    Ok((download(s, &dq), download(s, &dk), download(s, &dv)))
-}
+use device_common::*;
 
 // ---------------------------------------------------------------------------------------------
 // Random shapes
@@ -149,12 +30,12 @@ fn check_matmul<T: DeviceElement>(
     alpha: f32,
     beta: f32,
 ) {
-    let a = rng.vec::<T>(shape.a_len().unwrap());
-    let b = rng.vec::<T>(shape.b_len().unwrap());
+    let a = rng.vec::<T>(shape.a_len().unwrap(), 1.0);
+    let b = rng.vec::<T>(shape.b_len().unwrap(), 1.0);
     let c: Vec<T> = if beta == 0.0 {
         vec![T::from_f64(f64::NAN); shape.out_len().unwrap()] // must never be read
     } else {
-        rng.vec(shape.out_len().unwrap())
+        rng.vec(shape.out_len().unwrap(), 1.0)
     };
     let mut want = c.clone();
     cpu::matmul(&shape, alpha, beta, &a, &b, &mut want).unwrap();
@@ -240,11 +121,11 @@ fn matmul_random_shapes_bf16() {
 
 fn check_attention<T: DeviceElement>(s: &Stream, rng: &mut Rng, shape: AttentionShape) {
     let (q, k, v) = (
-        rng.vec::<T>(shape.q_len().unwrap()),
-        rng.vec::<T>(shape.kv_len().unwrap()),
-        rng.vec::<T>(shape.kv_len().unwrap()),
+        rng.vec::<T>(shape.q_len().unwrap(), 1.0),
+        rng.vec::<T>(shape.kv_len().unwrap(), 1.0),
+        rng.vec::<T>(shape.kv_len().unwrap(), 1.0),
     );
-    let dout = rng.vec::<T>(shape.q_len().unwrap());
+    let dout = rng.vec::<T>(shape.q_len().unwrap(), 1.0);
     let mut out = vec![T::from_f64(0.0); q.len()];
     let mut lse = vec![0.0f32; shape.lse_len().unwrap()];
     cpu::attention_forward(&shape, &q, &k, &v, &mut out, &mut lse).unwrap();
@@ -362,39 +243,23 @@ fn attention_backward_is_bit_identical_run_to_run() {
         scale: 0.1,
     };
     let (q, k, v, dout) = (
-        rng.vec::<f32>(shape.q_len().unwrap()),
-        rng.vec::<f32>(shape.kv_len().unwrap()),
-        rng.vec::<f32>(shape.kv_len().unwrap()),
-        rng.vec::<f32>(shape.q_len().unwrap()),
+        rng.vec::<f32>(shape.q_len().unwrap(), 1.0),
+        rng.vec::<f32>(shape.kv_len().unwrap(), 1.0),
+        rng.vec::<f32>(shape.kv_len().unwrap(), 1.0),
+        rng.vec::<f32>(shape.q_len().unwrap(), 1.0),
     );
     let (out, lse) = attention_forward_device(&s, &shape, &q, &k, &v).unwrap();
     let first = attention_backward_device(&s, &shape, &q, &k, &v, &out, &dout, &lse).unwrap();
     for _ in 0..3 {
         let again = attention_backward_device(&s, &shape, &q, &k, &v, &out, &dout, &lse).unwrap();
-        assert!(
-            first
-                .0
-                .iter()
-                .zip(&again.0)
-                .all(|(a, b)| a.to_bits() == b.to_bits()),
-            "dq differs"
-        );
-        assert!(
-            first
-                .1
-                .iter()
-                .zip(&again.1)
-                .all(|(a, b)| a.to_bits() == b.to_bits()),
-            "dk differs"
-        );
-        assert!(
-            first
-                .2
-                .iter()
-                .zip(&again.2)
-                .all(|(a, b)| a.to_bits() == b.to_bits()),
-            "dv differs"
-        );
+        let pairs = [
+            ("dq", &first.0, &again.0),
+            ("dk", &first.1, &again.1),
+            ("dv", &first.2, &again.2),
+        ];
+        for (name, a, b) in pairs {
+            assert!(bits(a) == bits(b), "{name} differs");
+        }
     }
 }
 
@@ -424,120 +289,17 @@ fn bad_shapes_are_rejected_before_any_launch() {
     assert!(e.to_string().contains("head_dim"), "{e}");
 }
 
-// ---------------------------------------------------------------------------------------------
-// Golden cases
-// ---------------------------------------------------------------------------------------------
-
-/// The device as a golden backend for matmul and attention (other ops are filtered out before).
-struct HipBackend(Stream);
-
-#[derive(Debug, thiserror::Error)]
-#[error("{0}")]
-struct BackendError(String);
-
-impl From<OpError> for BackendError {
-    fn from(e: OpError) -> Self {
-        BackendError(e.to_string())
-    }
-}
-impl From<hip_kernels::params::ShapeError> for BackendError {
-    fn from(e: hip_kernels::params::ShapeError) -> Self {
-        BackendError(e.to_string())
-    }
-}
-
-impl GoldenBackend for HipBackend {
-    type Error = BackendError;
-
-    fn name(&self) -> String {
-        format!(
-            "hip:{} {}",
-            self.0.device().ordinal(),
-            self.0.device().arch()
-        )
-    }
-
-    fn matmul(&mut self, c: &MatmulCase) -> Result<TensorData, BackendError> {
-        const OP: &str = "matmul";
-        with_dtype!(c.a.dtype(), T => {
-            let init = match &c.c {
-                Some(cc) => cc.typed::<T>(OP, "c")?.to_vec(),
-                None => vec![<T as Element>::from_f64(f64::NAN); c.shape.out_len()?],
-            };
-            let out = matmul_device(&self.0, &c.shape, c.alpha, c.beta, c.a.typed::<T>(OP, "a")?, c.b.typed::<T>(OP, "b")?, &init)?;
-            Ok(TensorData::from_slice(&out))
-        })
-    }
-
-    fn layernorm_forward(
-        &mut self,
-        _: &LayerNormForwardCase,
-    ) -> Result<LayerNormForwardOut, BackendError> {
-        Err(BackendError("layernorm is not tested here".into()))
-    }
-
-    fn layernorm_backward(
-        &mut self,
-        _: &LayerNormBackwardCase,
-    ) -> Result<LayerNormBackwardOut, BackendError> {
-        Err(BackendError("layernorm is not tested here".into()))
-    }
-
-    fn attention_forward(
-        &mut self,
-        c: &AttentionForwardCase,
-    ) -> Result<AttentionForwardOut, BackendError> {
-        const OP: &str = "attention";
-        with_dtype!(c.q.dtype(), T => {
-            let (out, lse) = attention_forward_device(&self.0, &c.shape, c.q.typed::<T>(OP, "q")?, c.k.typed::<T>(OP, "k")?, c.v.typed::<T>(OP, "v")?)?;
-            Ok(AttentionForwardOut { out: TensorData::from_slice(&out), lse })
-        })
-    }
-
-    fn attention_backward(
-        &mut self,
-        c: &AttentionBackwardCase,
-    ) -> Result<AttentionBackwardOut, BackendError> {
-        const OP: &str = "attention";
-        with_dtype!(c.q.dtype(), T => {
-            let (dq, dk, dv) = attention_backward_device(&self.0, &c.shape, c.q.typed::<T>(OP, "q")?, c.k.typed::<T>(OP, "k")?, c.v.typed::<T>(OP, "v")?, c.out.typed::<T>(OP, "out")?, c.dout.typed::<T>(OP, "dout")?, &c.lse)?;
-            Ok(AttentionBackwardOut { dq: TensorData::from_slice(&dq), dk: TensorData::from_slice(&dk), dv: TensorData::from_slice(&dv) })
-        })
-    }
-
-    fn adamw(&mut self, _: &AdamWCase) -> Result<AdamWOut, BackendError> {
-        Err(BackendError("adamw is not tested here".into()))
-    }
-}
-
 #[test]
 fn golden_matmul_and_attention_cases_pass_on_the_device() {
-    let mut dirs = vec![committed_dir()];
-    dirs.extend(env_dirs());
-    let mut backend = HipBackend(stream());
-    let (mut failures, mut ran) = (Vec::new(), 0);
-    for dir in dirs {
-        for path in case_files(&dir).expect("case files") {
-            let case = load_case(&path).expect("case");
-            if !matches!(
-                case.inputs,
+    run_golden_cases(
+        |inputs| {
+            matches!(
+                inputs,
                 CaseInputs::Matmul(_)
                     | CaseInputs::AttentionForward(_)
                     | CaseInputs::AttentionBackward(_)
-            ) {
-                continue;
-            }
-            ran += 1;
-            if let Err(e) = run_case_with(&mut backend, &case) {
-                failures.push(format!("{}: {e}", path.display()));
-            }
-        }
-    }
-    assert!(ran > 0, "no matmul/attention golden cases found");
-    assert!(
-        failures.is_empty(),
-        "{} of {ran} cases failed:\n{}",
-        failures.len(),
-        failures.join("\n")
+            )
+        },
+        "matmul/attention",
     );
 }

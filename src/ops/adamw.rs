@@ -11,7 +11,7 @@ use super::launch::{grid_for, kernel, kernel_named, ptr, DeviceElement};
 use super::OpError;
 use crate::params::{check_len, AdamWConfig, AdamWStep};
 use hip_rt::memory::buffer::{DeviceBuffer, DeviceView, DeviceViewMut};
-use hip_rt::{DevicePtr, DeviceRepr, LaunchConfig, Stream};
+use hip_rt::{DevicePtr, DeviceRepr, Function, LaunchBuilder, LaunchConfig, Stream};
 
 const SOURCE: &str = "adamw";
 /// Elements per chunk (one block's unit of work).
@@ -187,22 +187,7 @@ pub fn adamw_multi<T: DeviceElement>(
     let f = kernel::<T>(stream, SOURCE, "adamw")?;
     let device_table = DeviceBuffer::from_slice(stream, &table)?;
     let s = KernelScalars::new(config, step.step);
-    let grid = grid_for(
-        total as u64,
-        1,
-        stream.device().compute_units(),
-        BLOCKS_PER_CU,
-    );
-    let cfg = LaunchConfig {
-        grid: (grid, 1, 1),
-        block: (BLOCK, 1, 1),
-        shared_mem_bytes: 0,
-    };
-    let mut b = stream.launch_builder(&f);
-    b.value(device_table.device_ptr())
-        .value(table.len() as i32)
-        .value(total)
-        .value(CHUNK as i64);
+    let (cfg, mut b) = chunked_launch(stream, &f, &device_table, total);
     for v in [
         s.beta1,
         s.one_minus_beta1,
@@ -328,6 +313,35 @@ fn tensor_table<T: DeviceElement>(
     Ok((table, total))
 }
 
+/// The launch of a chunked multi-tensor kernel of `kernels/adamw.hip` over `total` chunks:
+/// one block per chunk up to [`BLOCKS_PER_CU`] per compute unit (blocks walk the rest
+/// grid-stride), and a builder holding the leading arguments every such kernel takes (table
+/// pointer, int row count, int64_t total_chunks, int64_t chunk).
+fn chunked_launch<'a, R: hip_rt::Element>(
+    stream: &'a Stream,
+    function: &'a Function,
+    table: &DeviceBuffer<R>,
+    total: i64,
+) -> (LaunchConfig, LaunchBuilder<'a>) {
+    let grid = grid_for(
+        total as u64,
+        1,
+        stream.device().compute_units(),
+        BLOCKS_PER_CU,
+    );
+    let cfg = LaunchConfig {
+        grid: (grid, 1, 1),
+        block: (BLOCK, 1, 1),
+        shared_mem_bytes: 0,
+    };
+    let mut b = stream.launch_builder(function);
+    b.value(table.device_ptr())
+        .value(table.len() as i32)
+        .value(total)
+        .value(CHUNK as i64);
+    (cfg, b)
+}
+
 /// Sets `found_inf[0]` to 1.0 if any element of any tensor is NaN or ±inf, else 0.0, on the
 /// device (no host sync): [`crate::cpu::non_finite`] with the answer left in device memory.
 pub fn non_finite<T: DeviceElement>(
@@ -344,23 +358,8 @@ pub fn non_finite<T: DeviceElement>(
         return Ok(());
     }
     let device_table = DeviceBuffer::from_slice(stream, &table)?;
-    let grid = grid_for(
-        total as u64,
-        1,
-        stream.device().compute_units(),
-        BLOCKS_PER_CU,
-    );
-    let cfg = LaunchConfig {
-        grid: (grid, 1, 1),
-        block: (BLOCK, 1, 1),
-        shared_mem_bytes: 0,
-    };
-    let mut b = stream.launch_builder(&f);
-    b.value(device_table.device_ptr())
-        .value(table.len() as i32)
-        .value(total)
-        .value(CHUNK as i64)
-        .value(out);
+    let (cfg, mut b) = chunked_launch(stream, &f, &device_table, total);
+    b.value(out);
     // SAFETY: multi_nonfinite_<T>'s parameters (table pointer, int count, int64_t total_chunks,
     // int64_t chunk, float* found_inf); the table rows point at the given tensors (on this device,
     // recorded on this stream) with their lengths and chunk ranges tiling 0..total; found_inf
@@ -385,23 +384,8 @@ pub fn l2_norm<T: DeviceElement>(
     let partials: DeviceBuffer<f32> = DeviceBuffer::alloc(stream, total as usize)?;
     if !table.is_empty() {
         let device_table = DeviceBuffer::from_slice(stream, &table)?;
-        let grid = grid_for(
-            total as u64,
-            1,
-            stream.device().compute_units(),
-            BLOCKS_PER_CU,
-        );
-        let cfg = LaunchConfig {
-            grid: (grid, 1, 1),
-            block: (BLOCK, 1, 1),
-            shared_mem_bytes: 0,
-        };
-        let mut b = stream.launch_builder(&partial_kernel);
-        b.value(device_table.device_ptr())
-            .value(table.len() as i32)
-            .value(total)
-            .value(CHUNK as i64)
-            .value(partials.device_ptr());
+        let (cfg, mut b) = chunked_launch(stream, &partial_kernel, &device_table, total);
+        b.value(partials.device_ptr());
         // SAFETY: multi_l2norm_<T>'s parameters (table pointer, int count, int64_t total_chunks,
         // int64_t chunk, float* partials); the table is as in `non_finite`, and `partials` holds
         // one f32 per chunk.
