@@ -311,6 +311,7 @@ mod tests {
         EnvFacts {
             vars: vec![("HIP_VISIBLE_DEVICES".into(), None)],
             hipk_vars: Vec::new(),
+            not_utf8: Vec::new(),
             dtk_version: None,
             dtk_version_paths: Vec::new(),
             dtk_env_script: true,
