@@ -131,6 +131,23 @@ mod tests {
     }
 
     #[test]
+    fn an_empty_batch_of_huge_matrices_is_an_overflow_not_a_panic() {
+        let half = 1usize << (usize::BITS / 2);
+        let shape = MatmulShape {
+            batch: 0,
+            ..MatmulShape::new(half, half, 1)
+        };
+        let e = matmul(&shape, 1.0, 0.0, &[0.0f32; 0], &[], &mut []).unwrap_err();
+        assert_eq!(
+            e,
+            ShapeError::Overflow {
+                op: "matmul",
+                tensor: "out"
+            }
+        );
+    }
+
+    #[test]
     fn rejects_wrong_lengths() {
         let e = matmul(
             &MatmulShape::new(2, 2, 2),

@@ -126,14 +126,21 @@ pub enum ShapeError {
 }
 
 /// Product of dimensions, or [`ShapeError::Overflow`].
+///
+/// The product of the non-zero dimensions must fit in `usize` even when another dimension is
+/// zero: code indexes with sub-products (`m·n` per batch, `tq·d` per head) whether or not the
+/// batch is empty, so `[0, 2^32, 2^32]` is an overflow, not an empty tensor.
 pub fn checked_len(
     op: &'static str,
     tensor: &'static str,
     dims: &[usize],
 ) -> Result<usize, ShapeError> {
-    dims.iter()
+    let non_zero = dims
+        .iter()
+        .filter(|&&d| d != 0)
         .try_fold(1usize, |acc, &d| acc.checked_mul(d))
-        .ok_or(ShapeError::Overflow { op, tensor })
+        .ok_or(ShapeError::Overflow { op, tensor })?;
+    Ok(if dims.contains(&0) { 0 } else { non_zero })
 }
 
 /// Check that a buffer length equals the expected element count.
@@ -388,8 +395,9 @@ impl AttentionShape {
     /// Number of keys visible to query `i` (keys `0..visible_keys(i)`).
     pub fn visible_keys(&self, i: usize) -> usize {
         if self.causal {
-            // j ≤ i + tk − tq  ⇔  j < i + 1 + tk − tq
-            (i + 1 + self.tk).saturating_sub(self.tq).min(self.tk)
+            // j ≤ i + tk − tq  ⇔  j < tk − (tq − i − 1); no intermediate exceeds tk or tq.
+            let ahead = self.tq.saturating_sub(i).saturating_sub(1);
+            self.tk.saturating_sub(ahead)
         } else {
             self.tk
         }
@@ -606,6 +614,75 @@ mod tests {
         );
         let s = AttentionShape { causal: false, ..s };
         assert_eq!(s.visible_keys(0), 2);
+    }
+
+    #[test]
+    fn causal_visibility_does_not_overflow_for_huge_lengths() {
+        let s = AttentionShape {
+            batch: 1,
+            heads: 1,
+            tq: 1,
+            tk: usize::MAX,
+            head_dim: 1,
+            causal: true,
+            scale: 1.0,
+        };
+        assert_eq!(s.visible_keys(0), usize::MAX);
+        let s = AttentionShape {
+            tq: usize::MAX,
+            ..s
+        };
+        assert_eq!(s.visible_keys(usize::MAX - 1), usize::MAX);
+        assert_eq!(s.visible_keys(usize::MAX), usize::MAX);
+        assert_eq!(s.visible_keys(0), 1);
+        let s = AttentionShape { tk: 3, ..s };
+        // j ≤ i + tk − tq: the last query sees all 3 keys, 3 queries earlier sees one.
+        assert_eq!(s.visible_keys(usize::MAX - 1), 3);
+        assert_eq!(s.visible_keys(usize::MAX - 3), 1);
+        assert_eq!(s.visible_keys(usize::MAX - 4), 0);
+    }
+
+    #[test]
+    fn a_zero_dimension_does_not_hide_an_overflow() {
+        let half = 1usize << (usize::BITS / 2);
+        let overflow = |tensor| ShapeError::Overflow {
+            op: "matmul",
+            tensor,
+        };
+        assert_eq!(
+            checked_len("matmul", "out", &[0, half, half]),
+            Err(overflow("out"))
+        );
+        assert_eq!(
+            checked_len("matmul", "out", &[half, 0, half]),
+            Err(overflow("out"))
+        );
+        assert_eq!(checked_len("matmul", "out", &[0, half, half - 1]), Ok(0));
+        assert_eq!(checked_len("matmul", "out", &[3, 0]), Ok(0));
+        assert_eq!(checked_len("matmul", "out", &[]), Ok(1));
+        let s = MatmulShape {
+            batch: 0,
+            ..MatmulShape::new(half, half, 1)
+        };
+        assert_eq!(s.validate(1.0, 0.0, 0, 0, 0), Err(overflow("out")));
+        let a = AttentionShape {
+            batch: half,
+            heads: half,
+            tq: 0,
+            tk: 0,
+            head_dim: 1,
+            causal: false,
+            scale: 1.0,
+        };
+        assert!(matches!(
+            a.validate_forward(0, 0, 0, 0, 0),
+            Err(ShapeError::Overflow { tensor: "q", .. })
+        ));
+        let l = LayerNormShape {
+            rows: 0,
+            cols: half,
+        };
+        assert!(l.validate_forward(0.0, 0, half, half, 0, 0, 0).is_ok());
     }
 
     #[test]
