@@ -49,20 +49,28 @@ impl RowPlan {
         max_threads: u32,
         cached_per_thread: u64,
         blocks_per_cu: u32,
-    ) -> RowPlan {
-        let wave = wave.max(1);
+    ) -> Result<RowPlan, ShapeError> {
+        if !(1..=MAX_BLOCK).contains(&wave) {
+            return Err(ShapeError::Invalid {
+                op: LayerNormShape::OP,
+                name: "wavefront size",
+                value: wave.to_string(),
+                reason: "must be 1..=1024: a row group is one wave inside a block of at most \
+                         1024 threads (the device reported an impossible wave width)",
+            });
+        }
         let max_threads = max_threads.clamp(wave, MAX_BLOCK);
         let (rows, cols) = (rows as u64, cols as u64);
         if cols <= u64::from(wave) * cached_per_thread {
             let block = (WAVE_MODE_BLOCK.min(max_threads) / wave).max(1) * wave;
             let per_block = block / wave;
             let grid = grid_for(rows, u64::from(per_block), cus, blocks_per_cu);
-            return RowPlan {
+            return Ok(RowPlan {
                 row_per_wave: true,
                 block,
                 grid,
                 groups: u64::from(grid) * u64::from(per_block),
-            };
+            });
         }
         let threads = cols.div_ceil(cached_per_thread).div_ceil(u64::from(wave)) * u64::from(wave);
         let block = u32::try_from(threads)
@@ -70,17 +78,22 @@ impl RowPlan {
             .clamp(wave, max_threads / wave * wave);
         let per_cu = (blocks_per_cu * WAVE_MODE_BLOCK / block).max(1);
         let grid = grid_for(rows, 1, cus, per_cu);
-        RowPlan {
+        Ok(RowPlan {
             row_per_wave: false,
             block,
             grid,
             groups: u64::from(grid),
-        }
+        })
     }
 
     /// The forward's launch for `shape` on a device with `wave`-wide waves and `cus` compute
-    /// units.
-    pub fn forward(shape: &LayerNormShape, wave: u32, cus: u32, max_threads: u32) -> RowPlan {
+    /// units; a wave outside `1..=1024` is a [`ShapeError::Invalid`] naming it.
+    pub fn forward(
+        shape: &LayerNormShape,
+        wave: u32,
+        cus: u32,
+        max_threads: u32,
+    ) -> Result<RowPlan, ShapeError> {
         RowPlan::new(
             shape.rows,
             shape.cols,
@@ -93,8 +106,13 @@ impl RowPlan {
     }
 
     /// The backward's first stage: few enough groups that the partial sums stay small, enough
-    /// to fill the device.
-    pub fn backward(shape: &LayerNormShape, wave: u32, cus: u32, max_threads: u32) -> RowPlan {
+    /// to fill the device. A wave outside `1..=1024` is a [`ShapeError::Invalid`].
+    pub fn backward(
+        shape: &LayerNormShape,
+        wave: u32,
+        cus: u32,
+        max_threads: u32,
+    ) -> Result<RowPlan, ShapeError> {
         RowPlan::new(
             shape.rows,
             shape.cols,
@@ -127,7 +145,11 @@ fn check_cols(shape: &LayerNormShape) -> Result<(), ShapeError> {
     Ok(())
 }
 
-fn plan_for(stream: &Stream, shape: &LayerNormShape, backward: bool) -> RowPlan {
+fn plan_for(
+    stream: &Stream,
+    shape: &LayerNormShape,
+    backward: bool,
+) -> Result<RowPlan, ShapeError> {
     let d = stream.device();
     let (wave, cus, max) = (
         d.wavefront_size(),
@@ -178,7 +200,7 @@ pub fn layernorm_forward<T: DeviceElement>(
         return Ok(());
     }
     let f = kernel::<T>(stream, SOURCE, "layernorm_fwd")?;
-    let plan = plan_for(stream, shape, false);
+    let plan = plan_for(stream, shape, false)?;
     let mut b = stream.launch_builder(&f);
     for p in ptrs {
         b.value(p);
@@ -237,7 +259,7 @@ pub fn layernorm_backward<T: DeviceElement>(
     );
     let stage1 = kernel::<T>(stream, SOURCE, "layernorm_bwd")?;
     let stage2 = kernel::<T>(stream, SOURCE, "layernorm_bwd_dwdb")?;
-    let plan = plan_for(stream, shape, true);
+    let plan = plan_for(stream, shape, true)?;
     let groups = if shape.rows == 0 { 0 } else { plan.groups };
     let partial_len = crate::params::checked_len(
         LayerNormShape::OP,
@@ -285,17 +307,17 @@ mod tests {
 
     #[test]
     fn forward_uses_a_wave_per_short_row_and_a_block_per_long_row() {
-        let p = RowPlan::forward(&shape(1000, 768), 64, 60, 1024);
+        let p = RowPlan::forward(&shape(1000, 768), 64, 60, 1024).unwrap();
         assert_eq!((p.row_per_wave, p.block), (true, 256));
         assert_eq!(p.grid, 250, "4 rows per block");
         assert_eq!(p.groups, 1000);
-        let p = RowPlan::forward(&shape(1000, 1024), 64, 60, 1024);
+        let p = RowPlan::forward(&shape(1000, 1024), 64, 60, 1024).unwrap();
         assert!(p.row_per_wave, "1024 = 64 lanes × 16 cached elements");
-        let p = RowPlan::forward(&shape(1000, 1025), 64, 60, 1024);
+        let p = RowPlan::forward(&shape(1000, 1025), 64, 60, 1024).unwrap();
         assert_eq!((p.row_per_wave, p.block), (false, 128));
-        let p = RowPlan::forward(&shape(10, 8192), 64, 60, 1024);
+        let p = RowPlan::forward(&shape(10, 8192), 64, 60, 1024).unwrap();
         assert_eq!((p.row_per_wave, p.block, p.grid), (false, 512, 10));
-        let p = RowPlan::forward(&shape(10, 1 << 20), 64, 60, 1024);
+        let p = RowPlan::forward(&shape(10, 1 << 20), 64, 60, 1024).unwrap();
         assert_eq!(
             p.block, 1024,
             "capped at the launch bound; the kernel streams the row"
@@ -304,35 +326,52 @@ mod tests {
 
     #[test]
     fn wave32_devices_get_a_multiple_of_their_wave() {
-        let p = RowPlan::forward(&shape(7, 3), 32, 60, 1024);
+        let p = RowPlan::forward(&shape(7, 3), 32, 60, 1024).unwrap();
         assert_eq!(
             (p.row_per_wave, p.block, p.grid, p.groups),
             (true, 256, 1, 8)
         );
-        let p = RowPlan::backward(&shape(7, 4095), 32, 60, 1024);
+        let p = RowPlan::backward(&shape(7, 4095), 32, 60, 1024).unwrap();
         assert_eq!((p.row_per_wave, p.block % 32), (false, 0));
     }
 
     #[test]
     fn backward_caps_the_groups_and_counts_them() {
-        let p = RowPlan::backward(&shape(1 << 20, 256), 64, 60, 1024);
+        let p = RowPlan::backward(&shape(1 << 20, 256), 64, 60, 1024).unwrap();
         assert_eq!((p.row_per_wave, p.block, p.grid), (true, 256, 240));
         assert_eq!(p.groups, 960);
-        let p = RowPlan::backward(&shape(1 << 20, 4096), 64, 60, 1024);
+        let p = RowPlan::backward(&shape(1 << 20, 4096), 64, 60, 1024).unwrap();
         assert_eq!(
             (p.row_per_wave, p.block, p.grid, p.groups),
             (false, 1024, 60, 60)
         );
-        let p = RowPlan::backward(&shape(1, 1), 64, 60, 1024);
+        let p = RowPlan::backward(&shape(1, 1), 64, 60, 1024).unwrap();
         assert_eq!((p.grid, p.groups), (1, 4));
-        let p = RowPlan::backward(&shape(3, 4095), 64, 60, 1024);
+        let p = RowPlan::backward(&shape(3, 4095), 64, 60, 1024).unwrap();
         assert_eq!((p.block, p.grid), (1024, 3));
     }
 
     #[test]
     fn a_small_device_limit_narrows_the_block() {
-        let p = RowPlan::forward(&shape(4, 8192), 64, 60, 256);
+        let p = RowPlan::forward(&shape(4, 8192), 64, 60, 256).unwrap();
         assert_eq!(p.block, 256);
+    }
+
+    #[test]
+    fn an_impossible_wave_width_is_a_typed_error_not_a_panic() {
+        for wave in [0, 1025, 2048, u32::MAX] {
+            for plan in [RowPlan::forward, RowPlan::backward] {
+                for cols in [3, 1 << 20] {
+                    let e = plan(&shape(4, cols), wave, 60, 1024).unwrap_err();
+                    assert!(
+                        matches!(e, ShapeError::Invalid { name: "wavefront size", ref value, .. } if *value == wave.to_string()),
+                        "{e}"
+                    );
+                }
+            }
+        }
+        let p = RowPlan::forward(&shape(4, 1 << 20), 1024, 60, 1024).unwrap();
+        assert_eq!(p.block, 1024);
     }
 
     #[test]
