@@ -153,6 +153,25 @@ pub enum GoldenError {
         /// Cause.
         source: std::io::Error,
     },
+    /// A case path names something other than a regular file (after following links): a FIFO
+    /// would block the reader forever, a device such as `/dev/zero` never ends.
+    #[error("golden: {path} is {kind}, not a regular file; only regular .safetensors files are read as cases")]
+    NotAFile {
+        /// Path.
+        path: PathBuf,
+        /// What it is, e.g. `a FIFO (named pipe)`.
+        kind: &'static str,
+    },
+    /// A case file is larger than [`MAX_CASE_BYTES`].
+    #[error("golden: {path} holds {size} bytes, more than the {limit}-byte limit for a case file; split the case or remove the file")]
+    TooLarge {
+        /// Path.
+        path: PathBuf,
+        /// Its size in bytes (at least this many when it grew while being read).
+        size: u64,
+        /// The limit.
+        limit: u64,
+    },
     /// Not a valid safetensors file.
     #[error("golden case {case}: not a valid safetensors file: {source}")]
     Format {
@@ -263,6 +282,10 @@ pub enum GoldenError {
     #[error("{0}")]
     Mismatch(Box<Mismatch>),
 }
+
+/// Largest case file [`load_case`] reads. The committed cases are under 100 KiB each; the cap
+/// keeps a stray huge file from being read into memory.
+pub const MAX_CASE_BYTES: u64 = 64 << 20;
 
 /// The case files (`*.safetensors`, sorted by name) in a directory; other files are ignored.
 pub fn case_files(dir: &Path) -> Result<Vec<PathBuf>, GoldenError> {

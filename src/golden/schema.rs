@@ -1,12 +1,14 @@
 //! Strict parsing of a case file into typed inputs and expected outputs.
 
-use super::{GoldenError, Tensor, TensorData};
+use super::{GoldenError, Tensor, TensorData, MAX_CASE_BYTES};
 use crate::params::{
     AdamWConfig, AdamWStep, AttentionShape, DType, LayerNormShape, MatmulShape, Op,
 };
 use half::{bf16, f16};
 use safetensors::{Dtype, SafeTensors};
 use std::collections::{BTreeMap, HashMap};
+use std::io::Read;
+use std::os::unix::fs::FileTypeExt;
 use std::path::Path;
 
 /// Inputs of a `matmul` case (`out` on entry holds `c` when present).
@@ -170,17 +172,69 @@ impl Case {
     }
 }
 
-/// Read and parse one case file.
+/// Read and parse one case file: a regular file (after following links) of at most
+/// [`MAX_CASE_BYTES`]; anything else is a [`GoldenError`] naming the path.
 pub fn load_case(path: &Path) -> Result<Case, GoldenError> {
-    let bytes = std::fs::read(path).map_err(|source| GoldenError::Io {
-        path: path.to_path_buf(),
-        source,
-    })?;
+    let bytes = read_case_file(path)?;
     let name = path.file_stem().map_or_else(
         || path.display().to_string(),
         |s| s.to_string_lossy().into_owned(),
     );
     parse_case(&name, &bytes)
+}
+
+/// The bytes of a case file, bounded. The file type is checked before opening (opening a FIFO
+/// blocks until a writer appears) and again on the opened file (the path may have changed).
+fn read_case_file(path: &Path) -> Result<Vec<u8>, GoldenError> {
+    let io = |source| GoldenError::Io {
+        path: path.to_path_buf(),
+        source,
+    };
+    let regular = |meta: &std::fs::Metadata| -> Result<u64, GoldenError> {
+        let t = meta.file_type();
+        let kind = if t.is_file() {
+            return if meta.len() > MAX_CASE_BYTES {
+                Err(too_large(path, meta.len()))
+            } else {
+                Ok(meta.len())
+            };
+        } else if t.is_dir() {
+            "a directory"
+        } else if t.is_fifo() {
+            "a FIFO (named pipe)"
+        } else if t.is_char_device() {
+            "a character device"
+        } else if t.is_block_device() {
+            "a block device"
+        } else if t.is_socket() {
+            "a socket"
+        } else {
+            "not a file"
+        };
+        Err(GoldenError::NotAFile {
+            path: path.to_path_buf(),
+            kind,
+        })
+    };
+    regular(&std::fs::metadata(path).map_err(io)?)?;
+    let file = std::fs::File::open(path).map_err(io)?;
+    let len = regular(&file.metadata().map_err(io)?)?;
+    let mut bytes = Vec::with_capacity(len as usize);
+    file.take(MAX_CASE_BYTES + 1)
+        .read_to_end(&mut bytes)
+        .map_err(io)?;
+    if bytes.len() as u64 > MAX_CASE_BYTES {
+        return Err(too_large(path, bytes.len() as u64));
+    }
+    Ok(bytes)
+}
+
+fn too_large(path: &Path, size: u64) -> GoldenError {
+    GoldenError::TooLarge {
+        path: path.to_path_buf(),
+        size,
+        limit: MAX_CASE_BYTES,
+    }
 }
 
 /// Parse a case from its bytes; `name` is used in errors and reports.
