@@ -172,6 +172,15 @@ pub enum GoldenError {
         /// The limit.
         limit: u64,
     },
+    /// Running a case panicked (a bug in the implementation under test or in this crate); the
+    /// runner caught it so that the other cases still run.
+    #[error("golden: running {path} panicked: {message}; this is a bug, please report it with this case file")]
+    Panicked {
+        /// The case file.
+        path: PathBuf,
+        /// The panic message.
+        message: String,
+    },
     /// Not a valid safetensors file.
     #[error("golden case {case}: not a valid safetensors file: {source}")]
     Format {
