@@ -189,6 +189,27 @@ pub enum GoldenError {
         /// Cause.
         source: safetensors::SafeTensorError,
     },
+    /// A key appears twice in the safetensors header (`place` is `header` for tensor names,
+    /// `__metadata__` for metadata): JSON readers silently keep one of them.
+    #[error("golden case {case}: key `{key}` appears more than once in the {place} of the safetensors header; remove the duplicate or regenerate the case")]
+    DuplicateKey {
+        /// Case name.
+        case: String,
+        /// The repeated key.
+        key: String,
+        /// `header` or `__metadata__`.
+        place: &'static str,
+    },
+    /// A metadata key the case's op does not read (a typo would otherwise be ignored).
+    #[error("golden case {case}: metadata key `{key}` is not a parameter of op {op}; remove it or fix its name")]
+    UnknownMetadata {
+        /// Case name.
+        case: String,
+        /// The key.
+        key: String,
+        /// The case's op.
+        op: String,
+    },
     /// A required metadata key is missing.
     #[error("golden case {case}: metadata key `{key}` is missing; regenerate the case with tools/golden/gen.py")]
     MissingMetadata {

@@ -6,7 +6,9 @@ use crate::params::{
 };
 use half::{bf16, f16};
 use safetensors::{Dtype, SafeTensors};
-use std::collections::{BTreeMap, HashMap};
+use serde::de::{Deserialize, DeserializeSeed, Deserializer, IgnoredAny, MapAccess, Visitor};
+use std::cell::RefCell;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::io::Read;
 use std::os::unix::fs::FileTypeExt;
 use std::path::Path;
@@ -243,6 +245,7 @@ pub fn parse_case(name: &str, bytes: &[u8]) -> Result<Case, GoldenError> {
         case: name.to_string(),
         source,
     };
+    reject_duplicate_keys(name, bytes)?;
     let (_, header) = SafeTensors::read_metadata(bytes).map_err(format)?;
     let st = SafeTensors::deserialize(bytes).map_err(format)?;
     let meta = header.metadata().clone().unwrap_or_default();
@@ -255,6 +258,7 @@ pub fn parse_case(name: &str, bytes: &[u8]) -> Result<Case, GoldenError> {
     let mut r = Reader {
         case: name,
         meta,
+        used: RefCell::default(),
         tensors,
     };
     let op_name = r.meta_str("op")?;
@@ -274,7 +278,86 @@ pub fn parse_case(name: &str, bytes: &[u8]) -> Result<Case, GoldenError> {
             tensor: extra.clone(),
         });
     }
+    let mut unread: Vec<&String> = r
+        .meta
+        .keys()
+        .filter(|k| !r.used.borrow().contains(*k))
+        .collect();
+    unread.sort();
+    if let Some(key) = unread.first() {
+        return Err(GoldenError::UnknownMetadata {
+            case: name.to_string(),
+            key: key.to_string(),
+            op: op_name,
+        });
+    }
     Ok(case)
+}
+
+/// Top-level keys (tensor names and `__metadata__`) and metadata keys of a safetensors header,
+/// in file order with repeats kept (serde's maps keep only the last of a repeated key).
+#[derive(Default)]
+struct HeaderKeys {
+    top: Vec<String>,
+    metadata: Vec<String>,
+}
+
+impl<'de> Deserialize<'de> for HeaderKeys {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Keys<const TOP: bool>;
+        impl<'de, const TOP: bool> Visitor<'de> for Keys<TOP> {
+            type Value = HeaderKeys;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a JSON object")
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<HeaderKeys, A::Error> {
+                let mut keys = HeaderKeys::default();
+                while let Some(key) = map.next_key::<String>()? {
+                    if TOP && key == "__metadata__" {
+                        keys.metadata.extend(map.next_value_seed(KeysSeed)?.top);
+                    } else {
+                        map.next_value::<IgnoredAny>()?;
+                    }
+                    keys.top.push(key);
+                }
+                Ok(keys)
+            }
+        }
+        struct KeysSeed;
+        impl<'de> DeserializeSeed<'de> for KeysSeed {
+            type Value = HeaderKeys;
+            fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<HeaderKeys, D::Error> {
+                d.deserialize_map(Keys::<false>)
+            }
+        }
+        d.deserialize_map(Keys::<true>)
+    }
+}
+
+/// A [`GoldenError::DuplicateKey`] for the first key that appears twice in the JSON header of
+/// the safetensors file `bytes`. A header that is out of bounds or not a JSON object passes
+/// here: safetensors reports it.
+fn reject_duplicate_keys(case: &str, bytes: &[u8]) -> Result<(), GoldenError> {
+    let Some((len, rest)) = bytes.split_first_chunk::<8>() else {
+        return Ok(());
+    };
+    let header = usize::try_from(u64::from_le_bytes(*len))
+        .ok()
+        .and_then(|n| rest.get(..n));
+    let Some(Ok(keys)) = header.map(serde_json::from_slice::<HeaderKeys>) else {
+        return Ok(());
+    };
+    for (list, place) in [(keys.top, "header"), (keys.metadata, "__metadata__")] {
+        let mut seen = BTreeSet::new();
+        if let Some(key) = list.into_iter().find(|k| !seen.insert(k.clone())) {
+            return Err(GoldenError::DuplicateKey {
+                case: case.to_string(),
+                key,
+                place,
+            });
+        }
+    }
+    Ok(())
 }
 
 fn decode(case: &str, tensor: &str, dtype: Dtype, bytes: &[u8]) -> Result<TensorData, GoldenError> {
@@ -315,11 +398,14 @@ enum Want {
 struct Reader<'a> {
     case: &'a str,
     meta: HashMap<String, String>,
+    /// Metadata keys read so far; any other key is a [`GoldenError::UnknownMetadata`].
+    used: RefCell<BTreeSet<String>>,
     tensors: BTreeMap<String, Tensor>,
 }
 
 impl Reader<'_> {
     fn meta_str(&self, key: &str) -> Result<String, GoldenError> {
+        self.used.borrow_mut().insert(key.to_string());
         self.meta
             .get(key)
             .cloned()
@@ -345,8 +431,21 @@ impl Reader<'_> {
             .map_err(|_| self.bad(key, &v, "a decimal or Python-repr float"))
     }
 
+    /// A parameter the op takes as f32. Parsed as f64; rounding to f32 must not turn a non-zero
+    /// value into zero or a finite one into infinity, since validation (`beta != 0`, `eps >= 0`,
+    /// finiteness) would then judge another number than the file holds.
     fn meta_f32(&self, key: &str) -> Result<f32, GoldenError> {
-        self.meta_f64(key).map(|x| x as f32)
+        let wide = self.meta_f64(key)?;
+        let narrow = wide as f32;
+        if (wide != 0.0 && narrow == 0.0) || (wide.is_finite() && !narrow.is_finite()) {
+            let raw = self.meta_str(key)?;
+            return Err(self.bad(
+                key,
+                &raw,
+                "a float whose f32 rounding stays non-zero and finite (this op computes in f32)",
+            ));
+        }
+        Ok(narrow)
     }
 
     fn meta_u64(&self, key: &str) -> Result<u64, GoldenError> {
