@@ -14,7 +14,8 @@
 // torch.optim.AdamW / torch._fused_adamw_ in f32:
 //   g = grad / grad_scale (grad_scale read from device memory, may be null = 1), negated if
 //   maximize; p ← p·(1 − lr·wd); m ← β1·m + (1 − β1)·g; v ← β2·v + (1 − β2)·g²;
-//   amsgrad: v̂ ← max(v̂, v) and v̂ replaces v below; denom = √v / √(1 − β2^t) + eps;
+//   amsgrad: v̂ ← max(v̂, v) (NaN if either is NaN, as torch.maximum) and v̂ replaces v below;
+//   denom = √v / √(1 − β2^t) + eps;
 //   p ← p − (lr / (1 − β1^t))·m / denom.
 // State (m, v, v̂) is f32. With f32 master weights the master copy is read and written and the
 // model copy (T) is overwritten with the master rounded to nearest-even (and not read).
@@ -129,7 +130,8 @@ __device__ void adamw_impl(const AdamwTensor* __restrict__ table, int count, int
         v[e] = s.beta2 * v[e] + s.one_minus_beta2 * ge * ge;
         float vu = v[e];
         if (s.amsgrad) {
-          vu = fmaxf(vmax[e], v[e]);
+          // torch.maximum: NaN when either operand is NaN (fmaxf would return the other one).
+          vu = (isnan(vmax[e]) || isnan(v[e])) ? vmax[e] + v[e] : fmaxf(vmax[e], v[e]);
           vmax[e] = vu;
         }
         const float denom = sqrtf(vu) / s.bias2_sqrt + s.eps;

@@ -27,6 +27,7 @@ inline int __any(int p) {
   return any != 0;
 }
 using std::isfinite;
+using std::isnan;
 using std::sqrt;
 #include "layernorm.hip"
 #include "adamw.hip"
@@ -120,6 +121,9 @@ static void test_layernorm(void (*fwd)(const T*, const T*, const T*, T*, float*,
   check("bwd db " + tag, db.data(), rdb, tol_of<T>() * 8);
 }
 
+/// torch.maximum: NaN when either operand is NaN.
+static double torch_maximum(double a, double b) { return std::isnan(a) || std::isnan(b) ? NAN : std::max(a, b); }
+
 struct Desc { void* param; const void* grad; float *m, *v, *vmax, *master; int64_t numel, first_chunk; };
 
 template <typename T>
@@ -153,7 +157,7 @@ static void test_adamw(void (*k)(const AdamwTensor*, int, int64_t, int64_t, floa
       double g = to_d(b.g[e]) / (scaled ? scale : 1.0); if (maximize) g = -g;
       double p = (master ? double(b.master[e]) : to_d(b.p[e])) * (1 - lr * wd);
       double m = b1 * b.m[e] + (1 - b1) * g, v = b2 * b.v[e] + (1 - b2) * g * g;
-      double vu = amsgrad ? std::max(double(b.vmax[e]), v) : v;
+      double vu = amsgrad ? torch_maximum(double(b.vmax[e]), v) : v;
       p -= lr / (1 - std::pow(b1, t)) * m / (std::sqrt(vu) / std::sqrt(1 - std::pow(b2, t)) + epsv);
       if (found != 0) { rp[e] = to_d(b.p[e]); rm[e] = b.m[e]; rv[e] = b.v[e]; rvm[e] = b.vmax[e]; rmaster[e] = b.master[e]; }
       else { rp[e] = p; rm[e] = m; rv[e] = v; rvm[e] = amsgrad ? vu : b.vmax[e]; rmaster[e] = master ? p : b.master[e]; }
@@ -164,6 +168,25 @@ static void test_adamw(void (*k)(const AdamwTensor*, int, int64_t, int64_t, floa
     check(tg + " v", h.v.data(), rv, 1e-6);
     check(tg + " vmax", h.vmax.data(), rvm, 1e-6);
     check(tg + " master", h.master.data(), rmaster, 1e-6);
+  }
+}
+
+/// amsgrad with a NaN already in max_exp_avg_sq (element 0) or in exp_avg_sq (element 1): both
+/// must stay NaN in v̂ and reach the parameter, as torch.maximum does; element 2 is finite.
+template <typename T>
+static void test_adamw_amsgrad_nan(void (*k)(const AdamwTensor*, int, int64_t, int64_t, float, float, float, float, float, float, float, float, int, int, const float*, const float*)) {
+  std::vector<T> p(3, to_t<T>(1.0)), g(3, to_t<T>(0.1));
+  std::vector<float> m(3, 0.0f), v = {0.25f, NAN, 0.25f}, vmax = {NAN, 0.5f, 0.5f};
+  AdamwTensor t{p.data(), g.data(), m.data(), v.data(), vmax.data(), nullptr, 3, 0};
+  const float found = 0;
+  emu_launch(k, emu_dim3{1}, 256, (const AdamwTensor*)&t, 1, int64_t(1), int64_t(1000), 0.9f, 0.1f, 0.999f, 0.001f, 1e-8f,
+             0.99999f, 0.01f, 0.04f, 0, 1, (const float*)nullptr, &found);
+  const bool ok = std::isnan(vmax[0]) && std::isnan(to_d(p[0])) && std::isnan(vmax[1]) && std::isnan(to_d(p[1])) &&
+                  vmax[2] == 0.5f && std::isfinite(to_d(p[2]));
+  if (!ok) {
+    std::printf("FAIL adamw %s amsgrad NaN: vmax = %g %g %g, param = %g %g %g\n", name_of<T>(), vmax[0], vmax[1], vmax[2],
+                to_d(p[0]), to_d(p[1]), to_d(p[2]));
+    ++failures;
   }
 }
 
@@ -221,6 +244,9 @@ int main(int argc, char** argv) {
     test_adamw<bf16>(adamw_bf16, ams, mx, master, sc, 0);
   }
   test_adamw<bf16>(adamw_bf16, true, false, true, true, 1.0f);
+  test_adamw_amsgrad_nan<float>(adamw_f32);
+  test_adamw_amsgrad_nan<__half>(adamw_f16);
+  test_adamw_amsgrad_nan<bf16>(adamw_bf16);
   std::printf("adamw done (%d failures)\n", failures);
   test_helpers<float>(multi_nonfinite_f32, multi_l2norm_f32);
   test_helpers<__half>(multi_nonfinite_f16, multi_l2norm_f16);
