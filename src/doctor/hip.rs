@@ -38,6 +38,7 @@ pub fn attempt_lines(attempts: &[Attempt]) -> Vec<String> {
         }
         lines.push(match &attempt.outcome {
             Outcome::Absent => format!("{}: not present", attempt.target),
+            Outcome::NotAFile(why) => format!("{}: {why}", attempt.target),
             Outcome::OpenFailed(msg) => format!("{}: {msg}", attempt.target),
             Outcome::Opened => format!("{}: opened", attempt.target),
         });
