@@ -4,7 +4,7 @@
 //! rendering ([`EnvFacts::section`]), so the diagnosis rules can be tested on made-up facts.
 
 use std::fs::OpenOptions;
-use std::io::ErrorKind;
+use std::io::{ErrorKind, Read};
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
@@ -135,11 +135,9 @@ impl EnvFacts {
                 dtk_version_paths.push(p);
             }
         }
-        let dtk_version = dtk_version_paths.iter().find_map(|p| {
-            std::fs::read_to_string(p)
-                .ok()
-                .map(|text| (p.clone(), text.trim().to_string()))
-        });
+        let dtk_version = dtk_version_paths
+            .iter()
+            .find_map(|p| read_small_text(p).map(|text| (p.clone(), text.trim().to_string())));
 
         let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
         let uid = parse_status_ids(&status, "Uid:").first().copied();
@@ -320,6 +318,21 @@ fn join_paths(paths: &[PathBuf]) -> String {
         .map(|p| p.display().to_string())
         .collect::<Vec<_>>()
         .join(", ")
+}
+
+/// The text (lossy UTF-8) of the first 4 KiB of a regular file. The DTK version paths come
+/// from the environment: a FIFO there would block the report, a device flood it.
+fn read_small_text(path: &Path) -> Option<String> {
+    if !std::fs::metadata(path).ok()?.is_file() {
+        return None;
+    }
+    let mut bytes = Vec::new();
+    std::fs::File::open(path)
+        .ok()?
+        .take(4096)
+        .read_to_end(&mut bytes)
+        .ok()?;
+    Some(String::from_utf8_lossy(&bytes).into_owned())
 }
 
 /// Opens `path` for read and write and classifies the outcome.
