@@ -11,6 +11,7 @@
 
 mod backend;
 mod compare;
+mod file;
 mod schema;
 
 pub use backend::{
