@@ -14,8 +14,9 @@
 // torch.optim.AdamW / torch._fused_adamw_ in f32:
 //   g = grad / grad_scale (grad_scale read from device memory, may be null = 1), negated if
 //   maximize; p ← p·(1 − lr·wd); m ← β1·m + (1 − β1)·g; v ← β2·v + (1 − β2)·g²;
-//   amsgrad: v̂ ← max(v̂, v) (NaN if either is NaN, as torch.maximum) and v̂ replaces v below;
-//   denom = √v / √(1 − β2^t) + eps;
+//   amsgrad: v̂ ← max(v̂, v) and v̂ replaces v below; the max is NaN if either is NaN, as
+//   torch.maximum in AdamW's default single-tensor and foreach paths (torch 2.15's fused CPU
+//   path keeps v̂ when only v is NaN); denom = √v / √(1 − β2^t) + eps;
 //   p ← p − (lr / (1 − β1^t))·m / denom.
 // State (m, v, v̂) is f32. With f32 master weights the master copy is read and written and the
 // model copy (T) is overwritten with the master rounded to nearest-even (and not read).

@@ -131,7 +131,9 @@ fn update<T: Element>(
     Ok(())
 }
 
-/// `torch.maximum`: NaN when either operand is NaN (`f64::max` returns the other operand).
+/// `torch.maximum`: NaN when either operand is NaN (`f64::max` returns the other operand), as
+/// AdamW's default single-tensor and foreach paths compute `max_exp_avg_sq` (checked with torch
+/// 2.15 on the CPU; its fused path differs when only `exp_avg_sq` is NaN).
 fn maximum(a: f64, b: f64) -> f64 {
     if a.is_nan() || b.is_nan() {
         f64::NAN
