@@ -31,16 +31,17 @@
 // Elements move 4 at a time: one vector access per tensor when aligned and inside the tensor,
 // scalar accesses otherwise (tails, odd offsets).
 //
-// Resource usage on gfx906 (hipcc 5.2 / clang 15, -O3), from the build's resource table
-// (`cargo test --test kernels_static -- --nocapture` prints it):
+// Static ISA figures (gfx906, hipcc 5.2), not measurements: `cargo xtask isa-report --only
+// adamw` (docs/ISA-REPORT.md); waves/SIMD per the report's formula at the 256-thread blocks
+// every kernel here is launched with:
 //   kernel                    VGPRs  SGPRs  LDS B  waves/SIMD  scratch  spills
-//   adamw_f32                    42     65      0           5        0       0
+//   adamw_f32                    42     67      0           5        0       0
 //   multi_nonfinite_f32          18     42      0          10        0       0
 //   multi_l2norm_f32             29     47    128           8        0       0
-//   adamw_f16                    43     68      0           5        0       0
+//   adamw_f16                    43     70      0           5        0       0
 //   multi_nonfinite_f16          18     42      0          10        0       0
 //   multi_l2norm_f16             29     47    128           8        0       0
-//   adamw_bf16                   44     70      0           5        0       0
+//   adamw_bf16                   44     72      0           5        0       0
 //   multi_nonfinite_bf16         18     42      0          10        0       0
 //   multi_l2norm_bf16            29     47    128           8        0       0
 //   multi_l2norm_finalize_f32    12     20    256          10        0       0

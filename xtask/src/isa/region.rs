@@ -41,8 +41,6 @@ impl Region {
 /// Why a kernel's markers cannot be used.
 #[derive(Debug, thiserror::Error, PartialEq)]
 pub enum RegionError {
-    #[error("{kernel}: marker `{name}` begins but never ends (add HIPK_HOT_LOOP_END(\"{name}\") after the loop)")]
-    Unclosed { kernel: String, name: String },
     #[error("{kernel}: no loop follows marker `{name}` at its nesting level (put HIPK_HOT_LOOP_BEGIN right before the loop statement)")]
     NoLoop { kernel: String, name: String },
 }
@@ -98,15 +96,6 @@ pub fn regions(k: &Kernel) -> Result<Vec<Region>, RegionError> {
             continue;
         };
         let (name, keys) = marker_fields(text);
-        let closed = k.items.iter().any(
-            |it| matches!(it, Item::Marker { begin: false, text } if marker_fields(text).0 == name),
-        );
-        if !closed {
-            return Err(RegionError::Unclosed {
-                kernel: k.name.clone(),
-                name,
-            });
-        }
         let parent = k.chain_at(i).first().map(|s| s.to_string());
         let siblings: Vec<_> = k.loops.iter().filter(|l| l.parent == parent).collect();
         let hot = siblings
