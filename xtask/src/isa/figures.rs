@@ -275,7 +275,7 @@ pub fn assumptions() -> Vec<String> {
         "counts are static, per iteration of the hot loop (per wave for instructions, per lane for bytes); inner loops count inner_trip times".to_string(),
         "math/VALU = FMA-class VALU instructions (fma/fmac/mac/mad/mix/pk_fma/dot2) ÷ VALU issue; FMAs per lane count packed f16 and dot2 as 2 (quarter-rate: transcendentals, 32-bit int mul; half-rate: f64)".to_string(),
         format!("blocking wait: s_waitcnt whose newest awaited memory op is d instructions back with 4·W·d < L (W = waves/SIMD allowed; L assumed: LDS {LATENCY_LDS}, SMEM {LATENCY_SMEM}, VMEM {LATENCY_VMEM} cycles)"),
-        format!("issue-bound estimate: FMA-class instructions ÷ max(VALU issue, SALU, VMEM, LDS, SMEM, branch, all/min(W, {ISSUE_PER_CYCLE})), capped by LDS bandwidth ({LDS_BYTES_PER_FMA_AT_PEAK} B per lane-FMA at peak: 128 B/clk/CU); latencies assumed, not measured; caches, bank conflicts, clocks not modelled"),
+        format!("issue-bound estimate: FMA-class instructions ÷ max(VALU issue, SALU, VMEM, LDS, SMEM, branch, all/min(W, {ISSUE_PER_CYCLE})), capped by LDS bandwidth (at most {LDS_BYTES_PER_FMA_AT_PEAK} B read per lane per FMA-class instruction at peak: 128 B/clk/CU); latencies assumed, not measured; caches, bank conflicts, clocks not modelled"),
         "llvm-mca-15 -mcpu=gfx906: single-wave, register-dependency cycles per iteration in LLVM 15's model (s_waitcnt and other waves not modelled)".to_string(),
         "occupancy: waves/SIMD from VGPRs (256, granule 4), SGPRs (800, granule 16), LDS (64 KiB/CU, granule 512 B) at the launch bound's block size, max 10".to_string(),
     ]

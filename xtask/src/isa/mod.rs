@@ -56,6 +56,13 @@ fn root() -> PathBuf {
 
 pub fn run(args: &IsaArgs) -> Result<(), String> {
     let root = root();
+    if args.arch != "gfx906" {
+        eprintln!(
+            "isa-report: warning: the occupancy, rate and latency model is gfx906's (Vega 20); \
+             figures for {} use it unchanged",
+            args.arch
+        );
+    }
     let hipcc = std::env::var("HIPCC").unwrap_or_else(|_| "hipcc".to_string());
     let compiler = compiler_version(&hipcc)?;
     let mca_tool = if args.no_mca {

@@ -12,6 +12,11 @@ fn opt(v: Option<f64>, digits: usize) -> String {
 pub fn markdown(r: &Report) -> String {
     let mut s = String::new();
     let _ = writeln!(s, "**{}** — {}, {}\n", r.label, r.arch, r.compiler);
+    s.push_str("Assumptions (latencies assumed, not measured):\n\n");
+    for a in r.assumptions.iter().skip(1) {
+        let _ = writeln!(s, "- {a}");
+    }
+    s.push('\n');
     s.push_str("| kernel | VGPRs | SGPRs | LDS B | scratch | spills | waves/SIMD (vgpr, sgpr, lds @ block) | compiler |\n");
     s.push_str("|---|---:|---:|---:|---:|---:|---|---:|\n");
     for k in &r.kernels {
