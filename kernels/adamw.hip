@@ -33,16 +33,17 @@
 // Elements move 4 at a time: one vector access per tensor when aligned and inside the tensor,
 // scalar accesses otherwise (tails, odd offsets).
 //
-// Resource usage on gfx906 (hipcc 5.2 / clang 15, -O3), from the build's resource table
-// (`cargo test --test kernels_static -- --nocapture` prints it):
+// Static ISA figures (gfx906, hipcc 5.2), not measurements: `cargo xtask isa-report --only
+// adamw` (docs/ISA-REPORT.md); waves/SIMD per the report's formula at the 256-thread blocks
+// every kernel here is launched with:
 //   kernel                    VGPRs  SGPRs  LDS B  waves/SIMD  scratch  spills
-//   adamw_f32                    42     65      0           5        0       0
+//   adamw_f32                    42     67      0           5        0       0
 //   multi_nonfinite_f32          18     42      0          10        0       0
 //   multi_l2norm_f32             29     47    128           8        0       0
-//   adamw_f16                    43     68      0           5        0       0
+//   adamw_f16                    43     70      0           5        0       0
 //   multi_nonfinite_f16          18     42      0          10        0       0
 //   multi_l2norm_f16             29     47    128           8        0       0
-//   adamw_bf16                   44     70      0           5        0       0
+//   adamw_bf16                   44     72      0           5        0       0
 //   multi_nonfinite_bf16         18     42      0          10        0       0
 //   multi_l2norm_bf16            29     47    128           8        0       0
 //   multi_l2norm_finalize_f32    12     20    256          10        0       0
@@ -110,6 +111,7 @@ __device__ void adamw_impl(const AdamwTensor* __restrict__ table, int count, int
     const int64_t end = begin + chunk < d.numel ? begin + chunk : d.numel;
     T* param = static_cast<T*>(d.param);
     const T* grad = static_cast<const T*>(d.grad);
+    HIPK_HOT_LOOP_BEGIN("adamw_elems kind=memory");
     for (int64_t i = begin + static_cast<int64_t>(threadIdx.x) * kVec; i < end;
          i += static_cast<int64_t>(blockDim.x) * kVec) {
       float g[kVec], p[kVec], m[kVec], v[kVec], vmax[kVec];
@@ -144,6 +146,7 @@ __device__ void adamw_impl(const AdamwTensor* __restrict__ table, int count, int
       if (d.master != nullptr) hipk::store_floats<kVec>(d.master, i, end, p);
       hipk::store_floats<kVec>(param, i, end, p);
     }
+    HIPK_HOT_LOOP_END("adamw_elems");
   }
 }
 

@@ -1,7 +1,8 @@
 // Host emulation test of kernels/layernorm.hip and kernels/adamw.hip (see README.md in this
 // directory for the shim: one std::thread per GPU thread, shuffles through per-wave buffers).
 // Compares against double-precision loops: layernorm forward/backward in both row modes, vector
-// and scalar (misaligned) layouts, cached and streamed rows, C from 1 to 20000; fused AdamW over
+// and scalar (misaligned) layouts, cached and streamed rows, the wide backward (4096 < C <= 8192),
+// C from 1 to 20000; fused AdamW over
 // every option and dtype with tensors crossing chunk boundaries and a found_inf step; the
 // non-finite check and the L2 norm. Not the device compiler and not the hardware.
 // Build and run: tools/kernel-emu/run_layernorm_adamw.sh
@@ -75,9 +76,13 @@ static Plan plan(long rows, long C, long cached, int per_cu) {
 }
 
 template <typename T>
+using WideBwd = void (*)(const T*, const T*, const T*, const float*, const float*, T*, float*, int64_t, int);
+
+template <typename T>
 static void test_layernorm(void (*fwd)(const T*, const T*, const T*, T*, float*, float*, int64_t, int, float, int),
                            void (*bwd)(const T*, const T*, const T*, const float*, const float*, T*, float*, int64_t, int, int),
-                           void (*dwdb)(const float*, int64_t, int, T*, T*), long rows, int C, int offset, int force) {
+                           void (*dwdb)(const float*, int64_t, int, T*, T*), long rows, int C, int offset, int force,
+                           WideBwd<T> wide = nullptr) {
   const float eps = 1e-5f;
   auto xs = rand_vec<T>(rows * C + offset), w = rand_vec<T>(C + offset), b = rand_vec<T>(C + offset), dys = rand_vec<T>(rows * C + offset);
   const T *x = xs.data() + offset, *wp = w.data() + offset, *bp = b.data() + offset, *dy = dys.data() + offset;
@@ -107,7 +112,16 @@ static void test_layernorm(void (*fwd)(const T*, const T*, const T*, T*, float*,
   if (offset) part += 1;  // misaligned partial -> scalar path
   std::vector<T> dxs(rows * C + offset); T* dx = dxs.data() + offset;
   std::vector<T> dw(C), db(C);
-  emu_launch(bwd, emu_dim3{unsigned(q.grid)}, q.block, x, wp, dy, (const float*)mean.data(), (const float*)rstd.data(), dx, part, int64_t(rows), C, int(q.wave));
+  // The wide backward (src/ops/layernorm.rs: 4096 < C <= 8192, C % 4 == 0, aligned tensors).
+  const bool use_wide = wide != nullptr && force == 0 && offset == 0 && C % 4 == 0 && C > 4 * 1024 && C <= 8 * 1024;
+  if (use_wide) {
+    const int block = ((C + 7) / 8 + 63) / 64 * 64;
+    const int grid = int(std::max(1L, std::min(rows, long(2 * std::max(1, 4 * 256 / block)))));
+    q = {false, block, grid, grid};
+    emu_launch(wide, emu_dim3{unsigned(q.grid)}, q.block, x, wp, dy, (const float*)mean.data(), (const float*)rstd.data(), dx, part, int64_t(rows), C);
+  } else {
+    emu_launch(bwd, emu_dim3{unsigned(q.grid)}, q.block, x, wp, dy, (const float*)mean.data(), (const float*)rstd.data(), dx, part, int64_t(rows), C, int(q.wave));
+  }
   emu_launch(dwdb, emu_dim3{unsigned((C + 255) / 256)}, 256, (const float*)part, int64_t(q.groups), C, dw.data(), db.data());
   std::vector<double> rdx(rows * C), rdw(C, 0), rdb(C, 0);
   for (long r = 0; r < rows; ++r) {
@@ -115,7 +129,7 @@ static void test_layernorm(void (*fwd)(const T*, const T*, const T*, T*, float*,
     for (int j = 0; j < C; ++j) { double xh = (to_d(x[r * C + j]) - m) * rs, g = to_d(dy[r * C + j]) * to_d(wp[j]); s1 += g; s2 += g * xh; rdw[j] += to_d(dy[r * C + j]) * xh; rdb[j] += to_d(dy[r * C + j]); }
     for (int j = 0; j < C; ++j) { double xh = (to_d(x[r * C + j]) - m) * rs, g = to_d(dy[r * C + j]) * to_d(wp[j]); rdx[r * C + j] = rs * (g - s1 / C - xh * s2 / C); }
   }
-  tag += q.wave ? " bwd-wave" : " bwd-block";
+  tag += use_wide ? " bwd-wide" : q.wave ? " bwd-wave" : " bwd-block";
   check("bwd dx " + tag, dx, rdx, tol_of<T>() * 8);
   check("bwd dw " + tag, dw.data(), rdw, tol_of<T>() * 8);
   check("bwd db " + tag, db.data(), rdb, tol_of<T>() * 8);
@@ -235,6 +249,20 @@ int main(int argc, char** argv) {
     }
     std::printf("layernorm C=%d done (%d failures)\n", C, failures); std::fflush(stdout);
   }
+  // Rows longer than the one-slot backward: the wide backward (C % 4 == 0) on f32, f16, bf16,
+  // with a misaligned f32 view (falls back to the streamed backward) and C % 4 != 0.
+  for (int C : {4100, 6000, 8192}) {
+    for (long rows : {1L, 3L, 7L}) {
+      test_layernorm<float>(layernorm_fwd_f32, layernorm_bwd_f32, layernorm_bwd_dwdb_f32, rows, C, 0, 0, layernorm_bwd_wide_f32);
+      if (!quick || rows == 3) {
+        test_layernorm<__half>(layernorm_fwd_f16, layernorm_bwd_f16, layernorm_bwd_dwdb_f16, rows, C, 0, 0, layernorm_bwd_wide_f16);
+        test_layernorm<bf16>(layernorm_fwd_bf16, layernorm_bwd_bf16, layernorm_bwd_dwdb_bf16, rows, C, 0, 0, layernorm_bwd_wide_bf16);
+      }
+    }
+    test_layernorm<float>(layernorm_fwd_f32, layernorm_bwd_f32, layernorm_bwd_dwdb_f32, 3, C, 1, 0, layernorm_bwd_wide_f32);
+    std::printf("layernorm wide C=%d done (%d failures)\n", C, failures); std::fflush(stdout);
+  }
+  test_layernorm<float>(layernorm_fwd_f32, layernorm_bwd_f32, layernorm_bwd_dwdb_f32, 3, 8190, 0, 0, layernorm_bwd_wide_f32);
   for (int force : {1, 2}) for (int C : {3, 64, 700, 5000}) test_layernorm<float>(layernorm_fwd_f32, layernorm_bwd_f32, layernorm_bwd_dwdb_f32, 5, C, force == 1 ? 1 : 0, force);
   test_layernorm<__half>(layernorm_fwd_f16, layernorm_bwd_f16, layernorm_bwd_dwdb_f16, 3, 20000, 0, 0);
   std::printf("layernorm forced modes done (%d failures)\n", failures);
