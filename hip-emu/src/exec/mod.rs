@@ -1,0 +1,1 @@
+//! Kernel execution: the host build of kernels/*.hip, its registry and the fibre scheduler.

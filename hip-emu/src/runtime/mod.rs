@@ -1,0 +1,1 @@
+//! The exported HIP runtime C ABI: devices, memory, streams, events, modules, launches.
