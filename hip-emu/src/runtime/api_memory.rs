@@ -91,6 +91,11 @@ fn memset(name: &str, dst: usize, value: u32, width: usize, count: usize, stream
         .ok_or_else(|| Fail::invalid(format!("{name}: {count} elements of {width} bytes overflow")))?;
     check_side(dst, bytes, Side::Device, &format!("{name} destination"))?;
     let work = move || {
+        if width == 1 {
+            // SAFETY: as below; byte fills need no alignment.
+            unsafe { std::ptr::write_bytes(dst as *mut u8, value as u8, count) };
+            return Ok(());
+        }
         for i in 0..count {
             let at = (dst + i * width) as *mut u8;
             // SAFETY: [dst, dst + bytes) was checked to lie in a live allocation, which stays

@@ -85,6 +85,12 @@ pub fn record(status: Res) -> hipError_t {
     })
 }
 
+/// Keep `message` as this thread's latest detail (for `hipemuLastErrorMessage`) without
+/// touching the HIP last-error state: for BLAS failures, which HIP's state does not see.
+pub fn set_detail(message: &str) {
+    ERRORS.with(|e| e.borrow_mut().latest = Some(format!("hip-emu: {message}")));
+}
+
 /// `hipGetLastError` (`reset`) / `hipPeekAtLastError`.
 pub fn last_error(reset: bool) -> hipError_t {
     ERRORS.with(|e| {
