@@ -42,6 +42,14 @@ pub unsafe extern "C" fn hipemuSetLaunchArgSizes(count: usize, sizes: *const usi
     ANNOUNCED.with(|a| *a.borrow_mut() = value);
 }
 
+/// " `name`" when the metadata names the argument (clang omits names in release builds).
+fn arg_label(name: Option<&str>) -> String {
+    match name {
+        Some(n) if !n.is_empty() => format!(" `{n}`"),
+        _ => String::new(),
+    }
+}
+
 /// Check grid, block and LDS as a device would.
 fn check_config(f: &Function, grid: [u32; 3], block: [u32; 3], dynamic_lds: usize) -> Res {
     let name = &f.meta.name;
@@ -96,10 +104,10 @@ fn arg_sizes(f: &Function) -> Res<Vec<usize>> {
         for (i, (want, got)) in meta.iter().zip(&announced).enumerate() {
             if want != got {
                 let arg = f.meta.explicit_args().nth(i);
-                let arg_name = arg.and_then(|a| a.name.clone()).unwrap_or_default();
                 let kind = arg.map(|a| a.value_kind.as_str()).unwrap_or("?");
                 return Err(Fail::invalid(format!(
-                    "kernel `{name}` argument {i} `{arg_name}` ({kind}) is {want} bytes but the launch passes {got} bytes"
+                    "kernel `{name}` argument {i}{} ({kind}) is {want} bytes but the launch passes {got} bytes",
+                    arg_label(arg.and_then(|a| a.name.as_deref()))
                 )));
             }
         }
@@ -128,9 +136,9 @@ unsafe fn capture(f: &Function, params: *mut *mut c_void, sizes: &[usize]) -> Re
         if meta.value_kind == "global_buffer" && size == 8 {
             let addr = u64::from_le_bytes(bytes[..8].try_into().unwrap_or([0; 8])) as usize;
             if addr != 0 && !memory::is_live(addr) {
-                let arg = meta.name.as_deref().unwrap_or("");
                 return Err(Fail::invalid(format!(
-                    "kernel `{name}` argument {i} `{arg}` (a global pointer): {}",
+                    "kernel `{name}` argument {i}{} (a global pointer): {}",
+                    arg_label(meta.name.as_deref()),
                     memory::describe_address(addr)
                 )));
             }
