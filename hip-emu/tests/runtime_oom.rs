@@ -26,9 +26,15 @@ fn out_of_memory_is_typed_and_memory_comes_back() {
     let err = DeviceBuffer::<u8>::alloc(&stream, 40 << 20).unwrap_err();
     assert!(err.is_out_of_memory(), "{err}");
     let text = err.to_string();
-    assert!(text.contains("device 1") && text.contains("24 MiB free of 64 MiB"), "{text}");
+    assert!(
+        text.contains("device 1") && text.contains("24 MiB free of 64 MiB"),
+        "{text}"
+    );
     let detail = runtime_common::last_message();
-    assert!(detail.contains("HIPK_EMU_MEMORY") && detail.contains("41943040 requested"), "{detail}");
+    assert!(
+        detail.contains("HIPK_EMU_MEMORY") && detail.contains("41943040 requested"),
+        "{detail}"
+    );
     drop(a);
     assert_eq!(dev.memory_info().unwrap().free, CAPACITY);
     // Device 0 has its own 64 MiB (the other test of this file uses it).
@@ -45,15 +51,23 @@ fn caching_allocator_frees_its_cache_and_retries_on_out_of_memory() {
     // Fill the device with cached (freed but held) blocks, then ask for one larger block:
     // only releasing the cache to hipFree makes room, which the allocator must do itself.
     for _ in 0..2 {
-        let held: Vec<DeviceBuffer<u8>> = (0..5).map(|_| DeviceBuffer::alloc(&stream, 10 << 20).unwrap()).collect();
+        let held: Vec<DeviceBuffer<u8>> = (0..5)
+            .map(|_| DeviceBuffer::alloc(&stream, 10 << 20).unwrap())
+            .collect();
         drop(held);
     }
     let before = cache.stats();
     let big = DeviceBuffer::<u8>::alloc(&stream, 48 << 20).expect("the cache is released on OOM");
     assert_eq!(big.len(), 48 << 20);
     let after = cache.stats();
-    assert!(after.num_alloc_retries > before.num_alloc_retries, "{after:?}");
-    assert!(after.num_device_free > before.num_device_free, "the cache went back to hipFree");
+    assert!(
+        after.num_alloc_retries > before.num_alloc_retries,
+        "{after:?}"
+    );
+    assert!(
+        after.num_device_free > before.num_device_free,
+        "the cache went back to hipFree"
+    );
     assert_eq!(after.num_ooms, before.num_ooms);
     // Larger than the whole device: a typed OOM even after releasing everything.
     drop(big);

@@ -68,11 +68,26 @@ impl GemmCall {
     /// Check sizes, leading dimensions and that every operand lies inside live device memory.
     pub fn check(&self, name: &str) -> Result<(), Reject> {
         let size_err = |msg: String| (true, format!("{name}: {msg}"));
-        let (a_rows, a_cols) = if self.trans_a { (self.k, self.m) } else { (self.m, self.k) };
-        let (b_rows, b_cols) = if self.trans_b { (self.n, self.k) } else { (self.k, self.n) };
-        for (what, ld, rows) in [("lda", self.a.ld, a_rows), ("ldb", self.b.ld, b_rows), ("ldc", self.c.ld, self.m), ("ldd", self.d.ld, self.m)] {
+        let (a_rows, a_cols) = if self.trans_a {
+            (self.k, self.m)
+        } else {
+            (self.m, self.k)
+        };
+        let (b_rows, b_cols) = if self.trans_b {
+            (self.n, self.k)
+        } else {
+            (self.k, self.n)
+        };
+        for (what, ld, rows) in [
+            ("lda", self.a.ld, a_rows),
+            ("ldb", self.b.ld, b_rows),
+            ("ldc", self.c.ld, self.m),
+            ("ldd", self.d.ld, self.m),
+        ] {
             if ld < rows.max(1) {
-                return Err(size_err(format!("{what} = {ld} is less than the {rows} rows of its column-major operand")));
+                return Err(size_err(format!(
+                    "{what} = {ld} is less than the {rows} rows of its column-major operand"
+                )));
             }
         }
         if self.m == 0 || self.n == 0 || self.batch == 0 {
@@ -96,9 +111,23 @@ impl GemmCall {
             };
             let mut ids = Vec::new();
             for idx in [0, self.batch - 1] {
-                let (start, bytes) = span(idx).ok_or_else(|| (false, format!("{name}: operand {what} of batch {idx} has an address out of range")))?;
-                let alloc = memory::check_range(start, bytes, &format!("{name}: operand {what} (batch {idx}, {rows}x{cols}, ld {})", op.ld))
-                    .map_err(|f| (false, f.message))?;
+                let (start, bytes) = span(idx).ok_or_else(|| {
+                    (
+                        false,
+                        format!(
+                            "{name}: operand {what} of batch {idx} has an address out of range"
+                        ),
+                    )
+                })?;
+                let alloc = memory::check_range(
+                    start,
+                    bytes,
+                    &format!(
+                        "{name}: operand {what} (batch {idx}, {rows}x{cols}, ld {})",
+                        op.ld
+                    ),
+                )
+                .map_err(|f| (false, f.message))?;
                 ids.push(alloc.id);
             }
             // Batches in between lie between the first and the last: one allocation holds all.
@@ -123,7 +152,9 @@ impl GemmCall {
 
     unsafe fn run_one(&self, batch: usize) {
         let (m, n, k) = (self.m, self.n, self.k);
-        let base = |op: &Operand| (op.ptr as i64 + op.stride * batch as i64 * op.ty.bytes() as i64) as usize;
+        let base = |op: &Operand| {
+            (op.ptr as i64 + op.stride * batch as i64 * op.ty.bytes() as i64) as usize
+        };
         let (a0, b0, c0, d0) = (base(&self.a), base(&self.b), base(&self.c), base(&self.d));
         // op(A) as m rows of k contiguous values; op(B) as n columns of k values.
         let mut at = vec![0f64; m * k];
@@ -131,14 +162,22 @@ impl GemmCall {
         if self.alpha != 0.0 {
             for i in 0..m {
                 for p in 0..k {
-                    let idx = if self.trans_a { p + i * self.a.ld } else { i + p * self.a.ld };
+                    let idx = if self.trans_a {
+                        p + i * self.a.ld
+                    } else {
+                        i + p * self.a.ld
+                    };
                     // SAFETY: inside operand A (checked).
                     at[i * k + p] = unsafe { load(self.a.ty, a0, idx) };
                 }
             }
             for j in 0..n {
                 for p in 0..k {
-                    let idx = if self.trans_b { j + p * self.b.ld } else { p + j * self.b.ld };
+                    let idx = if self.trans_b {
+                        j + p * self.b.ld
+                    } else {
+                        p + j * self.b.ld
+                    };
                     // SAFETY: inside operand B (checked).
                     bt[j * k + p] = unsafe { load(self.b.ty, b0, idx) };
                 }
@@ -156,7 +195,8 @@ impl GemmCall {
                         let mut v = self.alpha as f32 * acc;
                         if self.beta != 0.0 {
                             // SAFETY: inside operand C (checked when beta != 0).
-                            v += self.beta as f32 * unsafe { load(self.c.ty, c0, i + j * self.c.ld) } as f32;
+                            v += self.beta as f32
+                                * unsafe { load(self.c.ty, c0, i + j * self.c.ld) } as f32;
                         }
                         f64::from(v)
                     }
@@ -219,7 +259,9 @@ mod tests {
     fn upload(values: &[f32]) -> usize {
         let a = allocate(values.len() * 4, Owner::Device(0)).unwrap();
         // SAFETY: the fresh allocation holds values.len() f32s.
-        unsafe { std::ptr::copy_nonoverlapping(values.as_ptr(), a.start as *mut f32, values.len()) };
+        unsafe {
+            std::ptr::copy_nonoverlapping(values.as_ptr(), a.start as *mut f32, values.len())
+        };
         a.start
     }
 
@@ -230,7 +272,12 @@ mod tests {
         let a = upload(&[1., 4., 2., 5., 3., 6.]);
         let b = upload(&[1., 0., 0., 1., 2., 3.]);
         let c = upload(&[f32::NAN; 4]);
-        let op = |ptr, ld| Operand { ptr, ty: Ty::F32, ld, stride: 0 };
+        let op = |ptr, ld| Operand {
+            ptr,
+            ty: Ty::F32,
+            ld,
+            stride: 0,
+        };
         let call = GemmCall {
             trans_a: false,
             trans_b: true,
@@ -256,7 +303,12 @@ mod tests {
         let bad = GemmCall { k: 4, ..call };
         let (size, msg) = bad.check("hipblasGemmEx").unwrap_err();
         assert!(!size && msg.contains("operand A"), "{msg}");
-        let (size, msg) = GemmCall { a: op(a, 1), ..call }.check("g").unwrap_err();
+        let (size, msg) = GemmCall {
+            a: op(a, 1),
+            ..call
+        }
+        .check("g")
+        .unwrap_err();
         assert!(size && msg.contains("lda = 1"), "{msg}");
     }
 }

@@ -5,7 +5,10 @@
 
 use std::ffi::{c_int, c_void};
 
-use hip_sys::blas::{hipDataType, hipblasComputeType_t, hipblasDatatype_t, hipblasGemmAlgo_t, hipblasHandle_t, hipblasOperation_t, hipblasPointerMode_t, hipblasStatus_t};
+use hip_sys::blas::{
+    hipDataType, hipblasComputeType_t, hipblasDatatype_t, hipblasGemmAlgo_t, hipblasHandle_t,
+    hipblasOperation_t, hipblasPointerMode_t, hipblasStatus_t,
+};
 use hip_sys::hipStream_t;
 
 use super::gemm::{Compute, GemmCall, Operand, Ty};
@@ -14,7 +17,9 @@ use super::{dim, guard, submit, trans, types, BlasFail};
 fn status(f: &BlasFail) -> hipblasStatus_t {
     match f {
         BlasFail::NullHandle => hipblasStatus_t::HIPBLAS_STATUS_HANDLE_IS_NULLPTR,
-        BlasFail::BadHandle(_) | BlasFail::Runtime(_) => hipblasStatus_t::HIPBLAS_STATUS_NOT_INITIALIZED,
+        BlasFail::BadHandle(_) | BlasFail::Runtime(_) => {
+            hipblasStatus_t::HIPBLAS_STATUS_NOT_INITIALIZED
+        }
         BlasFail::Size(_) | BlasFail::Pointer(_) => hipblasStatus_t::HIPBLAS_STATUS_INVALID_VALUE,
         BlasFail::Enum(_) => hipblasStatus_t::HIPBLAS_STATUS_INVALID_ENUM,
         BlasFail::NotSupported(_) => hipblasStatus_t::HIPBLAS_STATUS_NOT_SUPPORTED,
@@ -72,9 +77,26 @@ fn scalar(c: Compute) -> Ty {
 
 /// Build the call shared by every GEMM entry point (C and D are the same matrix in hipBLAS).
 #[allow(clippy::too_many_arguments)]
-fn call(ta: hipblasOperation_t, tb: hipblasOperation_t, m: c_int, n: c_int, k: c_int, (a, lda, sa): (*const c_void, c_int, i64), (b, ldb, sb): (*const c_void, c_int, i64), (c, ldc, sc): (*mut c_void, c_int, i64), batch: c_int, ty: Ty, compute: Compute) -> Result<GemmCall, BlasFail> {
+fn call(
+    ta: hipblasOperation_t,
+    tb: hipblasOperation_t,
+    m: c_int,
+    n: c_int,
+    k: c_int,
+    (a, lda, sa): (*const c_void, c_int, i64),
+    (b, ldb, sb): (*const c_void, c_int, i64),
+    (c, ldc, sc): (*mut c_void, c_int, i64),
+    batch: c_int,
+    ty: Ty,
+    compute: Compute,
+) -> Result<GemmCall, BlasFail> {
     let op = |p: *const c_void, ld: c_int, stride: i64, what: &str| -> Result<Operand, BlasFail> {
-        Ok(Operand { ptr: p as usize, ty, ld: dim(ld.into(), what)?, stride })
+        Ok(Operand {
+            ptr: p as usize,
+            ty,
+            ld: dim(ld.into(), what)?,
+            stride,
+        })
     };
     let c_op = op(c, ldc, sc, "ldc")?;
     Ok(GemmCall {

@@ -52,10 +52,18 @@ impl BlasFail {
 }
 
 /// Run a BLAS export's body; a panic or failure keeps its message for hipemuLastErrorMessage.
-pub fn guard<S>(name: &str, map: impl Fn(&BlasFail) -> S, ok: S, body: impl FnOnce() -> Result<(), BlasFail>) -> S {
+pub fn guard<S>(
+    name: &str,
+    map: impl Fn(&BlasFail) -> S,
+    ok: S,
+    body: impl FnOnce() -> Result<(), BlasFail>,
+) -> S {
     let result = match catch_unwind(AssertUnwindSafe(body)) {
         Ok(r) => r,
-        Err(p) => Err(BlasFail::Panic(format!("{name} panicked inside hip-emu: {}", panic_text(&*p)))),
+        Err(p) => Err(BlasFail::Panic(format!(
+            "{name} panicked inside hip-emu: {}",
+            panic_text(&*p)
+        ))),
     };
     match result {
         Ok(()) => ok,
@@ -81,9 +89,20 @@ fn with_handles<R>(f: impl FnOnce(&mut HashMap<usize, Handle>) -> R) -> R {
 
 /// Create a handle bound to the null stream; returns its opaque value.
 pub fn create() -> Result<usize, BlasFail> {
-    runtime().map_err(|f| BlasFail::Runtime(f.message))?.current().map_err(|f| BlasFail::Runtime(f.message))?;
+    runtime()
+        .map_err(|f| BlasFail::Runtime(f.message))?
+        .current()
+        .map_err(|f| BlasFail::Runtime(f.message))?;
     let h = new_handle();
-    with_handles(|t| t.insert(h, Handle { stream: 0, device_pointers: false }));
+    with_handles(|t| {
+        t.insert(
+            h,
+            Handle {
+                stream: 0,
+                device_pointers: false,
+            },
+        )
+    });
     Ok(h)
 }
 
@@ -91,7 +110,9 @@ fn check_handle(h: *mut c_void) -> Result<Handle, BlasFail> {
     if h.is_null() {
         return Err(BlasFail::NullHandle);
     }
-    with_handles(|t| t.get(&(h as usize)).copied()).ok_or_else(|| BlasFail::BadHandle(format!("handle {h:p} is not a live BLAS handle of hip-emu")))
+    with_handles(|t| t.get(&(h as usize)).copied()).ok_or_else(|| {
+        BlasFail::BadHandle(format!("handle {h:p} is not a live BLAS handle of hip-emu"))
+    })
 }
 
 pub fn destroy(h: *mut c_void) -> Result<(), BlasFail> {
@@ -103,7 +124,8 @@ pub fn destroy(h: *mut c_void) -> Result<(), BlasFail> {
 pub fn set_stream(h: *mut c_void, stream: hipStream_t) -> Result<(), BlasFail> {
     check_handle(h)?;
     let rt = runtime().map_err(|f| BlasFail::Runtime(f.message))?;
-    rt.stream(stream).map_err(|f| BlasFail::BadHandle(f.message))?;
+    rt.stream(stream)
+        .map_err(|f| BlasFail::BadHandle(f.message))?;
     with_handles(|t| {
         if let Some(e) = t.get_mut(&(h as usize)) {
             e.stream = stream as usize;
@@ -117,7 +139,11 @@ pub fn set_pointer_mode(h: *mut c_void, mode: u32) -> Result<(), BlasFail> {
     let device = match mode {
         0 => false,
         1 => true,
-        other => return Err(BlasFail::Enum(format!("pointer mode {other} is neither host (0) nor device (1)"))),
+        other => {
+            return Err(BlasFail::Enum(format!(
+                "pointer mode {other} is neither host (0) nor device (1)"
+            )))
+        }
     };
     with_handles(|t| {
         if let Some(e) = t.get_mut(&(h as usize)) {
@@ -132,7 +158,9 @@ pub fn trans(op: u32, which: &str) -> Result<bool, BlasFail> {
     match op {
         111 => Ok(false),
         112 | 113 => Ok(true),
-        other => Err(BlasFail::Enum(format!("{which} = {other} is not an operation (111 N, 112 T, 113 C)"))),
+        other => Err(BlasFail::Enum(format!(
+            "{which} = {other} is not an operation (111 N, 112 T, 113 C)"
+        ))),
     }
 }
 
@@ -146,15 +174,29 @@ pub fn dim(v: i64, what: &str) -> Result<usize, BlasFail> {
 ///
 /// # Safety
 /// In host pointer mode `alpha`/`beta` point at readable values of `scalar`'s type.
-pub unsafe fn submit(name: &'static str, h: *mut c_void, mut call: GemmCall, alpha: *const c_void, beta: *const c_void, scalar: Ty) -> Result<(), BlasFail> {
+pub unsafe fn submit(
+    name: &'static str,
+    h: *mut c_void,
+    mut call: GemmCall,
+    alpha: *const c_void,
+    beta: *const c_void,
+    scalar: Ty,
+) -> Result<(), BlasFail> {
     let handle = check_handle(h)?;
     if alpha.is_null() || beta.is_null() {
-        return Err(BlasFail::Pointer(format!("{name}: alpha or beta is a null pointer")));
+        return Err(BlasFail::Pointer(format!(
+            "{name}: alpha or beta is a null pointer"
+        )));
     }
     let device_scalars = handle.device_pointers;
     if device_scalars {
         for (what, p) in [("alpha", alpha), ("beta", beta)] {
-            memory::check_range(p as usize, scalar.bytes(), &format!("{name}: {what} (device pointer mode)")).map_err(|f| BlasFail::Pointer(f.message))?;
+            memory::check_range(
+                p as usize,
+                scalar.bytes(),
+                &format!("{name}: {what} (device pointer mode)"),
+            )
+            .map_err(|f| BlasFail::Pointer(f.message))?;
         }
         // Probe the operands with nonzero scalars; the real ones are read when the GEMM runs.
         call.alpha = 1.0;
@@ -166,9 +208,17 @@ pub unsafe fn submit(name: &'static str, h: *mut c_void, mut call: GemmCall, alp
             call.beta = load(scalar, beta as usize, 0);
         }
     }
-    call.check(name).map_err(|(size, msg)| if size { BlasFail::Size(msg) } else { BlasFail::Pointer(msg) })?;
+    call.check(name).map_err(|(size, msg)| {
+        if size {
+            BlasFail::Size(msg)
+        } else {
+            BlasFail::Pointer(msg)
+        }
+    })?;
     let rt = runtime().map_err(|f| BlasFail::Runtime(f.message))?;
-    let (dev, info) = rt.stream(handle.stream as hipStream_t).map_err(|f| BlasFail::Runtime(f.message))?;
+    let (dev, info) = rt
+        .stream(handle.stream as hipStream_t)
+        .map_err(|f| BlasFail::Runtime(f.message))?;
     let (alpha, beta) = (alpha as usize, beta as usize);
     let work = move || {
         let mut call = call;
@@ -184,20 +234,34 @@ pub unsafe fn submit(name: &'static str, h: *mut c_void, mut call: GemmCall, alp
         unsafe { call.run() };
         Ok(())
     };
-    dev.executor.enqueue(info.id, name.to_owned(), Box::new(work)).map_err(|f| BlasFail::Runtime(f.message))?;
+    dev.executor
+        .enqueue(info.id, name.to_owned(), Box::new(work))
+        .map_err(|f| BlasFail::Runtime(f.message))?;
     Ok(())
 }
 
 /// Element type and the compute type to use for a (type, compute type) pair, or why not.
-pub fn types(name: &str, a: Option<Ty>, b: Option<Ty>, c: Option<Ty>, (compute, raw): (Option<Compute>, u32)) -> Result<(Ty, Compute), BlasFail> {
+pub fn types(
+    name: &str,
+    a: Option<Ty>,
+    b: Option<Ty>,
+    c: Option<Ty>,
+    (compute, raw): (Option<Compute>, u32),
+) -> Result<(Ty, Compute), BlasFail> {
     let (Some(a), Some(b), Some(c)) = (a, b, c) else {
-        return Err(BlasFail::Enum(format!("{name}: an operand data type is not f16, bf16, f32 or f64 in this ABI's numbering")));
+        return Err(BlasFail::Enum(format!(
+            "{name}: an operand data type is not f16, bf16, f32 or f64 in this ABI's numbering"
+        )));
     };
     let Some(compute) = compute else {
-        return Err(BlasFail::NotSupported(format!("{name}: compute type {raw} is not emulated: hip-emu computes in f32 or f64")));
+        return Err(BlasFail::NotSupported(format!(
+            "{name}: compute type {raw} is not emulated: hip-emu computes in f32 or f64"
+        )));
     };
     if a != b || a != c {
-        return Err(BlasFail::NotSupported(format!("{name}: mixed operand types {a:?}/{b:?}/{c:?} are not emulated")));
+        return Err(BlasFail::NotSupported(format!(
+            "{name}: mixed operand types {a:?}/{b:?}/{c:?} are not emulated"
+        )));
     }
     match (a, compute) {
         (Ty::F16 | Ty::Bf16 | Ty::F32, Compute::F32) | (Ty::F64, Compute::F64) => Ok((a, compute)),

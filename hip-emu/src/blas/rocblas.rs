@@ -3,7 +3,10 @@
 
 use std::ffi::c_void;
 
-use hip_sys::blas::{rocblas_datatype, rocblas_gemm_algo, rocblas_handle, rocblas_operation, rocblas_pointer_mode, rocblas_status};
+use hip_sys::blas::{
+    rocblas_datatype, rocblas_gemm_algo, rocblas_handle, rocblas_operation, rocblas_pointer_mode,
+    rocblas_status,
+};
 use hip_sys::hipStream_t;
 
 use super::gemm::{Compute, GemmCall, Operand, Ty};
@@ -11,7 +14,9 @@ use super::{dim, guard, submit, trans, types, BlasFail};
 
 fn status(f: &BlasFail) -> rocblas_status {
     match f {
-        BlasFail::NullHandle | BlasFail::BadHandle(_) => rocblas_status::rocblas_status_invalid_handle,
+        BlasFail::NullHandle | BlasFail::BadHandle(_) => {
+            rocblas_status::rocblas_status_invalid_handle
+        }
         BlasFail::Size(_) => rocblas_status::rocblas_status_invalid_size,
         BlasFail::Pointer(_) => rocblas_status::rocblas_status_invalid_pointer,
         BlasFail::Enum(_) => rocblas_status::rocblas_status_invalid_value,
@@ -53,9 +58,27 @@ fn scalar(c: Compute) -> Ty {
 type Mat = (*const c_void, i32, i64);
 
 #[allow(clippy::too_many_arguments)]
-fn call(ta: rocblas_operation, tb: rocblas_operation, m: i32, n: i32, k: i32, a: Mat, b: Mat, c: Mat, d: Mat, batch: i32, ty: Ty, compute: Compute) -> Result<GemmCall, BlasFail> {
+fn call(
+    ta: rocblas_operation,
+    tb: rocblas_operation,
+    m: i32,
+    n: i32,
+    k: i32,
+    a: Mat,
+    b: Mat,
+    c: Mat,
+    d: Mat,
+    batch: i32,
+    ty: Ty,
+    compute: Compute,
+) -> Result<GemmCall, BlasFail> {
     let op = |(p, ld, stride): Mat, what: &str| -> Result<Operand, BlasFail> {
-        Ok(Operand { ptr: p as usize, ty, ld: dim(ld.into(), what)?, stride })
+        Ok(Operand {
+            ptr: p as usize,
+            ty,
+            ld: dim(ld.into(), what)?,
+            stride,
+        })
     };
     Ok(GemmCall {
         trans_a: trans(ta.0, "trans_a")?,

@@ -33,7 +33,13 @@ fn check_side(ptr: usize, bytes: usize, side: Side, what: &str) -> Res {
 
 /// The sides of `hipMemcpyKind`; `hipMemcpyDefault` infers them from the pointers.
 fn sides(kind: hipMemcpyKind, dst: usize, src: usize) -> Res<(Side, Side)> {
-    let infer = |p: usize| if memory::is_live(p) { Side::Device } else { Side::Host };
+    let infer = |p: usize| {
+        if memory::is_live(p) {
+            Side::Device
+        } else {
+            Side::Host
+        }
+    };
     Ok(match kind {
         hipMemcpyKind::hipMemcpyHostToHost => (Side::Host, Side::Host),
         hipMemcpyKind::hipMemcpyHostToDevice => (Side::Device, Side::Host),
@@ -85,10 +91,20 @@ fn submit(name: &str, stream: hipStream_t, sync: bool, work: super::queue::Work)
 }
 
 /// Queue a memset of `count` elements of `width` bytes, each `value`'s low bytes.
-fn memset(name: &str, dst: usize, value: u32, width: usize, count: usize, stream: hipStream_t, sync: bool) -> Res {
-    let bytes = count
-        .checked_mul(width)
-        .ok_or_else(|| Fail::invalid(format!("{name}: {count} elements of {width} bytes overflow")))?;
+fn memset(
+    name: &str,
+    dst: usize,
+    value: u32,
+    width: usize,
+    count: usize,
+    stream: hipStream_t,
+    sync: bool,
+) -> Res {
+    let bytes = count.checked_mul(width).ok_or_else(|| {
+        Fail::invalid(format!(
+            "{name}: {count} elements of {width} bytes overflow"
+        ))
+    })?;
     check_side(dst, bytes, Side::Device, &format!("{name} destination"))?;
     let work = move || {
         if width == 1 {
@@ -115,7 +131,10 @@ fn memset(name: &str, dst: usize, value: u32, width: usize, count: usize, stream
 
 /// Allocate on `dev` (charged against its capacity) and return the pointer.
 fn device_malloc(dev: &Device, size: usize) -> Res<usize> {
-    dev.charge(size.next_multiple_of(memory::ALIGN), &format!("hipMalloc({size})"))?;
+    dev.charge(
+        size.next_multiple_of(memory::ALIGN),
+        &format!("hipMalloc({size})"),
+    )?;
     match memory::allocate(size, Owner::Device(dev.ordinal)) {
         Ok(a) => Ok(a.start),
         Err(e) => {

@@ -3,7 +3,9 @@
 use std::ffi::{c_int, c_uint};
 use std::sync::Arc;
 
-use hip_sys::generated::{hipEventBlockingSync, hipEventDisableTiming, hipEventInterprocess, hipStreamNonBlocking};
+use hip_sys::generated::{
+    hipEventBlockingSync, hipEventDisableTiming, hipEventInterprocess, hipStreamNonBlocking,
+};
 use hip_sys::{hipError_t, hipEvent_t, hipStream_t};
 
 use super::device::PRIORITY_RANGE;
@@ -14,7 +16,9 @@ use super::{hip_exports, out, runtime, EventInfo, StreamInfo};
 /// Create a stream on the current device.
 fn create_stream(stream: *mut hipStream_t, flags: c_uint, priority: c_int) -> Res {
     if flags & !hipStreamNonBlocking != 0 {
-        return Err(Fail::invalid(format!("stream flags {flags:#x} are not hipStreamDefault/NonBlocking")));
+        return Err(Fail::invalid(format!(
+            "stream flags {flags:#x} are not hipStreamDefault/NonBlocking"
+        )));
     }
     let rt = runtime()?;
     let dev = rt.current()?;
@@ -30,7 +34,8 @@ fn create_stream(stream: *mut hipStream_t, flags: c_uint, priority: c_int) -> Re
     if stream.is_null() {
         return Err(Fail::invalid("stream out-pointer is null"));
     }
-    dev.executor.add_stream(id, flags & hipStreamNonBlocking == 0, priority);
+    dev.executor
+        .add_stream(id, flags & hipStreamNonBlocking == 0, priority);
     let handle = rt.add_stream(info);
     // SAFETY: out-parameter per the C API contract (checked non-null above).
     unsafe { out(stream, handle as hipStream_t, "stream") }
@@ -40,7 +45,10 @@ fn create_stream(stream: *mut hipStream_t, flags: c_uint, priority: c_int) -> Re
 fn ready(done: Res<bool>, what: &str) -> Res {
     match done? {
         true => Ok(()),
-        false => Err(Fail::new(hipError_t::hipErrorNotReady, format!("{what} has work pending"))),
+        false => Err(Fail::new(
+            hipError_t::hipErrorNotReady,
+            format!("{what} has work pending"),
+        )),
     }
 }
 
@@ -55,7 +63,11 @@ fn create_event(event: *mut hipEvent_t, flags: c_uint) -> Res {
         return Err(Fail::invalid("event out-pointer is null"));
     }
     let state = Arc::new(EventState::new(flags & hipEventDisableTiming == 0));
-    let handle = rt.add_event(EventInfo { device, flags, state });
+    let handle = rt.add_event(EventInfo {
+        device,
+        flags,
+        state,
+    });
     // SAFETY: out-parameter per the C API contract (checked non-null above).
     unsafe { out(event, handle as hipEvent_t, "event") }
 }
@@ -176,5 +188,3 @@ hip_exports! {
         unsafe { out(ms, elapsed as f32, "ms") }
     }
 }
-
-

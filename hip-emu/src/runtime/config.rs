@@ -126,8 +126,12 @@ mod tests {
     fn defaults_and_bad_values_name_the_variable() {
         let c = Config::parse(&env(&[])).unwrap();
         assert_eq!((c.devices, c.memory, c.seed), (1, DEFAULT_MEMORY, None));
-        let c = Config::parse(&env(&[(DEVICES_VAR, "3"), (MEMORY_VAR, "1M"), (SEED_VAR, "7")]))
-            .unwrap();
+        let c = Config::parse(&env(&[
+            (DEVICES_VAR, "3"),
+            (MEMORY_VAR, "1M"),
+            (SEED_VAR, "7"),
+        ]))
+        .unwrap();
         assert_eq!((c.devices, c.memory, c.seed), (3, 1 << 20, Some(7)));
         for bad in [
             &[(MEMORY_VAR, "4X")][..],

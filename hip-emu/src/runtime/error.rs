@@ -174,7 +174,11 @@ mod tests {
         assert_eq!(last_error(true).0, 0);
         record(Err(Fail::invalid("x")));
         record(Ok(()));
-        assert_eq!(last_error(false).0, 0, "a success overwrites it, as in HIP 5.x");
+        assert_eq!(
+            last_error(false).0,
+            0,
+            "a success overwrites it, as in HIP 5.x"
+        );
         assert_eq!(
             detail_for(hipError_t::hipErrorInvalidValue).as_deref(),
             Some("hip-emu: x")
@@ -186,7 +190,10 @@ mod tests {
         let code = guard("hipTest", || panic!("boom 42"));
         assert_eq!(code, hipError_t::hipErrorUnknown);
         let detail = latest_detail().unwrap();
-        assert!(detail.contains("hipTest") && detail.contains("boom 42"), "{detail}");
+        assert!(
+            detail.contains("hipTest") && detail.contains("boom 42"),
+            "{detail}"
+        );
     }
 
     #[test]

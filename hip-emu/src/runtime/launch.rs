@@ -54,7 +54,9 @@ fn arg_label(name: Option<&str>) -> String {
 fn check_config(f: &Function, grid: [u32; 3], block: [u32; 3], dynamic_lds: usize) -> Res {
     let name = &f.meta.name;
     if grid.contains(&0) || block.contains(&0) {
-        return Err(Fail::invalid(format!("kernel `{name}`: grid {grid:?} and block {block:?} must have no zero dimension")));
+        return Err(Fail::invalid(format!(
+            "kernel `{name}`: grid {grid:?} and block {block:?} must have no zero dimension"
+        )));
     }
     if grid[1] > 65535 || grid[2] > 65535 || grid[0] > i32::MAX as u32 {
         return Err(Fail::invalid(format!("kernel `{name}`: grid {grid:?} exceeds the device's maximum [2147483647, 65535, 65535]")));
@@ -122,14 +124,19 @@ fn arg_sizes(f: &Function) -> Res<Vec<usize>> {
 unsafe fn capture(f: &Function, params: *mut *mut c_void, sizes: &[usize]) -> Res<Vec<Vec<u8>>> {
     let name = &f.meta.name;
     if params.is_null() && !sizes.is_empty() {
-        return Err(Fail::invalid(format!("kernel `{name}`: kernelParams is null but the kernel takes {} argument(s)", sizes.len())));
+        return Err(Fail::invalid(format!(
+            "kernel `{name}`: kernelParams is null but the kernel takes {} argument(s)",
+            sizes.len()
+        )));
     }
     let mut out = Vec::with_capacity(sizes.len());
     for (i, (&size, meta)) in sizes.iter().zip(f.meta.explicit_args()).enumerate() {
         // SAFETY: entry i of the kernelParams array exists per the contract.
         let p = unsafe { *params.add(i) };
         if p.is_null() {
-            return Err(Fail::invalid(format!("kernel `{name}`: kernelParams[{i}] is a null pointer")));
+            return Err(Fail::invalid(format!(
+                "kernel `{name}`: kernelParams[{i}] is a null pointer"
+            )));
         }
         // SAFETY: the entry points at `size` readable bytes per the contract.
         let bytes = unsafe { std::slice::from_raw_parts(p.cast::<u8>(), size) }.to_vec();
@@ -163,7 +170,15 @@ fn exec_fail(e: ExecError) -> Fail {
 }
 
 /// Run one launch on the executor thread, then check every allocation's canaries.
-fn run(spec_kernel: &'static exec::KernelInfo, grid: [u32; 3], block: [u32; 3], dynamic_lds: usize, f_meta: (usize, u32), params: Vec<Vec<u8>>, seed: Option<u64>) -> Res {
+fn run(
+    spec_kernel: &'static exec::KernelInfo,
+    grid: [u32; 3],
+    block: [u32; 3],
+    dynamic_lds: usize,
+    f_meta: (usize, u32),
+    params: Vec<Vec<u8>>,
+    seed: Option<u64>,
+) -> Res {
     let slices: Vec<&[u8]> = params.iter().map(Vec::as_slice).collect();
     let spec = LaunchSpec {
         kernel: spec_kernel,
@@ -184,7 +199,11 @@ fn run(spec_kernel: &'static exec::KernelInfo, grid: [u32; 3], block: [u32; 3], 
                 "kernel `{}` wrote out of bounds: {} (canary at {addr:#x} overwritten{})",
                 spec_kernel.name,
                 memory::describe_address(*addr),
-                if hits.len() > 1 { format!("; {} allocations hit", hits.len()) } else { String::new() },
+                if hits.len() > 1 {
+                    format!("; {} allocations hit", hits.len())
+                } else {
+                    String::new()
+                },
             ) + &format!(" [{}]", alloc.describe()),
         ));
     }

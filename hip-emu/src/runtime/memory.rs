@@ -70,7 +70,10 @@ impl Allocation {
     /// The slack regions that hold canaries: before the start and after the end.
     fn slack(&self) -> [(usize, usize); 2] {
         let data_base = self.map_base + page_size();
-        [(data_base, self.start), (self.end(), self.start + self.rounded)]
+        [
+            (data_base, self.start),
+            (self.end(), self.start + self.rounded),
+        ]
     }
 }
 
@@ -107,7 +110,12 @@ fn with_table<R>(f: impl FnOnce(&mut Table) -> R) -> R {
 /// Map a new allocation of `size` (> 0) bytes for `owner`. Capacity is the caller's business.
 pub fn allocate(size: usize, owner: Owner) -> Res<Allocation> {
     let page = page_size();
-    let too_big = || Fail::new(hipError_t::hipErrorOutOfMemory, format!("{size} bytes cannot be mapped"));
+    let too_big = || {
+        Fail::new(
+            hipError_t::hipErrorOutOfMemory,
+            format!("{size} bytes cannot be mapped"),
+        )
+    };
     let rounded = size.checked_next_multiple_of(ALIGN).ok_or_else(too_big)?;
     let data_len = rounded.checked_next_multiple_of(page).ok_or_else(too_big)?;
     let map_len = data_len.checked_add(2 * page).ok_or_else(too_big)?;
@@ -188,7 +196,11 @@ pub fn free(ptr: usize, pinned: bool) -> Res<Allocation> {
                     "{:#x} is {}, freed with the wrong call ({})",
                     ptr,
                     a.describe(),
-                    if pinned { "hipHostFree of device memory" } else { "hipFree of pinned host memory" }
+                    if pinned {
+                        "hipHostFree of device memory"
+                    } else {
+                        "hipFree of pinned host memory"
+                    }
                 )))
             }
             None => return Err(Fail::invalid(describe_unknown(t, ptr, "free"))),
@@ -205,7 +217,9 @@ pub fn free(ptr: usize, pinned: bool) -> Res<Allocation> {
         t.quarantine_bytes += alloc.map_len;
         t.quarantine.push_back(alloc.clone());
         while t.quarantine.len() > QUARANTINE_COUNT || t.quarantine_bytes > QUARANTINE_BYTES {
-            let Some(old) = t.quarantine.pop_front() else { break };
+            let Some(old) = t.quarantine.pop_front() else {
+                break;
+            };
             t.quarantine_bytes -= old.map_len;
             // SAFETY: the oldest quarantined mapping: inaccessible and referenced by nobody.
             unsafe { libc::munmap(old.map_base as *mut c_void, old.map_len) };
@@ -224,7 +238,10 @@ fn describe_unknown(t: &Table, ptr: usize, what: &str) -> String {
         );
     }
     match freed_containing(t, ptr) {
-        Some(a) => format!("{ptr:#x} was already freed ({}, now quarantined)", a.describe()),
+        Some(a) => format!(
+            "{ptr:#x} was already freed ({}, now quarantined)",
+            a.describe()
+        ),
         None => format!("{ptr:#x} is not an allocation of this runtime"),
     }
 }
@@ -246,13 +263,25 @@ fn freed_containing(t: &Table, ptr: usize) -> Option<&Allocation> {
 /// What `addr` is, for fault messages: inside/near a live allocation, in a freed one, or unknown.
 pub fn describe_address(addr: usize) -> String {
     with_table(|t| {
-        let near = t.live.range(..=addr.saturating_add(2 * page_size())).rev().take(4);
+        let near = t
+            .live
+            .range(..=addr.saturating_add(2 * page_size()))
+            .rev()
+            .take(4);
         for (_, a) in near {
             if addr >= a.map_base && addr < a.map_base + a.map_len {
                 return if addr < a.start {
-                    format!("{addr:#x} is {} bytes before the start of {}", a.start - addr, a.describe())
+                    format!(
+                        "{addr:#x} is {} bytes before the start of {}",
+                        a.start - addr,
+                        a.describe()
+                    )
                 } else if addr >= a.end() {
-                    format!("{addr:#x} is {} bytes past the end of {}", addr - a.end(), a.describe())
+                    format!(
+                        "{addr:#x} is {} bytes past the end of {}",
+                        addr - a.end(),
+                        a.describe()
+                    )
                 } else {
                     format!("{addr:#x} is inside {}", a.describe())
                 };
@@ -326,7 +355,11 @@ mod tests {
         let a = allocate(1000, Owner::Device(0)).unwrap();
         assert_eq!(a.start % ALIGN, 0);
         assert_eq!(a.rounded, 1024);
-        assert_eq!((a.start + a.rounded) % page_size(), 0, "rounded end abuts the guard");
+        assert_eq!(
+            (a.start + a.rounded) % page_size(),
+            0,
+            "rounded end abuts the guard"
+        );
         // SAFETY: the allocation is live and 1000 bytes long.
         let bytes = unsafe { std::slice::from_raw_parts(a.start as *const u8, 1000) };
         assert!(bytes.iter().all(|&b| b == NAN_FILL));
@@ -339,20 +372,28 @@ mod tests {
         // SAFETY: byte 1010 is in the tail slack, which is mapped read-write.
         unsafe { *((a.start + 1010) as *mut u8) = 0 };
         let hits = corrupted_canaries();
-        assert!(hits.iter().any(|(b, addr)| b.id == a.id && *addr == a.start + 1010));
+        assert!(hits
+            .iter()
+            .any(|(b, addr)| b.id == a.id && *addr == a.start + 1010));
         assert!(corrupted_canaries().iter().all(|(b, _)| b.id != a.id));
         free(a.start, false).unwrap();
         let again = free(a.start, false).unwrap_err();
         assert!(again.message.contains("already freed"), "{again}");
         assert!(describe_address(a.start + 8).contains("use after free"));
-        assert!(check_range(a.start, 4, "launch").unwrap_err().message.contains("freed"));
+        assert!(check_range(a.start, 4, "launch")
+            .unwrap_err()
+            .message
+            .contains("freed"));
     }
 
     #[test]
     fn wrong_free_calls_are_named() {
         let a = allocate(64, Owner::PinnedHost).unwrap();
         let err = free(a.start, false).unwrap_err();
-        assert!(err.message.contains("hipFree of pinned host memory"), "{err}");
+        assert!(
+            err.message.contains("hipFree of pinned host memory"),
+            "{err}"
+        );
         let inner = free(a.start + 8, true).unwrap_err();
         assert!(inner.message.contains("8 bytes into"), "{inner}");
         free(a.start, true).unwrap();

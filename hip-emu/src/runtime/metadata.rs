@@ -105,20 +105,31 @@ pub unsafe fn image_len(image: *const u8) -> Res<usize> {
     let mut head = [0u8; 24];
     // SAFETY: both formats have at least 24 header bytes; a shorter image breaks the contract.
     unsafe { std::ptr::copy_nonoverlapping(image, head.as_mut_ptr(), 24) };
-    let too_big = |len: u64| invalid_image(format!("image claims {len} bytes (limit {MAX_IMAGE}); it is corrupt"));
+    let too_big = |len: u64| {
+        invalid_image(format!(
+            "image claims {len} bytes (limit {MAX_IMAGE}); it is corrupt"
+        ))
+    };
     let len = if &head == BUNDLE_MAGIC {
         let count = read_u64(24);
         if count > MAX_ENTRIES {
-            return Err(invalid_image(format!("offload bundle claims {count} entries")));
+            return Err(invalid_image(format!(
+                "offload bundle claims {count} entries"
+            )));
         }
         let (mut pos, mut end) = (32u64, 32u64);
         for _ in 0..count {
             let (offset, size, id_len) = (read_u64(pos), read_u64(pos + 8), read_u64(pos + 16));
             if id_len > MAX_ID {
-                return Err(invalid_image(format!("offload bundle entry id of {id_len} bytes")));
+                return Err(invalid_image(format!(
+                    "offload bundle entry id of {id_len} bytes"
+                )));
             }
             pos += 24 + id_len;
-            let entry_end = offset.checked_add(size).filter(|e| *e <= MAX_IMAGE).ok_or_else(|| too_big(offset.saturating_add(size)))?;
+            let entry_end = offset
+                .checked_add(size)
+                .filter(|e| *e <= MAX_IMAGE)
+                .ok_or_else(|| too_big(offset.saturating_add(size)))?;
             end = end.max(entry_end).max(pos);
         }
         end
@@ -183,7 +194,8 @@ pub fn parse_image(bytes: &[u8], arch: &str) -> Res<CodeObject> {
                 ),
             )
         })?;
-    let kernels = kernels_of(elf).map_err(|m| invalid_image(format!("code object for {target}: {m}")))?;
+    let kernels =
+        kernels_of(elf).map_err(|m| invalid_image(format!("code object for {target}: {m}")))?;
     Ok(CodeObject {
         target: target.clone(),
         kernels,
@@ -192,17 +204,26 @@ pub fn parse_image(bytes: &[u8], arch: &str) -> Res<CodeObject> {
 
 /// The kernels in the metadata note of an AMDGPU ELF code object.
 pub fn kernels_of(elf: &[u8]) -> Result<Vec<KernelMeta>, String> {
-    let header = FileHeader64::<LittleEndian>::parse(elf).map_err(|e| format!("bad ELF header: {e}"))?;
-    let endian = header.endian().map_err(|e| format!("bad ELF header: {e}"))?;
-    let sections = header.sections(endian, elf).map_err(|e| format!("bad section table: {e}"))?;
+    let header =
+        FileHeader64::<LittleEndian>::parse(elf).map_err(|e| format!("bad ELF header: {e}"))?;
+    let endian = header
+        .endian()
+        .map_err(|e| format!("bad ELF header: {e}"))?;
+    let sections = header
+        .sections(endian, elf)
+        .map_err(|e| format!("bad section table: {e}"))?;
     for section in sections.iter() {
-        let Some(mut notes) = section.notes(endian, elf).map_err(|e| format!("bad note section: {e}"))? else {
+        let Some(mut notes) = section
+            .notes(endian, elf)
+            .map_err(|e| format!("bad note section: {e}"))?
+        else {
             continue;
         };
         while let Some(note) = notes.next().map_err(|e| format!("bad note: {e}"))? {
             if note.name() == b"AMDGPU" && note.n_type(endian) == NT_AMDGPU_METADATA {
-                let root: Root = rmp_serde::from_slice(note.desc())
-                    .map_err(|e| format!("the AMDGPU metadata note is not valid msgpack metadata: {e}"))?;
+                let root: Root = rmp_serde::from_slice(note.desc()).map_err(|e| {
+                    format!("the AMDGPU metadata note is not valid msgpack metadata: {e}")
+                })?;
                 return Ok(root.kernels);
             }
         }
@@ -257,9 +278,21 @@ mod tests {
             kernels: vec![K {
                 name: "k",
                 args: vec![
-                    Arg { size: 8, offset: 0, kind: "global_buffer" },
-                    Arg { size: 4, offset: 8, kind: "by_value" },
-                    Arg { size: 8, offset: 16, kind: "hidden_global_offset_x" },
+                    Arg {
+                        size: 8,
+                        offset: 0,
+                        kind: "global_buffer",
+                    },
+                    Arg {
+                        size: 4,
+                        offset: 8,
+                        kind: "by_value",
+                    },
+                    Arg {
+                        size: 8,
+                        offset: 16,
+                        kind: "hidden_global_offset_x",
+                    },
                 ],
                 lds: 4096,
                 wg: 256,
@@ -268,7 +301,14 @@ mod tests {
         let bytes = rmp_serde::to_vec_named(&r).unwrap();
         let root: Root = rmp_serde::from_slice(&bytes).unwrap();
         let k = &root.kernels[0];
-        assert_eq!((k.name.as_str(), k.group_segment_fixed_size, k.max_flat_workgroup_size), ("k", 4096, 256));
+        assert_eq!(
+            (
+                k.name.as_str(),
+                k.group_segment_fixed_size,
+                k.max_flat_workgroup_size
+            ),
+            ("k", 4096, 256)
+        );
         let sizes: Vec<u64> = k.explicit_args().map(|a| a.size).collect();
         assert_eq!(sizes, vec![8, 4]);
     }

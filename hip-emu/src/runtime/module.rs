@@ -45,8 +45,11 @@ fn with_tables<R>(f: impl FnOnce(&mut Tables) -> R) -> R {
 
 /// The live function behind `f`.
 pub fn function(f: hipFunction_t) -> Res<Arc<Function>> {
-    with_tables(|t| t.functions.get(&(f as usize)).cloned())
-        .ok_or_else(|| Fail::handle(format!("function {f:p} is not a live function of hip-emu (was its module unloaded?)")))
+    with_tables(|t| t.functions.get(&(f as usize)).cloned()).ok_or_else(|| {
+        Fail::handle(format!(
+            "function {f:p} is not a live function of hip-emu (was its module unloaded?)"
+        ))
+    })
 }
 
 fn module(m: hipModule_t) -> Res<Arc<Module>> {
@@ -84,7 +87,10 @@ fn get_function(m: hipModule_t, name: &str) -> Res<usize> {
         let names: Vec<&str> = module.kernels.iter().map(|k| k.name.as_str()).collect();
         return Err(Fail::new(
             hipError_t::hipErrorNotFound,
-            format!("kernel `{name}` is not in the module's {} code object; it defines {names:?}", module.target),
+            format!(
+                "kernel `{name}` is not in the module's {} code object; it defines {names:?}",
+                module.target
+            ),
         ));
     };
     let kernel = exec::lookup(name).ok_or_else(|| {
@@ -111,9 +117,11 @@ fn attribute(f: &Function, attr: hipFunction_attribute) -> Res<c_int> {
     let m = &f.meta;
     let clamp = |v: u64| c_int::try_from(v).unwrap_or(c_int::MAX);
     Ok(match attr {
-        A::HIP_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK => {
-            clamp(if m.max_flat_workgroup_size == 0 { 1024 } else { m.max_flat_workgroup_size })
-        }
+        A::HIP_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK => clamp(if m.max_flat_workgroup_size == 0 {
+            1024
+        } else {
+            m.max_flat_workgroup_size
+        }),
         A::HIP_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES => clamp(m.group_segment_fixed_size),
         A::HIP_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES => clamp(m.private_segment_fixed_size),
         A::HIP_FUNC_ATTRIBUTE_NUM_REGS => clamp(m.vgpr_count),

@@ -73,11 +73,14 @@ struct State {
     rng: Option<u64>,
 }
 
+/// `(stream, seq)` of an event's last record, and `(seq, time)` of the last record that ran.
+type Records = (Option<(u64, u64)>, Option<(u64, Instant)>);
+
 /// An event: where it was last recorded and when that record ran.
 pub struct EventState {
     pub timing: bool,
     /// `(stream, seq)` of the last record, `(seq, time)` when that record ran.
-    inner: Mutex<(Option<(u64, u64)>, Option<(u64, Instant)>)>,
+    inner: Mutex<Records>,
 }
 
 impl EventState {
@@ -88,7 +91,7 @@ impl EventState {
         }
     }
 
-    fn lock(&self) -> MutexGuard<'_, (Option<(u64, u64)>, Option<(u64, Instant)>)> {
+    fn lock(&self) -> MutexGuard<'_, Records> {
         self.inner.lock().unwrap_or_else(|p| p.into_inner())
     }
 
@@ -202,7 +205,12 @@ impl Executor {
         match event.recorded() {
             None => Ok(()),
             Some(dep) => self
-                .push(stream, "stream wait event".into(), Action::Marker, vec![dep])
+                .push(
+                    stream,
+                    "stream wait event".into(),
+                    Action::Marker,
+                    vec![dep],
+                )
                 .map(|_| ()),
         }
     }
@@ -280,7 +288,12 @@ impl Executor {
         });
         let mut fail = first.fail;
         if !rest.is_empty() {
-            fail.message = format!("{} (and {} later fault(s): {})", fail.message, rest.len(), rest.join("; "));
+            fail.message = format!(
+                "{} (and {} later fault(s): {})",
+                fail.message,
+                rest.len(),
+                rest.join("; ")
+            );
         }
         Err(fail)
     }
@@ -435,13 +448,32 @@ mod tests {
         assert!(ev.time().is_some());
         let ran = Arc::new(AtomicU64::new(0));
         let r2 = ran.clone();
-        ex.enqueue(1, "bad".into(), Box::new(|| Err(Fail::new(hipError_t::hipErrorIllegalAddress, "kernel k faulted")))).unwrap();
-        ex.enqueue(1, "after".into(), Box::new(move || { r2.store(1, Ordering::SeqCst); Ok(()) })).unwrap();
+        ex.enqueue(
+            1,
+            "bad".into(),
+            Box::new(|| {
+                Err(Fail::new(
+                    hipError_t::hipErrorIllegalAddress,
+                    "kernel k faulted",
+                ))
+            }),
+        )
+        .unwrap();
+        ex.enqueue(
+            1,
+            "after".into(),
+            Box::new(move || {
+                r2.store(1, Ordering::SeqCst);
+                Ok(())
+            }),
+        )
+        .unwrap();
         let err = ex.sync_stream(1).unwrap_err();
         assert_eq!(err.code, hipError_t::hipErrorIllegalAddress);
         assert_eq!(ran.load(Ordering::SeqCst), 1);
         assert!(ex.sync_stream(1).is_ok(), "reported once");
-        ex.enqueue(2, "panics".into(), Box::new(|| panic!("oops"))).unwrap();
+        ex.enqueue(2, "panics".into(), Box::new(|| panic!("oops")))
+            .unwrap();
         let err = ex.sync_all().unwrap_err();
         assert!(err.message.contains("oops"), "{err}");
     }
@@ -452,8 +484,10 @@ mod tests {
         ex.add_stream(5, true, 0);
         let log = Arc::new(Mutex::new(Vec::new()));
         ex.enqueue(5, "slow".into(), log_work(&log, 1, 40)).unwrap();
-        ex.enqueue(NULL_STREAM, "null".into(), log_work(&log, 2, 0)).unwrap();
-        ex.enqueue(5, "after null".into(), log_work(&log, 3, 0)).unwrap();
+        ex.enqueue(NULL_STREAM, "null".into(), log_work(&log, 2, 0))
+            .unwrap();
+        ex.enqueue(5, "after null".into(), log_work(&log, 3, 0))
+            .unwrap();
         ex.sync_all().unwrap();
         assert_eq!(*log.lock().unwrap(), vec![1, 2, 3]);
         assert!(ex.query_stream(5).unwrap());

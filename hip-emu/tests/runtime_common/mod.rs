@@ -31,7 +31,11 @@ pub fn setup(extra: &[(&str, &str)]) {
     static ONCE: Once = Once::new();
     ONCE.call_once(|| {
         let lib = emu_library();
-        for var in ["HIPK_HIP_LIBRARY", "HIPK_HIPBLAS_LIBRARY", "HIPK_ROCBLAS_LIBRARY"] {
+        for var in [
+            "HIPK_HIP_LIBRARY",
+            "HIPK_HIPBLAS_LIBRARY",
+            "HIPK_ROCBLAS_LIBRARY",
+        ] {
             std::env::set_var(var, &lib);
         }
         for (k, v) in extra {
@@ -46,10 +50,14 @@ pub fn last_message() -> String {
     // SAFETY: re-opening the already loaded library only adds a reference; it is leaked.
     let lib = unsafe { hip_sys::libloading::Library::new(hip.path()) }.expect("reopen");
     // SAFETY: hip-emu exports this symbol with this prototype.
-    let f = unsafe { lib.get::<unsafe extern "C" fn() -> *const std::ffi::c_char>(b"hipemuLastErrorMessage\0") }
-        .map(|s| *s)
-        .expect("hipemuLastErrorMessage exported");
+    let f = unsafe {
+        lib.get::<unsafe extern "C" fn() -> *const std::ffi::c_char>(b"hipemuLastErrorMessage\0")
+    }
+    .map(|s| *s)
+    .expect("hipemuLastErrorMessage exported");
     std::mem::forget(lib);
     // SAFETY: the export returns a NUL-terminated string that lives for the process.
-    unsafe { std::ffi::CStr::from_ptr(f()) }.to_string_lossy().into_owned()
+    unsafe { std::ffi::CStr::from_ptr(f()) }
+        .to_string_lossy()
+        .into_owned()
 }
