@@ -26,6 +26,7 @@ fn main() {
         .expect("hip-emu lives in the workspace root")
         .to_path_buf();
     let out = PathBuf::from(env::var("OUT_DIR").expect("cargo sets OUT_DIR"));
+    println!("cargo:rustc-env=HIPEMU_SOURCE_ROOT={}/", root.display());
     println!("cargo::rustc-check-cfg=cfg(hipemu_kernels)");
     println!("cargo::rustc-check-cfg=cfg(hipemu_race_kernels)");
     for var in ["HIPK_EMU_CXX", "HIPK_EMU_RACE_CHECK", "HIPK_EMU_NO_FMA"] {
@@ -56,7 +57,7 @@ fn main() {
 }
 
 /// Test kernels are always built with the race-check instrumentation.
-const TEST_KERNELS_RACE: bool = false;
+const TEST_KERNELS_RACE: bool = true;
 
 /// A kernel source and how to compile it.
 struct Source {
@@ -102,7 +103,9 @@ fn build(
 
     let gen = out.join("hipemu_gen");
     fs::create_dir_all(&gen).map_err(|e| format!("cannot create {}: {e}", gen.display()))?;
-    let prefix_map = format!("-ffile-prefix-map={}/=", root.display());
+    // __FILE__ / __builtin_FILE relative to the repository (messages name kernels/x.hip:line);
+    // the DWARF keeps absolute paths (the race check strips the root when it reports).
+    let prefix_map = format!("-fmacro-prefix-map={}/=", root.display());
     let mut names_all = Vec::new();
     let mut plain = Vec::new();
     let mut race = Vec::new();
@@ -119,7 +122,11 @@ fn build(
         // keeps the kernel's own file name and line numbers in every message).
         let include = if text.contains("extern __shared__") {
             let copy = gen.join(format!("src{i}.hip"));
-            let rewritten = format!("#line 1 \"{rel}\"\n{}", rewrite_extern_shared(&text));
+            let rewritten = format!(
+                "#line 1 \"{}\"\n{}",
+                src.path.display(),
+                rewrite_extern_shared(&text)
+            );
             write_if_changed(&copy, &rewritten)?;
             copy
         } else {
@@ -202,7 +209,9 @@ fn build(
         b
     };
     let mut b = base(false);
-    b.file(shim.join("hipemu_state.cpp")).file(&reg_path);
+    b.file(shim.join("hipemu_state.cpp"))
+        .file(shim.join("hipemu_race.cpp"))
+        .file(&reg_path);
     for f in &plain {
         b.file(f);
     }

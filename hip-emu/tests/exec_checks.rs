@@ -553,3 +553,71 @@ fn the_registry_holds_every_kernel_with_its_parameter_sizes() {
         .count();
     assert_eq!(repo, 82);
 }
+
+#[test]
+fn the_race_check_reports_a_missing_barrier_at_both_source_lines() {
+    if !available() {
+        return;
+    }
+    let input: Vec<i32> = (0..128).collect();
+    let mut out = vec![0i32; 128];
+    let args = [ptr(input.as_ptr()), ptr(out.as_mut_ptr())];
+    let err = launch(
+        "hipemu_test_racy_reverse",
+        [1, 1, 1],
+        [128, 1, 1],
+        &args,
+        Opts::default(),
+    )
+    .unwrap_err();
+    let msg = err.to_string();
+    assert!(matches!(err, ExecError::Race { .. }), "{err:?}");
+    // Wave 0 runs first: thread 63 reads buf[64] (line 129) before thread 64 of wave 1 writes it
+    // (line 128).
+    assert!(
+        msg.contains("thread (63, 0, 0) (read at hip-emu/tests/kernels/checks.hip:129)"),
+        "{msg}"
+    );
+    assert!(
+        msg.contains("thread (64, 0, 0) (write at hip-emu/tests/kernels/checks.hip:128)"),
+        "{msg}"
+    );
+    // The same exchange with its barrier is clean.
+    launch(
+        "hipemu_test_reverse",
+        [1, 1, 1],
+        [128, 1, 1],
+        &args,
+        Opts::default(),
+    )
+    .unwrap();
+}
+
+#[test]
+fn a_wave_barrier_orders_lds_accesses_within_a_wave() {
+    if !available() {
+        return;
+    }
+    let mut out = vec![0i32; 64];
+    launch(
+        "hipemu_test_wave_lds",
+        [1, 1, 1],
+        [64, 1, 1],
+        &[ptr_mut(out.as_mut_ptr()), arg(1i32)],
+        Opts::default(),
+    )
+    .unwrap();
+    assert!(
+        out.iter().enumerate().all(|(t, &o)| o == (t ^ 1) as i32),
+        "{out:?}"
+    );
+    let err = launch(
+        "hipemu_test_wave_lds",
+        [1, 1, 1],
+        [64, 1, 1],
+        &[ptr_mut(out.as_mut_ptr()), arg(0i32)],
+        Opts::default(),
+    )
+    .unwrap_err();
+    assert!(matches!(err, ExecError::Race { .. }), "{err:?}");
+}

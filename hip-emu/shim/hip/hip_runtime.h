@@ -344,50 +344,53 @@ inline double max(double a, double b) { return fmax(a, b); }
 
 // ---------------------------------------------------------------------------------------------
 // Atomics: a fibre is never preempted between the read and the write, so plain
-// read-modify-write is atomic with respect to every other GPU thread of the launch.
+// read-modify-write is atomic with respect to every other GPU thread of the launch. Not
+// instrumented for the race check (atomics do not race).
 // ---------------------------------------------------------------------------------------------
 
-template <typename T> inline T atomicAdd(T* p, T v) {
+#define HIPEMU_ATOMIC __attribute__((no_sanitize("thread"), noinline))
+
+template <typename T> HIPEMU_ATOMIC T atomicAdd(T* p, T v) {
   const T old = *p;
   *p = old + v;
   return old;
 }
-template <typename T> inline T atomicSub(T* p, T v) {
+template <typename T> HIPEMU_ATOMIC T atomicSub(T* p, T v) {
   const T old = *p;
   *p = old - v;
   return old;
 }
-template <typename T> inline T atomicMax(T* p, T v) {
+template <typename T> HIPEMU_ATOMIC T atomicMax(T* p, T v) {
   const T old = *p;
   *p = old < v ? v : old;
   return old;
 }
-template <typename T> inline T atomicMin(T* p, T v) {
+template <typename T> HIPEMU_ATOMIC T atomicMin(T* p, T v) {
   const T old = *p;
   *p = v < old ? v : old;
   return old;
 }
-template <typename T> inline T atomicExch(T* p, T v) {
+template <typename T> HIPEMU_ATOMIC T atomicExch(T* p, T v) {
   const T old = *p;
   *p = v;
   return old;
 }
-template <typename T> inline T atomicCAS(T* p, T compare, T v) {
+template <typename T> HIPEMU_ATOMIC T atomicCAS(T* p, T compare, T v) {
   const T old = *p;
   if (old == compare) *p = v;
   return old;
 }
-template <typename T> inline T atomicAnd(T* p, T v) {
+template <typename T> HIPEMU_ATOMIC T atomicAnd(T* p, T v) {
   const T old = *p;
   *p = old & v;
   return old;
 }
-template <typename T> inline T atomicOr(T* p, T v) {
+template <typename T> HIPEMU_ATOMIC T atomicOr(T* p, T v) {
   const T old = *p;
   *p = old | v;
   return old;
 }
-template <typename T> inline T atomicXor(T* p, T v) {
+template <typename T> HIPEMU_ATOMIC T atomicXor(T* p, T v) {
   const T old = *p;
   *p = old ^ v;
   return old;

@@ -10,6 +10,7 @@
 
 mod error;
 mod fault;
+mod race;
 mod registry;
 mod sched;
 
@@ -19,6 +20,7 @@ use std::sync::Mutex;
 pub use error::{Dim3, ExecError};
 pub use registry::{host_build_available, kernels, lookup, KernelInfo};
 
+use race::Race;
 use sched::{Launch, StackPool};
 
 /// LDS a workgroup may use on gfx906 (bytes).
@@ -134,6 +136,8 @@ pub fn execute(spec: &LaunchSpec<'_>) -> Result<(), ExecError> {
         st.dynamic_lds = dyn_ptr.cast();
         st.block_threads = spec.block.iter().product();
     }
+    let mut race = Race::begin_launch((lds_begin as usize, lds_end as usize), ex.dynamic.bounds())
+        .map_err(|reason| ExecError::Resources { kernel, reason })?;
     let total: u64 = spec.grid.iter().map(|&g| u64::from(g)).product();
     let order = BlockOrder::new(total, spec.block_order_seed);
     for i in 0..total {
@@ -160,6 +164,7 @@ pub fn execute(spec: &LaunchSpec<'_>) -> Result<(), ExecError> {
             args: args.as_ptr(),
             block,
             stacks: &mut ex.stacks,
+            race: &mut race,
         };
         sched::run_block(&mut launch, spec.block)?;
     }
@@ -282,6 +287,11 @@ impl DynamicLds {
             }
             Ok(DynamicLds { base: base.cast() })
         }
+    }
+
+    /// The whole buffer (the race check's dynamic LDS range).
+    fn bounds(&self) -> (usize, usize) {
+        (self.base as usize, self.base as usize + LDS_LIMIT)
     }
 
     /// Start of a region of `size` bytes (<= LDS_LIMIT, 16-byte aligned) ending at the guard.

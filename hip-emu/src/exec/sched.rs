@@ -18,6 +18,7 @@ use corosensei::{Coroutine, CoroutineResult, Yielder};
 
 use super::error::{describe_sites, ranges, Dim3, ExecError, Site};
 use super::fault::{self, End, Running};
+use super::race::Race;
 use super::registry::Trampoline;
 
 /// Lanes per wave (gfx906 and every DCU: wave64).
@@ -110,6 +111,7 @@ pub(crate) struct Launch<'a> {
     pub args: *const *const c_void,
     pub block: [u32; 3],
     pub stacks: &'a mut StackPool,
+    pub race: &'a mut Race,
 }
 
 /// Fibre stacks reused across blocks and launches (guarded: one PROT_NONE page below each).
@@ -158,6 +160,7 @@ pub(crate) fn run_block(l: &mut Launch<'_>, dim: [u32; 3]) -> Result<(), ExecErr
         };
         fibres.push(Some(Coroutine::with_stack(stack, f)));
     }
+    l.race.begin_block();
     let mut b = Block {
         l,
         dim,
@@ -166,9 +169,20 @@ pub(crate) fn run_block(l: &mut Launch<'_>, dim: [u32; 3]) -> Result<(), ExecErr
         limits,
         state: vec![State::Ready(0); n],
     };
-    let result = b.drive();
+    // A panic in the scheduler must not drop suspended fibres (their Drop would unwind through
+    // C++ frames): catch it, reset every fibre, report it.
+    let result = catch_unwind(AssertUnwindSafe(|| b.drive())).unwrap_or_else(|_| {
+        Err(ExecError::Internal {
+            kernel: b.l.kernel,
+            reason: "a panic in the block scheduler".into(),
+        })
+    });
     b.recycle();
-    result
+    result?;
+    match l.race.take(l.kernel, l.block, dim) {
+        Some(race) => Err(race),
+        None => Ok(()),
+    }
 }
 
 struct Block<'l, 'a> {
@@ -203,6 +217,7 @@ impl Block<'_, '_> {
                         .all(|t| matches!(self.state[t], State::Wave(_)))
                     {
                         self.complete_wave(w)?;
+                        self.l.race.wave(w);
                     } else {
                         break;
                     }
@@ -221,6 +236,7 @@ impl Block<'_, '_> {
                 }
             }
             self.release_barrier()?;
+            self.l.race.barrier();
         }
     }
 
@@ -235,6 +251,7 @@ impl Block<'_, '_> {
             let st = &mut *std::ptr::addr_of_mut!(super::ffi::hipemu_state);
             st.thread_idx = tid;
         }
+        self.l.race.set_thread(t as u32);
         fault::set_running(Some(Running {
             handler: fibre.trap_handler(),
         }));

@@ -118,3 +118,23 @@ extern "C" __global__ void hipemu_test_block_order(uint32_t* order, uint32_t* co
 }
 
 extern "C" __global__ void hipemu_test_no_params() {}
+
+// The reverse exchange of hipemu_test_reverse without its barrier: a data race on LDS that the
+// race check reports at both lines.
+extern "C" __global__ void hipemu_test_racy_reverse(const int* in, int* out) {
+  __shared__ int buf[1024];
+  const int n = static_cast<int>(blockDim.x);
+  const int t = static_cast<int>(threadIdx.x);
+  buf[t] = in[t];
+  out[t] = buf[n - 1 - t];
+}
+
+// Lanes of one wave exchange through LDS around a wave barrier: ordered, no race; and the
+// same exchange without it between two lanes of one wave: a race.
+extern "C" __global__ void hipemu_test_wave_lds(int* out, int ordered) {
+  __shared__ int buf[64];
+  const int t = static_cast<int>(threadIdx.x);
+  buf[t] = t;
+  if (ordered) __builtin_amdgcn_wave_barrier();
+  out[t] = buf[t ^ 1];
+}
