@@ -95,6 +95,20 @@ pub enum ExecError {
         /// What to check, with a leading "; ".
         hint: &'static str,
     },
+    /// One GPU thread ran for the watchdog's limit without reaching a barrier, a wave
+    /// operation or its end.
+    #[error(
+        "kernel {kernel}, block {block}, thread {thread}: no progress for {seconds} s of CPU time \
+         (no barrier, wave operation or return): a spin-wait on another thread or block, which \
+         hip-emu never runs concurrently (one fibre at a time, blocks in sequence), or an endless \
+         loop; HIPK_EMU_WATCHDOG_S sets the limit"
+    )]
+    Hang {
+        kernel: &'static str,
+        block: Dim3,
+        thread: Dim3,
+        seconds: u32,
+    },
     /// The race check found two threads of a block touching the same LDS bytes between two
     /// barriers, at least one of them writing.
     #[error(

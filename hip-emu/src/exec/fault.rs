@@ -3,8 +3,14 @@
 //! killing the process; the executor turns it into `ExecError::Fault`. Signals raised anywhere
 //! else go to the handler that was installed before ours (or the default action).
 //!
-//! Only x86_64 Linux rewrites the interrupted context; elsewhere the handler is not installed
-//! and a fault in a kernel crashes the process as it would without hip-emu.
+//! The same mechanism is the watchdog: during a launch a per-thread CPU-time timer ticks every
+//! second (SIGXCPU); when one fibre has run for `HIPK_EMU_WATCHDOG_S` ticks (default 60, 0 = off)
+//! without suspending or ending, it is ended with `signal == WATCHDOG_SIGNAL` and the executor
+//! reports `ExecError::Hang` (a spin-wait on another thread or block never ends here: fibres
+//! are not preempted and blocks run one after another).
+//!
+//! Only x86_64 Linux rewrites the interrupted context; elsewhere the handler is not installed,
+//! a fault in a kernel crashes the process as it would without hip-emu and there is no watchdog.
 
 use std::cell::Cell;
 
@@ -23,13 +29,45 @@ pub(crate) struct Running {
     pub handler: CoroutineTrapHandler<End>,
 }
 
+/// The signal of the watchdog's timer.
+pub(crate) const WATCHDOG_SIGNAL: i32 = libc::SIGXCPU;
+
 thread_local! {
     static RUNNING: Cell<Option<Running>> = const { Cell::new(None) };
+    /// Fibre resumes on this thread so far (the watchdog's measure of progress).
+    static PROGRESS: Cell<u64> = const { Cell::new(0) };
+    /// (PROGRESS at the last watchdog tick, ticks since it last changed).
+    static SEEN: Cell<(u64, u32)> = const { Cell::new((0, 0)) };
+    /// Ticks without progress that end a fibre (0: the watchdog is off).
+    static LIMIT_TICKS: Cell<u32> = const { Cell::new(0) };
 }
 
 /// Marks `r` as the fibre running on this thread (None after it suspends or ends).
 pub(crate) fn set_running(r: Option<Running>) {
+    if r.is_some() {
+        PROGRESS.with(|p| p.set(p.get().wrapping_add(1)));
+    }
     RUNNING.with(|c| c.set(r));
+}
+
+/// Watchdog limit in seconds: HIPK_EMU_WATCHDOG_S, default 60; 0 turns it off.
+pub(crate) fn watchdog_seconds() -> u32 {
+    std::env::var("HIPK_EMU_WATCHDOG_S")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(60)
+}
+
+/// Arms the watchdog on this thread for the life of the returned guard (None when off or
+/// unsupported).
+pub(crate) fn watchdog(seconds: u32) -> Option<imp::Watchdog> {
+    if seconds == 0 {
+        return None;
+    }
+    LIMIT_TICKS.with(|l| l.set(seconds));
+    let now = PROGRESS.with(|p| p.get());
+    SEEN.with(|s| s.set((now, 0)));
+    imp::Watchdog::arm()
 }
 
 /// Installs the handlers (once per process) and an alternate signal stack on this thread (so a
@@ -73,16 +111,22 @@ pub(crate) fn describe(
 
 #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
 mod imp {
-    use super::{End, RUNNING};
+    use super::{End, LIMIT_TICKS, PROGRESS, RUNNING, SEEN, WATCHDOG_SIGNAL};
     use std::cell::RefCell;
     use std::mem::MaybeUninit;
     use std::ptr;
     use std::sync::OnceLock;
 
-    const SIGNALS: [libc::c_int; 4] = [libc::SIGSEGV, libc::SIGBUS, libc::SIGFPE, libc::SIGILL];
+    const SIGNALS: [libc::c_int; 5] = [
+        libc::SIGSEGV,
+        libc::SIGBUS,
+        libc::SIGFPE,
+        libc::SIGILL,
+        super::WATCHDOG_SIGNAL,
+    ];
 
     /// The handlers that were installed before ours, in SIGNALS order.
-    struct Previous([libc::sigaction; 4]);
+    struct Previous([libc::sigaction; 5]);
     // SAFETY: plain C data (function pointers and masks), never mutated after installation.
     unsafe impl Sync for Previous {}
     unsafe impl Send for Previous {}
@@ -162,11 +206,11 @@ mod imp {
         // SAFETY: sigaction with a zero-initialised struct filled as the man page requires;
         // the previous actions are kept for chaining.
         unsafe {
-            let mut prev: [libc::sigaction; 4] = std::mem::zeroed();
+            let mut prev: [libc::sigaction; 5] = std::mem::zeroed();
             for (i, &sig) in SIGNALS.iter().enumerate() {
                 let mut sa: libc::sigaction = std::mem::zeroed();
                 sa.sa_sigaction = handler as *const () as usize;
-                sa.sa_flags = libc::SA_SIGINFO | libc::SA_ONSTACK;
+                sa.sa_flags = libc::SA_SIGINFO | libc::SA_ONSTACK | libc::SA_RESTART;
                 libc::sigemptyset(&mut sa.sa_mask);
                 if libc::sigaction(sig, &sa, &mut prev[i]) != 0 {
                     return Err(format!("cannot install the handler of signal {sig}"));
@@ -190,7 +234,7 @@ mod imp {
             let uc = ctx as *mut libc::ucontext_t;
             if let Some(r) = running {
                 let sp = (*uc).uc_mcontext.gregs[libc::REG_RSP as usize] as usize;
-                if r.handler.stack_ptr_in_bounds(sp) {
+                if r.handler.stack_ptr_in_bounds(sp) && (sig != WATCHDOG_SIGNAL || stalled()) {
                     let addr = (*info).si_addr() as usize;
                     let regs = r
                         .handler
@@ -204,7 +248,66 @@ mod imp {
                     return;
                 }
             }
+            if sig == WATCHDOG_SIGNAL && (*info).si_code == libc::SI_TIMER {
+                return; // a tick of our timer: no fibre to stop, nothing to chain
+            }
             chain(sig, info, ctx);
+        }
+    }
+
+    /// A watchdog tick: true when the running fibre made no progress for the limit's ticks.
+    fn stalled() -> bool {
+        let progress = PROGRESS.try_with(|p| p.get()).unwrap_or(0);
+        let limit = LIMIT_TICKS.try_with(|l| l.get()).unwrap_or(0);
+        let Ok((last, ticks)) = SEEN.try_with(|s| s.get()) else {
+            return false;
+        };
+        let ticks = if last == progress { ticks + 1 } else { 0 };
+        let _ = SEEN.try_with(|s| s.set((progress, ticks)));
+        limit > 0 && ticks >= limit
+    }
+
+    /// A CPU-time timer of this thread ticking every second with WATCHDOG_SIGNAL, deleted on
+    /// drop.
+    pub(crate) struct Watchdog {
+        timer: libc::timer_t,
+    }
+
+    impl Watchdog {
+        pub(super) fn arm() -> Option<Watchdog> {
+            // SAFETY: timer_create/settime with fully initialised arguments; the signal goes to
+            // this thread only (SIGEV_THREAD_ID), whose handler is installed (prepare_thread).
+            unsafe {
+                let mut ev: libc::sigevent = std::mem::zeroed();
+                ev.sigev_notify = libc::SIGEV_THREAD_ID;
+                ev.sigev_signo = WATCHDOG_SIGNAL;
+                ev.sigev_notify_thread_id = libc::gettid();
+                let mut timer: libc::timer_t = std::mem::zeroed();
+                if libc::timer_create(libc::CLOCK_THREAD_CPUTIME_ID, &mut ev, &mut timer) != 0 {
+                    return None;
+                }
+                let second = libc::timespec {
+                    tv_sec: 1,
+                    tv_nsec: 0,
+                };
+                let spec = libc::itimerspec {
+                    it_interval: second,
+                    it_value: second,
+                };
+                if libc::timer_settime(timer, 0, &spec, ptr::null_mut()) != 0 {
+                    libc::timer_delete(timer);
+                    return None;
+                }
+                Some(Watchdog { timer })
+            }
+        }
+    }
+
+    impl Drop for Watchdog {
+        fn drop(&mut self) {
+            // SAFETY: deletes the timer created by arm (a tick still pending is ignored by the
+            // handler: SI_TIMER outside a fibre).
+            unsafe { libc::timer_delete(self.timer) };
         }
     }
 
@@ -239,5 +342,13 @@ mod imp {
 mod imp {
     pub(super) fn prepare_thread() -> Result<(), String> {
         Ok(())
+    }
+
+    pub(crate) struct Watchdog;
+
+    impl Watchdog {
+        pub(super) fn arm() -> Option<Watchdog> {
+            None
+        }
     }
 }

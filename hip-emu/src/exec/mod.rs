@@ -81,6 +81,7 @@ mod ffi {
         pub dynamic_lds: *mut std::ffi::c_void,
         pub block_threads: u32,
     }
+    #[allow(non_upper_case_globals)] // the C name
     pub static mut hipemu_state: State = State {
         thread_idx: [0; 3],
         block_idx: [0; 3],
@@ -124,6 +125,7 @@ pub fn execute(spec: &LaunchSpec<'_>) -> Result<(), ExecError> {
     }
     let ex = guard.as_mut().expect("initialised above");
     fault::prepare_thread().map_err(|reason| ExecError::Resources { kernel, reason })?;
+    let _watchdog = fault::watchdog(fault::watchdog_seconds());
 
     let args: Vec<*const c_void> = spec.params.iter().map(|p| p.as_ptr().cast()).collect();
     let dyn_ptr = ex.dynamic.region(spec.dynamic_lds);

@@ -266,6 +266,16 @@ impl Block<'_, '_> {
                 }
                 Ok(State::Done)
             }
+            Ok(CoroutineResult::Return(End::Fault { signal, .. }))
+                if signal == fault::WATCHDOG_SIGNAL =>
+            {
+                Err(ExecError::Hang {
+                    kernel: self.l.kernel,
+                    block: Dim3(self.l.block),
+                    thread: Dim3(tid),
+                    seconds: fault::watchdog_seconds(),
+                })
+            }
             Ok(CoroutineResult::Return(End::Fault { addr, signal })) => {
                 let (what, hint) = fault::describe(signal, addr, self.limits[t]);
                 Err(ExecError::Fault {

@@ -138,3 +138,15 @@ extern "C" __global__ void hipemu_test_wave_lds(int* out, int ordered) {
   if (ordered) __builtin_amdgcn_wave_barrier();
   out[t] = buf[t ^ 1];
 }
+
+// Thread 0 spins until thread 1 sets a flag in LDS: on a device the other wave runs meanwhile;
+// here fibres are not preempted, so the watchdog must end it.
+extern "C" __global__ void hipemu_test_spin(int* out) {
+  __shared__ volatile int flag;
+  if (threadIdx.x == 64) flag = 1;
+  if (threadIdx.x == 0) {
+    while (flag != 1) {
+    }
+  }
+  out[threadIdx.x] = 1;
+}
