@@ -84,7 +84,7 @@ fn check_config(f: &Function, grid: [u32; 3], block: [u32; 3], dynamic_lds: usiz
 }
 
 /// The explicit argument sizes, checked three ways: metadata, host build, announced sizes.
-fn arg_sizes(f: &Function) -> Res<Vec<usize>> {
+fn arg_sizes(f: &Function, announced: Option<Vec<usize>>) -> Res<Vec<usize>> {
     let name = &f.meta.name;
     let meta: Vec<usize> = f.meta.explicit_args().map(|a| a.size as usize).collect();
     let host = f.kernel.param_sizes;
@@ -95,7 +95,7 @@ fn arg_sizes(f: &Function) -> Res<Vec<usize>> {
              different sources; rebuild both"
         )));
     }
-    if let Some(announced) = ANNOUNCED.with(|a| a.borrow_mut().take()) {
+    if let Some(announced) = announced {
         if announced.len() != meta.len() {
             return Err(Fail::invalid(format!(
                 "kernel `{name}` takes {} argument(s) (sizes {meta:?}) but the launch passes {} (sizes {announced:?})",
@@ -222,6 +222,8 @@ hip_exports! {
         kernel_params: *mut *mut c_void,
         extra: *mut *mut c_void,
     ) {
+        // Taken first, so an announcement never outlives the launch it was made for.
+        let announced = ANNOUNCED.with(|a| a.borrow_mut().take());
         let func = function(f)?;
         let rt = runtime()?;
         let (dev, info) = rt.stream(stream)?;
@@ -237,7 +239,7 @@ hip_exports! {
         }
         let (grid, block) = ([gx, gy, gz], [bx, by, bz]);
         check_config(&func, grid, block, shared_mem_bytes as usize)?;
-        let sizes = arg_sizes(&func)?;
+        let sizes = arg_sizes(&func, announced)?;
         // SAFETY: the C API contract: one pointer per argument, each to the argument's bytes.
         let params = unsafe { capture(&func, kernel_params, &sizes) }?;
         let kernel = func.kernel;

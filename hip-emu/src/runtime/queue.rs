@@ -298,10 +298,23 @@ impl Executor {
         Err(fail)
     }
 
-    /// `hipStreamSynchronize`.
+    /// `hipStreamSynchronize`. The null stream also waits for the blocking streams (legacy
+    /// default-stream semantics: as if a null-stream command had been queued).
     pub fn sync_stream(&self, stream: u64) -> Res<()> {
-        let seq = self.lock().streams.get(&stream).map_or(0, |q| q.enqueued);
-        self.wait_until(stream, seq, |f| f.stream == stream)
+        let targets: Vec<(u64, u64)> = {
+            let st = self.lock();
+            st.streams
+                .iter()
+                .filter(|(&id, q)| id == stream || (stream == NULL_STREAM && q.blocking))
+                .map(|(&id, q)| (id, q.enqueued))
+                .collect()
+        };
+        let ids: Vec<u64> = targets.iter().map(|t| t.0).collect();
+        let mut st = self.lock();
+        while !targets.iter().all(|&(s, seq)| Self::done(&st, s, seq)) {
+            st = self.cv.wait(st).unwrap_or_else(|p| p.into_inner());
+        }
+        Self::take_fault(&mut st, |f| ids.contains(&f.stream))
     }
 
     /// `hipStreamQuery`: Ok(true) when idle; a pending fault is returned once.
@@ -492,5 +505,21 @@ mod tests {
         assert_eq!(*log.lock().unwrap(), vec![1, 2, 3]);
         assert!(ex.query_stream(5).unwrap());
         assert!(ex.enqueue(77, "x".into(), Box::new(|| Ok(()))).is_err());
+        // Synchronizing the null stream waits for blocking streams, not for non-blocking ones.
+        ex.add_stream(6, false, 0);
+        ex.enqueue(5, "blocking".into(), log_work(&log, 4, 30))
+            .unwrap();
+        ex.enqueue(
+            6,
+            "non-blocking".into(),
+            Box::new(|| Err(Fail::invalid("not mine"))),
+        )
+        .unwrap();
+        ex.sync_stream(NULL_STREAM).unwrap();
+        assert_eq!(log.lock().unwrap().last(), Some(&4));
+        assert!(
+            ex.sync_stream(6).is_err(),
+            "the non-blocking stream's fault stays its own"
+        );
     }
 }
