@@ -17,6 +17,8 @@ struct hipemu_entry {
   void (*trampoline)(void* const* args);
   size_t param_count;
   const size_t* param_sizes;  // param_count entries
+  char* lds_begin;            // the kernel file's static __shared__ section (null: none)
+  char* lds_end;
 };
 
 namespace hipemu {
@@ -49,10 +51,18 @@ template <typename... A> constexpr const size_t* sizes_of(void (*)(A...)) {
 
 }  // namespace hipemu
 
+// The generated TU defines HIPEMU_LDS_BEGIN / HIPEMU_LDS_END (its section's linker bounds);
+// the registry TU itself has no kernels.
+#ifndef HIPEMU_LDS_BEGIN
+#define HIPEMU_LDS_BEGIN nullptr
+#define HIPEMU_LDS_END nullptr
+#endif
+
 #define HIPEMU_ENTRY(NAME)                                                               \
   extern "C" void hipemu_trampoline_##NAME(void* const* args) {                          \
     ::hipemu::invoke(&NAME, args);                                                       \
   }                                                                                      \
   extern "C" const hipemu_entry hipemu_entry_##NAME = {#NAME, &hipemu_trampoline_##NAME, \
                                                        ::hipemu::count_of(&NAME),        \
-                                                       ::hipemu::sizes_of(&NAME)};
+                                                       ::hipemu::sizes_of(&NAME),        \
+                                                       HIPEMU_LDS_BEGIN, HIPEMU_LDS_END};

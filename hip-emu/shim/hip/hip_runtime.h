@@ -11,8 +11,8 @@
 // call sites. The call site is the caller's file:line (default arguments __builtin_FILE() /
 // __builtin_LINE()).
 //
-// __shared__ variables are function-local statics in the linker section `hipemu_lds`, which the
-// executor fills with 0xFF bytes (NaN as f32, f16, bf16 and f64; -1 as integers) before every
+// __shared__ variables are function-local statics in the linker section `hipemu_lds_<n>` of their
+// kernel source file, which the executor fills with 0xFF bytes (NaN as f32, f16, bf16 and f64; -1 as integers) before every
 // block. Launches are serialised, so one copy per variable is enough. Dynamic LDS
 // (`extern __shared__ T name[];`, rewritten by build.rs, or HIP_DYNAMIC_SHARED) is a buffer of
 // the launch's dynamic size, filled the same way.
@@ -33,7 +33,12 @@
 #define __forceinline__ inline
 #define __noinline__ __attribute__((noinline))
 #define __launch_bounds__(...)
-#define __shared__ static __attribute__((section("hipemu_lds")))
+// One section per kernel source (build.rs defines HIPEMU_LDS_SECTION per generated TU), so a
+// block refills only its own file's LDS.
+#ifndef HIPEMU_LDS_SECTION
+#define HIPEMU_LDS_SECTION "hipemu_lds"
+#endif
+#define __shared__ static __attribute__((section(HIPEMU_LDS_SECTION)))
 #define HIP_DYNAMIC_SHARED(type, var) type* var = reinterpret_cast<type*>(hipemu_dynamic_lds());
 #define HIPEMU_EXTERN_SHARED(type, var) type* const var = reinterpret_cast<type*>(hipemu_dynamic_lds())
 #define HIP_DYNAMIC_SHARED_ATTRIBUTE

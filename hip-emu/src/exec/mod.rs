@@ -65,7 +65,6 @@ mod ffi {
     }
     extern "C" {
         pub static mut hipemu_state: State;
-        pub fn hipemu_static_lds(begin: *mut *mut u8, end: *mut *mut u8);
     }
 }
 
@@ -90,15 +89,6 @@ mod ffi {
         dynamic_lds: std::ptr::null_mut(),
         block_threads: 0,
     };
-    /// # Safety
-    /// Writes through both pointers.
-    pub unsafe fn hipemu_static_lds(begin: *mut *mut u8, end: *mut *mut u8) {
-        // SAFETY: the caller passes writable pointers.
-        unsafe {
-            *begin = std::ptr::null_mut();
-            *end = std::ptr::null_mut();
-        }
-    }
 }
 
 /// The process-wide executor: fibre stacks and the dynamic LDS buffer, behind the launch lock.
@@ -129,7 +119,7 @@ pub fn execute(spec: &LaunchSpec<'_>) -> Result<(), ExecError> {
 
     let args: Vec<*const c_void> = spec.params.iter().map(|p| p.as_ptr().cast()).collect();
     let dyn_ptr = ex.dynamic.region(spec.dynamic_lds);
-    let (lds_begin, lds_end) = static_lds();
+    let (lds_begin, lds_end) = spec.kernel.lds;
     // SAFETY: the launch lock is held: no other launch reads or writes the shim's state.
     unsafe {
         let st = &mut *std::ptr::addr_of_mut!(ffi::hipemu_state);
@@ -138,7 +128,12 @@ pub fn execute(spec: &LaunchSpec<'_>) -> Result<(), ExecError> {
         st.dynamic_lds = dyn_ptr.cast();
         st.block_threads = spec.block.iter().product();
     }
-    let mut race = Race::begin_launch((lds_begin as usize, lds_end as usize), ex.dynamic.bounds())
+    let max_static = kernels()
+        .iter()
+        .map(|k| k.lds.1 - k.lds.0)
+        .max()
+        .unwrap_or(0);
+    let mut race = Race::begin_launch((lds_begin, lds_end), ex.dynamic.bounds(), max_static)
         .map_err(|reason| ExecError::Resources { kernel, reason })?;
     let total: u64 = spec.grid.iter().map(|&g| u64::from(g)).product();
     let order = BlockOrder::new(total, spec.block_order_seed);
@@ -151,12 +146,11 @@ pub fn execute(spec: &LaunchSpec<'_>) -> Result<(), ExecError> {
             ((b / gx) % gy) as u32,
             (b / (gx * gy)) as u32,
         ];
-        // SAFETY: lds_begin..lds_end is the hipemu_lds section and dyn_ptr the launch's dynamic
+        // SAFETY: lds_begin..lds_end is the kernel file's hipemu_lds_<n> section (empty when
+        // it has none) and dyn_ptr the launch's dynamic
         // LDS region (dynamic_lds bytes); no fibre runs between blocks.
         unsafe {
-            if !lds_begin.is_null() {
-                std::ptr::write_bytes(lds_begin, LDS_FILL, lds_end as usize - lds_begin as usize);
-            }
+            std::ptr::write_bytes(lds_begin as *mut u8, LDS_FILL, lds_end - lds_begin);
             std::ptr::write_bytes(dyn_ptr, LDS_FILL, spec.dynamic_lds);
             (*std::ptr::addr_of_mut!(ffi::hipemu_state)).block_idx = block;
         }
@@ -241,14 +235,6 @@ fn stack_size() -> usize {
         .unwrap_or(DEFAULT_STACK_KIB)
         .max(16)
         * 1024
-}
-
-fn static_lds() -> (*mut u8, *mut u8) {
-    let mut begin = std::ptr::null_mut();
-    let mut end = std::ptr::null_mut();
-    // SAFETY: writes the section bounds into the two locals.
-    unsafe { ffi::hipemu_static_lds(&mut begin, &mut end) };
-    (begin, end)
 }
 
 /// The dynamic LDS buffer: LDS_LIMIT bytes followed by a PROT_NONE page; a launch's region

@@ -61,14 +61,16 @@ impl Race {
         unsafe { &mut *std::ptr::addr_of_mut!(ffi::hipemu_race) }
     }
 
-    /// Starts a launch whose LDS is `static_lds` (the hipemu_lds section) and `dynamic_lds`
-    /// (the whole dynamic buffer). Maps the shadow on first use.
+    /// Starts a launch whose LDS is `static_lds` (the kernel file's hipemu_lds_<n> section) and
+    /// `dynamic_lds` (the whole dynamic buffer). Maps the shadow on first use, for
+    /// `max_static` bytes of static LDS (the largest section of any kernel).
     pub fn begin_launch(
         static_lds: (usize, usize),
         dynamic_lds: (usize, usize),
+        max_static: usize,
     ) -> Result<Race, String> {
         let s = Self::state();
-        let cells = (static_lds.1 - static_lds.0) + (dynamic_lds.1 - dynamic_lds.0);
+        let cells = max_static.max(static_lds.1 - static_lds.0) + (dynamic_lds.1 - dynamic_lds.0);
         if s.shadow.is_null() || s.shadow_cells < cells {
             // SAFETY: maps fresh memory for the shadow (the old one, if any, is too small and
             // leaked: the section and the buffer never grow, so this happens once).
@@ -143,7 +145,7 @@ impl Drop for Race {
 /// Without host kernels nothing is instrumented: the same interface, doing nothing.
 #[cfg(not(hipemu_kernels))]
 impl Race {
-    pub fn begin_launch(_: (usize, usize), _: (usize, usize)) -> Result<Race, String> {
+    pub fn begin_launch(_: (usize, usize), _: (usize, usize), _: usize) -> Result<Race, String> {
         Ok(Race(()))
     }
     pub fn begin_block(&mut self) {}

@@ -15,6 +15,8 @@ pub struct KernelInfo {
     /// Size in bytes of each parameter, in order, from the kernel's C++ signature.
     pub param_sizes: &'static [usize],
     pub(crate) trampoline: Trampoline,
+    /// Bounds of the kernel file's static `__shared__` section (equal when it has none).
+    pub(crate) lds: (usize, usize),
 }
 
 #[cfg(hipemu_kernels)]
@@ -28,6 +30,8 @@ mod ffi {
         pub trampoline: unsafe extern "C" fn(args: *const *const c_void),
         pub param_count: usize,
         pub param_sizes: *const usize,
+        pub lds_begin: *mut u8,
+        pub lds_end: *mut u8,
     }
 
     extern "C" {
@@ -54,10 +58,16 @@ fn load() -> Vec<KernelInfo> {
                 } else {
                     std::slice::from_raw_parts(e.param_sizes, e.param_count)
                 };
+                let lds = if e.lds_begin.is_null() || e.lds_end < e.lds_begin {
+                    (0, 0)
+                } else {
+                    (e.lds_begin as usize, e.lds_end as usize)
+                };
                 Some(KernelInfo {
                     name,
                     param_sizes,
                     trampoline: e.trampoline,
+                    lds,
                 })
             })
             .collect()

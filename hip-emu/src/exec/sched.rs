@@ -296,40 +296,33 @@ impl Block<'_, '_> {
 
     /// Every lane of wave w waits at a wave operation: check they agree, then deliver.
     fn complete_wave(&mut self, w: usize) -> Result<(), ExecError> {
-        let lanes = w * WAVE..(w * WAVE + WAVE).min(self.n);
-        let reqs: Vec<WaveReq> = lanes
-            .clone()
-            .map(|t| match self.state[t] {
-                State::Wave(r) => r,
-                _ => unreachable!("complete_wave is called when every lane waits at a wave op"),
-            })
-            .collect();
-        let first = reqs[0];
-        if reqs
-            .iter()
-            .any(|r| r.kind != first.kind || !r.site.same(&first.site))
-        {
+        let (lo, hi) = (w * WAVE, (w * WAVE + WAVE).min(self.n));
+        let State::Wave(first) = self.state[lo] else {
             return Err(self.wave_divergence(w));
-        }
-        let active = reqs.len();
-        for (lane, t) in lanes.enumerate() {
-            let r = reqs[lane];
-            let out = match first.kind {
-                KIND_PERMUTE => {
-                    if r.src >= 0 && (r.src as usize) < active {
-                        reqs[r.src as usize].value
-                    } else {
-                        r.fallback
+        };
+        let mut values = [0u64; WAVE];
+        let mut ballot = 0u64;
+        for t in lo..hi {
+            match self.state[t] {
+                State::Wave(r) if r.kind == first.kind && r.site.same(&first.site) => {
+                    values[t - lo] = r.value;
+                    if r.value != 0 {
+                        ballot |= 1 << (t - lo);
                     }
                 }
-                KIND_BALLOT => reqs.iter().enumerate().fold(0u64, |m, (i, q)| {
-                    if q.value != 0 {
-                        m | (1u64 << i)
-                    } else {
-                        m
-                    }
-                }),
-                KIND_READFIRSTLANE => reqs[0].value,
+                _ => return Err(self.wave_divergence(w)),
+            }
+        }
+        let active = hi - lo;
+        for t in lo..hi {
+            let State::Wave(r) = self.state[t] else {
+                unreachable!("checked above: every lane waits at this wave operation")
+            };
+            let out = match first.kind {
+                KIND_PERMUTE if r.src >= 0 && (r.src as usize) < active => values[r.src as usize],
+                KIND_PERMUTE => r.fallback,
+                KIND_BALLOT => ballot,
+                KIND_READFIRSTLANE => values[0],
                 KIND_BARRIER => 0,
                 k => {
                     return Err(ExecError::Internal {
