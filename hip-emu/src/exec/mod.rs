@@ -5,8 +5,8 @@
 //! (block size, LDS), then runs the blocks one after another (in a shuffled order with a
 //! seed), each GPU thread as a corosensei fibre on a pooled, guarded stack. Launches are
 //! serialised process-wide (one executor lock): static `__shared__` variables live once in the
-//! `hipemu_lds` section, refilled with 0xFF bytes (a NaN in every float format) before every
-//! block.
+//! `hipemu_lds_<n>` section of their kernel file, refilled with 0xFF bytes (a NaN in every
+//! float format) before every block.
 
 mod error;
 mod fault;
