@@ -31,7 +31,7 @@ pub const MAX_BLOCK_THREADS: u32 = 1024;
 /// bf16 pairs and f64; -1 as an integer).
 pub const LDS_FILL: u8 = 0xFF;
 /// Default size of a GPU thread's fibre stack (KiB); HIPK_EMU_STACK_KIB overrides it.
-pub const DEFAULT_STACK_KIB: usize = 256;
+pub const DEFAULT_STACK_KIB: usize = 64;
 
 /// One launch, as the runtime hands it over.
 #[derive(Debug, Clone, Copy)]
