@@ -621,3 +621,40 @@ fn a_wave_barrier_orders_lds_accesses_within_a_wave() {
     .unwrap_err();
     assert!(matches!(err, ExecError::Race { .. }), "{err:?}");
 }
+
+#[test]
+fn readlane_ds_swizzle_and_perm_follow_the_isa() {
+    if !available() {
+        return;
+    }
+    let n = 96usize; // a full wave and a partial one of 32 lanes
+    let v: Vec<i32> = (0..n as i32)
+        .map(|i| i.wrapping_mul(0x0101_0101) ^ 0x7f00_00f0)
+        .collect();
+    let mut out = vec![0u32; 4 * n];
+    launch(
+        "hipemu_test_lane_ops",
+        [1, 1, 1],
+        [n as u32, 1, 1],
+        &[ptr(v.as_ptr()), ptr_mut(out.as_mut_ptr())],
+        Opts::default(),
+    )
+    .unwrap();
+    let get = |l: usize| if l < n { v[l] as u32 } else { 0 };
+    for t in 0..n {
+        let (lane, w0) = (t % 64, t - t % 64);
+        assert_eq!(out[4 * t], get(w0 + 37), "readlane, thread {t}");
+        assert_eq!(
+            out[4 * t + 1],
+            get(w0 + (lane ^ 4)),
+            "swizzle xor 4, thread {t}"
+        );
+        assert_eq!(
+            out[4 * t + 2],
+            get(w0 + (lane & !3) + (3 - (lane & 3))),
+            "swizzle quad, thread {t}"
+        );
+        // sel bytes (low to high) 0x0F, 0x04, 0x0D, 0x0C: 0xFF, byte 4 (0xBB), 0xFF, 0x00.
+        assert_eq!(out[4 * t + 3], 0x00FF_BBFF, "perm, thread {t}");
+    }
+}

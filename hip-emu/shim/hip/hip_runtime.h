@@ -260,6 +260,60 @@ inline int hipemu_mov_dpp(int src, int ctrl, int row_mask, int bank_mask, bool b
 #define __builtin_amdgcn_update_dpp hipemu_update_dpp
 #define __builtin_amdgcn_mov_dpp hipemu_mov_dpp
 
+/// v_readlane_b32: the value of lane `lane` (uniform) in every lane; a lane that does not
+/// exist reads 0.
+inline int hipemu_readlane(int v, int lane, const char* file = __builtin_FILE(),
+                           unsigned line = __builtin_LINE()) {
+  return hipemu::permute<int>(v, lane & 63, 0, file, line);
+}
+#define __builtin_amdgcn_readlane hipemu_readlane
+
+/// ds_swizzle_b32 (gfx9): pattern bit 15 set: quad-permute mode (each group of 4 lanes, two
+/// bits per lane); else bitmask mode within groups of 32 lanes: source = ((lane & and) | or) ^
+/// xor with and = pattern[4:0], or = pattern[9:5], xor = pattern[14:10]. An inactive source
+/// lane reads 0.
+inline int hipemu_ds_swizzle(int v, int pattern, const char* file = __builtin_FILE(),
+                             unsigned line = __builtin_LINE()) {
+  const int lane = hipemu::lane_id();
+  int from;
+  if (pattern & 0x8000) {
+    from = (lane & ~3) | ((pattern >> (2 * (lane & 3))) & 3);
+  } else {
+    const int and_mask = pattern & 0x1F, or_mask = (pattern >> 5) & 0x1F;
+    const int xor_mask = (pattern >> 10) & 0x1F;
+    from = (lane & ~31) | ((((lane & 31) & and_mask) | or_mask) ^ xor_mask);
+  }
+  return hipemu::permute<int>(v, from, 0, file, line);
+}
+#define __builtin_amdgcn_ds_swizzle hipemu_ds_swizzle
+
+/// v_perm_b32: byte i of the result is selected by byte i of `sel` from the 8 bytes {a, b}
+/// (b = bytes 0-3, a = bytes 4-7): 0-7 that byte, 8-11 the sign of byte 1/3/5/7 replicated,
+/// 12 zero, 13 and above 0xFF.
+inline unsigned hipemu_perm(unsigned a, unsigned b, unsigned sel) {
+  const uint64_t bytes = (static_cast<uint64_t>(a) << 32) | b;
+  unsigned r = 0;
+  for (int i = 0; i < 4; ++i) {
+    const unsigned s = (sel >> (8 * i)) & 0xFF;
+    unsigned byte;
+    if (s < 8) {
+      byte = static_cast<unsigned>(bytes >> (8 * s)) & 0xFF;
+    } else if (s < 12) {
+      byte = ((bytes >> (16 * (s - 8) + 15)) & 1) ? 0xFF : 0x00;
+    } else if (s == 12) {
+      byte = 0;
+    } else {
+      byte = 0xFF;
+    }
+    r |= byte << (8 * i);
+  }
+  return r;
+}
+#define __builtin_amdgcn_perm hipemu_perm
+
+/// Read-only cache load: an ordinary load here.
+template <typename T> inline T __ldg(const T* p) { return *p; }
+
 inline unsigned hipemu_mbcnt_lo(unsigned mask, unsigned acc) {
   const int lane = hipemu::lane_id();
   const unsigned below = lane >= 32 ? ~0u : ((1u << lane) - 1);

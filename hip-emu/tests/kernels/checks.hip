@@ -150,3 +150,14 @@ extern "C" __global__ void hipemu_test_spin(int* out) {
   }
   out[threadIdx.x] = 1;
 }
+
+// readlane, ds_swizzle (bitmask and quad-permute modes) and v_perm; out is [threads][4].
+extern "C" __global__ void hipemu_test_lane_ops(const int* in, unsigned* out) {
+  const int t = static_cast<int>(threadIdx.x);
+  const int v = in[t];
+  unsigned* o = out + 4 * t;
+  o[0] = static_cast<unsigned>(__builtin_amdgcn_readlane(v, 37));
+  o[1] = static_cast<unsigned>(__builtin_amdgcn_ds_swizzle(v, 0x1f | (4 << 10)));  // lane ^ 4
+  o[2] = static_cast<unsigned>(__builtin_amdgcn_ds_swizzle(v, 0x8000 | 0x1B));     // quad [3,2,1,0]
+  o[3] = __builtin_amdgcn_perm(0x8899AABBu, static_cast<unsigned>(v), 0x0C0D0407u + 0x08u);
+}
