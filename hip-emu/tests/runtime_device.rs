@@ -128,8 +128,8 @@ fn stream_wait_event_orders_work_across_streams_and_priority_reorders_without_it
     )
     .unwrap();
     for wait in [true, false] {
-        let slow_src = DeviceBuffer::<u8>::alloc(&low, 256 << 20).unwrap();
-        let mut slow = DeviceBuffer::<u8>::alloc(&low, 256 << 20).unwrap();
+        let slow_src = DeviceBuffer::<u8>::alloc(&low, 128 << 20).unwrap();
+        let mut slow = DeviceBuffer::<u8>::alloc(&low, 128 << 20).unwrap();
         let mut a = DeviceBuffer::<u8>::alloc(&low, 4096).unwrap();
         let mut b = DeviceBuffer::<u8>::alloc(&high, 4096).unwrap();
         high.memset_zero(&mut b).unwrap();
@@ -142,7 +142,7 @@ fn stream_wait_event_orders_work_across_streams_and_priority_reorders_without_it
             },
         )
         .unwrap();
-        // low: a long (256 MiB) copy, then a := 0, then the event. high (higher priority): b := a.
+        // low: a long (128 MiB) copy, then a := 0, then the event. high (higher priority): b := a.
         low.copy_dtod(&slow_src, &mut slow).unwrap();
         low.memset_zero(&mut a).unwrap();
         done.record(&low).unwrap();
