@@ -75,3 +75,30 @@ fn caching_allocator_frees_its_cache_and_retries_on_out_of_memory() {
     assert!(err.is_out_of_memory(), "{err}");
     assert_eq!(cache.stats().num_ooms, after.num_ooms + 1);
 }
+
+#[test]
+fn the_current_device_is_per_thread() {
+    setup();
+    let (set, get) = (
+        hip_sys::sym!(hipSetDevice).unwrap(),
+        hip_sys::sym!(hipGetDevice).unwrap(),
+    );
+    let current = move || {
+        let mut d = -1;
+        // SAFETY: a valid out-pointer.
+        unsafe { get(&mut d) }.result().unwrap();
+        d
+    };
+    // SAFETY: plain integers; hip-emu validates them.
+    unsafe {
+        set(1).result().unwrap();
+        assert_eq!(set(2), hip_sys::hipError_t::hipErrorInvalidDevice);
+    }
+    assert_eq!(current(), 1);
+    assert_eq!(
+        std::thread::spawn(current).join().unwrap(),
+        0,
+        "a new thread starts on device 0"
+    );
+    assert_eq!(current(), 1);
+}
