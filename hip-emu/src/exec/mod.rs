@@ -147,10 +147,12 @@ pub fn execute(spec: &LaunchSpec<'_>) -> Result<(), ExecError> {
             (b / (gx * gy)) as u32,
         ];
         // SAFETY: lds_begin..lds_end is the kernel file's hipemu_lds_<n> section (empty when
-        // it has none) and dyn_ptr the launch's dynamic
-        // LDS region (dynamic_lds bytes); no fibre runs between blocks.
+        // it has none) and dyn_ptr the launch's dynamic LDS region (dynamic_lds bytes); no
+        // fibre runs between blocks.
         unsafe {
-            std::ptr::write_bytes(lds_begin as *mut u8, LDS_FILL, lds_end - lds_begin);
+            if lds_end > lds_begin {
+                std::ptr::write_bytes(lds_begin as *mut u8, LDS_FILL, lds_end - lds_begin);
+            }
             std::ptr::write_bytes(dyn_ptr, LDS_FILL, spec.dynamic_lds);
             (*std::ptr::addr_of_mut!(ffi::hipemu_state)).block_idx = block;
         }
