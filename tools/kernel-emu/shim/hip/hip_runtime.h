@@ -8,6 +8,7 @@
 #include <barrier>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <thread>
@@ -77,6 +78,19 @@ inline float emu_fdot2(emu_half2 a, emu_half2 b, float c, bool) {
          static_cast<float>(a.y) * static_cast<float>(b.y) + c;
 }
 #define __builtin_amdgcn_fdot2 emu_fdot2
+/// v_perm_b32: byte i of the result is byte sel[i] of the 8-byte value {hi, lo} (selectors
+/// 0-7 only; the constant selectors 0x0c..0xff are not emulated and abort).
+inline uint32_t emu_perm(uint32_t hi, uint32_t lo, uint32_t sel) {
+  const uint64_t v = (static_cast<uint64_t>(hi) << 32) | lo;
+  uint32_t r = 0;
+  for (int i = 0; i < 4; ++i) {
+    const uint32_t s = (sel >> (8 * i)) & 0xff;
+    if (s > 7) std::abort();
+    r |= static_cast<uint32_t>((v >> (8 * s)) & 0xff) << (8 * i);
+  }
+  return r;
+}
+#define __builtin_amdgcn_perm emu_perm
 #define __gfx906__ 1
 
 /// Runs kernel(args...) over the grid with `threads` threads per block.
