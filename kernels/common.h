@@ -311,6 +311,26 @@ __device__ __forceinline__ int64_t div_ceil(int64_t a, int64_t b) { return (a + 
 // Kernel instantiation
 // ---------------------------------------------------------------------------------------------
 
+/// Hot-loop markers for the static ISA report (`cargo xtask isa-report`, docs/ISA-REPORT.md).
+/// Put HIPK_HOT_LOOP_BEGIN("name keys") right before a loop statement and
+/// HIPK_HOT_LOOP_END("name") right after it; the report analyses that loop per iteration.
+/// Keys (optional, space separated): elems=N (elements of the op a lane handles per iteration:
+/// enables global bytes per element), group=G (loops whose bytes per element add up, e.g. the
+/// passes over one row), min_t=A min_f32=B (the op's minimum bytes per element:
+/// A·sizeof(T) + 4·B), kind=memory (no FMA-peak estimate), inner_trip=N (iterations of loops
+/// nested inside), block=N (threads per block the launcher uses, for the LDS occupancy).
+/// Each expands to an empty `asm volatile` comment: no instruction. Being volatile asm, it
+/// stays where it is written, so keep it outside the loop body;
+/// `cargo xtask isa-report --verify-markers` checks that every marked loop's ISA is identical
+/// to a build with -DHIPK_NO_HOT_MARKERS.
+#if defined(HIPK_NO_HOT_MARKERS) || !defined(__HIP_DEVICE_COMPILE__)
+#define HIPK_HOT_LOOP_BEGIN(text)
+#define HIPK_HOT_LOOP_END(text)
+#else
+#define HIPK_HOT_LOOP_BEGIN(text) asm volatile(";hipk-hot-begin " text)
+#define HIPK_HOT_LOOP_END(text) asm volatile(";hipk-hot-end " text)
+#endif
+
 /// Calls X(suffix, T) for each storage dtype. A kernel file writes its body once as a
 /// __device__ template and instantiates the exported entry points with:
 ///

@@ -194,6 +194,7 @@ __device__ void layernorm_fwd_cached(const T* __restrict__ x, const T* __restric
                                      int64_t rows, int C, float eps, const Group& g, float* lds) {
   constexpr int K = kFwdSlots;
   const float inv_c = 1.0f / static_cast<float>(C);
+  HIPK_HOT_LOOP_BEGIN("fwd_row elems=16 group=row min_t=2 kind=memory inner_trip=6");
 #pragma unroll 1
   for (int64_t row = g.id; row < rows; row += g.count) {
     float v[K][V];
@@ -224,6 +225,7 @@ __device__ void layernorm_fwd_cached(const T* __restrict__ x, const T* __restric
       if (slot_live<true>(g, k, C)) fwd_emit<true>(weight, bias, y + row * C, g, k, C, mean, rstd, v[k]);
     }
   }
+  HIPK_HOT_LOOP_END("fwd_row");
 }
 
 /// Forward for any row length and layout: x is read three times (mean, variance, output);
@@ -379,6 +381,7 @@ __device__ void layernorm_bwd_stream(const T* __restrict__ x, const T* __restric
     const T* dyr = dy + row * C;
     float s1 = 0.0f;
     float s2 = 0.0f;
+    if constexpr (kVec) HIPK_HOT_LOOP_BEGIN("bwd_stream_pass1 elems=4 group=row min_t=3 kind=memory");
 #pragma unroll 1
     for (int k = 0; k < slots; ++k) {
       float xv[W];
@@ -403,9 +406,11 @@ __device__ void layernorm_bwd_stream(const T* __restrict__ x, const T* __restric
       store_slot<kVec>(pdw, g, k, C, adw);
       store_slot<kVec>(pdb, g, k, C, adb);
     }
+    if constexpr (kVec) HIPK_HOT_LOOP_END("bwd_stream_pass1");
     group_sum2(g, s1, s2, lds);
     const float m1 = s1 * inv_c;
     const float m2 = s2 * inv_c;
+    if constexpr (kVec) HIPK_HOT_LOOP_BEGIN("bwd_stream_pass2 elems=4 group=row min_t=3 kind=memory");
 #pragma unroll 1
     for (int k = 0; k < slots; ++k) {
       float xv[W];
@@ -422,6 +427,7 @@ __device__ void layernorm_bwd_stream(const T* __restrict__ x, const T* __restric
       }
       store_slot<kVec>(dx + row * C, g, k, C, out);
     }
+    if constexpr (kVec) HIPK_HOT_LOOP_END("bwd_stream_pass2");
   }
 }
 
