@@ -240,6 +240,10 @@ int main(int argc, char** argv) {
         test_attention<float, 96>(2, t.Tq, t.Tk, 80, causal);
         test_attention<float, 128>(1, t.Tq, t.Tk, 128, causal);
       }
+    // Long enough for whole-visible (unmasked) key tiles under the causal mask, several query
+    // blocks, and the lazy softmax rescale (scores spread over many tiles).
+    test_attention<float, 64>(1, 300, 300, 64, true);
+    test_attention<__half, 128>(1, 150, 200, 128, false);
     test_attention<__half, 64>(2, 33, 47, 64, true);
     test_attention<bf16, 128>(1, 33, 47, 100, true);
     test_attention<float, 32>(1, 5, 9, 7, false);  // D not a multiple of 4: scalar paths

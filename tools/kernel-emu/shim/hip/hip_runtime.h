@@ -66,8 +66,11 @@ inline float __shfl_xor(float v, int mask, int width = warpSize) {
     return (lane & ~(width - 1)) | ((lane ^ mask) & (width - 1));
   }));
 }
-/// quad_perm DPP only (dpp_ctrl < 0x100), full row/bank masks.
+/// quad_perm (dpp_ctrl < 0x100) and row_half_mirror (0x141) DPP, full row/bank masks; any other
+/// control aborts.
 inline int emu_update_dpp(int /*old*/, int src, int ctrl, int, int, bool) {
+  if (ctrl == 0x141) return emu_exchange(src, [&](int lane) { return (lane & ~7) | (7 - (lane & 7)); });
+  if (ctrl >= 0x100) std::abort();
   return emu_exchange(src, [&](int lane) { return (lane & ~3) | ((ctrl >> (2 * (lane & 3))) & 3); });
 }
 #define __builtin_amdgcn_update_dpp emu_update_dpp
