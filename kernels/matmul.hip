@@ -46,7 +46,10 @@
 //     a bounds-checked loop (rolled k rows, same staging);
 //   - the k-row loop is fully unrolled with the fragments double-buffered in registers: row
 //     kr+1's LDS reads are issued before row kr's FMAs (4 reads in flight; a scheduling barrier
-//     per row keeps the look-ahead at one row, which bounds the fragment registers).
+//     per row keeps the look-ahead at one row, which bounds the fragment registers). The
+//     pipeline crosses the slice boundary: the next slice is stored to LDS halfway through the
+//     current one, the barrier comes before the last k row's FMAs, and row 0 of the next slice
+//     is read before them, so no LDS or global wait of the interior loop stalls.
 //
 // Tiles (256 threads = 4 wave64, 16x16 threads):
 //   big:   BM = BN = 128, TM = TN = 8, BK = 8 (f32/bf16) or 16 (f16); LDS 16896 bytes; 2 waves/SIMD
@@ -55,16 +58,14 @@
 //
 // gfx906 resource figures (hipcc 5.2 / clang 15, -O3, -Rpass-analysis=kernel-resource-usage),
 // all 24 kernels: scratch 0, SGPR spills 0, VGPR spills 0.
-//   big   f32         VGPRs 126-128  LDS 16896  occupancy 2 waves/SIMD
-//   big   f16         VGPRs 122-124  LDS 16896  occupancy 2
-//   big   bf16        VGPRs 122-124  LDS 16896  occupancy 2
-//   small f32 / f16   VGPRs  54-62   LDS 16384  occupancy 4 (LDS: 4 blocks per CU)
-//   small bf16        VGPRs  50-61   LDS 16384  occupancy 4
-// Static hot-loop figures (interior K loop, per slice and wave, from the -save-temps assembly):
-//   math (v_fmac_f32 / v_dot2_f32_f16) / all VALU: big f32 99.6-100 %, f16 97.3-98.8 %,
-//   bf16 98.1-98.5 %; small f32 100 %, f16 97.0-100 %, bf16 97.0 %. The vmcnt waits sit after the
-//   slice's last k row; LDS waits inside a k row leave the next row's 4 reads in flight; the
-//   first row of a slice waits on reads issued after the barrier (one per slice).
+//   big   f32 / bf16  VGPRs 122-128  LDS 16896  occupancy 2 waves/SIMD
+//   big   f16         VGPRs 116-118  LDS 16896  occupancy 2
+//   small             VGPRs  49-59   LDS 16384  occupancy 4 (LDS: 4 blocks per CU)
+// Static hot-loop figures (`cargo xtask isa-report`, loop k_interior, docs/ISA-REPORT.md):
+//   math/VALU and issue-bound estimate of FMA peak: big f32 99.6-100 %, f16 96.6-97.7 %,
+//   bf16 98.1-98.5 %; small f32 100 %, f16 97.0-100 %, bf16 97.0 %; 0 blocking waits; LDS
+//   1.0 (big f32/bf16), 0.5 (big f16), 2.0 / 1.0 (small) bytes per FMA-class instruction: the
+//   small f32/bf16 tile sits exactly at the LDS bandwidth bound of the report's model.
 // Performance: never measured (no device here); the figures above are static.
 
 #include "common.h"
@@ -265,34 +266,49 @@ template <typename T, typename Path, int MN, int BK, bool K_CONTIG> struct Stage
 // The GEMM
 // ---------------------------------------------------------------------------------------------
 
-/// Multiplies one LDS slice into the accumulators: KROWS k-rows, fully unrolled, with the
-/// fragments of row kr + 1 read (into the other register set) while row kr is multiplied.
-template <typename Path, int KROWS, int TM, int TN, int THR_M, int THR_N, int SA, int SB>
+/// Reads the A and B fragments of LDS row `kr` (pa, pb: this thread's first column).
+template <int TM, int TN, int THR_M, int THR_N, int SA, int SB, typename Word>
+__device__ __forceinline__ void read_frags(const Word* pa, const Word* pb, int kr,
+                                           Word (&fa)[TM], Word (&fb)[TN]) {
+#pragma unroll
+  for (int g = 0; g < TM / 4; ++g) lds_get4(pa + kr * SA + g * THR_M * 4, fa + 4 * g);
+#pragma unroll
+  for (int g = 0; g < TN / 4; ++g) lds_get4(pb + kr * SB + g * THR_N * 4, fb + 4 * g);
+}
+
+/// Multiplies one LDS slice (pa, pb) into the accumulators: KROWS k rows, fully unrolled, the
+/// fragments double-buffered in registers. On entry row 0's fragments are in set 0 (read
+/// already); row kr + 1 is read into the other set while row kr is multiplied. Halfway,
+/// `mid()` runs (the LDS store of the next slice: its global loads have had half a slice of
+/// FMAs to arrive, and the store has the other half to complete before the barrier). Before
+/// the last row's FMAs, `end()` runs (the barrier) and row 0 of the next slice (na, nb) is read
+/// into set 0, so its latency hides behind the last row's FMAs instead of stalling the next
+/// slice's first row.
+template <typename Path, int KROWS, int TM, int TN, int THR_M, int THR_N, int SA, int SB,
+          typename Mid, typename End>
 __device__ __forceinline__ void multiply_slice(const typename Path::Word* pa,
                                                const typename Path::Word* pb,
-                                               float (&acc)[TM][TN]) {
-  using Word = typename Path::Word;
-  Word fa[2][TM];
-  Word fb[2][TN];
-#pragma unroll
-  for (int g = 0; g < TM / 4; ++g) lds_get4(pa + g * THR_M * 4, fa[0] + 4 * g);
-#pragma unroll
-  for (int g = 0; g < TN / 4; ++g) lds_get4(pb + g * THR_N * 4, fb[0] + 4 * g);
+                                               const typename Path::Word* na,
+                                               const typename Path::Word* nb,
+                                               typename Path::Word (&fa)[2][TM],
+                                               typename Path::Word (&fb)[2][TN],
+                                               float (&acc)[TM][TN], Mid mid, End end) {
+  static_assert(KROWS % 2 == 0, "row 0 of the next slice lands in set 0");
 #pragma unroll
   for (int kr = 0; kr < KROWS; ++kr) {
     const int cur = kr & 1;
-    // Row kr + 1's fragments are read here, one row ahead of their use, and no further: the
-    // scheduler would otherwise hoist later rows' reads too, (TM + TN) VGPRs per row, and
-    // spill at the 128-VGPR budget of 2 waves/SIMD.
+    // Reads one row ahead of their use and no further: the scheduler would otherwise hoist
+    // later rows' reads too, (TM + TN) VGPRs per row, and spill at the 128-VGPR budget of 2
+    // waves/SIMD.
     hipk::sched_barrier();
+    if (kr == KROWS / 2) mid();
     if (kr + 1 < KROWS) {
-#pragma unroll
-      for (int g = 0; g < TM / 4; ++g)
-        lds_get4(pa + (kr + 1) * SA + g * THR_M * 4, fa[cur ^ 1] + 4 * g);
-#pragma unroll
-      for (int g = 0; g < TN / 4; ++g)
-        lds_get4(pb + (kr + 1) * SB + g * THR_N * 4, fb[cur ^ 1] + 4 * g);
+      read_frags<TM, TN, THR_M, THR_N, SA, SB>(pa, pb, kr + 1, fa[cur ^ 1], fb[cur ^ 1]);
+    } else {
+      end();
+      read_frags<TM, TN, THR_M, THR_N, SA, SB>(na, nb, 0, fa[0], fb[0]);
     }
+    hipk::sched_barrier();
 #pragma unroll
     for (int i = 0; i < TM; ++i) {
 #pragma unroll
@@ -390,6 +406,9 @@ __device__ __forceinline__ void gemm(const T* __restrict__ a, const T* __restric
     // Slice t + 1 is loaded (raw words) while slice t is multiplied, then converted into the
     // other LDS buffer; one barrier per slice. The load of "slice nk" re-reads slice nk - 1
     // (in range) instead of branching; its LDS store goes to the unused buffer.
+    // The report's hot loop: the first loop after the marker (its prologue has none), one
+    // iteration = two slices (one for the big f16 tile).
+    HIPK_HOT_LOOP_BEGIN("k_interior");
     uint32_t off_a = StageA::thread_bytes(lda, tid);
     uint32_t off_b = StageB::thread_bytes(ldb, tid);
     stage_a.load_fast(a_item + StageA::origin(lda, m0, 0), off_a, lda);
@@ -397,6 +416,9 @@ __device__ __forceinline__ void gemm(const T* __restrict__ a, const T* __restric
     stage_a.store(sm_a[0], SA, tid);
     stage_b.store(sm_b[0], SB, tid);
     __syncthreads();
+    Word fa[2][TM];
+    Word fb[2][TN];
+    read_frags<TM, TN, THR_M, THR_N, SA, SB>(sm_a[0] + frag_a, sm_b[0] + frag_b, 0, fa[0], fb[0]);
     // One slice; `cur` is a constant after inlining (the loop below is unrolled by two), so
     // every LDS address is a loop-invariant register plus an immediate offset.
     auto slice = [&](int t, int cur) __attribute__((always_inline)) {
@@ -410,12 +432,16 @@ __device__ __forceinline__ void gemm(const T* __restrict__ a, const T* __restric
       // Keeps the global loads above the slice's LDS reads: without it the scheduler sinks
       // them next to their use (the LDS store), and the wait for them is fully exposed.
       hipk::sched_fence();
-      multiply_slice<Path, KROWS, TM, TN, THR_M, THR_N, SA, SB>(sm_a[cur] + frag_a,
-                                                               sm_b[cur] + frag_b, acc);
-      // The other buffer was last read before the previous barrier.
-      stage_a.store(sm_a[cur ^ 1], SA, tid);
-      stage_b.store(sm_b[cur ^ 1], SB, tid);
-      __syncthreads();
+      multiply_slice<Path, KROWS, TM, TN, THR_M, THR_N, SA, SB>(
+          sm_a[cur] + frag_a, sm_b[cur] + frag_b, sm_a[cur ^ 1] + frag_a, sm_b[cur ^ 1] + frag_b,
+          fa, fb, acc,
+          [&]() __attribute__((always_inline)) {
+            // The other buffer was last read before the previous barrier. Slice "nk" (a
+            // re-read of nk - 1) lands in the buffer nobody reads again.
+            stage_a.store(sm_a[cur ^ 1], SA, tid);
+            stage_b.store(sm_b[cur ^ 1], SB, tid);
+          },
+          []() __attribute__((always_inline)) { __syncthreads(); });
     };
     // f16 with the big tile keeps a rolled loop: unrolled, the two buffers' addresses push it
     // past 128 VGPRs (2 spilled registers); rolled it pays ~4 VALU per slice to switch buffers.
@@ -430,6 +456,7 @@ __device__ __forceinline__ void gemm(const T* __restrict__ a, const T* __restric
     } else {
       for (; t < nk; ++t) slice(t, t & 1);
     }
+    HIPK_HOT_LOOP_END("k_interior");
   } else {
     // Edge blocks, unaligned rows or a partial last slice: bounds-checked loads.
     if (nk > 0) {
