@@ -66,9 +66,14 @@
 //   bwd_dq      55 V  16384 B  4  96 V  32768 B  2  73 V  12288 B  3  96 V  32768 B  2
 //   bwd_dot     30 V, no LDS, occupancy 8
 // (V = VGPRs, B = LDS bytes per block, last = occupancy in waves/SIMD.)
-// Static hot-loop figures of the forward (one KC-key step, no rescale, from the -save-temps
-// assembly): see the report in the commit that introduced this layout. Performance: never
-// measured; the figures are static.
+// Static hot-loop figures of the forward (`cargo xtask isa-report`, loop fwd_step = one KC-key
+// step of an unmasked tile, rescale branch included; docs/ISA-REPORT.md), all dtypes:
+//   issue-bound estimate of FMA peak d32 58.0 %, d64 71.7 %, d96 64.6 %, d128 64.5 %;
+//   LDS 2.0 B per FMA (at the LDS bandwidth bound of the report's model); 1 blocking wait per
+//   step (the step's first K read; 0.5-1 point in the model).
+// What remains is the lane-group layout's own cost: each of the G lanes of a group repeats the
+// group's softmax (max, exp, sum: v_exp_f32 issues at quarter rate) and the log2(G) DPP adds
+// of every score. Performance: never measured; the figures are static.
 
 #include "common.h"
 #include "tile_io.h"
