@@ -22,8 +22,15 @@ pub const MAX_HEAD_DIM: usize = 128;
 pub const MAX_T: usize = i32::MAX as usize - 256;
 /// Largest number of (batch, head) pairs one launch covers (grid.y); more are split.
 pub const MAX_HEADS_PER_LAUNCH: usize = 65_535;
-/// Queries per block of the forward kernel (4 lanes per query).
-const FWD_ROWS: usize = 64;
+/// Queries per block of the forward kernel for a head-dim bucket (`FwdCfg<DB>::ROWS` in
+/// kernels/attention.hip: two queries per lane group of 4 lanes up to bucket 64, of 8 above).
+const fn fwd_rows(bucket: usize) -> usize {
+    if bucket <= 64 {
+        128
+    } else {
+        64
+    }
+}
 /// Rows per block of the delta pre-pass (16 lanes per row), and rows per pre-pass launch.
 const DOT_ROWS: usize = 16;
 const DOT_ROWS_PER_LAUNCH: usize = DOT_ROWS << 20;
@@ -85,7 +92,7 @@ impl AttentionPlan {
         Ok(AttentionPlan {
             bucket,
             heads,
-            fwd_blocks: blocks(shape.tq, FWD_ROWS),
+            fwd_blocks: blocks(shape.tq, fwd_rows(bucket)),
             dkdv_blocks: blocks(shape.tk, bwd_rows),
             dq_blocks: blocks(shape.tq, bwd_rows),
         })
@@ -358,8 +365,10 @@ mod tests {
         let p = AttentionPlan::new(&shape(1000, 17, 64)).unwrap();
         assert_eq!(
             (p.heads, p.fwd_blocks, p.dkdv_blocks, p.dq_blocks),
-            (6, 16, 1, 16)
+            (6, 8, 1, 16)
         );
+        let p = AttentionPlan::new(&shape(1000, 17, 65)).unwrap();
+        assert_eq!(p.fwd_blocks, 16);
         let p = AttentionPlan::new(&shape(129, 1000, 128)).unwrap();
         assert_eq!((p.fwd_blocks, p.dkdv_blocks, p.dq_blocks), (3, 32, 5));
         let p = AttentionPlan::new(&shape(0, 0, 8)).unwrap();
