@@ -16,7 +16,9 @@
 // torch.optim.AdamW / torch._fused_adamw_ in f32:
 //   g = grad / grad_scale (grad_scale read from device memory, may be null = 1), negated if
 //   maximize; p ← p·(1 − lr·wd); m ← β1·m + (1 − β1)·g; v ← β2·v + (1 − β2)·g²;
-//   amsgrad: v̂ ← max(v̂, v) and v̂ replaces v below; denom = √v / √(1 − β2^t) + eps;
+//   amsgrad: v̂ ← max(v̂, v) and v̂ replaces v below; the max is NaN if either is NaN, as
+//   torch.maximum in AdamW's default single-tensor and foreach paths (torch 2.15's fused CPU
+//   path keeps v̂ when only v is NaN); denom = √v / √(1 − β2^t) + eps;
 //   p ← p − (lr / (1 − β1^t))·m / denom.
 // State (m, v, v̂) is f32. With f32 master weights the master copy is read and written and the
 // model copy (T) is overwritten with the master rounded to nearest-even (and not read).
@@ -33,16 +35,17 @@
 // Elements move 4 at a time: one vector access per tensor when aligned and inside the tensor,
 // scalar accesses otherwise (tails, odd offsets).
 //
-// Resource usage on gfx906 (hipcc 5.2 / clang 15, -O3), from the build's resource table
-// (`cargo test --test kernels_static -- --nocapture` prints it):
+// Static ISA figures (gfx906, hipcc 5.2), not measurements: `cargo xtask isa-report --only
+// adamw` (docs/ISA-REPORT.md); waves/SIMD per the report's formula at the 256-thread blocks
+// every kernel here is launched with:
 //   kernel                    VGPRs  SGPRs  LDS B  waves/SIMD  scratch  spills
-//   adamw_f32                    42     65      0           5        0       0
+//   adamw_f32                    42     67      0           5        0       0
 //   multi_nonfinite_f32          18     42      0          10        0       0
 //   multi_l2norm_f32             25     47    128           9        0       0
-//   adamw_f16                    43     68      0           5        0       0
+//   adamw_f16                    43     70      0           5        0       0
 //   multi_nonfinite_f16          18     42      0          10        0       0
 //   multi_l2norm_f16             25     47    128           9        0       0
-//   adamw_bf16                   44     70      0           5        0       0
+//   adamw_bf16                   44     72      0           5        0       0
 //   multi_nonfinite_bf16         18     42      0          10        0       0
 //   multi_l2norm_bf16            25     47    128           9        0       0
 //   multi_l2norm_finalize_f32    12     20    256          10        0       0
@@ -124,6 +127,7 @@ __device__ void adamw_impl(const AdamwTensor* __restrict__ table, int count, int
     const int64_t end = begin + chunk < d.numel ? begin + chunk : d.numel;
     T* param = static_cast<T*>(d.param);
     const T* grad = static_cast<const T*>(d.grad);
+    HIPK_HOT_LOOP_BEGIN("adamw_elems kind=memory");
     for (int64_t i = begin + static_cast<int64_t>(threadIdx.x) * kVec; i < end;
          i += static_cast<int64_t>(blockDim.x) * kVec) {
       float g[kVec], p[kVec], m[kVec], v[kVec], vmax[kVec];
@@ -145,7 +149,8 @@ __device__ void adamw_impl(const AdamwTensor* __restrict__ table, int count, int
         v[e] = s.beta2 * v[e] + s.one_minus_beta2 * ge * ge;
         float vu = v[e];
         if (s.amsgrad) {
-          vu = fmaxf(vmax[e], v[e]);
+          // torch.maximum: NaN when either operand is NaN (fmaxf would return the other one).
+          vu = (isnan(vmax[e]) || isnan(v[e])) ? vmax[e] + v[e] : fmaxf(vmax[e], v[e]);
           vmax[e] = vu;
         }
         const float denom = sqrtf(vu) / s.bias2_sqrt + s.eps;
@@ -157,6 +162,7 @@ __device__ void adamw_impl(const AdamwTensor* __restrict__ table, int count, int
       if (d.master != nullptr) hipk::store_floats<kVec>(d.master, i, end, p);
       hipk::store_floats<kVec>(param, i, end, p);
     }
+    HIPK_HOT_LOOP_END("adamw_elems");
   }
 }
 

@@ -302,6 +302,34 @@ __device__ __forceinline__ void block_sum2(float& a, float& b, float* lds) {
   __syncthreads();
 }
 
+/// p[i] for an i that is the same in every lane of the wave, from memory no thread writes
+/// during the kernel: read through the constant address space, so the compiler may use one
+/// scalar load (SMEM, into an SGPR) instead of a vector load per lane.
+__device__ __forceinline__ float load_uniform(const float* p, int64_t i) {
+#if defined(__HIP_DEVICE_COMPILE__)
+  using ConstFloat = const __attribute__((address_space(4))) float;
+  return ((ConstFloat*)p)[i];
+#else
+  return p[i];
+#endif
+}
+
+/// p, which must be the same in every lane and point to global memory, declared uniform: the
+/// compiler then keeps the base of `p + lane_offset` in SGPRs (`global_load v_off, s[base]`)
+/// instead of one 64-bit VGPR address per access.
+template <typename T> __device__ __forceinline__ T* uniform_global_ptr(T* p) {
+#if defined(__HIP_DEVICE_COMPILE__)
+  using Global = __attribute__((address_space(1))) T;
+  const uint64_t a = reinterpret_cast<uintptr_t>(p);
+  const uint32_t lo = __builtin_amdgcn_readfirstlane(static_cast<uint32_t>(a));
+  const uint32_t hi = __builtin_amdgcn_readfirstlane(static_cast<uint32_t>(a >> 32));
+  // An integer -> global pointer -> generic pointer: loads through it are global loads.
+  return (T*)((Global*)((static_cast<uint64_t>(hi) << 32) | lo));
+#else
+  return p;
+#endif
+}
+
 /// ceil(a / b) for positive b.
 __device__ __forceinline__ int64_t div_ceil(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
@@ -310,6 +338,27 @@ __device__ __forceinline__ int64_t div_ceil(int64_t a, int64_t b) { return (a + 
 // ---------------------------------------------------------------------------------------------
 // Kernel instantiation
 // ---------------------------------------------------------------------------------------------
+
+/// Hot-loop markers for the static ISA report (`cargo xtask isa-report`, docs/ISA-REPORT.md).
+/// Put HIPK_HOT_LOOP_BEGIN("name keys") right before a loop statement and
+/// HIPK_HOT_LOOP_END("name") right after it; the report analyses that loop per iteration.
+/// Keys (optional, space separated): elems=N (elements of the op a lane handles per iteration:
+/// enables global bytes per element), group=G (loops whose bytes per element add up, e.g. the
+/// passes over one row), min_t=A min_f32=B (the op's minimum bytes per element:
+/// A·sizeof(T) + 4·B), kind=memory (no FMA-peak estimate), inner_trip=N (iterations of loops
+/// nested inside), block=N (threads per block the launcher uses, for the LDS occupancy).
+/// BEGIN expands to an `asm volatile` assembly comment: no instruction. Being volatile asm, it
+/// stays where it is written, so keep it outside the loop body; END expands to nothing (it
+/// marks the extent for the reader: an asm statement after the loop can change how the
+/// compiler lays out the loop's exit). `cargo xtask isa-report --verify-markers` checks that
+/// every marked loop's ISA is the same as in a build with -DHIPK_NO_HOT_MARKERS.
+#if defined(HIPK_NO_HOT_MARKERS) || !defined(__HIP_DEVICE_COMPILE__)
+#define HIPK_HOT_LOOP_BEGIN(text)
+#define HIPK_HOT_LOOP_END(text)
+#else
+#define HIPK_HOT_LOOP_BEGIN(text) asm volatile(";hipk-hot-begin " text)
+#define HIPK_HOT_LOOP_END(text)
+#endif
 
 /// Calls X(suffix, T) for each storage dtype. A kernel file writes its body once as a
 /// __device__ template and instantiates the exported entry points with:

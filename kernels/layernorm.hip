@@ -27,25 +27,42 @@
 // Backward, stage 1 (layernorm_bwd_<T>): per row xhat = (x − mean)·rstd, g = dy·w,
 // dx = rstd·(g − mean(g) − xhat·mean(g·xhat)). Each group also sums dy·xhat and dy per column
 // over its rows: in registers for rows of one slot per thread (C ≤ 4·G: 256 per wave64, 4096
-// per 1024-thread block), else in its own rows of `partial` (read-modify-write per row; this
-// costs extra traffic for C > 4096, a known limit: keeping two slots in registers spilled on
-// gfx906), and writes them to partial[group] = [2][C] f32. Stage 2
-// (layernorm_bwd_dwdb_<T>): dweight[j] = Σ_group partial[group][0][j], dbias likewise, summed
-// in group order. No float atomics anywhere: for a fixed launch configuration the results are
-// bit-identical run to run.
+// per 1024-thread block), else in its own rows of `partial` (read-modify-write per row), and
+// writes them to partial[group] = [2][C] f32.
+// Wide backward (layernorm_bwd_wide_<T>), for 4096 < C ≤ 8·blockDim (8192 at 1024 threads),
+// vector layout only (the launcher checks C % 4 == 0 and the alignment): the thread's 2 slots
+// of the weight and of the column sums stay in registers across all the block's rows, g = dy·w
+// of the row goes to LDS (each thread re-reads only its own slots) and xhat stays in registers
+// for the second pass: x and dy are read once and dx written once per element (12.02 B per
+// element for f32 by `cargo xtask isa-report`, minimum 12; the streamed backward moves 44).
+// Its block sum uses ds_swizzle and readlane (no lane-address registers: 57–61 VGPRs, no
+// spill under the 64 a 1024-thread block allows).
+// Stage 2 (layernorm_bwd_dwdb_<T>): dweight[j] = Σ_group partial[group][0][j], dbias likewise,
+// summed in group order. No float atomics anywhere: for a fixed launch configuration the
+// results are bit-identical run to run.
 //
-// Resource usage on gfx906 (hipcc 5.2 / clang 15, -O3), from the build's resource table
-// (`cargo test --test kernels_static -- --nocapture` prints it):
-//   kernel                    VGPRs  SGPRs  LDS B  waves/SIMD  scratch  spills
-//   layernorm_fwd_f32            50     58    128           4        0       0
-//   layernorm_bwd_f32            64     53    256           4        0       0
-//   layernorm_bwd_dwdb_f32        9     14      0          10        0       0
-//   layernorm_fwd_f16            46     58    128           5        0       0
-//   layernorm_bwd_f16            61     55    256           4        0       0
-//   layernorm_bwd_dwdb_f16        9     14      0          10        0       0
-//   layernorm_fwd_bf16           48     60    128           5        0       0
-//   layernorm_bwd_bf16           62     57    256           4        0       0
-//   layernorm_bwd_dwdb_bf16       8     14      0          10        0       0
+// Row loops are wave-uniform: the row index of a wave-mode group comes from
+// readfirstlane(tid / warpSize), so the row loop is a scalar branch and its shuffles and
+// barriers never run under a partial exec mask.
+//
+// Static ISA figures (gfx906, hipcc 5.2), not measurements; `cargo xtask isa-report --only
+// layernorm` prints them (docs/ISA-REPORT.md). waves/SIMD per the report's formula at the
+// block size the launcher uses (row kernels: up to 1024 threads; wave mode: 256):
+//   kernel                    VGPRs  SGPRs  LDS B  waves/SIMD @1024 (@256)  scratch  spills
+//   layernorm_fwd_f32            46     58    128           4 (5)               0       0
+//   layernorm_bwd_f32            52     73    256           4 (4)               0       0
+//   layernorm_bwd_wide_f32       59     49  33024           4                   0       0
+//   layernorm_bwd_dwdb_f32        9     14      0             (10)              0       0
+//   layernorm_fwd_f16            41     58    128           4 (5)               0       0
+//   layernorm_bwd_f16            47     70    256           4 (5)               0       0
+//   layernorm_bwd_wide_f16       60     49  33024           4                   0       0
+//   layernorm_bwd_dwdb_f16        9     14      0             (10)              0       0
+//   layernorm_fwd_bf16           44     60    128           4 (5)               0       0
+//   layernorm_bwd_bf16           48     72    256           4 (5)               0       0
+//   layernorm_bwd_wide_bf16      61     51  33024           4                   0       0
+//   layernorm_bwd_dwdb_bf16       8     14      0             (10)              0       0
+// A 1024-thread block is 16 waves, 4 per SIMD: registers that would allow 5 waves still fit
+// only one such block per CU. The wide backward's 33 KiB of LDS allows 1 block (4 waves/SIMD).
 #include "common.h"
 
 namespace {
@@ -55,6 +72,8 @@ constexpr int V = 4;
 /// Slots per thread kept in registers for a cached forward row / backward row.
 constexpr int kFwdSlots = 4;
 constexpr int kBwdSlots = 1;
+/// Slots per thread of the wide backward (layernorm_bwd_wide_<T>): 8 elements, C ≤ 8192.
+constexpr int kWideSlots = 2;
 
 /// Threads per block the row kernels are compiled for (their register budget).
 constexpr int kMaxBlock = 1024;
@@ -75,7 +94,11 @@ __device__ __forceinline__ Group row_group(int row_per_wave) {
     const int per_block = static_cast<int>(blockDim.x) / warpSize;
     g.lane = tid % warpSize;
     g.size = warpSize;
-    g.id = static_cast<int64_t>(blockIdx.x) * per_block + tid / warpSize;
+    // readfirstlane: the wave index is the same in every lane, and saying so makes the row
+    // index, the row loop and its exit scalar (SGPRs, s_cbranch), so the group's shuffles and
+    // barriers never sit in exec-masked code.
+    g.id = static_cast<int64_t>(blockIdx.x) * per_block +
+           __builtin_amdgcn_readfirstlane(tid / warpSize);
     g.count = static_cast<int64_t>(gridDim.x) * per_block;
     g.wave = true;
   } else {
@@ -194,6 +217,7 @@ __device__ void layernorm_fwd_cached(const T* __restrict__ x, const T* __restric
                                      int64_t rows, int C, float eps, const Group& g, float* lds) {
   constexpr int K = kFwdSlots;
   const float inv_c = 1.0f / static_cast<float>(C);
+  HIPK_HOT_LOOP_BEGIN("fwd_row elems=16 group=row min_t=2 kind=memory inner_trip=6");
 #pragma unroll 1
   for (int64_t row = g.id; row < rows; row += g.count) {
     float v[K][V];
@@ -224,6 +248,7 @@ __device__ void layernorm_fwd_cached(const T* __restrict__ x, const T* __restric
       if (slot_live<true>(g, k, C)) fwd_emit<true>(weight, bias, y + row * C, g, k, C, mean, rstd, v[k]);
     }
   }
+  HIPK_HOT_LOOP_END("fwd_row");
 }
 
 /// Forward for any row length and layout: x is read three times (mean, variance, output);
@@ -379,6 +404,7 @@ __device__ void layernorm_bwd_stream(const T* __restrict__ x, const T* __restric
     const T* dyr = dy + row * C;
     float s1 = 0.0f;
     float s2 = 0.0f;
+    if constexpr (kVec) HIPK_HOT_LOOP_BEGIN("bwd_stream_pass1 elems=4 group=row min_t=3 kind=memory");
 #pragma unroll 1
     for (int k = 0; k < slots; ++k) {
       float xv[W];
@@ -403,9 +429,11 @@ __device__ void layernorm_bwd_stream(const T* __restrict__ x, const T* __restric
       store_slot<kVec>(pdw, g, k, C, adw);
       store_slot<kVec>(pdb, g, k, C, adb);
     }
+    if constexpr (kVec) HIPK_HOT_LOOP_END("bwd_stream_pass1");
     group_sum2(g, s1, s2, lds);
     const float m1 = s1 * inv_c;
     const float m2 = s2 * inv_c;
+    if constexpr (kVec) HIPK_HOT_LOOP_BEGIN("bwd_stream_pass2 elems=4 group=row min_t=3 kind=memory");
 #pragma unroll 1
     for (int k = 0; k < slots; ++k) {
       float xv[W];
@@ -422,6 +450,150 @@ __device__ void layernorm_bwd_stream(const T* __restrict__ x, const T* __restric
       }
       store_slot<kVec>(dx + row * C, g, k, C, out);
     }
+    if constexpr (kVec) HIPK_HOT_LOOP_END("bwd_stream_pass2");
+  }
+}
+
+/// a += a of lane ^ X, b likewise, within each group of 32 lanes (ds_swizzle bitmask mode:
+/// and 0x1f, or 0, xor X).
+template <int X> __device__ __forceinline__ void swizzle_add(float& a, float& b) {
+  constexpr int kPattern = 0x1f | (X << 10);
+  a += __int_as_float(__builtin_amdgcn_ds_swizzle(__float_as_int(a), kPattern));
+  b += __int_as_float(__builtin_amdgcn_ds_swizzle(__float_as_int(b), kPattern));
+}
+
+/// Block sums of two values for the wide backward, with no lane-address registers: butterflies
+/// inside each group of 32 lanes by ds_swizzle (xor 1, 2, 4, 8, 16), then the wave's halves
+/// and the waves added in a fixed order (deterministic) through scalar readlane and `lds`
+/// (2 floats per wave). Every thread of the block must call it.
+__device__ __forceinline__ void wide_block_sum2(float& a, float& b, float* lds) {
+  swizzle_add<1>(a, b);
+  swizzle_add<2>(a, b);
+  swizzle_add<4>(a, b);
+  swizzle_add<8>(a, b);
+  swizzle_add<16>(a, b);
+  float ra = __int_as_float(__builtin_amdgcn_readlane(__float_as_int(a), 0));
+  float rb = __int_as_float(__builtin_amdgcn_readlane(__float_as_int(b), 0));
+  if (warpSize == 64) {  // wave64: add the upper half (wave32 has none)
+    ra += __int_as_float(__builtin_amdgcn_readlane(__float_as_int(a), 32));
+    rb += __int_as_float(__builtin_amdgcn_readlane(__float_as_int(b), 32));
+  }
+  const int tid = static_cast<int>(threadIdx.x);
+  const int wave = __builtin_amdgcn_readfirstlane(tid / warpSize);
+  const int waves = (static_cast<int>(blockDim.x) + warpSize - 1) / warpSize;
+  if (tid % warpSize == 0) {
+    lds[2 * wave] = ra;
+    lds[2 * wave + 1] = rb;
+  }
+  __syncthreads();
+  a = lds[0];
+  b = lds[1];
+  for (int w = 1; w < waves; ++w) {
+    a += lds[2 * w];
+    b += lds[2 * w + 1];
+  }
+  __syncthreads();
+}
+
+/// p + elem for a row-relative elem < 2^30 / sizeof(T): a 32-bit unsigned byte offset, which
+/// with a uniform p lets the compiler address with `global_load v_off, s[base]`.
+template <typename T> __device__ __forceinline__ T* at_u32(T* p, int elem) {
+  using Byte = typename std::conditional<std::is_const<T>::value, const char, char>::type;
+  const uint32_t off = static_cast<uint32_t>(elem) * static_cast<uint32_t>(sizeof(T));
+  return reinterpret_cast<T*>(reinterpret_cast<Byte*>(p) + off);
+}
+
+/// Stage 1 for 4096 < C ≤ kWideSlots·V·blockDim.x (vector layout; the launcher checks C % V == 0
+/// and the alignment of every tensor), one block per row group: this thread's kWideSlots slots
+/// of the weight and of the column sums dweight/dbias stay in registers across all the group's
+/// rows, and g = dy·w of the row is kept in LDS (each thread re-reads only its own slots, so no
+/// barrier guards it) for the second pass. Global traffic per row: x and dy read once, dx
+/// written once (3·sizeof(T) per element) plus mean/rstd as scalar loads.
+template <typename T>
+__device__ void layernorm_bwd_wide_impl(const T* __restrict__ x, const T* __restrict__ weight,
+                                        const T* __restrict__ dy,
+                                        const float* __restrict__ mean_in,
+                                        const float* __restrict__ rstd_in, T* __restrict__ dx,
+                                        float* __restrict__ partial, int64_t rows, int C) {
+  constexpr int K = kWideSlots;
+  __shared__ float4 row_g[K * kMaxBlock];
+  __shared__ float lds[2 * hipk::kMaxWavesPerBlock];
+  const Group g = row_group(0);
+  if (!vec_ok<T>(C, x, weight, dy, dx) || !hipk::is_aligned(partial, V * sizeof(float)) ||
+      slot_count<true>(g, C) > K) {
+    __builtin_trap();  // the launcher never launches this kernel on such tensors
+  }
+  const float inv_c = 1.0f / static_cast<float>(C);
+  float w[K][V];
+  float acc_dw[K][V];
+  float acc_db[K][V];
+#pragma unroll
+  for (int k = 0; k < K; ++k) {
+    load_slot<true>(weight, g, k, C, w[k]);
+#pragma unroll
+    for (int e = 0; e < V; ++e) acc_dw[k][e] = acc_db[k][e] = 0.0f;
+  }
+  HIPK_HOT_LOOP_BEGIN(
+      "bwd_wide_row elems=8 group=wide min_t=3 kind=memory block=1024");
+#pragma unroll 1
+  for (int64_t row = g.id; row < rows; row += g.count) {
+    const float mean = hipk::load_uniform(mean_in, row);
+    const float rstd = hipk::load_uniform(rstd_in, row);
+    const T* xr = hipk::uniform_global_ptr(x + row * C);
+    const T* dyr = hipk::uniform_global_ptr(dy + row * C);
+    T* dxr = hipk::uniform_global_ptr(dx + row * C);
+    // Every load of the row is issued before the first use: one memory round trip per row.
+    float xh[K][V];
+    float dyk[K][V];
+#pragma unroll
+    for (int k = 0; k < K; ++k) {
+      const int j = slot_elem<true>(g, k, 0);
+      if (j < C) {
+        hipk::load_vec<V>(at_u32(xr, j), xh[k]);
+        hipk::load_vec<V>(at_u32(dyr, j), dyk[k]);
+      } else {
+#pragma unroll
+        for (int e = 0; e < V; ++e) xh[k][e] = dyk[k][e] = 0.0f;
+      }
+    }
+    float s1 = 0.0f;
+    float s2 = 0.0f;
+#pragma unroll
+    for (int k = 0; k < K; ++k) {
+      const float (&dyv)[V] = dyk[k];
+      float gw[V];
+#pragma unroll
+      for (int e = 0; e < V; ++e) {
+        xh[k][e] = (xh[k][e] - mean) * rstd;  // dy is 0 past C: tails add nothing
+        gw[e] = dyv[e] * w[k][e];
+        s1 += gw[e];
+        s2 += gw[e] * xh[k][e];
+        acc_dw[k][e] += dyv[e] * xh[k][e];
+        acc_db[k][e] += dyv[e];
+      }
+      row_g[k * kMaxBlock + g.lane] = make_float4(gw[0], gw[1], gw[2], gw[3]);
+    }
+    wide_block_sum2(s1, s2, lds);
+    const float m1 = s1 * inv_c;
+    const float m2 = s2 * inv_c;
+#pragma unroll
+    for (int k = 0; k < K; ++k) {
+      const float4 gv = row_g[k * kMaxBlock + g.lane];
+      const float gw[V] = {gv.x, gv.y, gv.z, gv.w};
+      float out[V];
+#pragma unroll
+      for (int e = 0; e < V; ++e) out[e] = rstd * (gw[e] - m1 - xh[k][e] * m2);
+      const int j = slot_elem<true>(g, k, 0);
+      if (j < C) hipk::store_vec<V>(at_u32(dxr, j), out);
+    }
+  }
+  HIPK_HOT_LOOP_END("bwd_wide_row");
+  float* pdw = partial + g.id * 2 * C;
+  float* pdb = pdw + C;
+#pragma unroll
+  for (int k = 0; k < K; ++k) {
+    store_slot<true>(pdw, g, k, C, acc_dw[k]);
+    store_slot<true>(pdb, g, k, C, acc_db[k]);
   }
 }
 
@@ -473,6 +645,11 @@ __device__ void layernorm_bwd_dwdb_impl(const float* __restrict__ partial, int64
   (const T* x, const T* weight, const T* dy, const float* mean, const float* rstd, T* dx,     \
    float* partial, int64_t rows, int C, int row_per_wave) {                                   \
     layernorm_bwd_impl<T>(x, weight, dy, mean, rstd, dx, partial, rows, C, row_per_wave);     \
+  }                                                                                           \
+  HIPK_KERNEL(layernorm_bwd_wide_##suffix, kMaxBlock)                                         \
+  (const T* x, const T* weight, const T* dy, const float* mean, const float* rstd, T* dx,     \
+   float* partial, int64_t rows, int C) {                                                     \
+    layernorm_bwd_wide_impl<T>(x, weight, dy, mean, rstd, dx, partial, rows, C);              \
   }                                                                                           \
   HIPK_KERNEL(layernorm_bwd_dwdb_##suffix, 256)                                               \
   (const float* partial, int64_t groups, int C, T* dweight, T* dbias) {                       \

@@ -3,7 +3,8 @@
 //! when they were written; they compile in CI.
 //!
 //! - golden cases (layernorm forward/backward, adamw) through the library's `DeviceBackend`;
-//! - random shapes: C ∈ {1, 3, 4, 768, 1024, 1025, 4095, 4096, 8192, 20000}, rows ∈ {1, 7, 129},
+//! - random shapes: C ∈ {1, 3, 4, 768, 1024, 1025, 4095, 4096, 4100, 5001, 6000, 8192, 20000}
+//!   (4100, 6000, 8192: the wide backward; 5001: its streamed fallback), rows ∈ {1, 7, 129},
 //!   every dtype; AdamW over element counts that are not multiples of a block or chunk, every
 //!   option, several tensors in one launch;
 //! - a found_inf step leaves every tensor bit-identical; results are bit-identical run to run.
@@ -86,9 +87,11 @@ fn layernorm_random<T: DeviceElement>(s: &Stream, rows: usize, cols: usize, seed
 #[test]
 fn layernorm_matches_the_reference_on_random_shapes_every_dtype() {
     let s = stream();
-    for (i, &cols) in [1usize, 3, 4, 768, 1024, 1025, 4095, 4096, 8192, 20000]
-        .iter()
-        .enumerate()
+    for (i, &cols) in [
+        1usize, 3, 4, 768, 1024, 1025, 4095, 4096, 4100, 5001, 6000, 8192, 20000,
+    ]
+    .iter()
+    .enumerate()
     {
         for (j, &rows) in [1usize, 7, 129].iter().enumerate() {
             let seed = 1 + (i * 10 + j) as u64;

@@ -7,7 +7,7 @@ use hip_kernels::golden::{
     TensorData,
 };
 use std::io::Write;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 fn all_case_files() -> Vec<PathBuf> {
     let mut dirs = vec![committed_dir()];
@@ -23,6 +23,21 @@ fn all_case_files() -> Vec<PathBuf> {
     files
 }
 
+/// `golden::run_case`, with a panic turned into an error naming the case file.
+fn run_case_guarded(p: &Path) -> Result<golden::CaseReport, GoldenError> {
+    std::panic::catch_unwind(|| golden::run_case(p)).unwrap_or_else(|payload| {
+        let message = payload
+            .downcast_ref::<&str>()
+            .map(|s| s.to_string())
+            .or_else(|| payload.downcast_ref::<String>().cloned())
+            .unwrap_or_default();
+        Err(GoldenError::Panicked {
+            path: p.to_path_buf(),
+            message,
+        })
+    })
+}
+
 #[test]
 fn golden_cases_pass_on_the_cpu_reference() {
     let files = all_case_files();
@@ -33,7 +48,7 @@ fn golden_cases_pass_on_the_cpu_reference() {
                 s.spawn(move || {
                     chunk
                         .iter()
-                        .map(|p| (p.clone(), golden::run_case(p)))
+                        .map(|p| (p.clone(), run_case_guarded(p)))
                         .collect::<Vec<_>>()
                 })
             })

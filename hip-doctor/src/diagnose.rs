@@ -145,15 +145,18 @@ fn library_rule(facts: Facts<'_>) -> Vec<Item> {
         "or point HIPK_HIP_LIBRARY at the file (libgalaxyhip.so.5 on DTK, libamdhip64.so on ROCm)";
     match facts.library {
         LibraryState::NotFound { tried, message } => {
+            // What is wrong with the file HIPK_HIP_LIBRARY names, if it is not a regular file
+            // (missing, a directory, a device, a symbolic link loop).
             let override_missing = facts
                 .env
                 .hipk_vars
                 .iter()
                 .find(|(k, _)| k == "HIPK_HIP_LIBRARY")
-                .filter(|(_, v)| !std::path::Path::new(v).exists())
-                .map(|(_, v)| v.clone());
+                .and_then(|(_, v)| {
+                    hip_sys::search::path_problem(std::path::Path::new(v)).map(|why| (v, why))
+                });
             let mut detail = match &override_missing {
-                Some(file) => format!("HIPK_HIP_LIBRARY names {file}, which does not exist"),
+                Some((file, why)) => format!("HIPK_HIP_LIBRARY names {file}, which {why}"),
                 None => format!("no HIP runtime could be loaded: {message}"),
             };
             if !tried.is_empty() {
@@ -311,6 +314,7 @@ mod tests {
         EnvFacts {
             vars: vec![("HIP_VISIBLE_DEVICES".into(), None)],
             hipk_vars: Vec::new(),
+            not_utf8: Vec::new(),
             dtk_version: None,
             dtk_version_paths: Vec::new(),
             dtk_env_script: true,
@@ -422,6 +426,35 @@ mod tests {
         assert!(s.items[0]
             .detail
             .starts_with("HIPK_HIP_LIBRARY names /nope/libamdhip64.so, which does not exist"));
+    }
+
+    #[test]
+    fn an_override_that_is_not_a_file_says_what_it_is() {
+        for (file, why) in [
+            (
+                "/dev/null",
+                "which is a character device, not a library file",
+            ),
+            ("/", "which is a directory, not a library file"),
+        ] {
+            let mut e = env();
+            e.hipk_vars.push(("HIPK_HIP_LIBRARY".into(), file.into()));
+            let lib = LibraryState::NotFound {
+                tried: vec![file.into()],
+                message: "x".into(),
+            };
+            let s = run(
+                &e,
+                &lib,
+                &DeviceState::NotChecked(String::new()),
+                &KernelState::NotInBuild,
+            );
+            let detail = &s.items[0].detail;
+            assert!(
+                detail.starts_with(&format!("HIPK_HIP_LIBRARY names {file}, {why}")),
+                "{detail}"
+            );
+        }
     }
 
     #[test]

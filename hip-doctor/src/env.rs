@@ -4,7 +4,7 @@
 //! rendering ([`EnvFacts::section`]), so the diagnosis rules can be tested on made-up facts.
 
 use std::fs::OpenOptions;
-use std::io::ErrorKind;
+use std::io::{ErrorKind, Read};
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
@@ -73,8 +73,11 @@ pub enum Visibility {
 pub struct EnvFacts {
     /// `(name, value)` for [`STACK_VARS`] then [`VISIBILITY_VARS`].
     pub vars: Vec<(String, Option<String>)>,
-    /// Every `HIPK_*` variable that is set.
+    /// Every `HIPK_*` variable that is set (a value that is not UTF-8 shown lossily).
     pub hipk_vars: Vec<(String, String)>,
+    /// Every variable whose name or value is not valid UTF-8, shown lossily (U+FFFD for each
+    /// invalid byte).
+    pub not_utf8: Vec<(String, String)>,
     /// The first DTK version file found and its trimmed contents; `None` if none was found.
     pub dtk_version: Option<(PathBuf, String)>,
     /// Version files looked for.
@@ -96,32 +99,45 @@ pub struct EnvFacts {
 impl EnvFacts {
     /// Reads the environment, files and device node of this machine.
     pub fn probe() -> EnvFacts {
-        let var = |name: &str| std::env::var(name).ok();
+        // `std::env::var(s)` fail (or panic) on a value that is not UTF-8: read raw values and
+        // show them lossily, recording which ones were not text.
+        let var = |name: &str| std::env::var_os(name).map(|v| v.to_string_lossy().into_owned());
         let vars = STACK_VARS
             .iter()
             .chain(VISIBILITY_VARS.iter())
             .map(|n| (n.to_string(), var(n)))
             .collect();
-        let mut hipk_vars: Vec<(String, String)> = std::env::vars()
-            .filter(|(k, _)| k.starts_with("HIPK_"))
-            .collect();
+        let mut hipk_vars = Vec::new();
+        let mut not_utf8 = Vec::new();
+        for (name, value) in std::env::vars_os() {
+            let text = (name.to_str().is_some(), value.to_str().is_some());
+            let (name, value) = (
+                name.to_string_lossy().into_owned(),
+                value.to_string_lossy().into_owned(),
+            );
+            if text != (true, true) {
+                not_utf8.push((name.clone(), value.clone()));
+            }
+            if name.starts_with("HIPK_") {
+                hipk_vars.push((name, value));
+            }
+        }
         hipk_vars.sort();
+        not_utf8.sort();
 
         let mut dtk_version_paths = vec![PathBuf::from(DTK_VERSION_FILE)];
         for root in ["DTK_HOME", "ROCM_PATH", "DTKROOT"]
             .iter()
-            .filter_map(|n| var(n))
+            .filter_map(std::env::var_os)
         {
             let p = Path::new(&root).join(".dtk_version");
             if !dtk_version_paths.contains(&p) {
                 dtk_version_paths.push(p);
             }
         }
-        let dtk_version = dtk_version_paths.iter().find_map(|p| {
-            std::fs::read_to_string(p)
-                .ok()
-                .map(|text| (p.clone(), text.trim().to_string()))
-        });
+        let dtk_version = dtk_version_paths
+            .iter()
+            .find_map(|p| read_small_text(p).map(|text| (p.clone(), text.trim().to_string())));
 
         let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
         let uid = parse_status_ids(&status, "Uid:").first().copied();
@@ -138,6 +154,7 @@ impl EnvFacts {
         EnvFacts {
             vars,
             hipk_vars,
+            not_utf8,
             dtk_version,
             dtk_version_paths,
             dtk_env_script: Path::new(DTK_ENV_SCRIPT).exists(),
@@ -178,11 +195,22 @@ impl EnvFacts {
     /// Renders the Environment rows (the HIP library rows are added by the caller).
     pub fn section(&self) -> Section {
         let mut section = Section::new("Environment");
+        let not_text = |name: &str| self.not_utf8.iter().any(|(n, _)| n == name);
         for (name, value) in &self.vars {
-            section.push(var_item(name, value.as_deref()));
+            if !not_text(name) {
+                section.push(var_item(name, value.as_deref()));
+            }
         }
         for (name, value) in &self.hipk_vars {
-            section.push(Item::info(name.as_str(), value.as_str()));
+            if !not_text(name) {
+                section.push(Item::info(name.as_str(), value.as_str()));
+            }
+        }
+        for (name, value) in &self.not_utf8 {
+            section.push(Item::warn(
+                name.as_str(),
+                format!("{value:?} is not valid UTF-8 (shown with U+FFFD for each invalid byte)"),
+            ));
         }
         section.push(match &self.dtk_version {
             Some((path, text)) => {
@@ -290,6 +318,21 @@ fn join_paths(paths: &[PathBuf]) -> String {
         .map(|p| p.display().to_string())
         .collect::<Vec<_>>()
         .join(", ")
+}
+
+/// The text (lossy UTF-8) of the first 4 KiB of a regular file. The DTK version paths come
+/// from the environment: a FIFO there would block the report, a device flood it.
+fn read_small_text(path: &Path) -> Option<String> {
+    if !std::fs::metadata(path).ok()?.is_file() {
+        return None;
+    }
+    let mut bytes = Vec::new();
+    std::fs::File::open(path)
+        .ok()?
+        .take(4096)
+        .read_to_end(&mut bytes)
+        .ok()?;
+    Some(String::from_utf8_lossy(&bytes).into_owned())
 }
 
 /// Opens `path` for read and write and classifies the outcome.
@@ -464,6 +507,7 @@ mod tests {
                 ("ROCM_PATH".into(), None),
             ],
             hipk_vars: vec![("HIPK_ARCH".into(), "gfx928".into())],
+            not_utf8: vec![("LC_BAD".into(), "a\u{fffd}b".into())],
             dtk_version: Some((PathBuf::from("/opt/dtk/.dtk_version"), "25.04".into())),
             dtk_version_paths: vec![PathBuf::from("/opt/dtk/.dtk_version")],
             dtk_env_script: true,
@@ -492,6 +536,9 @@ mod tests {
         assert_eq!(text("HIP_VISIBLE_DEVICES").0, Status::Fail);
         assert_eq!(text("ROCM_PATH"), (Status::Info, "not set".into()));
         assert_eq!(text("HIPK_ARCH"), (Status::Info, "gfx928".into()));
+        let bad = text("LC_BAD");
+        assert_eq!(bad.0, Status::Warn);
+        assert!(bad.1.contains("not valid UTF-8"), "{}", bad.1);
         assert!(text("DTK version").1.starts_with("25.04"));
         let kfd = text(KFD);
         assert_eq!(kfd.0, Status::Fail);

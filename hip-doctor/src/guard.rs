@@ -37,7 +37,8 @@ pub fn install_quiet_panic_hook() {
     }));
 }
 
-fn payload_text(payload: &(dyn std::any::Any + Send)) -> String {
+/// The message of a panic payload (`&str` or `String`), or a placeholder.
+pub(super) fn payload_text(payload: &(dyn std::any::Any + Send)) -> String {
     if let Some(s) = payload.downcast_ref::<&str>() {
         (*s).to_string()
     } else if let Some(s) = payload.downcast_ref::<String>() {

@@ -38,6 +38,7 @@ pub fn attempt_lines(attempts: &[Attempt]) -> Vec<String> {
         }
         lines.push(match &attempt.outcome {
             Outcome::Absent => format!("{}: not present", attempt.target),
+            Outcome::NotAFile(why) => format!("{}: {why}", attempt.target),
             Outcome::OpenFailed(msg) => format!("{}: {msg}", attempt.target),
             Outcome::Opened => format!("{}: opened", attempt.target),
         });
@@ -240,10 +241,19 @@ pub fn devices(hip: &Result<&'static Hip, Error>) -> DeviceState {
                 wavefront: u32::try_from(p.warp_size).unwrap_or(0),
                 total_memory: p.total_global_mem as u64,
             }),
-            Err(e) => return DeviceState::Error(format!("device {ordinal}: {e}")),
+            Err(e) => return DeviceState::Error(device_error(ordinal, &e)),
         }
     }
     DeviceState::Found(found)
+}
+
+/// The error of reading device `ordinal`'s properties, naming the device once (some errors,
+/// like `BadProps`, already start with it).
+fn device_error(ordinal: i32, e: &Error) -> String {
+    match e {
+        Error::BadProps { .. } => e.to_string(),
+        _ => format!("device {ordinal}: {e}"),
+    }
 }
 
 /// The Devices section: one row per device plus whether the build has code for its arch.
@@ -311,6 +321,26 @@ fn arch_coverage(d: &DeviceFacts, kernels: &KernelState) -> Item {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_device_error_names_the_device_once() {
+        let bad = Error::BadProps {
+            ordinal: 0,
+            layout: hip_sys::PropsLayout::Legacy,
+            library: PathBuf::from("/opt/dtk/lib/libgalaxyhip.so.5"),
+            reason: "warpSize = 0".into(),
+        };
+        let text = device_error(0, &bad);
+        assert!(text.starts_with("device 0: properties read as"), "{text}");
+        assert_eq!(text.matches("device 0").count(), 1, "{text}");
+        let other = Error::MissingSymbol {
+            name: "hipGetDevicePropertiesR0600",
+            library: PathBuf::from("/x.so"),
+        };
+        let text = device_error(1, &other);
+        assert!(text.starts_with("device 1: "), "{text}");
+    }
+
     fn absent(p: &str) -> Attempt {
         Attempt {
             target: Target::File(PathBuf::from(p)),

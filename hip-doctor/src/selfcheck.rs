@@ -6,8 +6,10 @@
 //! `HIPK_GOLDEN_DIR` (colon-separated, as `tests/golden.rs` reads it). A binary copied to another
 //! machine says the directory is missing and how to point at a copy.
 
-use std::path::PathBuf;
+use std::panic::{self, AssertUnwindSafe};
+use std::path::{Path, PathBuf};
 
+use super::guard::payload_text;
 use super::report::{Item, Section};
 use crate::report::Json;
 use hip_kernels::golden::{self, CaseReport, GoldenError};
@@ -41,22 +43,40 @@ pub fn golden_dirs(dirs: impl IntoIterator<Item = PathBuf>) -> GoldenDirs {
 
 /// Runs the CPU reference on every case in `files`, on a few threads; results in file order.
 pub fn run_cases(files: &[PathBuf]) -> Vec<(PathBuf, Result<CaseReport, GoldenError>)> {
+    run_cases_with(files, golden::run_case)
+}
+
+/// [`run_cases`] with any runner. A case whose run panics gives [`GoldenError::Panicked`]
+/// naming its file; the worker goes on with its other cases.
+fn run_cases_with(
+    files: &[PathBuf],
+    run: impl Fn(&Path) -> Result<CaseReport, GoldenError> + Sync,
+) -> Vec<(PathBuf, Result<CaseReport, GoldenError>)> {
     if files.is_empty() {
         return Vec::new();
     }
     let chunk = files.len().div_ceil(WORKERS);
+    let run = &run;
+    let guarded = move |p: &PathBuf| {
+        panic::catch_unwind(AssertUnwindSafe(|| run(p))).unwrap_or_else(|payload| {
+            Err(GoldenError::Panicked {
+                path: p.clone(),
+                message: payload_text(payload.as_ref()),
+            })
+        })
+    };
     std::thread::scope(|scope| {
         let handles: Vec<_> = files
             .chunks(chunk)
             .map(|part| {
                 scope.spawn(move || {
                     part.iter()
-                        .map(|p| (p.clone(), golden::run_case(p)))
+                        .map(|p| (p.clone(), guarded(p)))
                         .collect::<Vec<_>>()
                 })
             })
             .collect();
-        // A worker that unwound loses its cases; the caller compares counts and reports it.
+        // A worker that still unwound loses its cases; the caller compares counts and reports it.
         handles
             .into_iter()
             .flat_map(|h| h.join().unwrap_or_default())
@@ -214,6 +234,38 @@ mod tests {
             .count();
         let ops = hip_kernels::ops::golden_op_names().len();
         assert_eq!(passes, ops, "one row per op: {section:?}");
+    }
+
+    #[test]
+    fn a_case_that_panics_is_named_and_the_others_still_run() {
+        let files: Vec<PathBuf> = (0..9)
+            .map(|i| format!("/cases/c{i}.safetensors").into())
+            .collect();
+        let results = run_cases_with(&files, |p| {
+            if p.ends_with("c4.safetensors") {
+                panic!("boom in the reference");
+            }
+            Err(GoldenError::MissingMetadata {
+                case: p.display().to_string(),
+                key: "op".into(),
+            })
+        });
+        let paths: Vec<&PathBuf> = results.iter().map(|(p, _)| p).collect();
+        assert_eq!(paths, files.iter().collect::<Vec<_>>());
+        let panicked: Vec<String> = results
+            .iter()
+            .filter_map(|(_, r)| match r {
+                Err(e @ GoldenError::Panicked { .. }) => Some(e.to_string()),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(panicked.len(), 1, "{panicked:?}");
+        assert!(
+            panicked[0].contains("/cases/c4.safetensors")
+                && panicked[0].contains("boom in the reference"),
+            "{}",
+            panicked[0]
+        );
     }
 
     #[test]

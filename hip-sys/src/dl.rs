@@ -77,7 +77,15 @@ pub(crate) use library_accessors;
 pub(crate) fn find(spec: &LibrarySpec) -> (Result<Opened, Error>, SearchReport) {
     let env = |var: &str| std::env::var_os(var);
     let is_file = |path: &Path| path.is_file();
-    let (found, report) = search::search(spec, &env, &is_file, &mut open_target);
+    let (found, mut report) = search::search(spec, &env, &is_file, &mut open_target);
+    // Say what an existing path that is not a regular file is (the search only skipped it).
+    for attempt in &mut report.attempts {
+        if let (Target::File(path), search::Outcome::Absent) = (&attempt.target, &attempt.outcome) {
+            if let Some(why) = search::path_problem(path).filter(|w| w != "does not exist") {
+                attempt.outcome = search::Outcome::NotAFile(why);
+            }
+        }
+    }
     let result = match found {
         None => Err(Error::NotFound {
             report: Box::new(report.clone()),
@@ -97,10 +105,10 @@ pub(crate) fn open_path(spec: &LibrarySpec, path: &Path) -> Result<Opened, Error
                 spec: *spec,
                 attempts: vec![search::Attempt {
                     target,
-                    outcome: if path.is_file() {
-                        search::Outcome::OpenFailed(msg)
-                    } else {
-                        search::Outcome::Absent
+                    outcome: match search::path_problem(path) {
+                        None => search::Outcome::OpenFailed(msg),
+                        Some(why) if why == "does not exist" => search::Outcome::Absent,
+                        Some(why) => search::Outcome::NotAFile(why),
                     },
                 }],
                 env: Vec::new(),
@@ -122,7 +130,88 @@ fn open_target(target: &Target) -> Result<libloading::Library, String> {
             Target::SystemLoader(name) => libloading::Library::new(name),
         }
     };
-    opened.map_err(|e| e.to_string())
+    opened.map_err(|e| {
+        let msg = e.to_string();
+        // glibc reports an ELF for another machine as "No such file or directory".
+        match target {
+            Target::File(path) => match elf_mismatch(path) {
+                Some(why) => format!("{why} (the loader said: {msg})"),
+                None => msg,
+            },
+            Target::SystemLoader(_) => msg,
+        }
+    })
+}
+
+/// `e_machine` of the ELF files this process can load, and its name.
+const HOST_MACHINE: Option<(u16, &str)> = if cfg!(target_arch = "x86_64") {
+    Some((62, "x86-64"))
+} else if cfg!(target_arch = "aarch64") {
+    Some((183, "AArch64"))
+} else if cfg!(target_arch = "powerpc64") {
+    Some((21, "PowerPC64"))
+} else if cfg!(target_arch = "riscv64") {
+    Some((243, "RISC-V"))
+} else if cfg!(target_arch = "loongarch64") {
+    Some((258, "LoongArch"))
+} else {
+    None
+};
+
+/// Names of common `e_machine` values.
+fn machine_name(machine: u16) -> &'static str {
+    match machine {
+        3 => "i386",
+        8 => "MIPS",
+        20 => "PowerPC",
+        21 => "PowerPC64",
+        22 => "S/390",
+        40 => "ARM",
+        62 => "x86-64",
+        183 => "AArch64",
+        224 => "AMDGPU (a GPU code object, not a host library)",
+        243 => "RISC-V",
+        258 => "LoongArch",
+        _ => "unknown",
+    }
+}
+
+/// Why the ELF file at `path` cannot be loaded into this process, read from its first 20 bytes:
+/// another ELF class (32/64-bit) or another machine. `None` when it matches, is not ELF, or
+/// cannot be read.
+fn elf_mismatch(path: &Path) -> Option<String> {
+    use std::io::Read;
+    let (host, host_name) = HOST_MACHINE?;
+    let mut head = [0u8; 20];
+    std::fs::File::open(path).ok()?.read_exact(&mut head).ok()?;
+    if &head[..4] != b"\x7fELF" {
+        return None;
+    }
+    let host_class = if cfg!(target_pointer_width = "64") {
+        2
+    } else {
+        1
+    };
+    if head[4] != host_class {
+        let bits = |class: u8| if class == 2 { "64-bit" } else { "32-bit" };
+        return Some(format!(
+            "is a {} ELF file; this process is {}",
+            bits(head[4]),
+            bits(host_class)
+        ));
+    }
+    let machine = match head[5] {
+        1 => u16::from_le_bytes([head[18], head[19]]),
+        2 => u16::from_be_bytes([head[18], head[19]]),
+        _ => return None,
+    };
+    (machine != host).then(|| {
+        format!(
+            "is an ELF file for another architecture (e_machine = {machine}, {}); this process \
+             is {host_name} (e_machine = {host})",
+            machine_name(machine)
+        )
+    })
 }
 
 fn validate(

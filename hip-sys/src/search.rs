@@ -4,6 +4,7 @@
 
 use std::ffi::OsString;
 use std::fmt;
+use std::os::unix::fs::FileTypeExt;
 use std::path::{Path, PathBuf};
 
 /// Install-root variables searched, each with the sub-directory that holds libraries, in order.
@@ -70,6 +71,9 @@ impl fmt::Display for Target {
 pub enum Outcome {
     /// The file does not exist (not opened).
     Absent,
+    /// The path exists but is not a regular file (a directory, a device, a symbolic link loop);
+    /// the text says what it is ([`path_problem`]). Not opened.
+    NotAFile(String),
     /// The loader refused it; the loader's message.
     OpenFailed(String),
     /// Opened; the search stopped here.
@@ -150,6 +154,53 @@ pub fn targets(spec: &LibrarySpec, env: &dyn Fn(&str) -> Option<OsString>) -> Ve
     files.chain(system).collect()
 }
 
+/// What is wrong with `path` as a library file, read from the filesystem: `None` for a regular
+/// file (after following links); otherwise a phrase such as `does not exist`, `is a directory,
+/// not a library file` or `is a symbolic link loop (...)`.
+pub fn path_problem(path: &Path) -> Option<String> {
+    let meta = match std::fs::metadata(path) {
+        Ok(meta) => meta,
+        Err(e) => {
+            return Some(match std::fs::symlink_metadata(path) {
+                Ok(link) if link.file_type().is_symlink() => match std::fs::read_link(path) {
+                    Ok(to) if e.kind() == std::io::ErrorKind::NotFound => format!(
+                        "is a symbolic link to {}, which does not exist",
+                        to.display()
+                    ),
+                    // ELOOP: the only other way a link that exists fails to resolve here.
+                    _ if e.raw_os_error() == Some(ELOOP) => {
+                        format!("is a symbolic link loop ({e})")
+                    }
+                    _ => format!("is a symbolic link that cannot be followed ({e})"),
+                },
+                _ if e.kind() == std::io::ErrorKind::NotFound => "does not exist".to_string(),
+                _ => format!("cannot be read ({e})"),
+            });
+        }
+    };
+    let t = meta.file_type();
+    let kind = if t.is_file() {
+        return None;
+    } else if t.is_dir() {
+        "a directory"
+    } else if t.is_char_device() {
+        "a character device"
+    } else if t.is_block_device() {
+        "a block device"
+    } else if t.is_fifo() {
+        "a FIFO (named pipe)"
+    } else if t.is_socket() {
+        "a socket"
+    } else {
+        "not a regular file"
+    };
+    Some(format!("is {kind}, not a library file"))
+}
+
+/// `ELOOP` on Linux (every architecture but alpha, mips, parisc and sparc, which hip-sys does
+/// not run on).
+const ELOOP: i32 = 40;
+
 /// Try `targets` in order: skip files `is_file` says are absent, `open` the rest, stop at the
 /// first that opens. Returns what opened (with its target) and the report of every attempt.
 pub fn search<T>(
@@ -223,7 +274,11 @@ impl fmt::Display for SearchReport {
                 (Target::File(p), Outcome::Absent) if i == 0 && self.overridden() => {
                     writeln!(f, "  {}={}: no such file", spec.override_var, p.display())?
                 }
+                (Target::File(p), Outcome::NotAFile(why)) if i == 0 && self.overridden() => {
+                    writeln!(f, "  {}={}: {why}", spec.override_var, p.display())?
+                }
                 (t, Outcome::Absent) => writeln!(f, "  {t}: not present")?,
+                (t, Outcome::NotAFile(why)) => writeln!(f, "  {t}: {why}")?,
                 (t, Outcome::OpenFailed(msg)) => writeln!(f, "  {t}: {msg}")?,
                 (t, Outcome::Opened) => writeln!(f, "  {t}: opened")?,
             }

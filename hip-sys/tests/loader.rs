@@ -238,3 +238,77 @@ fn override_naming_the_real_library_loads_it() {
     let out = steered_child(&path);
     assert!(out.contains(&format!("CHILD-LOADED: {path}")), "{out}");
 }
+
+/// A fresh temporary directory for one test.
+fn temp_dir(name: &str) -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!("hip-sys-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// The child's error text for `HIPK_HIP_LIBRARY=value`, checked to be a NotFound that names
+/// `why` after the variable and says nothing misleading.
+fn assert_override_problem(value: &str, why: &str) {
+    let out = steered_child(value);
+    assert!(out.contains("CHILD-ERROR-KIND: NotFound"), "{out}");
+    assert!(
+        out.contains(&format!("HIPK_HIP_LIBRARY={value}: {why}")),
+        "expected `{why}`:\n{out}"
+    );
+    for wrong in ["no such file", "not present", "does not exist"] {
+        assert!(!out.contains(&format!("{value}: {wrong}")), "{out}");
+    }
+}
+
+#[test]
+fn override_naming_a_directory_says_so() {
+    let dir = temp_dir("dir");
+    assert_override_problem(dir.to_str().unwrap(), "is a directory, not a library file");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn override_naming_dev_null_says_it_is_not_a_regular_file() {
+    assert_override_problem("/dev/null", "is a character device, not a library file");
+}
+
+#[test]
+fn override_naming_a_symlink_loop_says_so() {
+    let dir = temp_dir("loop");
+    let (a, b) = (dir.join("a.so"), dir.join("b.so"));
+    std::os::unix::fs::symlink(&b, &a).unwrap();
+    std::os::unix::fs::symlink(&a, &b).unwrap();
+    assert_override_problem(a.to_str().unwrap(), "is a symbolic link loop");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn override_naming_a_library_for_another_architecture_names_its_machine() {
+    // An ELF64 shared-object header for AArch64 (e_machine 183), or x86-64 (62) on AArch64.
+    let machine: u16 = if cfg!(target_arch = "aarch64") {
+        62
+    } else {
+        183
+    };
+    let mut header = vec![0u8; 1088];
+    header[..7].copy_from_slice(b"\x7fELF\x02\x01\x01");
+    header[16..18].copy_from_slice(&3u16.to_le_bytes()); // ET_DYN
+    header[18..20].copy_from_slice(&machine.to_le_bytes());
+    header[20..24].copy_from_slice(&1u32.to_le_bytes());
+    header[52..54].copy_from_slice(&64u16.to_le_bytes());
+    header[54..56].copy_from_slice(&56u16.to_le_bytes());
+    header[58..60].copy_from_slice(&64u16.to_le_bytes());
+    let dir = temp_dir("arch");
+    let lib = dir.join("libamdhip64.so");
+    std::fs::write(&lib, &header).unwrap();
+    let out = steered_child(lib.to_str().unwrap());
+    let _ = std::fs::remove_dir_all(&dir);
+    assert!(out.contains("CHILD-ERROR-KIND: NotFound"), "{out}");
+    assert!(
+        out.contains(&format!(
+            "is an ELF file for another architecture (e_machine = {machine}"
+        )),
+        "{out}"
+    );
+}

@@ -11,6 +11,7 @@
 
 mod backend;
 mod compare;
+mod file;
 mod schema;
 
 pub use backend::{
@@ -169,6 +170,34 @@ pub enum GoldenError {
         /// Cause.
         source: std::io::Error,
     },
+    /// A case path names something other than a regular file (after following links): a FIFO
+    /// would block the reader forever, a device such as `/dev/zero` never ends.
+    #[error("golden: {path} is {kind}, not a regular file; only regular .safetensors files are read as cases")]
+    NotAFile {
+        /// Path.
+        path: PathBuf,
+        /// What it is, e.g. `a FIFO (named pipe)`.
+        kind: &'static str,
+    },
+    /// A case file is larger than [`MAX_CASE_BYTES`].
+    #[error("golden: {path} holds {size} bytes, more than the {limit}-byte limit for a case file; split the case or remove the file")]
+    TooLarge {
+        /// Path.
+        path: PathBuf,
+        /// Its size in bytes (at least this many when it grew while being read).
+        size: u64,
+        /// The limit.
+        limit: u64,
+    },
+    /// Running a case panicked (a bug in the implementation under test or in this crate); the
+    /// runner caught it so that the other cases still run.
+    #[error("golden: running {path} panicked: {message}; this is a bug, please report it with this case file")]
+    Panicked {
+        /// The case file.
+        path: PathBuf,
+        /// The panic message.
+        message: String,
+    },
     /// Not a valid safetensors file.
     #[error("golden case {case}: not a valid safetensors file: {source}")]
     Format {
@@ -176,6 +205,27 @@ pub enum GoldenError {
         case: String,
         /// Cause.
         source: safetensors::SafeTensorError,
+    },
+    /// A key appears twice in the safetensors header (`place` is `header` for tensor names,
+    /// `__metadata__` for metadata): JSON readers silently keep one of them.
+    #[error("golden case {case}: key `{key}` appears more than once in the {place} of the safetensors header; remove the duplicate or regenerate the case")]
+    DuplicateKey {
+        /// Case name.
+        case: String,
+        /// The repeated key.
+        key: String,
+        /// `header` or `__metadata__`.
+        place: &'static str,
+    },
+    /// A metadata key the case's op does not read (a typo would otherwise be ignored).
+    #[error("golden case {case}: metadata key `{key}` is not a parameter of op {op}; remove it or fix its name")]
+    UnknownMetadata {
+        /// Case name.
+        case: String,
+        /// The key.
+        key: String,
+        /// The case's op.
+        op: String,
     },
     /// A required metadata key is missing.
     #[error("golden case {case}: metadata key `{key}` is missing; regenerate the case with tools/golden/gen.py")]
@@ -279,6 +329,10 @@ pub enum GoldenError {
     #[error("{0}")]
     Mismatch(Box<Mismatch>),
 }
+
+/// Largest case file [`load_case`] reads. The committed cases are under 100 KiB each; the cap
+/// keeps a stray huge file from being read into memory.
+pub const MAX_CASE_BYTES: u64 = 64 << 20;
 
 /// The case files (`*.safetensors`, sorted by name) in a directory; other files are ignored.
 pub fn case_files(dir: &Path) -> Result<Vec<PathBuf>, GoldenError> {

@@ -1,10 +1,12 @@
 //! Strict parsing of a case file into typed inputs and expected outputs.
 
+use super::file::{read_case_file, reject_duplicate_keys};
 use super::{GoldenCase, GoldenError, Tensor, TensorData};
 use crate::params::DType;
 use half::{bf16, f16};
 use safetensors::{Dtype, SafeTensors};
-use std::collections::{BTreeMap, HashMap};
+use std::cell::RefCell;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::Path;
 
 /// A parsed case: inputs and expected outputs.
@@ -36,12 +38,11 @@ impl Case {
     }
 }
 
-/// Read and parse one case file.
+/// Read and parse one case file: a regular file (after following links) of at most
+/// [`MAX_CASE_BYTES`](super::MAX_CASE_BYTES); anything else is a [`GoldenError`] naming the
+/// path.
 pub fn load_case(path: &Path) -> Result<Case, GoldenError> {
-    let bytes = std::fs::read(path).map_err(|source| GoldenError::Io {
-        path: path.to_path_buf(),
-        source,
-    })?;
+    let bytes = read_case_file(path)?;
     let name = path.file_stem().map_or_else(
         || path.display().to_string(),
         |s| s.to_string_lossy().into_owned(),
@@ -55,6 +56,7 @@ pub fn parse_case(name: &str, bytes: &[u8]) -> Result<Case, GoldenError> {
         case: name.to_string(),
         source,
     };
+    reject_duplicate_keys(name, bytes)?;
     let (_, header) = SafeTensors::read_metadata(bytes).map_err(format)?;
     let st = SafeTensors::deserialize(bytes).map_err(format)?;
     let meta = header.metadata().clone().unwrap_or_default();
@@ -67,6 +69,7 @@ pub fn parse_case(name: &str, bytes: &[u8]) -> Result<Case, GoldenError> {
     let mut r = CaseReader {
         case: name,
         meta,
+        used: RefCell::default(),
         tensors,
     };
     let op_name = r.meta_str("op")?;
@@ -79,6 +82,19 @@ pub fn parse_case(name: &str, bytes: &[u8]) -> Result<Case, GoldenError> {
         return Err(GoldenError::UnexpectedTensor {
             case: name.to_string(),
             tensor: extra.clone(),
+        });
+    }
+    let mut unread: Vec<&String> = r
+        .meta
+        .keys()
+        .filter(|k| !r.used.borrow().contains(*k))
+        .collect();
+    unread.sort();
+    if let Some(key) = unread.first() {
+        return Err(GoldenError::UnknownMetadata {
+            case: name.to_string(),
+            key: key.to_string(),
+            op: op_name,
         });
     }
     Ok(case)
@@ -124,17 +140,21 @@ pub enum Want {
 pub struct CaseReader<'a> {
     case: &'a str,
     meta: HashMap<String, String>,
+    /// Metadata keys read so far; any other key is a [`GoldenError::UnknownMetadata`].
+    used: RefCell<BTreeSet<String>>,
     tensors: BTreeMap<String, Tensor>,
 }
 
 impl CaseReader<'_> {
-    /// Whether metadata `key` is present.
+    /// Whether metadata `key` is present (a key looked at counts as read).
     pub fn has_meta(&self, key: &str) -> bool {
+        self.used.borrow_mut().insert(key.to_string());
         self.meta.contains_key(key)
     }
 
     /// Metadata `key` as a string.
     pub fn meta_str(&self, key: &str) -> Result<String, GoldenError> {
+        self.used.borrow_mut().insert(key.to_string());
         self.meta
             .get(key)
             .cloned()
@@ -161,9 +181,21 @@ impl CaseReader<'_> {
             .map_err(|_| self.bad(key, &v, "a decimal or Python-repr float"))
     }
 
-    /// Metadata `key` as an f32 (parsed as f64, then rounded).
+    /// A parameter the op takes as f32. Parsed as f64; rounding to f32 must not turn a non-zero
+    /// value into zero or a finite one into infinity, since validation (`beta != 0`, `eps >= 0`,
+    /// finiteness) would then judge another number than the file holds.
     pub fn meta_f32(&self, key: &str) -> Result<f32, GoldenError> {
-        self.meta_f64(key).map(|x| x as f32)
+        let wide = self.meta_f64(key)?;
+        let narrow = wide as f32;
+        if (wide != 0.0 && narrow == 0.0) || (wide.is_finite() && !narrow.is_finite()) {
+            let raw = self.meta_str(key)?;
+            return Err(self.bad(
+                key,
+                &raw,
+                "a float whose f32 rounding stays non-zero and finite (this op computes in f32)",
+            ));
+        }
+        Ok(narrow)
     }
 
     /// Metadata `key` as a non-negative integer.

@@ -76,14 +76,21 @@ pub enum ShapeError {
 }
 
 /// Product of dimensions, or [`ShapeError::Overflow`].
+///
+/// The product of the non-zero dimensions must fit in `usize` even when another dimension is
+/// zero: code indexes with sub-products (`m·n` per batch, `tq·d` per head) whether or not the
+/// batch is empty, so `[0, 2^32, 2^32]` is an overflow, not an empty tensor.
 pub fn checked_len(
     op: &'static str,
     tensor: &'static str,
     dims: &[usize],
 ) -> Result<usize, ShapeError> {
-    dims.iter()
+    let non_zero = dims
+        .iter()
+        .filter(|&&d| d != 0)
         .try_fold(1usize, |acc, &d| acc.checked_mul(d))
-        .ok_or(ShapeError::Overflow { op, tensor })
+        .ok_or(ShapeError::Overflow { op, tensor })?;
+    Ok(if dims.contains(&0) { 0 } else { non_zero })
 }
 
 /// Check that a buffer length equals the expected element count.
@@ -117,5 +124,30 @@ pub fn invalid(
         name,
         value: value.to_string(),
         reason,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_zero_dimension_does_not_hide_an_overflow() {
+        let half = 1usize << (usize::BITS / 2);
+        let overflow = |tensor| ShapeError::Overflow {
+            op: "matmul",
+            tensor,
+        };
+        assert_eq!(
+            checked_len("matmul", "out", &[0, half, half]),
+            Err(overflow("out"))
+        );
+        assert_eq!(
+            checked_len("matmul", "out", &[half, 0, half]),
+            Err(overflow("out"))
+        );
+        assert_eq!(checked_len("matmul", "out", &[0, half, half - 1]), Ok(0));
+        assert_eq!(checked_len("matmul", "out", &[3, 0]), Ok(0));
+        assert_eq!(checked_len("matmul", "out", &[]), Ok(1));
     }
 }

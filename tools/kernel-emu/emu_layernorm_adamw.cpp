@@ -1,7 +1,8 @@
 // Host emulation test of kernels/layernorm.hip and kernels/adamw.hip (see README.md in this
 // directory for the shim: one std::thread per GPU thread, shuffles through per-wave buffers).
 // Compares against double-precision loops: layernorm forward/backward in both row modes, vector
-// and scalar (misaligned) layouts, cached and streamed rows, C from 1 to 20000; fused AdamW over
+// and scalar (misaligned) layouts, cached and streamed rows, the wide backward (4096 < C <= 8192),
+// C from 1 to 20000; fused AdamW over
 // every option and dtype with tensors crossing chunk boundaries and a found_inf step; the
 // non-finite check and the L2 norm. Not the device compiler and not the hardware.
 // Build and run: tools/kernel-emu/run_layernorm_adamw.sh
@@ -28,6 +29,7 @@ inline int __any(int p) {
   return any != 0;
 }
 using std::isfinite;
+using std::isnan;
 using std::sqrt;
 #include "layernorm.hip"
 #include "adamw.hip"
@@ -75,9 +77,13 @@ static Plan plan(long rows, long C, long cached, int per_cu) {
 }
 
 template <typename T>
+using WideBwd = void (*)(const T*, const T*, const T*, const float*, const float*, T*, float*, int64_t, int);
+
+template <typename T>
 static void test_layernorm(void (*fwd)(const T*, const T*, const T*, T*, float*, float*, int64_t, int, float, int),
                            void (*bwd)(const T*, const T*, const T*, const float*, const float*, T*, float*, int64_t, int, int),
-                           void (*dwdb)(const float*, int64_t, int, T*, T*), long rows, int C, int offset, int force) {
+                           void (*dwdb)(const float*, int64_t, int, T*, T*), long rows, int C, int offset, int force,
+                           WideBwd<T> wide = nullptr) {
   const float eps = 1e-5f;
   auto xs = rand_vec<T>(rows * C + offset), w = rand_vec<T>(C + offset), b = rand_vec<T>(C + offset), dys = rand_vec<T>(rows * C + offset);
   const T *x = xs.data() + offset, *wp = w.data() + offset, *bp = b.data() + offset, *dy = dys.data() + offset;
@@ -107,7 +113,16 @@ static void test_layernorm(void (*fwd)(const T*, const T*, const T*, T*, float*,
   if (offset) part += 1;  // misaligned partial -> scalar path
   std::vector<T> dxs(rows * C + offset); T* dx = dxs.data() + offset;
   std::vector<T> dw(C), db(C);
-  emu_launch(bwd, emu_dim3{unsigned(q.grid)}, q.block, x, wp, dy, (const float*)mean.data(), (const float*)rstd.data(), dx, part, int64_t(rows), C, int(q.wave));
+  // The wide backward (src/ops/layernorm.rs: 4096 < C <= 8192, C % 4 == 0, aligned tensors).
+  const bool use_wide = wide != nullptr && force == 0 && offset == 0 && C % 4 == 0 && C > 4 * 1024 && C <= 8 * 1024;
+  if (use_wide) {
+    const int block = ((C + 7) / 8 + 63) / 64 * 64;
+    const int grid = int(std::max(1L, std::min(rows, long(2 * std::max(1, 4 * 256 / block)))));
+    q = {false, block, grid, grid};
+    emu_launch(wide, emu_dim3{unsigned(q.grid)}, q.block, x, wp, dy, (const float*)mean.data(), (const float*)rstd.data(), dx, part, int64_t(rows), C);
+  } else {
+    emu_launch(bwd, emu_dim3{unsigned(q.grid)}, q.block, x, wp, dy, (const float*)mean.data(), (const float*)rstd.data(), dx, part, int64_t(rows), C, int(q.wave));
+  }
   emu_launch(dwdb, emu_dim3{unsigned((C + 255) / 256)}, 256, (const float*)part, int64_t(q.groups), C, dw.data(), db.data());
   std::vector<double> rdx(rows * C), rdw(C, 0), rdb(C, 0);
   for (long r = 0; r < rows; ++r) {
@@ -115,11 +130,14 @@ static void test_layernorm(void (*fwd)(const T*, const T*, const T*, T*, float*,
     for (int j = 0; j < C; ++j) { double xh = (to_d(x[r * C + j]) - m) * rs, g = to_d(dy[r * C + j]) * to_d(wp[j]); s1 += g; s2 += g * xh; rdw[j] += to_d(dy[r * C + j]) * xh; rdb[j] += to_d(dy[r * C + j]); }
     for (int j = 0; j < C; ++j) { double xh = (to_d(x[r * C + j]) - m) * rs, g = to_d(dy[r * C + j]) * to_d(wp[j]); rdx[r * C + j] = rs * (g - s1 / C - xh * s2 / C); }
   }
-  tag += q.wave ? " bwd-wave" : " bwd-block";
+  tag += use_wide ? " bwd-wide" : q.wave ? " bwd-wave" : " bwd-block";
   check("bwd dx " + tag, dx, rdx, tol_of<T>() * 8);
   check("bwd dw " + tag, dw.data(), rdw, tol_of<T>() * 8);
   check("bwd db " + tag, db.data(), rdb, tol_of<T>() * 8);
 }
+
+/// torch.maximum: NaN when either operand is NaN.
+static double torch_maximum(double a, double b) { return std::isnan(a) || std::isnan(b) ? NAN : std::max(a, b); }
 
 struct Desc { void* param; const void* grad; float *m, *v, *vmax, *master; int64_t numel, first_chunk; };
 
@@ -156,7 +174,7 @@ static void test_adamw(void (*k)(const AdamwTable, int, int64_t, int64_t, float,
       double g = to_d(b.g[e]) / (scaled ? scale : 1.0); if (maximize) g = -g;
       double p = (master ? double(b.master[e]) : to_d(b.p[e])) * (1 - lr * wd);
       double m = b1 * b.m[e] + (1 - b1) * g, v = b2 * b.v[e] + (1 - b2) * g * g;
-      double vu = amsgrad ? std::max(double(b.vmax[e]), v) : v;
+      double vu = amsgrad ? torch_maximum(double(b.vmax[e]), v) : v;
       p -= lr / (1 - std::pow(b1, t)) * m / (std::sqrt(vu) / std::sqrt(1 - std::pow(b2, t)) + epsv);
       if (found != 0) { rp[e] = to_d(b.p[e]); rm[e] = b.m[e]; rv[e] = b.v[e]; rvm[e] = b.vmax[e]; rmaster[e] = b.master[e]; }
       else { rp[e] = p; rm[e] = m; rv[e] = v; rvm[e] = amsgrad ? vu : b.vmax[e]; rmaster[e] = master ? p : b.master[e]; }
@@ -167,6 +185,26 @@ static void test_adamw(void (*k)(const AdamwTable, int, int64_t, int64_t, float,
     check(tg + " v", h.v.data(), rv, 1e-6);
     check(tg + " vmax", h.vmax.data(), rvm, 1e-6);
     check(tg + " master", h.master.data(), rmaster, 1e-6);
+  }
+}
+
+/// amsgrad with a NaN already in max_exp_avg_sq (element 0) or in exp_avg_sq (element 1): both
+/// must stay NaN in v̂ and reach the parameter, as torch.maximum does; element 2 is finite.
+template <typename T>
+static void test_adamw_amsgrad_nan(void (*k)(const AdamwTable, int, int64_t, int64_t, float, float, float, float, float, float, float, float, int, int, const float*, const float*)) {
+  std::vector<T> p(3, to_t<T>(1.0)), g(3, to_t<T>(0.1));
+  std::vector<float> m(3, 0.0f), v = {0.25f, NAN, 0.25f}, vmax = {NAN, 0.5f, 0.5f};
+  AdamwTable t{};  // by value, as the launcher passes it
+  t.rows[0] = AdamwTensor{p.data(), g.data(), m.data(), v.data(), vmax.data(), nullptr, 3, 0};
+  const float found = 0;
+  emu_launch(k, emu_dim3{1}, 256, t, 1, int64_t(1), int64_t(1000), 0.9f, 0.1f, 0.999f, 0.001f, 1e-8f,
+             0.99999f, 0.01f, 0.04f, 0, 1, (const float*)nullptr, &found);
+  const bool ok = std::isnan(vmax[0]) && std::isnan(to_d(p[0])) && std::isnan(vmax[1]) && std::isnan(to_d(p[1])) &&
+                  vmax[2] == 0.5f && std::isfinite(to_d(p[2]));
+  if (!ok) {
+    std::printf("FAIL adamw %s amsgrad NaN: vmax = %g %g %g, param = %g %g %g\n", name_of<T>(), vmax[0], vmax[1], vmax[2],
+                to_d(p[0]), to_d(p[1]), to_d(p[2]));
+    ++failures;
   }
 }
 
@@ -217,6 +255,20 @@ int main(int argc, char** argv) {
     }
     std::printf("layernorm C=%d done (%d failures)\n", C, failures); std::fflush(stdout);
   }
+  // Rows longer than the one-slot backward: the wide backward (C % 4 == 0) on f32, f16, bf16,
+  // with a misaligned f32 view (falls back to the streamed backward) and C % 4 != 0.
+  for (int C : {4100, 6000, 8192}) {
+    for (long rows : {1L, 3L, 7L}) {
+      test_layernorm<float>(layernorm_fwd_f32, layernorm_bwd_f32, layernorm_bwd_dwdb_f32, rows, C, 0, 0, layernorm_bwd_wide_f32);
+      if (!quick || rows == 3) {
+        test_layernorm<__half>(layernorm_fwd_f16, layernorm_bwd_f16, layernorm_bwd_dwdb_f16, rows, C, 0, 0, layernorm_bwd_wide_f16);
+        test_layernorm<bf16>(layernorm_fwd_bf16, layernorm_bwd_bf16, layernorm_bwd_dwdb_bf16, rows, C, 0, 0, layernorm_bwd_wide_bf16);
+      }
+    }
+    test_layernorm<float>(layernorm_fwd_f32, layernorm_bwd_f32, layernorm_bwd_dwdb_f32, 3, C, 1, 0, layernorm_bwd_wide_f32);
+    std::printf("layernorm wide C=%d done (%d failures)\n", C, failures); std::fflush(stdout);
+  }
+  test_layernorm<float>(layernorm_fwd_f32, layernorm_bwd_f32, layernorm_bwd_dwdb_f32, 3, 8190, 0, 0, layernorm_bwd_wide_f32);
   for (int force : {1, 2}) for (int C : {3, 64, 700, 5000}) test_layernorm<float>(layernorm_fwd_f32, layernorm_bwd_f32, layernorm_bwd_dwdb_f32, 5, C, force == 1 ? 1 : 0, force);
   test_layernorm<__half>(layernorm_fwd_f16, layernorm_bwd_f16, layernorm_bwd_dwdb_f16, 3, 20000, 0, 0);
   std::printf("layernorm forced modes done (%d failures)\n", failures);
@@ -226,6 +278,9 @@ int main(int argc, char** argv) {
     test_adamw<bf16>(adamw_bf16, ams, mx, master, sc, 0);
   }
   test_adamw<bf16>(adamw_bf16, true, false, true, true, 1.0f);
+  test_adamw_amsgrad_nan<float>(adamw_f32);
+  test_adamw_amsgrad_nan<__half>(adamw_f16);
+  test_adamw_amsgrad_nan<bf16>(adamw_bf16);
   std::printf("adamw done (%d failures)\n", failures);
   test_helpers<float>(multi_nonfinite_f32, multi_l2norm_f32);
   test_helpers<__half>(multi_nonfinite_f16, multi_l2norm_f16);

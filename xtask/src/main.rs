@@ -1,18 +1,43 @@
-//! Project tasks. `cargo run -p xtask -- bindings [--check] [--include DIR]`: regenerate
-//! `hip-sys/src/generated/*` from the HIP headers (default `/usr/include`), or with `--check`
-//! fail if regenerating would change the checked-in files by a single byte.
+//! Project tasks (`cargo xtask <task>`, an alias of `cargo run -q -p xtask --`):
+//! - `bindings [--check] [--include DIR]`: regenerate `hip-sys/src/generated/*` from the HIP
+//!   headers (default `/usr/include`), or with `--check` fail if regenerating would change the
+//!   checked-in files by a single byte.
+//! - `isa-report [--arch gfx906] [--json] [--check BASELINE] [--write-baseline]
+//!   [--verify-markers]`: static ISA figures of every kernel (docs/ISA-REPORT.md).
 
 #[path = "../../hip-sys/generator.rs"]
 mod generator;
+mod isa;
 
+use clap::{Parser, Subcommand};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
+#[derive(Parser, Debug)]
+#[command(name = "xtask", about = "hip-kernels project tasks")]
+struct Cli {
+    #[command(subcommand)]
+    task: Task,
+}
+
+#[derive(Subcommand, Debug)]
+enum Task {
+    /// Regenerate (or --check) hip-sys/src/generated from the HIP headers.
+    Bindings {
+        #[arg(long)]
+        check: bool,
+        #[arg(long, default_value = "/usr/include")]
+        include: PathBuf,
+    },
+    /// Static ISA report of kernels/*.hip (not measurements).
+    IsaReport(isa::IsaArgs),
+}
+
 fn main() -> ExitCode {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    let result = match args.first().map(String::as_str) {
-        Some("bindings") => bindings(&args[1..]),
-        _ => Err("usage: cargo run -p xtask -- bindings [--check] [--include DIR]".to_string()),
+    let cli = Cli::parse();
+    let result = match &cli.task {
+        Task::Bindings { check, include } => bindings(*check, include),
+        Task::IsaReport(a) => isa::run(a),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -23,24 +48,9 @@ fn main() -> ExitCode {
     }
 }
 
-fn bindings(args: &[String]) -> Result<(), String> {
-    let mut check = false;
-    let mut include = PathBuf::from("/usr/include");
-    let mut it = args.iter();
-    while let Some(arg) = it.next() {
-        match arg.as_str() {
-            "--check" => check = true,
-            "--include" => {
-                include = it
-                    .next()
-                    .map(PathBuf::from)
-                    .ok_or("--include needs a directory")?
-            }
-            other => return Err(format!("unknown argument {other:?}")),
-        }
-    }
+fn bindings(check: bool, include: &Path) -> Result<(), String> {
     let out_dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../hip-sys/src/generated");
-    let generated = generator::generate_hip_runtime(&include)?;
+    let generated = generator::generate_hip_runtime(include)?;
     let path = out_dir.join(generator::HIP_RUNTIME_FILE);
     if check {
         let current = std::fs::read_to_string(&path)

@@ -81,6 +81,12 @@ pub enum OomHint {
         /// Suggested `max_split_size_mb`.
         suggested_mb: usize,
     },
+    /// The device has room for the request but not for the segment the allocator reserves
+    /// for it (requests of 1–10 MiB get a 20 MiB segment; larger ones are rounded up to 2 MiB).
+    SegmentTooLarge {
+        /// The segment size that did not fit.
+        segment: usize,
+    },
     /// Memory is held outside this allocator (another allocator's cache, another process).
     HeldElsewhere {
         /// Bytes in use on the device that this allocator did not reserve.
@@ -135,6 +141,11 @@ impl OutOfMemory {
             .is_some_and(|(_, allowed)| self.reserved.saturating_add(self.segment_size) > allowed);
         self.hint = if capped && self.free >= self.segment_size {
             OomHint::FractionCap
+        } else if self.free >= self.rounded && self.free < self.segment_size {
+            // The request fits the free memory; the segment rounding is what does not.
+            OomHint::SegmentTooLarge {
+                segment: self.segment_size,
+            }
         } else if cached >= self.rounded || cached.saturating_add(self.free) >= self.rounded {
             let floor = KLARGE_BUFFER / MIB + 1;
             OomHint::Fragmentation {
@@ -237,6 +248,29 @@ impl OutOfMemory {
                  blocks are not split, or free long-lived small buffers",
                 Bytes(self.reserved_unallocated())
             ),
+            OomHint::SegmentTooLarge { segment } => {
+                write!(
+                    f,
+                    "the device has {} free, enough for the {} request, but the caching \
+                     allocator reserves a {} segment for a request of this size (1-10 MiB \
+                     requests get 20 MiB segments, larger ones are rounded up to 2 MiB)",
+                    Bytes(self.free),
+                    Bytes(self.rounded),
+                    Bytes(segment)
+                )?;
+                if segment > self.capacity {
+                    write!(
+                        f,
+                        ", more than the device's whole capacity ({})",
+                        Bytes(self.capacity)
+                    )?;
+                }
+                write!(
+                    f,
+                    "; free other device memory, or allocate this buffer with DirectAllocator, \
+                     which reserves exactly the request"
+                )
+            }
             OomHint::HeldElsewhere { bytes } => write!(
                 f,
                 "{} of device memory is held outside this allocator (another allocator's cache \

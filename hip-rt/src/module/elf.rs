@@ -15,6 +15,13 @@ const STT_OBJECT: u8 = 1;
 const STT_AMDGPU_HSA_KERNEL: u8 = 10;
 const SYM_SIZE: u64 = 24;
 const SHDR_SIZE: u64 = 64;
+/// Longest symbol name read, in bytes. LLVM's longest mangled kernel names are a few KiB; a
+/// longer one is a corrupt or crafted string table.
+pub const MAX_NAME_BYTES: usize = 64 * 1024;
+/// Most name bytes read over all symbols of one object. Names are copied, and every symbol may
+/// point at the same long string, so without this cap memory and time would grow with
+/// symbols × string-table size.
+pub const MAX_TOTAL_NAME_BYTES: usize = 16 * 1024 * 1024;
 /// `EF_AMDGPU_MACH` values from LLVM's `BinaryFormat/ELF.h` (LLVM 15). DTK-only processors
 /// (gfx926, gfx928, gfx936, ...) have numbers that are not published; they print as
 /// `unknown-mach-0x..`.
@@ -62,6 +69,17 @@ pub enum ElfError {
     /// A section header field that cannot be right.
     #[error("corrupt ELF: {0}")]
     Corrupt(String),
+    /// The object exceeds a bound of this reader ([`MAX_NAME_BYTES`], [`MAX_TOTAL_NAME_BYTES`]).
+    #[error(
+        "ELF {what} exceed(s) this reader's limit of {limit} bytes; hipcc writes nothing like \
+         it, so the object is corrupt or crafted"
+    )]
+    TooLarge {
+        /// What is too large, e.g. `symbol 3's name`.
+        what: String,
+        /// The limit in bytes.
+        limit: usize,
+    },
 }
 
 /// True when `bytes` starts with the ELF magic.
@@ -177,19 +195,37 @@ pub fn symbols(bytes: &[u8]) -> Result<Vec<Symbol>, ElfError> {
     let strings = r.slice(strtab.offset, strtab.size, "string table")?;
     let count = table.size / SYM_SIZE;
     let mut out = Vec::with_capacity(count.min(1 << 16) as usize);
+    let mut name_bytes = 0usize;
     for i in 0..count {
         let at = table.offset.saturating_add(i.saturating_mul(SYM_SIZE));
         let sym = Reader(r.slice(at, SYM_SIZE, "symbol")?);
         let info = sym.u8(4, "symbol")?;
         let name_off = sym.u32(0, "symbol")? as usize;
-        let name = strings
-            .get(name_off..)
-            .and_then(|s| s.split(|&b| b == 0).next())
-            .ok_or_else(|| {
-                ElfError::Corrupt(format!(
-                    "symbol {i} name offset {name_off} outside the string table"
-                ))
-            })?;
+        let tail = strings.get(name_off..).ok_or_else(|| {
+            ElfError::Corrupt(format!(
+                "symbol {i} name offset {name_off} outside the string table"
+            ))
+        })?;
+        // Look for the terminator in at most MAX_NAME_BYTES + 1 bytes (a name unterminated at
+        // the table's end is taken whole, as before).
+        let window = &tail[..tail.len().min(MAX_NAME_BYTES + 1)];
+        let name = match window.iter().position(|&b| b == 0) {
+            Some(end) => &window[..end],
+            None if tail.len() <= MAX_NAME_BYTES => window,
+            None => {
+                return Err(ElfError::TooLarge {
+                    what: format!("symbol {i}'s name (at string offset {name_off})"),
+                    limit: MAX_NAME_BYTES,
+                })
+            }
+        };
+        name_bytes += name.len();
+        if name_bytes > MAX_TOTAL_NAME_BYTES {
+            return Err(ElfError::TooLarge {
+                what: format!("symbol names (total over the first {} symbols)", i + 1),
+                limit: MAX_TOTAL_NAME_BYTES,
+            });
+        }
         out.push(Symbol {
             name: String::from_utf8_lossy(name).into_owned(),
             kind: info & 0xf,
@@ -284,5 +320,103 @@ impl<'a> Reader<'a> {
 
     fn u64(&self, offset: u64, what: &'static str) -> Result<u64, ElfError> {
         self.array(offset, what).map(u64::from_le_bytes)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// An AMDGPU ELF64 object with one `.symtab` whose symbols are `(name offset, st_info)` into
+    /// `strtab`: header, string table, symbol table, then 3 section headers (null, symtab, strtab).
+    fn object(strtab: &[u8], symbols: &[(u32, u8)]) -> Vec<u8> {
+        let str_at = 64u64;
+        let sym_at = str_at + strtab.len() as u64;
+        let sh_at = sym_at + symbols.len() as u64 * SYM_SIZE;
+        let mut out = vec![0u8; 64];
+        out[..4].copy_from_slice(ELF_MAGIC);
+        out[4..9].copy_from_slice(&[2, 1, 1, 64, 2]);
+        out[18..20].copy_from_slice(&EM_AMDGPU.to_le_bytes());
+        out[40..48].copy_from_slice(&sh_at.to_le_bytes());
+        out[48..52].copy_from_slice(&0x2fu32.to_le_bytes());
+        out[58..60].copy_from_slice(&64u16.to_le_bytes());
+        out[60..62].copy_from_slice(&3u16.to_le_bytes());
+        out.extend_from_slice(strtab);
+        for &(name, info) in symbols {
+            let mut sym = [0u8; SYM_SIZE as usize];
+            sym[..4].copy_from_slice(&name.to_le_bytes());
+            sym[4] = info;
+            out.extend_from_slice(&sym);
+        }
+        let section = |kind: u32, offset: u64, size: u64, link: u32| {
+            let mut sh = [0u8; SHDR_SIZE as usize];
+            sh[4..8].copy_from_slice(&kind.to_le_bytes());
+            sh[24..32].copy_from_slice(&offset.to_le_bytes());
+            sh[32..40].copy_from_slice(&size.to_le_bytes());
+            sh[40..44].copy_from_slice(&link.to_le_bytes());
+            sh
+        };
+        out.extend_from_slice(&[0u8; SHDR_SIZE as usize]);
+        out.extend_from_slice(&section(
+            SHT_SYMTAB,
+            sym_at,
+            symbols.len() as u64 * SYM_SIZE,
+            2,
+        ));
+        out.extend_from_slice(&section(3, str_at, strtab.len() as u64, 0));
+        out
+    }
+
+    #[test]
+    fn kernel_descriptors_name_the_kernels() {
+        let obj = object(
+            b"\0main.kd\0helper\0old\0",
+            &[(1, STT_OBJECT), (9, 2), (16, STT_AMDGPU_HSA_KERNEL)],
+        );
+        assert_eq!(Header::parse(&obj).unwrap().target_name(), "gfx906");
+        assert_eq!(kernel_names(&obj).unwrap(), ["main", "old"]);
+    }
+
+    #[test]
+    fn symbols_sharing_one_long_name_hit_the_total_cap() {
+        // 600 symbols all naming one 32 KiB string: 19 MiB of names from a 46 KiB object.
+        let mut strtab = vec![0u8];
+        strtab.extend(std::iter::repeat(b'k').take(32 * 1024));
+        strtab.push(0);
+        let obj = object(&strtab, &vec![(1, STT_OBJECT); 600]);
+        assert!(obj.len() < 64 * 1024);
+        let e = symbols(&obj).unwrap_err();
+        assert_eq!(
+            e,
+            ElfError::TooLarge {
+                what: "symbol names (total over the first 513 symbols)".into(),
+                limit: MAX_TOTAL_NAME_BYTES,
+            }
+        );
+        // Just under the cap is read in full.
+        let obj = object(&strtab, &vec![(1, STT_OBJECT); 512]);
+        let all = symbols(&obj).unwrap();
+        assert_eq!(all.len(), 512);
+        assert!(all.iter().all(|s| s.name.len() == 32 * 1024));
+    }
+
+    #[test]
+    fn a_name_longer_than_the_cap_is_an_error() {
+        let mut strtab = vec![0u8];
+        strtab.extend(std::iter::repeat(b'x').take(MAX_NAME_BYTES + 1));
+        strtab.push(0);
+        let e = symbols(&object(&strtab, &[(0, 0), (1, STT_OBJECT)])).unwrap_err();
+        assert!(
+            matches!(&e, ElfError::TooLarge { what, limit } if what.starts_with("symbol 1's name") && *limit == MAX_NAME_BYTES),
+            "{e}"
+        );
+        assert!(e.to_string().contains("65536"), "{e}");
+        // Exactly at the cap, terminated or running to the end of the table: accepted.
+        strtab.truncate(1 + MAX_NAME_BYTES);
+        let unterminated = symbols(&object(&strtab, &[(1, STT_OBJECT)])).unwrap();
+        assert_eq!(unterminated[0].name.len(), MAX_NAME_BYTES);
+        strtab.push(0);
+        let terminated = symbols(&object(&strtab, &[(1, STT_OBJECT)])).unwrap();
+        assert_eq!(terminated[0].name.len(), MAX_NAME_BYTES);
     }
 }

@@ -53,7 +53,7 @@ fn update<T: DeviceElement>(c: &AdamWParams, inv_scale: f64, t: &mut AdamWTensor
         let v = c.beta2 * f64::from(exp_avg_sq[i]) + (1.0 - c.beta2) * g * g;
         let v_used = match max_sq.as_deref_mut() {
             Some(mx) => {
-                let vm = f64::from(mx[i]).max(v);
+                let vm = maximum(f64::from(mx[i]), v);
                 mx[i] = vm as f32;
                 vm
             }
@@ -66,6 +66,17 @@ fn update<T: DeviceElement>(c: &AdamWParams, inv_scale: f64, t: &mut AdamWTensor
             master[i] = p as f32;
         }
         t.param[i] = T::from_f64(p);
+    }
+}
+
+/// `torch.maximum`: NaN when either operand is NaN (`f64::max` returns the other operand), as
+/// AdamW's default single-tensor and foreach paths compute `max_exp_avg_sq` (checked with torch
+/// 2.15 on the CPU; its fused path differs when only `exp_avg_sq` is NaN).
+fn maximum(a: f64, b: f64) -> f64 {
+    if a.is_nan() || b.is_nan() {
+        f64::NAN
+    } else {
+        a.max(b)
     }
 }
 
@@ -176,6 +187,26 @@ mod tests {
         .unwrap();
         assert_eq!(mx, [2.0]);
         assert!(v[0] < 0.5);
+    }
+
+    #[test]
+    fn amsgrad_propagates_a_nan_like_torch_maximum() {
+        // torch.maximum(max_exp_avg_sq, exp_avg_sq) is NaN when either is NaN; f64::max and
+        // fmaxf return the other operand and silently heal the state.
+        let c = AdamWParams {
+            amsgrad: true,
+            step: 2,
+            ..AdamWParams::default()
+        };
+        let mut p = [1.0f32; 3];
+        let (mut m, mut v) = ([0.0f32; 3], [0.25, f32::NAN, 0.25]);
+        let mut mx = [f32::NAN, 0.5, 0.5];
+        let g = [0.1f32; 3];
+        step(&c, None, false, &mut p, &g, &mut m, &mut v, Some(&mut mx)).unwrap();
+        assert!(mx[0].is_nan() && p[0].is_nan(), "{mx:?} {p:?}");
+        assert!(mx[1].is_nan() && p[1].is_nan(), "{mx:?} {p:?}");
+        assert_eq!(mx[2], 0.5);
+        assert!(p[2].is_finite() && p[2] < 1.0, "{p:?}");
     }
 
     #[test]

@@ -75,8 +75,9 @@ impl AttentionParams {
     /// Number of keys visible to query `i` (keys `0..visible_keys(i)`).
     pub fn visible_keys(&self, i: usize) -> usize {
         if self.causal {
-            // j ≤ i + tk − tq  ⇔  j < i + 1 + tk − tq
-            (i + 1 + self.tk).saturating_sub(self.tq).min(self.tk)
+            // j ≤ i + tk − tq  ⇔  j < tk − (tq − i − 1); no intermediate exceeds tk or tq.
+            let ahead = self.tq.saturating_sub(i).saturating_sub(1);
+            self.tk.saturating_sub(ahead)
         } else {
             self.tk
         }
@@ -243,5 +244,49 @@ mod tests {
         );
         let s = AttentionParams { causal: false, ..s };
         assert_eq!(s.visible_keys(0), 2);
+    }
+
+    #[test]
+    fn causal_visibility_does_not_overflow_for_huge_lengths() {
+        let s = AttentionParams {
+            batch: 1,
+            heads: 1,
+            tq: 1,
+            tk: usize::MAX,
+            head_dim: 1,
+            causal: true,
+            scale: 1.0,
+        };
+        assert_eq!(s.visible_keys(0), usize::MAX);
+        let s = AttentionParams {
+            tq: usize::MAX,
+            ..s
+        };
+        assert_eq!(s.visible_keys(usize::MAX - 1), usize::MAX);
+        assert_eq!(s.visible_keys(usize::MAX), usize::MAX);
+        assert_eq!(s.visible_keys(0), 1);
+        let s = AttentionParams { tk: 3, ..s };
+        // j ≤ i + tk − tq: the last query sees all 3 keys, 3 queries earlier sees one.
+        assert_eq!(s.visible_keys(usize::MAX - 1), 3);
+        assert_eq!(s.visible_keys(usize::MAX - 3), 1);
+        assert_eq!(s.visible_keys(usize::MAX - 4), 0);
+    }
+
+    #[test]
+    fn a_zero_batch_does_not_hide_an_overflow() {
+        let half = 1usize << (usize::BITS / 2);
+        let a = AttentionParams {
+            batch: half,
+            heads: half,
+            tq: 0,
+            tk: 0,
+            head_dim: 1,
+            causal: false,
+            scale: 1.0,
+        };
+        assert!(matches!(
+            a.q_len(),
+            Err(ShapeError::Overflow { tensor: "q", .. })
+        ));
     }
 }

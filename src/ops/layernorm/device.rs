@@ -25,6 +25,13 @@ const BWD_CACHED_PER_THREAD: u64 = 4;
 const MAX_BLOCK: u32 = 1024;
 /// Threads per block in row-per-wave mode.
 const WAVE_MODE_BLOCK: u32 = 256;
+/// Elements per thread of the wide backward (`layernorm_bwd_wide_<T>`: 2 slots of 4), and the
+/// row lengths it takes: above what the one-slot backward keeps in registers, up to 8 per
+/// thread of a full block.
+const BWD_WIDE_PER_THREAD: u64 = 8;
+/// Elements per vector slot: the wide backward needs `cols % 4 == 0` and every tensor aligned
+/// to 4 elements.
+const SLOT: usize = 4;
 
 /// How one layer norm kernel is launched: pure arithmetic on the shape and the device.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -50,20 +57,28 @@ impl RowPlan {
         max_threads: u32,
         cached_per_thread: u64,
         blocks_per_cu: u32,
-    ) -> RowPlan {
-        let wave = wave.max(1);
+    ) -> Result<RowPlan, ShapeError> {
+        if !(1..=MAX_BLOCK).contains(&wave) {
+            return Err(ShapeError::Invalid {
+                op: LayerNormParams::OP,
+                name: "wavefront size",
+                value: wave.to_string(),
+                reason: "must be 1..=1024: a row group is one wave inside a block of at most \
+                         1024 threads (the device reported an impossible wave width)",
+            });
+        }
         let max_threads = max_threads.clamp(wave, MAX_BLOCK);
         let (rows, cols) = (rows as u64, cols as u64);
         if cols <= u64::from(wave) * cached_per_thread {
             let block = (WAVE_MODE_BLOCK.min(max_threads) / wave).max(1) * wave;
             let per_block = block / wave;
             let grid = grid_for(rows, u64::from(per_block), cus, blocks_per_cu);
-            return RowPlan {
+            return Ok(RowPlan {
                 row_per_wave: true,
                 block,
                 grid,
                 groups: u64::from(grid) * u64::from(per_block),
-            };
+            });
         }
         let threads = cols.div_ceil(cached_per_thread).div_ceil(u64::from(wave)) * u64::from(wave);
         let block = u32::try_from(threads)
@@ -71,17 +86,22 @@ impl RowPlan {
             .clamp(wave, max_threads / wave * wave);
         let per_cu = (blocks_per_cu * WAVE_MODE_BLOCK / block).max(1);
         let grid = grid_for(rows, 1, cus, per_cu);
-        RowPlan {
+        Ok(RowPlan {
             row_per_wave: false,
             block,
             grid,
             groups: u64::from(grid),
-        }
+        })
     }
 
     /// The forward's launch for `shape` on a device with `wave`-wide waves and `cus` compute
-    /// units.
-    pub fn forward(shape: &LayerNormParams, wave: u32, cus: u32, max_threads: u32) -> RowPlan {
+    /// units; a wave outside `1..=1024` is a [`ShapeError::Invalid`] naming it.
+    pub fn forward(
+        shape: &LayerNormParams,
+        wave: u32,
+        cus: u32,
+        max_threads: u32,
+    ) -> Result<RowPlan, ShapeError> {
         RowPlan::new(
             shape.rows,
             shape.cols,
@@ -94,8 +114,13 @@ impl RowPlan {
     }
 
     /// The backward's first stage: few enough groups that the partial sums stay small, enough
-    /// to fill the device.
-    pub fn backward(shape: &LayerNormParams, wave: u32, cus: u32, max_threads: u32) -> RowPlan {
+    /// to fill the device. A wave outside `1..=1024` is a [`ShapeError::Invalid`].
+    pub fn backward(
+        shape: &LayerNormParams,
+        wave: u32,
+        cus: u32,
+        max_threads: u32,
+    ) -> Result<RowPlan, ShapeError> {
         RowPlan::new(
             shape.rows,
             shape.cols,
@@ -107,6 +132,39 @@ impl RowPlan {
         )
     }
 
+    /// The wide backward (`layernorm_bwd_wide_<T>`) for rows too long for the one-slot
+    /// backward's registers and at most 8 elements per thread of a block: one block per row
+    /// group, the block just big enough for the row. None for other shapes (the launcher also
+    /// requires `cols % 4 == 0` and aligned tensors: [`wide_layout_ok`]).
+    pub fn backward_wide(
+        shape: &LayerNormParams,
+        wave: u32,
+        cus: u32,
+        max_threads: u32,
+    ) -> Option<RowPlan> {
+        let wave = wave.max(1);
+        if wave > MAX_BLOCK {
+            // Not a device this kernel can run on; `plan_for` reports the typed error.
+            return None;
+        }
+        let max_block = max_threads.clamp(wave, MAX_BLOCK) / wave * wave;
+        let cols = shape.cols as u64;
+        let one_slot = u64::from(max_block) * BWD_CACHED_PER_THREAD;
+        if cols <= one_slot || cols > u64::from(max_block) * BWD_WIDE_PER_THREAD {
+            return None;
+        }
+        let block =
+            (cols.div_ceil(BWD_WIDE_PER_THREAD).div_ceil(u64::from(wave)) * u64::from(wave)) as u32;
+        let per_cu = (4 * WAVE_MODE_BLOCK / block).max(1);
+        let grid = grid_for(shape.rows as u64, 1, cus, per_cu);
+        Some(RowPlan {
+            row_per_wave: false,
+            block,
+            grid,
+            groups: u64::from(grid),
+        })
+    }
+
     fn config(&self) -> LaunchConfig {
         LaunchConfig {
             grid: (self.grid, 1, 1),
@@ -114,6 +172,12 @@ impl RowPlan {
             shared_mem_bytes: 0,
         }
     }
+}
+
+/// The wide backward's layout: whole slots of 4 and every tensor's address aligned to a slot.
+pub fn wide_layout_ok(cols: usize, elem_bytes: usize, addrs: &[u64]) -> bool {
+    let align = (SLOT * elem_bytes) as u64;
+    cols % SLOT == 0 && addrs.iter().all(|a| a % align == 0)
 }
 
 fn check_cols(shape: &LayerNormParams) -> Result<(), ShapeError> {
@@ -128,7 +192,11 @@ fn check_cols(shape: &LayerNormParams) -> Result<(), ShapeError> {
     Ok(())
 }
 
-fn plan_for(stream: &Stream, shape: &LayerNormParams, backward: bool) -> RowPlan {
+fn plan_for(
+    stream: &Stream,
+    shape: &LayerNormParams,
+    backward: bool,
+) -> Result<RowPlan, ShapeError> {
     let d = stream.device();
     let (wave, cus, max) = (
         d.wavefront_size(),
@@ -165,7 +233,7 @@ pub fn layernorm_forward<T: DeviceElement>(
         return Ok(());
     }
     let f = kernel::<T>(stream, SOURCE, "layernorm_fwd")?;
-    let plan = plan_for(stream, shape, false);
+    let plan = plan_for(stream, shape, false)?;
     let mut b = stream.launch_builder(&f);
     for p in ptrs {
         b.value(p);
@@ -207,9 +275,26 @@ pub fn layernorm_backward<T: DeviceElement>(
         ptr(stream, "dweight", a.dweight)?,
         ptr(stream, "dbias", a.dbias)?,
     );
-    let stage1 = kernel::<T>(stream, SOURCE, "layernorm_bwd")?;
+    let d = stream.device();
+    let wide = RowPlan::backward_wide(
+        shape,
+        d.wavefront_size(),
+        d.compute_units(),
+        d.max_threads_per_block(),
+    )
+    .filter(|_| {
+        let addrs: Vec<u64> = [0, 1, 2, 5].iter().map(|&i| row_ptrs[i].0).collect();
+        wide_layout_ok(shape.cols, std::mem::size_of::<T>(), &addrs)
+    });
+    let stage1 = match wide {
+        Some(_) => kernel::<T>(stream, SOURCE, "layernorm_bwd_wide")?,
+        None => kernel::<T>(stream, SOURCE, "layernorm_bwd")?,
+    };
     let stage2 = kernel::<T>(stream, SOURCE, "layernorm_bwd_dwdb")?;
-    let plan = plan_for(stream, shape, true);
+    let plan = match wide {
+        Some(plan) => plan,
+        None => plan_for(stream, shape, true)?,
+    };
     let groups = if shape.rows == 0 { 0 } else { plan.groups };
     let partial_len = crate::params::checked_len(
         LayerNormParams::OP,
@@ -224,10 +309,14 @@ pub fn layernorm_backward<T: DeviceElement>(
         }
         b.value(partial.device_ptr())
             .value(shape.rows as i64)
-            .value(shape.cols as i32)
-            .value(i32::from(plan.row_per_wave));
+            .value(shape.cols as i32);
+        if wide.is_none() {
+            b.value(i32::from(plan.row_per_wave));
+        }
         // SAFETY: layernorm_bwd_<T>'s parameters in order (x, weight, dy, mean, rstd, dx,
-        // partial: pointers; rows: int64_t; C: int; row_per_wave: int); lengths checked above;
+        // partial: pointers; rows: int64_t; C: int; row_per_wave: int), or
+        // layernorm_bwd_wide_<T>'s (the same without row_per_wave; cols % 4 == 0, every tensor
+        // aligned to 4 elements and cols ≤ 8 × block, as it requires); lengths checked above;
         // `partial` holds groups × 2 × cols f32 for the grid's `groups` row groups and stays
         // allocated on this stream until its work is done (freed stream-ordered on drop).
         unsafe { b.launch(&plan.config()) }?;
@@ -261,17 +350,17 @@ mod tests {
 
     #[test]
     fn forward_uses_a_wave_per_short_row_and_a_block_per_long_row() {
-        let p = RowPlan::forward(&shape(1000, 768), 64, 60, 1024);
+        let p = RowPlan::forward(&shape(1000, 768), 64, 60, 1024).unwrap();
         assert_eq!((p.row_per_wave, p.block), (true, 256));
         assert_eq!(p.grid, 250, "4 rows per block");
         assert_eq!(p.groups, 1000);
-        let p = RowPlan::forward(&shape(1000, 1024), 64, 60, 1024);
+        let p = RowPlan::forward(&shape(1000, 1024), 64, 60, 1024).unwrap();
         assert!(p.row_per_wave, "1024 = 64 lanes × 16 cached elements");
-        let p = RowPlan::forward(&shape(1000, 1025), 64, 60, 1024);
+        let p = RowPlan::forward(&shape(1000, 1025), 64, 60, 1024).unwrap();
         assert_eq!((p.row_per_wave, p.block), (false, 128));
-        let p = RowPlan::forward(&shape(10, 8192), 64, 60, 1024);
+        let p = RowPlan::forward(&shape(10, 8192), 64, 60, 1024).unwrap();
         assert_eq!((p.row_per_wave, p.block, p.grid), (false, 512, 10));
-        let p = RowPlan::forward(&shape(10, 1 << 20), 64, 60, 1024);
+        let p = RowPlan::forward(&shape(10, 1 << 20), 64, 60, 1024).unwrap();
         assert_eq!(
             p.block, 1024,
             "capped at the launch bound; the kernel streams the row"
@@ -280,35 +369,77 @@ mod tests {
 
     #[test]
     fn wave32_devices_get_a_multiple_of_their_wave() {
-        let p = RowPlan::forward(&shape(7, 3), 32, 60, 1024);
+        let p = RowPlan::forward(&shape(7, 3), 32, 60, 1024).unwrap();
         assert_eq!(
             (p.row_per_wave, p.block, p.grid, p.groups),
             (true, 256, 1, 8)
         );
-        let p = RowPlan::backward(&shape(7, 4095), 32, 60, 1024);
+        let p = RowPlan::backward(&shape(7, 4095), 32, 60, 1024).unwrap();
         assert_eq!((p.row_per_wave, p.block % 32), (false, 0));
     }
 
     #[test]
     fn backward_caps_the_groups_and_counts_them() {
-        let p = RowPlan::backward(&shape(1 << 20, 256), 64, 60, 1024);
+        let p = RowPlan::backward(&shape(1 << 20, 256), 64, 60, 1024).unwrap();
         assert_eq!((p.row_per_wave, p.block, p.grid), (true, 256, 240));
         assert_eq!(p.groups, 960);
-        let p = RowPlan::backward(&shape(1 << 20, 4096), 64, 60, 1024);
+        let p = RowPlan::backward(&shape(1 << 20, 4096), 64, 60, 1024).unwrap();
         assert_eq!(
             (p.row_per_wave, p.block, p.grid, p.groups),
             (false, 1024, 60, 60)
         );
-        let p = RowPlan::backward(&shape(1, 1), 64, 60, 1024);
+        let p = RowPlan::backward(&shape(1, 1), 64, 60, 1024).unwrap();
         assert_eq!((p.grid, p.groups), (1, 4));
-        let p = RowPlan::backward(&shape(3, 4095), 64, 60, 1024);
+        let p = RowPlan::backward(&shape(3, 4095), 64, 60, 1024).unwrap();
         assert_eq!((p.block, p.grid), (1024, 3));
     }
 
     #[test]
+    fn the_wide_backward_takes_rows_between_one_and_two_slots_per_thread() {
+        assert_eq!(RowPlan::backward_wide(&shape(64, 4096), 64, 60, 1024), None);
+        let p = RowPlan::backward_wide(&shape(64, 4100), 64, 60, 1024).unwrap();
+        assert_eq!(
+            (p.row_per_wave, p.block, p.grid, p.groups),
+            (false, 576, 60, 60)
+        );
+        let p = RowPlan::backward_wide(&shape(3, 8192), 64, 60, 1024).unwrap();
+        assert_eq!((p.block, p.grid, p.groups), (1024, 3, 3));
+        assert_eq!(RowPlan::backward_wide(&shape(3, 8196), 64, 60, 1024), None);
+        // A device limit of 512 threads moves the range down.
+        assert!(RowPlan::backward_wide(&shape(3, 3000), 64, 60, 512).is_some());
+        assert!(RowPlan::backward_wide(&shape(3, 4100), 64, 60, 512).is_none());
+    }
+
+    #[test]
+    fn the_wide_layout_needs_whole_slots_and_aligned_tensors() {
+        assert!(wide_layout_ok(8192, 4, &[0, 16, 4096]));
+        assert!(!wide_layout_ok(8190, 4, &[0, 16]));
+        assert!(!wide_layout_ok(8192, 4, &[0, 8]));
+        assert!(wide_layout_ok(8192, 2, &[0, 8]));
+        assert!(!wide_layout_ok(8192, 2, &[0, 4]));
+    }
+
+    #[test]
     fn a_small_device_limit_narrows_the_block() {
-        let p = RowPlan::forward(&shape(4, 8192), 64, 60, 256);
+        let p = RowPlan::forward(&shape(4, 8192), 64, 60, 256).unwrap();
         assert_eq!(p.block, 256);
+    }
+
+    #[test]
+    fn an_impossible_wave_width_is_a_typed_error_not_a_panic() {
+        for wave in [0, 1025, 2048, u32::MAX] {
+            for plan in [RowPlan::forward, RowPlan::backward] {
+                for cols in [3, 1 << 20] {
+                    let e = plan(&shape(4, cols), wave, 60, 1024).unwrap_err();
+                    assert!(
+                        matches!(e, ShapeError::Invalid { name: "wavefront size", ref value, .. } if *value == wave.to_string()),
+                        "{e}"
+                    );
+                }
+            }
+        }
+        let p = RowPlan::forward(&shape(4, 1 << 20), 1024, 60, 1024).unwrap();
+        assert_eq!(p.block, 1024);
     }
 
     #[test]

@@ -6,7 +6,7 @@ pub(crate) mod cpu;
 mod device;
 mod golden;
 
-pub use device::{layernorm_backward, layernorm_forward, RowPlan, MAX_COLS};
+pub use device::{layernorm_backward, layernorm_forward, wide_layout_ok, RowPlan, MAX_COLS};
 pub use golden::{LayerNormBackwardCase, LayerNormForwardCase};
 
 use crate::embedded::KernelFile;
@@ -150,6 +150,9 @@ pub(crate) const KERNELS: KernelFile = KernelFile {
         "layernorm_bwd_f32",
         "layernorm_bwd_f16",
         "layernorm_bwd_bf16",
+        "layernorm_bwd_wide_f32",
+        "layernorm_bwd_wide_f16",
+        "layernorm_bwd_wide_bf16",
         "layernorm_bwd_dwdb_f32",
         "layernorm_bwd_dwdb_f16",
         "layernorm_bwd_dwdb_bf16",

@@ -142,6 +142,23 @@ mod tests {
     }
 
     #[test]
+    fn an_empty_batch_of_huge_matrices_is_an_overflow_not_a_panic() {
+        let half = 1usize << (usize::BITS / 2);
+        let shape = MatmulParams {
+            batch: 0,
+            ..MatmulParams::new(half, half, 1)
+        };
+        let e = mm::<f32>(shape, &[], &[], &mut []).unwrap_err();
+        assert_eq!(
+            e,
+            ShapeError::Overflow {
+                op: "matmul",
+                tensor: "out"
+            }
+        );
+    }
+
+    #[test]
     fn rejects_wrong_lengths() {
         let e = mm(
             MatmulParams::new(2, 2, 2),

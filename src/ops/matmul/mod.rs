@@ -179,6 +179,16 @@ mod tests {
         assert!(e.to_string().contains("39") && e.to_string().contains("40"));
         let big = MatmulParams::new(usize::MAX, 2, 2);
         assert!(matches!(big.a_len(), Err(ShapeError::Overflow { .. })));
+        // batch = 0 does not hide an m·n overflow (cpu::matmul indexes with m·n).
+        let half = 1usize << (usize::BITS / 2);
+        let p = MatmulParams {
+            batch: 0,
+            ..MatmulParams::new(half, half, 1)
+        };
+        assert!(matches!(
+            p.out_len(),
+            Err(ShapeError::Overflow { tensor: "out", .. })
+        ));
     }
 
     #[test]

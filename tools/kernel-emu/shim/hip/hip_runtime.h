@@ -65,6 +65,21 @@ inline float __shfl_xor(float v, int mask, int width = warpSize) {
     return (lane & ~(width - 1)) | ((lane ^ mask) & (width - 1));
   }));
 }
+/// v of the wave's first active lane; every lane calls it (the kernels call it in uniform
+/// code), so the first active lane is lane 0.
+inline int emu_readfirstlane(int v) { return emu_exchange(v, [](int) { return 0; }); }
+#define __builtin_amdgcn_readfirstlane emu_readfirstlane
+/// v of lane `src` (an index the same in every lane).
+inline int emu_readlane(int v, int src) { return emu_exchange(v, [&](int) { return src; }); }
+#define __builtin_amdgcn_readlane emu_readlane
+/// ds_swizzle in bitmask mode only (pattern bit 15 clear): within each group of 32 lanes, lane
+/// reads ((lane & and_mask) | or_mask) ^ xor_mask.
+inline int emu_ds_swizzle(int v, int pattern) {
+  const int and_mask = pattern & 0x1f, or_mask = (pattern >> 5) & 0x1f, xor_mask = (pattern >> 10) & 0x1f;
+  if (pattern & 0x8000) std::abort();  // quad-perm mode: not emulated
+  return emu_exchange(v, [&](int lane) { return (lane & ~31) | (((lane & and_mask) | or_mask) ^ xor_mask); });
+}
+#define __builtin_amdgcn_ds_swizzle emu_ds_swizzle
 /// quad_perm DPP only (dpp_ctrl < 0x100), full row/bank masks.
 inline int emu_update_dpp(int /*old*/, int src, int ctrl, int, int, bool) {
   return emu_exchange(src, [&](int lane) { return (lane & ~3) | ((ctrl >> (2 * (lane & 3))) & 3); });
