@@ -352,12 +352,20 @@ unsafe impl DeviceRepr for DevicePtr {}
 pub unsafe trait KernelArg {
     /// Pointer to the argument's bytes.
     fn arg_ptr(&self) -> *const c_void;
+
+    /// Size in bytes of the argument at [`KernelArg::arg_ptr`] (what the kernel's parameter
+    /// must be). Announced to runtimes that can check it (hip-emu).
+    fn arg_size(&self) -> usize;
 }
 
 // SAFETY: a `DeviceRepr` value is its own argument bytes, live while borrowed.
 unsafe impl<T: DeviceRepr> KernelArg for T {
     fn arg_ptr(&self) -> *const c_void {
         (self as *const T).cast()
+    }
+
+    fn arg_size(&self) -> usize {
+        std::mem::size_of::<T>()
     }
 }
 
@@ -369,6 +377,7 @@ unsafe impl<T: DeviceRepr> KernelArg for T {
 #[derive(Default)]
 pub struct KernelArgs<'a> {
     params: Vec<*mut c_void>,
+    sizes: Vec<usize>,
     owned: Vec<Box<dyn Any + Send>>,
     _borrows: PhantomData<&'a ()>,
 }
@@ -382,6 +391,7 @@ impl<'a> KernelArgs<'a> {
     /// Push the next argument by reference (a scalar, a [`DevicePtr`], or a device buffer/view).
     pub fn arg<A: KernelArg + ?Sized>(&mut self, arg: &'a A) -> &mut Self {
         self.params.push(arg.arg_ptr().cast_mut());
+        self.sizes.push(arg.arg_size());
         self
     }
 
@@ -396,6 +406,7 @@ impl<'a> KernelArgs<'a> {
     pub fn value<T: DeviceRepr>(&mut self, value: T) -> &mut Self {
         let boxed = Box::new(value);
         self.params.push((&*boxed as *const T).cast_mut().cast());
+        self.sizes.push(std::mem::size_of::<T>());
         self.owned.push(boxed);
         self
     }
@@ -403,6 +414,11 @@ impl<'a> KernelArgs<'a> {
     /// How many arguments were pushed.
     pub fn len(&self) -> usize {
         self.params.len()
+    }
+
+    /// The size in bytes of each argument, in push order.
+    pub fn arg_sizes(&self) -> &[usize] {
+        &self.sizes
     }
 
     /// True when no argument was pushed.

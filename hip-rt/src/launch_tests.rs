@@ -202,6 +202,7 @@ fn kernel_args_keep_c_order_and_live_values() {
     let mut args = KernelArgs::new();
     args.arg(&ptr).value(2.5f32).arg(&n).value(7u64).arg(&scale);
     assert_eq!(args.len(), 5);
+    assert_eq!(args.arg_sizes(), &[8, 4, 4, 8, 2]);
     let raw = args.as_param_array();
     // SAFETY: `raw` points at 5 argument pointers, each to a live value of the pushed type.
     unsafe {

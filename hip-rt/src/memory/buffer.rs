@@ -303,6 +303,9 @@ macro_rules! view_impls {
             fn arg_ptr(&self) -> *const c_void {
                 (&self.ptr as *const DevicePtr).cast()
             }
+            fn arg_size(&self) -> usize {
+                std::mem::size_of::<DevicePtr>()
+            }
         }
     };
 }

@@ -269,6 +269,7 @@ impl Function {
         // Clear this thread's last-error state: every earlier failure was already returned by
         // the call that caused it, and must not be blamed on this launch.
         let _ = result::error::get_last();
+        result::module::announce_arg_sizes(args.arg_sizes());
         // SAFETY: the function and stream are live while borrowed; the caller guarantees the
         // argument array matches the kernel and the memory it points to stays valid.
         unsafe {

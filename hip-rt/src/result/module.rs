@@ -1,6 +1,7 @@
 //! `hipModule*` / `hipFuncGetAttribute`.
 
 use std::ffi::{c_void, CStr};
+use std::sync::OnceLock;
 
 use hip_sys::{hipFunction_attribute, hipFunction_t, hipModule_t, hipStream_t};
 
@@ -86,4 +87,33 @@ pub unsafe fn launch_kernel(
         )
     };
     Ok(status.result()?)
+}
+
+/// hip-emu's `hipemuSetLaunchArgSizes(count, sizes)`, if the loaded runtime exports it.
+type AnnounceFn = unsafe extern "C" fn(usize, *const usize);
+
+/// Tell the runtime the size of each argument of this thread's next launch, when it can check
+/// them (hip-emu exports `hipemuSetLaunchArgSizes`; a real HIP runtime does not, and then this
+/// does nothing). hip-emu compares them with the kernel's code-object metadata and fails the
+/// launch with hipErrorInvalidValue naming the kernel and argument on a mismatch.
+pub fn announce_arg_sizes(sizes: &[usize]) {
+    static ANNOUNCE: OnceLock<Option<AnnounceFn>> = OnceLock::new();
+    let f = ANNOUNCE.get_or_init(|| {
+        let hip = hip_sys::hip().ok()?;
+        // SAFETY: re-opening the runtime hip-sys already loaded (same file) only takes another
+        // reference to it and runs no initialiser again; the handle is leaked below, never closed.
+        let lib = unsafe { hip_sys::libloading::Library::new(hip.path()) }.ok()?;
+        // SAFETY: hip-emu defines this symbol with exactly this prototype; no other runtime
+        // exports the name.
+        let f = unsafe { lib.get::<AnnounceFn>(b"hipemuSetLaunchArgSizes\0") }
+            .ok()
+            .map(|s| *s);
+        std::mem::forget(lib);
+        f
+    });
+    if let Some(f) = f {
+        // SAFETY: `sizes` is a live slice of `sizes.len()` usizes for the duration of the call;
+        // hip-emu copies it.
+        unsafe { f(sizes.len(), sizes.as_ptr()) };
+    }
 }
