@@ -1,6 +1,6 @@
 //! The error every device launcher returns.
 
-use crate::kernels::{loader::LoadError, KernelsNotBuilt};
+use crate::embedded::{loader::LoadError, KernelsNotBuilt};
 use crate::params::ShapeError;
 
 /// Why a launcher did not (fully) run. Shape, dtype, length and device checks all happen before
