@@ -1,0 +1,104 @@
+// kernels/gelu.hip — elementwise ops of the training step: GELU (tanh approximation, PyTorch's
+// approximate='tanh', GPT-2's gelu_new) forward and backward, and the residual add.
+//
+// NEVER RUN ON A GPU: compiled and statically checked for gfx906 only, and executed on the CPU
+// under the host emulation (tools/kernel-emu/run_trainops.sh) against the CPU reference's math
+// in double precision.
+//
+//   gelu_fwd_<T>(x, out, n):        out = 0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³)))
+//   gelu_bwd_<T>(x, dout, dx, n):   dx = dout·(0.5·(1 + tanh u) + 0.5·x·(1 − tanh² u)·√(2/π)·(1 + 3·0.044715·x²))
+//   residual_add_<T>(a, b, out, n): out = a + b
+// f32 math, one rounding per output. `out`/`dx` may alias an input (in place): each element is
+// read before it is written by the same thread.
+//
+// Memory: each thread moves 16 bytes per tensor per step (4 f32 or 8 f16/bf16 elements: one
+// global_load_dwordx4 when the pack is aligned and inside the tensor, scalar accesses for the
+// tail and for misaligned views), grid-stride over the packs. Bytes moved = the op's tensors
+// once each: 2n·sizeof(T) forward, 3n backward and add.
+//
+// Resource usage on gfx906 (hipcc 5.2 / clang 15, -O3), from the build's resource table
+// (`cargo test --test kernels_static -- --nocapture` prints it): see the commit that added this
+// file; every kernel here has 0 scratch, 0 spills and ≥ 4 waves/SIMD (the static gate).
+#include "common.h"
+
+namespace {
+
+/// Threads per block the kernels are compiled for.
+constexpr int kBlock = 256;
+
+constexpr float kSqrt2OverPi = 0.7978845608028654f;
+constexpr float kCubic = 0.044715f;
+
+__device__ __forceinline__ float gelu(float x) {
+  const float u = kSqrt2OverPi * (x + kCubic * x * x * x);
+  return 0.5f * x * (1.0f + tanhf(u));
+}
+
+__device__ __forceinline__ float gelu_grad(float x) {
+  const float u = kSqrt2OverPi * (x + kCubic * x * x * x);
+  const float th = tanhf(u);
+  return 0.5f * (1.0f + th) +
+         0.5f * x * (1.0f - th * th) * kSqrt2OverPi * (1.0f + 3.0f * kCubic * x * x);
+}
+
+/// Calls f(i) for the first element i of every pack of N elements this thread owns.
+template <int N, typename F> __device__ __forceinline__ void for_packs(int64_t n, F f) {
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x * N;
+  for (int64_t i = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) * N; i < n;
+       i += stride) {
+    f(i);
+  }
+}
+
+template <typename T>
+__device__ void gelu_fwd_impl(const T* x, T* out, int64_t n) {
+  constexpr int N = hipk::VecWidth<T>::value;
+  for_packs<N>(n, [&](int64_t i) {
+    float v[N];
+    hipk::load_floats<N>(x, i, n, v);
+#pragma unroll
+    for (int k = 0; k < N; ++k) v[k] = gelu(v[k]);
+    hipk::store_floats<N>(out, i, n, v);
+  });
+}
+
+template <typename T>
+__device__ void gelu_bwd_impl(const T* x, const T* dout, T* dx, int64_t n) {
+  constexpr int N = hipk::VecWidth<T>::value;
+  for_packs<N>(n, [&](int64_t i) {
+    float v[N], g[N];
+    hipk::load_floats<N>(x, i, n, v);
+    hipk::load_floats<N>(dout, i, n, g);
+#pragma unroll
+    for (int k = 0; k < N; ++k) v[k] = g[k] * gelu_grad(v[k]);
+    hipk::store_floats<N>(dx, i, n, v);
+  });
+}
+
+template <typename T>
+__device__ void residual_add_impl(const T* a, const T* b, T* out, int64_t n) {
+  constexpr int N = hipk::VecWidth<T>::value;
+  for_packs<N>(n, [&](int64_t i) {
+    float va[N], vb[N];
+    hipk::load_floats<N>(a, i, n, va);
+    hipk::load_floats<N>(b, i, n, vb);
+#pragma unroll
+    for (int k = 0; k < N; ++k) va[k] += vb[k];
+    hipk::store_floats<N>(out, i, n, va);
+  });
+}
+
+}  // namespace
+
+#define GELU_KERNELS(suffix, T)                                                      \
+  HIPK_KERNEL(gelu_fwd_##suffix, kBlock)(const T* x, T* out, int64_t n) {            \
+    gelu_fwd_impl<T>(x, out, n);                                                     \
+  }                                                                                  \
+  HIPK_KERNEL(gelu_bwd_##suffix, kBlock)(const T* x, const T* dout, T* dx, int64_t n) { \
+    gelu_bwd_impl<T>(x, dout, dx, n);                                                \
+  }                                                                                  \
+  HIPK_KERNEL(residual_add_##suffix, kBlock)(const T* a, const T* b, T* out, int64_t n) { \
+    residual_add_impl<T>(a, b, out, n);                                              \
+  }
+
+HIPK_DTYPES(GELU_KERNELS)
