@@ -22,7 +22,7 @@
 
 namespace {
 
-constexpr int kBlock = 256;
+constexpr int kBiasBlock = 256;
 
 template <typename T>
 __device__ void bias_partial_impl(const T* __restrict__ dout, float* __restrict__ partial,
@@ -60,11 +60,11 @@ __device__ void bias_final_impl(const float* __restrict__ partial, int64_t group
 }  // namespace
 
 #define BIAS_KERNELS(suffix, T)                                                               \
-  HIPK_KERNEL(bias_bwd_partial_##suffix, kBlock)                                              \
+  HIPK_KERNEL(bias_bwd_partial_##suffix, kBiasBlock)                                              \
   (const T* dout, float* partial, int64_t rows, int cols, int64_t rows_per_group) {           \
     bias_partial_impl<T>(dout, partial, rows, cols, rows_per_group);                          \
   }                                                                                           \
-  HIPK_KERNEL(bias_bwd_final_##suffix, kBlock)                                                \
+  HIPK_KERNEL(bias_bwd_final_##suffix, kBiasBlock)                                                \
   (const float* partial, int64_t groups, int cols, T* dbias, int accumulate) {                \
     bias_final_impl<T>(partial, groups, cols, dbias, accumulate);                             \
   }

@@ -44,7 +44,7 @@
 
 namespace {
 
-constexpr int kBlock = 256;
+constexpr int kEncoderBlock = 256;
 
 __device__ __forceinline__ bool token_ok(int tok, int vocab) { return tok >= 0 && tok < vocab; }
 
@@ -80,7 +80,7 @@ __device__ void encoder_fwd_impl(const int* __restrict__ tokens, const T* __rest
 __device__ void links_impl(const int* __restrict__ tokens, int64_t rows, int vocab,
                            int* __restrict__ next, int* __restrict__ first,
                            unsigned* __restrict__ error) {
-  __shared__ int tile[kBlock];
+  __shared__ int tile[kEncoderBlock];
   __shared__ float lds[hipk::kMaxWavesPerBlock];
   const int64_t r0 = static_cast<int64_t>(blockIdx.x) * blockDim.x;
   const int64_t r = r0 + threadIdx.x;
@@ -175,22 +175,22 @@ __device__ void dwpe_impl(const T* __restrict__ dout, T* __restrict__ dwpe, int6
 
 }  // namespace
 
-HIPK_KERNEL(encoder_links_i32, kBlock)
+HIPK_KERNEL(encoder_links_i32, kEncoderBlock)
 (const int* tokens, int64_t rows, int vocab, int* next, int* first, unsigned* error) {
   links_impl(tokens, rows, vocab, next, first, error);
 }
 
 #define ENCODER_KERNELS(suffix, T)                                                            \
-  HIPK_KERNEL(encoder_fwd_##suffix, kBlock)                                                   \
+  HIPK_KERNEL(encoder_fwd_##suffix, kEncoderBlock)                                                   \
   (const int* tokens, const T* wte, const T* wpe, T* out, int64_t rows, int seq, int C,       \
    int vocab, unsigned* error) {                                                              \
     encoder_fwd_impl<T>(tokens, wte, wpe, out, rows, seq, C, vocab, error);                   \
   }                                                                                           \
-  HIPK_KERNEL(encoder_bwd_dwte_##suffix, kBlock)                                              \
+  HIPK_KERNEL(encoder_bwd_dwte_##suffix, kEncoderBlock)                                              \
   (const T* dout, const int* tokens, const int* next, const int* first, T* dwte, int C) {     \
     dwte_impl<T>(dout, tokens, next, first, dwte, C);                                         \
   }                                                                                           \
-  HIPK_KERNEL(encoder_bwd_dwpe_##suffix, kBlock)                                              \
+  HIPK_KERNEL(encoder_bwd_dwpe_##suffix, kEncoderBlock)                                              \
   (const T* dout, T* dwpe, int64_t batch, int seq, int C) {                                   \
     dwpe_impl<T>(dout, dwpe, batch, seq, C);                                                  \
   }

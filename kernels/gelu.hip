@@ -24,7 +24,7 @@
 namespace {
 
 /// Threads per block the kernels are compiled for.
-constexpr int kBlock = 256;
+constexpr int kGeluBlock = 256;
 
 constexpr float kSqrt2OverPi = 0.7978845608028654f;
 constexpr float kCubic = 0.044715f;
@@ -91,13 +91,13 @@ __device__ void residual_add_impl(const T* a, const T* b, T* out, int64_t n) {
 }  // namespace
 
 #define GELU_KERNELS(suffix, T)                                                      \
-  HIPK_KERNEL(gelu_fwd_##suffix, kBlock)(const T* x, T* out, int64_t n) {            \
+  HIPK_KERNEL(gelu_fwd_##suffix, kGeluBlock)(const T* x, T* out, int64_t n) {            \
     gelu_fwd_impl<T>(x, out, n);                                                     \
   }                                                                                  \
-  HIPK_KERNEL(gelu_bwd_##suffix, kBlock)(const T* x, const T* dout, T* dx, int64_t n) { \
+  HIPK_KERNEL(gelu_bwd_##suffix, kGeluBlock)(const T* x, const T* dout, T* dx, int64_t n) { \
     gelu_bwd_impl<T>(x, dout, dx, n);                                                \
   }                                                                                  \
-  HIPK_KERNEL(residual_add_##suffix, kBlock)(const T* a, const T* b, T* out, int64_t n) { \
+  HIPK_KERNEL(residual_add_##suffix, kGeluBlock)(const T* a, const T* b, T* out, int64_t n) { \
     residual_add_impl<T>(a, b, out, n);                                              \
   }
 
