@@ -21,7 +21,7 @@
 //     a gradient of nothing; zeroing them keeps garbage out of the classifier's backward matmul).
 //     The row is read twice and written once: the [rows, V] probabilities are never stored.
 //     Ignored rows: loss 0, and with write_grad the whole row (padding included) set to 0.
-//     Targets outside 0..vocab that are not -100: atomicMin(error, row) (the launcher sets
+//     Targets outside 0..vocab that are not -100: atomicMin(error, row) if error is not null (the launcher sets
 //     *error = 0xffffffff first; the caller reads the first bad row with its next read-back),
 //     loss NaN and, with write_grad, a NaN row; the target is never used as an index.
 //   crossentropy_mean_f32(losses, count, rows, mean): one block; *mean = Σ losses / *count,
@@ -93,7 +93,7 @@ __device__ void crossentropy_impl(T* __restrict__ logits, const int* __restrict_
     if (ignored || bad) {  // block-uniform
       if (threadIdx.x == 0) {
         losses[row] = bad ? nan : 0.0f;
-        if (bad) atomicMin(error, static_cast<unsigned>(row));
+        if (bad && error != nullptr) atomicMin(error, static_cast<unsigned>(row));
       }
       if (write_grad != 0) {
         float v[N];

@@ -9,7 +9,7 @@
 // type; position of row r is r % seq.
 //
 // Out-of-range token ids (< 0 or >= vocab): never used as an index. Each kernel that reads
-// tokens does atomicMin(error, r) for every bad row r, so *error ends as the first bad row
+// tokens does atomicMin(error, r) for every bad row r (error may be null: no report), so *error ends as the first bad row
 // (deterministic: min does not depend on order). The launcher sets *error = 0xffffffff (no
 // error) with an asynchronous memset before the first kernel; the caller reads it with its next
 // read-back and turns it into the CPU's typed error (row → b, t; the value is tokens[row]).
@@ -80,7 +80,7 @@ __device__ void encoder_fwd_impl(const int* __restrict__ tokens, const T* __rest
 #pragma unroll
       for (int k = 0; k < N; ++k) v[k] += e[k];
     } else {
-      if (c == 0) atomicMin(error, static_cast<unsigned>(r));
+      if (c == 0 && error != nullptr) atomicMin(error, static_cast<unsigned>(r));
 #pragma unroll
       for (int k = 0; k < N; ++k) v[k] = __int_as_float(0x7fc00000);
     }
@@ -98,7 +98,7 @@ __device__ void links_impl(const int* __restrict__ tokens, int64_t rows, int voc
   const bool mine = r < rows;
   const int tok = mine ? tokens[r] : -1;
   const bool ok = mine && token_ok(tok, vocab);
-  if (mine && !ok) atomicMin(error, static_cast<unsigned>(r));
+  if (mine && !ok && error != nullptr) atomicMin(error, static_cast<unsigned>(r));
   int64_t nxt = -1;
   bool seen_before = false;
   // Tiles before this block's rows only decide `first`; the block's own tile and later ones

@@ -29,26 +29,12 @@
 //   gelu_bwd_bf16                45     32      0           5        0       0
 //   residual_add_bf16            29     28      0           8        0       0
 #include "common.h"
+#include "gelu.h"
 
 namespace {
 
 /// Threads per block the kernels are compiled for.
 constexpr int kGeluBlock = 256;
-
-constexpr float kSqrt2OverPi = 0.7978845608028654f;
-constexpr float kCubic = 0.044715f;
-
-__device__ __forceinline__ float gelu(float x) {
-  const float u = kSqrt2OverPi * (x + kCubic * x * x * x);
-  return 0.5f * x * (1.0f + tanhf(u));
-}
-
-__device__ __forceinline__ float gelu_grad(float x) {
-  const float u = kSqrt2OverPi * (x + kCubic * x * x * x);
-  const float th = tanhf(u);
-  return 0.5f * (1.0f + th) +
-         0.5f * x * (1.0f - th * th) * kSqrt2OverPi * (1.0f + 3.0f * kCubic * x * x);
-}
 
 /// Calls f(i) for the first element i of every pack of N elements this thread owns.
 template <int N, typename F> __device__ __forceinline__ void for_packs(int64_t n, F f) {
@@ -66,7 +52,7 @@ __device__ void gelu_fwd_impl(const T* x, T* out, int64_t n) {
     float v[N];
     hipk::load_floats<N>(x, i, n, v);
 #pragma unroll
-    for (int k = 0; k < N; ++k) v[k] = gelu(v[k]);
+    for (int k = 0; k < N; ++k) v[k] = hipk::gelu_tanh(v[k]);
     hipk::store_floats<N>(out, i, n, v);
   });
 }
@@ -79,7 +65,7 @@ __device__ void gelu_bwd_impl(const T* x, const T* dout, T* dx, int64_t n) {
     hipk::load_floats<N>(x, i, n, v);
     hipk::load_floats<N>(dout, i, n, g);
 #pragma unroll
-    for (int k = 0; k < N; ++k) v[k] = g[k] * gelu_grad(v[k]);
+    for (int k = 0; k < N; ++k) v[k] = g[k] * hipk::gelu_tanh_grad(v[k]);
     hipk::store_floats<N>(dx, i, n, v);
   });
 }

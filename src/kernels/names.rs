@@ -161,10 +161,13 @@ pub const KERNEL_FILES: &[KernelFile] = &[
         kernels: &[
             "bias_bwd_partial_f32",
             "bias_bwd_final_f32",
+            "bias_add_f32",
             "bias_bwd_partial_f16",
             "bias_bwd_final_f16",
+            "bias_add_f16",
             "bias_bwd_partial_bf16",
             "bias_bwd_final_bf16",
+            "bias_add_bf16",
         ],
     },
     KernelFile {

@@ -297,7 +297,7 @@ fn encoder(c: &mut Case) -> Result<Vec<Output>, String> {
         if backward {
             let (_, dout) = c.typed::<T>("dout")?;
             let (mut dwte, mut dwpe) = (wte_or_dwte, wpe_or_dwpe);
-            cpu::encoder_backward(cpu::EncoderBackward { params, tokens: &tokens, dout: &dout, dwte: &mut dwte, dwpe: &mut dwpe })
+            cpu::encoder_backward(cpu::EncoderBackward { params, tokens: &tokens, dout: &dout, dwte: &mut dwte, dwpe: &mut dwpe, error: None })
                 .map_err(|e| c.err(e))?;
             // Worst case: every position holds the same token.
             let add = usize::from(accumulate);
@@ -307,7 +307,7 @@ fn encoder(c: &mut Case) -> Result<Vec<Output>, String> {
             ])
         } else {
             let mut o = vec![T::from_f64(0.0); batch * seq * ws[1]];
-            cpu::encoder_forward(cpu::EncoderForward { params, tokens: &tokens, wte: &wte_or_dwte, wpe: &wpe_or_dwpe, out: &mut o })
+            cpu::encoder_forward(cpu::EncoderForward { params, tokens: &tokens, wte: &wte_or_dwte, wpe: &wpe_or_dwpe, out: &mut o, error: None })
                 .map_err(|e| c.err(e))?;
             Ok(vec![out("out", &o, reduction(dt, 2))])
         }
@@ -350,8 +350,10 @@ fn crossentropy(c: &mut Case) -> Result<Vec<Output>, String> {
         let (ls, mut logits) = c.typed::<T>("logits")?;
         let params = cpu::CrossEntropyParams { rows: ls[0], vocab, padded_vocab: ls[1], dloss };
         let mut losses = vec![0.0f32; ls[0]];
-        let mean = cpu::softmax_cross_entropy(cpu::SoftmaxCrossEntropy { params, logits: &mut logits, targets: &targets, losses: &mut losses })
+        let mut loss = [0.0f32];
+        let mean = cpu::softmax_cross_entropy(cpu::SoftmaxCrossEntropy { params, logits: &mut logits, targets: &targets, losses: &mut losses, loss: Some(&mut loss), error: None })
             .map_err(|e| c.err(e))?;
+        assert_eq!(loss[0], mean as f32, "the loss output is the returned mean, rounded");
         // lse sums `vocab` exponentials; dlogits = (p − onehot)·dloss/n inherits lse's relative
         // error, and its absolute floor scales with dloss/n.
         let counted = targets.iter().filter(|&&t| t != cpu::IGNORE_INDEX).count().max(1);

@@ -121,6 +121,20 @@ static void test_bias(void (*part)(const T*, float*, int64_t, int, int64_t), voi
   check("bias_bwd" + tag_of("", name_of<T>(), {rows, cols, groups, accumulate, off}), db.data(), r, tol_of<T>() * 4);
 }
 
+/// The bias epilogue on a given GEMM output: out = out + bias (then GELU), pre_gelu saved.
+template <typename T>
+static void test_bias_add(void (*k)(T*, const T*, T*, int64_t, int, int), long rows, int cols, bool gelu, bool save, int off) {
+  auto os = rand_vec<T>(rows * cols + off), bs = rand_vec<T>(cols + off);
+  T* o = os.data() + off; const T* b = bs.data() + off;
+  std::vector<double> x(rows * cols), ro(rows * cols);
+  for (long i = 0; i < rows * cols; ++i) { x[i] = to_d(o[i]) + to_d(b[i % cols]); ro[i] = gelu ? gelu_d(x[i]) : x[i]; }
+  std::vector<T> pre(rows * cols + off);
+  emu_launch(k, emu_dim3{2}, 64, o, b, save ? pre.data() + off : (T*)nullptr, int64_t(rows), cols, int(gelu));
+  std::string tag = tag_of("", name_of<T>(), {rows, cols, gelu, save, off});
+  check("bias_add out" + tag, o, ro, tol_of<T>());
+  if (save) check("bias_add pre_gelu" + tag, pre.data() + off, x, tol_of<T>());
+}
+
 // ---------------------------------------------------------------- encoder
 template <typename T>
 static void test_encoder(void (*fwd)(const int*, const T*, const T*, T*, int64_t, int, int, int, unsigned*),
@@ -251,6 +265,11 @@ int main(int argc, char** argv) {
     test_bias<float>(bias_bwd_partial_f32, bias_bwd_final_f32, rows, cols, groups, acc, off);
     test_bias<__half>(bias_bwd_partial_f16, bias_bwd_final_f16, rows, cols, groups, acc, off);
     test_bias<bf16>(bias_bwd_partial_bf16, bias_bwd_final_bf16, rows, cols, groups, acc, off);
+  }
+  for (auto [rows, cols, gelu, save, off] : {std::tuple{5L, 13, false, false, 0}, {7L, 16, true, true, 0}, {3L, 9, true, false, 1}, {2L, 64, true, true, 1}}) {
+    test_bias_add<float>(bias_add_f32, rows, cols, gelu, save, off);
+    test_bias_add<__half>(bias_add_f16, rows, cols, gelu, save, off);
+    test_bias_add<bf16>(bias_add_bf16, rows, cols, gelu, save, off);
   }
   std::printf("bias done (%d failures)\n", failures); std::fflush(stdout);
   // (B, T, C, V, P, off, bad): rows > the links block (128) to cross tiles; odd C; misaligned.
