@@ -6,7 +6,7 @@
 
 mod device_common;
 
-use device_common::{assert_close, bits, download, stream, upload, Rng};
+use device_common::{assert_close, bits, download, run_golden_cases, stream, upload, Rng};
 use hip_kernels::ops::{
     self, BiasBackward, BiasParams, ClipGradScale, ClipParams, CrossEntropyParams, DeviceElement,
     ElementwiseParams, EncoderBackward, EncoderForward, EncoderParams, GeluBackward, GeluForward,
@@ -519,5 +519,28 @@ fn clip_grad_scale_from_the_device_norm() {
         1000,
         &download(&s, &gs),
         &want,
+    );
+}
+
+#[test]
+fn golden_training_step_cases_pass_on_the_device() {
+    // The strided attention ops have no device kernel yet (OpError::NoKernel): not selected.
+    run_golden_cases(
+        |op| {
+            matches!(
+                op,
+                "encoder_forward"
+                    | "encoder_backward"
+                    | "gelu_forward"
+                    | "gelu_backward"
+                    | "residual_add"
+                    | "crossentropy"
+                    | "matmul_bias"
+                    | "bias_backward"
+                    | "residual_layernorm_forward"
+                    | "clip"
+            )
+        },
+        "training-step",
     );
 }
