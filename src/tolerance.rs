@@ -27,6 +27,11 @@
 //! `u·1e-1` ≈ 6e-9: `atol = 1e-8`. The parameter `p·(1 − lr·wd) − update` can cancel to near 0
 //! from `|p|` up to ≈ 5 (N(0, 1) draws), an error of about `2·u·|p|` ≈ 6e-7: `atol = 1e-6`,
 //! still a thousandth of a typical update (lr ≥ 1e-2 in the cases).
+//!
+//! **Softmax cross-entropy gradients** ([`softmax_gradient`]): `dlogits = (p − onehot)·s` with
+//! `s = dloss/n` (n counted rows) can be ~1e-7 for a 50257-wide row, far below the default
+//! atol, so the absolute floor scales with `s`; `p = exp(x − lse)` inherits the relative error
+//! of `lse`'s sum of V exponentials (`4·u·V`, rule 2 as a relative term).
 
 use crate::params::DType;
 
@@ -128,6 +133,16 @@ pub fn tolerance(
             rtol: base.rtol,
             atol: base.atol + 4.0 * U_F32 * l,
         },
+    }
+}
+
+/// The tolerance of a fused softmax cross-entropy gradient `(p − onehot)·scale` over `vocab`
+/// classes stored as `dtype` (see the module docs).
+pub fn softmax_gradient(dtype: DType, vocab: usize, scale: f64) -> Tolerance {
+    let base = Tolerance::torch_default(dtype);
+    Tolerance {
+        rtol: base.rtol + 4.0 * U_F32 * vocab.max(1) as f64,
+        atol: base.atol * scale,
     }
 }
 

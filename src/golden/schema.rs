@@ -61,9 +61,20 @@ pub fn parse_case(name: &str, bytes: &[u8]) -> Result<Case, GoldenError> {
     let st = SafeTensors::deserialize(bytes).map_err(format)?;
     let meta = header.metadata().clone().unwrap_or_default();
     let mut tensors = BTreeMap::new();
+    let mut ints = BTreeMap::new();
     for (tname, view) in st.tensors() {
-        let data = decode(name, &tname, view.dtype(), view.data())?;
         let shape = view.shape().to_vec();
+        if view.dtype() == Dtype::I32 {
+            // Token ids and class targets.
+            let v = view
+                .data()
+                .chunks_exact(4)
+                .map(|b| i32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+                .collect();
+            ints.insert(tname, (shape, v));
+            continue;
+        }
+        let data = decode(name, &tname, view.dtype(), view.data())?;
         tensors.insert(tname, Tensor { shape, data });
     }
     let mut r = CaseReader {
@@ -71,6 +82,7 @@ pub fn parse_case(name: &str, bytes: &[u8]) -> Result<Case, GoldenError> {
         meta,
         used: RefCell::default(),
         tensors,
+        ints,
     };
     let op_name = r.meta_str("op")?;
     let op = crate::ops::golden_op(&op_name).ok_or_else(|| GoldenError::UnknownOp {
@@ -78,7 +90,7 @@ pub fn parse_case(name: &str, bytes: &[u8]) -> Result<Case, GoldenError> {
         op: op_name.clone(),
     })?;
     let case = (op.parse)(&mut r)?;
-    if let Some(extra) = r.tensors.keys().next() {
+    if let Some(extra) = r.tensors.keys().chain(r.ints.keys()).next() {
         return Err(GoldenError::UnexpectedTensor {
             case: name.to_string(),
             tensor: extra.clone(),
@@ -119,7 +131,7 @@ fn decode(case: &str, tensor: &str, dtype: Dtype, bytes: &[u8]) -> Result<Tensor
             return Err(GoldenError::TensorDType {
                 case: case.to_string(),
                 tensor: tensor.to_string(),
-                expected: "F32, F16 or BF16".into(),
+                expected: "F32, F16 or BF16 (I32 for token ids and targets)".into(),
                 got: format!("{other:?}"),
             })
         }
@@ -143,6 +155,8 @@ pub struct CaseReader<'a> {
     /// Metadata keys read so far; any other key is a [`GoldenError::UnknownMetadata`].
     used: RefCell<BTreeSet<String>>,
     tensors: BTreeMap<String, Tensor>,
+    /// The int32 tensors (token ids, class targets): shape and values.
+    ints: BTreeMap<String, (Vec<usize>, Vec<i32>)>,
 }
 
 impl CaseReader<'_> {
@@ -248,6 +262,35 @@ impl CaseReader<'_> {
             }
         }
         Ok(t)
+    }
+
+    /// Take the int32 tensor `name` (token ids, targets), checking its shape if given.
+    pub fn take_i32(
+        &mut self,
+        name: &str,
+        shape: Option<&[usize]>,
+    ) -> Result<(Vec<usize>, Vec<i32>), GoldenError> {
+        let Some((s, v)) = self.ints.remove(name) else {
+            return Err(if self.tensors.contains_key(name) {
+                GoldenError::TensorDType {
+                    case: self.case.to_string(),
+                    tensor: name.to_string(),
+                    expected: "I32".into(),
+                    got: "a float type".into(),
+                }
+            } else {
+                GoldenError::MissingTensor {
+                    case: self.case.to_string(),
+                    tensor: name.to_string(),
+                }
+            });
+        };
+        if let Some(want) = shape {
+            if s != want {
+                return Err(self.shape_err(name, format!("{want:?}"), &s));
+            }
+        }
+        Ok((s, v))
     }
 
     /// [`CaseReader::take`] if the tensor is present.

@@ -20,6 +20,14 @@ pub enum OpError {
     /// A HIP call failed (allocation, copy, launch), or a buffer is on another device.
     #[error(transparent)]
     Hip(#[from] hip_rt::Error),
+    /// The op has a CPU reference but no device kernel yet.
+    #[error("{op}: no device kernel yet ({reason}); use the CPU reference (hip_kernels::cpu)")]
+    NoKernel {
+        /// Operation name.
+        op: &'static str,
+        /// What is missing.
+        reason: &'static str,
+    },
 }
 
 impl From<LoadError> for OpError {

@@ -48,6 +48,11 @@ families! {
     layernorm,
     attention,
     adamw,
+    encoder,
+    gelu,
+    crossentropy,
+    bias,
+    clip,
 }
 
 /// The golden op named `name` (the `op` metadata of a case file).

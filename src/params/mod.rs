@@ -14,7 +14,8 @@ pub use element::{DType, Element};
 pub use half::{bf16, f16};
 pub use space::{opt_numel, DeviceElement, Exact, Host, OnDevice, Space, TensorLen};
 
-/// Bad shape, length, dtype or parameter given to an op (CPU reference or device launcher).
+/// Bad shape, length, dtype, parameter or index value given to an op (CPU reference or device
+/// launcher).
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum ShapeError {
     /// A buffer has the wrong number of elements for the shape.
@@ -73,6 +74,53 @@ pub enum ShapeError {
         /// How to fix it.
         fix: &'static str,
     },
+    /// An index input (a token id, a class target) is outside `0..limit` (and is not -100, the
+    /// ignore index, where the op has one).
+    #[error(
+        "{op}: `{tensor}`[{position}] = {value} is out of range; it must be in 0..{limit}{} \
+         (check the data against the model's size {limit})",
+        if *.ignorable { " or -100 (ignored)" } else { "" }
+    )]
+    IndexOutOfRange {
+        /// Operation name.
+        op: &'static str,
+        /// Tensor (argument) name.
+        tensor: &'static str,
+        /// Position of the bad element with its axis names (`b = 1, t = 3`).
+        position: String,
+        /// The offending value.
+        value: i64,
+        /// Exclusive upper bound (the vocabulary size).
+        limit: usize,
+        /// -100 is allowed (PyTorch's ignore_index).
+        ignorable: bool,
+    },
+}
+
+/// The first element of `idx` outside `0..limit` (other than -100 when `ignorable`), as a
+/// [`ShapeError::IndexOutOfRange`] whose position is `position(flat index)`.
+pub fn check_indices(
+    op: &'static str,
+    tensor: &'static str,
+    idx: &[i32],
+    limit: usize,
+    ignorable: bool,
+    position: impl Fn(usize) -> String,
+) -> Result<(), ShapeError> {
+    let bad = idx
+        .iter()
+        .position(|&v| !(usize::try_from(v).is_ok_and(|u| u < limit) || ignorable && v == -100));
+    match bad {
+        None => Ok(()),
+        Some(i) => Err(ShapeError::IndexOutOfRange {
+            op,
+            tensor,
+            position: position(i),
+            value: i64::from(idx[i]),
+            limit,
+            ignorable,
+        }),
+    }
 }
 
 /// Product of dimensions, or [`ShapeError::Overflow`].

@@ -4,6 +4,8 @@ use super::{AttentionBackward, AttentionForward};
 use crate::cpu::{exact, narrow, widen};
 use crate::params::{DeviceElement, Exact, Host, ShapeError};
 
+pub use super::strided::{attention_backward_strided, attention_forward_strided};
+
 /// [`AttentionForward`] on host slices: `out = softmax(scale·Q·Kᵀ + mask)·V` (storage type) and
 /// `lse` `[batch, heads, tq]` (f32) = natural log-sum-exp of the scaled visible scores. Masking
 /// and fully masked rows are described in [`super::AttentionParams`].

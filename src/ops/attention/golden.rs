@@ -22,6 +22,14 @@ pub(crate) const GOLDEN: &[GoldenOp] = &[
         name: "attention_backward",
         parse: parse_backward,
     },
+    GoldenOp {
+        name: "attention_forward_strided",
+        parse: super::golden_strided::parse_forward,
+    },
+    GoldenOp {
+        name: "attention_backward_strided",
+        parse: super::golden_strided::parse_backward,
+    },
 ];
 
 /// Inputs of an `attention_forward` case.

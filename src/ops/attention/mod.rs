@@ -5,12 +5,18 @@
 pub(crate) mod cpu;
 mod device;
 mod golden;
+mod golden_strided;
+mod strided;
 
 pub use device::{
     attention_backward, attention_forward, AttentionPlan, MAX_HEADS_PER_LAUNCH, MAX_HEAD_DIM,
     MAX_T,
 };
 pub use golden::{AttentionBackwardCase, AttentionForwardCase};
+pub use golden_strided::AttentionStridedCase;
+pub use strided::{
+    AttentionBackwardStrided, AttentionForwardStrided, AttentionLayout, Qkv, Strided,
+};
 pub(crate) use golden::GOLDEN;
 
 use crate::embedded::KernelFile;

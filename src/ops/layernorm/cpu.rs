@@ -4,6 +4,8 @@ use super::{LayerNormBackward, LayerNormForward};
 use crate::cpu::{exact, narrow, widen};
 use crate::params::{DeviceElement, Exact, Host, ShapeError};
 
+pub use super::residual::residual_layernorm_forward;
+
 /// [`LayerNormForward`] on host slices: writes `y` (storage type) and the per-row `mean` and
 /// `rstd` (f32, rounded from f64). `y` is computed from the unrounded f64 statistics.
 pub fn layernorm_forward<T: DeviceElement>(

@@ -22,6 +22,10 @@ pub(crate) const GOLDEN: &[GoldenOp] = &[
         name: "layernorm_backward",
         parse: parse_backward,
     },
+    GoldenOp {
+        name: "residual_layernorm_forward",
+        parse: super::golden_residual::parse,
+    },
 ];
 
 /// Inputs of a `layernorm_forward` case.

@@ -5,9 +5,16 @@
 pub(crate) mod cpu;
 mod device;
 mod golden;
+mod golden_residual;
+mod residual;
 
 pub use device::{layernorm_backward, layernorm_forward, wide_layout_ok, RowPlan, MAX_COLS};
 pub use golden::{LayerNormBackwardCase, LayerNormForwardCase};
+pub use golden_residual::ResidualLayerNormCase;
+pub use residual::{
+    residual_layernorm_forward_device as residual_layernorm_forward, ResidualLayerNormForward,
+    ResidualLayerNormParams,
+};
 
 use crate::embedded::KernelFile;
 use crate::params::{check_len, checked_len, invalid, ShapeError, Space, TensorLen};

@@ -17,20 +17,35 @@ pub fn matmul<T: DeviceElement>(args: Matmul<'_, Host, T>) -> Result<(), ShapeEr
         b,
         out,
     } = args;
+    let (alpha, beta) = (f64::from(shape.alpha), f64::from(shape.beta));
+    products(&shape, a, b, out, |_, acc, o: &mut T| {
+        let c = if beta == 0.0 { 0.0 } else { beta * o.to_f64() };
+        *o = T::from_f64(alpha * acc + c);
+    });
+    Ok(())
+}
+
+/// The f64 products `op(A)·op(B)` of validated params (alpha and beta not applied), handed per
+/// output element to `epilogue(column, product, slot)` (`out` is `[batch, m, n]` of any slot
+/// type). Shared with the bias epilogue's reference ([`crate::cpu::matmul_bias`]).
+pub(crate) fn products<T: DeviceElement, U: Send>(
+    shape: &MatmulParams,
+    a: &[T],
+    b: &[T],
+    out: &mut [U],
+    epilogue: impl Fn(usize, f64, &mut U) + Sync,
+) {
     let MatmulParams {
         m,
         n,
         k,
         trans_a,
         trans_b,
-        alpha,
-        beta,
         ..
-    } = shape;
+    } = *shape;
     if m == 0 || n == 0 {
-        return Ok(());
+        return;
     }
-    let (alpha, beta) = (f64::from(alpha), f64::from(beta));
     let a_at = |mat: &[T], i: usize, p: usize| {
         if trans_a {
             mat[p * m + i]
@@ -69,12 +84,10 @@ pub fn matmul<T: DeviceElement>(args: Matmul<'_, Host, T>) -> Result<(), ShapeEr
                     .zip(&bt[j * k..(j + 1) * k])
                     .map(|(x, y)| x * y)
                     .sum();
-                let c = if beta == 0.0 { 0.0 } else { beta * o.to_f64() };
-                *o = T::from_f64(alpha * acc + c);
+                epilogue(j, acc, o);
             }
         }
     });
-    Ok(())
 }
 
 #[cfg(test)]
