@@ -16,6 +16,23 @@ pub fn matmul<T: Element>(
     out: &mut [T],
 ) -> Result<(), ShapeError> {
     shape.validate(alpha, beta, a.len(), b.len(), out.len())?;
+    let (alpha, beta) = (f64::from(alpha), f64::from(beta));
+    products(shape, a, b, out, |_, acc, o: &mut T| {
+        let c = if beta == 0.0 { 0.0 } else { beta * o.to_f64() };
+        *o = T::from_f64(alpha * acc + c);
+    });
+    Ok(())
+}
+
+/// The f64 products `op(A)·op(B)` of a validated `shape`, handed per output element to
+/// `epilogue(column, product, slot)` (`out` is `[batch, m, n]` of any slot type).
+pub(super) fn products<T: Element, U: Send>(
+    shape: &MatmulShape,
+    a: &[T],
+    b: &[T],
+    out: &mut [U],
+    epilogue: impl Fn(usize, f64, &mut U) + Sync,
+) {
     let MatmulShape {
         m,
         n,
@@ -25,9 +42,8 @@ pub fn matmul<T: Element>(
         ..
     } = *shape;
     if m == 0 || n == 0 {
-        return Ok(());
+        return;
     }
-    let (alpha, beta) = (f64::from(alpha), f64::from(beta));
     let a_at = |mat: &[T], i: usize, p: usize| {
         if trans_a {
             mat[p * m + i]
@@ -66,12 +82,10 @@ pub fn matmul<T: Element>(
                     .zip(&bt[j * k..(j + 1) * k])
                     .map(|(x, y)| x * y)
                     .sum();
-                let c = if beta == 0.0 { 0.0 } else { beta * o.to_f64() };
-                *o = T::from_f64(alpha * acc + c);
+                epilogue(j, acc, o);
             }
         }
     });
-    Ok(())
 }
 
 #[cfg(test)]

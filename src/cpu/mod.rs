@@ -13,17 +13,48 @@
 
 mod adamw;
 mod attention;
+mod attention_strided;
+mod bias;
+mod clip;
+mod crossentropy;
+mod encoder;
+mod error;
 pub mod exact;
+mod gelu;
 mod layernorm;
 mod matmul;
+mod residual;
 
 pub use crate::params::{
     AdamWConfig, AdamWStep, AttentionShape, DType, Element, LayerNormShape, MatmulShape, ShapeError,
 };
 pub use adamw::{adamw, adamw_master, l2_norm, non_finite};
 pub use attention::{attention_backward, attention_forward};
+pub use attention_strided::{
+    attention_backward_strided, attention_forward_strided, AttentionBackwardStrided,
+    AttentionForwardStrided, AttentionLayout, Qkv, Strided,
+};
+pub use bias::{
+    bias_backward, matmul_bias, BiasBackward, BiasParams, MatmulBias, MatmulBiasParams,
+};
+pub use clip::{clip_coefficient, clip_grad_scale, CLIP_EPS};
+pub use crossentropy::{
+    softmax_cross_entropy, CrossEntropyParams, SoftmaxCrossEntropy, IGNORE_INDEX,
+};
+pub use encoder::{
+    encoder_backward, encoder_forward, EncoderBackward, EncoderForward, EncoderParams,
+};
+pub use error::OpError;
+pub use gelu::{
+    gelu_backward, gelu_forward, gelu_tanh, gelu_tanh_grad, ElementwiseParams, GeluBackward,
+    GeluForward,
+};
 pub use layernorm::{layernorm_backward, layernorm_forward};
 pub use matmul::matmul;
+pub use residual::{
+    residual_add, residual_layernorm_forward, ResidualAdd, ResidualLayerNormForward,
+    ResidualLayerNormParams,
+};
 
 /// Below this many multiply-adds a call runs on the calling thread.
 const PAR_MIN_WORK: usize = 1 << 16;
