@@ -31,7 +31,7 @@ COMMON = ["--seq", "16", "--steps", "20", "--lr", "1e-2"]
 VARIANTS = {
     "base": ["--batch", "4"],
     "accum": ["--batch", "2", "--grad-accum", "2"],
-    "clip": ["--batch", "4", "--grad-clip", "1.0"],
+    "clip": ["--batch", "4", "--grad-clip", "0.8"],
     "cosine": ["--batch", "4", "--warmup", "5", "--lr-min", "1e-4"],
     "decay": ["--batch", "4", "--weight-decay", "0.1"],
 }

@@ -1,0 +1,208 @@
+//! What the model needs from a compute backend: buffers and the ops of a GPT-2 training step,
+//! with llm.c's accumulate-into-gradient semantics. The model ([`crate::model`]) is written once
+//! against this trait; [`crate::cpu_backend`] implements it with the CPU reference
+//! (`hip_kernels::cpu`). A device backend implements the same methods with the launchers of
+//! `hip_kernels::ops` on a `hip_rt` stream and the caching allocator: every method only queues
+//! work, and the trainer's one host read per step is [`Backend::read_step`].
+
+use crate::error::Result;
+use hip_kernels::cpu::{AdamWConfig, AdamWStep, AttentionShape, MatmulShape};
+
+/// Dimensions of one micro-batch's activations.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Dims {
+    /// Rows B.
+    pub batch: usize,
+    /// Sequence length T.
+    pub seq: usize,
+    /// Width C.
+    pub channels: usize,
+    /// Heads H.
+    pub heads: usize,
+    /// MLP width F.
+    pub inner: usize,
+    /// Vocabulary V.
+    pub vocab: usize,
+    /// Positions P (rows of wpe).
+    pub positions: usize,
+    /// Layer-norm epsilon.
+    pub eps: f32,
+}
+
+impl Dims {
+    /// Positions of a micro-batch, N = B·T.
+    pub fn rows(&self) -> usize {
+        self.batch * self.seq
+    }
+
+    /// Attention on `[B, T, 3, H, D]` projections: causal, scale 1/√D.
+    pub fn attention(&self) -> AttentionShape {
+        let d = self.channels / self.heads;
+        AttentionShape {
+            batch: self.batch,
+            heads: self.heads,
+            tq: self.seq,
+            tk: self.seq,
+            head_dim: d,
+            causal: true,
+            scale: AttentionShape::default_scale(d),
+        }
+    }
+}
+
+/// The host-visible results of one step, read once at its end.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct StepRead {
+    /// Mean loss over the step's tokens.
+    pub loss: f64,
+    /// Global L2 norm of the gradients before clipping.
+    pub grad_norm: f64,
+}
+
+/// A compute backend for f32 training. Buffers are f32 (`Buf`) or token ids (`Ids`).
+///
+/// "Accumulates" means the result is added to what the output holds (gradient accumulation over
+/// micro-batches starts from zeroed gradients); "writes" means the output is overwritten.
+pub trait Backend {
+    /// An f32 tensor.
+    type Buf;
+    /// Token ids (i32).
+    type Ids;
+    /// Per-step scalars kept on the backend until [`Backend::read_step`].
+    type Scalars;
+
+    /// Human-readable name for the progress output.
+    fn name(&self) -> String;
+    /// A zero-filled buffer of `len` elements.
+    fn zeros(&self, len: usize) -> Result<Self::Buf>;
+    /// A buffer holding `host`.
+    fn upload(&self, host: &[f32]) -> Result<Self::Buf>;
+    /// The contents of `buf` (a host wait on a device).
+    fn download(&self, buf: &Self::Buf) -> Result<Vec<f32>>;
+    /// Set every element of `buf` to 0.
+    fn fill_zero(&self, buf: &mut Self::Buf) -> Result<()>;
+    /// Token ids on the backend.
+    fn ids(&self, host: &[i32]) -> Result<Self::Ids>;
+    /// Fresh per-step scalars (loss sum 0, norm unset).
+    fn scalars(&self) -> Result<Self::Scalars>;
+
+    /// Writes `out[b,t,:] = wte[tok[b,t],:] + wpe[t,:]`.
+    fn encoder_forward(
+        &self,
+        d: &Dims,
+        tokens: &Self::Ids,
+        wte: &Self::Buf,
+        wpe: &Self::Buf,
+        out: &mut Self::Buf,
+    ) -> Result<()>;
+    /// Accumulates the embedding gradients of `dout` into `dwte`, `dwpe`.
+    fn encoder_backward(
+        &self,
+        d: &Dims,
+        tokens: &Self::Ids,
+        dout: &Self::Buf,
+        dwte: &mut Self::Buf,
+        dwpe: &mut Self::Buf,
+    ) -> Result<()>;
+    /// `out = op(A)·op(B)`, written, or added to `out` with `accumulate`.
+    fn matmul(
+        &self,
+        shape: MatmulShape,
+        a: &Self::Buf,
+        b: &Self::Buf,
+        out: &mut Self::Buf,
+        accumulate: bool,
+    ) -> Result<()>;
+    /// Writes `out = A·B + bias`; with `pre_gelu`, writes the sum there and `gelu_tanh` of it
+    /// to `out`.
+    fn matmul_bias(
+        &self,
+        shape: MatmulShape,
+        a: &Self::Buf,
+        b: &Self::Buf,
+        bias: &Self::Buf,
+        out: &mut Self::Buf,
+        pre_gelu: Option<&mut Self::Buf>,
+    ) -> Result<()>;
+    /// Accumulates the column sums of `dout` `[rows, cols]` into `dbias` `[cols]`.
+    fn bias_backward(&self, rows: usize, dout: &Self::Buf, dbias: &mut Self::Buf) -> Result<()>;
+    /// Layer norm over rows of `d.channels`: writes `y`, `mean`, `rstd`.
+    #[allow(clippy::too_many_arguments)]
+    fn layernorm_forward(
+        &self,
+        d: &Dims,
+        x: &Self::Buf,
+        weight: &Self::Buf,
+        bias: &Self::Buf,
+        y: &mut Self::Buf,
+        mean: &mut Self::Buf,
+        rstd: &mut Self::Buf,
+    ) -> Result<()>;
+    /// Layer norm backward: accumulates `dx` into `dresidual`, and `dweight`, `dbias`.
+    #[allow(clippy::too_many_arguments)]
+    fn layernorm_backward(
+        &self,
+        d: &Dims,
+        x: &Self::Buf,
+        weight: &Self::Buf,
+        dy: &Self::Buf,
+        mean: &Self::Buf,
+        rstd: &Self::Buf,
+        dresidual: &mut Self::Buf,
+        dweight: &mut Self::Buf,
+        dbias: &mut Self::Buf,
+    ) -> Result<()>;
+    /// Writes `out = a + b`.
+    fn add(&self, a: &Self::Buf, b: &Self::Buf, out: &mut Self::Buf) -> Result<()>;
+    /// Causal attention reading q, k, v from `qkv` `[B, T, 3, H, D]`: writes `out` `[B, T, H, D]`
+    /// and `lse` `[B, H, T]`.
+    fn attention_forward(
+        &self,
+        d: &Dims,
+        qkv: &Self::Buf,
+        out: &mut Self::Buf,
+        lse: &mut Self::Buf,
+    ) -> Result<()>;
+    /// Attention backward: writes `dqkv` `[B, T, 3, H, D]`.
+    #[allow(clippy::too_many_arguments)]
+    fn attention_backward(
+        &self,
+        d: &Dims,
+        qkv: &Self::Buf,
+        out: &Self::Buf,
+        dout: &Self::Buf,
+        lse: &Self::Buf,
+        dqkv: &mut Self::Buf,
+    ) -> Result<()>;
+    /// Writes `dx = dout · gelu_tanh'(pre)`.
+    fn gelu_backward(&self, pre: &Self::Buf, dout: &Self::Buf, dx: &mut Self::Buf) -> Result<()>;
+    /// Fused softmax cross-entropy over `logits` `[N, V]` of one of `accum` micro-batches: adds
+    /// the mean loss divided by `accum` to the step's loss in `scalars`, and overwrites `logits`
+    /// with its gradient `(softmax − onehot)/(N·accum)`.
+    fn cross_entropy(
+        &self,
+        d: &Dims,
+        logits: &mut Self::Buf,
+        targets: &Self::Ids,
+        accum: usize,
+        scalars: &mut Self::Scalars,
+    ) -> Result<()>;
+    /// Stores the global L2 norm of `grads` in `scalars`.
+    fn grad_norm(&self, grads: &[&Self::Buf], scalars: &mut Self::Scalars) -> Result<()>;
+    /// One AdamW update of `param`; with `clip = Some(c)` the gradient is first multiplied by
+    /// `min(1, c / (norm + 1e-6))`, the norm taken from `scalars` (on the backend, no host read).
+    #[allow(clippy::too_many_arguments)]
+    fn adamw(
+        &self,
+        config: &AdamWConfig,
+        step: &AdamWStep,
+        clip: Option<f64>,
+        scalars: &Self::Scalars,
+        param: &mut Self::Buf,
+        grad: &Self::Buf,
+        exp_avg: &mut Self::Buf,
+        exp_avg_sq: &mut Self::Buf,
+    ) -> Result<()>;
+    /// The step's loss and gradient norm: the one host read of a step.
+    fn read_step(&self, scalars: &Self::Scalars) -> Result<StepRead>;
+}

@@ -1,0 +1,347 @@
+//! The CPU backend: every op is the crate's CPU reference (`hip_kernels::cpu`, f64 inside, each
+//! output rounded once to f32). The oracle, not a fast path.
+
+use crate::backend::{Backend, Dims, StepRead};
+use crate::error::{Result, TrainError};
+use hip_kernels::cpu::{self, AdamWConfig, AdamWStep, AttentionLayout, MatmulShape, Qkv, Strided};
+
+/// The CPU reference as a [`Backend`].
+#[derive(Debug, Default, Clone, Copy)]
+pub struct Cpu;
+
+/// Per-step scalars of the CPU backend.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct CpuScalars {
+    loss: f64,
+    norm: f64,
+}
+
+fn op(e: impl std::fmt::Display) -> TrainError {
+    TrainError::Op(e.to_string())
+}
+
+impl Dims {
+    fn ln(&self) -> cpu::LayerNormShape {
+        cpu::LayerNormShape {
+            rows: self.rows(),
+            cols: self.channels,
+        }
+    }
+
+    fn encoder(&self, accumulate: bool) -> cpu::EncoderParams {
+        cpu::EncoderParams {
+            batch: self.batch,
+            seq: self.seq,
+            channels: self.channels,
+            vocab: self.vocab,
+            positions: self.positions,
+            accumulate,
+        }
+    }
+
+    fn qkv_layouts(&self) -> [AttentionLayout; 3] {
+        let (t, h, dd) = (self.seq, self.heads, self.channels / self.heads);
+        [Qkv::Q, Qkv::K, Qkv::V].map(|w| AttentionLayout::fused_qkv(w, t, h, dd))
+    }
+
+    fn bthd(&self) -> AttentionLayout {
+        AttentionLayout::bthd(self.seq, self.heads, self.channels / self.heads)
+    }
+}
+
+impl Backend for Cpu {
+    type Buf = Vec<f32>;
+    type Ids = Vec<i32>;
+    type Scalars = CpuScalars;
+
+    fn name(&self) -> String {
+        "cpu (hip_kernels::cpu reference)".into()
+    }
+
+    fn zeros(&self, len: usize) -> Result<Vec<f32>> {
+        Ok(vec![0.0; len])
+    }
+
+    fn upload(&self, host: &[f32]) -> Result<Vec<f32>> {
+        Ok(host.to_vec())
+    }
+
+    fn download(&self, buf: &Vec<f32>) -> Result<Vec<f32>> {
+        Ok(buf.clone())
+    }
+
+    fn fill_zero(&self, buf: &mut Vec<f32>) -> Result<()> {
+        buf.fill(0.0);
+        Ok(())
+    }
+
+    fn ids(&self, host: &[i32]) -> Result<Vec<i32>> {
+        Ok(host.to_vec())
+    }
+
+    fn scalars(&self) -> Result<CpuScalars> {
+        Ok(CpuScalars::default())
+    }
+
+    fn encoder_forward(
+        &self,
+        d: &Dims,
+        tokens: &Vec<i32>,
+        wte: &Vec<f32>,
+        wpe: &Vec<f32>,
+        out: &mut Vec<f32>,
+    ) -> Result<()> {
+        cpu::encoder_forward(cpu::EncoderForward {
+            params: d.encoder(false),
+            tokens,
+            wte,
+            wpe,
+            out,
+        })
+        .map_err(op)
+    }
+
+    fn encoder_backward(
+        &self,
+        d: &Dims,
+        tokens: &Vec<i32>,
+        dout: &Vec<f32>,
+        dwte: &mut Vec<f32>,
+        dwpe: &mut Vec<f32>,
+    ) -> Result<()> {
+        cpu::encoder_backward(cpu::EncoderBackward {
+            params: d.encoder(true),
+            tokens,
+            dout,
+            dwte,
+            dwpe,
+        })
+        .map_err(op)
+    }
+
+    fn matmul(
+        &self,
+        shape: MatmulShape,
+        a: &Vec<f32>,
+        b: &Vec<f32>,
+        out: &mut Vec<f32>,
+        accumulate: bool,
+    ) -> Result<()> {
+        let beta = if accumulate { 1.0 } else { 0.0 };
+        cpu::matmul(&shape, 1.0, beta, a, b, out).map_err(op)
+    }
+
+    fn matmul_bias(
+        &self,
+        shape: MatmulShape,
+        a: &Vec<f32>,
+        b: &Vec<f32>,
+        bias: &Vec<f32>,
+        out: &mut Vec<f32>,
+        pre_gelu: Option<&mut Vec<f32>>,
+    ) -> Result<()> {
+        cpu::matmul_bias(cpu::MatmulBias {
+            params: cpu::MatmulBiasParams {
+                gelu: pre_gelu.is_some(),
+                ..shape.into()
+            },
+            a,
+            b,
+            bias,
+            out,
+            pre_gelu: pre_gelu.map(|p| p.as_mut_slice()),
+        })
+        .map_err(op)
+    }
+
+    fn bias_backward(&self, rows: usize, dout: &Vec<f32>, dbias: &mut Vec<f32>) -> Result<()> {
+        cpu::bias_backward(cpu::BiasBackward {
+            params: cpu::BiasParams {
+                rows,
+                cols: dbias.len(),
+                accumulate: true,
+            },
+            dout,
+            dbias,
+        })
+        .map_err(op)
+    }
+
+    fn layernorm_forward(
+        &self,
+        d: &Dims,
+        x: &Vec<f32>,
+        weight: &Vec<f32>,
+        bias: &Vec<f32>,
+        y: &mut Vec<f32>,
+        mean: &mut Vec<f32>,
+        rstd: &mut Vec<f32>,
+    ) -> Result<()> {
+        cpu::layernorm_forward(&d.ln(), d.eps, x, weight, bias, y, mean, rstd).map_err(op)
+    }
+
+    fn layernorm_backward(
+        &self,
+        d: &Dims,
+        x: &Vec<f32>,
+        weight: &Vec<f32>,
+        dy: &Vec<f32>,
+        mean: &Vec<f32>,
+        rstd: &Vec<f32>,
+        dresidual: &mut Vec<f32>,
+        dweight: &mut Vec<f32>,
+        dbias: &mut Vec<f32>,
+    ) -> Result<()> {
+        // The reference overwrites its outputs: compute into scratch, then add once (f32 sums,
+        // as a fused kernel's `+=` of its f32 result).
+        let (mut dx, mut dw, mut db) = (
+            vec![0.0; x.len()],
+            vec![0.0; weight.len()],
+            vec![0.0; weight.len()],
+        );
+        cpu::layernorm_backward(
+            &d.ln(),
+            x,
+            weight,
+            dy,
+            mean,
+            rstd,
+            &mut dx,
+            &mut dw,
+            &mut db,
+        )
+        .map_err(op)?;
+        for (acc, new) in [(dresidual, &dx), (dweight, &dw), (dbias, &db)] {
+            for (a, n) in acc.iter_mut().zip(new.iter()) {
+                *a += n;
+            }
+        }
+        Ok(())
+    }
+
+    fn add(&self, a: &Vec<f32>, b: &Vec<f32>, out: &mut Vec<f32>) -> Result<()> {
+        let params = cpu::ElementwiseParams { len: a.len() };
+        cpu::residual_add(cpu::ResidualAdd { params, a, b, out }).map_err(op)
+    }
+
+    fn attention_forward(
+        &self,
+        d: &Dims,
+        qkv: &Vec<f32>,
+        out: &mut Vec<f32>,
+        lse: &mut Vec<f32>,
+    ) -> Result<()> {
+        let [q, k, v] = d.qkv_layouts().map(|layout| Strided { data: qkv, layout });
+        cpu::attention_forward_strided(cpu::AttentionForwardStrided {
+            params: d.attention(),
+            q,
+            k,
+            v,
+            out,
+            out_layout: d.bthd(),
+            lse,
+        })
+        .map_err(op)
+    }
+
+    fn attention_backward(
+        &self,
+        d: &Dims,
+        qkv: &Vec<f32>,
+        out: &Vec<f32>,
+        dout: &Vec<f32>,
+        lse: &Vec<f32>,
+        dqkv: &mut Vec<f32>,
+    ) -> Result<()> {
+        let [q, k, v] = d.qkv_layouts().map(|layout| Strided { data: qkv, layout });
+        let [dq, dk, dv] = d.qkv_layouts();
+        cpu::attention_backward_strided(cpu::AttentionBackwardStrided {
+            params: d.attention(),
+            q,
+            k,
+            v,
+            out: Strided {
+                data: out,
+                layout: d.bthd(),
+            },
+            dout: Strided {
+                data: dout,
+                layout: d.bthd(),
+            },
+            lse,
+            dqkv,
+            dq,
+            dk,
+            dv,
+        })
+        .map_err(op)
+    }
+
+    fn gelu_backward(&self, pre: &Vec<f32>, dout: &Vec<f32>, dx: &mut Vec<f32>) -> Result<()> {
+        let params = cpu::ElementwiseParams { len: pre.len() };
+        cpu::gelu_backward(cpu::GeluBackward {
+            params,
+            x: pre,
+            dout,
+            dx,
+        })
+        .map_err(op)
+    }
+
+    fn cross_entropy(
+        &self,
+        d: &Dims,
+        logits: &mut Vec<f32>,
+        targets: &Vec<i32>,
+        accum: usize,
+        scalars: &mut CpuScalars,
+    ) -> Result<()> {
+        let mut losses = vec![0.0f32; d.rows()];
+        let mean = cpu::softmax_cross_entropy(cpu::SoftmaxCrossEntropy {
+            params: cpu::CrossEntropyParams {
+                dloss: Some((1.0 / accum as f64) as f32),
+                ..cpu::CrossEntropyParams::new(d.rows(), d.vocab)
+            },
+            logits,
+            targets,
+            losses: &mut losses,
+        })
+        .map_err(op)?;
+        scalars.loss += mean / accum as f64;
+        Ok(())
+    }
+
+    fn grad_norm(&self, grads: &[&Vec<f32>], scalars: &mut CpuScalars) -> Result<()> {
+        let slices: Vec<&[f32]> = grads.iter().map(|g| g.as_slice()).collect();
+        scalars.norm = cpu::l2_norm(&slices);
+        Ok(())
+    }
+
+    fn adamw(
+        &self,
+        config: &AdamWConfig,
+        step: &AdamWStep,
+        clip: Option<f64>,
+        scalars: &CpuScalars,
+        param: &mut Vec<f32>,
+        grad: &Vec<f32>,
+        exp_avg: &mut Vec<f32>,
+        exp_avg_sq: &mut Vec<f32>,
+    ) -> Result<()> {
+        let mut step = *step;
+        if let Some(max_norm) = clip {
+            let scale = cpu::clip_grad_scale(scalars.norm, max_norm, 1.0).map_err(op)?;
+            if scale != 1.0 {
+                step.grad_scale = Some(scale);
+            }
+        }
+        cpu::adamw(config, &step, param, grad, exp_avg, exp_avg_sq, None).map_err(op)
+    }
+
+    fn read_step(&self, scalars: &CpuScalars) -> Result<StepRead> {
+        Ok(StepRead {
+            loss: scalars.loss,
+            grad_norm: scalars.norm,
+        })
+    }
+}
