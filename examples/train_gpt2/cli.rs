@@ -41,7 +41,7 @@ pub enum Precision {
 
 /// Train a GPT-2 with hip-kernels (see ../shared/TRAIN-GPT2-SPEC.md).
 #[derive(Debug, Clone, Parser)]
-#[command(name = "train_gpt2", version)]
+#[command(name = "train_gpt2", version, args_override_self = true)]
 pub struct Args {
     /// Model: a directory with model.safetensors + config.json, or the .safetensors file.
     #[arg(long)]
