@@ -1,12 +1,14 @@
 //! What the model needs from a compute backend: buffers and the ops of a GPT-2 training step,
-//! with llm.c's accumulate-into-gradient semantics. The model ([`crate::model`]) is written once
+//! with llm.c's accumulate-into-gradient semantics, for one storage type `T` of weights,
+//! activations and gradients (f32, bf16, f16); statistics, master weights and optimizer moments
+//! are f32. The model ([`crate::model`]) is written once
 //! against this trait; [`crate::cpu_backend`] implements it with the CPU reference
 //! (`hip_kernels::cpu`). A device backend implements the same methods with the launchers of
 //! `hip_kernels::ops` on a `hip_rt` stream and the caching allocator: every method only queues
 //! work, and the trainer's one host read per step is [`Backend::read_step`].
 
 use crate::error::Result;
-use hip_kernels::cpu::{AdamWConfig, AdamWStep, AttentionShape, MatmulShape};
+use hip_kernels::cpu::{AdamWConfig, AdamWStep, AttentionShape, Element, MatmulShape};
 
 /// Dimensions of one micro-batch's activations.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -53,19 +55,33 @@ impl Dims {
 /// The host-visible results of one step, read once at its end.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct StepRead {
-    /// Mean loss over the step's tokens.
+    /// Mean loss over the step's tokens (unscaled).
     pub loss: f64,
-    /// Global L2 norm of the gradients before clipping.
+    /// Global L2 norm of the gradients as stored (times the loss scale), before clipping.
     pub grad_norm: f64,
 }
 
-/// A compute backend for f32 training. Buffers are f32 (`Buf`) or token ids (`Ids`).
+/// How AdamW treats the gradients of a step: divided by `loss_scale`, then clipped to `clip`
+/// (by the norm in the step's scalars, without a host read); with a non-finite norm the whole
+/// update is skipped (`found_inf`).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct GradScaling {
+    /// The loss scale the backward used (1 without f16 loss scaling).
+    pub loss_scale: f64,
+    /// `--grad-clip`, when > 0.
+    pub clip: Option<f64>,
+}
+
+/// A compute backend for training with storage type `T`. Buffers are `T` (`Buf`), f32
+/// (`Stat`: layer-norm statistics, lse, master weights, AdamW moments) or token ids (`Ids`).
 ///
 /// "Accumulates" means the result is added to what the output holds (gradient accumulation over
 /// micro-batches starts from zeroed gradients); "writes" means the output is overwritten.
-pub trait Backend {
-    /// An f32 tensor.
+pub trait Backend<T: Element> {
+    /// A tensor of `T`.
     type Buf;
+    /// An f32 tensor.
+    type Stat;
     /// Token ids (i32).
     type Ids;
     /// Per-step scalars kept on the backend until [`Backend::read_step`].
@@ -75,10 +91,16 @@ pub trait Backend {
     fn name(&self) -> String;
     /// A zero-filled buffer of `len` elements.
     fn zeros(&self, len: usize) -> Result<Self::Buf>;
-    /// A buffer holding `host`.
+    /// A zero-filled f32 buffer of `len` elements.
+    fn zeros_stat(&self, len: usize) -> Result<Self::Stat>;
+    /// A buffer holding `host` rounded to `T`.
     fn upload(&self, host: &[f32]) -> Result<Self::Buf>;
-    /// The contents of `buf` (a host wait on a device).
+    /// The contents of `buf`, widened to f32 (a host wait on a device).
     fn download(&self, buf: &Self::Buf) -> Result<Vec<f32>>;
+    /// An f32 buffer holding `host`.
+    fn upload_stat(&self, host: &[f32]) -> Result<Self::Stat>;
+    /// The contents of an f32 buffer (a host wait on a device).
+    fn download_stat(&self, buf: &Self::Stat) -> Result<Vec<f32>>;
     /// Set every element of `buf` to 0.
     fn fill_zero(&self, buf: &mut Self::Buf) -> Result<()>;
     /// Token ids on the backend.
@@ -135,8 +157,8 @@ pub trait Backend {
         weight: &Self::Buf,
         bias: &Self::Buf,
         y: &mut Self::Buf,
-        mean: &mut Self::Buf,
-        rstd: &mut Self::Buf,
+        mean: &mut Self::Stat,
+        rstd: &mut Self::Stat,
     ) -> Result<()>;
     /// Layer norm backward: accumulates `dx` into `dresidual`, and `dweight`, `dbias`.
     #[allow(clippy::too_many_arguments)]
@@ -146,8 +168,8 @@ pub trait Backend {
         x: &Self::Buf,
         weight: &Self::Buf,
         dy: &Self::Buf,
-        mean: &Self::Buf,
-        rstd: &Self::Buf,
+        mean: &Self::Stat,
+        rstd: &Self::Stat,
         dresidual: &mut Self::Buf,
         dweight: &mut Self::Buf,
         dbias: &mut Self::Buf,
@@ -161,7 +183,7 @@ pub trait Backend {
         d: &Dims,
         qkv: &Self::Buf,
         out: &mut Self::Buf,
-        lse: &mut Self::Buf,
+        lse: &mut Self::Stat,
     ) -> Result<()>;
     /// Attention backward: writes `dqkv` `[B, T, 3, H, D]`.
     #[allow(clippy::too_many_arguments)]
@@ -171,37 +193,41 @@ pub trait Backend {
         qkv: &Self::Buf,
         out: &Self::Buf,
         dout: &Self::Buf,
-        lse: &Self::Buf,
+        lse: &Self::Stat,
         dqkv: &mut Self::Buf,
     ) -> Result<()>;
     /// Writes `dx = dout · gelu_tanh'(pre)`.
     fn gelu_backward(&self, pre: &Self::Buf, dout: &Self::Buf, dx: &mut Self::Buf) -> Result<()>;
     /// Fused softmax cross-entropy over `logits` `[N, V]` of one of `accum` micro-batches: adds
     /// the mean loss divided by `accum` to the step's loss in `scalars`, and overwrites `logits`
-    /// with its gradient `(softmax − onehot)/(N·accum)`.
+    /// with its gradient `loss_scale·(softmax − onehot)/(N·accum)`.
     fn cross_entropy(
         &self,
         d: &Dims,
         logits: &mut Self::Buf,
         targets: &Self::Ids,
         accum: usize,
+        loss_scale: f64,
         scalars: &mut Self::Scalars,
     ) -> Result<()>;
-    /// Stores the global L2 norm of `grads` in `scalars`.
+    /// Stores the global L2 norm of `grads` in `scalars` (non-finite iff a gradient is).
     fn grad_norm(&self, grads: &[&Self::Buf], scalars: &mut Self::Scalars) -> Result<()>;
-    /// One AdamW update of `param`; with `clip = Some(c)` the gradient is first multiplied by
-    /// `min(1, c / (norm + 1e-6))`, the norm taken from `scalars` (on the backend, no host read).
+    /// One AdamW update of `param` (through f32 `master` weights when given: `param` is then
+    /// rewritten as their rounding), the gradient scaled as `scaling` says with the norm taken
+    /// from `scalars` (on the backend, no host read); nothing changes when that norm is not
+    /// finite.
     #[allow(clippy::too_many_arguments)]
     fn adamw(
         &self,
         config: &AdamWConfig,
         step: &AdamWStep,
-        clip: Option<f64>,
+        scaling: GradScaling,
         scalars: &Self::Scalars,
+        master: Option<&mut Self::Stat>,
         param: &mut Self::Buf,
         grad: &Self::Buf,
-        exp_avg: &mut Self::Buf,
-        exp_avg_sq: &mut Self::Buf,
+        exp_avg: &mut Self::Stat,
+        exp_avg_sq: &mut Self::Stat,
     ) -> Result<()>;
     /// The step's loss and gradient norm: the one host read of a step.
     fn read_step(&self, scalars: &Self::Scalars) -> Result<StepRead>;

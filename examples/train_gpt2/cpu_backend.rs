@@ -1,9 +1,11 @@
 //! The CPU backend: every op is the crate's CPU reference (`hip_kernels::cpu`, f64 inside, each
-//! output rounded once to f32). The oracle, not a fast path.
+//! output rounded once to its storage type: f32, bf16 or f16). The oracle, not a fast path.
 
-use crate::backend::{Backend, Dims, StepRead};
+use crate::backend::{Backend, Dims, GradScaling, StepRead};
 use crate::error::{Result, TrainError};
-use hip_kernels::cpu::{self, AdamWConfig, AdamWStep, AttentionLayout, MatmulShape, Qkv, Strided};
+use hip_kernels::cpu::{
+    self, AdamWConfig, AdamWStep, AttentionLayout, Element, MatmulShape, Qkv, Strided,
+};
 
 /// The CPU reference as a [`Backend`].
 #[derive(Debug, Default, Clone, Copy)]
@@ -49,29 +51,42 @@ impl Dims {
     }
 }
 
-impl Backend for Cpu {
-    type Buf = Vec<f32>;
+impl<T: Element> Backend<T> for Cpu {
+    type Buf = Vec<T>;
+    type Stat = Vec<f32>;
     type Ids = Vec<i32>;
     type Scalars = CpuScalars;
 
     fn name(&self) -> String {
-        "cpu (hip_kernels::cpu reference)".into()
+        format!("cpu ({}, hip_kernels::cpu reference)", T::DTYPE)
     }
 
-    fn zeros(&self, len: usize) -> Result<Vec<f32>> {
+    fn zeros(&self, len: usize) -> Result<Vec<T>> {
+        Ok(vec![T::from_f32(0.0); len])
+    }
+
+    fn zeros_stat(&self, len: usize) -> Result<Vec<f32>> {
         Ok(vec![0.0; len])
     }
 
-    fn upload(&self, host: &[f32]) -> Result<Vec<f32>> {
+    fn upload(&self, host: &[f32]) -> Result<Vec<T>> {
+        Ok(host.iter().map(|&x| T::from_f32(x)).collect())
+    }
+
+    fn upload_stat(&self, host: &[f32]) -> Result<Vec<f32>> {
         Ok(host.to_vec())
     }
 
-    fn download(&self, buf: &Vec<f32>) -> Result<Vec<f32>> {
+    fn download(&self, buf: &Vec<T>) -> Result<Vec<f32>> {
+        Ok(buf.iter().map(|x| x.to_f32()).collect())
+    }
+
+    fn download_stat(&self, buf: &Vec<f32>) -> Result<Vec<f32>> {
         Ok(buf.clone())
     }
 
-    fn fill_zero(&self, buf: &mut Vec<f32>) -> Result<()> {
-        buf.fill(0.0);
+    fn fill_zero(&self, buf: &mut Vec<T>) -> Result<()> {
+        buf.fill(T::from_f32(0.0));
         Ok(())
     }
 
@@ -87,9 +102,9 @@ impl Backend for Cpu {
         &self,
         d: &Dims,
         tokens: &Vec<i32>,
-        wte: &Vec<f32>,
-        wpe: &Vec<f32>,
-        out: &mut Vec<f32>,
+        wte: &Vec<T>,
+        wpe: &Vec<T>,
+        out: &mut Vec<T>,
     ) -> Result<()> {
         cpu::encoder_forward(cpu::EncoderForward {
             params: d.encoder(false),
@@ -105,9 +120,9 @@ impl Backend for Cpu {
         &self,
         d: &Dims,
         tokens: &Vec<i32>,
-        dout: &Vec<f32>,
-        dwte: &mut Vec<f32>,
-        dwpe: &mut Vec<f32>,
+        dout: &Vec<T>,
+        dwte: &mut Vec<T>,
+        dwpe: &mut Vec<T>,
     ) -> Result<()> {
         cpu::encoder_backward(cpu::EncoderBackward {
             params: d.encoder(true),
@@ -122,9 +137,9 @@ impl Backend for Cpu {
     fn matmul(
         &self,
         shape: MatmulShape,
-        a: &Vec<f32>,
-        b: &Vec<f32>,
-        out: &mut Vec<f32>,
+        a: &Vec<T>,
+        b: &Vec<T>,
+        out: &mut Vec<T>,
         accumulate: bool,
     ) -> Result<()> {
         let beta = if accumulate { 1.0 } else { 0.0 };
@@ -134,11 +149,11 @@ impl Backend for Cpu {
     fn matmul_bias(
         &self,
         shape: MatmulShape,
-        a: &Vec<f32>,
-        b: &Vec<f32>,
-        bias: &Vec<f32>,
-        out: &mut Vec<f32>,
-        pre_gelu: Option<&mut Vec<f32>>,
+        a: &Vec<T>,
+        b: &Vec<T>,
+        bias: &Vec<T>,
+        out: &mut Vec<T>,
+        pre_gelu: Option<&mut Vec<T>>,
     ) -> Result<()> {
         cpu::matmul_bias(cpu::MatmulBias {
             params: cpu::MatmulBiasParams {
@@ -154,7 +169,7 @@ impl Backend for Cpu {
         .map_err(op)
     }
 
-    fn bias_backward(&self, rows: usize, dout: &Vec<f32>, dbias: &mut Vec<f32>) -> Result<()> {
+    fn bias_backward(&self, rows: usize, dout: &Vec<T>, dbias: &mut Vec<T>) -> Result<()> {
         cpu::bias_backward(cpu::BiasBackward {
             params: cpu::BiasParams {
                 rows,
@@ -170,10 +185,10 @@ impl Backend for Cpu {
     fn layernorm_forward(
         &self,
         d: &Dims,
-        x: &Vec<f32>,
-        weight: &Vec<f32>,
-        bias: &Vec<f32>,
-        y: &mut Vec<f32>,
+        x: &Vec<T>,
+        weight: &Vec<T>,
+        bias: &Vec<T>,
+        y: &mut Vec<T>,
         mean: &mut Vec<f32>,
         rstd: &mut Vec<f32>,
     ) -> Result<()> {
@@ -183,21 +198,22 @@ impl Backend for Cpu {
     fn layernorm_backward(
         &self,
         d: &Dims,
-        x: &Vec<f32>,
-        weight: &Vec<f32>,
-        dy: &Vec<f32>,
+        x: &Vec<T>,
+        weight: &Vec<T>,
+        dy: &Vec<T>,
         mean: &Vec<f32>,
         rstd: &Vec<f32>,
-        dresidual: &mut Vec<f32>,
-        dweight: &mut Vec<f32>,
-        dbias: &mut Vec<f32>,
+        dresidual: &mut Vec<T>,
+        dweight: &mut Vec<T>,
+        dbias: &mut Vec<T>,
     ) -> Result<()> {
-        // The reference overwrites its outputs: compute into scratch, then add once (f32 sums,
-        // as a fused kernel's `+=` of its f32 result).
+        // The reference overwrites its outputs: compute into scratch, then add once (one
+        // rounding of the sum, as a fused kernel's `+=` of its f32 result).
+        let zero = T::from_f32(0.0);
         let (mut dx, mut dw, mut db) = (
-            vec![0.0; x.len()],
-            vec![0.0; weight.len()],
-            vec![0.0; weight.len()],
+            vec![zero; x.len()],
+            vec![zero; weight.len()],
+            vec![zero; weight.len()],
         );
         cpu::layernorm_backward(
             &d.ln(),
@@ -213,13 +229,13 @@ impl Backend for Cpu {
         .map_err(op)?;
         for (acc, new) in [(dresidual, &dx), (dweight, &dw), (dbias, &db)] {
             for (a, n) in acc.iter_mut().zip(new.iter()) {
-                *a += n;
+                *a = T::from_f64(a.to_f64() + n.to_f64());
             }
         }
         Ok(())
     }
 
-    fn add(&self, a: &Vec<f32>, b: &Vec<f32>, out: &mut Vec<f32>) -> Result<()> {
+    fn add(&self, a: &Vec<T>, b: &Vec<T>, out: &mut Vec<T>) -> Result<()> {
         let params = cpu::ElementwiseParams { len: a.len() };
         cpu::residual_add(cpu::ResidualAdd { params, a, b, out }).map_err(op)
     }
@@ -227,8 +243,8 @@ impl Backend for Cpu {
     fn attention_forward(
         &self,
         d: &Dims,
-        qkv: &Vec<f32>,
-        out: &mut Vec<f32>,
+        qkv: &Vec<T>,
+        out: &mut Vec<T>,
         lse: &mut Vec<f32>,
     ) -> Result<()> {
         let [q, k, v] = d.qkv_layouts().map(|layout| Strided { data: qkv, layout });
@@ -247,11 +263,11 @@ impl Backend for Cpu {
     fn attention_backward(
         &self,
         d: &Dims,
-        qkv: &Vec<f32>,
-        out: &Vec<f32>,
-        dout: &Vec<f32>,
+        qkv: &Vec<T>,
+        out: &Vec<T>,
+        dout: &Vec<T>,
         lse: &Vec<f32>,
-        dqkv: &mut Vec<f32>,
+        dqkv: &mut Vec<T>,
     ) -> Result<()> {
         let [q, k, v] = d.qkv_layouts().map(|layout| Strided { data: qkv, layout });
         let [dq, dk, dv] = d.qkv_layouts();
@@ -277,7 +293,7 @@ impl Backend for Cpu {
         .map_err(op)
     }
 
-    fn gelu_backward(&self, pre: &Vec<f32>, dout: &Vec<f32>, dx: &mut Vec<f32>) -> Result<()> {
+    fn gelu_backward(&self, pre: &Vec<T>, dout: &Vec<T>, dx: &mut Vec<T>) -> Result<()> {
         let params = cpu::ElementwiseParams { len: pre.len() };
         cpu::gelu_backward(cpu::GeluBackward {
             params,
@@ -291,15 +307,16 @@ impl Backend for Cpu {
     fn cross_entropy(
         &self,
         d: &Dims,
-        logits: &mut Vec<f32>,
+        logits: &mut Vec<T>,
         targets: &Vec<i32>,
         accum: usize,
+        loss_scale: f64,
         scalars: &mut CpuScalars,
     ) -> Result<()> {
         let mut losses = vec![0.0f32; d.rows()];
         let mean = cpu::softmax_cross_entropy(cpu::SoftmaxCrossEntropy {
             params: cpu::CrossEntropyParams {
-                dloss: Some((1.0 / accum as f64) as f32),
+                dloss: Some((loss_scale / accum as f64) as f32),
                 ..cpu::CrossEntropyParams::new(d.rows(), d.vocab)
             },
             logits,
@@ -311,8 +328,8 @@ impl Backend for Cpu {
         Ok(())
     }
 
-    fn grad_norm(&self, grads: &[&Vec<f32>], scalars: &mut CpuScalars) -> Result<()> {
-        let slices: Vec<&[f32]> = grads.iter().map(|g| g.as_slice()).collect();
+    fn grad_norm(&self, grads: &[&Vec<T>], scalars: &mut CpuScalars) -> Result<()> {
+        let slices: Vec<&[T]> = grads.iter().map(|g| g.as_slice()).collect();
         scalars.norm = cpu::l2_norm(&slices);
         Ok(())
     }
@@ -321,21 +338,30 @@ impl Backend for Cpu {
         &self,
         config: &AdamWConfig,
         step: &AdamWStep,
-        clip: Option<f64>,
+        scaling: GradScaling,
         scalars: &CpuScalars,
-        param: &mut Vec<f32>,
-        grad: &Vec<f32>,
+        master: Option<&mut Vec<f32>>,
+        param: &mut Vec<T>,
+        grad: &Vec<T>,
         exp_avg: &mut Vec<f32>,
         exp_avg_sq: &mut Vec<f32>,
     ) -> Result<()> {
         let mut step = *step;
-        if let Some(max_norm) = clip {
-            let scale = cpu::clip_grad_scale(scalars.norm, max_norm, 1.0).map_err(op)?;
-            if scale != 1.0 {
-                step.grad_scale = Some(scale);
-            }
+        step.found_inf = !scalars.norm.is_finite();
+        if !step.found_inf {
+            let scale = match scaling.clip {
+                Some(max_norm) => {
+                    cpu::clip_grad_scale(scalars.norm, max_norm, scaling.loss_scale).map_err(op)?
+                }
+                None => scaling.loss_scale as f32,
+            };
+            step.grad_scale = (scale != 1.0).then_some(scale);
         }
-        cpu::adamw(config, &step, param, grad, exp_avg, exp_avg_sq, None).map_err(op)
+        match master {
+            None => cpu::adamw(config, &step, param, grad, exp_avg, exp_avg_sq, None),
+            Some(m) => cpu::adamw_master(config, &step, m, param, grad, exp_avg, exp_avg_sq, None),
+        }
+        .map_err(op)
     }
 
     fn read_step(&self, scalars: &CpuScalars) -> Result<StepRead> {

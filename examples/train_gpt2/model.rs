@@ -1,35 +1,36 @@
 //! GPT-2 forward and backward, written once over [`Backend`].
 
-use crate::backend::{Backend, Dims};
+use crate::backend::{Backend, Dims, GradScaling};
 use crate::config::GptConfig;
 use crate::error::Result;
 use crate::params::{specs, Params};
-use hip_kernels::cpu::{AdamWConfig, AdamWStep, MatmulShape};
+use hip_kernels::cpu::{AdamWConfig, AdamWStep, DType, Element, MatmulShape};
+use std::marker::PhantomData;
 
-/// Saved activations of one layer (`N = B·T` rows).
-struct LayerActs<T> {
+/// Saved activations of one layer (`N = B·T` rows): `T` tensors, `S` f32 statistics.
+struct LayerActs<T, S> {
     ln1: T,
-    ln1_mean: T,
-    ln1_rstd: T,
+    ln1_mean: S,
+    ln1_rstd: S,
     qkv: T,
     atty: T,
-    lse: T,
+    lse: S,
     resid_mid: T,
     ln2: T,
-    ln2_mean: T,
-    ln2_rstd: T,
+    ln2_mean: S,
+    ln2_rstd: S,
     fc_pre: T,
     fc_gelu: T,
     resid_out: T,
 }
 
 /// Activations of the whole model plus the backward's scratch.
-struct Acts<T> {
+struct Acts<T, S> {
     encoded: T,
-    layers: Vec<LayerActs<T>>,
+    layers: Vec<LayerActs<T, S>>,
     lnf: T,
-    lnf_mean: T,
-    lnf_rstd: T,
+    lnf_mean: S,
+    lnf_rstd: S,
     logits: T,
     /// `[N, C]` scratch: a branch output in the forward, a branch gradient in the backward.
     branch: T,
@@ -42,23 +43,27 @@ struct Acts<T> {
     datty: T,
 }
 
-/// A GPT-2 on a backend: parameters, their gradients, AdamW moments and activations.
-pub struct Gpt2<'b, B: Backend> {
+/// A GPT-2 on a backend with storage type `T`: parameters, their gradients, f32 master weights
+/// (when `T` is not f32), f32 AdamW moments and activations.
+pub struct Gpt2<'b, T: Element, B: Backend<T>> {
     backend: &'b B,
     /// Dimensions of a micro-batch.
     pub dims: Dims,
     layers: usize,
-    /// Parameters (f32).
+    /// Parameters in `T`.
     pub params: Params<B::Buf>,
+    /// f32 master weights, when `T` is not f32.
+    pub master: Option<Params<B::Stat>>,
     /// Gradients, accumulated over the micro-batches of a step.
     pub grads: Params<B::Buf>,
     /// AdamW first moments.
-    pub exp_avg: Params<B::Buf>,
+    pub exp_avg: Params<B::Stat>,
     /// AdamW second moments.
-    pub exp_avg_sq: Params<B::Buf>,
+    pub exp_avg_sq: Params<B::Stat>,
     /// Weight decay applies (2-D tensors), in canonical order.
     decays: Vec<bool>,
-    acts: Acts<B::Buf>,
+    acts: Acts<B::Buf, B::Stat>,
+    _t: PhantomData<T>,
 }
 
 fn mm(m: usize, n: usize, k: usize, trans_a: bool, trans_b: bool) -> MatmulShape {
@@ -69,7 +74,7 @@ fn mm(m: usize, n: usize, k: usize, trans_a: bool, trans_b: bool) -> MatmulShape
     }
 }
 
-impl<'b, B: Backend> Gpt2<'b, B> {
+impl<'b, T: Element, B: Backend<T>> Gpt2<'b, T, B> {
     /// Upload `[params, exp_avg, exp_avg_sq]` for micro-batches of `batch × seq`.
     pub fn new(
         backend: &'b B,
@@ -89,23 +94,25 @@ impl<'b, B: Backend> Gpt2<'b, B> {
             eps: cfg.eps as f32,
         };
         let up = |_: usize, t: &Vec<f32>| backend.upload(t);
+        let up_stat = |_: usize, t: &Vec<f32>| backend.upload_stat(t);
         let zero = |_: usize, t: &Vec<f32>| backend.zeros(t.len());
         let (n, c, f) = (dims.rows(), dims.channels, dims.inner);
         let z = |len: usize| backend.zeros(len);
+        let zs = |len: usize| backend.zeros_stat(len);
         let lse_len = batch * cfg.heads * seq;
         let layers = (0..cfg.layers)
             .map(|_| {
                 Ok(LayerActs {
                     ln1: z(n * c)?,
-                    ln1_mean: z(n)?,
-                    ln1_rstd: z(n)?,
+                    ln1_mean: zs(n)?,
+                    ln1_rstd: zs(n)?,
                     qkv: z(n * 3 * c)?,
                     atty: z(n * c)?,
-                    lse: z(lse_len)?,
+                    lse: zs(lse_len)?,
                     resid_mid: z(n * c)?,
                     ln2: z(n * c)?,
-                    ln2_mean: z(n)?,
-                    ln2_rstd: z(n)?,
+                    ln2_mean: zs(n)?,
+                    ln2_rstd: zs(n)?,
                     fc_pre: z(n * f)?,
                     fc_gelu: z(n * f)?,
                     resid_out: z(n * c)?,
@@ -116,8 +123,8 @@ impl<'b, B: Backend> Gpt2<'b, B> {
             encoded: z(n * c)?,
             layers,
             lnf: z(n * c)?,
-            lnf_mean: z(n)?,
-            lnf_rstd: z(n)?,
+            lnf_mean: zs(n)?,
+            lnf_rstd: zs(n)?,
             logits: z(n * cfg.vocab)?,
             branch: z(n * c)?,
             dres: z(n * c)?,
@@ -131,11 +138,16 @@ impl<'b, B: Backend> Gpt2<'b, B> {
             dims,
             layers: cfg.layers,
             params: params.try_map(up)?,
+            master: match T::DTYPE {
+                DType::F32 => None,
+                _ => Some(params.try_map(up_stat)?),
+            },
             grads: params.try_map(zero)?,
-            exp_avg: exp_avg.try_map(up)?,
-            exp_avg_sq: exp_avg_sq.try_map(up)?,
+            exp_avg: exp_avg.try_map(up_stat)?,
+            exp_avg_sq: exp_avg_sq.try_map(up_stat)?,
             decays: specs(cfg).iter().map(|s| s.decays()).collect(),
             acts,
+            _t: PhantomData,
         })
     }
 
@@ -148,18 +160,26 @@ impl<'b, B: Backend> Gpt2<'b, B> {
     }
 
     /// Forward and backward of one of `accum` micro-batches: the mean loss / `accum` is added to
-    /// `scalars`, the gradients accumulate.
+    /// `scalars`, the gradients of that times `loss_scale` accumulate.
     pub fn forward_backward(
         &mut self,
         inputs: &B::Ids,
         targets: &B::Ids,
         accum: usize,
+        loss_scale: f64,
         scalars: &mut B::Scalars,
     ) -> Result<()> {
         self.forward(inputs)?;
         let be = self.backend;
         let d = self.dims;
-        be.cross_entropy(&d, &mut self.acts.logits, targets, accum, scalars)?;
+        be.cross_entropy(
+            &d,
+            &mut self.acts.logits,
+            targets,
+            accum,
+            loss_scale,
+            scalars,
+        )?;
         self.backward(inputs)
     }
 
@@ -381,18 +401,19 @@ impl<'b, B: Backend> Gpt2<'b, B> {
     }
 
     /// One AdamW step over every parameter (weight decay on 2-D tensors only), the gradients
-    /// clipped to `clip` by the norm in `scalars`.
+    /// unscaled and clipped as `scaling` says; skipped entirely on a non-finite gradient norm.
     pub fn update(
         &mut self,
         config: &AdamWConfig,
         step: u64,
-        clip: Option<f64>,
+        scaling: GradScaling,
         scalars: &B::Scalars,
     ) -> Result<()> {
         let no_decay = AdamWConfig {
             weight_decay: 0.0,
             ..*config
         };
+        let mut masters = self.master.as_mut().map(|m| m.iter_mut().into_iter());
         let params = self.params.iter_mut();
         let grads = self.grads.iter();
         let ms = self.exp_avg.iter_mut();
@@ -405,19 +426,34 @@ impl<'b, B: Backend> Gpt2<'b, B> {
             .zip(&self.decays)
         {
             let cfg = if decays { config } else { &no_decay };
-            self.backend
-                .adamw(cfg, &AdamWStep::new(step), clip, scalars, p, g, m, v)?;
+            let master = masters.as_mut().and_then(|it| it.next());
+            self.backend.adamw(
+                cfg,
+                &AdamWStep::new(step),
+                scaling,
+                scalars,
+                master,
+                p,
+                g,
+                m,
+                v,
+            )?;
         }
         Ok(())
     }
 
-    /// Parameters and moments on the host (for checkpoints).
+    /// f32 parameters (the master weights when there are) and moments on the host.
     pub fn download(&self) -> Result<[Params<Vec<f32>>; 3]> {
-        let down = |_: usize, t: &B::Buf| self.backend.download(t);
+        let be = self.backend;
+        let stat = |_: usize, t: &B::Stat| be.download_stat(t);
+        let params = match &self.master {
+            Some(m) => m.try_map(stat)?,
+            None => self.params.try_map(|_, t| be.download(t))?,
+        };
         Ok([
-            self.params.try_map(down)?,
-            self.exp_avg.try_map(down)?,
-            self.exp_avg_sq.try_map(down)?,
+            params,
+            self.exp_avg.try_map(stat)?,
+            self.exp_avg_sq.try_map(stat)?,
         ])
     }
 }

@@ -1,6 +1,6 @@
 //! The training loop: load, check, train, log, checkpoint.
 
-use crate::backend::Backend;
+use crate::backend::{Backend, GradScaling};
 use crate::checkpoint::{self, Snapshot, TrainerState};
 use crate::cli::{Args, Device, Precision};
 use crate::config::GptConfig;
@@ -9,7 +9,8 @@ use crate::data::{Loader, Tokens};
 use crate::error::{Result, TrainError};
 use crate::model::Gpt2;
 use crate::weights::{load_params, model_paths};
-use hip_kernels::cpu::AdamWConfig;
+use half::{bf16, f16};
+use hip_kernels::cpu::{AdamWConfig, Element};
 use std::io::Write;
 use std::path::PathBuf;
 use std::time::Instant;
@@ -27,6 +28,36 @@ pub struct StepLog {
     pub grad_norm: f64,
     /// Throughput of the step.
     pub tokens_per_s: f64,
+    /// f16: the loss scale the step's backward used, and whether the step was skipped.
+    pub scaler: Option<(f64, bool)>,
+}
+
+/// `torch.amp.GradScaler`'s dynamic loss scale: halve and reset on a non-finite gradient,
+/// double after `window` clean steps in a row.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct LossScaler {
+    /// Current scale.
+    pub scale: f64,
+    /// Clean steps since the scale last changed.
+    pub clean: u64,
+    /// Clean steps before doubling.
+    pub window: u64,
+}
+
+impl LossScaler {
+    /// Account for a step whose gradients were (not) all finite.
+    pub fn update(&mut self, found_inf: bool) {
+        if found_inf {
+            self.scale *= 0.5;
+            self.clean = 0;
+        } else {
+            self.clean += 1;
+            if self.clean == self.window {
+                self.scale *= 2.0;
+                self.clean = 0;
+            }
+        }
+    }
 }
 
 /// `1.00e-03`: C's `%.2e`, as the spec's progress line shows it.
@@ -43,14 +74,18 @@ pub fn sci2(x: f64) -> String {
 
 /// The JSONL record of a step.
 pub fn json_line(l: &StepLog) -> String {
-    serde_json::json!({
+    let mut v = serde_json::json!({
         "step": l.step,
         "loss": l.loss,
         "lr": l.lr,
         "grad_norm": l.grad_norm,
         "tokens_per_s": l.tokens_per_s,
-    })
-    .to_string()
+    });
+    if let (Some((scale, skipped)), Some(o)) = (l.scaler, v.as_object_mut()) {
+        o.insert("loss_scale".into(), scale.into());
+        o.insert("skipped".into(), skipped.into());
+    }
+    v.to_string()
 }
 
 /// Everything loaded and checked before the first step.
@@ -141,7 +176,10 @@ fn new_state(args: &Args, step: u64, loader_pos: usize, data_tokens: usize) -> T
         step,
         loader_pos,
         data_tokens,
-        loss_scale: 1.0,
+        loss_scale: match args.dtype {
+            Precision::F16 => args.scale_init,
+            _ => 1.0,
+        },
         scale_clean_steps: 0,
         batch: args.batch,
         seq: args.seq,
@@ -169,20 +207,22 @@ pub fn run(args: &Args) -> Result<Vec<StepLog>> {
             "--device {n}: the device backend is not built yet (it needs the training-step kernels); use --device cpu"
         )));
     }
-    if args.dtype != Precision::F32 {
-        return Err(TrainError::Usage(format!(
-            "--dtype {:?}: only f32 is implemented so far; use --dtype f32",
-            args.dtype
-        )));
-    }
     let setup = setup(args)?;
     if let Some(dir) = &args.checkpoint_dir {
         checkpoint::prepare_dir(dir)?;
     }
-    train(&Cpu, args, setup)
+    match args.dtype {
+        Precision::F32 => train::<f32, _>(&Cpu, args, setup),
+        Precision::Bf16 => train::<bf16, _>(&Cpu, args, setup),
+        Precision::F16 => train::<f16, _>(&Cpu, args, setup),
+    }
 }
 
-fn train<B: Backend>(backend: &B, args: &Args, mut s: Setup) -> Result<Vec<StepLog>> {
+fn train<T: Element, B: Backend<T>>(
+    backend: &B,
+    args: &Args,
+    mut s: Setup,
+) -> Result<Vec<StepLog>> {
     let r = &s.restored;
     let mut model = Gpt2::new(
         backend,
@@ -207,6 +247,11 @@ fn train<B: Backend>(backend: &B, args: &Args, mut s: Setup) -> Result<Vec<StepL
         )),
     };
     let clip = (args.grad_clip > 0.0).then_some(args.grad_clip);
+    let mut scaler = (args.dtype == Precision::F16).then_some(LossScaler {
+        scale: r.state.loss_scale,
+        clean: r.state.scale_clean_steps,
+        window: args.scale_window,
+    });
     let tokens_per_step = (args.batch * args.seq * args.grad_accum) as f64;
     let mut out = Vec::new();
     for step in first..=args.steps {
@@ -216,7 +261,8 @@ fn train<B: Backend>(backend: &B, args: &Args, mut s: Setup) -> Result<Vec<StepL
         for _ in 0..args.grad_accum {
             let b = s.loader.next(&s.tokens);
             let (x, y) = (backend.ids(&b.inputs)?, backend.ids(&b.targets)?);
-            model.forward_backward(&x, &y, args.grad_accum, &mut scalars)?;
+            let loss_scale = scaler.map_or(1.0, |sc| sc.scale);
+            model.forward_backward(&x, &y, args.grad_accum, loss_scale, &mut scalars)?;
         }
         model.grad_norm(&mut scalars)?;
         let lr = args.lr_at(step);
@@ -229,17 +275,35 @@ fn train<B: Backend>(backend: &B, args: &Args, mut s: Setup) -> Result<Vec<StepL
             maximize: false,
             amsgrad: false,
         };
-        model.update(&adamw, step, clip, &scalars)?;
+        let loss_scale = scaler.map_or(1.0, |sc| sc.scale);
+        let scaling = GradScaling { loss_scale, clip };
+        model.update(&adamw, step, scaling, &scalars)?;
         let read = backend.read_step(&scalars)?;
+        let skipped = !read.grad_norm.is_finite();
+        if skipped && scaler.is_none() {
+            return Err(TrainError::Op(format!(
+                "step {step}: the gradient norm is {} (loss {}); lower --lr or use --grad-clip",
+                read.grad_norm, read.loss
+            )));
+        }
         let l = StepLog {
             step,
             loss: read.loss,
             lr,
-            grad_norm: read.grad_norm,
+            grad_norm: read.grad_norm / loss_scale,
             tokens_per_s: tokens_per_step / t0.elapsed().as_secs_f64().max(1e-9),
+            scaler: scaler.map(|sc| (sc.scale, skipped)),
+        };
+        if let Some(sc) = scaler.as_mut() {
+            sc.update(skipped);
+        }
+        let scale_note = match l.scaler {
+            Some((sc, true)) => format!(" | scale {sc} skipped"),
+            Some((sc, false)) => format!(" | scale {sc}"),
+            None => String::new(),
         };
         println!(
-            "step {}/{} | loss {:.6} | lr {} | norm {:.4} | {:.0} tok/s",
+            "step {}/{} | loss {:.6} | lr {} | norm {:.4} | {:.0} tok/s{scale_note}",
             l.step,
             args.steps,
             l.loss,
@@ -259,7 +323,10 @@ fn train<B: Backend>(backend: &B, args: &Args, mut s: Setup) -> Result<Vec<StepL
                 .as_ref()
                 .expect("validated: save_every needs a dir");
             let [params, exp_avg, exp_avg_sq] = model.download()?;
-            let state = new_state(args, step, s.loader.pos, s.tokens.ids.len());
+            let mut state = new_state(args, step, s.loader.pos, s.tokens.ids.len());
+            if let Some(sc) = scaler {
+                (state.loss_scale, state.scale_clean_steps) = (sc.scale, sc.clean);
+            }
             let path = checkpoint::save(
                 dir,
                 &Snapshot {

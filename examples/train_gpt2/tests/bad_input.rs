@@ -301,7 +301,6 @@ fn bad_usage_exits_2() {
         &["--beta2", "1"],
         &["--lr", "inf"],
         &["--device", "0"],
-        &["--dtype", "bf16"],
     ] {
         let e = expect_error(&s, &tiny, &tokens(), extra);
         assert_says(&e, 2, &[extra[0]]);

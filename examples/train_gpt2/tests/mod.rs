@@ -3,6 +3,7 @@
 //! accumulation, bit-identical resume, and the bad-input errors.
 
 mod bad_input;
+mod mixed;
 mod reference;
 mod resume;
 

@@ -150,3 +150,47 @@ fn a_second_save_of_a_step_replaces_it_whole() {
         .collect();
     assert_eq!(names, ["step_2"]);
 }
+
+#[test]
+fn mixed_precision_resume_is_bit_identical() {
+    // f16 starts from a scale that overflows, so the loss scaler's state (scale, clean-step
+    // counter) is part of what the checkpoint must carry.
+    for (dtype, extra) in [
+        ("bf16", &[][..]),
+        (
+            "f16",
+            &["--scale-init", "16777216", "--scale-window", "2"][..],
+        ),
+    ] {
+        let s = Scratch::new(dtype);
+        let common = strs(&["--dtype", dtype, "--save-every", "3", "--checkpoint-dir"]);
+        let with = |dir: &str, log: &str, more: &[String]| {
+            let mut f = common.clone();
+            f.extend(strs(&[dir, "--log", log]));
+            f.extend(strs(extra));
+            f.extend(more.iter().cloned());
+            flags("6", &f)
+        };
+        let (ck, ck2) = (
+            s.path("ck").display().to_string(),
+            s.path("ck2").display().to_string(),
+        );
+        let (log_a, log_b) = (
+            s.path("a.jsonl").display().to_string(),
+            s.path("b.jsonl").display().to_string(),
+        );
+        run_tiny(&with(&ck, &log_a, &[])).unwrap();
+        let resume = s.path("ck/step_3").display().to_string();
+        run_tiny(&with(&ck2, &log_b, &strs(&["--resume", &resume]))).unwrap();
+        let (a, b) = (
+            log_without_timing(&s.path("a.jsonl")),
+            log_without_timing(&s.path("b.jsonl")),
+        );
+        assert_eq!(b, a[3..], "{dtype}");
+        for f in ["model.safetensors", "optimizer.safetensors", "trainer.json"] {
+            let x = std::fs::read(s.path("ck/step_6").join(f)).unwrap();
+            let y = std::fs::read(s.path("ck2/step_6").join(f)).unwrap();
+            assert!(x == y, "{dtype}: step_6/{f} differs");
+        }
+    }
+}
