@@ -243,3 +243,83 @@ fn malformed_cases_name_the_case_and_key() {
         "{e}"
     );
 }
+
+mod golden_train;
+
+#[test]
+fn training_step_cases_pass_on_the_cpu_reference() {
+    let files = golden_train::case_files();
+    assert!(!files.is_empty(), "golden: no cases in tests/golden/train");
+    let failures: Vec<String> = files
+        .iter()
+        .filter_map(|p| golden_train::load(p).and_then(golden_train::run).err())
+        .collect();
+    assert!(
+        failures.is_empty(),
+        "{} of {} training-step golden cases failed:\n{}",
+        failures.len(),
+        files.len(),
+        failures.join("\n")
+    );
+    let _ = writeln!(
+        std::io::stderr(),
+        "golden: {} training-step cases passed",
+        files.len()
+    );
+}
+
+#[test]
+fn training_step_cases_cover_every_op_and_dtype() {
+    let names: Vec<String> = golden_train::case_files()
+        .iter()
+        .map(|p| p.file_stem().unwrap().to_string_lossy().into_owned())
+        .collect();
+    for op in golden_train::OPS {
+        // The clip coefficient is an f32 scalar op; every other op has all three dtypes.
+        let dtypes: &[&str] = if op == "clip" {
+            &["f32"]
+        } else {
+            &["f32", "f16", "bf16"]
+        };
+        for dt in dtypes {
+            let prefix = format!("{op}_{dt}_");
+            assert!(
+                names.iter().any(|n| n.starts_with(&prefix)),
+                "no training-step golden case for {op} {dt}"
+            );
+        }
+    }
+}
+
+/// Perturb one expected element; the runner must report that tensor.
+#[test]
+fn a_wrong_training_step_value_is_reported() {
+    let dir = committed_dir().join("train");
+    for (case, tensor, index) in [
+        ("encoder_backward_f32_repeats", "expected_dwte", 70),
+        ("crossentropy_f32_gpt2_row", "expected_dlogits", 50_000),
+        ("crossentropy_bf16_huge", "expected_losses", 0),
+        (
+            "attention_backward_strided_f16_bt3hd_causal",
+            "expected_dqkv",
+            500,
+        ),
+        ("gelu_backward_bf16_odd", "expected_dx", 1000),
+        ("bias_backward_f32_acc", "expected_dbias", 129),
+    ] {
+        let mut c = golden_train::load(&dir.join(format!("{case}.safetensors"))).unwrap();
+        assert!(
+            golden_train::run(c.clone()).is_ok(),
+            "{case} passes unperturbed"
+        );
+        c.perturb(tensor, index);
+        let e = golden_train::run(c).unwrap_err();
+        let short = tensor.trim_start_matches("expected_");
+        assert!(
+            e.contains(case)
+                && e.contains(&format!("`{short}`"))
+                && e.contains(&format!("[{index}]")),
+            "{e}"
+        );
+    }
+}

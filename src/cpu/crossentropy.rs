@@ -92,6 +92,12 @@ pub struct SoftmaxCrossEntropy<'a, T> {
     pub targets: &'a [i32],
     /// Per-row loss `lse(row) − row[target]` (0 for ignored rows), overwritten.
     pub losses: &'a mut [f32],
+    /// Optional `[1]`: the mean loss over the counted rows (NaN when all are ignored), rounded
+    /// to f32 (the device computes it there, without a host sync).
+    pub loss: Option<&'a mut [f32]>,
+    /// Device only, optional: one `u32` the device sets to the first row whose target is out
+    /// of range (`u32::MAX` if none). The CPU reference returns the error instead.
+    pub error: Option<&'a mut [u32]>,
 }
 
 /// Fused softmax + cross-entropy with mean reduction over the rows whose target is not
@@ -111,9 +117,19 @@ pub fn softmax_cross_entropy<T: Element>(args: SoftmaxCrossEntropy<'_, T>) -> Re
         logits,
         targets,
         losses,
+        loss,
+        error,
     } = args;
     let dloss = shape.dloss;
     shape.validate(logits.len(), targets.len(), losses.len())?;
+    for (name, len) in [
+        ("loss", loss.as_ref().map(|l| l.len())),
+        ("error", error.as_ref().map(|e| e.len())),
+    ] {
+        if let Some(len) = len {
+            check_len(CrossEntropyParams::OP, name, 1, len)?;
+        }
+    }
     shape.check_targets(targets)?;
     let (v, vp) = (shape.vocab, shape.padded_vocab);
     let counted = targets.iter().filter(|&&t| t != IGNORE_INDEX).count();
@@ -142,7 +158,11 @@ pub fn softmax_cross_entropy<T: Element>(args: SoftmaxCrossEntropy<'_, T>) -> Re
             row[v..].fill(T::from_f64(0.0));
         }
     }
-    Ok(total / counted as f64)
+    let mean = total / counted as f64;
+    if let Some(l) = loss {
+        l[0] = mean as f32;
+    }
+    Ok(mean)
 }
 
 #[cfg(test)]
@@ -168,6 +188,8 @@ mod tests {
             logits: &mut logits,
             targets: &[1, 1, IGNORE_INDEX],
             losses: &mut losses,
+            loss: None,
+            error: None,
         })
         .unwrap();
         let l0 = 3f64.ln();
@@ -203,6 +225,8 @@ mod tests {
             logits: &mut logits,
             targets: &[IGNORE_INDEX; 2],
             losses: &mut losses,
+            loss: None,
+            error: None,
         })
         .unwrap();
         assert!(mean.is_nan());
@@ -221,6 +245,8 @@ mod tests {
             logits: &mut logits,
             targets: &[0],
             losses: &mut losses,
+            loss: None,
+            error: None,
         })
         .unwrap();
         assert_eq!((logits, losses), ([0.0; 2], [2f64.ln() as f32]));
@@ -231,6 +257,8 @@ mod tests {
                 logits: &mut logits,
                 targets: &[0, bad],
                 losses: &mut [0.0; 2],
+                loss: None,
+                error: None,
             })
             .unwrap_err();
             assert!(
@@ -250,6 +278,8 @@ mod tests {
             logits: &mut [0.0f32; 2],
             targets: &[0],
             losses: &mut [0.0],
+            loss: None,
+            error: None,
         })
         .unwrap_err();
         assert!(

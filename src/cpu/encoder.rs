@@ -108,6 +108,10 @@ pub struct EncoderForward<'a, T> {
     pub wpe: &'a [T],
     /// Output `[batch, seq, channels]` (overwritten).
     pub out: &'a mut [T],
+    /// Device only, optional: one `u32` the device sets to the first row `b·seq + t` whose
+    /// token id is out of range (`u32::MAX` if none). The CPU reference returns the error
+    /// instead and does not use it.
+    pub error: Option<&'a mut [u32]>,
 }
 
 /// `out[b, t, :] = wte[tokens[b, t], :] + wpe[t, :]`, each sum rounded once.
@@ -120,6 +124,7 @@ pub fn encoder_forward<T: Element>(args: EncoderForward<'_, T>) -> Result<(), Op
         wte,
         wpe,
         out,
+        error: _,
     } = args;
     shape.validate(
         ["tokens", "out", "wte", "wpe"],
@@ -156,6 +161,8 @@ pub struct EncoderBackward<'a, T> {
     pub dwte: &'a mut [T],
     /// Gradient of `wpe`, `[positions, channels]`.
     pub dwpe: &'a mut [T],
+    /// Device only, optional: as [`EncoderForward::error`].
+    pub error: Option<&'a mut [u32]>,
 }
 
 /// Embedding backward: `dwte[v, :] (+)= Σ_{(b,t): tokens[b,t] = v} dout[b, t, :]` and
@@ -173,6 +180,7 @@ pub fn encoder_backward<T: Element>(args: EncoderBackward<'_, T>) -> Result<(), 
         dout,
         dwte,
         dwpe,
+        error: _,
     } = args;
     let accumulate = shape.accumulate;
     shape.validate(
@@ -251,6 +259,7 @@ mod tests {
             wte: &wte,
             wpe: &wpe,
             out: &mut out,
+            error: None,
         })
         .unwrap();
         assert_eq!(
@@ -265,6 +274,7 @@ mod tests {
             dout: &dout,
             dwte: &mut dwte,
             dwpe: &mut dwpe,
+            error: None,
         })
         .unwrap();
         // Token 2 at (0,0), (1,0), (1,1); token 0 at (0,1); token 1 never.
@@ -279,6 +289,7 @@ mod tests {
             dout: &dout,
             dwte: &mut dwte,
             dwpe: &mut dwpe,
+            error: None,
         })
         .unwrap();
         assert_eq!(dwte, [6., 8., 0., 0., 26., 32.]);
@@ -294,6 +305,7 @@ mod tests {
             wte: &[0.0; 6],
             wpe: &[0.0; 6],
             out: &mut out,
+            error: None,
         })
         .unwrap_err();
         assert!(
@@ -309,6 +321,7 @@ mod tests {
             dout: &[0.0; 8],
             dwte: &mut dwte,
             dwpe: &mut dwpe,
+            error: None,
         })
         .unwrap_err();
         assert!(e.to_string().contains("= -1"), "{e}");
@@ -319,6 +332,7 @@ mod tests {
             wte: &[0.0f32; 6],
             wpe: &[0.0; 6],
             out: &mut [0.0; 16],
+            error: None,
         })
         .unwrap_err();
         assert!(e.to_string().contains("seq = 4 (positions = 3)"), "{e}");

@@ -37,7 +37,7 @@ pub use attention_strided::{
 pub use bias::{
     bias_backward, matmul_bias, BiasBackward, BiasParams, MatmulBias, MatmulBiasParams,
 };
-pub use clip::{clip_coefficient, clip_grad_scale, CLIP_EPS};
+pub use clip::{clip_coefficient, clip_grad_scale, ClipGradScale, ClipParams, CLIP_EPS};
 pub use crossentropy::{
     softmax_cross_entropy, CrossEntropyParams, SoftmaxCrossEntropy, IGNORE_INDEX,
 };

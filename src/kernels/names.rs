@@ -117,6 +117,63 @@ pub const KERNEL_FILES: &[KernelFile] = &[
             "attention_bwd_dot_bf16",
         ],
     },
+    KernelFile {
+        source: "encoder",
+        kernels: &[
+            "encoder_links_i32",
+            "encoder_fwd_f32",
+            "encoder_bwd_dwte_f32",
+            "encoder_bwd_dwpe_f32",
+            "encoder_fwd_f16",
+            "encoder_bwd_dwte_f16",
+            "encoder_bwd_dwpe_f16",
+            "encoder_fwd_bf16",
+            "encoder_bwd_dwte_bf16",
+            "encoder_bwd_dwpe_bf16",
+        ],
+    },
+    KernelFile {
+        source: "gelu",
+        kernels: &[
+            "gelu_fwd_f32",
+            "gelu_bwd_f32",
+            "residual_add_f32",
+            "gelu_fwd_f16",
+            "gelu_bwd_f16",
+            "residual_add_f16",
+            "gelu_fwd_bf16",
+            "gelu_bwd_bf16",
+            "residual_add_bf16",
+        ],
+    },
+    KernelFile {
+        source: "crossentropy",
+        kernels: &[
+            "crossentropy_count_i32",
+            "crossentropy_mean_f32",
+            "crossentropy_f32",
+            "crossentropy_f16",
+            "crossentropy_bf16",
+        ],
+    },
+    KernelFile {
+        source: "bias",
+        kernels: &[
+            "bias_bwd_partial_f32",
+            "bias_bwd_final_f32",
+            "bias_add_f32",
+            "bias_bwd_partial_f16",
+            "bias_bwd_final_f16",
+            "bias_add_f16",
+            "bias_bwd_partial_bf16",
+            "bias_bwd_final_bf16",
+            "bias_add_bf16",
+        ],
+    },
+    KernelFile {
+        source: "clip",
+        kernels: &["clip_grad_scale_f32"],
+    },
 ];
 
 /// The kernels of `kernels/<source>.hip`, if the table lists it.
