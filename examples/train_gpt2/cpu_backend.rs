@@ -112,6 +112,7 @@ impl<T: Element> Backend<T> for Cpu {
             wte,
             wpe,
             out,
+            error: None,
         })
         .map_err(op)
     }
@@ -130,6 +131,7 @@ impl<T: Element> Backend<T> for Cpu {
             dout,
             dwte,
             dwpe,
+            error: None,
         })
         .map_err(op)
     }
@@ -322,6 +324,8 @@ impl<T: Element> Backend<T> for Cpu {
             logits,
             targets,
             losses: &mut losses,
+            loss: None,
+            error: None,
         })
         .map_err(op)?;
         scalars.loss += mean / accum as f64;
@@ -349,11 +353,23 @@ impl<T: Element> Backend<T> for Cpu {
         let mut step = *step;
         step.found_inf = !scalars.norm.is_finite();
         if !step.found_inf {
+            let loss_scale = scaling.loss_scale as f32;
             let scale = match scaling.clip {
                 Some(max_norm) => {
-                    cpu::clip_grad_scale(scalars.norm, max_norm, scaling.loss_scale).map_err(op)?
+                    // The op as the device runs it: one-element f32 tensors.
+                    let mut grad_scale = [0.0f32];
+                    cpu::clip_grad_scale(cpu::ClipGradScale {
+                        params: cpu::ClipParams {
+                            max_norm: max_norm as f32,
+                        },
+                        norm: &[scalars.norm as f32],
+                        loss_scale: Some(&[loss_scale]),
+                        grad_scale: &mut grad_scale,
+                    })
+                    .map_err(op)?;
+                    grad_scale[0]
                 }
-                None => scaling.loss_scale as f32,
+                None => loss_scale,
             };
             step.grad_scale = (scale != 1.0).then_some(scale);
         }
