@@ -201,7 +201,7 @@ pub fn load(dir: &Path, cfg: &GptConfig) -> Result<Restored> {
                 }
             }
         }
-        Ok(Params::from_vec(v, cfg.layers).expect("one tensor per spec"))
+        Params::from_vec(v, cfg.layers)
     };
     let (exp_avg, exp_avg_sq) = (take("exp_avg")?, take("exp_avg_sq")?);
     if let Some(name) = opt.keys().next() {

@@ -2,6 +2,7 @@
 //! (a host `Vec<f32>`, a backend buffer), in one canonical order used for files and optimizer.
 
 use crate::config::GptConfig;
+use crate::error::{Result, TrainError};
 
 /// One layer's tensors (HF Conv1D layout: weights `[in, out]`).
 #[derive(Debug, Clone, PartialEq)]
@@ -134,20 +135,37 @@ impl<T> Layer<T> {
         ]
     }
 
-    fn from_iter(it: &mut impl Iterator<Item = T>) -> Option<Self> {
-        Some(Self {
-            ln1_w: it.next()?,
-            ln1_b: it.next()?,
-            qkv_w: it.next()?,
-            qkv_b: it.next()?,
-            proj_w: it.next()?,
-            proj_b: it.next()?,
-            ln2_w: it.next()?,
-            ln2_b: it.next()?,
-            fc_w: it.next()?,
-            fc_b: it.next()?,
-            mproj_w: it.next()?,
-            mproj_b: it.next()?,
+    fn from_iter(next: &mut impl FnMut() -> Result<T>) -> Result<Self> {
+        Ok(Self {
+            ln1_w: next()?,
+            ln1_b: next()?,
+            qkv_w: next()?,
+            qkv_b: next()?,
+            proj_w: next()?,
+            proj_b: next()?,
+            ln2_w: next()?,
+            ln2_b: next()?,
+            fc_w: next()?,
+            fc_b: next()?,
+            mproj_w: next()?,
+            mproj_b: next()?,
+        })
+    }
+
+    fn try_map<U, E>(&self, f: &mut impl FnMut(&T) -> Result<U, E>) -> Result<Layer<U>, E> {
+        Ok(Layer {
+            ln1_w: f(&self.ln1_w)?,
+            ln1_b: f(&self.ln1_b)?,
+            qkv_w: f(&self.qkv_w)?,
+            qkv_b: f(&self.qkv_b)?,
+            proj_w: f(&self.proj_w)?,
+            proj_b: f(&self.proj_b)?,
+            ln2_w: f(&self.ln2_w)?,
+            ln2_b: f(&self.ln2_b)?,
+            fc_w: f(&self.fc_w)?,
+            fc_b: f(&self.fc_b)?,
+            mproj_w: f(&self.mproj_w)?,
+            mproj_b: f(&self.mproj_b)?,
         })
     }
 }
@@ -173,22 +191,30 @@ impl<T> Params<T> {
         v
     }
 
-    /// Build from tensors in the canonical order (`None` if the count is not `2 + 12·layers + 2`).
-    pub fn from_vec(tensors: Vec<T>, layers: usize) -> Option<Self> {
-        if tensors.len() != 4 + 12 * layers {
-            return None;
+    /// Build from tensors in the canonical order of [`specs`].
+    pub fn from_vec(tensors: Vec<T>, layers: usize) -> Result<Self> {
+        let count = tensors.len();
+        let wrong = || {
+            TrainError::Op(format!(
+                "{count} tensors for a {layers}-layer GPT-2, which has {}",
+                4 + 12 * layers
+            ))
+        };
+        if count != 4 + 12 * layers {
+            return Err(wrong());
         }
         let mut it = tensors.into_iter();
-        let (wte, wpe) = (it.next()?, it.next()?);
+        let mut next = || it.next().ok_or_else(wrong);
+        let (wte, wpe) = (next()?, next()?);
         let layers = (0..layers)
-            .map(|_| Layer::from_iter(&mut it))
-            .collect::<Option<Vec<_>>>()?;
-        Some(Self {
+            .map(|_| Layer::from_iter(&mut next))
+            .collect::<Result<Vec<_>>>()?;
+        Ok(Self {
             wte,
             wpe,
             layers,
-            lnf_w: it.next()?,
-            lnf_b: it.next()?,
+            lnf_w: next()?,
+            lnf_b: next()?,
         })
     }
 
@@ -197,13 +223,23 @@ impl<T> Params<T> {
         &self,
         mut f: impl FnMut(usize, &T) -> Result<U, E>,
     ) -> Result<Params<U>, E> {
-        let n = self.layers.len();
-        let v = self
+        let mut i = 0;
+        let mut g = |t: &T| {
+            i += 1;
+            f(i - 1, t)
+        };
+        let (wte, wpe) = (g(&self.wte)?, g(&self.wpe)?);
+        let layers = self
+            .layers
             .iter()
-            .into_iter()
-            .enumerate()
-            .map(|(i, t)| f(i, t))
+            .map(|l| l.try_map(&mut g))
             .collect::<Result<Vec<_>, E>>()?;
-        Ok(Params::from_vec(v, n).expect("same count as self"))
+        Ok(Params {
+            wte,
+            wpe,
+            layers,
+            lnf_w: g(&self.lnf_w)?,
+            lnf_b: g(&self.lnf_b)?,
+        })
     }
 }

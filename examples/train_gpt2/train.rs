@@ -12,7 +12,6 @@ use crate::weights::{load_params, model_paths};
 use half::{bf16, f16};
 use hip_kernels::cpu::{AdamWConfig, Element};
 use std::io::Write;
-use std::path::PathBuf;
 use std::time::Instant;
 
 /// What one step printed and logged.
@@ -317,11 +316,8 @@ fn train<T: Element, B: Backend<T>>(
                 .map_err(TrainError::io(p))?;
         }
         out.push(l);
-        if args.save_every > 0 && (step % args.save_every == 0 || step == args.steps) {
-            let dir: &PathBuf = args
-                .checkpoint_dir
-                .as_ref()
-                .expect("validated: save_every needs a dir");
+        let due = args.save_every > 0 && (step % args.save_every == 0 || step == args.steps);
+        if let (true, Some(dir)) = (due, &args.checkpoint_dir) {
             let [params, exp_avg, exp_avg_sq] = model.download()?;
             let mut state = new_state(args, step, s.loader.pos, s.tokens.ids.len());
             if let Some(sc) = scaler {

@@ -145,7 +145,7 @@ pub fn load_params(path: &Path, cfg: &GptConfig) -> Result<Params<Vec<f32>>> {
             ));
         }
     }
-    Ok(Params::from_vec(values, cfg.layers).expect("one tensor per spec"))
+    Params::from_vec(values, cfg.layers)
 }
 
 /// Serialize named f32 tensors as safetensors bytes.
