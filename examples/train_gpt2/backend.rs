@@ -8,7 +8,7 @@
 //! work, and the trainer's one host read per step is [`Backend::read_step`].
 
 use crate::error::Result;
-use hip_kernels::cpu::{AdamWConfig, AdamWStep, AttentionShape, Element, MatmulShape};
+use hip_kernels::cpu::Element;
 
 /// Dimensions of one micro-batch's activations.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -37,19 +37,44 @@ impl Dims {
         self.batch * self.seq
     }
 
-    /// Attention on `[B, T, 3, H, D]` projections: causal, scale 1/√D.
-    pub fn attention(&self) -> AttentionShape {
-        let d = self.channels / self.heads;
-        AttentionShape {
-            batch: self.batch,
-            heads: self.heads,
-            tq: self.seq,
-            tk: self.seq,
-            head_dim: d,
-            causal: true,
-            scale: AttentionShape::default_scale(d),
-        }
+    /// Head dimension D = C / H.
+    pub fn head_dim(&self) -> usize {
+        self.channels / self.heads
     }
+}
+
+/// A row-major product `op(A)·op(B)`: `A` is `[m, k]` (`[k, m]` if `trans_a`), `B` is `[k, n]`
+/// (`[n, k]` if `trans_b`), the output `[m, n]`. The trainer's own type, so that the model does
+/// not change when the crate's op structs do; each backend converts it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Gemm {
+    /// Rows of op(A) and of the output.
+    pub m: usize,
+    /// Columns of op(B) and of the output.
+    pub n: usize,
+    /// Inner dimension.
+    pub k: usize,
+    /// A is stored transposed.
+    pub trans_a: bool,
+    /// B is stored transposed.
+    pub trans_b: bool,
+}
+
+/// AdamW's hyper-parameters for one tensor at one step (torch.optim.AdamW's meaning).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct AdamWStep {
+    /// Learning rate of this step.
+    pub lr: f64,
+    /// First-moment decay.
+    pub beta1: f64,
+    /// Second-moment decay.
+    pub beta2: f64,
+    /// Added to the bias-corrected √v.
+    pub eps: f64,
+    /// Decoupled weight decay of this tensor (0 for biases and layer-norm parameters).
+    pub weight_decay: f64,
+    /// Step number (≥ 1) for the bias corrections.
+    pub step: u64,
 }
 
 /// The host-visible results of one step, read once at its end.
@@ -129,7 +154,7 @@ pub trait Backend<T: Element> {
     /// `out = op(A)·op(B)`, written, or added to `out` with `accumulate`.
     fn matmul(
         &self,
-        shape: MatmulShape,
+        shape: Gemm,
         a: &Self::Buf,
         b: &Self::Buf,
         out: &mut Self::Buf,
@@ -139,7 +164,7 @@ pub trait Backend<T: Element> {
     /// to `out`.
     fn matmul_bias(
         &self,
-        shape: MatmulShape,
+        shape: Gemm,
         a: &Self::Buf,
         b: &Self::Buf,
         bias: &Self::Buf,
@@ -219,8 +244,7 @@ pub trait Backend<T: Element> {
     #[allow(clippy::too_many_arguments)]
     fn adamw(
         &self,
-        config: &AdamWConfig,
-        step: &AdamWStep,
+        hyper: &AdamWStep,
         scaling: GradScaling,
         scalars: &Self::Scalars,
         master: Option<&mut Self::Stat>,

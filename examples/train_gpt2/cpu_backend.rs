@@ -1,10 +1,10 @@
 //! The CPU backend: every op is the crate's CPU reference (`hip_kernels::cpu`, f64 inside, each
 //! output rounded once to its storage type: f32, bf16 or f16). The oracle, not a fast path.
 
-use crate::backend::{Backend, Dims, GradScaling, StepRead};
+use crate::backend::{AdamWStep, Backend, Dims, Gemm, GradScaling, StepRead};
 use crate::error::{Result, TrainError};
 use hip_kernels::cpu::{
-    self, AdamWConfig, AdamWStep, AttentionLayout, Element, MatmulShape, Qkv, Strided,
+    self, AdamWConfig, AttentionLayout, AttentionShape, Element, MatmulShape, Qkv, Strided,
 };
 
 /// The CPU reference as a [`Backend`].
@@ -41,6 +41,20 @@ impl Dims {
         }
     }
 
+    /// Causal attention on the micro-batch, scale 1/√D.
+    fn attention(&self) -> AttentionShape {
+        let d = self.head_dim();
+        AttentionShape {
+            batch: self.batch,
+            heads: self.heads,
+            tq: self.seq,
+            tk: self.seq,
+            head_dim: d,
+            causal: true,
+            scale: AttentionShape::default_scale(d),
+        }
+    }
+
     fn qkv_layouts(&self) -> [AttentionLayout; 3] {
         let (t, h, dd) = (self.seq, self.heads, self.channels / self.heads);
         [Qkv::Q, Qkv::K, Qkv::V].map(|w| AttentionLayout::fused_qkv(w, t, h, dd))
@@ -48,6 +62,14 @@ impl Dims {
 
     fn bthd(&self) -> AttentionLayout {
         AttentionLayout::bthd(self.seq, self.heads, self.channels / self.heads)
+    }
+}
+
+fn matmul_shape(g: Gemm) -> MatmulShape {
+    MatmulShape {
+        trans_a: g.trans_a,
+        trans_b: g.trans_b,
+        ..MatmulShape::new(g.m, g.n, g.k)
     }
 }
 
@@ -138,19 +160,19 @@ impl<T: Element> Backend<T> for Cpu {
 
     fn matmul(
         &self,
-        shape: MatmulShape,
+        shape: Gemm,
         a: &Vec<T>,
         b: &Vec<T>,
         out: &mut Vec<T>,
         accumulate: bool,
     ) -> Result<()> {
         let beta = if accumulate { 1.0 } else { 0.0 };
-        cpu::matmul(&shape, 1.0, beta, a, b, out).map_err(op)
+        cpu::matmul(&matmul_shape(shape), 1.0, beta, a, b, out).map_err(op)
     }
 
     fn matmul_bias(
         &self,
-        shape: MatmulShape,
+        shape: Gemm,
         a: &Vec<T>,
         b: &Vec<T>,
         bias: &Vec<T>,
@@ -160,7 +182,7 @@ impl<T: Element> Backend<T> for Cpu {
         cpu::matmul_bias(cpu::MatmulBias {
             params: cpu::MatmulBiasParams {
                 gelu: pre_gelu.is_some(),
-                ..shape.into()
+                ..matmul_shape(shape).into()
             },
             a,
             b,
@@ -340,8 +362,7 @@ impl<T: Element> Backend<T> for Cpu {
 
     fn adamw(
         &self,
-        config: &AdamWConfig,
-        step: &AdamWStep,
+        hyper: &AdamWStep,
         scaling: GradScaling,
         scalars: &CpuScalars,
         master: Option<&mut Vec<f32>>,
@@ -350,7 +371,17 @@ impl<T: Element> Backend<T> for Cpu {
         exp_avg: &mut Vec<f32>,
         exp_avg_sq: &mut Vec<f32>,
     ) -> Result<()> {
-        let mut step = *step;
+        let config = AdamWConfig {
+            lr: hyper.lr,
+            beta1: hyper.beta1,
+            beta2: hyper.beta2,
+            eps: hyper.eps,
+            weight_decay: hyper.weight_decay,
+            maximize: false,
+            amsgrad: false,
+        };
+        let config = &config;
+        let mut step = cpu::AdamWStep::new(hyper.step);
         step.found_inf = !scalars.norm.is_finite();
         if !step.found_inf {
             let loss_scale = scaling.loss_scale as f32;

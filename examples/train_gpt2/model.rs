@@ -1,10 +1,10 @@
 //! GPT-2 forward and backward, written once over [`Backend`].
 
-use crate::backend::{Backend, Dims, GradScaling};
+use crate::backend::{AdamWStep, Backend, Dims, Gemm, GradScaling};
 use crate::config::GptConfig;
 use crate::error::Result;
 use crate::params::{specs, Params};
-use hip_kernels::cpu::{AdamWConfig, AdamWStep, DType, Element, MatmulShape};
+use hip_kernels::cpu::{DType, Element};
 use std::marker::PhantomData;
 
 /// Saved activations of one layer (`N = B·T` rows): `T` tensors, `S` f32 statistics.
@@ -66,11 +66,13 @@ pub struct Gpt2<'b, T: Element, B: Backend<T>> {
     _t: PhantomData<T>,
 }
 
-fn mm(m: usize, n: usize, k: usize, trans_a: bool, trans_b: bool) -> MatmulShape {
-    MatmulShape {
+fn mm(m: usize, n: usize, k: usize, trans_a: bool, trans_b: bool) -> Gemm {
+    Gemm {
+        m,
+        n,
+        k,
         trans_a,
         trans_b,
-        ..MatmulShape::new(m, n, k)
     }
 }
 
@@ -400,18 +402,18 @@ impl<'b, T: Element, B: Backend<T>> Gpt2<'b, T, B> {
         self.backend.grad_norm(&self.grads.iter(), scalars)
     }
 
-    /// One AdamW step over every parameter (weight decay on 2-D tensors only), the gradients
-    /// unscaled and clipped as `scaling` says; skipped entirely on a non-finite gradient norm.
+    /// One AdamW step over every parameter with `hyper` (its weight decay on 2-D tensors only),
+    /// the gradients unscaled and clipped as `scaling` says; skipped entirely on a non-finite
+    /// gradient norm.
     pub fn update(
         &mut self,
-        config: &AdamWConfig,
-        step: u64,
+        hyper: &AdamWStep,
         scaling: GradScaling,
         scalars: &B::Scalars,
     ) -> Result<()> {
-        let no_decay = AdamWConfig {
+        let no_decay = AdamWStep {
             weight_decay: 0.0,
-            ..*config
+            ..*hyper
         };
         let mut masters = self.master.as_mut().map(|m| m.iter_mut().into_iter());
         let params = self.params.iter_mut();
@@ -425,19 +427,10 @@ impl<'b, T: Element, B: Backend<T>> Gpt2<'b, T, B> {
             .zip(vs)
             .zip(&self.decays)
         {
-            let cfg = if decays { config } else { &no_decay };
+            let h = if decays { hyper } else { &no_decay };
             let master = masters.as_mut().and_then(|it| it.next());
-            self.backend.adamw(
-                cfg,
-                &AdamWStep::new(step),
-                scaling,
-                scalars,
-                master,
-                p,
-                g,
-                m,
-                v,
-            )?;
+            self.backend
+                .adamw(h, scaling, scalars, master, p, g, m, v)?;
         }
         Ok(())
     }

@@ -1,6 +1,6 @@
 //! The training loop: load, check, train, log, checkpoint.
 
-use crate::backend::{Backend, GradScaling};
+use crate::backend::{AdamWStep, Backend, GradScaling};
 use crate::checkpoint::{self, Snapshot, TrainerState};
 use crate::cli::{Args, Device, Precision};
 use crate::config::GptConfig;
@@ -10,7 +10,7 @@ use crate::error::{Result, TrainError};
 use crate::model::Gpt2;
 use crate::weights::{load_params, model_paths};
 use half::{bf16, f16};
-use hip_kernels::cpu::{AdamWConfig, Element};
+use hip_kernels::cpu::Element;
 use std::io::Write;
 use std::time::Instant;
 
@@ -265,18 +265,17 @@ fn train<T: Element, B: Backend<T>>(
         }
         model.grad_norm(&mut scalars)?;
         let lr = args.lr_at(step);
-        let adamw = AdamWConfig {
+        let hyper = AdamWStep {
             lr,
             beta1: args.beta1,
             beta2: args.beta2,
             eps: args.eps,
             weight_decay: args.weight_decay,
-            maximize: false,
-            amsgrad: false,
+            step,
         };
         let loss_scale = scaler.map_or(1.0, |sc| sc.scale);
         let scaling = GradScaling { loss_scale, clip };
-        model.update(&adamw, step, scaling, &scalars)?;
+        model.update(&hyper, scaling, &scalars)?;
         let read = backend.read_step(&scalars)?;
         let skipped = !read.grad_norm.is_finite();
         if skipped && scaler.is_none() {
