@@ -30,6 +30,9 @@ pub struct TrainerState {
     pub loss_scale: f64,
     /// Clean steps since the loss scale last changed.
     pub scale_clean_steps: u64,
+    /// AdamW updates done (steps minus those skipped for a non-finite gradient), the step
+    /// count of the bias corrections, as torch keeps it per parameter.
+    pub adam_steps: u64,
     /// Flags that change what a step reads: must be equal on resume.
     pub batch: usize,
     /// `--seq`.

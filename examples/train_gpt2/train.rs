@@ -180,6 +180,7 @@ fn new_state(args: &Args, step: u64, loader_pos: usize, data_tokens: usize) -> T
             _ => 1.0,
         },
         scale_clean_steps: 0,
+        adam_steps: step,
         batch: args.batch,
         seq: args.seq,
         grad_accum: args.grad_accum,
@@ -246,6 +247,8 @@ fn train<T: Element, B: Backend<T>>(
         )),
     };
     let clip = (args.grad_clip > 0.0).then_some(args.grad_clip);
+    // A skipped (non-finite) step does not count for AdamW's bias corrections, as in torch.
+    let mut adam_steps = r.state.adam_steps;
     let mut scaler = (args.dtype == Precision::F16).then_some(LossScaler {
         scale: r.state.loss_scale,
         clean: r.state.scale_clean_steps,
@@ -271,7 +274,7 @@ fn train<T: Element, B: Backend<T>>(
             beta2: args.beta2,
             eps: args.eps,
             weight_decay: args.weight_decay,
-            step,
+            step: adam_steps + 1,
         };
         let loss_scale = scaler.map_or(1.0, |sc| sc.scale);
         let scaling = GradScaling { loss_scale, clip };
@@ -294,6 +297,9 @@ fn train<T: Element, B: Backend<T>>(
         };
         if let Some(sc) = scaler.as_mut() {
             sc.update(skipped);
+        }
+        if !skipped {
+            adam_steps += 1;
         }
         let scale_note = match l.scaler {
             Some((sc, true)) => format!(" | scale {sc} skipped"),
@@ -322,6 +328,7 @@ fn train<T: Element, B: Backend<T>>(
             if let Some(sc) = scaler {
                 (state.loss_scale, state.scale_clean_steps) = (sc.scale, sc.clean);
             }
+            state.adam_steps = adam_steps;
             let path = checkpoint::save(
                 dir,
                 &Snapshot {

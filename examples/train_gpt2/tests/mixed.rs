@@ -89,9 +89,33 @@ fn f16_loss_scaler_skips_halves_and_doubles() {
     for (name, (_, v)) in read_f32_tensors(&s.path("ck/step_1/optimizer.safetensors")).unwrap() {
         assert!(v.iter().all(|&x| x == 0.0), "{name}");
     }
-    let state: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(s.path("ck/step_1/trainer.json")).unwrap()).unwrap();
-    assert_eq!(state["loss_scale"], 8388608.0);
+    let state = |step: usize| -> serde_json::Value {
+        let p = s.path(&format!("ck/step_{step}/trainer.json"));
+        serde_json::from_slice(&std::fs::read(p).unwrap()).unwrap()
+    };
+    assert_eq!(state(1)["loss_scale"], 8388608.0);
+    assert_eq!(state(1)["adam_steps"], 0);
+    // Skipped steps do not count for the bias corrections (torch never calls optimizer.step()):
+    // the first real update is AdamW's step 1, which moves a weight by lr·g/|g| (|g| >> eps).
+    let s0 = first_clean + 1;
+    assert_eq!(state(s0)["adam_steps"], 1);
+    let name = "h.0.mlp.c_fc.weight";
+    let before = &read_f32_tensors(&s.path(&format!("ck/step_{}/model.safetensors", s0 - 1)))
+        .unwrap()[name]
+        .1;
+    let after =
+        &read_f32_tensors(&s.path(&format!("ck/step_{s0}/model.safetensors"))).unwrap()[name].1;
+    let mut moved: Vec<f64> = before
+        .iter()
+        .zip(after)
+        .map(|(b, a)| f64::from((a - b).abs()))
+        .collect();
+    moved.sort_by(f64::total_cmp);
+    let median = moved[moved.len() / 2];
+    assert!(
+        (median - 1e-2).abs() < 1e-4,
+        "median |Δw| = {median}, want lr = 1e-2 (AdamW step 1)"
+    );
 }
 
 #[test]
