@@ -4,8 +4,11 @@
 //! and for AdamW over ≥ 16 M parameters. NEVER RUN: no GPU was available when it was written.
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
-use hip_kernels::ops::{self, AdamwTensor, DeviceElement, DeviceStep};
-use hip_kernels::params::{bf16, AdamWConfig, LayerNormShape};
+use hip_kernels::ops::{
+    self, AdamW, AdamWParams, AdamWTensor, DeviceElement, LayerNormBackward, LayerNormForward,
+    LayerNormParams,
+};
+use hip_kernels::params::{bf16, OnDevice};
 use hip_rt::{Device, DeviceBuffer, Stream, StreamOptions};
 
 fn setup() -> (Stream, f64) {
@@ -33,7 +36,11 @@ fn layernorm<T: DeviceElement>(c: &mut Criterion, s: &Stream) {
     let mut g = c.benchmark_group(format!("layernorm_{}", T::DTYPE));
     for cols in [1024usize, 4096, 8192] {
         let rows = (1usize << 26) / cols / T::DTYPE.size_bytes(); // 64 MiB of x
-        let shape = LayerNormShape { rows, cols };
+        let shape = LayerNormParams {
+            rows,
+            cols,
+            eps: 1e-5,
+        };
         let n = rows * cols;
         let (x, w, b, dy) = (
             filled::<T>(s, n, 0.5),
@@ -48,18 +55,34 @@ fn layernorm<T: DeviceElement>(c: &mut Criterion, s: &Stream) {
         g.throughput(Throughput::Bytes(2 * n as u64 * e + 8 * rows as u64));
         g.bench_function(BenchmarkId::new("forward", cols), |bench| {
             bench.iter(|| {
-                ops::layernorm_forward(s, &shape, 1e-5, &x, &w, &b, &mut y, &mut mean, &mut rstd)
-                    .expect("forward");
+                let a = LayerNormForward::<OnDevice, _> {
+                    params: shape,
+                    x: &x,
+                    weight: &w,
+                    bias: &b,
+                    y: &mut y,
+                    mean: &mut mean,
+                    rstd: &mut rstd,
+                };
+                ops::layernorm_forward(s, a).expect("forward");
                 s.synchronize().expect("sync");
             })
         });
         g.throughput(Throughput::Bytes(3 * n as u64 * e + 8 * rows as u64));
         g.bench_function(BenchmarkId::new("backward", cols), |bench| {
             bench.iter(|| {
-                ops::layernorm_backward(
-                    s, &shape, &x, &w, &dy, &mean, &rstd, &mut dx, &mut dw, &mut db,
-                )
-                .expect("backward");
+                let a = LayerNormBackward::<OnDevice, _> {
+                    params: shape,
+                    x: &x,
+                    weight: &w,
+                    dy: &dy,
+                    mean: &mean,
+                    rstd: &rstd,
+                    dx: &mut dx,
+                    dweight: &mut dw,
+                    dbias: &mut db,
+                };
+                ops::layernorm_backward(s, a).expect("backward");
                 s.synchronize().expect("sync");
             })
         });
@@ -70,11 +93,9 @@ fn layernorm<T: DeviceElement>(c: &mut Criterion, s: &Stream) {
 fn adamw(c: &mut Criterion, s: &Stream) {
     let n = 1usize << 24; // 16 M parameters
     let mut g = c.benchmark_group("adamw");
-    let config = AdamWConfig::default();
-    let step = DeviceStep {
+    let params = AdamWParams {
         step: 10,
-        grad_scale: None,
-        found_inf: None,
+        ..AdamWParams::default()
     };
     // f32 params: param r/w, grad r, exp_avg r/w, exp_avg_sq r/w.
     let (mut p, gr, mut m, mut v) = (
@@ -86,7 +107,7 @@ fn adamw(c: &mut Criterion, s: &Stream) {
     g.throughput(Throughput::Bytes(7 * 4 * n as u64));
     g.bench_function("f32_16M", |bench| {
         bench.iter(|| {
-            let t = AdamwTensor {
+            let t = AdamWTensor::<OnDevice, _> {
                 param: &mut p,
                 grad: &gr,
                 exp_avg: &mut m,
@@ -94,7 +115,13 @@ fn adamw(c: &mut Criterion, s: &Stream) {
                 max_exp_avg_sq: None,
                 master: None,
             };
-            ops::adamw_multi(s, &config, &step, &mut [t]).expect("adamw");
+            let a = AdamW {
+                params,
+                grad_scale: None,
+                found_inf: None,
+                tensors: &mut [t],
+            };
+            ops::adamw(s, a).expect("adamw");
             s.synchronize().expect("sync");
         })
     });
@@ -107,7 +134,7 @@ fn adamw(c: &mut Criterion, s: &Stream) {
     g.throughput(Throughput::Bytes((6 * 4 + 2 * 2) * n as u64));
     g.bench_function("bf16_master_16M", |bench| {
         bench.iter(|| {
-            let t = AdamwTensor {
+            let t = AdamWTensor::<OnDevice, _> {
                 param: &mut p16,
                 grad: &g16,
                 exp_avg: &mut m,
@@ -115,7 +142,13 @@ fn adamw(c: &mut Criterion, s: &Stream) {
                 max_exp_avg_sq: None,
                 master: Some(&mut master),
             };
-            ops::adamw_multi(s, &config, &step, &mut [t]).expect("adamw");
+            let a = AdamW {
+                params,
+                grad_scale: None,
+                found_inf: None,
+                tensors: &mut [t],
+            };
+            ops::adamw(s, a).expect("adamw");
             s.synchronize().expect("sync");
         })
     });

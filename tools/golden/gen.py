@@ -331,14 +331,10 @@ def main():
     ap.add_argument("--seed", type=int, default=20261202,
                     help="draw other inputs (to check that tolerances hold for any draw); commit only the default")
     args = ap.parse_args()
-    # The training-step ops (gen_train.py) go to train/ until the golden runner reads them from
-    # the registry of the restructured crate; then they move up beside the others.
-    train_out = os.path.join(args.out, "train")
-    for d in (args.out, train_out):
-        os.makedirs(d, exist_ok=True)
-        for f in os.listdir(d):
-            if f.endswith(".safetensors"):
-                os.remove(os.path.join(d, f))
+    os.makedirs(args.out, exist_ok=True)
+    for f in os.listdir(args.out):
+        if f.endswith(".safetensors"):
+            os.remove(os.path.join(args.out, f))
     gen = torch.Generator().manual_seed(args.seed)
     check_layernorm_definitions(gen)
     check_attention_definitions(gen)
@@ -352,11 +348,10 @@ def main():
     gen_layernorm(w, gen)
     gen_attention(w, gen)
     gen_adamw(w, gen)
-    wt = Writer(train_out)
-    gen_train.generate(wt, gen_t)
-    total = sum(os.path.getsize(os.path.join(d, f)) for d in (args.out, train_out)
-                for f in os.listdir(d) if f.endswith(".safetensors"))
-    print(f"wrote {len(w.names) + len(wt.names)} cases to {args.out} and {train_out} ({total / 1e6:.2f} MB)")
+    gen_train.generate(w, gen_t)
+    total = sum(os.path.getsize(os.path.join(args.out, f)) for f in os.listdir(args.out)
+                if f.endswith(".safetensors"))
+    print(f"wrote {len(w.names)} cases to {args.out} ({total / 1e6:.2f} MB)")
     if total > 3e6:
         sys.exit(f"golden cases total {total} bytes, over the 3 MB budget: shrink the shapes")
 
