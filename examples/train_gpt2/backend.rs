@@ -8,7 +8,7 @@
 //! work, and the trainer's one host read per step is [`Backend::read_step`].
 
 use crate::error::Result;
-use hip_kernels::cpu::Element;
+use hip_kernels::params::DeviceElement;
 
 /// Dimensions of one micro-batch's activations.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -102,7 +102,7 @@ pub struct GradScaling {
 ///
 /// "Accumulates" means the result is added to what the output holds (gradient accumulation over
 /// micro-batches starts from zeroed gradients); "writes" means the output is overwritten.
-pub trait Backend<T: Element> {
+pub trait Backend<T: DeviceElement> {
     /// A tensor of `T`.
     type Buf;
     /// An f32 tensor.

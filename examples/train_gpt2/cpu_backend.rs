@@ -3,9 +3,15 @@
 
 use crate::backend::{AdamWStep, Backend, Dims, Gemm, GradScaling, StepRead};
 use crate::error::{Result, TrainError};
-use hip_kernels::cpu::{
-    self, AdamWConfig, AttentionLayout, AttentionShape, Element, MatmulShape, Qkv, Strided,
+use hip_kernels::cpu;
+use hip_kernels::ops::{
+    AdamW, AdamWParams, AdamWTensor, AttentionBackwardStrided, AttentionForwardStrided,
+    AttentionLayout, AttentionParams, BiasBackward, BiasParams, ClipGradScale, ClipParams,
+    CrossEntropyParams, ElementwiseParams, EncoderBackward, EncoderForward, EncoderParams,
+    GeluBackward, LayerNormBackward, LayerNormForward, LayerNormParams, Matmul, MatmulBias,
+    MatmulBiasParams, MatmulParams, Qkv, ResidualAdd, SoftmaxCrossEntropy, Strided,
 };
+use hip_kernels::params::{DeviceElement, Host};
 
 /// The CPU reference as a [`Backend`].
 #[derive(Debug, Default, Clone, Copy)]
@@ -23,15 +29,16 @@ fn op(e: impl std::fmt::Display) -> TrainError {
 }
 
 impl Dims {
-    fn ln(&self) -> cpu::LayerNormShape {
-        cpu::LayerNormShape {
+    fn ln(&self) -> LayerNormParams {
+        LayerNormParams {
             rows: self.rows(),
             cols: self.channels,
+            eps: self.eps,
         }
     }
 
-    fn encoder(&self, accumulate: bool) -> cpu::EncoderParams {
-        cpu::EncoderParams {
+    fn encoder(&self, accumulate: bool) -> EncoderParams {
+        EncoderParams {
             batch: self.batch,
             seq: self.seq,
             channels: self.channels,
@@ -42,38 +49,43 @@ impl Dims {
     }
 
     /// Causal attention on the micro-batch, scale 1/√D.
-    fn attention(&self) -> AttentionShape {
+    fn attention(&self) -> AttentionParams {
         let d = self.head_dim();
-        AttentionShape {
+        AttentionParams {
             batch: self.batch,
             heads: self.heads,
             tq: self.seq,
             tk: self.seq,
             head_dim: d,
             causal: true,
-            scale: AttentionShape::default_scale(d),
+            scale: AttentionParams::default_scale(d),
         }
     }
 
     fn qkv_layouts(&self) -> [AttentionLayout; 3] {
-        let (t, h, dd) = (self.seq, self.heads, self.channels / self.heads);
+        let (t, h, dd) = (self.seq, self.heads, self.head_dim());
         [Qkv::Q, Qkv::K, Qkv::V].map(|w| AttentionLayout::fused_qkv(w, t, h, dd))
     }
 
     fn bthd(&self) -> AttentionLayout {
-        AttentionLayout::bthd(self.seq, self.heads, self.channels / self.heads)
+        AttentionLayout::bthd(self.seq, self.heads, self.head_dim())
     }
 }
 
-fn matmul_shape(g: Gemm) -> MatmulShape {
-    MatmulShape {
+fn matmul_params(g: Gemm, beta: f32) -> MatmulParams {
+    MatmulParams {
+        batch: 1,
+        m: g.m,
+        n: g.n,
+        k: g.k,
         trans_a: g.trans_a,
         trans_b: g.trans_b,
-        ..MatmulShape::new(g.m, g.n, g.k)
+        alpha: 1.0,
+        beta,
     }
 }
 
-impl<T: Element> Backend<T> for Cpu {
+impl<T: DeviceElement> Backend<T> for Cpu {
     type Buf = Vec<T>;
     type Stat = Vec<f32>;
     type Ids = Vec<i32>;
@@ -128,7 +140,7 @@ impl<T: Element> Backend<T> for Cpu {
         wpe: &Vec<T>,
         out: &mut Vec<T>,
     ) -> Result<()> {
-        cpu::encoder_forward(cpu::EncoderForward {
+        cpu::encoder_forward(EncoderForward::<Host, T> {
             params: d.encoder(false),
             tokens,
             wte,
@@ -147,7 +159,7 @@ impl<T: Element> Backend<T> for Cpu {
         dwte: &mut Vec<T>,
         dwpe: &mut Vec<T>,
     ) -> Result<()> {
-        cpu::encoder_backward(cpu::EncoderBackward {
+        cpu::encoder_backward(EncoderBackward::<Host, T> {
             params: d.encoder(true),
             tokens,
             dout,
@@ -167,7 +179,13 @@ impl<T: Element> Backend<T> for Cpu {
         accumulate: bool,
     ) -> Result<()> {
         let beta = if accumulate { 1.0 } else { 0.0 };
-        cpu::matmul(&matmul_shape(shape), 1.0, beta, a, b, out).map_err(op)
+        cpu::matmul(Matmul::<Host, T> {
+            params: matmul_params(shape, beta),
+            a,
+            b,
+            out,
+        })
+        .map_err(op)
     }
 
     fn matmul_bias(
@@ -179,10 +197,15 @@ impl<T: Element> Backend<T> for Cpu {
         out: &mut Vec<T>,
         pre_gelu: Option<&mut Vec<T>>,
     ) -> Result<()> {
-        cpu::matmul_bias(cpu::MatmulBias {
-            params: cpu::MatmulBiasParams {
+        cpu::matmul_bias(MatmulBias::<Host, T> {
+            params: MatmulBiasParams {
+                batch: 1,
+                m: shape.m,
+                n: shape.n,
+                k: shape.k,
+                trans_a: shape.trans_a,
+                trans_b: shape.trans_b,
                 gelu: pre_gelu.is_some(),
-                ..matmul_shape(shape).into()
             },
             a,
             b,
@@ -194,8 +217,8 @@ impl<T: Element> Backend<T> for Cpu {
     }
 
     fn bias_backward(&self, rows: usize, dout: &Vec<T>, dbias: &mut Vec<T>) -> Result<()> {
-        cpu::bias_backward(cpu::BiasBackward {
-            params: cpu::BiasParams {
+        cpu::bias_backward(BiasBackward::<Host, T> {
+            params: BiasParams {
                 rows,
                 cols: dbias.len(),
                 accumulate: true,
@@ -216,7 +239,16 @@ impl<T: Element> Backend<T> for Cpu {
         mean: &mut Vec<f32>,
         rstd: &mut Vec<f32>,
     ) -> Result<()> {
-        cpu::layernorm_forward(&d.ln(), d.eps, x, weight, bias, y, mean, rstd).map_err(op)
+        cpu::layernorm_forward(LayerNormForward::<Host, T> {
+            params: d.ln(),
+            x,
+            weight,
+            bias,
+            y,
+            mean,
+            rstd,
+        })
+        .map_err(op)
     }
 
     fn layernorm_backward(
@@ -239,17 +271,17 @@ impl<T: Element> Backend<T> for Cpu {
             vec![zero; weight.len()],
             vec![zero; weight.len()],
         );
-        cpu::layernorm_backward(
-            &d.ln(),
+        cpu::layernorm_backward(LayerNormBackward::<Host, T> {
+            params: d.ln(),
             x,
             weight,
             dy,
             mean,
             rstd,
-            &mut dx,
-            &mut dw,
-            &mut db,
-        )
+            dx: &mut dx,
+            dweight: &mut dw,
+            dbias: &mut db,
+        })
         .map_err(op)?;
         for (acc, new) in [(dresidual, &dx), (dweight, &dw), (dbias, &db)] {
             for (a, n) in acc.iter_mut().zip(new.iter()) {
@@ -260,8 +292,8 @@ impl<T: Element> Backend<T> for Cpu {
     }
 
     fn add(&self, a: &Vec<T>, b: &Vec<T>, out: &mut Vec<T>) -> Result<()> {
-        let params = cpu::ElementwiseParams { len: a.len() };
-        cpu::residual_add(cpu::ResidualAdd { params, a, b, out }).map_err(op)
+        let params = ElementwiseParams { len: a.len() };
+        cpu::residual_add(ResidualAdd::<Host, T> { params, a, b, out }).map_err(op)
     }
 
     fn attention_forward(
@@ -271,8 +303,10 @@ impl<T: Element> Backend<T> for Cpu {
         out: &mut Vec<T>,
         lse: &mut Vec<f32>,
     ) -> Result<()> {
-        let [q, k, v] = d.qkv_layouts().map(|layout| Strided { data: qkv, layout });
-        cpu::attention_forward_strided(cpu::AttentionForwardStrided {
+        let [q, k, v] = d
+            .qkv_layouts()
+            .map(|layout| Strided::<Host, T> { data: qkv, layout });
+        cpu::attention_forward_strided(AttentionForwardStrided::<Host, T> {
             params: d.attention(),
             q,
             k,
@@ -293,9 +327,11 @@ impl<T: Element> Backend<T> for Cpu {
         lse: &Vec<f32>,
         dqkv: &mut Vec<T>,
     ) -> Result<()> {
-        let [q, k, v] = d.qkv_layouts().map(|layout| Strided { data: qkv, layout });
+        let [q, k, v] = d
+            .qkv_layouts()
+            .map(|layout| Strided::<Host, T> { data: qkv, layout });
         let [dq, dk, dv] = d.qkv_layouts();
-        cpu::attention_backward_strided(cpu::AttentionBackwardStrided {
+        cpu::attention_backward_strided(AttentionBackwardStrided::<Host, T> {
             params: d.attention(),
             q,
             k,
@@ -318,9 +354,8 @@ impl<T: Element> Backend<T> for Cpu {
     }
 
     fn gelu_backward(&self, pre: &Vec<T>, dout: &Vec<T>, dx: &mut Vec<T>) -> Result<()> {
-        let params = cpu::ElementwiseParams { len: pre.len() };
-        cpu::gelu_backward(cpu::GeluBackward {
-            params,
+        cpu::gelu_backward(GeluBackward::<Host, T> {
+            params: ElementwiseParams { len: pre.len() },
             x: pre,
             dout,
             dx,
@@ -338,10 +373,10 @@ impl<T: Element> Backend<T> for Cpu {
         scalars: &mut CpuScalars,
     ) -> Result<()> {
         let mut losses = vec![0.0f32; d.rows()];
-        let mean = cpu::softmax_cross_entropy(cpu::SoftmaxCrossEntropy {
-            params: cpu::CrossEntropyParams {
+        let mean = cpu::softmax_cross_entropy(SoftmaxCrossEntropy::<Host, T> {
+            params: CrossEntropyParams {
                 dloss: Some((loss_scale / accum as f64) as f32),
-                ..cpu::CrossEntropyParams::new(d.rows(), d.vocab)
+                ..CrossEntropyParams::new(d.rows(), d.vocab)
             },
             logits,
             targets,
@@ -371,7 +406,26 @@ impl<T: Element> Backend<T> for Cpu {
         exp_avg: &mut Vec<f32>,
         exp_avg_sq: &mut Vec<f32>,
     ) -> Result<()> {
-        let config = AdamWConfig {
+        // One-element f32 tensors, as a device step keeps them in device memory.
+        let found_inf = [if scalars.norm.is_finite() {
+            0.0f32
+        } else {
+            1.0
+        }];
+        let loss_scale = [scaling.loss_scale as f32];
+        let mut grad_scale = [loss_scale[0]];
+        if let (Some(max_norm), true) = (scaling.clip, scalars.norm.is_finite()) {
+            cpu::clip_grad_scale(ClipGradScale::<Host> {
+                params: ClipParams {
+                    max_norm: max_norm as f32,
+                },
+                norm: &[scalars.norm as f32],
+                loss_scale: Some(&loss_scale),
+                grad_scale: &mut grad_scale,
+            })
+            .map_err(op)?;
+        }
+        let params = AdamWParams {
             lr: hyper.lr,
             beta1: hyper.beta1,
             beta2: hyper.beta2,
@@ -379,35 +433,21 @@ impl<T: Element> Backend<T> for Cpu {
             weight_decay: hyper.weight_decay,
             maximize: false,
             amsgrad: false,
+            step: hyper.step,
         };
-        let config = &config;
-        let mut step = cpu::AdamWStep::new(hyper.step);
-        step.found_inf = !scalars.norm.is_finite();
-        if !step.found_inf {
-            let loss_scale = scaling.loss_scale as f32;
-            let scale = match scaling.clip {
-                Some(max_norm) => {
-                    // The op as the device runs it: one-element f32 tensors.
-                    let mut grad_scale = [0.0f32];
-                    cpu::clip_grad_scale(cpu::ClipGradScale {
-                        params: cpu::ClipParams {
-                            max_norm: max_norm as f32,
-                        },
-                        norm: &[scalars.norm as f32],
-                        loss_scale: Some(&[loss_scale]),
-                        grad_scale: &mut grad_scale,
-                    })
-                    .map_err(op)?;
-                    grad_scale[0]
-                }
-                None => loss_scale,
-            };
-            step.grad_scale = (scale != 1.0).then_some(scale);
-        }
-        match master {
-            None => cpu::adamw(config, &step, param, grad, exp_avg, exp_avg_sq, None),
-            Some(m) => cpu::adamw_master(config, &step, m, param, grad, exp_avg, exp_avg_sq, None),
-        }
+        cpu::adamw(AdamW::<Host, T> {
+            params,
+            grad_scale: (grad_scale[0] != 1.0).then_some(&grad_scale[..]),
+            found_inf: Some(&found_inf),
+            tensors: &mut [AdamWTensor {
+                param,
+                grad,
+                exp_avg,
+                exp_avg_sq,
+                max_exp_avg_sq: None,
+                master: master.map(|m| m.as_mut_slice()),
+            }],
+        })
         .map_err(op)
     }
 

@@ -4,7 +4,7 @@ use crate::backend::{AdamWStep, Backend, Dims, Gemm, GradScaling};
 use crate::config::GptConfig;
 use crate::error::Result;
 use crate::params::{specs, Params};
-use hip_kernels::cpu::{DType, Element};
+use hip_kernels::params::{DType, DeviceElement};
 use std::marker::PhantomData;
 
 /// Saved activations of one layer (`N = B·T` rows): `T` tensors, `S` f32 statistics.
@@ -45,7 +45,7 @@ struct Acts<T, S> {
 
 /// A GPT-2 on a backend with storage type `T`: parameters, their gradients, f32 master weights
 /// (when `T` is not f32), f32 AdamW moments and activations.
-pub struct Gpt2<'b, T: Element, B: Backend<T>> {
+pub struct Gpt2<'b, T: DeviceElement, B: Backend<T>> {
     backend: &'b B,
     /// Dimensions of a micro-batch.
     pub dims: Dims,
@@ -76,7 +76,7 @@ fn mm(m: usize, n: usize, k: usize, trans_a: bool, trans_b: bool) -> Gemm {
     }
 }
 
-impl<'b, T: Element, B: Backend<T>> Gpt2<'b, T, B> {
+impl<'b, T: DeviceElement, B: Backend<T>> Gpt2<'b, T, B> {
     /// Upload `[params, exp_avg, exp_avg_sq]` for micro-batches of `batch × seq`.
     pub fn new(
         backend: &'b B,

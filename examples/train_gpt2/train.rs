@@ -10,7 +10,7 @@ use crate::error::{Result, TrainError};
 use crate::model::Gpt2;
 use crate::weights::{load_params, model_paths};
 use half::{bf16, f16};
-use hip_kernels::cpu::Element;
+use hip_kernels::params::DeviceElement;
 use std::io::Write;
 use std::time::Instant;
 
@@ -218,7 +218,7 @@ pub fn run(args: &Args) -> Result<Vec<StepLog>> {
     }
 }
 
-fn train<T: Element, B: Backend<T>>(
+fn train<T: DeviceElement, B: Backend<T>>(
     backend: &B,
     args: &Args,
     mut s: Setup,
