@@ -6,7 +6,7 @@
 
 mod device_common;
 
-use device_common::{assert_close, bits, download, stream, upload, Rng};
+use device_common::{assert_close, bits, download, run_golden_cases, stream, upload, Rng};
 use hip_kernels::ops::{
     self, BiasBackward, BiasParams, ClipGradScale, ClipParams, CrossEntropyParams, DeviceElement,
     ElementwiseParams, EncoderBackward, EncoderForward, EncoderParams, GeluBackward, GeluForward,
@@ -365,6 +365,44 @@ fn crossentropy_matches_the_reference_every_dtype() {
     }
 }
 
+#[test]
+fn a_bad_target_sets_the_error_flag_and_a_nan_row() {
+    let s = stream();
+    let p = CrossEntropyParams {
+        rows: 3,
+        vocab: 4,
+        padded_vocab: 5,
+        dloss: Some(1.0),
+    };
+    let mut logits = upload(&s, &[0.5f32; 15]);
+    let targets = up_i32(&s, &[1, IGNORE_INDEX, 4]);
+    let mut losses = DeviceBuffer::<f32>::zeroed(&s, 3).unwrap();
+    let mut err = DeviceBuffer::<u32>::zeroed(&s, 1).unwrap();
+    ops::softmax_cross_entropy(
+        &s,
+        SoftmaxCrossEntropy {
+            params: p,
+            logits: &mut logits,
+            targets: &targets,
+            losses: &mut losses,
+            loss: None,
+            error: Some(&mut err),
+        },
+    )
+    .unwrap();
+    assert_eq!(flag(&s, &err), 2, "row 2's target 4 is out of 0..4");
+    let (l, g) = (download(&s, &losses), download(&s, &logits));
+    assert!(
+        (l[0] - 4f32.ln()).abs() < 1e-6 && l[1] == 0.0 && l[2].is_nan(),
+        "{l:?}"
+    );
+    assert!(
+        g[5..10].iter().all(|&x| x == 0.0) && g[10..].iter().all(|x| x.is_nan()),
+        "{g:?}"
+    );
+    assert_eq!(g[4], 0.0, "padding column zeroed");
+}
+
 fn bias_random<T: DeviceElement>(s: &Stream, rows: usize, cols: usize, k: usize, seed: u64) {
     let mut rng = Rng(seed);
     let p = MatmulBiasParams {
@@ -519,5 +557,28 @@ fn clip_grad_scale_from_the_device_norm() {
         1000,
         &download(&s, &gs),
         &want,
+    );
+}
+
+#[test]
+fn golden_training_step_cases_pass_on_the_device() {
+    // The strided attention ops have no device kernel yet (OpError::NoKernel): not selected.
+    run_golden_cases(
+        |op| {
+            matches!(
+                op,
+                "encoder_forward"
+                    | "encoder_backward"
+                    | "gelu_forward"
+                    | "gelu_backward"
+                    | "residual_add"
+                    | "crossentropy"
+                    | "matmul_bias"
+                    | "bias_backward"
+                    | "residual_layernorm_forward"
+                    | "clip"
+            )
+        },
+        "training-step",
     );
 }

@@ -1,4 +1,4 @@
-//! Table tests of `build/detect.rs` (the logic build.rs runs), with no hipcc needed.
+//! Table tests of `detect.rs` (the rules a kernel build applies), with no hipcc needed.
 
 use crate::detect::*;
 use std::collections::HashMap;

@@ -1,8 +1,8 @@
 //! The CPU reference self-check: runs the committed golden cases through `hip_kernels::cpu`
-//! (via [`crate::golden::run_case`]).
+//! (via [`hip_kernels::golden::run_case`]).
 //!
 //! The cases live in the source tree (`tests/golden/`); the binary finds them through the path
-//! embedded at build time ([`crate::golden::committed_dir`]) plus any directories listed in
+//! embedded at build time ([`hip_kernels::golden::committed_dir`]) plus any directories listed in
 //! `HIPK_GOLDEN_DIR` (colon-separated, as `tests/golden.rs` reads it). A binary copied to another
 //! machine says the directory is missing and how to point at a copy.
 

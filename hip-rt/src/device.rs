@@ -57,8 +57,7 @@ fn shared_cache(ordinal: i32) -> Result<Arc<dyn DeviceAllocator>> {
         return Ok(cache.clone());
     }
     let cache = Arc::new(
-        CachingAllocator::new(HipBackend::new(ordinal))
-            .map_err(|e| Error::Caching(Arc::new(e)))?,
+        CachingAllocator::new(HipBackend::new(ordinal)).map_err(|e| Error::Caching(Arc::new(e)))?,
     );
     map.insert(ordinal, cache.clone());
     Ok(cache)

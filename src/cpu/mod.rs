@@ -10,7 +10,8 @@
 //! it checks. Work is split over threads with `std::thread::scope` when it is large enough to pay.
 //!
 //! Errors: every function validates all lengths and parameters before touching any output and
-//! returns [`ShapeError`] naming the tensor and the values; it never panics on bad input.
+//! returns [`ShapeError`](crate::params::ShapeError) naming the tensor and the values; it never
+//! panics on bad input.
 
 pub mod exact;
 

@@ -36,6 +36,10 @@ fn cache() -> &'static Mutex<Cache> {
 }
 
 /// The kernel `kernel` of `kernels/<source>.hip` on `device`, loading the bundle on first use.
+///
+/// # Host sync
+/// The first call per (device, source) loads the code object (`hipModuleLoadData`, which
+/// blocks the calling thread until the runtime has it); later calls are a map lookup.
 pub fn function(
     device: &Device,
     source: &'static str,

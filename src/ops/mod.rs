@@ -5,8 +5,9 @@
 //!
 //! Every launcher validates shapes, lengths and devices into [`OpError`] before launching
 //! anything; without HIP kernels in the build it returns [`OpError::KernelsNotBuilt`]. Launchers
-//! queue work and do not wait for the host unless their docs say so (`# Host sync`). None of
-//! them has run on a GPU yet.
+//! queue work and do not wait for the host unless their docs say so (`# Host sync`); the one
+//! wait common to all of them is the first launch of a kernel source on a device, which loads
+//! its code object ([`crate::embedded::loader::function`]). None of them has run on a GPU yet.
 
 mod error;
 pub(crate) mod launch;

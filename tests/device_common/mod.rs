@@ -5,11 +5,13 @@
 #![allow(dead_code)]
 
 use hip_kernels::golden::{
-    case_files, committed_dir, env_dirs, load_case, run_case_with, DeviceBackend,
+    case_files, committed_dir, env_dirs, load_case, run_case_with, DeviceBackend, GoldenCase,
+    Outputs, TensorData,
 };
 use hip_kernels::ops::{
-    self, AttentionBackward, AttentionForward, AttentionParams, DeviceElement, LayerNormBackward,
-    LayerNormForward, LayerNormParams, Matmul, MatmulParams, OpError,
+    AttentionBackwardCase, AttentionForwardCase, AttentionParams, DeviceElement,
+    LayerNormBackwardCase, LayerNormForwardCase, LayerNormParams, MatmulCase, MatmulParams,
+    OpError,
 };
 use hip_kernels::params::{DType, Element};
 use hip_kernels::tolerance::{tolerance, Rule};
@@ -79,8 +81,30 @@ pub fn bits<T: Element>(v: &[T]) -> Vec<u8> {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Device wrappers (host slices in, host vectors out)
+// Device wrappers (host slices in, host vectors out): each op's in-memory golden case run on the
+// device (`GoldenCase::run_device`: upload, the launcher, download), so the tests and the golden
+// runner go through the same code.
 // ---------------------------------------------------------------------------------------------
+
+/// Output `name` of a device run, as `T` values.
+fn output<T: DeviceElement>(outs: &Outputs, name: &str) -> Vec<T> {
+    let (_, data) = outs
+        .iter()
+        .find(|(n, _)| *n == name)
+        .unwrap_or_else(|| panic!("the device run returned no `{name}`"));
+    data.as_slice::<T>()
+        .unwrap_or_else(|| panic!("`{name}` is {}, not {}", data.dtype(), T::DTYPE))
+        .to_vec()
+}
+
+/// The three gradients `names` of a device run.
+fn grads<T: DeviceElement>(outs: &Outputs, names: [&str; 3]) -> Grads<T> {
+    (
+        output(outs, names[0]),
+        output(outs, names[1]),
+        output(outs, names[2]),
+    )
+}
 
 pub struct LnFwd<T> {
     pub y: Vec<T>,
@@ -95,26 +119,17 @@ pub fn ln_forward_device<T: DeviceElement>(
     w: &[T],
     b: &[T],
 ) -> Result<LnFwd<T>, OpError> {
-    let (dx, dw, db) = (upload(s, x), upload(s, w), upload(s, b));
-    let mut y = DeviceBuffer::<T>::zeroed(s, x.len())?;
-    let mut mean = DeviceBuffer::<f32>::zeroed(s, shape.rows)?;
-    let mut rstd = DeviceBuffer::<f32>::zeroed(s, shape.rows)?;
-    ops::layernorm_forward(
-        s,
-        LayerNormForward {
-            params: *shape,
-            x: &dx,
-            weight: &dw,
-            bias: &db,
-            y: &mut y,
-            mean: &mut mean,
-            rstd: &mut rstd,
-        },
-    )?;
+    let case = LayerNormForwardCase {
+        params: *shape,
+        x: TensorData::from_slice(x),
+        weight: TensorData::from_slice(w),
+        bias: TensorData::from_slice(b),
+    };
+    let outs = case.run_device(s)?;
     Ok(LnFwd {
-        y: download(s, &y),
-        mean: download(s, &mean),
-        rstd: download(s, &rstd),
+        y: output(&outs, "y"),
+        mean: output(&outs, "mean"),
+        rstd: output(&outs, "rstd"),
     })
 }
 
@@ -130,33 +145,19 @@ pub fn ln_backward_device<T: DeviceElement>(
     mean: &[f32],
     rstd: &[f32],
 ) -> Result<Grads<T>, OpError> {
-    let (bx, bw, bdy, bm, br) = (
-        upload(s, x),
-        upload(s, w),
-        upload(s, dy),
-        upload(s, mean),
-        upload(s, rstd),
-    );
-    let mut dx = DeviceBuffer::<T>::zeroed(s, x.len())?;
-    let mut dw = DeviceBuffer::<T>::zeroed(s, w.len())?;
-    let mut db = DeviceBuffer::<T>::zeroed(s, w.len())?;
-    ops::layernorm_backward(
-        s,
-        LayerNormBackward {
-            params: *shape,
-            x: &bx,
-            weight: &bw,
-            dy: &bdy,
-            mean: &bm,
-            rstd: &br,
-            dx: &mut dx,
-            dweight: &mut dw,
-            dbias: &mut db,
-        },
-    )?;
-    Ok((download(s, &dx), download(s, &dw), download(s, &db)))
+    let case = LayerNormBackwardCase {
+        params: *shape,
+        x: TensorData::from_slice(x),
+        weight: TensorData::from_slice(w),
+        dy: TensorData::from_slice(dy),
+        mean: mean.to_vec(),
+        rstd: rstd.to_vec(),
+    };
+    Ok(grads(&case.run_device(s)?, ["dx", "dweight", "dbias"]))
 }
 
+/// `out = alpha·op(a)·op(b) + beta·c`; with beta = 0 the device's `out` starts as NaN (C must
+/// not be read) and `c` is not used.
 pub fn matmul_device<T: DeviceElement>(
     s: &Stream,
     params: &MatmulParams,
@@ -164,18 +165,13 @@ pub fn matmul_device<T: DeviceElement>(
     b: &[T],
     c: &[T],
 ) -> Result<Vec<T>, OpError> {
-    let (da, db) = (upload(s, a), upload(s, b));
-    let mut out = upload(s, c);
-    ops::matmul(
-        s,
-        Matmul {
-            params: *params,
-            a: &da,
-            b: &db,
-            out: &mut out,
-        },
-    )?;
-    Ok(download(s, &out))
+    let case = MatmulCase {
+        params: *params,
+        a: TensorData::from_slice(a),
+        b: TensorData::from_slice(b),
+        c: (params.beta != 0.0).then(|| TensorData::from_slice(c)),
+    };
+    Ok(output(&case.run_device(s)?, "out"))
 }
 
 pub fn attention_forward_device<T: DeviceElement>(
@@ -185,23 +181,17 @@ pub fn attention_forward_device<T: DeviceElement>(
     k: &[T],
     v: &[T],
 ) -> Result<(Vec<T>, Vec<f32>), OpError> {
-    let (dq, dk, dv) = (upload(s, q), upload(s, k), upload(s, v));
-    let mut out = DeviceBuffer::<T>::zeroed(s, q.len())?;
-    let mut lse = DeviceBuffer::<f32>::zeroed(s, shape.lse_len()?)?;
-    ops::attention_forward(
-        s,
-        AttentionForward {
-            params: *shape,
-            q: &dq,
-            k: &dk,
-            v: &dv,
-            out: &mut out,
-            lse: &mut lse,
-        },
-    )?;
-    Ok((download(s, &out), download(s, &lse)))
+    let case = AttentionForwardCase {
+        params: *shape,
+        q: TensorData::from_slice(q),
+        k: TensorData::from_slice(k),
+        v: TensorData::from_slice(v),
+    };
+    let outs = case.run_device(s)?;
+    Ok((output(&outs, "out"), output(&outs, "lse")))
 }
 
+/// The backward's outputs start as NaN on the device: every element must be written.
 #[allow(clippy::too_many_arguments)]
 pub fn attention_backward_device<T: DeviceElement>(
     s: &Stream,
@@ -213,34 +203,16 @@ pub fn attention_backward_device<T: DeviceElement>(
     dout: &[T],
     lse: &[f32],
 ) -> Result<Grads<T>, OpError> {
-    let (bq, bk, bv, bo, bdo, blse) = (
-        upload(s, q),
-        upload(s, k),
-        upload(s, v),
-        upload(s, out),
-        upload(s, dout),
-        upload(s, lse),
-    );
-    // Garbage in the outputs: every element must be written.
-    let mut dq = upload(s, &vec![T::from_f64(f64::NAN); q.len()]);
-    let mut dk = upload(s, &vec![T::from_f64(f64::NAN); k.len()]);
-    let mut dv = upload(s, &vec![T::from_f64(f64::NAN); v.len()]);
-    ops::attention_backward(
-        s,
-        AttentionBackward {
-            params: *shape,
-            q: &bq,
-            k: &bk,
-            v: &bv,
-            out: &bo,
-            dout: &bdo,
-            lse: &blse,
-            dq: &mut dq,
-            dk: &mut dk,
-            dv: &mut dv,
-        },
-    )?;
-    Ok((download(s, &dq), download(s, &dk), download(s, &dv)))
+    let case = AttentionBackwardCase {
+        params: *shape,
+        q: TensorData::from_slice(q),
+        k: TensorData::from_slice(k),
+        v: TensorData::from_slice(v),
+        out: TensorData::from_slice(out),
+        dout: TensorData::from_slice(dout),
+        lse: lse.to_vec(),
+    };
+    Ok(grads(&case.run_device(s)?, ["dq", "dk", "dv"]))
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -7,6 +7,7 @@
 // Build and run: tools/kernel-emu/run_layernorm_adamw.sh
 #include <hip/hip_runtime.h>
 #include <hip/hip_fp16.h>
+#include <algorithm>
 #include <cstdio>
 #include <random>
 #include <string>
@@ -123,7 +124,7 @@ static void test_layernorm(void (*fwd)(const T*, const T*, const T*, T*, float*,
 struct Desc { void* param; const void* grad; float *m, *v, *vmax, *master; int64_t numel, first_chunk; };
 
 template <typename T>
-static void test_adamw(void (*k)(const AdamwTensor*, int, int64_t, int64_t, float, float, float, float, float, float, float, float, int, int, const float*, const float*),
+static void test_adamw(void (*k)(const AdamwTable, int, int64_t, int64_t, float, float, float, float, float, float, float, float, int, int, const float*, const float*),
                        bool amsgrad, bool maximize, bool master, bool scaled, float found) {
   const long chunk = 1000;  // small chunks to cross tensor boundaries
   std::vector<long> lens = {1, 255, 1003, 4097};
@@ -140,9 +141,11 @@ static void test_adamw(void (*k)(const AdamwTensor*, int, int64_t, int64_t, floa
     first += (n + chunk - 1) / chunk;
   }
   std::vector<H> before = hs;
+  AdamwTable by_value{};  // passed by value in the kernel arguments, as the launcher does
+  std::copy(table.begin(), table.end(), by_value.rows);
   float scale = 256.0f;
   float sc[5] = {float(b1), float(1 - b1), float(b2), float(1 - b2), float(epsv)};
-  emu_launch(k, emu_dim3{3}, 256, (const AdamwTensor*)table.data(), int(table.size()), int64_t(first), int64_t(chunk), sc[0], sc[1], sc[2], sc[3], sc[4],
+  emu_launch(k, emu_dim3{3}, 256, by_value, int(table.size()), int64_t(first), int64_t(chunk), sc[0], sc[1], sc[2], sc[3], sc[4],
              float(1 - lr * wd), float(lr / (1 - std::pow(b1, t))), float(std::sqrt(1 - std::pow(b2, t))), int(maximize), int(amsgrad),
              scaled ? (const float*)&scale : nullptr, (const float*)&found);
   std::string tag = std::string("adamw ") + name_of<T>() + (amsgrad ? " ams" : "") + (maximize ? " max" : "") + (master ? " master" : "") + (scaled ? " scaled" : "") + (found != 0 ? " found_inf" : "");
@@ -168,22 +171,24 @@ static void test_adamw(void (*k)(const AdamwTensor*, int, int64_t, int64_t, floa
 }
 
 template <typename T>
-static void test_helpers(void (*nf)(const TensorRef*, int, int64_t, int64_t, float*), void (*l2)(const TensorRef*, int, int64_t, int64_t, float*)) {
+static void test_helpers(void (*nf)(const RefTable, int, int64_t, int64_t, float*), void (*l2)(const RefTable, int, int64_t, int64_t, float*)) {
   const long chunk = 700;
   std::vector<long> lens = {3, 1500, 64};
   std::vector<std::vector<T>> ts; std::vector<TensorRef> table; long first = 0; double ss = 0;
   for (long n : lens) { ts.push_back(rand_vec<T>(n)); for (auto& x : ts.back()) ss += to_d(x) * to_d(x); }
   for (size_t i = 0; i < lens.size(); ++i) { table.push_back(TensorRef{ts[i].data(), lens[i], first, 0}); first += (lens[i] + chunk - 1) / chunk; }
+  RefTable by_value{};  // passed by value in the kernel arguments, as the launcher does
+  std::copy(table.begin(), table.end(), by_value.rows);
   float flag = 0;
-  emu_launch(nf, emu_dim3{2}, 256, (const TensorRef*)table.data(), int(table.size()), int64_t(first), int64_t(chunk), &flag);
+  emu_launch(nf, emu_dim3{2}, 256, by_value, int(table.size()), int64_t(first), int64_t(chunk), &flag);
   if (flag != 0) { std::printf("FAIL nonfinite %s: flagged finite data\n", name_of<T>()); ++failures; }
   std::vector<float> partials(first, NAN);
-  emu_launch(l2, emu_dim3{2}, 256, (const TensorRef*)table.data(), int(table.size()), int64_t(first), int64_t(chunk), partials.data());
+  emu_launch(l2, emu_dim3{2}, 256, by_value, int(table.size()), int64_t(first), int64_t(chunk), partials.data());
   float norm = -1;
   emu_launch(multi_l2norm_finalize_f32, emu_dim3{1}, 256, (const float*)partials.data(), int64_t(first), &norm);
   check(std::string("l2norm ") + name_of<T>(), &norm, std::vector<double>{std::sqrt(ss)}, 1e-5);
   ts[1][1499] = to_t<T>(INFINITY);
-  emu_launch(nf, emu_dim3{2}, 256, (const TensorRef*)table.data(), int(table.size()), int64_t(first), int64_t(chunk), &flag);
+  emu_launch(nf, emu_dim3{2}, 256, by_value, int(table.size()), int64_t(first), int64_t(chunk), &flag);
   if (flag != 1) { std::printf("FAIL nonfinite %s: missed inf\n", name_of<T>()); ++failures; }
 }
 

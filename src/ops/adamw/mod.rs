@@ -1,6 +1,6 @@
 //! Fused multi-tensor AdamW (torch.optim.AdamW's semantics) and the trainer helpers (non-finite
 //! check, global L2 norm): the op's parameters and argument structs ([`AdamW`],
-//! [`AdamWTensor`]), shared by the CPU reference ([`cpu`]) and the launchers
+//! [`AdamWTensor`]), shared by the CPU reference ([`crate::cpu`]) and the launchers
 //! (`kernels/adamw.hip`).
 
 pub(crate) mod cpu;

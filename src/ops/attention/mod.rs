@@ -1,6 +1,6 @@
 //! Scaled dot-product attention on `[batch, heads, t, head_dim]` tensors: the op's parameters
 //! and argument structs ([`AttentionForward`], [`AttentionBackward`]), shared by the CPU
-//! reference ([`cpu`]) and the launchers (`kernels/attention.hip`).
+//! reference ([`crate::cpu`]) and the launchers (`kernels/attention.hip`).
 
 pub(crate) mod cpu;
 mod device;

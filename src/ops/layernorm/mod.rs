@@ -1,6 +1,6 @@
 //! Layer normalization over the last dimension of a `[rows, cols]` tensor: the op's parameters
 //! and argument structs ([`LayerNormForward`], [`LayerNormBackward`]), shared by the CPU
-//! reference ([`cpu`]) and the launchers (`kernels/layernorm.hip`).
+//! reference ([`crate::cpu`]) and the launchers (`kernels/layernorm.hip`).
 
 pub(crate) mod cpu;
 mod device;

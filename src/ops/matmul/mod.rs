@@ -1,5 +1,6 @@
 //! Batched matmul `out = alpha·op(A)·op(B) + beta·C`: the op's parameters and argument struct
-//! ([`Matmul`]), shared by the CPU reference ([`cpu`]) and the launcher (`kernels/matmul.hip`).
+//! ([`Matmul`]), shared by the CPU reference ([`crate::cpu`]) and the launcher
+//! (`kernels/matmul.hip`).
 
 pub(crate) mod cpu;
 mod device;
