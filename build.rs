@@ -5,7 +5,10 @@
 fn main() {
     let builder = hip_build::Builder::new("hip-kernels");
     if std::env::var_os("CARGO_FEATURE_KERNELS").is_none() {
-        builder.skip("hip-kernels was built without its `kernels` feature");
+        builder.skip(
+            "hip-kernels was built without its `kernels` feature (on by default; do not pass \
+             --no-default-features, or add `features = [\"kernels\"]`)",
+        );
         return;
     }
     if std::env::var_os("CARGO_FEATURE_DEVICE").is_some() {
