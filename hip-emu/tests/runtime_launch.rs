@@ -50,9 +50,17 @@ fn build_code_object() -> Result<Vec<u8>, String> {
 struct Setup {
     stream: Stream,
     module: Module,
+    /// Held for the whole test: a fault (deliberate in some tests) is sticky for the device, as
+    /// on a GPU, and the canary check after a launch looks at every allocation, so tests that
+    /// share device 0 in this process must not overlap.
+    _serial: std::sync::MutexGuard<'static, ()>,
 }
 
 fn setup() -> Option<Setup> {
+    static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let serial = SERIAL
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner());
     runtime_common::setup(&[]);
     let image = match code_object() {
         Ok(image) => image,
@@ -64,7 +72,11 @@ fn setup() -> Option<Setup> {
     let dev = hip_rt::Device::get_direct(0).unwrap();
     let module = Module::load(&dev, &image).expect("hip-emu loads the hipcc bundle");
     let stream = Stream::new(&dev, StreamOptions::default()).unwrap();
-    Some(Setup { stream, module })
+    Some(Setup {
+        stream,
+        module,
+        _serial: serial,
+    })
 }
 
 fn cfg(grid: u32, block: u32) -> LaunchConfig {
@@ -77,7 +89,7 @@ fn cfg(grid: u32, block: u32) -> LaunchConfig {
 
 #[test]
 fn metadata_attributes_and_a_correct_launch() {
-    let Some(Setup { stream, module }) = setup() else {
+    let Some(Setup { stream, module, .. }) = setup() else {
         return;
     };
     assert_eq!(module.target_ids(), &["gfx906".to_owned()]);
@@ -110,7 +122,7 @@ fn metadata_attributes_and_a_correct_launch() {
 
 #[test]
 fn wrong_argument_count_size_and_freed_pointers_name_the_kernel() {
-    let Some(Setup { stream, module }) = setup() else {
+    let Some(Setup { stream, module, .. }) = setup() else {
         return;
     };
     let reverse = module.function("hipemu_test_reverse").unwrap();
@@ -179,7 +191,7 @@ fn wrong_argument_count_size_and_freed_pointers_name_the_kernel() {
 
 #[test]
 fn out_of_bounds_writes_and_reads_fault_at_the_next_synchronize() {
-    let Some(Setup { stream, module }) = setup() else {
+    let Some(Setup { stream, module, .. }) = setup() else {
         return;
     };
     let ids = module.function("hipemu_test_ids").unwrap();
@@ -242,7 +254,7 @@ fn out_of_bounds_writes_and_reads_fault_at_the_next_synchronize() {
 
 #[test]
 fn bad_configurations_and_barrier_misuse_are_errors() {
-    let Some(Setup { stream, module }) = setup() else {
+    let Some(Setup { stream, module, .. }) = setup() else {
         return;
     };
     let d = DeviceBuffer::<i32>::zeroed(&stream, 4096).unwrap();
