@@ -11,7 +11,7 @@ use hip_kernels::golden::{
 };
 use hip_kernels::ops::{self, DeviceElement, OpError};
 use hip_kernels::params::{AttentionShape, DType, Element, LayerNormShape, MatmulShape, Op};
-use hip_kernels::tolerance::tolerance;
+use hip_kernels::tolerance::{tolerance, Tolerance};
 use hip_kernels::with_dtype;
 use hip_rt::{Device, DeviceBuffer, Stream, StreamOptions};
 
@@ -58,8 +58,18 @@ pub fn assert_close<T: Element>(
     got: &[T],
     want: &[T],
 ) {
-    assert_eq!(got.len(), want.len(), "{what}: length");
     let tol = tolerance(op, what, T::DTYPE, input, len);
+    assert_close_with(
+        &format!("{what} ({op}, {input}, len {len})"),
+        tol,
+        got,
+        want,
+    );
+}
+
+/// Like [`assert_close`], with an explicit tolerance.
+pub fn assert_close_with<T: Element>(what: &str, tol: Tolerance, got: &[T], want: &[T]) {
+    assert_eq!(got.len(), want.len(), "{what}: length");
     let bad: Vec<String> = got
         .iter()
         .zip(want)
@@ -68,10 +78,7 @@ pub fn assert_close<T: Element>(
         .take(5)
         .map(|(i, (g, w))| format!("[{i}] got {g:?} want {w:?}"))
         .collect();
-    assert!(
-        bad.is_empty(),
-        "{what} ({op}, {input}, len {len}) beyond {tol:?}: {bad:?}"
-    );
+    assert!(bad.is_empty(), "{what} beyond {tol:?}: {bad:?}");
 }
 
 pub fn bits<T: Element>(v: &[T]) -> Vec<u8> {
