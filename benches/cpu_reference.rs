@@ -7,13 +7,16 @@ mod cpu_common;
 use cpu_common::{cast, LayerNormData, Normal};
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use half::bf16;
-use hip_kernels::cpu::{
-    self, AdamWConfig, AdamWStep, AttentionShape, Element, LayerNormShape, MatmulShape,
+use hip_kernels::cpu;
+use hip_kernels::ops::{
+    AdamW, AdamWParams, AdamWTensor, AttentionBackward, AttentionForward, AttentionParams,
+    LayerNormParams, Matmul, MatmulParams,
 };
+use hip_kernels::params::{DeviceElement, Host};
 use std::hint::black_box;
 
-fn matmul<T: Element>(c: &mut Criterion, rng: &mut Normal) {
-    let s = MatmulShape::new(128, 128, 128);
+fn matmul<T: DeviceElement>(c: &mut Criterion, rng: &mut Normal) {
+    let s = MatmulParams::new(128, 128, 128);
     let (a, b) = (
         cast::<T>(&rng.vec(s.a_len().unwrap_or(0))),
         cast::<T>(&rng.vec(s.b_len().unwrap_or(0))),
@@ -22,22 +25,30 @@ fn matmul<T: Element>(c: &mut Criterion, rng: &mut Normal) {
     let mut g = c.benchmark_group("matmul");
     g.throughput(Throughput::Elements((s.m * s.n * s.k) as u64));
     g.bench_function(format!("{}_128x128x128", T::DTYPE), |bch| {
-        bch.iter(|| cpu::matmul(&s, 1.0, 0.0, black_box(&a), black_box(&b), &mut out))
+        bch.iter(|| {
+            cpu::matmul(Matmul::<Host, T> {
+                params: s,
+                a: black_box(&a),
+                b: black_box(&b),
+                out: &mut out,
+            })
+        })
     });
     g.finish();
 }
 
 fn layernorm(c: &mut Criterion, rng: &mut Normal) {
-    let s = LayerNormShape {
+    let s = LayerNormParams {
         rows: 64,
         cols: 768,
+        eps: 1e-5,
     };
     let n = s.rows * s.cols;
     let mut d = LayerNormData::<bf16>::random(rng, &s);
     let mut g = c.benchmark_group("layernorm");
     g.throughput(Throughput::Elements(n as u64));
     g.bench_function("forward_bf16_64x768", |bch| {
-        bch.iter(|| black_box(&mut d).forward(&s, 1e-5))
+        bch.iter(|| black_box(&mut d).forward(&s))
     });
     g.bench_function("backward_bf16_64x768", |bch| {
         bch.iter(|| black_box(&mut d).backward(&s))
@@ -46,14 +57,14 @@ fn layernorm(c: &mut Criterion, rng: &mut Normal) {
 }
 
 fn attention(c: &mut Criterion, rng: &mut Normal) {
-    let s = AttentionShape {
+    let s = AttentionParams {
         batch: 1,
         heads: 4,
         tq: 128,
         tk: 128,
         head_dim: 64,
         causal: true,
-        scale: AttentionShape::default_scale(64),
+        scale: AttentionParams::default_scale(64),
     };
     let (nq, nk) = (s.q_len().unwrap_or(0), s.kv_len().unwrap_or(0));
     let (q, k, v, dout) = (
@@ -64,25 +75,35 @@ fn attention(c: &mut Criterion, rng: &mut Normal) {
     );
     let (mut out, mut lse) = (vec![0.0f32; nq], vec![0.0f32; s.lse_len().unwrap_or(0)]);
     let (mut dq, mut dk, mut dv) = (vec![0.0f32; nq], vec![0.0f32; nk], vec![0.0f32; nk]);
-    let _ = cpu::attention_forward(&s, &q, &k, &v, &mut out, &mut lse);
+    let forward = |q: &[f32], out: &mut [f32], lse: &mut [f32]| {
+        cpu::attention_forward(AttentionForward::<Host, f32> {
+            params: s,
+            q,
+            k: &k,
+            v: &v,
+            out,
+            lse,
+        })
+    };
+    let _ = forward(&q, &mut out, &mut lse);
     let mut g = c.benchmark_group("attention");
     g.bench_function("forward_f32_h4_t128_d64_causal", |bch| {
-        bch.iter(|| cpu::attention_forward(&s, black_box(&q), &k, &v, &mut out, &mut lse))
+        bch.iter(|| forward(black_box(&q), &mut out, &mut lse))
     });
     g.bench_function("backward_f32_h4_t128_d64_causal", |bch| {
         bch.iter(|| {
-            cpu::attention_backward(
-                &s,
-                black_box(&q),
-                &k,
-                &v,
-                &out,
-                &dout,
-                &lse,
-                &mut dq,
-                &mut dk,
-                &mut dv,
-            )
+            cpu::attention_backward(AttentionBackward::<Host, f32> {
+                params: s,
+                q: black_box(&q),
+                k: &k,
+                v: &v,
+                out: &out,
+                dout: &dout,
+                lse: &lse,
+                dq: &mut dq,
+                dk: &mut dk,
+                dv: &mut dv,
+            })
         })
     });
     g.finish();
@@ -92,23 +113,28 @@ fn adamw(c: &mut Criterion, rng: &mut Normal) {
     let n = 1 << 18;
     let (mut p, grad) = (cast::<f32>(&rng.vec(n)), cast::<f32>(&rng.vec(n)));
     let (mut m, mut v, mut vmax) = (vec![0.0f32; n], vec![0.0f32; n], vec![0.0f32; n]);
-    let cfg = AdamWConfig {
+    let params = AdamWParams {
         amsgrad: true,
-        ..AdamWConfig::default()
+        step: 3,
+        ..AdamWParams::default()
     };
     let mut g = c.benchmark_group("adamw");
     g.throughput(Throughput::Elements(n as u64));
     g.bench_function("f32_amsgrad_256k", |bch| {
         bch.iter(|| {
-            cpu::adamw(
-                &cfg,
-                &AdamWStep::new(3),
-                &mut p,
-                black_box(&grad),
-                &mut m,
-                &mut v,
-                Some(&mut vmax),
-            )
+            cpu::adamw(AdamW::<Host, f32> {
+                params,
+                grad_scale: None,
+                found_inf: None,
+                tensors: &mut [AdamWTensor {
+                    param: &mut p,
+                    grad: black_box(&grad),
+                    exp_avg: &mut m,
+                    exp_avg_sq: &mut v,
+                    max_exp_avg_sq: Some(&mut vmax),
+                    master: None,
+                }],
+            })
         })
     });
     g.finish();

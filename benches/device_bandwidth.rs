@@ -8,8 +8,11 @@
 //! figure" (`benches/device_common`).
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
-use hip_kernels::ops::{self, AdamwTensor, DeviceElement, DeviceStep};
-use hip_kernels::params::{bf16, AdamWConfig, LayerNormShape};
+use hip_kernels::ops::{
+    self, AdamW, AdamWParams, AdamWTensor, DeviceElement, LayerNormBackward, LayerNormForward,
+    LayerNormParams,
+};
+use hip_kernels::params::{bf16, OnDevice};
 use hip_rt::{Device, DeviceBuffer, Stream, StreamOptions};
 
 #[path = "device_common/mod.rs"]
@@ -46,7 +49,11 @@ fn layernorm<T: DeviceElement>(c: &mut Criterion, s: &Stream, label: &str) {
     let x_bytes = if quick() { 1usize << 18 } else { 1usize << 26 };
     for cols in [1024usize, 4096, 8192] {
         let rows = x_bytes / cols / T::DTYPE.size_bytes();
-        let shape = LayerNormShape { rows, cols };
+        let shape = LayerNormParams {
+            rows,
+            cols,
+            eps: 1e-5,
+        };
         let n = rows * cols;
         let (x, w, b, dy) = (
             filled::<T>(s, n, 0.5),
@@ -61,18 +68,34 @@ fn layernorm<T: DeviceElement>(c: &mut Criterion, s: &Stream, label: &str) {
         g.throughput(Throughput::Bytes(2 * n as u64 * e + 8 * rows as u64));
         g.bench_function(BenchmarkId::new("forward", cols), |bench| {
             bench.iter(|| {
-                ops::layernorm_forward(s, &shape, 1e-5, &x, &w, &b, &mut y, &mut mean, &mut rstd)
-                    .expect("forward");
+                let a = LayerNormForward::<OnDevice, _> {
+                    params: shape,
+                    x: &x,
+                    weight: &w,
+                    bias: &b,
+                    y: &mut y,
+                    mean: &mut mean,
+                    rstd: &mut rstd,
+                };
+                ops::layernorm_forward(s, a).expect("forward");
                 s.synchronize().expect("sync");
             })
         });
         g.throughput(Throughput::Bytes(3 * n as u64 * e + 8 * rows as u64));
         g.bench_function(BenchmarkId::new("backward", cols), |bench| {
             bench.iter(|| {
-                ops::layernorm_backward(
-                    s, &shape, &x, &w, &dy, &mean, &rstd, &mut dx, &mut dw, &mut db,
-                )
-                .expect("backward");
+                let a = LayerNormBackward::<OnDevice, _> {
+                    params: shape,
+                    x: &x,
+                    weight: &w,
+                    dy: &dy,
+                    mean: &mean,
+                    rstd: &rstd,
+                    dx: &mut dx,
+                    dweight: &mut dw,
+                    dbias: &mut db,
+                };
+                ops::layernorm_backward(s, a).expect("backward");
                 s.synchronize().expect("sync");
             })
         });
@@ -83,11 +106,9 @@ fn layernorm<T: DeviceElement>(c: &mut Criterion, s: &Stream, label: &str) {
 fn adamw(c: &mut Criterion, s: &Stream, label: &str) {
     let n = if quick() { 1usize << 16 } else { 1usize << 24 }; // 16 M parameters (quick: 64 K)
     let mut g = c.benchmark_group(format!("adamw{label}"));
-    let config = AdamWConfig::default();
-    let step = DeviceStep {
+    let params = AdamWParams {
         step: 10,
-        grad_scale: None,
-        found_inf: None,
+        ..AdamWParams::default()
     };
     // f32 params: param r/w, grad r, exp_avg r/w, exp_avg_sq r/w.
     let (mut p, gr, mut m, mut v) = (
@@ -99,7 +120,7 @@ fn adamw(c: &mut Criterion, s: &Stream, label: &str) {
     g.throughput(Throughput::Bytes(7 * 4 * n as u64));
     g.bench_function(BenchmarkId::new("f32", n), |bench| {
         bench.iter(|| {
-            let t = AdamwTensor {
+            let t = AdamWTensor::<OnDevice, _> {
                 param: &mut p,
                 grad: &gr,
                 exp_avg: &mut m,
@@ -107,7 +128,13 @@ fn adamw(c: &mut Criterion, s: &Stream, label: &str) {
                 max_exp_avg_sq: None,
                 master: None,
             };
-            ops::adamw_multi(s, &config, &step, &mut [t]).expect("adamw");
+            let a = AdamW {
+                params,
+                grad_scale: None,
+                found_inf: None,
+                tensors: &mut [t],
+            };
+            ops::adamw(s, a).expect("adamw");
             s.synchronize().expect("sync");
         })
     });
@@ -120,7 +147,7 @@ fn adamw(c: &mut Criterion, s: &Stream, label: &str) {
     g.throughput(Throughput::Bytes((6 * 4 + 2 * 2) * n as u64));
     g.bench_function(BenchmarkId::new("bf16_master", n), |bench| {
         bench.iter(|| {
-            let t = AdamwTensor {
+            let t = AdamWTensor::<OnDevice, _> {
                 param: &mut p16,
                 grad: &g16,
                 exp_avg: &mut m,
@@ -128,7 +155,13 @@ fn adamw(c: &mut Criterion, s: &Stream, label: &str) {
                 max_exp_avg_sq: None,
                 master: Some(&mut master),
             };
-            ops::adamw_multi(s, &config, &step, &mut [t]).expect("adamw");
+            let a = AdamW {
+                params,
+                grad_scale: None,
+                found_inf: None,
+                tensors: &mut [t],
+            };
+            ops::adamw(s, a).expect("adamw");
             s.synchronize().expect("sync");
         })
     });

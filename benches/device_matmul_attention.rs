@@ -17,8 +17,10 @@
 //! figure" (`benches/device_common`).
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
-use hip_kernels::ops::{self, DeviceElement};
-use hip_kernels::params::{f16, AttentionShape, MatmulShape};
+use hip_kernels::ops::{
+    self, AttentionBackward, AttentionForward, AttentionParams, DeviceElement, Matmul, MatmulParams,
+};
+use hip_kernels::params::{f16, OnDevice};
 use hip_rt::{Batch, Blas, Device, DeviceBuffer, Gemm, GemmElement, Stream, StreamOptions};
 use std::sync::Arc;
 use std::time::Instant;
@@ -74,32 +76,36 @@ fn matmul<T: DeviceElement + GemmElement>(c: &mut Criterion, s: &Stream, blas: &
     g.sample_size(10);
     let shapes: &[(usize, usize, usize)] = if quick() { &QUICK_MATMUL } else { &FULL_MATMUL };
     for &(m, n, k) in shapes {
-        let shape = MatmulShape::new(m, n, k);
+        let params = MatmulParams::new(m, n, k);
+        let (gemm, _) = params.gemm(); // the same product through hipBLAS
         let (a, b) = (filled::<T>(s, m * k, 0.01), filled::<T>(s, k * n, 0.02));
         let mut out = filled::<T>(s, m * n, 0.0);
+        let ours = |out: &mut DeviceBuffer<T>| {
+            let args = Matmul::<OnDevice, T> {
+                params,
+                a: &a,
+                b: &b,
+                out,
+            };
+            ops::matmul(s, args).expect("matmul");
+        };
         let flops = 2.0 * (m * n * k) as f64;
         let id = format!("{m}x{n}x{k}");
         g.throughput(Throughput::Elements(flops as u64));
         g.bench_function(BenchmarkId::new("hip-kernels", &id), |bench| {
             bench.iter(|| {
-                ops::matmul(s, &shape, 1.0, 0.0, &a, &b, &mut out).expect("matmul");
+                ours(&mut out);
                 s.synchronize().expect("sync");
             })
         });
         g.bench_function(BenchmarkId::new("hipblas", &id), |bench| {
             bench.iter(|| {
-                blas.gemm(&Gemm::new(m, n, k), &a, &b, &mut out)
-                    .expect("gemm");
+                blas.gemm(&gemm, &a, &b, &mut out).expect("gemm");
                 s.synchronize().expect("sync");
             })
         });
-        let ours = seconds_per_call(s, || {
-            ops::matmul(s, &shape, 1.0, 0.0, &a, &b, &mut out).expect("matmul")
-        });
-        let theirs = seconds_per_call(s, || {
-            blas.gemm(&Gemm::new(m, n, k), &a, &b, &mut out)
-                .expect("gemm")
-        });
+        let ours = seconds_per_call(s, || ours(&mut out));
+        let theirs = seconds_per_call(s, || blas.gemm(&gemm, &a, &b, &mut out).expect("gemm"));
         println!(
             "matmul {} {id}: hip-kernels {:.2} TFLOPS, {:?} {:.2} TFLOPS, ratio {:.2}{label}",
             T::DTYPE,
@@ -134,14 +140,14 @@ fn attention<T: DeviceElement + GemmElement>(
             } else {
                 16
             };
-            let shape = AttentionShape {
+            let shape = AttentionParams {
                 batch: 1,
                 heads,
                 tq: t,
                 tk: t,
                 head_dim: d,
                 causal: false,
-                scale: AttentionShape::default_scale(d),
+                scale: AttentionParams::default_scale(d),
             };
             let n = heads * t * d;
             let (q, k, v, dout) = (
@@ -160,21 +166,38 @@ fn attention<T: DeviceElement + GemmElement>(
             let fwd_flops = 4.0 * (heads * t * t * d) as f64;
             let id = format!("T{t}_D{d}");
             g.throughput(Throughput::Elements(fwd_flops as u64));
+            let forward = |out: &mut DeviceBuffer<T>, lse: &mut DeviceBuffer<f32>| {
+                let args = AttentionForward::<OnDevice, T> {
+                    params: shape,
+                    q: &q,
+                    k: &k,
+                    v: &v,
+                    out,
+                    lse,
+                };
+                ops::attention_forward(s, args).expect("forward");
+            };
             g.bench_function(BenchmarkId::new("forward", &id), |bench| {
                 bench.iter(|| {
-                    ops::attention_forward(s, &shape, &q, &k, &v, &mut out, &mut lse)
-                        .expect("forward");
+                    forward(&mut out, &mut lse);
                     s.synchronize().expect("sync");
                 })
             });
-            let fwd = seconds_per_call(s, || {
-                ops::attention_forward(s, &shape, &q, &k, &v, &mut out, &mut lse).expect("forward")
-            });
+            let fwd = seconds_per_call(s, || forward(&mut out, &mut lse));
             let bwd = seconds_per_call(s, || {
-                ops::attention_backward(
-                    s, &shape, &q, &k, &v, &out, &dout, &lse, &mut dq, &mut dk, &mut dv,
-                )
-                .expect("backward")
+                let args = AttentionBackward::<OnDevice, T> {
+                    params: shape,
+                    q: &q,
+                    k: &k,
+                    v: &v,
+                    out: &out,
+                    dout: &dout,
+                    lse: &lse,
+                    dq: &mut dq,
+                    dk: &mut dk,
+                    dv: &mut dv,
+                };
+                ops::attention_backward(s, args).expect("backward")
             });
             // Baseline: S = Q·Kᵀ ([heads, t, t]) then O = S·V, two strided-batched GEMMs.
             let mut scores = filled::<T>(s, heads * t * t, 0.0);

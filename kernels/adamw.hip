@@ -5,10 +5,12 @@
 // and executed on the CPU under a host emulation of HIP (tools/kernel-emu/run_layernorm_adamw.sh)
 // against double-precision loops.
 //
-// Multi-tensor launch (like PyTorch's multi_tensor_apply): the host writes a table of tensor
-// descriptors to device memory; tensor i is cut into chunks of `chunk` elements and owns chunks
+// Multi-tensor launch (like PyTorch's multi_tensor_apply): the table of tensor descriptors is
+// passed by value in the kernel arguments (AdamwTable: 24 rows, RefTable: 48 rows, 1536 bytes
+// each; the launcher splits longer lists over several launches), so a launch needs no host-side
+// copy and no host sync. Tensor i is cut into chunks of `chunk` elements and owns chunks
 // [first_chunk_i, first_chunk_i + ceil(numel_i / chunk)). Blocks walk the chunks grid-stride and
-// find their tensor by binary search on first_chunk. One launch updates every tensor.
+// find their tensor by binary search on first_chunk (reads of the kernel-argument segment).
 //
 // AdamW (adamw_<T>, T = storage type of the model parameters and gradients), exactly
 // torch.optim.AdamW / torch._fused_adamw_ in f32:
@@ -39,13 +41,13 @@
 //   kernel                    VGPRs  SGPRs  LDS B  waves/SIMD  scratch  spills
 //   adamw_f32                    42     67      0           5        0       0
 //   multi_nonfinite_f32          18     42      0          10        0       0
-//   multi_l2norm_f32             29     47    128           8        0       0
+//   multi_l2norm_f32             25     47    128           9        0       0
 //   adamw_f16                    43     70      0           5        0       0
 //   multi_nonfinite_f16          18     42      0          10        0       0
-//   multi_l2norm_f16             29     47    128           8        0       0
+//   multi_l2norm_f16             25     47    128           9        0       0
 //   adamw_bf16                   44     72      0           5        0       0
 //   multi_nonfinite_bf16         18     42      0          10        0       0
-//   multi_l2norm_bf16            29     47    128           8        0       0
+//   multi_l2norm_bf16            25     47    128           9        0       0
 //   multi_l2norm_finalize_f32    12     20    256          10        0       0
 #include "common.h"
 
@@ -74,6 +76,20 @@ struct TensorRef {
   int64_t numel;
   int64_t first_chunk;
   int64_t reserved;
+};
+
+/// Rows of the by-value tables (`ADAMW_TABLE_ROWS` / `REF_TABLE_ROWS` on the Rust side).
+constexpr int kAdamwTableRows = 24;
+constexpr int kRefTableRows = 48;
+
+/// The tensors of one AdamW launch, by value (1536 bytes of kernel arguments).
+struct AdamwTable {
+  AdamwTensor rows[kAdamwTableRows];
+};
+
+/// The tensors of one non-finite or L2 norm launch, by value (1536 bytes of kernel arguments).
+struct RefTable {
+  TensorRef rows[kRefTableRows];
 };
 
 /// Index of the table entry whose chunk range holds `chunk` (entries sorted by first_chunk,
@@ -216,21 +232,21 @@ __device__ void l2norm_finalize_impl(const float* __restrict__ partials, int64_t
 
 #define ADAMW_KERNELS(suffix, T)                                                               \
   HIPK_KERNEL(adamw_##suffix, kBlock)                                                          \
-  (const AdamwTensor* table, int count, int64_t total_chunks, int64_t chunk, float beta1,     \
+  (const AdamwTable table, int count, int64_t total_chunks, int64_t chunk, float beta1,     \
    float one_minus_beta1, float beta2, float one_minus_beta2, float eps, float decay,         \
    float step_size, float bias2_sqrt, int maximize, int amsgrad, const float* grad_scale,     \
    const float* found_inf) {                                                                   \
     const AdamwScalars s{beta1,     one_minus_beta1, beta2,        one_minus_beta2, eps,      \
                          decay,     step_size,       bias2_sqrt,   maximize != 0,   amsgrad != 0}; \
-    adamw_impl<T>(table, count, total_chunks, chunk, s, grad_scale, found_inf);                \
+    adamw_impl<T>(table.rows, count, total_chunks, chunk, s, grad_scale, found_inf);           \
   }                                                                                            \
   HIPK_KERNEL(multi_nonfinite_##suffix, kBlock)                                                \
-  (const TensorRef* table, int count, int64_t total_chunks, int64_t chunk, float* found_inf) { \
-    nonfinite_impl<T>(table, count, total_chunks, chunk, found_inf);                           \
+  (const RefTable table, int count, int64_t total_chunks, int64_t chunk, float* found_inf) {  \
+    nonfinite_impl<T>(table.rows, count, total_chunks, chunk, found_inf);                      \
   }                                                                                            \
   HIPK_KERNEL(multi_l2norm_##suffix, kBlock)                                                   \
-  (const TensorRef* table, int count, int64_t total_chunks, int64_t chunk, float* partials) {  \
-    l2norm_impl<T>(table, count, total_chunks, chunk, partials);                               \
+  (const RefTable table, int count, int64_t total_chunks, int64_t chunk, float* partials) {   \
+    l2norm_impl<T>(table.rows, count, total_chunks, chunk, partials);                          \
   }
 
 HIPK_DTYPES(ADAMW_KERNELS)

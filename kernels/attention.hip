@@ -14,7 +14,7 @@
 // Exported kernels (<db> = head-dim bucket 32, 64, 96 or 128: the smallest >= D; D itself may be
 // anything in 1..=128, columns past D are zero-filled on load and never stored):
 //   attention_fwd_d<db>_<dtype>(q, k, v, out, lse, Tq, Tk, D, scale, causal)
-//       grid (ceil(Tq / 64), BH), block 256.
+//       grid (ceil(Tq / FROWS), BH), block 256; FROWS = 128 for db <= 64, else 64.
 //   attention_bwd_dot_<dtype>(out, dout, delta, rows, D)   delta_i = sum_d dout_id * out_id
 //       grid (ceil(rows / 16)), block 256 (16 lanes per row); rows = BH * Tq.
 //   attention_bwd_dkdv_d<db>_<dtype>(q, k, v, dout, lse, delta, dk, dv, Tq, Tk, D, scale, causal)
@@ -27,15 +27,22 @@
 // dkdv). Lane g of a group holds 4-wide chunks c*G + g of the row (c < DB / (4G)), so the G
 // lanes of a group read 4G consecutive floats of an LDS row: no bank conflicts, and all groups of
 // a wave read the same LDS row at the same time (broadcast). A dot product is a per-lane partial
-// sum plus a G-lane butterfly (DPP quad permutes inside 4 lanes, a shuffle for 8), after which
+// sum plus a G-lane butterfly (DPP: quad permutes inside 4 lanes, row_half_mirror for 8), after which
 // every lane of the group holds the full value, so the softmax bookkeeping needs no further
 // communication. Wave-size agnostic: G divides 32 and 64.
 //
-// Forward: a block owns 64 queries (G = 4) and holds them (pre-scaled by scale * log2 e) and
-// their output accumulators in registers. It walks the key/value tiles (BKV x DB of K and of V
-// staged in LDS as f32), keeping the running max m and sum l in the exp2 domain; the output is
-// rescaled when the max grows (online softmax) and normalised once at the end; lse = ln 2 *
-// (m + log2 l). No Tq x Tk matrix exists anywhere. With causal, the tiles past the block's
+// Forward: each lane group owns QPT = 2 consecutive queries (G = 4 lanes for db <= 64, so 128
+// queries per block; G = 8 above, 64 queries), held pre-scaled by scale * log2 e with their
+// output accumulators in registers. It walks the key/value tiles (BKV x DB of K and of V in LDS
+// as f32) in steps of KC keys: scores, one online-softmax update, then p * V. Every float4 read
+// from LDS feeds QPT * 4 FMAs (one per query), and the reads are streamed two ahead of their
+// use (stream_lds: 2 LDS reads in flight at every wait). The running max m is a lazy reference
+// (raised only when a score passes it by 8 in log2 units), so the rescale of l and the
+// accumulators is skipped on most steps; out is normalised once at the end; lse = ln 2 *
+// (m + log2 l). K/V tile t+1 is loaded (raw words; a scalar-base global_load when the tile is
+// whole and aligned) before tile t is used and written to LDS after it: the global latency
+// hides behind a tile of math. Tiles every query of the block sees whole skip the per-key mask
+// (a separate loop). No Tq x Tk matrix exists anywhere. With causal, the tiles past the block's
 // last visible key are never loaded (for Tq = Tk about half of them); heavy query tiles start
 // first.
 // Backward (deterministic, no atomics): the dot pre-pass computes delta = rowsum(dout * out);
@@ -46,24 +53,32 @@
 // see its keys, the dq kernel stops after the last key tile its queries can see.
 //
 // Tiles and LDS (256 threads = 4 wave64):
-//   fwd      G = 4, 64 queries; BKV = 64 (db <= 64) or 32: K + V tiles <= 32 KiB.
+//   fwd      G = 4 (db <= 64) or 8, QPT = 2; BKV = 64 (db 32) or 16; KC = 8 (4 at db 128).
 //   dkdv     G = 4 (db <= 64) or 8; query tile 64 / 32 / 16 / 16 rows (db 32 / 64 / 96 / 128).
-//   dq       G as dkdv; key tile BKV as fwd.
+//   dq       G as dkdv; key tile 64 / 64 / 16 / 32 rows (db 96: 16, for 3 blocks per CU).
 // Every kernel keeps LDS <= 32 KiB and VGPRs <= 128 (__launch_bounds__(256, 2)), i.e. at
 // least 2 blocks = 2 waves per SIMD on a 64 KiB CU.
 // gfx906 resource figures (hipcc 5.2 / clang 15, -O3, -Rpass-analysis=kernel-resource-usage),
-// f32 (f16 / bf16 within +3 VGPRs); all 39 kernels: scratch 0, SGPR and VGPR spills 0.
+// f32 (f16 / bf16 within -8..+1 VGPRs); all 39 kernels: scratch 0, SGPR and VGPR spills 0.
 //   kernel      d32               d64               d96               d128
-//   fwd         70 V  16384 B  3  89 V  32768 B  2  90 V  24576 B  2  125 V 32768 B  2
-//   bwd_dkdv    69 V  16896 B  3  119 V 16640 B  2  97 V  12416 B  2  122 V 16512 B  2
-//   bwd_dq      55 V  16384 B  4  96 V  32768 B  2  77 V  24576 B  3  94 V  32768 B  2
+//   fwd         98 V  16384 B  2  126 V  8192 B  2  115 V 12288 B  2  125 V 16384 B  2
+//   bwd_dkdv    69 V  16896 B  3  119 V 16640 B  2  95 V  12416 B  2  119 V 16512 B  2
+//   bwd_dq      55 V  16384 B  4  96 V  32768 B  2  73 V  12288 B  3  96 V  32768 B  2
 //   bwd_dot     30 V, no LDS, occupancy 8
-// (V = VGPRs, B = LDS bytes per block, last = occupancy in waves/SIMD; SGPRs 27-59.)
-// Performance: never measured. Target from the issue, unverified: forward >= 2x a hipBLAS +
-// softmax baseline at T = 2048.
+// (V = VGPRs, B = LDS bytes per block, last = occupancy in waves/SIMD.)
+// Static hot-loop figures of the forward (`cargo xtask isa-report`, loop fwd_step = one KC-key
+// step of an unmasked tile, rescale branch included; docs/ISA-REPORT.md), all dtypes:
+//   issue-bound estimate of FMA peak d32 58.0 %, d64 71.7 %, d96 64.6 %, d128 64.5 %;
+//   LDS 2.0 B per FMA (at the LDS bandwidth bound of the report's model); 1 blocking wait per
+//   step (the step's first K read; 0.5-1 point in the model).
+// What remains is the lane-group layout's own cost: each of the G lanes of a group repeats the
+// group's softmax (max, exp, sum: v_exp_f32 issues at quarter rate) and the log2(G) DPP adds
+// of every score. Performance: never measured; the figures are static.
 
 #include "common.h"
 #include "tile_io.h"
+
+#include <type_traits>
 
 namespace hipk_attn {
 
@@ -72,7 +87,15 @@ constexpr float kLog2e = 1.4426950408889634f;
 constexpr float kLn2 = 0.6931471805599453f;
 constexpr float kNegInf = -__builtin_huge_valf();
 
+/// 2^x as one v_exp_f32 (about 1 ulp; results below 2^-126 flush to 0). exp2f goes through
+/// ocml, which adds a denormal range fix-up (compare, two selects, a multiply) around it; the
+/// softmax only feeds it arguments <= 0 whose results are summed with at least one 1.0, so
+/// values below 2^-126 do not matter (and exp2(-inf) is still 0).
+__device__ __forceinline__ float fast_exp2(float x) { return __builtin_exp2f(x); }
+
 /// Sum over the G consecutive lanes of a group (G in {1, 2, 4, 8}); all lanes get the result.
+/// Three DPP adds at most (no LDS traffic): after the two quad steps every lane of a quad holds
+/// the quad's sum, so adding the mirrored lane of the other quad completes a group of 8.
 /// Every lane of the wave must be active (no divergent branch around a call).
 template <int G> __device__ __forceinline__ float group_sum(float x) {
   if constexpr (G >= 2) {  // quad_perm [1, 0, 3, 2]: partner lane ^ 1
@@ -81,7 +104,9 @@ template <int G> __device__ __forceinline__ float group_sum(float x) {
   if constexpr (G >= 4) {  // quad_perm [2, 3, 0, 1]: partner lane ^ 2
     x += __int_as_float(__builtin_amdgcn_update_dpp(0, __float_as_int(x), 0x4E, 0xF, 0xF, false));
   }
-  if constexpr (G >= 8) x += __shfl_xor(x, 4);
+  if constexpr (G >= 8) {  // row_half_mirror: partner lane 7 - (lane % 8), in the other quad
+    x += __int_as_float(__builtin_amdgcn_update_dpp(0, __float_as_int(x), 0x141, 0xF, 0xF, false));
+  }
   static_assert(G <= 8, "groups of at most 8 lanes");
   return x;
 }
@@ -190,21 +215,207 @@ template <typename T> __device__ __forceinline__ bool vec4_ok(const T* x, int D)
 }
 
 template <int DB> struct FwdCfg {
-  static constexpr int G = 4;
-  static constexpr int ROWS = kThreads / G;   // queries per block
-  static constexpr int BKV = DB <= 64 ? 64 : 32;  // keys per LDS tile
+  static constexpr int QPT = 2;                    // queries per lane group
+  static constexpr int G = DB <= 64 ? 4 : 8;       // lanes per group
+  static constexpr int ROWS = kThreads / G * QPT;  // queries per block: 128 (db <= 64) or 64
+  // Keys per LDS tile: the next tile waits in registers (BKV * DB * 2 / 256 f32 words per
+  // thread), so it stays small.
+  static constexpr int BKV = DB == 32 ? 64 : 16;
+  static constexpr int KC = DB == 128 ? 4 : 8;     // keys per online-softmax step (d128: 8 spills)
 };
 
 template <int DB> struct BwdCfg {
   static constexpr int G = DB <= 64 ? 4 : 8;
   static constexpr int ROWS = kThreads / G;  // keys (dkdv) or queries (dq) per block
   static constexpr int BQ = DB == 32 ? 64 : (DB == 64 ? 32 : 16);  // dkdv: queries per tile
-  static constexpr int BKV = FwdCfg<DB>::BKV;                       // dq: keys per tile
+  // dq: keys per tile. d96 takes 16 (12 KiB of LDS) so that 3 blocks fit a CU: 3 waves/SIMD.
+  static constexpr int BKV = DB <= 64 ? 64 : (DB == 96 ? 16 : 32);
+};
+
+/// A ROWS x DB tile of a [rows_total, D] tensor moved global -> registers -> LDS (f32), in
+/// slots of 4 consecutive elements of one row (slot s = thread + 256 * it). load_*() keep the
+/// raw words (issued early, waited for only at store()); store() widens them into the LDS
+/// tile. Rows past rows_total and columns past D are zeros.
+template <int ROWS, int DB, typename T> struct TileStager {
+  static constexpr int kSlotsPerRow = DB / 4;
+  static constexpr int kSlots = ROWS * kSlotsPerRow;
+  static constexpr int kIters = (kSlots + kThreads - 1) / kThreads;
+  static constexpr int kWords = 4 * static_cast<int>(sizeof(T)) / 4;  // per slot
+  uint32_t w[kIters][kWords];
+
+  /// Whole tile inside the tensor, D == DB, rows aligned (uniform): load_fast() may be used.
+  __device__ __forceinline__ static bool fast_ok(int rows_total, int r0, int D, bool vec_ok) {
+    return vec_ok && D == DB && r0 + ROWS <= rows_total && kSlots % kThreads == 0;
+  }
+  /// Per-thread byte offsets of the slots from the tile origin when D == DB (< 2^32: the tile
+  /// has at most 64 rows of 128 elements).
+  __device__ __forceinline__ static uint32_t slot_bytes(int it, int tid) {
+    return static_cast<uint32_t>((tid + it * kThreads) * 4 * static_cast<int>(sizeof(T)));
+  }
+  /// Unchecked load of the tile whose first row starts at `origin` (uniform); see fast_ok().
+  /// Address = uniform base + 32-bit offset: the scalar-base global_load, no VALU address math.
+  __device__ __forceinline__ void load_fast(const T* origin, int tid) {
+    const char* base = reinterpret_cast<const char*>(origin);
+#pragma unroll
+    for (int it = 0; it < kIters; ++it) {
+      uint32_t off = slot_bytes(it, tid);
+      hipk::opaque(off);  // see hipk::opaque: keeps the scalar-base form inside loops
+      hipk::load_raw_vec<kWords>(reinterpret_cast<const T*>(base + off), w[it]);
+    }
+  }
+  /// Bounds-checked load of rows [r0, r0 + ROWS) (tail tiles, D != DB, unaligned rows).
+  __device__ __forceinline__ void load_checked(const T* x, int rows_total, int r0, int D,
+                                               bool vec_ok, int tid) {
+    hipk::opaque(tid);  // derive the addresses here, not in registers kept across the loop
+#pragma unroll
+    for (int it = 0; it < kIters; ++it) {
+      const int s = tid + it * kThreads;
+      const int r = s / kSlotsPerRow;
+      const int c = (s % kSlotsPerRow) * 4;
+      const bool ok = (kSlots % kThreads == 0 || s < kSlots) && r0 + r < rows_total;
+      hipk::load_raw<4>(x + static_cast<int64_t>(ok ? r0 + r : 0) * D + c, ok ? D - c : 0,
+                        vec_ok, w[it]);
+    }
+  }
+  __device__ __forceinline__ void store(float* lds, int tid) const {
+#pragma unroll
+    for (int it = 0; it < kIters; ++it) {
+      const int s = tid + it * kThreads;
+      if (kSlots % kThreads != 0 && s >= kSlots) break;
+      float f[4];
+#pragma unroll
+      for (int u = 0; u < 4; ++u) {
+        f[u] = sizeof(T) == 4 ? __uint_as_float(w[it][u])
+                              : hipk::from_bits(static_cast<T*>(nullptr),
+                                                (w[it][u / 2] >> (16 * (u % 2))) & 0xffffu);
+      }
+      // Slot s holds row s / kSlotsPerRow, columns 4 * (s % kSlotsPerRow): offset 4 * s.
+      *reinterpret_cast<float4*>(lds + 4 * s) = make_float4(f[0], f[1], f[2], f[3]);
+    }
+  }
 };
 
 // ---------------------------------------------------------------------------------------------
 // Forward
 // ---------------------------------------------------------------------------------------------
+
+/// Streams N float4 LDS reads through `use(i, value)` in order, with the read of item i + L
+/// issued before item i is used (L reads in flight while one is consumed). The scheduling
+/// barriers keep exactly that order: left alone, the scheduler hoists every read of the
+/// unrolled loop and runs out of registers.
+template <int N, int L, typename Addr, typename Use>
+__device__ __forceinline__ void stream_lds(Addr addr, Use use) {
+  float4 buf[L + 1];
+#pragma unroll
+  for (int i = 0; i < L && i < N; ++i) buf[i] = *addr(i);
+#pragma unroll
+  for (int i = 0; i < N; ++i) {
+    hipk::sched_barrier();
+    if (i + L < N) buf[(i + L) % (L + 1)] = *addr(i + L);
+    use(i, buf[i % (L + 1)]);
+  }
+}
+
+/// One key/value tile of the forward pass for the QPT queries of this lane group: scores in
+/// steps of KC keys, an online-softmax update per step, then p * V. Each float read from LDS
+/// feeds QPT FMAs (one per query). MASK: some key of the tile may be invisible to some query
+/// of the block (causal diagonal or past Tk); otherwise no per-key test is made.
+template <bool MASK, int DB, int G, int QPT, int BKV, int KC>
+__device__ __forceinline__ void fwd_tile(const float* k_lds, const float* v_lds,
+                                         const Slice<DB, G> (&qs)[QPT],
+                                         Slice<DB, G> (&acc)[QPT], float (&m)[QPT],
+                                         float (&l)[QPT], const int (&jmax)[QPT], int j0,
+                                         int g) {
+  constexpr int NC = Slice<DB, G>::NC;
+  constexpr int kAhead = 2;  // LDS reads in flight
+  const float* k_g = k_lds + Slice<DB, G>::col(0, g);
+  const float* v_g = v_lds + Slice<DB, G>::col(0, g);
+  if constexpr (!MASK) HIPK_HOT_LOOP_BEGIN("fwd_step");  // KC keys x QPT queries
+#pragma unroll 1
+  for (int jc = 0; jc < BKV; jc += KC) {
+    // Scores: item i = (key u = i / NC, chunk c = i % NC).
+    float s[QPT][KC];
+    float d[QPT];
+    stream_lds<KC * NC, kAhead>(
+        [&](int i) __attribute__((always_inline)) {
+          return reinterpret_cast<const float4*>(k_g + (jc + i / NC) * DB + 4 * G * (i % NC));
+        },
+        [&](int i, float4 w) __attribute__((always_inline)) {
+          const int u = i / NC;
+          const int c = i % NC;
+#pragma unroll
+          for (int r = 0; r < QPT; ++r) {
+            float x = c == 0 ? 0.0f : d[r];
+            x = __builtin_fmaf(qs[r].x[c][0], w.x, x);
+            x = __builtin_fmaf(qs[r].x[c][1], w.y, x);
+            x = __builtin_fmaf(qs[r].x[c][2], w.z, x);
+            d[r] = __builtin_fmaf(qs[r].x[c][3], w.w, x);
+          }
+          if (c == NC - 1) {
+#pragma unroll
+            for (int r = 0; r < QPT; ++r) {
+              const float dot = group_sum<G>(d[r]);
+              s[r][u] = !MASK || j0 + jc + u <= jmax[r] ? dot : kNegInf;
+            }
+          }
+        });
+    // Online softmax with a lazy reference: m is raised (and l, acc rescaled) only when a score
+    // exceeds it by more than kSlack (log2 units), so p = 2^(s - m) <= 2^kSlack stays far from
+    // overflow, and the rescale (QPT * DB / G multiplies and an exp) is skipped on most steps.
+    // The branch is per lane; the hardware skips it when no lane of the wave takes it. Lanes
+    // of a group hold identical m and s, so they decide alike. Any reference m gives the same
+    // out = acc / l and lse = m + log2 l.
+    constexpr float kSlack = 8.0f;
+    float tile_max[QPT];
+    bool raise = false;
+#pragma unroll
+    for (int r = 0; r < QPT; ++r) {
+      tile_max[r] = s[r][0];
+#pragma unroll
+      for (int u = 1; u < KC; ++u) tile_max[r] = fmaxf(tile_max[r], s[r][u]);
+      raise = raise || tile_max[r] > m[r] + kSlack;  // also when m = -inf and a key is visible
+    }
+    if (raise) {
+#pragma unroll
+      for (int r = 0; r < QPT; ++r) {
+        const float m_new = fmaxf(m[r], tile_max[r]);
+        // 0 when m = -inf (also when m_new is: no NaN from -inf - -inf), 1 when unchanged.
+        const float corr = fast_exp2(m[r] - (m_new == kNegInf ? 0.0f : m_new));
+        l[r] *= corr;
+        acc[r].scale(corr);
+        m[r] = m_new;
+      }
+    }
+    float p[QPT][KC];
+#pragma unroll
+    for (int r = 0; r < QPT; ++r) {
+      // Nothing visible so far (m = -inf): reference 0 keeps p = 0 without producing NaN.
+      const float m_ref = m[r] == kNegInf ? 0.0f : m[r];
+#pragma unroll
+      for (int u = 0; u < KC; ++u) {
+        p[r][u] = fast_exp2(s[r][u] - m_ref);  // 0 for masked keys
+        l[r] += p[r][u];
+      }
+    }
+    // out += p * V: item i = (key u = i / NC, chunk c = i % NC).
+    stream_lds<KC * NC, kAhead>(
+        [&](int i) __attribute__((always_inline)) {
+          return reinterpret_cast<const float4*>(v_g + (jc + i / NC) * DB + 4 * G * (i % NC));
+        },
+        [&](int i, float4 w) __attribute__((always_inline)) {
+          const int u = i / NC;
+          const int c = i % NC;
+#pragma unroll
+          for (int r = 0; r < QPT; ++r) {
+            acc[r].x[c][0] = __builtin_fmaf(p[r][u], w.x, acc[r].x[c][0]);
+            acc[r].x[c][1] = __builtin_fmaf(p[r][u], w.y, acc[r].x[c][1]);
+            acc[r].x[c][2] = __builtin_fmaf(p[r][u], w.z, acc[r].x[c][2]);
+            acc[r].x[c][3] = __builtin_fmaf(p[r][u], w.w, acc[r].x[c][3]);
+          }
+        });
+  }
+  if constexpr (!MASK) HIPK_HOT_LOOP_END("fwd_step");
+}
 
 template <typename T, int DB>
 __device__ __forceinline__ void fwd(const T* __restrict__ q, const T* __restrict__ k,
@@ -213,6 +424,7 @@ __device__ __forceinline__ void fwd(const T* __restrict__ q, const T* __restrict
                                     int causal_flag) {
   using Cfg = FwdCfg<DB>;
   constexpr int G = Cfg::G;
+  constexpr int QPT = Cfg::QPT;
   constexpr int BKV = Cfg::BKV;
   __shared__ float k_lds[BKV * DB];
   __shared__ float v_lds[BKV * DB];
@@ -224,61 +436,83 @@ __device__ __forceinline__ void fwd(const T* __restrict__ q, const T* __restrict
   const int tile = causal ? static_cast<int>(gridDim.x - 1 - blockIdx.x)
                           : static_cast<int>(blockIdx.x);
   const int q0 = tile * Cfg::ROWS;
-  const int i = q0 + tid / G;
-  const bool row_ok = i < Tq;
   const int64_t bh = blockIdx.y;
   const T* k_bh = k + bh * Tk * D;
   const T* v_bh = v + bh * Tk * D;
   const bool vec_ok = vec4_ok(q, D) && vec4_ok(k, D) && vec4_ok(v, D) && vec4_ok(out, D);
 
-  Slice<DB, G> qs;  // q_i * scale * log2(e): scores come out in the exp2 domain
-  qs.load(q + (bh * Tq + (row_ok ? i : 0)) * D, row_ok, D, g, vec_ok, scale * kLog2e);
-  Slice<DB, G> acc;
-  acc.zero();
-  float m = kNegInf;  // running max of the visible scores (exp2 domain)
-  float l = 0.0f;     // running sum of exp2(s - m)
-
-  const int jmax = row_ok ? last_key(i, Tq, Tk, causal) : -1;
-  // Keys any row of the block can see: [0, kv_end).
-  const int kv_end = max(0, last_key(min(q0 + Cfg::ROWS, Tq) - 1, Tq, Tk, causal) + 1);
-
-  for (int j0 = 0; j0 < kv_end; j0 += BKV) {
-    __syncthreads();  // the previous tile is no longer read
-    stage_rows<BKV, DB>(k_lds, k_bh, Tk, j0, D, vec_ok, tid);
-    stage_rows<BKV, DB>(v_lds, v_bh, Tk, j0, D, vec_ok, tid);
-    __syncthreads();
-    // Keys in sub-tiles of 16: scores, then one online-softmax step.
-    constexpr int KC = 16;
-#pragma unroll 1
-    for (int jc = 0; jc < BKV; jc += KC) {
-      float s[KC];
-      float tile_max = kNegInf;
+  // This group's queries: QPT consecutive rows.
+  Slice<DB, G> qs[QPT];   // q_i * scale * log2(e): scores come out in the exp2 domain
+  Slice<DB, G> acc[QPT];
+  float m[QPT];           // running max of the visible scores (exp2 domain)
+  float l[QPT];           // running sum of exp2(s - m)
+  int jmax[QPT];          // last key visible to the query (-1: none, or the row is past Tq)
 #pragma unroll
-      for (int u = 0; u < KC; ++u) {
-        const float dot = group_sum<G>(qs.dot(k_lds + (jc + u) * DB, g));
-        s[u] = j0 + jc + u <= jmax ? dot : kNegInf;
-        tile_max = fmaxf(tile_max, s[u]);
-      }
-      const float m_new = fmaxf(m, tile_max);
-      // All visible scores so far masked: keep everything at zero without producing NaN.
-      const float m_ref = m_new == kNegInf ? 0.0f : m_new;
-      const float corr = exp2f(m - m_ref);  // 0 when m = -inf
-      l *= corr;
-      acc.scale(corr);
-#pragma unroll
-      for (int u = 0; u < KC; ++u) {
-        const float p = exp2f(s[u] - m_ref);  // 0 for masked keys
-        l += p;
-        acc.axpy(p, v_lds + (jc + u) * DB, g);
-      }
-      m = m_new;
-    }
+  for (int r = 0; r < QPT; ++r) {
+    const int i = q0 + (tid / G) * QPT + r;
+    const bool row_ok = i < Tq;
+    qs[r].load(q + (bh * Tq + (row_ok ? i : 0)) * D, row_ok, D, g, vec_ok, scale * kLog2e);
+    acc[r].zero();
+    m[r] = kNegInf;
+    l[r] = 0.0f;
+    jmax[r] = row_ok ? last_key(i, Tq, Tk, causal) : -1;
   }
+  // Keys any row of the block can see: [0, kv_end). Tiles wholly visible to every query of the
+  // block (the first query sees the fewest keys) skip the per-key mask.
+  const int kv_end = max(0, last_key(min(q0 + Cfg::ROWS, Tq) - 1, Tq, Tk, causal) + 1);
+  const int full_end = min(last_key(q0, Tq, Tk, causal) + 1, Tk);  // may be <= 0
 
-  if (row_ok) {
-    const bool any = l > 0.0f;
-    acc.store(out + (bh * Tq + i) * D, D, g, vec_ok, any ? 1.0f / l : 0.0f);
-    if (g == 0) lse[bh * Tq + i] = any ? (m + __log2f(l)) * kLn2 : kNegInf;
+  // K/V tiles: tile t+1 is loaded into registers while tile t is used from LDS.
+  using Stager = TileStager<BKV, DB, T>;
+  Stager kst, vst;
+  auto load_kv = [&](int r0) __attribute__((always_inline)) {
+    if (Stager::fast_ok(Tk, r0, D, vec_ok)) {
+      kst.load_fast(k_bh + static_cast<int64_t>(r0) * DB, tid);
+      vst.load_fast(v_bh + static_cast<int64_t>(r0) * DB, tid);
+    } else {
+      kst.load_checked(k_bh, Tk, r0, D, vec_ok, tid);
+      vst.load_checked(v_bh, Tk, r0, D, vec_ok, tid);
+    }
+  };
+  if (kv_end > 0) {
+    load_kv(0);
+    kst.store(k_lds, tid);
+    vst.store(v_lds, tid);
+  }
+  __syncthreads();
+  // Tiles [0, j_full) are wholly visible to every query of the block; the rest take the
+  // per-key mask. Two loops one after the other rather than a branch per tile: with the branch,
+  // the accumulators are carried through two inner loops at once and the register allocator
+  // copies them (and spills).
+  auto tiles = [&](auto mask, int j_begin, int j_end) __attribute__((always_inline)) {
+    for (int j0 = j_begin; j0 < j_end; j0 += BKV) {
+      const bool more = j0 + BKV < kv_end;  // uniform
+      if (more) load_kv(j0 + BKV);
+      // Keeps those loads above the tile's LDS reads (the scheduler would sink them to their
+      // use, the LDS store below, and expose their latency).
+      hipk::sched_fence();
+      fwd_tile<decltype(mask)::value, DB, G, QPT, BKV, Cfg::KC>(k_lds, v_lds, qs, acc, m, l,
+                                                                jmax, j0, g);
+      __syncthreads();  // the tile is no longer read
+      if (more) {
+        kst.store(k_lds, tid);
+        vst.store(v_lds, tid);
+      }
+      __syncthreads();
+    }
+  };
+  const int j_full = max(0, min(full_end, kv_end)) / BKV * BKV;
+  tiles(std::false_type{}, 0, j_full);
+  tiles(std::true_type{}, j_full, kv_end);
+
+#pragma unroll
+  for (int r = 0; r < QPT; ++r) {
+    const int i = q0 + (tid / G) * QPT + r;
+    if (i < Tq) {
+      const bool any = l[r] > 0.0f;
+      acc[r].store(out + (bh * Tq + i) * D, D, g, vec_ok, any ? 1.0f / l[r] : 0.0f);
+      if (g == 0) lse[bh * Tq + i] = any ? (m[r] + __log2f(l[r])) * kLn2 : kNegInf;
+    }
   }
 }
 

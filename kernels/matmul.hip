@@ -22,36 +22,51 @@
 // blockIdx.z; the launcher splits batches over 65535 items into launches with offset pointers.
 // No dynamic LDS.
 //
-// Algorithm: each block owns a BM x BN tile of out. K is walked in BK-deep slices: the A and B
-// slices are loaded from global memory (one 8- or 16-byte vector load per thread and operand when
-// aligned and inside the matrix, scalar otherwise) into registers, converted, and written into
-// LDS "k-major" (sm[k][m], sm[k][n]) whatever the layout, so the inner loop is the same for all
-// four layouts. LDS is double buffered: slice t+1 is fetched from global memory while slice t is
-// multiplied, then written into the other buffer; one barrier per slice. Each thread keeps a
-// TM x TN = 8x8 (4x4 for the small tile) register block of accumulators; its rows are TM/4
-// groups of 4 consecutive rows, THR_M*4 apart (the same for columns), so the fragments are
-// 16-byte LDS reads without bank conflicts.
-//   f32 and bf16: LDS holds f32 (bf16 widened exactly on the way in); one v_fma_f32 per MAC.
+// Algorithm: each block owns a BM x BN tile of out. K is walked in BK-deep slices, staged
+// global -> registers -> LDS "k-major" (sm[k][m], sm[k][n]) whatever the layout, so the inner
+// loop is the same for all four layouts. LDS is double buffered with one barrier per slice:
+// slice t+1 is loaded into registers while slice t is multiplied, then written into the other
+// buffer. Each thread keeps a TM x TN = 8x8 (4x4 for the small tile) register block of
+// accumulators; its rows are TM/4 groups of 4 consecutive rows, THR_M*4 apart (the same for
+// columns), so the fragments are 16-byte LDS reads without bank conflicts.
+//   f32 and bf16: LDS holds f32 (bf16 widened exactly); one v_fma_f32 (v_fmac) per MAC.
 //   f16: LDS holds k-pairs of halves (sm[k/2][m] = {A[m][k], A[m][k+1]}), and the inner loop uses
 //        v_dot2_f32_f16 (__builtin_amdgcn_fdot2: two f16 products summed into an f32
 //        accumulator per instruction) on targets that have it, f32 FMAs elsewhere.
+// What keeps the math unit busy (static figures below):
+//   - the staging registers hold the raw words as loaded; bf16 widening and f16 k-pairing
+//     (v_perm_b32) happen at the LDS store, after the slice's math, so the only vmcnt wait of a
+//     slice sits after its FMAs;
+//   - interior blocks (whole tile inside M x N, K a multiple of BK, aligned rows, row pitch
+//     <= 2^22) take a K loop with no bounds checks and no branches: the prefetch of "slice nk"
+//     re-reads slice nk-1 (uniform select); addresses are a uniform 64-bit base plus a 32-bit
+//     per-thread offset (scalar-base global_load, no VALU address math); the loop is unrolled by
+//     two slices so every LDS address is a register plus an immediate (not for the big f16
+//     tile, where that costs 2 spilled VGPRs). Edge blocks, unaligned or partial-K problems take
+//     a bounds-checked loop (rolled k rows, same staging);
+//   - the k-row loop is fully unrolled with the fragments double-buffered in registers: row
+//     kr+1's LDS reads are issued before row kr's FMAs (4 reads in flight; a scheduling barrier
+//     per row keeps the look-ahead at one row, which bounds the fragment registers). The
+//     pipeline crosses the slice boundary: the next slice is stored to LDS halfway through the
+//     current one, the barrier comes before the last k row's FMAs, and row 0 of the next slice
+//     is read before them, so no LDS or global wait of the interior loop stalls.
 //
 // Tiles (256 threads = 4 wave64, 16x16 threads):
-//   big:   BM = BN = 128, TM = TN = 8, BK = 8 (f32/bf16) or 16 (f16); LDS 16896 bytes
-//   small: BM = BN = 64,  TM = TN = 4, BK = 16 (f32/bf16) or 32 (f16); LDS 17408 bytes
-// LDS <= 32 KiB and <= 128 VGPRs, so at least 2 blocks (2 waves per SIMD) fit on a 64 KiB CU.
+//   big:   BM = BN = 128, TM = TN = 8, BK = 8 (f32/bf16) or 16 (f16); LDS 16896 bytes; 2 waves/SIMD
+//   small: BM = BN = 64,  TM = TN = 4, BK = 16 (f32/bf16) or 32 (f16); LDS 16384 bytes (no row
+//          padding: 4 blocks = 16 waves per 64 KiB CU); <= 64 VGPRs (__launch_bounds__(256, 4))
 //
 // gfx906 resource figures (hipcc 5.2 / clang 15, -O3, -Rpass-analysis=kernel-resource-usage),
 // all 24 kernels: scratch 0, SGPR spills 0, VGPR spills 0.
-//   big   f32 / bf16  VGPRs 103-108  SGPRs 55-57  LDS 16896  occupancy 2 waves/SIMD
-//   big   f16         VGPRs 113-118  SGPRs 64-65  LDS 16896  occupancy 2
-//   small f32 / bf16  VGPRs  48-53   SGPRs 55-56  LDS 17408  occupancy 4-5
-//   small f16         VGPRs  57-62   SGPRs 64-65  LDS 17408  occupancy 4
-// Kernels are declared __launch_bounds__(256, 2) (at most 128 VGPRs). Two things were needed to
-// get there: no grid-stride batch loop (LICM hoisted every row address out of it: 150 VGPRs and
-// SGPR spills) and a non-unrolled k-row loop (see the comment there).
-// Performance: never measured (no device here). Targets from the issue, unverified: f32 >= 80 %
-// of hipBLAS at 4096^3 and >= 100 % on the skinny shapes.
+//   big   f32 / bf16  VGPRs 122-128  LDS 16896  occupancy 2 waves/SIMD
+//   big   f16         VGPRs 116-118  LDS 16896  occupancy 2
+//   small             VGPRs  49-59   LDS 16384  occupancy 4 (LDS: 4 blocks per CU)
+// Static hot-loop figures (`cargo xtask isa-report`, loop k_interior, docs/ISA-REPORT.md):
+//   math/VALU and issue-bound estimate of FMA peak: big f32 99.6-100 %, f16 96.6-97.7 %,
+//   bf16 98.1-98.5 %; small f32 100 %, f16 97.0-100 %, bf16 97.0 %; 0 blocking waits; LDS
+//   1.0 (big f32/bf16), 0.5 (big f16), 2.0 / 1.0 (small) bytes per FMA-class instruction: the
+//   small f32/bf16 tile sits exactly at the LDS bandwidth bound of the report's model.
+// Performance: never measured (no device here); the figures above are static.
 
 #include "common.h"
 #include "tile_io.h"
@@ -61,6 +76,9 @@ namespace hipk_matmul {
 using hipk::bf16;
 
 constexpr int kThreads = 256;
+/// Largest row pitch (elements) of the unchecked path: a thread's byte offset inside a slice
+/// (under 128 rows of pitch ld, 4-byte elements) then fits 32 bits.
+constexpr int64_t kMaxFastLd = int64_t{1} << 22;
 
 // Half-precision k-pair as used by v_dot2_f32_f16.
 typedef _Float16 half2_t __attribute__((ext_vector_type(2)));
@@ -103,29 +121,6 @@ struct F16Path {
 template <typename T> struct PathOf { using type = F32Path; };
 template <> struct PathOf<__half> { using type = F16Path; };
 
-/// Writes one f32 value (already exact in the storage precision) as element (k, mn) of an LDS
-/// operand tile whose rows hold `stride` words.
-__device__ __forceinline__ void lds_put(float* sm, int stride, int k, int mn, float x) {
-  sm[k * stride + mn] = x;
-}
-__device__ __forceinline__ void lds_put(half2_t* sm, int stride, int k, int mn, float x) {
-  reinterpret_cast<_Float16*>(sm)[2 * ((k >> 1) * stride + mn) + (k & 1)] =
-      static_cast<_Float16>(x);
-}
-/// Writes elements (k, mn) and (k + 1, mn), k even.
-__device__ __forceinline__ void lds_put_pair(float* sm, int stride, int k, int mn, float x0,
-                                             float x1) {
-  sm[k * stride + mn] = x0;
-  sm[(k + 1) * stride + mn] = x1;
-}
-__device__ __forceinline__ void lds_put_pair(half2_t* sm, int stride, int k, int mn, float x0,
-                                             float x1) {
-  half2_t w;
-  w.x = static_cast<_Float16>(x0);
-  w.y = static_cast<_Float16>(x1);
-  sm[(k >> 1) * stride + mn] = w;
-}
-
 /// Reads 4 consecutive LDS words (16 bytes, 16-byte aligned) into w[0..4).
 __device__ __forceinline__ void lds_get4(const float* p, float* w) {
   const float4 v = *reinterpret_cast<const float4*>(p);
@@ -146,48 +141,123 @@ __device__ __forceinline__ void lds_get4(const half2_t* p, half2_t* w) {
 // Global -> register -> LDS staging of one operand slice (MN x BK of op(X)).
 // ---------------------------------------------------------------------------------------------
 
+/// Element u (0-based) of a run of 32-bit words holding packed elements of T, widened to f32.
+template <typename T> __device__ __forceinline__ float word_elem(const uint32_t* w, int u) {
+  if constexpr (sizeof(T) == 4) {
+    return __uint_as_float(w[u]);
+  } else {  // bf16 (the f16 path never widens): low half first, widened by placing it high
+    return __uint_as_float(u % 2 == 0 ? w[u / 2] << 16 : w[u / 2] & 0xffff0000u);
+  }
+}
+
 /// One operand slice: MN rows of op(X) (M for A, N for B) by BK values of k. K_CONTIG says
 /// whether k is the contiguous dimension in memory (A not transposed, B transposed). Each of
-/// the 256 threads moves exactly V = MN * BK / 256 consecutive elements of memory.
+/// the 256 threads moves V = MN * BK / 256 elements: R memory rows (1, or 2 consecutive k rows
+/// for f16 with k not contiguous, so that it can build the k-pairs itself) of VR = V / R
+/// consecutive elements.
+///
+/// The registers hold the raw words as loaded; conversion (bf16 widening, f16 k-pairing) happens
+/// in store(), after the slice that was multiplied meanwhile, so no wait for the load sits in
+/// front of that slice's math.
 template <typename T, typename Path, int MN, int BK, bool K_CONTIG> struct Stager {
   static constexpr int V = MN * BK / kThreads;
-  static constexpr int COLS = K_CONTIG ? BK : MN;  // contiguous extent of the slice in memory
-  static constexpr int SLOTS_PER_ROW = COLS / V;
-  static_assert(V == 4 || V == 8, "one 4- or 8-element vector per thread");
-  static_assert(COLS % V == 0 && (MN * BK) % (V * kThreads) == 0, "slice tiles the block");
+  static constexpr int R = (Path::KP == 2 && !K_CONTIG) ? 2 : 1;
+  static constexpr int VR = V / R;                           // elements per memory row
+  static constexpr int COLS = K_CONTIG ? BK : MN;            // contiguous extent of the slice
+  static constexpr int SLOTS = COLS / VR;                    // threads per memory row
+  static constexpr int WR = VR * static_cast<int>(sizeof(T)) / 4;  // words per memory row
+  static_assert(V == 4 || V == 8, "4 or 8 elements per thread");
+  static_assert(COLS % VR == 0 && kThreads % SLOTS == 0, "slice tiles the block");
+  static_assert((kThreads / SLOTS) * R * COLS == MN * BK, "every element moved once");
+  static_assert(WR >= 1 && (VR * sizeof(T)) % 4 == 0, "whole words per row");
   static_assert(!K_CONTIG || V % 2 == 0, "k pairs stay in one thread");
 
-  float r[V];
+  uint32_t w[R][WR];
 
-  /// Loads the slice starting at (mn0, k0). x points at the batch item's first element; ld is
-  /// its row pitch; mn_total is M (for A) or N (for B); vec_ok from hipk::rows_aligned<V>.
-  /// Elements outside the matrix read as 0 and are never touched in memory.
-  __device__ __forceinline__ void load(const T* x, int64_t ld, int mn_total, int k_total,
-                                       int mn0, int k0, bool vec_ok, int tid) {
-    const int row = tid / SLOTS_PER_ROW;
-    const int col = (tid % SLOTS_PER_ROW) * V;
-    // Memory row / column of this thread's vector, and the matrix extent along each.
-    const int grow = (K_CONTIG ? mn0 : k0) + row;
-    const int rows = K_CONTIG ? mn_total : k_total;
-    const int gcol = (K_CONTIG ? k0 : mn0) + col;
-    const int cols = K_CONTIG ? k_total : mn_total;
-    // A row past the matrix loads nothing: valid = 0 (gcol < 2^31 - V, so no overflow).
-    const int valid = grow < rows ? cols - gcol : 0;
-    hipk::load_vec<V>(x + static_cast<int64_t>(grow) * ld + gcol, valid, vec_ok, r);
+  __device__ __forceinline__ static int row0(int tid) { return (tid / SLOTS) * R; }
+  __device__ __forceinline__ static int col0(int tid) { return (tid % SLOTS) * VR; }
+
+  /// Offset (elements, uniform) of the slice at (mn0, k0) from the item's first element.
+  __device__ __forceinline__ static int64_t origin(int64_t ld, int mn0, int k0) {
+    return K_CONTIG ? static_cast<int64_t>(mn0) * ld + k0 : static_cast<int64_t>(k0) * ld + mn0;
+  }
+  /// Byte offset of this thread's first element from the slice origin. Fits 32 bits when
+  /// ld <= kMaxFastLd (the slice spans fewer than 128 rows).
+  __device__ __forceinline__ static uint32_t thread_bytes(int64_t ld, int tid) {
+    return static_cast<uint32_t>((row0(tid) * ld + col0(tid)) * static_cast<int64_t>(sizeof(T)));
   }
 
-  /// Writes the registers into the LDS slice sm (BK / KP rows of `stride` words, k-major).
+  /// Unchecked load of the slice whose origin is `o` (uniform): every element is inside the
+  /// matrix and each row start is aligned to VR elements. The address is a uniform 64-bit base
+  /// plus a 32-bit per-thread offset, so the compiler can use the scalar-base form of
+  /// global_load (no 64-bit VALU address arithmetic in the loop).
+  __device__ __forceinline__ void load_fast(const T* o, uint32_t off, int64_t ld) {
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+      const char* base = reinterpret_cast<const char*>(o + r * ld);
+      hipk::load_raw_vec<WR>(reinterpret_cast<const T*>(base + off), w[r]);
+    }
+  }
+
+  /// Checked load of the slice starting at (mn0, k0). x points at the batch item's first
+  /// element; mn_total is M (for A) or N (for B); vec_ok from hipk::rows_aligned<VR>. Elements
+  /// outside the matrix read as 0 and are never touched in memory.
+  __device__ __forceinline__ void load_checked(const T* x, int64_t ld, int mn_total,
+                                               int k_total, int mn0, int k0, bool vec_ok,
+                                               int tid) {
+    const int rows = K_CONTIG ? mn_total : k_total;
+    const int cols = K_CONTIG ? k_total : mn_total;
+    const int grow = (K_CONTIG ? mn0 : k0) + row0(tid);
+    const int gcol = (K_CONTIG ? k0 : mn0) + col0(tid);
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+      // A row past the matrix loads nothing: valid = 0 (gcol < 2^31 - V, so no overflow).
+      const int valid = grow + r < rows ? cols - gcol : 0;
+      const int64_t row = grow + r < rows ? grow + r : 0;
+      hipk::load_raw<VR>(x + row * ld + gcol, valid, vec_ok, w[r]);
+    }
+  }
+
+  /// Converts and writes the registers into the LDS slice sm (BK / KP rows of `stride` words,
+  /// k-major).
   __device__ __forceinline__ void store(typename Path::Word* sm, int stride, int tid) const {
-    const int row = tid / SLOTS_PER_ROW;
-    const int col = (tid % SLOTS_PER_ROW) * V;
-    if constexpr (K_CONTIG) {
-      // Memory row = mn, the V values are k = col .. col + V - 1 (col even).
+    const int row = row0(tid);
+    const int col = col0(tid);
+    if constexpr (Path::KP == 2) {
+      if constexpr (K_CONTIG) {
+        // Memory row = mn; word j already is the k-pair (col + 2j, col + 2j + 1).
+        uint32_t* base = reinterpret_cast<uint32_t*>(sm) + (col / 2) * stride + row;
 #pragma unroll
-      for (int u = 0; u < V; u += 2) lds_put_pair(sm, stride, col + u, row, r[u], r[u + 1]);
+        for (int j = 0; j < WR; ++j) base[j * stride] = w[0][j];
+      } else {
+        // Memory rows k = row (even) and k + 1; pair the halves of the same mn column.
+        uint32_t p[VR];
+#pragma unroll
+        for (int e = 0; e < VR; ++e) {
+          // Low (even e) or high halves of the two rows' word, in one v_perm_b32.
+          p[e] = __builtin_amdgcn_perm(w[1][e / 2], w[0][e / 2],
+                                       e % 2 == 0 ? 0x05040100u : 0x07060302u);
+        }
+        static_assert(VR == 4, "one 16-byte LDS write");
+        *reinterpret_cast<uint4*>(reinterpret_cast<uint32_t*>(sm) + (row / 2) * stride + col) =
+            uint4{p[0], p[1], p[2], p[3]};
+      }
     } else {
-      // Memory row = k, the V values are mn = col .. col + V - 1.
+      if constexpr (K_CONTIG) {
+        // Memory row = mn, the V values are k = col .. col + V - 1.
+        float* base = reinterpret_cast<float*>(sm) + col * stride + row;
 #pragma unroll
-      for (int u = 0; u < V; ++u) lds_put(sm, stride, row, col + u, r[u]);
+        for (int u = 0; u < V; ++u) base[u * stride] = word_elem<T>(w[0], u);
+      } else {
+        // Memory row = k, the V values are mn = col .. col + V - 1 (16-byte aligned).
+        float* base = reinterpret_cast<float*>(sm) + row * stride + col;
+#pragma unroll
+        for (int u = 0; u < V; u += 4) {
+          *reinterpret_cast<float4*>(base + u) =
+              make_float4(word_elem<T>(w[0], u), word_elem<T>(w[0], u + 1),
+                          word_elem<T>(w[0], u + 2), word_elem<T>(w[0], u + 3));
+        }
+      }
     }
   }
 };
@@ -195,6 +265,81 @@ template <typename T, typename Path, int MN, int BK, bool K_CONTIG> struct Stage
 // ---------------------------------------------------------------------------------------------
 // The GEMM
 // ---------------------------------------------------------------------------------------------
+
+/// Reads the A and B fragments of LDS row `kr` (pa, pb: this thread's first column).
+template <int TM, int TN, int THR_M, int THR_N, int SA, int SB, typename Word>
+__device__ __forceinline__ void read_frags(const Word* pa, const Word* pb, int kr,
+                                           Word (&fa)[TM], Word (&fb)[TN]) {
+#pragma unroll
+  for (int g = 0; g < TM / 4; ++g) lds_get4(pa + kr * SA + g * THR_M * 4, fa + 4 * g);
+#pragma unroll
+  for (int g = 0; g < TN / 4; ++g) lds_get4(pb + kr * SB + g * THR_N * 4, fb + 4 * g);
+}
+
+/// Multiplies one LDS slice (pa, pb) into the accumulators: KROWS k rows, fully unrolled, the
+/// fragments double-buffered in registers. On entry row 0's fragments are in set 0 (read
+/// already); row kr + 1 is read into the other set while row kr is multiplied. Halfway,
+/// `mid()` runs (the LDS store of the next slice: its global loads have had half a slice of
+/// FMAs to arrive, and the store has the other half to complete before the barrier). Before
+/// the last row's FMAs, `end()` runs (the barrier) and row 0 of the next slice (na, nb) is read
+/// into set 0, so its latency hides behind the last row's FMAs instead of stalling the next
+/// slice's first row.
+template <typename Path, int KROWS, int TM, int TN, int THR_M, int THR_N, int SA, int SB,
+          typename Mid, typename End>
+__device__ __forceinline__ void multiply_slice(const typename Path::Word* pa,
+                                               const typename Path::Word* pb,
+                                               const typename Path::Word* na,
+                                               const typename Path::Word* nb,
+                                               typename Path::Word (&fa)[2][TM],
+                                               typename Path::Word (&fb)[2][TN],
+                                               float (&acc)[TM][TN], Mid mid, End end) {
+  static_assert(KROWS % 2 == 0, "row 0 of the next slice lands in set 0");
+#pragma unroll
+  for (int kr = 0; kr < KROWS; ++kr) {
+    const int cur = kr & 1;
+    // Reads one row ahead of their use and no further: the scheduler would otherwise hoist
+    // later rows' reads too, (TM + TN) VGPRs per row, and spill at the 128-VGPR budget of 2
+    // waves/SIMD.
+    hipk::sched_barrier();
+    if (kr == KROWS / 2) mid();
+    if (kr + 1 < KROWS) {
+      read_frags<TM, TN, THR_M, THR_N, SA, SB>(pa, pb, kr + 1, fa[cur ^ 1], fb[cur ^ 1]);
+    } else {
+      end();
+      read_frags<TM, TN, THR_M, THR_N, SA, SB>(na, nb, 0, fa[0], fb[0]);
+    }
+    hipk::sched_barrier();
+#pragma unroll
+    for (int i = 0; i < TM; ++i) {
+#pragma unroll
+      for (int j = 0; j < TN; ++j) acc[i][j] = Path::mac(fa[cur][i], fb[cur][j], acc[i][j]);
+    }
+  }
+}
+
+/// multiply_slice for the bounds-checked path (edge blocks): the k-row loop is not unrolled
+/// and each row's fragments are read and then used. The checked loads of the next slice need
+/// many address registers, which the unrolled form's fragment registers cannot spare.
+template <typename Path, int KROWS, int TM, int TN, int THR_M, int THR_N, int SA, int SB>
+__device__ __forceinline__ void multiply_slice_rolled(const typename Path::Word* pa,
+                                                      const typename Path::Word* pb,
+                                                      float (&acc)[TM][TN]) {
+  using Word = typename Path::Word;
+#pragma unroll 1
+  for (int kr = 0; kr < KROWS; ++kr) {
+    Word fa[TM];
+    Word fb[TN];
+#pragma unroll
+    for (int g = 0; g < TM / 4; ++g) lds_get4(pa + kr * SA + g * THR_M * 4, fa + 4 * g);
+#pragma unroll
+    for (int g = 0; g < TN / 4; ++g) lds_get4(pb + kr * SB + g * THR_N * 4, fb + 4 * g);
+#pragma unroll
+    for (int i = 0; i < TM; ++i) {
+#pragma unroll
+      for (int j = 0; j < TN; ++j) acc[i][j] = Path::mac(fa[i], fb[j], acc[i][j]);
+    }
+  }
+}
 
 template <typename T, bool TRANS_A, bool TRANS_B, int BM, int BN, int BK, int TM, int TN>
 __device__ __forceinline__ void gemm(const T* __restrict__ a, const T* __restrict__ b,
@@ -210,7 +355,9 @@ __device__ __forceinline__ void gemm(const T* __restrict__ a, const T* __restric
   constexpr int THR_M = BM / TM;  // threads along m
   static_assert(THR_M * THR_N == kThreads, "thread grid covers the tile");
   static_assert(TM % 4 == 0 && TN % 4 == 0 && BK % KP == 0, "fragments are 4-wide");
-  constexpr int PAD = 4;  // words; keeps rows 16-byte aligned and shifts banks between rows
+  // Row padding (words): keeps rows 16-byte aligned and shifts banks between k rows for the
+  // transposing LDS writes. The small tile has none, to stay at 16 KiB (4 blocks per CU).
+  constexpr int PAD = BM >= 128 ? 4 : 0;
   constexpr int SA = BM + PAD;
   constexpr int SB = BN + PAD;
 
@@ -224,94 +371,137 @@ __device__ __forceinline__ void gemm(const T* __restrict__ a, const T* __restric
   const int n0 = static_cast<int>(blockIdx.x) * BN;
   const int nk = (K + BK - 1) / BK;
 
-  Stager<T, Path, BM, BK, !TRANS_A> stage_a;
-  Stager<T, Path, BN, BK, TRANS_B> stage_b;
-  using StageA = decltype(stage_a);
-  using StageB = decltype(stage_b);
-  const bool a_vec = hipk::rows_aligned<StageA::V>(a, lda, stride_a);
-  const bool b_vec = hipk::rows_aligned<StageB::V>(b, ldb, stride_b);
+  using StageA = Stager<T, Path, BM, BK, !TRANS_A>;
+  using StageB = Stager<T, Path, BN, BK, TRANS_B>;
+  StageA stage_a;
+  StageB stage_b;
+  const bool a_vec = hipk::rows_aligned<StageA::VR>(a, lda, stride_a);
+  const bool b_vec = hipk::rows_aligned<StageB::VR>(b, ldb, stride_b);
   const bool o_vec = hipk::rows_aligned<4>(out, ldo, stride_o);
   const bool c_vec = beta != 0.0f && hipk::rows_aligned<4>(c, ldc, stride_c);
+  // Interior block (decided once, uniform): every slice is whole, in range and aligned, so the
+  // K loop has no bounds checks and no branches.
+  const bool interior = a_vec && b_vec && m0 + BM <= M && n0 + BN <= N && K > 0 &&
+                        K % BK == 0 && lda <= kMaxFastLd && ldb <= kMaxFastLd;
 
   // One batch item per blockIdx.z (the launcher splits batches over 65535 into several launches
   // with offset pointers). No grid-stride loop over items on purpose: with one, LICM hoists every
   // row address of the staging and the epilogue out of it and keeps them live across the K loop
   // (that cost ~40 VGPRs and spilled).
-  {
-    const int64_t item = blockIdx.z;
-    const T* a_item = a + item * stride_a;
-    const T* b_item = b + item * stride_b;
+  const int64_t item = blockIdx.z;
+  const T* a_item = a + item * stride_a;
+  const T* b_item = b + item * stride_b;
 
-    float acc[TM][TN];
+  float acc[TM][TN];
 #pragma unroll
-    for (int i = 0; i < TM; ++i) {
+  for (int i = 0; i < TM; ++i) {
 #pragma unroll
-      for (int j = 0; j < TN; ++j) acc[i][j] = 0.0f;
+    for (int j = 0; j < TN; ++j) acc[i][j] = 0.0f;
+  }
+
+  // This thread's fragment columns in an LDS slice.
+  const int frag_a = ty * 4;
+  const int frag_b = tx * 4;
+  if (interior) {
+    // Slice t + 1 is loaded (raw words) while slice t is multiplied, then converted into the
+    // other LDS buffer; one barrier per slice. The load of "slice nk" re-reads slice nk - 1
+    // (in range) instead of branching; its LDS store goes to the unused buffer.
+    // f16 with the big tile keeps a rolled loop: unrolled, the two buffers' addresses push it
+    // past 128 VGPRs (2 spilled registers); rolled it pays ~4 VALU per slice to switch buffers.
+    constexpr bool kUnroll2 = !(KP == 2 && BM >= 128);
+    // The report's hot loop: the first loop after the marker (the prologue has none), one
+    // iteration = two slices. Not marked in the rolled form: there the marker shifts the
+    // register allocation of the loop, which --verify-markers rejects; the report's automatic
+    // region finds the same loop.
+    if constexpr (kUnroll2) HIPK_HOT_LOOP_BEGIN("k_interior");
+    uint32_t off_a = StageA::thread_bytes(lda, tid);
+    uint32_t off_b = StageB::thread_bytes(ldb, tid);
+    stage_a.load_fast(a_item + StageA::origin(lda, m0, 0), off_a, lda);
+    stage_b.load_fast(b_item + StageB::origin(ldb, n0, 0), off_b, ldb);
+    stage_a.store(sm_a[0], SA, tid);
+    stage_b.store(sm_b[0], SB, tid);
+    __syncthreads();
+    Word fa[2][TM];
+    Word fb[2][TN];
+    read_frags<TM, TN, THR_M, THR_N, SA, SB>(sm_a[0] + frag_a, sm_b[0] + frag_b, 0, fa[0], fb[0]);
+    // One slice; `cur` is a constant after inlining (the loop below is unrolled by two), so
+    // every LDS address is a loop-invariant register plus an immediate offset.
+    auto slice = [&](int t, int cur) __attribute__((always_inline)) {
+      const int k_next = (t + 1 < nk ? t + 1 : t) * BK;  // uniform select, not a branch
+      // Loop-carried and opaque: keeps the offsets' zero-extension inside the loop, so the
+      // loads below use the scalar-base form (see hipk::opaque).
+      hipk::opaque(off_a);
+      hipk::opaque(off_b);
+      stage_a.load_fast(a_item + StageA::origin(lda, m0, k_next), off_a, lda);
+      stage_b.load_fast(b_item + StageB::origin(ldb, n0, k_next), off_b, ldb);
+      // Keeps the global loads above the slice's LDS reads: without it the scheduler sinks
+      // them next to their use (the LDS store), and the wait for them is fully exposed.
+      hipk::sched_fence();
+      multiply_slice<Path, KROWS, TM, TN, THR_M, THR_N, SA, SB>(
+          sm_a[cur] + frag_a, sm_b[cur] + frag_b, sm_a[cur ^ 1] + frag_a, sm_b[cur ^ 1] + frag_b,
+          fa, fb, acc,
+          [&]() __attribute__((always_inline)) {
+            // The other buffer was last read before the previous barrier. Slice "nk" (a
+            // re-read of nk - 1) lands in the buffer nobody reads again.
+            stage_a.store(sm_a[cur ^ 1], SA, tid);
+            stage_b.store(sm_b[cur ^ 1], SB, tid);
+          },
+          []() __attribute__((always_inline)) { __syncthreads(); });
+    };
+    int t = 0;
+    if constexpr (kUnroll2) {
+      for (; t + 2 <= nk; t += 2) {
+        slice(t, 0);
+        slice(t + 1, 1);
+      }
+      if (t < nk) slice(t, 0);
+    } else {
+      for (; t < nk; ++t) slice(t, t & 1);
     }
-
+    if constexpr (kUnroll2) HIPK_HOT_LOOP_END("k_interior");
+  } else {
+    // Edge blocks, unaligned rows or a partial last slice: bounds-checked loads.
     if (nk > 0) {
-      stage_a.load(a_item, lda, M, K, m0, 0, a_vec, tid);
-      stage_b.load(b_item, ldb, N, K, n0, 0, b_vec, tid);
+      stage_a.load_checked(a_item, lda, M, K, m0, 0, a_vec, tid);
+      stage_b.load_checked(b_item, ldb, N, K, n0, 0, b_vec, tid);
       stage_a.store(sm_a[0], SA, tid);
       stage_b.store(sm_b[0], SB, tid);
     }
     __syncthreads();
-
     for (int t = 0; t < nk; ++t) {
       const int cur = t & 1;
-      const bool more = t + 1 < nk;
-      if (more) {  // fetch slice t + 1 while slice t is multiplied
-        stage_a.load(a_item, lda, M, K, m0, (t + 1) * BK, a_vec, tid);
-        stage_b.load(b_item, ldb, N, K, n0, (t + 1) * BK, b_vec, tid);
-      }
-      const Word* pa = sm_a[cur];
-      const Word* pb = sm_b[cur];
-      // Not unrolled: unrolling lets the scheduler hoist the fragment reads of later k rows
-      // ahead of the FMAs, (TM + TN) VGPRs per row; the big f16 tile then spills at the
-      // 128-VGPR budget of 2 waves/SIMD. The two resident waves hide the LDS latency instead.
-#pragma unroll 1
-      for (int kr = 0; kr < KROWS; ++kr) {
-        Word fa[TM];
-        Word fb[TN];
-#pragma unroll
-        for (int g = 0; g < TM / 4; ++g) lds_get4(pa + kr * SA + g * THR_M * 4 + ty * 4, fa + 4 * g);
-#pragma unroll
-        for (int g = 0; g < TN / 4; ++g) lds_get4(pb + kr * SB + g * THR_N * 4 + tx * 4, fb + 4 * g);
-#pragma unroll
-        for (int i = 0; i < TM; ++i) {
-#pragma unroll
-          for (int j = 0; j < TN; ++j) acc[i][j] = Path::mac(fa[i], fb[j], acc[i][j]);
-        }
-      }
-      if (more) {  // the other buffer was last read before the previous barrier
-        stage_a.store(sm_a[cur ^ 1], SA, tid);
-        stage_b.store(sm_b[cur ^ 1], SB, tid);
-      }
+      // Slice nk (past K) loads nothing and stores zeros into the unused buffer.
+      stage_a.load_checked(a_item, lda, M, K, m0, (t + 1) * BK, a_vec, tid);
+      stage_b.load_checked(b_item, ldb, N, K, n0, (t + 1) * BK, b_vec, tid);
+      multiply_slice_rolled<Path, KROWS, TM, TN, THR_M, THR_N, SA, SB>(sm_a[cur] + frag_a,
+                                                                      sm_b[cur] + frag_b, acc);
+      stage_a.store(sm_a[cur ^ 1], SA, tid);
+      stage_b.store(sm_b[cur ^ 1], SB, tid);
       __syncthreads();
     }
+  }
 
-    // Epilogue: out = alpha * acc + beta * C, 4 consecutive columns at a time.
-    T* o_item = out + item * stride_o;
-    const T* c_item = c + item * stride_c;  // only dereferenced when beta != 0
+  // Epilogue: out = alpha * acc + beta * C, 4 consecutive columns at a time.
+  T* o_item = out + item * stride_o;
+  const T* c_item = c + item * stride_c;  // only dereferenced when beta != 0
 #pragma unroll
-    for (int i = 0; i < TM; ++i) {
-      const int m = m0 + (i / 4) * THR_M * 4 + ty * 4 + (i % 4);
-      if (m >= M) continue;
+  for (int i = 0; i < TM; ++i) {
+    const int m = m0 + (i / 4) * THR_M * 4 + ty * 4 + (i % 4);
+    if (m >= M) continue;
 #pragma unroll
-      for (int g = 0; g < TN / 4; ++g) {
-        const int n = n0 + g * THR_N * 4 + tx * 4;
-        const int valid = N - n;  // may be <= 0: nothing is read or written
-        float v[4];
+    for (int g = 0; g < TN / 4; ++g) {
+      const int n = n0 + g * THR_N * 4 + tx * 4;
+      const int valid = N - n;  // may be <= 0: nothing is read or written
+      float v[4];
 #pragma unroll
-        for (int u = 0; u < 4; ++u) v[u] = alpha * acc[i][4 * g + u];
-        if (beta != 0.0f) {
-          float cv[4];
-          hipk::load_vec<4>(c_item + static_cast<int64_t>(m) * ldc + n, valid, c_vec, cv);
+      for (int u = 0; u < 4; ++u) v[u] = alpha * acc[i][4 * g + u];
+      if (beta != 0.0f) {
+        float cv[4];
+        hipk::load_vec<4>(c_item + static_cast<int64_t>(m) * ldc + n, valid, c_vec, cv);
 #pragma unroll
-          for (int u = 0; u < 4; ++u) v[u] = __builtin_fmaf(beta, cv[u], v[u]);
-        }
-        hipk::store_vec<4>(o_item + static_cast<int64_t>(m) * ldo + n, valid, o_vec, v);
+        for (int u = 0; u < 4; ++u) v[u] = __builtin_fmaf(beta, cv[u], v[u]);
       }
+      hipk::store_vec<4>(o_item + static_cast<int64_t>(m) * ldo + n, valid, o_vec, v);
     }
   }
 }
@@ -326,8 +516,8 @@ __device__ __forceinline__ void gemm(const T* __restrict__ a, const T* __restric
 #define HIPK_MM_BK_BIG(T) (sizeof(T) == 2 && !__is_same(T, ::hipk::bf16) ? 16 : 8)
 #define HIPK_MM_BK_SMALL(T) (sizeof(T) == 2 && !__is_same(T, ::hipk::bf16) ? 32 : 16)
 
-#define HIPK_MM_KERNEL(PREFIX, AB, TA, TB, BM, BN, BKX, TM, TN, SUFFIX, T)                       \
-  extern "C" __global__ void __launch_bounds__(256, 2) PREFIX##AB##_##SUFFIX                                                      \
+#define HIPK_MM_KERNEL(PREFIX, AB, TA, TB, BM, BN, BKX, TM, TN, SUFFIX, T, WAVES)                       \
+  extern "C" __global__ void __launch_bounds__(256, WAVES) PREFIX##AB##_##SUFFIX                                                      \
   (const T* a, const T* b, const T* c, T* out, int M, int N, int K, int64_t lda, int64_t ldb,    \
    int64_t ldc, int64_t ldo, int64_t stride_a, int64_t stride_b, int64_t stride_c,               \
    int64_t stride_o, float alpha, float beta) {                                       \
@@ -336,15 +526,15 @@ __device__ __forceinline__ void gemm(const T* __restrict__ a, const T* __restric
                                                         stride_o, alpha, beta);          \
   }
 
-#define HIPK_MM_LAYOUTS(PREFIX, BM, BN, BKX, TM, TN, SUFFIX, T)                \
-  HIPK_MM_KERNEL(PREFIX, nn, false, false, BM, BN, BKX, TM, TN, SUFFIX, T)     \
-  HIPK_MM_KERNEL(PREFIX, nt, false, true, BM, BN, BKX, TM, TN, SUFFIX, T)      \
-  HIPK_MM_KERNEL(PREFIX, tn, true, false, BM, BN, BKX, TM, TN, SUFFIX, T)      \
-  HIPK_MM_KERNEL(PREFIX, tt, true, true, BM, BN, BKX, TM, TN, SUFFIX, T)
+#define HIPK_MM_LAYOUTS(PREFIX, BM, BN, BKX, TM, TN, SUFFIX, T, WAVES)                \
+  HIPK_MM_KERNEL(PREFIX, nn, false, false, BM, BN, BKX, TM, TN, SUFFIX, T, WAVES)     \
+  HIPK_MM_KERNEL(PREFIX, nt, false, true, BM, BN, BKX, TM, TN, SUFFIX, T, WAVES)      \
+  HIPK_MM_KERNEL(PREFIX, tn, true, false, BM, BN, BKX, TM, TN, SUFFIX, T, WAVES)      \
+  HIPK_MM_KERNEL(PREFIX, tt, true, true, BM, BN, BKX, TM, TN, SUFFIX, T, WAVES)
 
-#define HIPK_MM_BIG(SUFFIX, T) HIPK_MM_LAYOUTS(matmul_, 128, 128, HIPK_MM_BK_BIG, 8, 8, SUFFIX, T)
+#define HIPK_MM_BIG(SUFFIX, T) HIPK_MM_LAYOUTS(matmul_, 128, 128, HIPK_MM_BK_BIG, 8, 8, SUFFIX, T, 2)
 #define HIPK_MM_SMALL(SUFFIX, T) \
-  HIPK_MM_LAYOUTS(matmul_small_, 64, 64, HIPK_MM_BK_SMALL, 4, 4, SUFFIX, T)
+  HIPK_MM_LAYOUTS(matmul_small_, 64, 64, HIPK_MM_BK_SMALL, 4, 4, SUFFIX, T, 4)
 
 HIPK_DTYPES(HIPK_MM_BIG)
 HIPK_DTYPES(HIPK_MM_SMALL)

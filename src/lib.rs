@@ -3,9 +3,11 @@
 #![doc = include_str!("../README.md")]
 
 pub mod cpu;
-pub mod doctor;
+pub mod embedded;
 pub mod golden;
-pub mod kernels;
 pub mod ops;
 pub mod params;
 pub mod tolerance;
+
+/// The HIP runtime hip-kernels is built on, re-exported so device users need one dependency.
+pub use hip_rt;

@@ -6,7 +6,11 @@ mod cpu_common;
 
 use cpu_common::Normal;
 use hip_kernels::cpu::exact;
-use hip_kernels::params::{AttentionShape, LayerNormShape};
+use hip_kernels::ops::{
+    AttentionBackward, AttentionForward, AttentionParams, LayerNormBackward, LayerNormForward,
+    LayerNormParams,
+};
+use hip_kernels::params::Exact;
 
 const H: f64 = 1e-5;
 
@@ -38,8 +42,11 @@ fn dotp(a: &[f64], b: &[f64]) -> f64 {
 fn layernorm_backward_matches_finite_differences() {
     let mut rng = Normal::new(7);
     for (rows, cols) in [(1, 1), (3, 5), (4, 17), (1, 64)] {
-        let s = LayerNormShape { rows, cols };
-        let eps = 1e-5;
+        let s = LayerNormParams {
+            rows,
+            cols,
+            eps: 1e-5,
+        };
         let (mut x, mut w, mut b, dy) = (
             rng.vec(rows * cols),
             rng.vec(cols),
@@ -48,13 +55,32 @@ fn layernorm_backward_matches_finite_differences() {
         );
         let forward = |x: &[f64], w: &[f64], b: &[f64]| {
             let (mut y, mut m, mut r) = (vec![0.0; rows * cols], vec![0.0; rows], vec![0.0; rows]);
-            exact::layernorm_forward(&s, eps, x, w, b, &mut y, &mut m, &mut r).unwrap();
+            exact::layernorm_forward(LayerNormForward::<Exact, f64> {
+                params: s,
+                x,
+                weight: w,
+                bias: b,
+                y: &mut y,
+                mean: &mut m,
+                rstd: &mut r,
+            })
+            .unwrap();
             (y, m, r)
         };
         let (_, mean, rstd) = forward(&x, &w, &b);
         let (mut dx, mut dw, mut db) = (vec![0.0; rows * cols], vec![0.0; cols], vec![0.0; cols]);
-        exact::layernorm_backward(&s, &x, &w, &dy, &mean, &rstd, &mut dx, &mut dw, &mut db)
-            .unwrap();
+        exact::layernorm_backward(LayerNormBackward::<Exact, f64> {
+            params: s,
+            x: &x,
+            weight: &w,
+            dy: &dy,
+            mean: &mean,
+            rstd: &rstd,
+            dx: &mut dx,
+            dweight: &mut dw,
+            dbias: &mut db,
+        })
+        .unwrap();
         let (w0, b0, x0) = (w.clone(), b.clone(), x.clone());
         check(
             &format!("layernorm {rows}x{cols} dx"),
@@ -88,20 +114,28 @@ fn attention_backward_matches_finite_differences() {
         (2, 1, 5, 2, 3, true),
         (1, 2, 3, 5, 2, false),
     ] {
-        let s = AttentionShape {
+        let s = AttentionParams {
             batch,
             heads,
             tq,
             tk,
             head_dim,
             causal,
-            scale: AttentionShape::default_scale(head_dim),
+            scale: AttentionParams::default_scale(head_dim),
         };
         let (nq, nk) = (s.q_len().unwrap(), s.kv_len().unwrap());
         let (mut q, mut k, mut v, dout) = (rng.vec(nq), rng.vec(nk), rng.vec(nk), rng.vec(nq));
         let forward = |q: &[f64], k: &[f64], v: &[f64]| {
             let (mut out, mut lse) = (vec![0.0; nq], vec![0.0; s.lse_len().unwrap()]);
-            exact::attention_forward(&s, q, k, v, &mut out, &mut lse).unwrap();
+            exact::attention_forward(AttentionForward::<Exact, f64> {
+                params: s,
+                q,
+                k,
+                v,
+                out: &mut out,
+                lse: &mut lse,
+            })
+            .unwrap();
             (out, lse)
         };
         let (out, lse) = forward(&q, &k, &v);
@@ -110,8 +144,19 @@ fn attention_backward_matches_finite_differences() {
             assert!(out[..head_dim].iter().all(|&o| o == 0.0));
         }
         let (mut dq, mut dk, mut dv) = (vec![0.0; nq], vec![0.0; nk], vec![0.0; nk]);
-        exact::attention_backward(&s, &q, &k, &v, &out, &dout, &lse, &mut dq, &mut dk, &mut dv)
-            .unwrap();
+        exact::attention_backward(AttentionBackward::<Exact, f64> {
+            params: s,
+            q: &q,
+            k: &k,
+            v: &v,
+            out: &out,
+            dout: &dout,
+            lse: &lse,
+            dq: &mut dq,
+            dk: &mut dk,
+            dv: &mut dv,
+        })
+        .unwrap();
         let (q0, k0, v0) = (q.clone(), k.clone(), v.clone());
         let tag = format!("attention b{batch} h{heads} tq{tq} tk{tk} d{head_dim} causal={causal}");
         check(&format!("{tag} dq"), &mut q, &dq, &mut |q| {

@@ -5,18 +5,17 @@ mod cpu_common;
 
 use cpu_common::{cast, LayerNormData, Normal};
 use half::{bf16, f16};
-use hip_kernels::cpu::{self, AttentionShape, Element, LayerNormShape, MatmulShape};
+use hip_kernels::cpu;
+use hip_kernels::ops::{
+    AttentionBackward, AttentionForward, AttentionParams, LayerNormBackward, LayerNormForward,
+    LayerNormParams, Matmul, MatmulParams,
+};
+use hip_kernels::params::{DeviceElement, Host};
 
 /// Plain triple loop, f64, same summation order as the reference.
-fn naive_matmul(
-    s: &MatmulShape,
-    alpha: f64,
-    beta: f64,
-    a: &[f64],
-    b: &[f64],
-    c: &[f64],
-) -> Vec<f64> {
+fn naive_matmul(s: &MatmulParams, a: &[f64], b: &[f64], c: &[f64]) -> Vec<f64> {
     let (m, n, k) = (s.m, s.n, s.k);
+    let (alpha, beta) = (f64::from(s.alpha), f64::from(s.beta));
     let mut out = vec![0.0; s.batch * m * n];
     for bi in 0..s.batch {
         let (a, b) = (&a[bi * m * k..], &b[bi * k * n..]);
@@ -44,15 +43,17 @@ fn naive_matmul(
     out
 }
 
-fn matmul_all_dtypes<T: Element>(rng: &mut Normal) {
+fn matmul_all_dtypes<T: DeviceElement>(rng: &mut Normal) {
     for (trans_a, trans_b) in [(false, false), (true, false), (false, true), (true, true)] {
-        let s = MatmulShape {
+        let s = MatmulParams {
             batch: 3,
             m: 37,
             n: 41,
             k: 53,
             trans_a,
             trans_b,
+            alpha: 1.5,
+            beta: -0.5,
         };
         let (a, b, c) = (
             cast::<T>(&rng.vec(s.a_len().unwrap())),
@@ -60,16 +61,15 @@ fn matmul_all_dtypes<T: Element>(rng: &mut Normal) {
             cast::<T>(&rng.vec(s.out_len().unwrap())),
         );
         let wide = |x: &[T]| x.iter().map(|v| v.to_f64()).collect::<Vec<_>>();
-        let want: Vec<T> = cast(&naive_matmul(
-            &s,
-            1.5,
-            -0.5,
-            &wide(&a),
-            &wide(&b),
-            &wide(&c),
-        ));
+        let want: Vec<T> = cast(&naive_matmul(&s, &wide(&a), &wide(&b), &wide(&c)));
         let mut out = c.clone();
-        cpu::matmul(&s, 1.5, -0.5, &a, &b, &mut out).unwrap();
+        cpu::matmul(Matmul::<Host, T> {
+            params: s,
+            a: &a,
+            b: &b,
+            out: &mut out,
+        })
+        .unwrap();
         assert_eq!(
             out,
             want,
@@ -87,10 +87,23 @@ fn threaded_matmul_equals_the_triple_loop() {
     matmul_all_dtypes::<bf16>(&mut rng);
 }
 
+/// `cpu::attention_forward` on f32 slices, unwrapped.
+fn fwd(params: AttentionParams, q: &[f32], k: &[f32], v: &[f32], out: &mut [f32], lse: &mut [f32]) {
+    cpu::attention_forward(AttentionForward::<Host, f32> {
+        params,
+        q,
+        k,
+        v,
+        out,
+        lse,
+    })
+    .unwrap();
+}
+
 #[test]
 fn threaded_attention_equals_per_head_calls() {
     let mut rng = Normal::new(2);
-    let s = AttentionShape {
+    let s = AttentionParams {
         batch: 2,
         heads: 4,
         tq: 24,
@@ -106,14 +119,26 @@ fn threaded_attention_equals_per_head_calls() {
         cast::<f32>(&rng.vec(s.q_len().unwrap())),
     );
     let (mut out, mut lse) = (vec![0.0f32; q.len()], vec![0.0f32; s.lse_len().unwrap()]);
-    cpu::attention_forward(&s, &q, &k, &v, &mut out, &mut lse).unwrap();
+    fwd(s, &q, &k, &v, &mut out, &mut lse);
     let (mut dq, mut dk, mut dv) = (
         vec![0.0f32; q.len()],
         vec![0.0f32; k.len()],
         vec![0.0f32; v.len()],
     );
-    cpu::attention_backward(&s, &q, &k, &v, &out, &dout, &lse, &mut dq, &mut dk, &mut dv).unwrap();
-    let one = AttentionShape {
+    cpu::attention_backward(AttentionBackward::<Host, f32> {
+        params: s,
+        q: &q,
+        k: &k,
+        v: &v,
+        out: &out,
+        dout: &dout,
+        lse: &lse,
+        dq: &mut dq,
+        dk: &mut dk,
+        dv: &mut dv,
+    })
+    .unwrap();
+    let one = AttentionParams {
         batch: 1,
         heads: 1,
         ..s
@@ -122,25 +147,25 @@ fn threaded_attention_equals_per_head_calls() {
     for h in 0..s.batch * s.heads {
         let (qs, ks, vs) = (&q[h * nq..][..nq], &k[h * nk..][..nk], &v[h * nk..][..nk]);
         let (mut o1, mut l1) = (vec![0.0f32; nq], vec![0.0f32; s.tq]);
-        cpu::attention_forward(&one, qs, ks, vs, &mut o1, &mut l1).unwrap();
+        fwd(one, qs, ks, vs, &mut o1, &mut l1);
         assert_eq!(
             (&o1[..], &l1[..]),
             (&out[h * nq..][..nq], &lse[h * s.tq..][..s.tq]),
             "head {h}"
         );
         let (mut dq1, mut dk1, mut dv1) = (vec![0.0f32; nq], vec![0.0f32; nk], vec![0.0f32; nk]);
-        cpu::attention_backward(
-            &one,
-            qs,
-            ks,
-            vs,
-            &o1,
-            &dout[h * nq..][..nq],
-            &l1,
-            &mut dq1,
-            &mut dk1,
-            &mut dv1,
-        )
+        cpu::attention_backward(AttentionBackward::<Host, f32> {
+            params: one,
+            q: qs,
+            k: ks,
+            v: vs,
+            out: &o1,
+            dout: &dout[h * nq..][..nq],
+            lse: &l1,
+            dq: &mut dq1,
+            dk: &mut dk1,
+            dv: &mut dv1,
+        })
         .unwrap();
         assert_eq!(
             (&dq1[..], &dk1[..], &dv1[..]),
@@ -154,7 +179,7 @@ fn threaded_attention_equals_per_head_calls() {
     }
     // Softmax rows sum to one: with v = 1 everywhere, every visible row of out is 1.
     let ones = vec![1.0f32; v.len()];
-    cpu::attention_forward(&s, &q, &k, &ones, &mut out, &mut lse).unwrap();
+    fwd(s, &q, &k, &ones, &mut out, &mut lse);
     assert!(
         out.iter().all(|&o| (o - 1.0).abs() < 1e-6),
         "a softmax row does not sum to 1 (head_dim {d})"
@@ -164,31 +189,28 @@ fn threaded_attention_equals_per_head_calls() {
 #[test]
 fn threaded_layernorm_equals_per_row_calls() {
     let mut rng = Normal::new(3);
-    let s = LayerNormShape {
+    let s = LayerNormParams {
         rows: 300,
         cols: 64,
+        eps: 1e-5,
     };
     let mut d = LayerNormData::<bf16>::random(&mut rng, &s);
-    d.forward(&s, 1e-5).unwrap();
+    d.forward(&s).unwrap();
     d.backward(&s).unwrap();
-    let one = LayerNormShape {
-        rows: 1,
-        cols: s.cols,
-    };
+    let one = LayerNormParams { rows: 1, ..s };
     let (mut dw_sum, mut db_sum) = (vec![0.0f64; s.cols], vec![0.0f64; s.cols]);
     for r in 0..s.rows {
         let row = r * s.cols..(r + 1) * s.cols;
         let (mut y1, mut m1, mut r1) = (vec![bf16::ZERO; s.cols], [0.0f32], [0.0f32]);
-        cpu::layernorm_forward(
-            &one,
-            1e-5,
-            &d.x[row.clone()],
-            &d.weight,
-            &d.bias,
-            &mut y1,
-            &mut m1,
-            &mut r1,
-        )
+        cpu::layernorm_forward(LayerNormForward::<Host, bf16> {
+            params: one,
+            x: &d.x[row.clone()],
+            weight: &d.weight,
+            bias: &d.bias,
+            y: &mut y1,
+            mean: &mut m1,
+            rstd: &mut r1,
+        })
         .unwrap();
         assert_eq!(
             (&y1[..], m1[0], r1[0]),
@@ -212,21 +234,29 @@ fn threaded_layernorm_equals_per_row_calls() {
                 .collect::<Vec<_>>(),
         );
         let mut dx32 = vec![0.0f32; s.cols];
-        cpu::layernorm_backward(
-            &one, &x32, &w32, &dy32, &m1, &r1, &mut dx32, &mut dw1, &mut db1,
-        )
+        cpu::layernorm_backward(LayerNormBackward::<Host, f32> {
+            params: one,
+            x: &x32,
+            weight: &w32,
+            dy: &dy32,
+            mean: &m1,
+            rstd: &r1,
+            dx: &mut dx32,
+            dweight: &mut dw1,
+            dbias: &mut db1,
+        })
         .unwrap();
-        cpu::layernorm_backward(
-            &one,
-            &d.x[row.clone()],
-            &d.weight,
-            &d.dy[row.clone()],
-            &m1,
-            &r1,
-            &mut dx1,
-            &mut vec![bf16::ZERO; s.cols],
-            &mut vec![bf16::ZERO; s.cols],
-        )
+        cpu::layernorm_backward(LayerNormBackward::<Host, bf16> {
+            params: one,
+            x: &d.x[row.clone()],
+            weight: &d.weight,
+            dy: &d.dy[row.clone()],
+            mean: &m1,
+            rstd: &r1,
+            dx: &mut dx1,
+            dweight: &mut vec![bf16::ZERO; s.cols],
+            dbias: &mut vec![bf16::ZERO; s.cols],
+        })
         .unwrap();
         assert_eq!(&dx1[..], &d.dx[row], "row {r}");
         // The f32 run of the same (exactly representable) row rounds to the same bf16 values.

@@ -2,7 +2,7 @@
 //! device`; needs a HIP device and kernels built for its arch). NEVER RUN: no GPU was available
 //! when they were written; they compile in CI.
 //!
-//! - golden cases (matmul, attention forward/backward) through a device `GoldenBackend`;
+//! - golden cases (matmul, attention forward/backward) through the library's `DeviceBackend`;
 //! - random shapes: matmul M, N, K ∈ {1, 7, 64, 129, 300} (every layout, every dtype, alpha and
 //!   beta, batches), a K of 2000, a K of 0, and a batched shape that takes the 128×128 tile with
 //!   edge tiles on both axes; attention T ∈ {1, 17, 128, 300} (Tq = Tk and Tq ≠ Tk), head dims
@@ -14,9 +14,11 @@
 #![cfg(feature = "device")]
 
 use hip_kernels::cpu;
-use hip_kernels::golden::CaseInputs;
-use hip_kernels::ops::{self, DeviceElement};
-use hip_kernels::params::{AttentionShape, MatmulShape, Op};
+use hip_kernels::ops::{
+    self, AttentionBackward, AttentionForward, AttentionParams, DeviceElement, Matmul, MatmulParams,
+};
+use hip_kernels::params::{Host, OnDevice};
+use hip_kernels::tolerance::Rule;
 use hip_rt::Stream;
 
 mod device_common;
@@ -27,13 +29,8 @@ use device_common::*;
 // Random shapes
 // ---------------------------------------------------------------------------------------------
 
-fn check_matmul<T: DeviceElement>(
-    s: &Stream,
-    rng: &mut Rng,
-    shape: MatmulShape,
-    alpha: f32,
-    beta: f32,
-) {
+fn check_matmul<T: DeviceElement>(s: &Stream, rng: &mut Rng, shape: MatmulParams) {
+    let (alpha, beta) = (shape.alpha, shape.beta);
     let a = rng.vec::<T>(shape.a_len().unwrap(), 1.0);
     let b = rng.vec::<T>(shape.b_len().unwrap(), 1.0);
     let c: Vec<T> = if beta == 0.0 {
@@ -42,11 +39,17 @@ fn check_matmul<T: DeviceElement>(
         rng.vec(shape.out_len().unwrap(), 1.0)
     };
     let mut want = c.clone();
-    cpu::matmul(&shape, alpha, beta, &a, &b, &mut want).unwrap();
-    let got = matmul_device(s, &shape, alpha, beta, &a, &b, &c).unwrap();
+    cpu::matmul(Matmul::<Host, T> {
+        params: shape,
+        a: &a,
+        b: &b,
+        out: &mut want,
+    })
+    .unwrap();
+    let got = matmul_device(s, &shape, &a, &b, &c).unwrap();
     assert_close(
         &format!("out {shape:?} alpha {alpha} beta {beta}"),
-        Op::Matmul,
+        Rule::Reduction,
         T::DTYPE,
         shape.k,
         &got,
@@ -66,62 +69,50 @@ fn matmul_random_shapes<T: DeviceElement>() {
                     if [m, n, k].iter().filter(|&&d| d == 300).count() > 1 {
                         continue;
                     }
-                    let shape = MatmulShape {
-                        batch: 1,
-                        m,
-                        n,
-                        k,
+                    let shape = MatmulParams {
                         trans_a,
                         trans_b,
+                        ..MatmulParams::new(m, n, k)
                     };
-                    check_matmul::<T>(&s, &mut rng, shape, 1.0, 0.0);
+                    check_matmul::<T>(&s, &mut rng, shape);
                 }
             }
         }
-        let batched = MatmulShape {
+        let batched = MatmulParams {
             batch: 3,
-            m: 129,
-            n: 7,
-            k: 64,
             trans_a,
             trans_b,
+            alpha: 0.5,
+            beta: -1.25,
+            ..MatmulParams::new(129, 7, 64)
         };
-        check_matmul::<T>(&s, &mut rng, batched, 0.5, -1.25);
+        check_matmul::<T>(&s, &mut rng, batched);
     }
     // The 128×128 tile: chosen only when it gives every CU two blocks, so batch 20 of
     // 3 × 2 tiles; 257 = 2·128 + 1 and 130 = 128 + 2 leave edge tiles on both axes, 67 a
     // partial k slice.
-    let big = MatmulShape {
+    let big = MatmulParams {
         batch: 20,
-        m: 257,
-        n: 130,
-        k: 67,
-        trans_a: false,
         trans_b: true,
+        beta: 1.0,
+        ..MatmulParams::new(257, 130, 67)
     };
     let cus = s.device().compute_units();
     let plan = ops::MatmulPlan::new(&big, T::DTYPE, cus).unwrap();
     assert_eq!(plan.tile, ops::MatmulTile::Big, "{cus} CUs: {plan:?}");
-    check_matmul::<T>(&s, &mut rng, big, 1.0, 1.0);
+    check_matmul::<T>(&s, &mut rng, big);
     // A long reduction (the accumulation error grows with K).
-    let long_k = MatmulShape {
-        batch: 1,
-        m: 65,
-        n: 7,
-        k: 2000,
+    let long_k = MatmulParams {
         trans_a: true,
-        trans_b: false,
+        ..MatmulParams::new(65, 7, 2000)
     };
-    check_matmul::<T>(&s, &mut rng, long_k, 1.0, 0.0);
-    let k0 = MatmulShape {
+    check_matmul::<T>(&s, &mut rng, long_k);
+    let k0 = MatmulParams {
         batch: 2,
-        m: 5,
-        n: 3,
-        k: 0,
-        trans_a: false,
-        trans_b: false,
+        beta: 2.0,
+        ..MatmulParams::new(5, 3, 0)
     };
-    check_matmul::<T>(&s, &mut rng, k0, 1.0, 2.0);
+    check_matmul::<T>(&s, &mut rng, k0);
 }
 
 #[test]
@@ -139,7 +130,7 @@ fn matmul_random_shapes_bf16() {
     matmul_random_shapes::<hip_kernels::params::bf16>();
 }
 
-fn check_attention<T: DeviceElement>(s: &Stream, rng: &mut Rng, shape: AttentionShape) {
+fn check_attention<T: DeviceElement>(s: &Stream, rng: &mut Rng, shape: AttentionParams) {
     let (q, k, v) = (
         rng.vec::<T>(shape.q_len().unwrap(), 1.0),
         rng.vec::<T>(shape.kv_len().unwrap(), 1.0),
@@ -148,12 +139,20 @@ fn check_attention<T: DeviceElement>(s: &Stream, rng: &mut Rng, shape: Attention
     let dout = rng.vec::<T>(shape.q_len().unwrap(), 1.0);
     let mut out = vec![T::from_f64(0.0); q.len()];
     let mut lse = vec![0.0f32; shape.lse_len().unwrap()];
-    cpu::attention_forward(&shape, &q, &k, &v, &mut out, &mut lse).unwrap();
+    cpu::attention_forward(AttentionForward::<Host, T> {
+        params: shape,
+        q: &q,
+        k: &k,
+        v: &v,
+        out: &mut out,
+        lse: &mut lse,
+    })
+    .unwrap();
     let (got_out, got_lse) = attention_forward_device(s, &shape, &q, &k, &v).unwrap();
     let what = format!("{shape:?}");
     assert_close(
         &format!("out {what}"),
-        Op::AttentionForward,
+        Rule::Reduction,
         T::DTYPE,
         shape.tk,
         &got_out,
@@ -161,7 +160,7 @@ fn check_attention<T: DeviceElement>(s: &Stream, rng: &mut Rng, shape: Attention
     );
     assert_close(
         &format!("lse {what}"),
-        Op::AttentionForward,
+        Rule::Reduction,
         T::DTYPE,
         shape.tk,
         &got_lse,
@@ -174,15 +173,24 @@ fn check_attention<T: DeviceElement>(s: &Stream, rng: &mut Rng, shape: Attention
         vec![T::from_f64(0.0); k.len()],
         vec![T::from_f64(0.0); v.len()],
     );
-    cpu::attention_backward(
-        &shape, &q, &k, &v, &out, &dout, &lse, &mut dq, &mut dk, &mut dv,
-    )
+    cpu::attention_backward(AttentionBackward::<Host, T> {
+        params: shape,
+        q: &q,
+        k: &k,
+        v: &v,
+        out: &out,
+        dout: &dout,
+        lse: &lse,
+        dq: &mut dq,
+        dk: &mut dk,
+        dv: &mut dv,
+    })
     .unwrap();
     let got = attention_backward_device(s, &shape, &q, &k, &v, &out, &dout, &lse).unwrap();
     let len = shape.tq.max(shape.tk);
     assert_close(
         &format!("dq {what}"),
-        Op::AttentionBackward,
+        Rule::RoundedIntermediates,
         T::DTYPE,
         len,
         &got.0,
@@ -190,7 +198,7 @@ fn check_attention<T: DeviceElement>(s: &Stream, rng: &mut Rng, shape: Attention
     );
     assert_close(
         &format!("dk {what}"),
-        Op::AttentionBackward,
+        Rule::RoundedIntermediates,
         T::DTYPE,
         len,
         &got.1,
@@ -198,7 +206,7 @@ fn check_attention<T: DeviceElement>(s: &Stream, rng: &mut Rng, shape: Attention
     );
     assert_close(
         &format!("dv {what}"),
-        Op::AttentionBackward,
+        Rule::RoundedIntermediates,
         T::DTYPE,
         len,
         &got.2,
@@ -218,14 +226,14 @@ fn attention_random_shapes<T: DeviceElement>() {
                     continue;
                 }
                 for causal in [false, true] {
-                    let shape = AttentionShape {
+                    let shape = AttentionParams {
                         batch: 1,
                         heads: 2,
                         tq,
                         tk,
                         head_dim,
                         causal,
-                        scale: AttentionShape::default_scale(head_dim),
+                        scale: AttentionParams::default_scale(head_dim),
                     };
                     check_attention::<T>(&s, &mut rng, shape);
                 }
@@ -253,7 +261,7 @@ fn attention_random_shapes_bf16() {
 fn attention_backward_is_bit_identical_run_to_run() {
     let s = stream();
     let mut rng = Rng(0x5eed_0003);
-    let shape = AttentionShape {
+    let shape = AttentionParams {
         batch: 2,
         heads: 3,
         tq: 300,
@@ -289,13 +297,18 @@ fn bad_shapes_are_rejected_before_any_launch() {
     // 2×3 · 3×2 needs 6 elements of b: 5 is one short.
     let (a, b) = (upload(&s, &[0f32; 6]), upload(&s, &[0f32; 5]));
     let mut out = upload(&s, &[0f32; 4]);
-    let shape = MatmulShape::new(2, 2, 3);
-    let e = ops::matmul(&s, &shape, 1.0, 0.0, &a, &b, &mut out).unwrap_err();
+    let args = Matmul::<OnDevice, _> {
+        params: MatmulParams::new(2, 2, 3),
+        a: &a,
+        b: &b,
+        out: &mut out,
+    };
+    let e = ops::matmul(&s, args).unwrap_err();
     assert!(
         e.to_string().contains("`b`") || e.to_string().contains("`a`"),
         "{e}"
     );
-    let big = AttentionShape {
+    let big = AttentionParams {
         batch: 1,
         heads: 1,
         tq: 1,
@@ -306,21 +319,22 @@ fn bad_shapes_are_rejected_before_any_launch() {
     };
     let (x, mut o) = (upload(&s, &[0f32; 129]), upload(&s, &[0f32; 129]));
     let mut lse = upload(&s, &[0f32; 1]);
-    let e = ops::attention_forward(&s, &big, &x, &x, &x, &mut o, &mut lse).unwrap_err();
+    let args = AttentionForward::<OnDevice, _> {
+        params: big,
+        q: &x,
+        k: &x,
+        v: &x,
+        out: &mut o,
+        lse: &mut lse,
+    };
+    let e = ops::attention_forward(&s, args).unwrap_err();
     assert!(e.to_string().contains("head_dim"), "{e}");
 }
 
 #[test]
 fn golden_matmul_and_attention_cases_pass_on_the_device() {
     run_golden_cases(
-        |inputs| {
-            matches!(
-                inputs,
-                CaseInputs::Matmul(_)
-                    | CaseInputs::AttentionForward(_)
-                    | CaseInputs::AttentionBackward(_)
-            )
-        },
+        |op| matches!(op, "matmul" | "attention_forward" | "attention_backward"),
         "matmul/attention",
     );
 }

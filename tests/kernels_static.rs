@@ -4,13 +4,15 @@
 //!   (matmul_* and attention_*: ≥ 2), from the compiler's resource remarks; the table is printed
 //!   (`cargo test --test kernels_static -- --nocapture`);
 //! - the manifest: each embedded bundle holds a code object for every selected arch, each code
-//!   object exports exactly the kernels the name table lists for its source, and every source
-//!   is in the name table.
+//!   object exports exactly the kernels its op family lists (`KERNELS` in
+//!   `src/ops/<family>/mod.rs`, collected in `hip_kernels::ops::KERNEL_FILES`), and every source
+//!   is listed by a family.
 //!
 //! Without hipcc the kernels are not built and these tests only check that the crate says so,
 //! unless `HIPK_REQUIRE_KERNELS` is set (CI sets it): then a build without kernels fails them.
 
-use hip_kernels::kernels::{self, KernelResources};
+use hip_kernels::embedded::{self as kernels, KernelResources};
+use hip_kernels::ops::{kernel_names, KERNEL_FILES};
 use hip_rt::module::bundle::Bundle;
 
 /// The arch whose figures gate the build (the one Debian's hipcc, and so CI, can compile).
@@ -48,18 +50,18 @@ fn gate_no_scratch_no_spills_enough_occupancy_on_gfx906() {
     if !built()
         || !kernels::archs()
             .iter()
-            .any(|a| kernels::detect::arch_processor(a) == GATE_ARCH)
+            .any(|a| hip_build::detect::arch_processor(a) == GATE_ARCH)
     {
         return;
     }
     let rows: Vec<KernelResources> = kernels::resources()
         .iter()
-        .filter(|r| kernels::detect::arch_processor(r.arch) == GATE_ARCH)
+        .filter(|r| hip_build::detect::arch_processor(r.arch) == GATE_ARCH)
         .copied()
         .collect();
     println!("{}", kernels::format_resource_table(&rows));
     let mut failures = Vec::new();
-    for file in kernels::KERNEL_FILES
+    for file in KERNEL_FILES
         .iter()
         .filter(|f| kernels::bundle(f.source).is_ok())
     {
@@ -100,9 +102,9 @@ fn manifest_every_bundle_has_every_arch_and_the_listed_kernels() {
     }
     assert!(!kernels::archs().is_empty());
     for b in kernels::bundles() {
-        let expected = kernels::kernel_names(b.source).unwrap_or_else(|| {
+        let expected = kernel_names(b.source).unwrap_or_else(|| {
             panic!(
-                "kernels/{}.hip has no entry in KERNEL_FILES (src/kernels/names.rs)",
+                "kernels/{}.hip has no entry in KERNEL_FILES (its family's KERNELS in src/ops/<family>/mod.rs)",
                 b.source
             )
         });
@@ -141,7 +143,7 @@ fn manifest_every_bundle_has_every_arch_and_the_listed_kernels() {
             bundle.target_ids()
         );
     }
-    for file in kernels::KERNEL_FILES {
+    for file in KERNEL_FILES {
         if kernels::bundle(file.source).is_ok() {
             continue;
         }
@@ -166,7 +168,7 @@ fn every_kernel_has_figures_for_every_arch() {
     if !built() {
         return;
     }
-    for file in kernels::KERNEL_FILES
+    for file in KERNEL_FILES
         .iter()
         .filter(|f| kernels::bundle(f.source).is_ok())
     {

@@ -546,12 +546,19 @@ fn the_registry_holds_every_kernel_with_its_parameter_sizes() {
         0
     );
     assert!(hip_emu::exec::lookup("no_such_kernel").is_none());
-    // Every kernel of the repository's sources: 24 matmul, 39 attention, 10 adamw, 9 layernorm.
+    // Every kernel of the repository's sources: 24 matmul, 39 attention, 10 adamw, 12 layernorm
+    // (with the wide backward), and 34 of the training-step ops (encoder, GELU, residual,
+    // cross-entropy, bias, clip).
     let repo = hip_emu::exec::kernels()
         .iter()
-        .filter(|k| !k.name.starts_with("hipemu_test_"))
+        .filter(|k| !k.name.starts_with("hipemu_test_") && !k.name.starts_with("hipk_test_"))
         .count();
-    assert_eq!(repo, 82);
+    assert_eq!(repo, 119);
+    // hip-rt's test kernels (hip-rt/kernels/test_kernels.hip): hipk_test_add/scale(float*, float, int).
+    for name in ["hipk_test_add", "hipk_test_scale"] {
+        let k = hip_emu::exec::lookup(name).unwrap_or_else(|| panic!("{name} registered"));
+        assert_eq!(k.param_sizes, &[8, 4, 4], "{name}");
+    }
 }
 
 #[test]

@@ -169,8 +169,20 @@ fn adamw_matches_f64_over_two_tensors_with_tails() {
     }
     let bias1 = 1.0 - b1.powi(step);
     let bias2 = 1.0 - b2.powi(step);
+    // kernels/adamw.hip's AdamwTable: 24 rows by value (1536 bytes of kernel arguments).
+    let mut by_value = [AdamwTensor {
+        param: std::ptr::null_mut(),
+        grad: std::ptr::null(),
+        exp_avg: std::ptr::null_mut(),
+        exp_avg_sq: std::ptr::null_mut(),
+        max_exp_avg_sq: std::ptr::null_mut(),
+        master: std::ptr::null_mut(),
+        numel: 0,
+        first_chunk: 0,
+    }; 24];
+    by_value[..table.len()].copy_from_slice(&table);
     let args = [
-        ptr(table.as_ptr()),
+        arg(by_value),
         arg(table.len() as i32),
         arg(first),
         arg(chunk as i64),

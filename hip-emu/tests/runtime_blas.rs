@@ -18,7 +18,7 @@ const TOL_BF16: f32 = 1.0 / 128.0;
 
 fn stream() -> Arc<Stream> {
     runtime_common::setup(&[]);
-    let dev = hip_rt::Device::get(0).expect("hip-emu device");
+    let dev = hip_rt::Device::get_direct(0).expect("hip-emu device");
     Arc::new(Stream::new(&dev, StreamOptions::default()).unwrap())
 }
 

@@ -8,7 +8,7 @@ use hip_sys::hipError_t;
 
 fn device() -> hip_rt::Device {
     runtime_common::setup(&[]);
-    hip_rt::Device::get(0).expect("hip-emu device 0")
+    hip_rt::Device::get_direct(0).expect("hip-emu device 0")
 }
 
 #[test]
@@ -37,7 +37,7 @@ fn device_identity_props_and_memory_info() {
     assert!(info.free <= info.total);
     assert_eq!(Stream::priority_range(&dev).unwrap(), (0, -1));
     assert!(matches!(
-        hip_rt::Device::get(1),
+        hip_rt::Device::get_direct(1),
         Err(hip_rt::Error::InvalidOrdinal {
             ordinal: 1,
             count: 1

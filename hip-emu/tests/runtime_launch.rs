@@ -61,7 +61,7 @@ fn setup() -> Option<Setup> {
             return None;
         }
     };
-    let dev = hip_rt::Device::get(0).unwrap();
+    let dev = hip_rt::Device::get_direct(0).unwrap();
     let module = Module::load(&dev, &image).expect("hip-emu loads the hipcc bundle");
     let stream = Stream::new(&dev, StreamOptions::default()).unwrap();
     Some(Setup { stream, module })

@@ -18,7 +18,7 @@ fn setup() {
 fn out_of_memory_is_typed_and_memory_comes_back() {
     setup();
     assert_eq!(Device::count().unwrap(), 2);
-    let dev = Device::get(1).unwrap();
+    let dev = Device::get_direct(1).unwrap();
     assert_eq!(dev.total_memory(), CAPACITY);
     let stream = Stream::new(&dev, StreamOptions::default()).unwrap();
     let a = DeviceBuffer::<u8>::alloc(&stream, 40 << 20).unwrap();
@@ -38,7 +38,7 @@ fn out_of_memory_is_typed_and_memory_comes_back() {
     drop(a);
     assert_eq!(dev.memory_info().unwrap().free, CAPACITY);
     // Device 0 has its own 64 MiB (the other test of this file uses it).
-    assert_eq!(Device::get(0).unwrap().total_memory(), CAPACITY);
+    assert_eq!(Device::get_direct(0).unwrap().total_memory(), CAPACITY);
     assert!(DeviceBuffer::<u8>::alloc(&stream, 60 << 20).is_ok());
 }
 

@@ -46,6 +46,29 @@ pub const EMULATED_NAME_MARK: &str = "CPU emulation";
 /// The label every figure (time, bandwidth, FLOP rate) measured on an emulated device carries.
 pub const EMULATED_FIGURE_LABEL: &str = "emulated — not a performance figure";
 
+/// The caching allocator of device `ordinal`, created on first use (one per process and
+/// device, as PyTorch's).
+fn shared_cache(ordinal: i32) -> Result<Arc<dyn DeviceAllocator>> {
+    use crate::caching::{CachingAllocator, HipBackend};
+    use std::collections::HashMap;
+    use std::sync::{Mutex, OnceLock, PoisonError};
+    type Caches = Mutex<HashMap<i32, Arc<CachingAllocator<HipBackend>>>>;
+    static CACHES: OnceLock<Caches> = OnceLock::new();
+    // One insert under the lock: a poisoned map is still consistent.
+    let mut map = CACHES
+        .get_or_init(Default::default)
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner);
+    if let Some(cache) = map.get(&ordinal) {
+        return Ok(cache.clone());
+    }
+    let cache = Arc::new(
+        CachingAllocator::new(HipBackend::new(ordinal)).map_err(|e| Error::Caching(Arc::new(e)))?,
+    );
+    map.insert(ordinal, cache.clone());
+    Ok(cache)
+}
+
 impl Device {
     /// The number of visible HIP devices. With none (or no driver), the runtime's
     /// hipErrorNoDevice comes back as an `Err` whose text says what to check.
@@ -53,8 +76,24 @@ impl Device {
         result::device::count()
     }
 
-    /// Device `ordinal`, allocating directly with hipMalloc/hipFree.
+    /// Device `ordinal`, allocating through the process-wide caching allocator of that device
+    /// (one per ordinal, shared by every `Device::get` of it; configured by `HIPK_ALLOC_CONF`
+    /// when first created). Frees are stream-ordered and never wait for the device; see
+    /// [`crate::caching`]. [`Device::get_direct`] opts out.
     pub fn get(ordinal: i32) -> Result<Device> {
+        let count = Self::count()?;
+        if ordinal < 0 || ordinal >= count {
+            return Err(Error::InvalidOrdinal { ordinal, count });
+        }
+        Self::with_allocator(ordinal, shared_cache(ordinal)?)
+    }
+
+    /// Device `ordinal`, allocating directly with hipMalloc/hipFree (opt-in).
+    ///
+    /// # Host sync
+    /// Every free of a buffer (its `Drop`) calls `hipFree`, which waits for the whole device
+    /// to finish its queued work. Use it for debugging allocator issues, not for training.
+    pub fn get_direct(ordinal: i32) -> Result<Device> {
         Self::with_allocator(ordinal, Arc::new(DirectAllocator::new(ordinal)))
     }
 
@@ -278,6 +317,19 @@ pub fn limits_from_props(p: &DeviceProps) -> LaunchLimits {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_default_allocator_is_one_shared_cache_per_device() {
+        // Creating the cache calls no HIP function (only the first allocation does).
+        let (a, b, other) = (
+            shared_cache(0).unwrap(),
+            shared_cache(0).unwrap(),
+            shared_cache(1).unwrap(),
+        );
+        assert!(Arc::ptr_eq(&a, &b), "one cache per device");
+        assert!(!Arc::ptr_eq(&a, &other));
+        assert!(format!("{a:?}").contains("CachingAllocator"), "{a:?}");
+    }
 
     #[test]
     fn limits_come_from_props_and_negative_values_reject_launches() {

@@ -8,30 +8,26 @@
 //! lengths, so they get the same [`ShapeError`], and round into their outputs only after the
 //! core has returned `Ok`.
 
-use super::{par_for_each, AttentionShape, LayerNormShape, ShapeError};
+use super::par_for_each;
+use crate::ops::{
+    AttentionBackward, AttentionForward, AttentionParams, LayerNormBackward, LayerNormForward,
+};
+use crate::params::{Exact, ShapeError};
 
 /// f64 layer norm forward: `y = (x − mean)·rstd·weight + bias` per row, biased variance,
 /// `rstd = 1/√(var + eps)`.
-#[allow(clippy::too_many_arguments)]
-pub fn layernorm_forward(
-    shape: &LayerNormShape,
-    eps: f32,
-    x: &[f64],
-    weight: &[f64],
-    bias: &[f64],
-    y: &mut [f64],
-    mean: &mut [f64],
-    rstd: &mut [f64],
-) -> Result<(), ShapeError> {
-    shape.validate_forward(
-        eps,
-        x.len(),
-        weight.len(),
-        bias.len(),
-        y.len(),
-        mean.len(),
-        rstd.len(),
-    )?;
+pub fn layernorm_forward(a: LayerNormForward<'_, Exact, f64>) -> Result<(), ShapeError> {
+    a.validate()?;
+    let LayerNormForward {
+        params: shape,
+        x,
+        weight,
+        bias,
+        y,
+        mean,
+        rstd,
+    } = a;
+    let eps = shape.eps;
     let c = shape.cols;
     let eps = f64::from(eps);
     let items: Vec<_> = y
@@ -58,28 +54,19 @@ pub fn layernorm_forward(
 /// f64 layer norm backward from the saved `mean` and `rstd`: with `x̂ = (x − mean)·rstd` and
 /// `g = dy·weight`, `dx = rstd·(g − mean(g) − x̂·mean(g·x̂))`, `dweight = Σ_rows dy·x̂`,
 /// `dbias = Σ_rows dy` (overwritten, not accumulated).
-#[allow(clippy::too_many_arguments)]
-pub fn layernorm_backward(
-    shape: &LayerNormShape,
-    x: &[f64],
-    weight: &[f64],
-    dy: &[f64],
-    mean: &[f64],
-    rstd: &[f64],
-    dx: &mut [f64],
-    dweight: &mut [f64],
-    dbias: &mut [f64],
-) -> Result<(), ShapeError> {
-    shape.validate_backward(
-        x.len(),
-        weight.len(),
-        dy.len(),
-        mean.len(),
-        rstd.len(),
-        dx.len(),
-        dweight.len(),
-        dbias.len(),
-    )?;
+pub fn layernorm_backward(a: LayerNormBackward<'_, Exact, f64>) -> Result<(), ShapeError> {
+    a.validate()?;
+    let LayerNormBackward {
+        params: shape,
+        x,
+        weight,
+        dy,
+        mean,
+        rstd,
+        dx,
+        dweight,
+        dbias,
+    } = a;
     let c = shape.cols;
     dweight.fill(0.0);
     dbias.fill(0.0);
@@ -118,21 +105,23 @@ fn dot(a: &[f64], b: &[f64]) -> f64 {
 }
 
 /// Per-(batch, head) item of the attention loops.
-fn heads(shape: &AttentionShape) -> usize {
+fn heads(shape: &AttentionParams) -> usize {
     shape.batch * shape.heads
 }
 
 /// f64 attention forward: `out = softmax(scale·Q·Kᵀ + mask)·V`, `lse` = natural log-sum-exp of
 /// the scaled visible scores; a query with no visible key gets `out = 0`, `lse = −inf`.
-pub fn attention_forward(
-    shape: &AttentionShape,
-    q: &[f64],
-    k: &[f64],
-    v: &[f64],
-    out: &mut [f64],
-    lse: &mut [f64],
-) -> Result<(), ShapeError> {
-    shape.validate_forward(q.len(), k.len(), v.len(), out.len(), lse.len())?;
+pub fn attention_forward(a: AttentionForward<'_, Exact, f64>) -> Result<(), ShapeError> {
+    a.validate()?;
+    let AttentionForward {
+        params,
+        q,
+        k,
+        v,
+        out,
+        lse,
+    } = a;
+    let shape = &params;
     let (tq, tk, d) = (shape.tq, shape.tk, shape.head_dim);
     let scale = f64::from(shape.scale);
     if heads(shape) == 0 || tq == 0 {
@@ -184,30 +173,21 @@ pub fn attention_forward(
 /// `P = exp(scale·q·kᵀ − lse)` over visible keys, `D = rowsum(dout ∘ out)`,
 /// `dS = P ∘ (dout·vᵀ − D)`, `dq = scale·dS·k`, `dk = scale·dSᵀ·q`, `dv = Pᵀ·dout`.
 /// Rows with no visible key (or `lse = −inf`) contribute nothing; their `dq` is 0.
-#[allow(clippy::too_many_arguments)]
-pub fn attention_backward(
-    shape: &AttentionShape,
-    q: &[f64],
-    k: &[f64],
-    v: &[f64],
-    out: &[f64],
-    dout: &[f64],
-    lse: &[f64],
-    dq: &mut [f64],
-    dk: &mut [f64],
-    dv: &mut [f64],
-) -> Result<(), ShapeError> {
-    shape.validate_backward(
-        q.len(),
-        k.len(),
-        v.len(),
-        out.len(),
-        dout.len(),
-        lse.len(),
-        dq.len(),
-        dk.len(),
-        dv.len(),
-    )?;
+pub fn attention_backward(a: AttentionBackward<'_, Exact, f64>) -> Result<(), ShapeError> {
+    a.validate()?;
+    let AttentionBackward {
+        params,
+        q,
+        k,
+        v,
+        out,
+        dout,
+        lse,
+        dq,
+        dk,
+        dv,
+    } = a;
+    let shape = &params;
     let (tq, tk, d) = (shape.tq, shape.tk, shape.head_dim);
     let scale = f64::from(shape.scale);
     dq.fill(0.0);

@@ -1,7 +1,8 @@
 //! The CPU reference: the oracle every device kernel is judged against.
 //!
-//! Same operation names and arguments as the device launchers in [`crate::ops`], with slices
-//! instead of device buffers; shapes and hyper-parameters come from [`crate::params`].
+//! Same operation names and argument structs as the device launchers in [`crate::ops`], over
+//! [`crate::params::Host`] slices instead of device buffers. The functions live with their op in
+//! `src/ops/<family>/cpu.rs` and are re-exported here; this module holds what they share.
 //!
 //! Numerics: every reduction and every intermediate is computed in **f64** from the exact
 //! widening of the stored inputs, and each output is rounded once (via f32, as torch casts) to its
@@ -9,28 +10,21 @@
 //! it checks. Work is split over threads with `std::thread::scope` when it is large enough to pay.
 //!
 //! Errors: every function validates all lengths and parameters before touching any output and
-//! returns [`ShapeError`] naming the tensor and the values; it never panics on bad input.
+//! returns [`ShapeError`](crate::params::ShapeError) naming the tensor and the values; it never
+//! panics on bad input.
 
-mod adamw;
-mod attention;
 pub mod exact;
-mod layernorm;
-mod matmul;
 
-pub use crate::params::{
-    AdamWConfig, AdamWStep, AttentionShape, DType, Element, LayerNormShape, MatmulShape, ShapeError,
-};
-pub use adamw::{adamw, adamw_master, l2_norm, non_finite};
-pub use attention::{attention_backward, attention_forward};
-pub use layernorm::{layernorm_backward, layernorm_forward};
-pub use matmul::matmul;
+pub use crate::ops::cpu_functions::*;
+
+use crate::params::Element;
 
 /// Below this many multiply-adds a call runs on the calling thread.
 const PAR_MIN_WORK: usize = 1 << 16;
 
 /// Run `f` on every item, spreading items over up to `available_parallelism` scoped threads when
 /// `work` (total multiply-adds, roughly) is large enough.
-fn par_for_each<I: Send>(items: Vec<I>, work: usize, f: impl Fn(I) + Sync) {
+pub(crate) fn par_for_each<I: Send>(items: Vec<I>, work: usize, f: impl Fn(I) + Sync) {
     let threads = std::thread::available_parallelism()
         .map_or(1, |n| n.get())
         .min(items.len());
@@ -53,12 +47,12 @@ fn par_for_each<I: Send>(items: Vec<I>, work: usize, f: impl Fn(I) + Sync) {
 }
 
 /// Exact widening of a storage slice to f64.
-fn widen<T: Element>(x: &[T]) -> Vec<f64> {
+pub(crate) fn widen<T: Element>(x: &[T]) -> Vec<f64> {
     x.iter().map(|v| v.to_f64()).collect()
 }
 
 /// Round each f64 once into its storage slot (lengths were validated by the caller).
-fn narrow<T: Element>(src: &[f64], dst: &mut [T]) {
+pub(crate) fn narrow<T: Element>(src: &[f64], dst: &mut [T]) {
     for (d, s) in dst.iter_mut().zip(src) {
         *d = T::from_f64(*s);
     }

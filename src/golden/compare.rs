@@ -1,10 +1,8 @@
 //! Element-wise comparison of outputs with expected tensors, and running a case end to end.
 
-use super::{
-    load_case, Case, CaseInputs, CpuBackend, GoldenBackend, GoldenError, Tensor, TensorData,
-};
-use crate::params::{DType, Op};
-use crate::tolerance::{tolerance, Tolerance};
+use super::{load_case, Case, CpuBackend, GoldenBackend, GoldenError, Tensor, TensorData};
+use crate::params::DType;
+use crate::tolerance::Tolerance;
 use std::path::Path;
 
 /// Summary of one compared output tensor.
@@ -29,8 +27,8 @@ pub struct CaseReport {
     pub case: String,
     /// Backend name.
     pub backend: String,
-    /// Op.
-    pub op: Op,
+    /// Op name.
+    pub op: &'static str,
     /// Storage dtype of the case.
     pub dtype: DType,
     /// One entry per expected output.
@@ -162,54 +160,10 @@ pub fn run_case_with<B: GoldenBackend>(
         backend: backend_name.clone(),
         source: Box::new(e),
     };
-    let f32s = |v: Vec<f32>| TensorData::F32(v);
-    // (output name, value, reduction length for the tolerance)
-    let outputs: Vec<(&str, TensorData, usize)> = match &case.inputs {
-        CaseInputs::Matmul(c) => vec![("out", backend.matmul(c).map_err(fail)?, c.shape.k)],
-        CaseInputs::LayerNormForward(c) => {
-            let o = backend.layernorm_forward(c).map_err(fail)?;
-            let l = c.shape.cols;
-            vec![
-                ("y", o.y, l),
-                ("mean", f32s(o.mean), l),
-                ("rstd", f32s(o.rstd), l),
-            ]
-        }
-        CaseInputs::LayerNormBackward(c) => {
-            let o = backend.layernorm_backward(c).map_err(fail)?;
-            vec![
-                ("dx", o.dx, c.shape.cols),
-                ("dweight", o.dweight, c.shape.rows),
-                ("dbias", o.dbias, c.shape.rows),
-            ]
-        }
-        CaseInputs::AttentionForward(c) => {
-            let o = backend.attention_forward(c).map_err(fail)?;
-            let l = c.shape.tk.max(c.shape.head_dim);
-            vec![("out", o.out, l), ("lse", f32s(o.lse), l)]
-        }
-        CaseInputs::AttentionBackward(c) => {
-            let o = backend.attention_backward(c).map_err(fail)?;
-            let (lq, lk) = (
-                c.shape.tk.max(c.shape.head_dim),
-                c.shape.tq.max(c.shape.head_dim),
-            );
-            vec![("dq", o.dq, lq), ("dk", o.dk, lk), ("dv", o.dv, lk)]
-        }
-        CaseInputs::AdamW(c) => {
-            let o = backend.adamw(c).map_err(fail)?;
-            let mut v = vec![
-                ("param", o.param, 1),
-                ("exp_avg", f32s(o.exp_avg), 1),
-                ("exp_avg_sq", f32s(o.exp_avg_sq), 1),
-            ];
-            v.extend(o.max_exp_avg_sq.map(|m| ("max_exp_avg_sq", f32s(m), 1)));
-            v
-        }
-    };
+    let outputs = backend.run(&*case.inputs).map_err(fail)?;
     let mut tensors = Vec::with_capacity(case.expected.len());
     for (name, expected) in &case.expected {
-        let Some((_, got, len)) = outputs.iter().find(|(n, _, _)| n == name) else {
+        let Some((_, got)) = outputs.iter().find(|(n, _)| n == name) else {
             return Err(GoldenError::OutputShape {
                 case: case.name.clone(),
                 tensor: name.clone(),
@@ -217,7 +171,7 @@ pub fn run_case_with<B: GoldenBackend>(
                 got: "nothing (the backend did not return it)".into(),
             });
         };
-        let tol = tolerance(case.op(), name, expected.data.dtype(), case.dtype, *len);
+        let tol = case.inputs.tolerance(name, expected.data.dtype());
         tensors.push(compare(&case.name, name, got, expected, tol)?);
     }
     Ok(CaseReport {

@@ -15,14 +15,30 @@ mod file;
 mod schema;
 
 pub use backend::{
-    AdamWOut, AttentionBackwardOut, AttentionForwardOut, CpuBackend, GoldenBackend,
-    LayerNormBackwardOut, LayerNormForwardOut,
+    download, download_f32, upload, CpuBackend, DeviceBackend, GoldenBackend, GoldenCase, Outputs,
 };
 pub use compare::{compare, run_case, run_case_with, CaseReport, Mismatch, TensorReport};
-pub use schema::{
-    load_case, parse_case, AdamWCase, AttentionBackwardCase, AttentionForwardCase, Case,
-    CaseInputs, LayerNormBackwardCase, LayerNormForwardCase, MatmulCase,
-};
+pub use schema::{f32s, load_case, parse_case, Case, CaseReader, Want};
+
+/// A golden op: its name (the `op` metadata) and the parser of its case files. Each op family
+/// lists its own in `GOLDEN` (`src/ops/<family>/golden.rs`); [`crate::ops::registry`] collects
+/// them.
+#[derive(Clone, Copy)]
+pub struct GoldenOp {
+    /// The `op` metadata value (`layernorm_forward`).
+    pub name: &'static str,
+    /// Reads the op's metadata and tensors strictly and returns the case
+    /// ([`CaseReader::finish`]).
+    pub parse: fn(&mut CaseReader<'_>) -> Result<Case, GoldenError>,
+}
+
+impl std::fmt::Debug for GoldenOp {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("GoldenOp")
+            .field("name", &self.name)
+            .finish()
+    }
+}
 
 use crate::params::{DType, Element, ShapeError};
 use half::{bf16, f16};
@@ -232,7 +248,7 @@ pub enum GoldenError {
         expected: &'static str,
     },
     /// The `op` is not one this crate knows.
-    #[error("golden case {case}: unknown op {op:?}; known ops: matmul, layernorm_forward, layernorm_backward, attention_forward, attention_backward, adamw")]
+    #[error("golden case {case}: unknown op {op:?}; known ops: {}", crate::ops::golden_op_names().join(", "))]
     UnknownOp {
         /// Case name.
         case: String,

@@ -1,6 +1,6 @@
 //! The error every device launcher returns.
 
-use crate::kernels::{loader::LoadError, KernelsNotBuilt};
+use crate::embedded::{loader::LoadError, KernelsNotBuilt};
 use crate::params::ShapeError;
 
 /// Why a launcher did not (fully) run. Shape, dtype, length and device checks all happen before
@@ -20,6 +20,14 @@ pub enum OpError {
     /// A HIP call failed (allocation, copy, launch), or a buffer is on another device.
     #[error(transparent)]
     Hip(#[from] hip_rt::Error),
+    /// The op has a CPU reference but no device kernel yet.
+    #[error("{op}: no device kernel yet ({reason}); use the CPU reference (hip_kernels::cpu)")]
+    NoKernel {
+        /// Operation name.
+        op: &'static str,
+        /// What is missing.
+        reason: &'static str,
+    },
 }
 
 impl From<LoadError> for OpError {

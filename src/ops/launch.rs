@@ -1,13 +1,10 @@
 //! Helpers shared by the launchers: element types, kernel lookup, device checks.
 
 use super::OpError;
-use crate::kernels::loader;
+use crate::embedded::loader;
+use crate::params::DeviceElement;
 use hip_rt::memory::buffer::DeviceView;
 use hip_rt::{DevicePtr, Function, Stream};
-
-/// A storage type the kernels support (f32, f16, bf16) that device buffers can hold.
-pub trait DeviceElement: crate::params::Element + hip_rt::Element {}
-impl<T: crate::params::Element + hip_rt::Element> DeviceElement for T {}
 
 /// The kernel `<op>_<dtype>` of `kernels/<source>.hip` on the stream's device.
 pub(crate) fn kernel<T: DeviceElement>(

@@ -1,21 +1,74 @@
-//! Device launchers, with the CPU reference's names and arguments plus a [`hip_rt::Stream`].
+//! The ops: one directory per op family (`src/ops/<family>/`) holding its parameters and
+//! argument structs (`mod.rs`), CPU reference (`cpu.rs`, re-exported in [`crate::cpu`]), device
+//! launcher (`device.rs`, re-exported here) and golden-case glue (`golden.rs`). See
+//! `docs/ADDING-AN-OP.md`.
 //!
 //! Every launcher validates shapes, lengths and devices into [`OpError`] before launching
-//! anything; without HIP kernels in the build it returns [`OpError::KernelsNotBuilt`].
-//! None of them has run on a GPU yet.
+//! anything; without HIP kernels in the build it returns [`OpError::KernelsNotBuilt`]. Launchers
+//! queue work and do not wait for the host unless their docs say so (`# Host sync`); the one
+//! wait common to all of them is the first launch of a kernel source on a device, which loads
+//! its code object ([`crate::embedded::loader::function`]). None of them has run on a GPU yet.
 
-mod adamw;
-mod attention;
 mod error;
-mod launch;
-mod layernorm;
-mod matmul;
+pub(crate) mod launch;
 
-pub use adamw::{
-    adamw, adamw_master, adamw_multi, l2_norm, non_finite, AdamwTensor, DeviceStep, CHUNK,
-};
-pub use attention::{attention_backward, attention_forward, AttentionPlan, MAX_HEAD_DIM};
+pub use crate::params::DeviceElement;
 pub use error::OpError;
-pub use launch::DeviceElement;
-pub use layernorm::{layernorm_backward, layernorm_forward, RowPlan, MAX_COLS};
-pub use matmul::{matmul, MatmulPlan, MatmulTile};
+
+use crate::embedded::KernelFile;
+use crate::golden::GoldenOp;
+
+/// Declares the op families: each `<family>` is a module `src/ops/<family>/` whose public items
+/// are re-exported here, whose `cpu` module is re-exported in [`crate::cpu`], and whose `KERNELS`
+/// and `GOLDEN` join the registry. Adding a family is one line in this list.
+macro_rules! families {
+    ($($family:ident),* $(,)?) => {
+        $(
+            pub mod $family;
+            pub use $family::*;
+        )*
+
+        /// The CPU functions of every family (re-exported by [`crate::cpu`]).
+        pub(crate) mod cpu_functions {
+            $(pub use super::$family::cpu::*;)*
+        }
+
+        /// The kernel sources and the kernel names their launchers use, one entry per family.
+        pub const KERNEL_FILES: &[KernelFile] = &[$($family::KERNELS),*];
+
+        /// Every golden op of every family.
+        pub fn registry() -> impl Iterator<Item = &'static GoldenOp> {
+            [$($family::GOLDEN),*].into_iter().flatten()
+        }
+    };
+}
+
+families! {
+    matmul,
+    layernorm,
+    attention,
+    adamw,
+    encoder,
+    gelu,
+    crossentropy,
+    bias,
+    clip,
+}
+
+/// The golden op named `name` (the `op` metadata of a case file).
+pub fn golden_op(name: &str) -> Option<&'static GoldenOp> {
+    registry().find(|op| op.name == name)
+}
+
+/// The names of every golden op, in registry order.
+pub fn golden_op_names() -> Vec<&'static str> {
+    registry().map(|op| op.name).collect()
+}
+
+/// The kernels of `kernels/<source>.hip` its launchers use, if a family lists it.
+pub fn kernel_names(source: &str) -> Option<&'static [&'static str]> {
+    KERNEL_FILES
+        .iter()
+        .find(|f| f.source == source)
+        .map(|f| f.kernels)
+}

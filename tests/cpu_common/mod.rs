@@ -2,7 +2,9 @@
 //! Included by several test crates and by `benches/cpu_reference.rs`; each uses a subset.
 #![allow(dead_code)]
 
-use hip_kernels::cpu::{self, Element, LayerNormShape, ShapeError};
+use hip_kernels::cpu;
+use hip_kernels::ops::{LayerNormBackward, LayerNormForward, LayerNormParams};
+use hip_kernels::params::{DeviceElement, Element, Host, ShapeError};
 
 /// A small deterministic generator of N(0, 1) values (SplitMix64 + Box–Muller).
 pub struct Normal(u64);
@@ -53,9 +55,9 @@ pub struct LayerNormData<T> {
     pub dbias: Vec<T>,
 }
 
-impl<T: Element> LayerNormData<T> {
+impl<T: DeviceElement> LayerNormData<T> {
     /// N(0, 1) `x`, `weight`, `bias`, `dy` (drawn in that order) rounded to `T`.
-    pub fn random(rng: &mut Normal, s: &LayerNormShape) -> Self {
+    pub fn random(rng: &mut Normal, s: &LayerNormParams) -> Self {
         let n = s.rows * s.cols;
         let zero = T::from_f64(0.0);
         LayerNormData {
@@ -72,32 +74,31 @@ impl<T: Element> LayerNormData<T> {
         }
     }
 
-    /// `cpu::layernorm_forward` from `x`, `weight`, `bias` into `y`, `mean`, `rstd`.
-    pub fn forward(&mut self, s: &LayerNormShape, eps: f32) -> Result<(), ShapeError> {
-        cpu::layernorm_forward(
-            s,
-            eps,
-            &self.x,
-            &self.weight,
-            &self.bias,
-            &mut self.y,
-            &mut self.mean,
-            &mut self.rstd,
-        )
+    /// `cpu::layernorm_forward` from `x`, `weight`, `bias` into `y`, `mean`, `rstd` (eps from `s`).
+    pub fn forward(&mut self, s: &LayerNormParams) -> Result<(), ShapeError> {
+        cpu::layernorm_forward(LayerNormForward::<Host, T> {
+            params: *s,
+            x: &self.x,
+            weight: &self.weight,
+            bias: &self.bias,
+            y: &mut self.y,
+            mean: &mut self.mean,
+            rstd: &mut self.rstd,
+        })
     }
 
     /// `cpu::layernorm_backward` from the saved `mean`, `rstd` into `dx`, `dweight`, `dbias`.
-    pub fn backward(&mut self, s: &LayerNormShape) -> Result<(), ShapeError> {
-        cpu::layernorm_backward(
-            s,
-            &self.x,
-            &self.weight,
-            &self.dy,
-            &self.mean,
-            &self.rstd,
-            &mut self.dx,
-            &mut self.dweight,
-            &mut self.dbias,
-        )
+    pub fn backward(&mut self, s: &LayerNormParams) -> Result<(), ShapeError> {
+        cpu::layernorm_backward(LayerNormBackward::<Host, T> {
+            params: *s,
+            x: &self.x,
+            weight: &self.weight,
+            dy: &self.dy,
+            mean: &self.mean,
+            rstd: &self.rstd,
+            dx: &mut self.dx,
+            dweight: &mut self.dweight,
+            dbias: &mut self.dbias,
+        })
     }
 }

@@ -1,18 +1,20 @@
 //! Shared by the device test files (`mod device_common;`): the stream, a reproducible Rng,
-//! upload/download, the tolerance assertion, host-slice wrappers of every launcher, the device
-//! as a `GoldenBackend` for every op, and the golden-case runner. Each test file uses part of it.
+//! upload/download, the tolerance assertion, host-slice wrappers of every launcher, and the
+//! golden-case runner (through the library's `DeviceBackend`, which runs every op). Each test
+//! file uses part of it.
 #![allow(dead_code)]
 
 use hip_kernels::golden::{
-    case_files, committed_dir, env_dirs, load_case, run_case_with, AdamWCase, AdamWOut,
-    AttentionBackwardCase, AttentionBackwardOut, AttentionForwardCase, AttentionForwardOut,
-    CaseInputs, GoldenBackend, LayerNormBackwardCase, LayerNormBackwardOut, LayerNormForwardCase,
-    LayerNormForwardOut, MatmulCase, TensorData,
+    case_files, committed_dir, env_dirs, load_case, run_case_with, DeviceBackend, GoldenCase,
+    Outputs, TensorData,
 };
-use hip_kernels::ops::{self, DeviceElement, OpError};
-use hip_kernels::params::{AttentionShape, DType, Element, LayerNormShape, MatmulShape, Op};
-use hip_kernels::tolerance::{tolerance, Tolerance};
-use hip_kernels::with_dtype;
+use hip_kernels::ops::{
+    AttentionBackwardCase, AttentionForwardCase, AttentionParams, DeviceElement,
+    LayerNormBackwardCase, LayerNormForwardCase, LayerNormParams, MatmulCase, MatmulParams,
+    OpError,
+};
+use hip_kernels::params::{DType, Element};
+use hip_kernels::tolerance::{tolerance, Rule, Tolerance};
 use hip_rt::{Device, DeviceBuffer, Stream, StreamOptions};
 
 pub fn stream() -> Stream {
@@ -49,18 +51,18 @@ pub fn download<T: DeviceElement>(s: &Stream, b: &DeviceBuffer<T>) -> Vec<T> {
     b.to_vec(s).expect("download")
 }
 
-/// Asserts every element is within the op's tolerance of the reference.
+/// Asserts every element is within the tolerance of `rule` (the op's) of the reference.
 pub fn assert_close<T: Element>(
     what: &str,
-    op: Op,
+    rule: Rule,
     input: DType,
     len: usize,
     got: &[T],
     want: &[T],
 ) {
-    let tol = tolerance(op, what, T::DTYPE, input, len);
+    let tol = tolerance(rule, what, T::DTYPE, input, len);
     assert_close_with(
-        &format!("{what} ({op}, {input}, len {len})"),
+        &format!("{what} ({rule:?}, {input}, len {len})"),
         tol,
         got,
         want,
@@ -86,8 +88,30 @@ pub fn bits<T: Element>(v: &[T]) -> Vec<u8> {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Device wrappers (host slices in, host vectors out)
+// Device wrappers (host slices in, host vectors out): each op's in-memory golden case run on the
+// device (`GoldenCase::run_device`: upload, the launcher, download), so the tests and the golden
+// runner go through the same code.
 // ---------------------------------------------------------------------------------------------
+
+/// Output `name` of a device run, as `T` values.
+fn output<T: DeviceElement>(outs: &Outputs, name: &str) -> Vec<T> {
+    let (_, data) = outs
+        .iter()
+        .find(|(n, _)| *n == name)
+        .unwrap_or_else(|| panic!("the device run returned no `{name}`"));
+    data.as_slice::<T>()
+        .unwrap_or_else(|| panic!("`{name}` is {}, not {}", data.dtype(), T::DTYPE))
+        .to_vec()
+}
+
+/// The three gradients `names` of a device run.
+fn grads<T: DeviceElement>(outs: &Outputs, names: [&str; 3]) -> Grads<T> {
+    (
+        output(outs, names[0]),
+        output(outs, names[1]),
+        output(outs, names[2]),
+    )
+}
 
 pub struct LnFwd<T> {
     pub y: Vec<T>,
@@ -97,86 +121,88 @@ pub struct LnFwd<T> {
 
 pub fn ln_forward_device<T: DeviceElement>(
     s: &Stream,
-    shape: &LayerNormShape,
-    eps: f32,
+    shape: &LayerNormParams,
     x: &[T],
     w: &[T],
     b: &[T],
 ) -> Result<LnFwd<T>, OpError> {
-    let (dx, dw, db) = (upload(s, x), upload(s, w), upload(s, b));
-    let mut y = DeviceBuffer::<T>::zeroed(s, x.len())?;
-    let mut mean = DeviceBuffer::<f32>::zeroed(s, shape.rows)?;
-    let mut rstd = DeviceBuffer::<f32>::zeroed(s, shape.rows)?;
-    ops::layernorm_forward(s, shape, eps, &dx, &dw, &db, &mut y, &mut mean, &mut rstd)?;
+    let case = LayerNormForwardCase {
+        params: *shape,
+        x: TensorData::from_slice(x),
+        weight: TensorData::from_slice(w),
+        bias: TensorData::from_slice(b),
+    };
+    let outs = case.run_device(s)?;
     Ok(LnFwd {
-        y: download(s, &y),
-        mean: download(s, &mean),
-        rstd: download(s, &rstd),
+        y: output(&outs, "y"),
+        mean: output(&outs, "mean"),
+        rstd: output(&outs, "rstd"),
     })
 }
 
 /// Three gradients downloaded to the host: (dx, dweight, dbias) or (dq, dk, dv).
 pub type Grads<T> = (Vec<T>, Vec<T>, Vec<T>);
 
-#[allow(clippy::too_many_arguments)]
 pub fn ln_backward_device<T: DeviceElement>(
     s: &Stream,
-    shape: &LayerNormShape,
+    shape: &LayerNormParams,
     x: &[T],
     w: &[T],
     dy: &[T],
     mean: &[f32],
     rstd: &[f32],
 ) -> Result<Grads<T>, OpError> {
-    let (bx, bw, bdy, bm, br) = (
-        upload(s, x),
-        upload(s, w),
-        upload(s, dy),
-        upload(s, mean),
-        upload(s, rstd),
-    );
-    let mut dx = DeviceBuffer::<T>::zeroed(s, x.len())?;
-    let mut dw = DeviceBuffer::<T>::zeroed(s, w.len())?;
-    let mut db = DeviceBuffer::<T>::zeroed(s, w.len())?;
-    ops::layernorm_backward(
-        s, shape, &bx, &bw, &bdy, &bm, &br, &mut dx, &mut dw, &mut db,
-    )?;
-    Ok((download(s, &dx), download(s, &dw), download(s, &db)))
+    let case = LayerNormBackwardCase {
+        params: *shape,
+        x: TensorData::from_slice(x),
+        weight: TensorData::from_slice(w),
+        dy: TensorData::from_slice(dy),
+        mean: mean.to_vec(),
+        rstd: rstd.to_vec(),
+    };
+    Ok(grads(&case.run_device(s)?, ["dx", "dweight", "dbias"]))
 }
 
+/// `out = alpha·op(a)·op(b) + beta·c`; with beta = 0 the device's `out` starts as NaN (C must
+/// not be read) and `c` is not used.
 pub fn matmul_device<T: DeviceElement>(
     s: &Stream,
-    shape: &MatmulShape,
-    alpha: f32,
-    beta: f32,
+    params: &MatmulParams,
     a: &[T],
     b: &[T],
     c: &[T],
 ) -> Result<Vec<T>, OpError> {
-    let (da, db) = (upload(s, a), upload(s, b));
-    let mut out = upload(s, c);
-    ops::matmul(s, shape, alpha, beta, &da, &db, &mut out)?;
-    Ok(download(s, &out))
+    let case = MatmulCase {
+        params: *params,
+        a: TensorData::from_slice(a),
+        b: TensorData::from_slice(b),
+        c: (params.beta != 0.0).then(|| TensorData::from_slice(c)),
+    };
+    Ok(output(&case.run_device(s)?, "out"))
 }
 
 pub fn attention_forward_device<T: DeviceElement>(
     s: &Stream,
-    shape: &AttentionShape,
+    shape: &AttentionParams,
     q: &[T],
     k: &[T],
     v: &[T],
 ) -> Result<(Vec<T>, Vec<f32>), OpError> {
-    let (dq, dk, dv) = (upload(s, q), upload(s, k), upload(s, v));
-    let mut out = DeviceBuffer::<T>::zeroed(s, q.len())?;
-    let mut lse = DeviceBuffer::<f32>::zeroed(s, shape.lse_len()?)?;
-    ops::attention_forward(s, shape, &dq, &dk, &dv, &mut out, &mut lse)?;
-    Ok((download(s, &out), download(s, &lse)))
+    let case = AttentionForwardCase {
+        params: *shape,
+        q: TensorData::from_slice(q),
+        k: TensorData::from_slice(k),
+        v: TensorData::from_slice(v),
+    };
+    let outs = case.run_device(s)?;
+    Ok((output(&outs, "out"), output(&outs, "lse")))
 }
 
+/// The backward's outputs start as NaN on the device: every element must be written.
 #[allow(clippy::too_many_arguments)]
 pub fn attention_backward_device<T: DeviceElement>(
     s: &Stream,
-    shape: &AttentionShape,
+    shape: &AttentionParams,
     q: &[T],
     k: &[T],
     v: &[T],
@@ -184,138 +210,34 @@ pub fn attention_backward_device<T: DeviceElement>(
     dout: &[T],
     lse: &[f32],
 ) -> Result<Grads<T>, OpError> {
-    let (bq, bk, bv, bo, bdo, blse) = (
-        upload(s, q),
-        upload(s, k),
-        upload(s, v),
-        upload(s, out),
-        upload(s, dout),
-        upload(s, lse),
-    );
-    // Garbage in the outputs: every element must be written.
-    let mut dq = upload(s, &vec![T::from_f64(f64::NAN); q.len()]);
-    let mut dk = upload(s, &vec![T::from_f64(f64::NAN); k.len()]);
-    let mut dv = upload(s, &vec![T::from_f64(f64::NAN); v.len()]);
-    ops::attention_backward(
-        s, shape, &bq, &bk, &bv, &bo, &bdo, &blse, &mut dq, &mut dk, &mut dv,
-    )?;
-    Ok((download(s, &dq), download(s, &dk), download(s, &dv)))
+    let case = AttentionBackwardCase {
+        params: *shape,
+        q: TensorData::from_slice(q),
+        k: TensorData::from_slice(k),
+        v: TensorData::from_slice(v),
+        out: TensorData::from_slice(out),
+        dout: TensorData::from_slice(dout),
+        lse: lse.to_vec(),
+    };
+    Ok(grads(&case.run_device(s)?, ["dq", "dk", "dv"]))
 }
 
 // ---------------------------------------------------------------------------------------------
 // Golden cases
 // ---------------------------------------------------------------------------------------------
 
-/// The device (one stream) as a golden backend for every op.
-pub struct HipBackend(pub Stream);
-
-#[derive(Debug, thiserror::Error)]
-#[error("{0}")]
-pub struct BackendError(String);
-
-impl From<OpError> for BackendError {
-    fn from(e: OpError) -> Self {
-        BackendError(e.to_string())
-    }
-}
-impl From<hip_kernels::params::ShapeError> for BackendError {
-    fn from(e: hip_kernels::params::ShapeError) -> Self {
-        BackendError(e.to_string())
-    }
-}
-
-impl GoldenBackend for HipBackend {
-    type Error = BackendError;
-
-    fn name(&self) -> String {
-        format!(
-            "hip:{} {}",
-            self.0.device().ordinal(),
-            self.0.device().arch()
-        )
-    }
-
-    fn matmul(&mut self, c: &MatmulCase) -> Result<TensorData, BackendError> {
-        const OP: &str = "matmul";
-        with_dtype!(c.a.dtype(), T => {
-            let init = match &c.c {
-                Some(cc) => cc.typed::<T>(OP, "c")?.to_vec(),
-                None => vec![<T as Element>::from_f64(f64::NAN); c.shape.out_len()?],
-            };
-            let out = matmul_device(&self.0, &c.shape, c.alpha, c.beta, c.a.typed::<T>(OP, "a")?, c.b.typed::<T>(OP, "b")?, &init)?;
-            Ok(TensorData::from_slice(&out))
-        })
-    }
-
-    fn layernorm_forward(
-        &mut self,
-        c: &LayerNormForwardCase,
-    ) -> Result<LayerNormForwardOut, BackendError> {
-        const OP: &str = "layernorm";
-        with_dtype!(c.x.dtype(), T => {
-            let o = ln_forward_device(&self.0, &c.shape, c.eps, c.x.typed::<T>(OP, "x")?, c.weight.typed::<T>(OP, "weight")?, c.bias.typed::<T>(OP, "bias")?)?;
-            Ok(LayerNormForwardOut { y: TensorData::from_slice(&o.y), mean: o.mean, rstd: o.rstd })
-        })
-    }
-
-    fn layernorm_backward(
-        &mut self,
-        c: &LayerNormBackwardCase,
-    ) -> Result<LayerNormBackwardOut, BackendError> {
-        const OP: &str = "layernorm";
-        with_dtype!(c.x.dtype(), T => {
-            let (dx, dw, db) = ln_backward_device(&self.0, &c.shape, c.x.typed::<T>(OP, "x")?, c.weight.typed::<T>(OP, "weight")?, c.dy.typed::<T>(OP, "dy")?, &c.mean, &c.rstd)?;
-            Ok(LayerNormBackwardOut { dx: TensorData::from_slice(&dx), dweight: TensorData::from_slice(&dw), dbias: TensorData::from_slice(&db) })
-        })
-    }
-
-    fn attention_forward(
-        &mut self,
-        c: &AttentionForwardCase,
-    ) -> Result<AttentionForwardOut, BackendError> {
-        const OP: &str = "attention";
-        with_dtype!(c.q.dtype(), T => {
-            let (out, lse) = attention_forward_device(&self.0, &c.shape, c.q.typed::<T>(OP, "q")?, c.k.typed::<T>(OP, "k")?, c.v.typed::<T>(OP, "v")?)?;
-            Ok(AttentionForwardOut { out: TensorData::from_slice(&out), lse })
-        })
-    }
-
-    fn attention_backward(
-        &mut self,
-        c: &AttentionBackwardCase,
-    ) -> Result<AttentionBackwardOut, BackendError> {
-        const OP: &str = "attention";
-        with_dtype!(c.q.dtype(), T => {
-            let (dq, dk, dv) = attention_backward_device(&self.0, &c.shape, c.q.typed::<T>(OP, "q")?, c.k.typed::<T>(OP, "k")?, c.v.typed::<T>(OP, "v")?, c.out.typed::<T>(OP, "out")?, c.dout.typed::<T>(OP, "dout")?, &c.lse)?;
-            Ok(AttentionBackwardOut { dq: TensorData::from_slice(&dq), dk: TensorData::from_slice(&dk), dv: TensorData::from_slice(&dv) })
-        })
-    }
-
-    fn adamw(&mut self, c: &AdamWCase) -> Result<AdamWOut, BackendError> {
-        const OP: &str = "adamw";
-        let s = &self.0;
-        with_dtype!(c.param.dtype(), T => {
-            let mut param = upload(s, c.param.typed::<T>(OP, "param")?);
-            let grad = upload(s, c.grad.typed::<T>(OP, "grad")?);
-            let (mut m, mut v) = (upload(s, &c.exp_avg), upload(s, &c.exp_avg_sq));
-            let mut vmax = c.max_exp_avg_sq.as_ref().map(|x| upload(s, x));
-            ops::adamw(s, &c.config, &c.step, &mut param, &grad, &mut m, &mut v, vmax.as_mut().map(|b| b as _))?;
-            Ok(AdamWOut { param: TensorData::from_slice(&download(s, &param)), exp_avg: download(s, &m), exp_avg_sq: download(s, &v), max_exp_avg_sq: vmax.as_ref().map(|b| download(s, b)) })
-        })
-    }
-}
-
 /// Runs every golden case (committed and `HIPK_GOLDEN_DIR`) that `selected` picks through the
-/// device backend; fails unless at least one ran and all passed. `what` names the ops in messages.
-pub fn run_golden_cases(selected: fn(&CaseInputs) -> bool, what: &str) {
+/// device backend; fails unless at least one ran and all passed. `selected` gets the op name;
+/// `what` names the ops in messages.
+pub fn run_golden_cases(selected: fn(&str) -> bool, what: &str) {
     let mut dirs = vec![committed_dir()];
     dirs.extend(env_dirs());
-    let mut backend = HipBackend(stream());
+    let mut backend = DeviceBackend(stream());
     let (mut failures, mut ran) = (Vec::new(), 0);
     for dir in dirs {
         for path in case_files(&dir).expect("case files") {
             let case = load_case(&path).expect("case");
-            if !selected(&case.inputs) {
+            if !selected(case.op()) {
                 continue;
             }
             ran += 1;

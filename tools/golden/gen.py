@@ -28,6 +28,8 @@ def meta_value(v):
         return str(v)
     if isinstance(v, float):
         return repr(v)
+    if isinstance(v, str):
+        return v
     raise TypeError(f"metadata value {v!r} has unsupported type {type(v)}")
 
 
@@ -337,12 +339,18 @@ def main():
     check_layernorm_definitions(gen)
     check_attention_definitions(gen)
     check_adamw_definition(gen)
+    import gen_train
+    # Its own generator, so the cases of the original ops stay byte-identical.
+    gen_t = torch.Generator().manual_seed(args.seed + 13)
+    gen_train.check_definitions(gen_t)
     w = Writer(args.out)
     gen_matmul(w, gen)
     gen_layernorm(w, gen)
     gen_attention(w, gen)
     gen_adamw(w, gen)
-    total = sum(os.path.getsize(os.path.join(args.out, f)) for f in os.listdir(args.out))
+    gen_train.generate(w, gen_t)
+    total = sum(os.path.getsize(os.path.join(args.out, f)) for f in os.listdir(args.out)
+                if f.endswith(".safetensors"))
     print(f"wrote {len(w.names)} cases to {args.out} ({total / 1e6:.2f} MB)")
     if total > 3e6:
         sys.exit(f"golden cases total {total} bytes, over the 3 MB budget: shrink the shapes")

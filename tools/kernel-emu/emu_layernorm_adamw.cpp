@@ -8,6 +8,7 @@
 // Build and run: tools/kernel-emu/run_layernorm_adamw.sh
 #include <hip/hip_runtime.h>
 #include <hip/hip_fp16.h>
+#include <algorithm>
 #include <cstdio>
 #include <random>
 #include <string>
@@ -141,7 +142,7 @@ static double torch_maximum(double a, double b) { return std::isnan(a) || std::i
 struct Desc { void* param; const void* grad; float *m, *v, *vmax, *master; int64_t numel, first_chunk; };
 
 template <typename T>
-static void test_adamw(void (*k)(const AdamwTensor*, int, int64_t, int64_t, float, float, float, float, float, float, float, float, int, int, const float*, const float*),
+static void test_adamw(void (*k)(const AdamwTable, int, int64_t, int64_t, float, float, float, float, float, float, float, float, int, int, const float*, const float*),
                        bool amsgrad, bool maximize, bool master, bool scaled, float found) {
   const long chunk = 1000;  // small chunks to cross tensor boundaries
   std::vector<long> lens = {1, 255, 1003, 4097};
@@ -158,9 +159,11 @@ static void test_adamw(void (*k)(const AdamwTensor*, int, int64_t, int64_t, floa
     first += (n + chunk - 1) / chunk;
   }
   std::vector<H> before = hs;
+  AdamwTable by_value{};  // passed by value in the kernel arguments, as the launcher does
+  std::copy(table.begin(), table.end(), by_value.rows);
   float scale = 256.0f;
   float sc[5] = {float(b1), float(1 - b1), float(b2), float(1 - b2), float(epsv)};
-  emu_launch(k, emu_dim3{3}, 256, (const AdamwTensor*)table.data(), int(table.size()), int64_t(first), int64_t(chunk), sc[0], sc[1], sc[2], sc[3], sc[4],
+  emu_launch(k, emu_dim3{3}, 256, by_value, int(table.size()), int64_t(first), int64_t(chunk), sc[0], sc[1], sc[2], sc[3], sc[4],
              float(1 - lr * wd), float(lr / (1 - std::pow(b1, t))), float(std::sqrt(1 - std::pow(b2, t))), int(maximize), int(amsgrad),
              scaled ? (const float*)&scale : nullptr, (const float*)&found);
   std::string tag = std::string("adamw ") + name_of<T>() + (amsgrad ? " ams" : "") + (maximize ? " max" : "") + (master ? " master" : "") + (scaled ? " scaled" : "") + (found != 0 ? " found_inf" : "");
@@ -188,12 +191,13 @@ static void test_adamw(void (*k)(const AdamwTensor*, int, int64_t, int64_t, floa
 /// amsgrad with a NaN already in max_exp_avg_sq (element 0) or in exp_avg_sq (element 1): both
 /// must stay NaN in v̂ and reach the parameter, as torch.maximum does; element 2 is finite.
 template <typename T>
-static void test_adamw_amsgrad_nan(void (*k)(const AdamwTensor*, int, int64_t, int64_t, float, float, float, float, float, float, float, float, int, int, const float*, const float*)) {
+static void test_adamw_amsgrad_nan(void (*k)(const AdamwTable, int, int64_t, int64_t, float, float, float, float, float, float, float, float, int, int, const float*, const float*)) {
   std::vector<T> p(3, to_t<T>(1.0)), g(3, to_t<T>(0.1));
   std::vector<float> m(3, 0.0f), v = {0.25f, NAN, 0.25f}, vmax = {NAN, 0.5f, 0.5f};
-  AdamwTensor t{p.data(), g.data(), m.data(), v.data(), vmax.data(), nullptr, 3, 0};
+  AdamwTable t{};  // by value, as the launcher passes it
+  t.rows[0] = AdamwTensor{p.data(), g.data(), m.data(), v.data(), vmax.data(), nullptr, 3, 0};
   const float found = 0;
-  emu_launch(k, emu_dim3{1}, 256, (const AdamwTensor*)&t, 1, int64_t(1), int64_t(1000), 0.9f, 0.1f, 0.999f, 0.001f, 1e-8f,
+  emu_launch(k, emu_dim3{1}, 256, t, 1, int64_t(1), int64_t(1000), 0.9f, 0.1f, 0.999f, 0.001f, 1e-8f,
              0.99999f, 0.01f, 0.04f, 0, 1, (const float*)nullptr, &found);
   const bool ok = std::isnan(vmax[0]) && std::isnan(to_d(p[0])) && std::isnan(vmax[1]) && std::isnan(to_d(p[1])) &&
                   vmax[2] == 0.5f && std::isfinite(to_d(p[2]));
@@ -205,22 +209,24 @@ static void test_adamw_amsgrad_nan(void (*k)(const AdamwTensor*, int, int64_t, i
 }
 
 template <typename T>
-static void test_helpers(void (*nf)(const TensorRef*, int, int64_t, int64_t, float*), void (*l2)(const TensorRef*, int, int64_t, int64_t, float*)) {
+static void test_helpers(void (*nf)(const RefTable, int, int64_t, int64_t, float*), void (*l2)(const RefTable, int, int64_t, int64_t, float*)) {
   const long chunk = 700;
   std::vector<long> lens = {3, 1500, 64};
   std::vector<std::vector<T>> ts; std::vector<TensorRef> table; long first = 0; double ss = 0;
   for (long n : lens) { ts.push_back(rand_vec<T>(n)); for (auto& x : ts.back()) ss += to_d(x) * to_d(x); }
   for (size_t i = 0; i < lens.size(); ++i) { table.push_back(TensorRef{ts[i].data(), lens[i], first, 0}); first += (lens[i] + chunk - 1) / chunk; }
+  RefTable by_value{};  // passed by value in the kernel arguments, as the launcher does
+  std::copy(table.begin(), table.end(), by_value.rows);
   float flag = 0;
-  emu_launch(nf, emu_dim3{2}, 256, (const TensorRef*)table.data(), int(table.size()), int64_t(first), int64_t(chunk), &flag);
+  emu_launch(nf, emu_dim3{2}, 256, by_value, int(table.size()), int64_t(first), int64_t(chunk), &flag);
   if (flag != 0) { std::printf("FAIL nonfinite %s: flagged finite data\n", name_of<T>()); ++failures; }
   std::vector<float> partials(first, NAN);
-  emu_launch(l2, emu_dim3{2}, 256, (const TensorRef*)table.data(), int(table.size()), int64_t(first), int64_t(chunk), partials.data());
+  emu_launch(l2, emu_dim3{2}, 256, by_value, int(table.size()), int64_t(first), int64_t(chunk), partials.data());
   float norm = -1;
   emu_launch(multi_l2norm_finalize_f32, emu_dim3{1}, 256, (const float*)partials.data(), int64_t(first), &norm);
   check(std::string("l2norm ") + name_of<T>(), &norm, std::vector<double>{std::sqrt(ss)}, 1e-5);
   ts[1][1499] = to_t<T>(INFINITY);
-  emu_launch(nf, emu_dim3{2}, 256, (const TensorRef*)table.data(), int(table.size()), int64_t(first), int64_t(chunk), &flag);
+  emu_launch(nf, emu_dim3{2}, 256, by_value, int(table.size()), int64_t(first), int64_t(chunk), &flag);
   if (flag != 1) { std::printf("FAIL nonfinite %s: missed inf\n", name_of<T>()); ++failures; }
 }
 

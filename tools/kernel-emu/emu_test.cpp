@@ -101,7 +101,11 @@ static void test_matmul(void (*kern)(const T*, const T*, const T*, T*, int, int,
 template <typename T, typename KF>
 static void matmul_suite(KF nn, KF nt, KF tn, KF tt, const char* prefix, int bm) {
   struct Shape { int M, N, K, batch; };
-  const Shape shapes[] = {{1, 1, 1, 1}, {7, 129, 64, 1}, {129, 7, 129, 2}, {64, 64, 1, 1}, {130, 65, 33, 1}, {5, 3, 0, 1}};
+  // The last two have interior blocks (whole, aligned tiles and K a multiple of the slice depth
+  // for some tile/dtype; offset 0), which take the unchecked K loop, with odd and even slice
+  // counts; offset 1 sends the same shapes through the bounds-checked loop.
+  const Shape shapes[] = {{1, 1, 1, 1}, {7, 129, 64, 1}, {129, 7, 129, 2}, {64, 64, 1, 1}, {130, 65, 33, 1}, {5, 3, 0, 1},
+                          {192, 136, 96, 2}, {128, 64, 80, 1}};
   KF ks[4] = {nn, nt, tn, tt};
   const char* ls[4] = {"nn", "nt", "tn", "tt"};
   for (int l = 0; l < 4; ++l)
@@ -224,6 +228,7 @@ int main(int argc, char** argv) {
     matmul_suite<__half>(matmul_nn_f16, matmul_nt_f16, matmul_tn_f16, matmul_tt_f16, "matmul_", 128);
     matmul_suite<__half>(matmul_small_nn_f16, matmul_small_nt_f16, matmul_small_tn_f16, matmul_small_tt_f16, "matmul_small_", 64);
     matmul_suite<bf16>(matmul_nn_bf16, matmul_nt_bf16, matmul_tn_bf16, matmul_tt_bf16, "matmul_", 128);
+    matmul_suite<bf16>(matmul_small_nn_bf16, matmul_small_nt_bf16, matmul_small_tn_bf16, matmul_small_tt_bf16, "matmul_small_", 64);
   }
   if (only.empty() || only == "attention") {
     struct S { int Tq, Tk; };
@@ -235,6 +240,10 @@ int main(int argc, char** argv) {
         test_attention<float, 96>(2, t.Tq, t.Tk, 80, causal);
         test_attention<float, 128>(1, t.Tq, t.Tk, 128, causal);
       }
+    // Long enough for whole-visible (unmasked) key tiles under the causal mask, several query
+    // blocks, and the lazy softmax rescale (scores spread over many tiles).
+    test_attention<float, 64>(1, 300, 300, 64, true);
+    test_attention<__half, 128>(1, 150, 200, 128, false);
     test_attention<__half, 64>(2, 33, 47, 64, true);
     test_attention<bf16, 128>(1, 33, 47, 100, true);
     test_attention<float, 32>(1, 5, 9, 7, false);  // D not a multiple of 4: scalar paths
@@ -242,6 +251,8 @@ int main(int argc, char** argv) {
   if (only == "quick") {  // a few seconds: one edge case per kernel family
     test_matmul<float>(matmul_nn_f32, "matmul_nn_f32", 128, false, false, 130, 65, 33, 2, 1.25f, 0.0f, 0);
     test_matmul<__half>(matmul_small_tt_f16, "matmul_small_tt_f16", 64, true, true, 7, 129, 64, 1, 0.5f, -0.75f, 1);
+    test_matmul<__half>(matmul_nt_f16, "matmul_nt_f16", 128, false, true, 128, 136, 48, 1, 1.25f, 0.0f, 0);
+    test_matmul<bf16>(matmul_small_tn_bf16, "matmul_small_tn_bf16", 64, true, false, 128, 64, 80, 1, 0.5f, -0.75f, 0);
     test_attention<float, 64>(1, 17, 40, 64, true);
     test_attention<bf16, 128>(1, 40, 17, 100, true);
   }

@@ -33,9 +33,10 @@
 //! # Backends
 //! [`HipBackend`] runs the policy on a HIP device (`hipMalloc`/`hipFree`, `hipMemGetInfo`,
 //! pooled `hipEvent`s), and `CachingAllocator<HipBackend>` implements hip-rt's
-//! [`DeviceAllocator`](crate::DeviceAllocator), so `Device::with_allocator(ordinal,
-//! Arc::new(CachingAllocator::new(HipBackend::new(ordinal))?))` makes every `DeviceBuffer`
-//! of that device come from the cache. [`HostBackend`] (host memory, simulated streams and
+//! [`DeviceAllocator`](crate::DeviceAllocator). [`Device::get`](crate::Device::get) uses one
+//! such cache per device (shared by every `Device::get` of it), so every `DeviceBuffer` comes
+//! from the cache by default; `Device::with_allocator(ordinal,
+//! Arc::new(CachingAllocator::new(HipBackend::new(ordinal))?))` makes a private one. [`HostBackend`] (host memory, simulated streams and
 //! events) exercises the same policy in tests and benches.
 //!
 //! What has run where: the policy has only run against [`HostBackend`]; [`HipBackend`] has

@@ -141,7 +141,7 @@ impl Stream {
     /// Queue setting every byte of `dst` to `value`.
     pub fn memset_bytes<T: Element>(
         &self,
-        dst: &mut impl DeviceViewMut<T>,
+        dst: &mut (impl DeviceViewMut<T> + ?Sized),
         value: u8,
     ) -> Result<()> {
         if !self.prepare("memset", dst.len(), dst.len(), &[dst.buffer().device()])? {
@@ -155,7 +155,10 @@ impl Stream {
     }
 
     /// Queue zeroing `dst`.
-    pub fn memset_zero<T: Element>(&self, dst: &mut impl DeviceViewMut<T>) -> Result<()> {
+    pub fn memset_zero<T: Element>(
+        &self,
+        dst: &mut (impl DeviceViewMut<T> + ?Sized),
+    ) -> Result<()> {
         self.memset_bytes(dst, 0)
     }
 

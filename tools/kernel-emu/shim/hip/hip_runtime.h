@@ -8,6 +8,7 @@
 #include <barrier>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <thread>
@@ -80,8 +81,11 @@ inline int emu_ds_swizzle(int v, int pattern) {
   return emu_exchange(v, [&](int lane) { return (lane & ~31) | (((lane & and_mask) | or_mask) ^ xor_mask); });
 }
 #define __builtin_amdgcn_ds_swizzle emu_ds_swizzle
-/// quad_perm DPP only (dpp_ctrl < 0x100), full row/bank masks.
+/// quad_perm (dpp_ctrl < 0x100) and row_half_mirror (0x141) DPP, full row/bank masks; any other
+/// control aborts.
 inline int emu_update_dpp(int /*old*/, int src, int ctrl, int, int, bool) {
+  if (ctrl == 0x141) return emu_exchange(src, [&](int lane) { return (lane & ~7) | (7 - (lane & 7)); });
+  if (ctrl >= 0x100) std::abort();
   return emu_exchange(src, [&](int lane) { return (lane & ~3) | ((ctrl >> (2 * (lane & 3))) & 3); });
 }
 #define __builtin_amdgcn_update_dpp emu_update_dpp
@@ -92,6 +96,19 @@ inline float emu_fdot2(emu_half2 a, emu_half2 b, float c, bool) {
          static_cast<float>(a.y) * static_cast<float>(b.y) + c;
 }
 #define __builtin_amdgcn_fdot2 emu_fdot2
+/// v_perm_b32: byte i of the result is byte sel[i] of the 8-byte value {hi, lo} (selectors
+/// 0-7 only; the constant selectors 0x0c..0xff are not emulated and abort).
+inline uint32_t emu_perm(uint32_t hi, uint32_t lo, uint32_t sel) {
+  const uint64_t v = (static_cast<uint64_t>(hi) << 32) | lo;
+  uint32_t r = 0;
+  for (int i = 0; i < 4; ++i) {
+    const uint32_t s = (sel >> (8 * i)) & 0xff;
+    if (s > 7) std::abort();
+    r |= static_cast<uint32_t>((v >> (8 * s)) & 0xff) << (8 * i);
+  }
+  return r;
+}
+#define __builtin_amdgcn_perm emu_perm
 #define __gfx906__ 1
 
 /// Runs kernel(args...) over the grid with `threads` threads per block.

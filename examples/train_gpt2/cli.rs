@@ -1,0 +1,195 @@
+//! The command line of ../shared/TRAIN-GPT2-SPEC.md, and the checks of flags alone (exit 2).
+
+use crate::error::{Result, TrainError};
+use clap::Parser;
+use std::path::PathBuf;
+
+/// Where to run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Device {
+    /// The CPU reference.
+    Cpu,
+    /// HIP device N.
+    Gpu(usize),
+}
+
+impl std::str::FromStr for Device {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        if s == "cpu" {
+            return Ok(Device::Cpu);
+        }
+        s.parse()
+            .map(Device::Gpu)
+            .map_err(|_| format!("`{s}` is neither `cpu` nor a device index"))
+    }
+}
+
+/// Storage type of weights and activations.
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, serde::Serialize, serde::Deserialize,
+)]
+#[serde(rename_all = "lowercase")]
+pub enum Precision {
+    /// f32 everywhere.
+    F32,
+    /// bf16 weights/activations, f32 master weights.
+    Bf16,
+    /// f16 with dynamic loss scaling.
+    F16,
+}
+
+/// Train a GPT-2 with hip-kernels (see ../shared/TRAIN-GPT2-SPEC.md).
+#[derive(Debug, Clone, Parser)]
+#[command(name = "train_gpt2", version, args_override_self = true)]
+pub struct Args {
+    /// Model: a directory with model.safetensors + config.json, or the .safetensors file.
+    #[arg(long)]
+    pub model: PathBuf,
+    /// Token file (llm.c format).
+    #[arg(long)]
+    pub data: PathBuf,
+    /// Rows per micro-batch.
+    #[arg(long, default_value_t = 4)]
+    pub batch: usize,
+    /// Sequence length (≤ n_positions).
+    #[arg(long, default_value_t = 64)]
+    pub seq: usize,
+    /// Optimizer steps (the last step's number).
+    #[arg(long, default_value_t = 20)]
+    pub steps: u64,
+    /// Peak learning rate.
+    #[arg(long, default_value_t = 1e-3)]
+    pub lr: f64,
+    /// AdamW beta1.
+    #[arg(long, default_value_t = 0.9)]
+    pub beta1: f64,
+    /// AdamW beta2.
+    #[arg(long, default_value_t = 0.999)]
+    pub beta2: f64,
+    /// AdamW eps.
+    #[arg(long, default_value_t = 1e-8)]
+    pub eps: f64,
+    /// Decoupled weight decay of the 2-D tensors.
+    #[arg(long, default_value_t = 0.0)]
+    pub weight_decay: f64,
+    /// Clip the global gradient norm to this (0 = off).
+    #[arg(long, default_value_t = 0.0)]
+    pub grad_clip: f64,
+    /// Linear warmup steps.
+    #[arg(long, default_value_t = 0)]
+    pub warmup: u64,
+    /// Cosine decay to this learning rate at the last step (absent: constant after warmup).
+    #[arg(long)]
+    pub lr_min: Option<f64>,
+    /// Micro-batches per step.
+    #[arg(long, default_value_t = 1)]
+    pub grad_accum: usize,
+    /// `cpu` or a HIP device index.
+    #[arg(long, default_value = "cpu")]
+    pub device: Device,
+    /// Storage type.
+    #[arg(long, value_enum, default_value_t = Precision::F32)]
+    pub dtype: Precision,
+    /// Directory of the checkpoints (`step_<s>/`).
+    #[arg(long)]
+    pub checkpoint_dir: Option<PathBuf>,
+    /// Save every N steps and at the last step (0 = never).
+    #[arg(long, default_value_t = 0)]
+    pub save_every: u64,
+    /// Continue from a checkpoint directory `DIR/step_<s>`.
+    #[arg(long)]
+    pub resume: Option<PathBuf>,
+    /// JSONL log, one object per step.
+    #[arg(long)]
+    pub log: Option<PathBuf>,
+    /// Initial loss scale (f16).
+    #[arg(long, default_value_t = 65536.0)]
+    pub scale_init: f64,
+    /// Clean steps before the loss scale doubles (f16).
+    #[arg(long, default_value_t = 2000)]
+    pub scale_window: u64,
+}
+
+impl Args {
+    /// Check what the flags alone decide (the files are checked when read).
+    pub fn validate(&self) -> Result<()> {
+        let bad = |m: String| Err(TrainError::Usage(m));
+        for (name, v) in [
+            ("--batch", self.batch),
+            ("--seq", self.seq),
+            ("--grad-accum", self.grad_accum),
+        ] {
+            if v == 0 {
+                return bad(format!("{name} 0: must be at least 1"));
+            }
+        }
+        if self.steps == 0 {
+            return bad("--steps 0: must be at least 1".into());
+        }
+        let finite_nonneg = |name: &str, v: f64| {
+            if v.is_finite() && v >= 0.0 {
+                Ok(())
+            } else {
+                bad(format!("{name} {v}: must be a finite number >= 0"))
+            }
+        };
+        finite_nonneg("--lr", self.lr)?;
+        finite_nonneg("--eps", self.eps)?;
+        finite_nonneg("--weight-decay", self.weight_decay)?;
+        finite_nonneg("--grad-clip", self.grad_clip)?;
+        if let Some(m) = self.lr_min {
+            finite_nonneg("--lr-min", m)?;
+        }
+        for (name, b) in [("--beta1", self.beta1), ("--beta2", self.beta2)] {
+            if !(0.0..1.0).contains(&b) {
+                return bad(format!("{name} {b}: must be in [0, 1)"));
+            }
+        }
+        if !(self.scale_init.is_finite() && self.scale_init > 0.0) {
+            return bad(format!(
+                "--scale-init {}: must be finite and > 0",
+                self.scale_init
+            ));
+        }
+        if self.scale_window == 0 {
+            return bad("--scale-window 0: must be at least 1".into());
+        }
+        if self.save_every > 0 && self.checkpoint_dir.is_none() {
+            return bad(format!(
+                "--save-every {} needs --checkpoint-dir DIR",
+                self.save_every
+            ));
+        }
+        if self
+            .batch
+            .checked_mul(self.seq)
+            .and_then(|n| n.checked_mul(self.grad_accum))
+            .is_none()
+        {
+            return bad(format!(
+                "--batch {} × --seq {} × --grad-accum {} overflows",
+                self.batch, self.seq, self.grad_accum
+            ));
+        }
+        Ok(())
+    }
+
+    /// The learning rate of step `s` (1-based): linear warmup, then constant or cosine to
+    /// `--lr-min` at `--steps`.
+    pub fn lr_at(&self, s: u64) -> f64 {
+        let (w, n) = (self.warmup, self.steps);
+        if w > 0 && s <= w {
+            return self.lr * s as f64 / w as f64;
+        }
+        match self.lr_min {
+            None => self.lr,
+            Some(m) => {
+                // π·(s − W) / max(1, N − W), in that order (as the spec's formula reads).
+                let x = std::f64::consts::PI * s.saturating_sub(w) as f64
+                    / n.saturating_sub(w).max(1) as f64;
+                m + 0.5 * (self.lr - m) * (1.0 + x.cos())
+            }
+        }
+    }
+}

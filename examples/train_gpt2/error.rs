@@ -1,0 +1,88 @@
+//! The trainer's one error type: what went wrong, naming the file, tensor or value, and the exit
+//! status it maps to (2 bad usage, 1 everything found at run time).
+
+use std::path::{Path, PathBuf};
+
+/// Everything that stops the trainer.
+#[derive(Debug, thiserror::Error)]
+pub enum TrainError {
+    /// Flags that contradict each other or are out of range (exit status 2).
+    #[error("bad usage: {0}")]
+    Usage(String),
+    /// An I/O call failed on `path`.
+    #[error("{}: {source}", path.display())]
+    Io {
+        /// The file or directory.
+        path: PathBuf,
+        /// What the OS said.
+        source: std::io::Error,
+    },
+    /// The content of a file is wrong (config, weights, tokens, checkpoint).
+    #[error("{}: {msg}", path.display())]
+    File {
+        /// The file or directory.
+        path: PathBuf,
+        /// What is wrong and how to fix it.
+        msg: String,
+    },
+    /// An op of the backend rejected its arguments (a trainer bug or a bad model shape).
+    #[error("{0}")]
+    Op(String),
+}
+
+impl TrainError {
+    /// The process exit status for this error.
+    pub fn exit_code(&self) -> u8 {
+        match self {
+            TrainError::Usage(_) => 2,
+            _ => 1,
+        }
+    }
+
+    /// A content error in `path`.
+    pub fn file(path: &Path, msg: impl Into<String>) -> Self {
+        TrainError::File {
+            path: path.to_path_buf(),
+            msg: msg.into(),
+        }
+    }
+
+    /// A closure that wraps an I/O error with `path`, for `map_err`.
+    pub fn io(path: &Path) -> impl FnOnce(std::io::Error) -> Self + '_ {
+        move |source| TrainError::Io {
+            path: path.to_path_buf(),
+            source,
+        }
+    }
+}
+
+/// Result of the trainer.
+pub type Result<T, E = TrainError> = std::result::Result<T, E>;
+
+/// Read a whole regular file of at most `cap` bytes (no FIFOs, devices or endless files).
+pub fn read_regular(path: &Path, cap: u64) -> Result<Vec<u8>> {
+    use std::io::Read;
+    let meta = std::fs::metadata(path).map_err(TrainError::io(path))?;
+    if !meta.is_file() {
+        return Err(TrainError::file(path, "is not a regular file"));
+    }
+    if meta.len() > cap {
+        return Err(TrainError::file(
+            path,
+            format!("is {} bytes, more than the {cap} allowed", meta.len()),
+        ));
+    }
+    let mut buf = Vec::with_capacity(meta.len() as usize);
+    std::fs::File::open(path)
+        .map_err(TrainError::io(path))?
+        .take(cap + 1)
+        .read_to_end(&mut buf)
+        .map_err(TrainError::io(path))?;
+    if buf.len() as u64 > cap {
+        return Err(TrainError::file(
+            path,
+            format!("grew past {cap} bytes while read"),
+        ));
+    }
+    Ok(buf)
+}

@@ -1,0 +1,40 @@
+//! Train a GPT-2 with hip-kernels' ops, matching PyTorch step for step
+//! (../shared/TRAIN-GPT2-SPEC.md): `cargo run --release --example train_gpt2 -- --model DIR --data FILE`.
+//!
+//! Exit status: 0 done, 1 failed at run time, 2 bad usage.
+
+mod backend;
+mod checkpoint;
+mod cli;
+mod config;
+mod cpu_backend;
+mod data;
+mod error;
+mod model;
+mod params;
+mod train;
+mod weights;
+
+#[cfg(test)]
+mod tests;
+
+use clap::Parser;
+use std::process::ExitCode;
+
+fn main() -> ExitCode {
+    let args = match cli::Args::try_parse() {
+        Ok(a) => a,
+        Err(e) => {
+            let code = e.exit_code();
+            let _ = e.print();
+            return ExitCode::from(code.clamp(0, 255) as u8);
+        }
+    };
+    match train::run(&args) {
+        Ok(_) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::from(e.exit_code())
+        }
+    }
+}

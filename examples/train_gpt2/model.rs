@@ -1,0 +1,452 @@
+//! GPT-2 forward and backward, written once over [`Backend`].
+
+use crate::backend::{AdamWStep, Backend, Dims, Gemm, GradScaling};
+use crate::config::GptConfig;
+use crate::error::Result;
+use crate::params::{specs, Params};
+use hip_kernels::params::{DType, DeviceElement};
+use std::marker::PhantomData;
+
+/// Saved activations of one layer (`N = B·T` rows): `T` tensors, `S` f32 statistics.
+struct LayerActs<T, S> {
+    ln1: T,
+    ln1_mean: S,
+    ln1_rstd: S,
+    qkv: T,
+    atty: T,
+    lse: S,
+    resid_mid: T,
+    ln2: T,
+    ln2_mean: S,
+    ln2_rstd: S,
+    fc_pre: T,
+    fc_gelu: T,
+    resid_out: T,
+}
+
+/// Activations of the whole model plus the backward's scratch.
+struct Acts<T, S> {
+    encoded: T,
+    layers: Vec<LayerActs<T, S>>,
+    lnf: T,
+    lnf_mean: S,
+    lnf_rstd: S,
+    logits: T,
+    /// `[N, C]` scratch: a branch output in the forward, a branch gradient in the backward.
+    branch: T,
+    /// Gradient of the residual stream `[N, C]`.
+    dres: T,
+    /// Gradients of `qkv`, `fc_gelu`, `fc_pre` and `atty`.
+    dqkv: T,
+    dfc_gelu: T,
+    dfc_pre: T,
+    datty: T,
+}
+
+/// A GPT-2 on a backend with storage type `T`: parameters, their gradients, f32 master weights
+/// (when `T` is not f32), f32 AdamW moments and activations.
+pub struct Gpt2<'b, T: DeviceElement, B: Backend<T>> {
+    backend: &'b B,
+    /// Dimensions of a micro-batch.
+    pub dims: Dims,
+    layers: usize,
+    /// Parameters in `T`.
+    pub params: Params<B::Buf>,
+    /// f32 master weights, when `T` is not f32.
+    pub master: Option<Params<B::Stat>>,
+    /// Gradients, accumulated over the micro-batches of a step.
+    pub grads: Params<B::Buf>,
+    /// AdamW first moments.
+    pub exp_avg: Params<B::Stat>,
+    /// AdamW second moments.
+    pub exp_avg_sq: Params<B::Stat>,
+    /// Weight decay applies (2-D tensors), in canonical order.
+    decays: Vec<bool>,
+    acts: Acts<B::Buf, B::Stat>,
+    _t: PhantomData<T>,
+}
+
+fn mm(m: usize, n: usize, k: usize, trans_a: bool, trans_b: bool) -> Gemm {
+    Gemm {
+        m,
+        n,
+        k,
+        trans_a,
+        trans_b,
+    }
+}
+
+impl<'b, T: DeviceElement, B: Backend<T>> Gpt2<'b, T, B> {
+    /// Upload `[params, exp_avg, exp_avg_sq]` for micro-batches of `batch × seq`.
+    pub fn new(
+        backend: &'b B,
+        cfg: &GptConfig,
+        [params, exp_avg, exp_avg_sq]: [&Params<Vec<f32>>; 3],
+        batch: usize,
+        seq: usize,
+    ) -> Result<Self> {
+        let dims = Dims {
+            batch,
+            seq,
+            channels: cfg.channels,
+            heads: cfg.heads,
+            inner: cfg.inner,
+            vocab: cfg.vocab,
+            positions: cfg.positions,
+            eps: cfg.eps as f32,
+        };
+        let up = |_: usize, t: &Vec<f32>| backend.upload(t);
+        let up_stat = |_: usize, t: &Vec<f32>| backend.upload_stat(t);
+        let zero = |_: usize, t: &Vec<f32>| backend.zeros(t.len());
+        let (n, c, f) = (dims.rows(), dims.channels, dims.inner);
+        let z = |len: usize| backend.zeros(len);
+        let zs = |len: usize| backend.zeros_stat(len);
+        let lse_len = batch * cfg.heads * seq;
+        let layers = (0..cfg.layers)
+            .map(|_| {
+                Ok(LayerActs {
+                    ln1: z(n * c)?,
+                    ln1_mean: zs(n)?,
+                    ln1_rstd: zs(n)?,
+                    qkv: z(n * 3 * c)?,
+                    atty: z(n * c)?,
+                    lse: zs(lse_len)?,
+                    resid_mid: z(n * c)?,
+                    ln2: z(n * c)?,
+                    ln2_mean: zs(n)?,
+                    ln2_rstd: zs(n)?,
+                    fc_pre: z(n * f)?,
+                    fc_gelu: z(n * f)?,
+                    resid_out: z(n * c)?,
+                })
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let acts = Acts {
+            encoded: z(n * c)?,
+            layers,
+            lnf: z(n * c)?,
+            lnf_mean: zs(n)?,
+            lnf_rstd: zs(n)?,
+            logits: z(n * cfg.vocab)?,
+            branch: z(n * c)?,
+            dres: z(n * c)?,
+            dqkv: z(n * 3 * c)?,
+            dfc_gelu: z(n * f)?,
+            dfc_pre: z(n * f)?,
+            datty: z(n * c)?,
+        };
+        Ok(Self {
+            backend,
+            dims,
+            layers: cfg.layers,
+            params: params.try_map(up)?,
+            master: match T::DTYPE {
+                DType::F32 => None,
+                _ => Some(params.try_map(up_stat)?),
+            },
+            grads: params.try_map(zero)?,
+            exp_avg: exp_avg.try_map(up_stat)?,
+            exp_avg_sq: exp_avg_sq.try_map(up_stat)?,
+            decays: specs(cfg).iter().map(|s| s.decays()).collect(),
+            acts,
+            _t: PhantomData,
+        })
+    }
+
+    /// Set every gradient to zero (start of a step).
+    pub fn zero_grads(&mut self) -> Result<()> {
+        for g in self.grads.iter_mut() {
+            self.backend.fill_zero(g)?;
+        }
+        Ok(())
+    }
+
+    /// Forward and backward of one of `accum` micro-batches: the mean loss / `accum` is added to
+    /// `scalars`, the gradients of that times `loss_scale` accumulate.
+    pub fn forward_backward(
+        &mut self,
+        inputs: &B::Ids,
+        targets: &B::Ids,
+        accum: usize,
+        loss_scale: f64,
+        scalars: &mut B::Scalars,
+    ) -> Result<()> {
+        self.forward(inputs)?;
+        let be = self.backend;
+        let d = self.dims;
+        be.cross_entropy(
+            &d,
+            &mut self.acts.logits,
+            targets,
+            accum,
+            loss_scale,
+            scalars,
+        )?;
+        self.backward(inputs)
+    }
+
+    fn forward(&mut self, inputs: &B::Ids) -> Result<()> {
+        let (be, d, p, a) = (self.backend, self.dims, &self.params, &mut self.acts);
+        let (n, c, f) = (d.rows(), d.channels, d.inner);
+        be.encoder_forward(&d, inputs, &p.wte, &p.wpe, &mut a.encoded)?;
+        for l in 0..self.layers {
+            let (done, rest) = a.layers.split_at_mut(l);
+            let x = done.last().map_or(&a.encoded, |prev| &prev.resid_out);
+            let (w, s) = (&p.layers[l], &mut rest[0]);
+            be.layernorm_forward(
+                &d,
+                x,
+                &w.ln1_w,
+                &w.ln1_b,
+                &mut s.ln1,
+                &mut s.ln1_mean,
+                &mut s.ln1_rstd,
+            )?;
+            be.matmul_bias(
+                mm(n, 3 * c, c, false, false),
+                &s.ln1,
+                &w.qkv_w,
+                &w.qkv_b,
+                &mut s.qkv,
+                None,
+            )?;
+            be.attention_forward(&d, &s.qkv, &mut s.atty, &mut s.lse)?;
+            be.matmul_bias(
+                mm(n, c, c, false, false),
+                &s.atty,
+                &w.proj_w,
+                &w.proj_b,
+                &mut a.branch,
+                None,
+            )?;
+            be.add(x, &a.branch, &mut s.resid_mid)?;
+            be.layernorm_forward(
+                &d,
+                &s.resid_mid,
+                &w.ln2_w,
+                &w.ln2_b,
+                &mut s.ln2,
+                &mut s.ln2_mean,
+                &mut s.ln2_rstd,
+            )?;
+            be.matmul_bias(
+                mm(n, f, c, false, false),
+                &s.ln2,
+                &w.fc_w,
+                &w.fc_b,
+                &mut s.fc_gelu,
+                Some(&mut s.fc_pre),
+            )?;
+            be.matmul_bias(
+                mm(n, c, f, false, false),
+                &s.fc_gelu,
+                &w.mproj_w,
+                &w.mproj_b,
+                &mut a.branch,
+                None,
+            )?;
+            be.add(&s.resid_mid, &a.branch, &mut s.resid_out)?;
+        }
+        let x = a.layers.last().map_or(&a.encoded, |s| &s.resid_out);
+        be.layernorm_forward(
+            &d,
+            x,
+            &p.lnf_w,
+            &p.lnf_b,
+            &mut a.lnf,
+            &mut a.lnf_mean,
+            &mut a.lnf_rstd,
+        )?;
+        be.matmul(
+            mm(n, d.vocab, c, false, true),
+            &a.lnf,
+            &p.wte,
+            &mut a.logits,
+            false,
+        )
+    }
+
+    fn backward(&mut self, inputs: &B::Ids) -> Result<()> {
+        let (be, d, p, g, a) = (
+            self.backend,
+            self.dims,
+            &self.params,
+            &mut self.grads,
+            &mut self.acts,
+        );
+        let (n, c, f, v) = (d.rows(), d.channels, d.inner, d.vocab);
+        // logits = lnf · wteᵀ; `a.logits` now holds dlogits.
+        be.matmul(
+            mm(v, c, n, true, false),
+            &a.logits,
+            &a.lnf,
+            &mut g.wte,
+            true,
+        )?;
+        be.matmul(
+            mm(n, c, v, false, false),
+            &a.logits,
+            &p.wte,
+            &mut a.branch,
+            false,
+        )?;
+        be.fill_zero(&mut a.dres)?;
+        let x_last = a.layers.last().map_or(&a.encoded, |s| &s.resid_out);
+        be.layernorm_backward(
+            &d,
+            x_last,
+            &p.lnf_w,
+            &a.branch,
+            &a.lnf_mean,
+            &a.lnf_rstd,
+            &mut a.dres,
+            &mut g.lnf_w,
+            &mut g.lnf_b,
+        )?;
+        for l in (0..self.layers).rev() {
+            let (done, rest) = a.layers.split_at(l);
+            let x = done.last().map_or(&a.encoded, |prev| &prev.resid_out);
+            let (w, gw, s) = (&p.layers[l], &mut g.layers[l], &rest[0]);
+            // MLP: resid_out = resid_mid + gelu(ln2·Wfc + bfc)·Wmproj + bmproj.
+            be.matmul(
+                mm(f, c, n, true, false),
+                &s.fc_gelu,
+                &a.dres,
+                &mut gw.mproj_w,
+                true,
+            )?;
+            be.bias_backward(n, &a.dres, &mut gw.mproj_b)?;
+            be.matmul(
+                mm(n, f, c, false, true),
+                &a.dres,
+                &w.mproj_w,
+                &mut a.dfc_gelu,
+                false,
+            )?;
+            be.gelu_backward(&s.fc_pre, &a.dfc_gelu, &mut a.dfc_pre)?;
+            be.matmul(
+                mm(c, f, n, true, false),
+                &s.ln2,
+                &a.dfc_pre,
+                &mut gw.fc_w,
+                true,
+            )?;
+            be.bias_backward(n, &a.dfc_pre, &mut gw.fc_b)?;
+            be.matmul(
+                mm(n, c, f, false, true),
+                &a.dfc_pre,
+                &w.fc_w,
+                &mut a.branch,
+                false,
+            )?;
+            be.layernorm_backward(
+                &d,
+                &s.resid_mid,
+                &w.ln2_w,
+                &a.branch,
+                &s.ln2_mean,
+                &s.ln2_rstd,
+                &mut a.dres,
+                &mut gw.ln2_w,
+                &mut gw.ln2_b,
+            )?;
+            // Attention: resid_mid = x + attn(ln1·Wqkv + bqkv)·Wproj + bproj.
+            be.matmul(
+                mm(c, c, n, true, false),
+                &s.atty,
+                &a.dres,
+                &mut gw.proj_w,
+                true,
+            )?;
+            be.bias_backward(n, &a.dres, &mut gw.proj_b)?;
+            be.matmul(
+                mm(n, c, c, false, true),
+                &a.dres,
+                &w.proj_w,
+                &mut a.datty,
+                false,
+            )?;
+            be.attention_backward(&d, &s.qkv, &s.atty, &a.datty, &s.lse, &mut a.dqkv)?;
+            be.matmul(
+                mm(c, 3 * c, n, true, false),
+                &s.ln1,
+                &a.dqkv,
+                &mut gw.qkv_w,
+                true,
+            )?;
+            be.bias_backward(n, &a.dqkv, &mut gw.qkv_b)?;
+            be.matmul(
+                mm(n, c, 3 * c, false, true),
+                &a.dqkv,
+                &w.qkv_w,
+                &mut a.branch,
+                false,
+            )?;
+            be.layernorm_backward(
+                &d,
+                x,
+                &w.ln1_w,
+                &a.branch,
+                &s.ln1_mean,
+                &s.ln1_rstd,
+                &mut a.dres,
+                &mut gw.ln1_w,
+                &mut gw.ln1_b,
+            )?;
+        }
+        be.encoder_backward(&d, inputs, &a.dres, &mut g.wte, &mut g.wpe)
+    }
+
+    /// Store the global gradient norm in `scalars`.
+    pub fn grad_norm(&self, scalars: &mut B::Scalars) -> Result<()> {
+        self.backend.grad_norm(&self.grads.iter(), scalars)
+    }
+
+    /// One AdamW step over every parameter with `hyper` (its weight decay on 2-D tensors only),
+    /// the gradients unscaled and clipped as `scaling` says; skipped entirely on a non-finite
+    /// gradient norm.
+    pub fn update(
+        &mut self,
+        hyper: &AdamWStep,
+        scaling: GradScaling,
+        scalars: &B::Scalars,
+    ) -> Result<()> {
+        let no_decay = AdamWStep {
+            weight_decay: 0.0,
+            ..*hyper
+        };
+        let mut masters = self.master.as_mut().map(|m| m.iter_mut().into_iter());
+        let params = self.params.iter_mut();
+        let grads = self.grads.iter();
+        let ms = self.exp_avg.iter_mut();
+        let vs = self.exp_avg_sq.iter_mut();
+        for ((((p, g), m), v), &decays) in params
+            .into_iter()
+            .zip(grads)
+            .zip(ms)
+            .zip(vs)
+            .zip(&self.decays)
+        {
+            let h = if decays { hyper } else { &no_decay };
+            let master = masters.as_mut().and_then(|it| it.next());
+            self.backend
+                .adamw(h, scaling, scalars, master, p, g, m, v)?;
+        }
+        Ok(())
+    }
+
+    /// f32 parameters (the master weights when there are) and moments on the host.
+    pub fn download(&self) -> Result<[Params<Vec<f32>>; 3]> {
+        let be = self.backend;
+        let stat = |_: usize, t: &B::Stat| be.download_stat(t);
+        let params = match &self.master {
+            Some(m) => m.try_map(stat)?,
+            None => self.params.try_map(|_, t| be.download(t))?,
+        };
+        Ok([
+            params,
+            self.exp_avg.try_map(stat)?,
+            self.exp_avg_sq.try_map(stat)?,
+        ])
+    }
+}

@@ -1,0 +1,83 @@
+//! Tests of the trainer on the tiny GPT-2 of tests/data/train_gpt2 (tools/gen_tiny_gpt2.py):
+//! losses against the checked-in PyTorch float64 figures (tools/train_ref.py), gradient
+//! accumulation, bit-identical resume, and the bad-input errors.
+
+mod bad_input;
+mod mixed;
+mod reference;
+mod resume;
+
+use crate::cli::Args;
+use crate::error::TrainError;
+use crate::train::{run, StepLog};
+use clap::Parser;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+/// The test data directory.
+fn data_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/train_gpt2")
+}
+
+/// The checked-in common and per-variant flags (tests/data/train_gpt2/variants.json).
+fn variant_flags(name: &str) -> Vec<String> {
+    let v: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(data_dir().join("variants.json")).unwrap()).unwrap();
+    let strings = |x: &serde_json::Value| -> Vec<String> {
+        x.as_array()
+            .unwrap()
+            .iter()
+            .map(|s| s.as_str().unwrap().to_string())
+            .collect()
+    };
+    let mut flags = strings(&v["common"]);
+    flags.extend(strings(&v["variants"][name]));
+    flags
+}
+
+/// Args for the tiny model and data plus `extra` flags.
+fn args_with(model: &Path, data: &Path, extra: &[String]) -> Args {
+    let mut argv: Vec<String> = ["train_gpt2", "--model"].map(String::from).to_vec();
+    argv.push(model.display().to_string());
+    argv.push("--data".into());
+    argv.push(data.display().to_string());
+    argv.extend(extra.iter().cloned());
+    Args::try_parse_from(argv).unwrap()
+}
+
+/// Run the tiny model with `extra` flags.
+fn run_tiny(extra: &[String]) -> Result<Vec<StepLog>, TrainError> {
+    let d = data_dir();
+    run(&args_with(&d.join("model"), &d.join("tokens.bin"), extra))
+}
+
+fn strs(v: &[&str]) -> Vec<String> {
+    v.iter().map(|s| s.to_string()).collect()
+}
+
+/// A fresh, empty scratch directory (removed by [`Scratch::drop`]).
+struct Scratch(PathBuf);
+
+impl Scratch {
+    fn new(tag: &str) -> Self {
+        static N: AtomicUsize = AtomicUsize::new(0);
+        let p = std::env::temp_dir().join(format!(
+            "train_gpt2-{tag}-{}-{}",
+            std::process::id(),
+            N.fetch_add(1, Ordering::Relaxed)
+        ));
+        let _ = std::fs::remove_dir_all(&p);
+        std::fs::create_dir_all(&p).unwrap();
+        Self(p)
+    }
+
+    fn path(&self, rel: &str) -> PathBuf {
+        self.0.join(rel)
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}

@@ -1,0 +1,346 @@
+//! The training loop: load, check, train, log, checkpoint.
+
+use crate::backend::{AdamWStep, Backend, GradScaling};
+use crate::checkpoint::{self, Snapshot, TrainerState};
+use crate::cli::{Args, Device, Precision};
+use crate::config::GptConfig;
+use crate::cpu_backend::Cpu;
+use crate::data::{Loader, Tokens};
+use crate::error::{Result, TrainError};
+use crate::model::Gpt2;
+use crate::weights::{load_params, model_paths};
+use half::{bf16, f16};
+use hip_kernels::params::DeviceElement;
+use std::io::Write;
+use std::time::Instant;
+
+/// What one step printed and logged.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct StepLog {
+    /// Step number (1-based).
+    pub step: u64,
+    /// Mean loss over the step's tokens.
+    pub loss: f64,
+    /// Learning rate used.
+    pub lr: f64,
+    /// Global gradient norm before clipping.
+    pub grad_norm: f64,
+    /// Throughput of the step.
+    pub tokens_per_s: f64,
+    /// f16: the loss scale the step's backward used, and whether the step was skipped.
+    pub scaler: Option<(f64, bool)>,
+}
+
+/// `torch.amp.GradScaler`'s dynamic loss scale: halve and reset on a non-finite gradient,
+/// double after `window` clean steps in a row.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct LossScaler {
+    /// Current scale.
+    pub scale: f64,
+    /// Clean steps since the scale last changed.
+    pub clean: u64,
+    /// Clean steps before doubling.
+    pub window: u64,
+}
+
+impl LossScaler {
+    /// Account for a step whose gradients were (not) all finite.
+    pub fn update(&mut self, found_inf: bool) {
+        if found_inf {
+            self.scale *= 0.5;
+            self.clean = 0;
+        } else {
+            self.clean += 1;
+            if self.clean == self.window {
+                self.scale *= 2.0;
+                self.clean = 0;
+            }
+        }
+    }
+}
+
+/// `1.00e-03`: C's `%.2e`, as the spec's progress line shows it.
+pub fn sci2(x: f64) -> String {
+    let s = format!("{x:.2e}");
+    match s.split_once('e') {
+        Some((m, e)) => {
+            let (sign, digits) = e.strip_prefix('-').map_or(("+", e), |d| ("-", d));
+            format!("{m}e{sign}{digits:0>2}")
+        }
+        None => s,
+    }
+}
+
+/// The JSONL record of a step.
+pub fn json_line(l: &StepLog) -> String {
+    let mut v = serde_json::json!({
+        "step": l.step,
+        "loss": l.loss,
+        "lr": l.lr,
+        "grad_norm": l.grad_norm,
+        "tokens_per_s": l.tokens_per_s,
+    });
+    if let (Some((scale, skipped)), Some(o)) = (l.scaler, v.as_object_mut()) {
+        o.insert("loss_scale".into(), scale.into());
+        o.insert("skipped".into(), skipped.into());
+    }
+    v.to_string()
+}
+
+/// Everything loaded and checked before the first step.
+struct Setup {
+    cfg: GptConfig,
+    tokens: Tokens,
+    loader: Loader,
+    restored: checkpoint::Restored,
+}
+
+fn setup(args: &Args) -> Result<Setup> {
+    let (model_dir, weights) = model_paths(&args.model);
+    let cfg_path = model_dir.join("config.json");
+    let cfg = GptConfig::load(&cfg_path)?;
+    if args.seq > cfg.positions {
+        return Err(TrainError::file(
+            &cfg_path,
+            format!(
+                "--seq {} is longer than n_positions = {}; use --seq <= {}",
+                args.seq, cfg.positions, cfg.positions
+            ),
+        ));
+    }
+    let tokens = Tokens::load(&args.data, cfg.vocab)?;
+    let mut loader = Loader::new(&args.data, &tokens, args.batch, args.seq)?;
+    let restored = match &args.resume {
+        None => {
+            let params = load_params(&weights, &cfg)?;
+            let zeros = params.try_map(|_, t| Ok::<_, TrainError>(vec![0.0; t.len()]))?;
+            checkpoint::Restored {
+                params,
+                exp_avg: zeros.clone(),
+                exp_avg_sq: zeros,
+                state: new_state(args, 0, 0, tokens.ids.len()),
+            }
+        }
+        Some(dir) => {
+            let r = checkpoint::load(dir, &cfg)?;
+            let s = &r.state;
+            let same = (s.batch, s.seq, s.grad_accum, s.dtype)
+                == (args.batch, args.seq, args.grad_accum, args.dtype);
+            if !same {
+                return Err(TrainError::file(
+                    dir,
+                    format!(
+                        "checkpoint was trained with --batch {} --seq {} --grad-accum {} --dtype {:?}; \
+                         resume with the same flags",
+                        s.batch, s.seq, s.grad_accum, s.dtype
+                    ),
+                ));
+            }
+            if s.data_tokens != tokens.ids.len() || s.loader_pos > tokens.ids.len() {
+                return Err(TrainError::file(
+                    dir,
+                    format!(
+                        "checkpoint was trained on a token file of {} tokens (next position {}); {} holds {}",
+                        s.data_tokens,
+                        s.loader_pos,
+                        args.data.display(),
+                        tokens.ids.len()
+                    ),
+                ));
+            }
+            if s.step >= args.steps {
+                return Err(TrainError::file(
+                    dir,
+                    format!(
+                        "checkpoint is at step {}, --steps {} leaves nothing to train",
+                        s.step, args.steps
+                    ),
+                ));
+            }
+            loader.pos = s.loader_pos;
+            r
+        }
+    };
+    Ok(Setup {
+        cfg,
+        tokens,
+        loader,
+        restored,
+    })
+}
+
+fn new_state(args: &Args, step: u64, loader_pos: usize, data_tokens: usize) -> TrainerState {
+    TrainerState {
+        format: checkpoint::FORMAT.into(),
+        step,
+        loader_pos,
+        data_tokens,
+        loss_scale: match args.dtype {
+            Precision::F16 => args.scale_init,
+            _ => 1.0,
+        },
+        scale_clean_steps: 0,
+        adam_steps: step,
+        batch: args.batch,
+        seq: args.seq,
+        grad_accum: args.grad_accum,
+        dtype: args.dtype,
+        lr: args.lr,
+        lr_min: args.lr_min,
+        warmup: args.warmup,
+        steps: args.steps,
+        adamw: [
+            args.beta1,
+            args.beta2,
+            args.eps,
+            args.weight_decay,
+            args.grad_clip,
+        ],
+    }
+}
+
+/// Run the trainer as the command line says; returns what every step logged.
+pub fn run(args: &Args) -> Result<Vec<StepLog>> {
+    args.validate()?;
+    if let Device::Gpu(n) = args.device {
+        return Err(TrainError::Usage(format!(
+            "--device {n}: the device backend is not built yet (it needs the training-step kernels); use --device cpu"
+        )));
+    }
+    let setup = setup(args)?;
+    if let Some(dir) = &args.checkpoint_dir {
+        checkpoint::prepare_dir(dir)?;
+    }
+    match args.dtype {
+        Precision::F32 => train::<f32, _>(&Cpu, args, setup),
+        Precision::Bf16 => train::<bf16, _>(&Cpu, args, setup),
+        Precision::F16 => train::<f16, _>(&Cpu, args, setup),
+    }
+}
+
+fn train<T: DeviceElement, B: Backend<T>>(
+    backend: &B,
+    args: &Args,
+    mut s: Setup,
+) -> Result<Vec<StepLog>> {
+    let r = &s.restored;
+    let mut model = Gpt2::new(
+        backend,
+        &s.cfg,
+        [&r.params, &r.exp_avg, &r.exp_avg_sq],
+        args.batch,
+        args.seq,
+    )?;
+    let first = r.state.step + 1;
+    println!(
+        "train_gpt2 on {}: {} | {} parameters | steps {first}..={} | {} tokens/step",
+        backend.name(),
+        s.cfg.describe(),
+        r.params.iter().iter().map(|t| t.len()).sum::<usize>(),
+        args.steps,
+        args.batch * args.seq * args.grad_accum
+    );
+    let mut log = match &args.log {
+        None => None,
+        Some(p) => Some(std::io::BufWriter::new(
+            std::fs::File::create(p).map_err(TrainError::io(p))?,
+        )),
+    };
+    let clip = (args.grad_clip > 0.0).then_some(args.grad_clip);
+    // A skipped (non-finite) step does not count for AdamW's bias corrections, as in torch.
+    let mut adam_steps = r.state.adam_steps;
+    let mut scaler = (args.dtype == Precision::F16).then_some(LossScaler {
+        scale: r.state.loss_scale,
+        clean: r.state.scale_clean_steps,
+        window: args.scale_window,
+    });
+    let tokens_per_step = (args.batch * args.seq * args.grad_accum) as f64;
+    let mut out = Vec::new();
+    for step in first..=args.steps {
+        let t0 = Instant::now();
+        let mut scalars = backend.scalars()?;
+        model.zero_grads()?;
+        for _ in 0..args.grad_accum {
+            let b = s.loader.next(&s.tokens);
+            let (x, y) = (backend.ids(&b.inputs)?, backend.ids(&b.targets)?);
+            let loss_scale = scaler.map_or(1.0, |sc| sc.scale);
+            model.forward_backward(&x, &y, args.grad_accum, loss_scale, &mut scalars)?;
+        }
+        model.grad_norm(&mut scalars)?;
+        let lr = args.lr_at(step);
+        let hyper = AdamWStep {
+            lr,
+            beta1: args.beta1,
+            beta2: args.beta2,
+            eps: args.eps,
+            weight_decay: args.weight_decay,
+            step: adam_steps + 1,
+        };
+        let loss_scale = scaler.map_or(1.0, |sc| sc.scale);
+        let scaling = GradScaling { loss_scale, clip };
+        model.update(&hyper, scaling, &scalars)?;
+        let read = backend.read_step(&scalars)?;
+        let skipped = !read.grad_norm.is_finite();
+        if skipped && scaler.is_none() {
+            return Err(TrainError::Op(format!(
+                "step {step}: the gradient norm is {} (loss {}); lower --lr or use --grad-clip",
+                read.grad_norm, read.loss
+            )));
+        }
+        let l = StepLog {
+            step,
+            loss: read.loss,
+            lr,
+            grad_norm: read.grad_norm / loss_scale,
+            tokens_per_s: tokens_per_step / t0.elapsed().as_secs_f64().max(1e-9),
+            scaler: scaler.map(|sc| (sc.scale, skipped)),
+        };
+        if let Some(sc) = scaler.as_mut() {
+            sc.update(skipped);
+        }
+        if !skipped {
+            adam_steps += 1;
+        }
+        let scale_note = match l.scaler {
+            Some((sc, true)) => format!(" | scale {sc} skipped"),
+            Some((sc, false)) => format!(" | scale {sc}"),
+            None => String::new(),
+        };
+        println!(
+            "step {}/{} | loss {:.6} | lr {} | norm {:.4} | {:.0} tok/s{scale_note}",
+            l.step,
+            args.steps,
+            l.loss,
+            sci2(l.lr),
+            l.grad_norm,
+            l.tokens_per_s
+        );
+        if let (Some(w), Some(p)) = (log.as_mut(), &args.log) {
+            writeln!(w, "{}", json_line(&l))
+                .and_then(|()| w.flush())
+                .map_err(TrainError::io(p))?;
+        }
+        out.push(l);
+        let due = args.save_every > 0 && (step % args.save_every == 0 || step == args.steps);
+        if let (true, Some(dir)) = (due, &args.checkpoint_dir) {
+            let [params, exp_avg, exp_avg_sq] = model.download()?;
+            let mut state = new_state(args, step, s.loader.pos, s.tokens.ids.len());
+            if let Some(sc) = scaler {
+                (state.loss_scale, state.scale_clean_steps) = (sc.scale, sc.clean);
+            }
+            state.adam_steps = adam_steps;
+            let path = checkpoint::save(
+                dir,
+                &Snapshot {
+                    config: &s.cfg,
+                    params: &params,
+                    exp_avg: &exp_avg,
+                    exp_avg_sq: &exp_avg_sq,
+                    state: &state,
+                },
+            )?;
+            println!("saved {}", path.display());
+        }
+    }
+    Ok(out)
+}

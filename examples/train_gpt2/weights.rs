@@ -1,0 +1,174 @@
+//! `model.safetensors`: HF GPT-2 weights in, f32 weights (names without prefix) out.
+
+use crate::config::GptConfig;
+use crate::error::{read_regular, Result, TrainError};
+use crate::params::{specs, Params};
+use safetensors::tensor::{Dtype, TensorView};
+use safetensors::SafeTensors;
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+/// Largest safetensors file read (GPT-2 XL in f32 is 6.5 GB).
+const WEIGHTS_CAP: u64 = 16 << 30;
+
+/// Where `--model PATH` points: the directory and the weights file.
+pub fn model_paths(path: &Path) -> (PathBuf, PathBuf) {
+    if path.is_dir() {
+        (path.to_path_buf(), path.join("model.safetensors"))
+    } else {
+        let dir = path
+            .parent()
+            .map_or_else(|| PathBuf::from("."), Path::to_path_buf);
+        let dir = if dir.as_os_str().is_empty() {
+            PathBuf::from(".")
+        } else {
+            dir
+        };
+        (dir, path.to_path_buf())
+    }
+}
+
+/// A tensor on the host: shape and f32 values.
+pub type HostTensor = (Vec<usize>, Vec<f32>);
+
+/// Every tensor of a safetensors file as f32 (f16/bf16 widened exactly), with its shape.
+pub fn read_f32_tensors(path: &Path) -> Result<BTreeMap<String, HostTensor>> {
+    let bytes = read_regular(path, WEIGHTS_CAP)?;
+    let st = SafeTensors::deserialize(&bytes)
+        .map_err(|e| TrainError::file(path, format!("is not a valid safetensors file: {e}")))?;
+    let mut out = BTreeMap::new();
+    for (name, view) in st.tensors() {
+        let data = view.data();
+        let values: Vec<f32> = match view.dtype() {
+            Dtype::F32 => data
+                .chunks_exact(4)
+                .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+                .collect(),
+            Dtype::F16 => data
+                .chunks_exact(2)
+                .map(|b| half::f16::from_le_bytes([b[0], b[1]]).to_f32())
+                .collect(),
+            Dtype::BF16 => data
+                .chunks_exact(2)
+                .map(|b| half::bf16::from_le_bytes([b[0], b[1]]).to_f32())
+                .collect(),
+            other => {
+                return Err(TrainError::file(
+                    path,
+                    format!("tensor `{name}` has dtype {other:?}; only F32, F16 and BF16 are read"),
+                ))
+            }
+        };
+        out.insert(name, (view.shape().to_vec(), values));
+    }
+    Ok(out)
+}
+
+/// Load the parameters of `cfg` from `path`: names with or without `transformer.`, the
+/// `attn.bias` / `attn.masked_bias` buffers ignored, a `lm_head.weight` checked equal to `wte`.
+/// Any missing, unexpected, duplicated, misshapen or non-finite tensor is an error naming it.
+pub fn load_params(path: &Path, cfg: &GptConfig) -> Result<Params<Vec<f32>>> {
+    let mut tensors = BTreeMap::new();
+    let mut lm_head = None;
+    for (name, t) in read_f32_tensors(path)? {
+        let short = name
+            .strip_prefix("transformer.")
+            .unwrap_or(&name)
+            .to_string();
+        let layer_buffer = short
+            .strip_prefix("h.")
+            .and_then(|r| r.split_once('.'))
+            .is_some_and(|(l, rest)| {
+                l.parse::<usize>().is_ok_and(|l| l < cfg.layers)
+                    && (rest == "attn.bias" || rest == "attn.masked_bias")
+            });
+        if layer_buffer {
+            continue;
+        }
+        if short == "lm_head.weight" {
+            lm_head = Some(t);
+            continue;
+        }
+        if tensors.insert(short.clone(), (name.clone(), t)).is_some() {
+            return Err(TrainError::file(
+                path,
+                format!("tensor `{short}` is present twice (with and without `transformer.`)"),
+            ));
+        }
+    }
+    let mut values = Vec::new();
+    for spec in specs(cfg) {
+        let Some((stored, (shape, data))) = tensors.remove(&spec.name) else {
+            return Err(TrainError::file(
+                path,
+                format!(
+                    "tensor `{}` (shape {:?}) is missing; config.json says {}",
+                    spec.name,
+                    spec.shape,
+                    cfg.describe()
+                ),
+            ));
+        };
+        if shape != spec.shape {
+            return Err(TrainError::file(
+                path,
+                format!(
+                    "tensor `{stored}` has shape {shape:?} but config.json ({}) needs {:?}",
+                    cfg.describe(),
+                    spec.shape
+                ),
+            ));
+        }
+        if let Some(i) = data.iter().position(|x| !x.is_finite()) {
+            return Err(TrainError::file(
+                path,
+                format!("tensor `{stored}` holds {} at flat index {i}", data[i]),
+            ));
+        }
+        values.push(data);
+    }
+    if let Some((name, _)) = tensors.into_iter().next() {
+        return Err(TrainError::file(
+            path,
+            format!(
+                "unexpected tensor `{name}` (not a GPT-2 parameter of {})",
+                cfg.describe()
+            ),
+        ));
+    }
+    if let Some((shape, data)) = lm_head {
+        if shape != [cfg.vocab, cfg.channels] || data != values[0] {
+            return Err(TrainError::file(
+                path,
+                "tensor `lm_head.weight` differs from `wte.weight`; the trained GPT-2 ties them \
+                 (remove lm_head.weight or make it equal)",
+            ));
+        }
+    }
+    Params::from_vec(values, cfg.layers)
+}
+
+/// Serialize named f32 tensors as safetensors bytes.
+pub fn to_safetensors(tensors: &[(String, Vec<usize>, &[f32])]) -> Result<Vec<u8>> {
+    let views = tensors
+        .iter()
+        .map(|(name, shape, data)| {
+            let view = TensorView::new(Dtype::F32, shape.clone(), bytemuck::cast_slice(data))
+                .map_err(|e| TrainError::Op(format!("safetensors view of `{name}`: {e}")))?;
+            Ok((name.clone(), view))
+        })
+        .collect::<Result<Vec<_>>>()?;
+    let meta = std::collections::HashMap::from([("format".to_string(), "pt".to_string())]);
+    safetensors::tensor::serialize(views, &Some(meta))
+        .map_err(|e| TrainError::Op(format!("safetensors serialization: {e}")))
+}
+
+/// The parameters as safetensors bytes, names without prefix.
+pub fn params_to_safetensors(params: &Params<Vec<f32>>, cfg: &GptConfig) -> Result<Vec<u8>> {
+    let list: Vec<_> = specs(cfg)
+        .into_iter()
+        .zip(params.iter())
+        .map(|(s, t)| (s.name, s.shape, t.as_slice()))
+        .collect();
+    to_safetensors(&list)
+}

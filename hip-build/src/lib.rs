@@ -1,0 +1,160 @@
+//! Build HIP kernels from a `build.rs`: find hipcc, pick the DCU archs it accepts, compile every
+//! `kernels/*.hip` into one clang offload bundle (`--genco`, a code object per arch), record the
+//! compiler's per-kernel resource usage, and generate a Rust file that embeds the bundles.
+//!
+//! hip-kernels builds its own kernels with it; a trainer with its own HIP kernels does the same
+//! in a few lines (the model is candle's `bindgen_cuda`):
+//!
+//! ```no_run
+//! // build.rs of a downstream crate, with `hip-build` in [build-dependencies]
+//! fn main() {
+//!     hip_build::Builder::new("my-trainer") // prefix of warnings and errors
+//!         .kernels_dir("kernels")           // relative to CARGO_MANIFEST_DIR (the default)
+//!         .build();                         // writes $OUT_DIR/kernels_gen.rs
+//! }
+//! ```
+//!
+//! ```ignore
+//! // src/lib.rs of that crate, with `hip-kernels` in [dependencies]
+//! mod my_kernels {
+//!     use hip_kernels::embedded::{Bundle, KernelResources, ResourceUsage};
+//!     include!(concat!(env!("OUT_DIR"), "/kernels_gen.rs"));
+//! }
+//! // my_kernels::BUNDLES[i].bytes is what hip_kernels::hip_rt::Module::load takes;
+//! // my_kernels::NOT_BUILT says why there are none.
+//! ```
+//!
+//! The generated file defines `HIPCC`, `HIPCC_VERSION`, `ARCHS`, `NOT_BUILT`, `BUNDLES` and
+//! `RESOURCES` ([`detect::render_generated`]). Without hipcc the build still succeeds: it prints a
+//! `cargo:warning` saying how to get hipcc and `NOT_BUILT` holds the reason (or it panics, with
+//! [`Builder::require`]). [`Builder::skip`] writes the same file without looking for hipcc and
+//! without a warning (for a disabled cargo feature).
+//!
+//! Environment ([`detect::ENV_VARS`], each a `rerun-if-env-changed`): `HIPK_HIPCC` (the hipcc
+//! to use), `HIPCC`, `ROCM_PATH`, `HIP_PATH` (searched in that order, then `/opt/dtk`,
+//! `/opt/rocm` and `PATH`), `HIPK_ARCH` (comma-separated target ids instead of the DCU set
+//! [`detect::DCU_ARCHS`]; every one must be accepted).
+//!
+//! Only `std` is used: build scripts should stay light. The rules (search order, arch lists,
+//! remark parsing, rendering) are in [`detect`], with table tests that need no hipcc.
+#![deny(unsafe_op_in_unsafe_fn)]
+#![forbid(unsafe_code)]
+// The crate example is a whole build.rs, `fn main` included.
+#![allow(clippy::needless_doctest_main)]
+
+mod compile;
+pub mod detect;
+
+pub use compile::HIPCC_FLAGS;
+pub use detect::ResourceUsage;
+
+use std::path::{Path, PathBuf};
+
+/// What a [`Builder`] produced.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Outcome {
+    /// Every source compiled for these archs.
+    Built {
+        /// Target ids of every bundle.
+        archs: Vec<String>,
+        /// Source stems, sorted.
+        sources: Vec<String>,
+    },
+    /// No kernels (the generated file's `NOT_BUILT` holds this reason).
+    NotBuilt(String),
+}
+
+/// A kernel build for one crate; see the crate docs.
+#[derive(Clone, Debug)]
+pub struct Builder {
+    name: String,
+    kernels_dir: PathBuf,
+    include_dirs: Vec<PathBuf>,
+    flags: Vec<String>,
+    out_file: String,
+    required: Option<String>,
+}
+
+impl Builder {
+    /// A build whose messages start with `name` (usually the crate name). Defaults: sources in
+    /// `kernels/` under `CARGO_MANIFEST_DIR`, output `$OUT_DIR/kernels_gen.rs`, hipcc optional.
+    pub fn new(name: impl Into<String>) -> Builder {
+        Builder {
+            name: name.into(),
+            kernels_dir: PathBuf::from("kernels"),
+            include_dirs: Vec::new(),
+            flags: Vec::new(),
+            out_file: "kernels_gen.rs".into(),
+            required: None,
+        }
+    }
+
+    /// The directory holding the `*.hip` sources (relative paths are under
+    /// `CARGO_MANIFEST_DIR`); it is also on the include path.
+    pub fn kernels_dir(mut self, dir: impl Into<PathBuf>) -> Builder {
+        self.kernels_dir = dir.into();
+        self
+    }
+
+    /// Another include directory (e.g. hip-kernels' `kernels/` for `common.h`).
+    pub fn include_dir(mut self, dir: impl Into<PathBuf>) -> Builder {
+        self.include_dirs.push(dir.into());
+        self
+    }
+
+    /// An extra hipcc flag, after [`HIPCC_FLAGS`].
+    pub fn flag(mut self, flag: impl Into<String>) -> Builder {
+        self.flags.push(flag.into());
+        self
+    }
+
+    /// The generated file's name in `OUT_DIR` (default `kernels_gen.rs`).
+    pub fn out_file(mut self, name: impl Into<String>) -> Builder {
+        self.out_file = name.into();
+        self
+    }
+
+    /// Panic instead of warning when the kernels cannot be built; `why` names what needs them
+    /// (e.g. "the `device` feature").
+    pub fn require(mut self, why: impl Into<String>) -> Builder {
+        self.required = Some(why.into());
+        self
+    }
+
+    /// Compile the kernels and write the generated file. Panics (a build error) when a compile
+    /// fails, with the full command and stderr.
+    pub fn build(self) -> Outcome {
+        let manifest = PathBuf::from(env_var(&self.name, "CARGO_MANIFEST_DIR"));
+        let out_dir = PathBuf::from(env_var(&self.name, "OUT_DIR"));
+        let kernels_dir = manifest.join(&self.kernels_dir);
+        let include_dirs: Vec<PathBuf> =
+            self.include_dirs.iter().map(|d| manifest.join(d)).collect();
+        compile::Job {
+            name: &self.name,
+            kernels_dir: &kernels_dir,
+            include_dirs: &include_dirs,
+            flags: &self.flags,
+            out_dir: &out_dir,
+            out_file: &self.out_file,
+            required: self.required.as_deref(),
+        }
+        .run()
+    }
+
+    /// Write the generated file with no kernels and `NOT_BUILT = reason`, without looking for
+    /// hipcc and without a warning.
+    pub fn skip(self, reason: &str) -> Outcome {
+        let out_dir = PathBuf::from(env_var(&self.name, "OUT_DIR"));
+        let text = detect::render_generated(None, "", &[], Some(reason), &[]);
+        compile::write_if_changed(&self.name, &Path::new(&out_dir).join(&self.out_file), &text);
+        Outcome::NotBuilt(reason.to_string())
+    }
+}
+
+fn env_var(name: &str, var: &str) -> String {
+    std::env::var(var)
+        .unwrap_or_else(|_| panic!("{name}: cargo did not set {var} (run from build.rs)"))
+}
+
+#[cfg(test)]
+mod detect_tests;

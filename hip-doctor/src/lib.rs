@@ -1,0 +1,232 @@
+//! `hip-doctor`: checks a DTK / ROCm install and says what works, what doesn't, and what to do.
+//!
+//! The binary (`src/main.rs`) is a thin shell around [`parse_args`], [`run`] and the
+//! renderings of [`report::Report`]. Everything here is built to keep going: each probe runs
+//! under [`guard::guarded`], so a failure in one becomes a FAIL row and the report still prints.
+//!
+//! Sections, in order: Environment (variables, `/dev/kfd`, groups, the HIP runtime and BLAS
+//! libraries), Embedded kernels, Devices, Checks per device, CPU reference self-check,
+//! Benchmarks (with `--bench`), Diagnosis.
+
+pub mod alloc_check;
+pub mod bench;
+pub mod device_checks;
+pub mod diagnose;
+pub mod env;
+pub mod guard;
+pub mod hip;
+pub mod kernel_bench;
+pub mod kernel_checks;
+pub mod kernels;
+pub mod report;
+pub mod selfcheck;
+
+use diagnose::{DeviceState, Facts, KernelState, LibraryState};
+use guard::{guarded, with_progress};
+use report::{Report, Section};
+
+/// What the command line asked for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::Parser)]
+#[command(
+    name = "hip-doctor",
+    version,
+    about = "hip-doctor: check a DTK / ROCm install for hip-kernels",
+    after_help = AFTER_HELP
+)]
+pub struct Options {
+    /// Print the whole report as JSON on stdout.
+    #[arg(long)]
+    pub json: bool,
+    /// Also run short microbenchmarks (needs a device).
+    #[arg(long)]
+    pub bench: bool,
+}
+
+/// What `--help` prints after the options.
+const AFTER_HELP: &str = "\
+Exit status: 0 when every check passed, 1 when a check failed or could not run,
+2 for a usage error.
+
+Variables: HIPK_HIP_LIBRARY (HIP runtime file to load), HIPK_GOLDEN_DIR (extra
+golden-case directories, colon-separated), HIP_VISIBLE_DEVICES.";
+
+/// A parsed command line.
+#[derive(Debug)]
+pub enum Command {
+    /// Run the checks.
+    Run(Options),
+    /// Print this text (`--help`, `--version`) on stdout and exit 0.
+    Print(String),
+}
+
+/// A command line hip-doctor does not understand: clap's message (it names the argument and
+/// points to `--help`). The binary exits 2.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct UsageError(String);
+
+/// Parses the arguments after the program name.
+pub fn parse_args<I: IntoIterator<Item = String>>(args: I) -> Result<Command, UsageError> {
+    use clap::error::ErrorKind;
+    use clap::Parser;
+    let argv = std::iter::once("hip-doctor".to_string()).chain(args);
+    match Options::try_parse_from(argv) {
+        Ok(options) => Ok(Command::Run(options)),
+        Err(e) if matches!(e.kind(), ErrorKind::DisplayHelp | ErrorKind::DisplayVersion) => {
+            Ok(Command::Print(e.render().to_string()))
+        }
+        Err(e) => Err(UsageError(e.render().to_string())),
+    }
+}
+
+/// Runs every probe and check and returns the report.
+pub fn run(options: &Options) -> Report {
+    let mut report = Report::default();
+
+    let Some(env) = guarded_value(&mut report, "Environment", env::EnvFacts::probe) else {
+        return report;
+    };
+    let mut env_section = env.section();
+
+    let mut loaded = None;
+    env_section.items.extend(guarded("HIP runtime", || {
+        let (hip, state, item) = with_progress("loading the HIP runtime", hip::library);
+        loaded = Some((hip, state));
+        vec![item]
+    }));
+    env_section.items.extend(guarded("hipBLAS / rocBLAS", || {
+        with_progress("loading hipBLAS / rocBLAS", hip::blas_items)
+    }));
+    report.push(env_section);
+    let (hip, library) = match loaded {
+        Some((hip, state)) => (Some(hip), state),
+        None => (None, LibraryState::NotInBuild),
+    };
+
+    let mut kernels = KernelState::NotInBuild;
+    let kernel_rows = guarded("Embedded kernels", || {
+        kernels = kernels::state();
+        kernels::section().items
+    });
+    report.push(Section {
+        title: "Embedded kernels".into(),
+        items: kernel_rows,
+    });
+
+    let mut devices = DeviceState::NotChecked("the HIP runtime check did not finish".into());
+    let device_rows = guarded("devices", || {
+        if let Some(hip) = &hip {
+            devices = with_progress("querying devices", || hip::devices(hip));
+        }
+        hip::device_section(&devices, &kernels).items
+    });
+    report.push(Section {
+        title: "Devices".into(),
+        items: device_rows,
+    });
+    push_device_checks(&mut report, &devices);
+
+    let selfcheck = guarded("CPU reference self-check", || {
+        with_progress("running the CPU reference on the golden cases", || {
+            selfcheck::section().items
+        })
+    });
+    report.push(Section {
+        title: "CPU reference self-check".into(),
+        items: selfcheck,
+    });
+
+    if options.bench {
+        let items = guarded("Benchmarks", || bench::section(&devices).items);
+        report.push(Section {
+            title: "Benchmarks".into(),
+            items,
+        });
+    }
+
+    let diagnosis = guarded("Diagnosis", || {
+        let facts = Facts {
+            env: &env,
+            library: &library,
+            devices: &devices,
+            kernels: &kernels,
+        };
+        diagnose::diagnose(facts).items
+    });
+    report.push(Section {
+        title: "Diagnosis".into(),
+        items: diagnosis,
+    });
+    report
+}
+
+/// One "Checks (device N)" section per device, or one skipped row saying why there are none.
+fn push_device_checks(report: &mut Report, devices: &DeviceState) {
+    let ordinals: Vec<usize> = match devices {
+        DeviceState::Found(list) => list.iter().map(|d| d.ordinal).collect(),
+        DeviceState::NoDevice(_) => {
+            report.push(device_checks::no_device_section(
+                "no HIP device is visible (see Devices)",
+            ));
+            return;
+        }
+        DeviceState::NotChecked(why) | DeviceState::Error(why) => {
+            report.push(device_checks::no_device_section(why));
+            return;
+        }
+    };
+    for ordinal in ordinals {
+        let title = format!("Checks (device {ordinal})");
+        let items = guarded(&title, || device_checks::section(ordinal).items);
+        report.push(Section { title, items });
+    }
+}
+
+/// Runs a probe that returns a value; a panic becomes a FAIL row in a section named `title`.
+fn guarded_value<T>(report: &mut Report, title: &str, probe: impl FnOnce() -> T) -> Option<T> {
+    let mut value = None;
+    let rows = guarded(title, || {
+        value = Some(probe());
+        Vec::new()
+    });
+    if !rows.is_empty() {
+        report.push(Section {
+            title: title.into(),
+            items: rows,
+        });
+    }
+    value
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(list: &[&str]) -> Result<Command, UsageError> {
+        parse_args(list.iter().map(|s| s.to_string()))
+    }
+
+    #[test]
+    fn arguments_parse() {
+        assert!(matches!(args(&[]), Ok(Command::Run(o)) if o == Options::default()));
+        assert!(matches!(
+            args(&["--json", "--bench"]),
+            Ok(Command::Run(Options {
+                json: true,
+                bench: true
+            }))
+        ));
+        let Ok(Command::Print(help)) = args(&["--json", "--help"]) else {
+            panic!("--help prints the usage")
+        };
+        assert!(
+            help.contains("--json") && help.contains("--bench") && help.contains("Exit status"),
+            "{help}"
+        );
+        let err = args(&["--jsn"])
+            .err()
+            .map(|e| e.to_string())
+            .unwrap_or_default();
+        assert!(err.contains("--jsn") && err.contains("--help"), "{err}");
+    }
+}

@@ -1,0 +1,54 @@
+//! `hip-doctor`: validates a DTK / ROCm install for hip-kernels in one command.
+//!
+//! Prints a report (text, or JSON with `--json`) and exits 0 only when every check passed;
+//! 1 when something failed or could not run; 2 for a usage error. See `--help`.
+
+use std::io::{IsTerminal, Write};
+use std::process::ExitCode;
+
+use hip_doctor::{self as doctor, guard, Command};
+
+fn main() -> ExitCode {
+    guard::install_quiet_panic_hook();
+    let options = match doctor::parse_args(std::env::args().skip(1)) {
+        Ok(Command::Run(options)) => options,
+        Ok(Command::Print(text)) => {
+            print_out(&text);
+            return ExitCode::SUCCESS;
+        }
+        Err(e) => {
+            let _ = write!(std::io::stderr(), "{e}");
+            return ExitCode::from(2);
+        }
+    };
+    // `run` guards each check itself; this is the net under the renderers.
+    let outcome = std::panic::catch_unwind(|| {
+        let report = doctor::run(&options);
+        let text = if options.json {
+            report.to_json()
+        } else {
+            report.render_text(std::io::stdout().is_terminal())
+        };
+        (text, report.exit_code())
+    });
+    match outcome {
+        Ok((text, code)) => {
+            print_out(&text);
+            ExitCode::from(u8::try_from(code).unwrap_or(1))
+        }
+        Err(_) => {
+            let _ = writeln!(
+                std::io::stderr(),
+                "hip-doctor: internal error while building the report; please report it"
+            );
+            ExitCode::from(1)
+        }
+    }
+}
+
+/// Writes to stdout, ignoring a closed pipe (`hip-doctor | head` must not crash).
+fn print_out(text: &str) {
+    let mut out = std::io::stdout().lock();
+    let _ = out.write_all(text.as_bytes());
+    let _ = out.flush();
+}

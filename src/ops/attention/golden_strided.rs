@@ -1,0 +1,180 @@
+//! Golden cases of `attention_forward_strided` and `attention_backward_strided`: q, k, v read
+//! from one stored `qkv` tensor, `[B, T, 3, H, D]` (`layout = bt3hd`, output `[B, T, H, D]`) or
+//! `[3, B, H, T, D]` (`layout = packed`, output `[B, H, T, D]`).
+
+use super::{
+    AttentionBackwardStrided, AttentionForwardStrided, AttentionLayout, AttentionParams, Qkv,
+    Strided,
+};
+use crate::golden::{f32s, Case, CaseReader, GoldenCase, GoldenError, Outputs, TensorData, Want};
+use crate::ops::OpError;
+use crate::params::{DType, Element, Host, ShapeError};
+use crate::tolerance::{tolerance, Rule, Tolerance};
+use crate::{cpu, with_dtype};
+use hip_rt::Stream;
+use std::any::Any;
+
+/// Inputs of an `attention_forward_strided` or `attention_backward_strided` case.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AttentionStridedCase {
+    /// Dimensions, mask and scale (`tq = tk = T`).
+    pub params: AttentionParams,
+    /// `[B, T, 3, H, D]` rows (true) or packed `[3, B, H, T, D]` (false).
+    pub fused: bool,
+    /// The stored q, k, v.
+    pub qkv: TensorData,
+    /// Backward only: the forward's output, `dout` (output layout) and `lse`.
+    pub backward: Option<(TensorData, TensorData, Vec<f32>)>,
+}
+
+impl AttentionStridedCase {
+    fn qkv_layout(&self, w: Qkv) -> AttentionLayout {
+        let p = &self.params;
+        let (t, h, d) = (p.tq, p.heads, p.head_dim);
+        if self.fused {
+            AttentionLayout::fused_qkv(w, t, h, d)
+        } else {
+            AttentionLayout {
+                offset: w as usize * p.batch * h * t * d,
+                ..AttentionLayout::packed(h, t, d)
+            }
+        }
+    }
+
+    fn out_layout(&self) -> AttentionLayout {
+        let p = &self.params;
+        if self.fused {
+            AttentionLayout::bthd(p.tq, p.heads, p.head_dim)
+        } else {
+            AttentionLayout::packed(p.heads, p.tq, p.head_dim)
+        }
+    }
+}
+
+fn parse(r: &mut CaseReader<'_>, backward: bool) -> Result<Case, GoldenError> {
+    let causal = r.meta_bool("causal")?;
+    let scale = r.meta_f32("scale")?;
+    let layout = r.meta_str("layout")?;
+    let (dtype, s) = r.primary("qkv")?;
+    let fused = match layout.as_str() {
+        "bt3hd" => true,
+        "packed" => false,
+        _ => return Err(r.shape_err("qkv", "layout bt3hd or packed".into(), &s)),
+    };
+    let dims = match (fused, &s[..]) {
+        (true, &[b, t, 3, h, d]) => (b, t, h, d),
+        (false, &[3, b, h, t, d]) => (b, t, h, d),
+        _ => return Err(r.shape_err("qkv", "[B, T, 3, H, D] or [3, B, H, T, D]".into(), &s)),
+    };
+    let (batch, t, heads, head_dim) = dims;
+    let params = AttentionParams {
+        batch,
+        heads,
+        tq: t,
+        tk: t,
+        head_dim,
+        causal,
+        scale,
+    };
+    let qkv = r.take("qkv", Want::Case, dtype, None)?.data;
+    let out_shape = if fused {
+        vec![batch, t, heads, head_dim]
+    } else {
+        vec![batch, heads, t, head_dim]
+    };
+    let lse_shape = vec![batch, heads, t];
+    let (back, expected) = if backward {
+        let out = r.take("out", Want::Case, dtype, Some(&out_shape))?.data;
+        let dout = r.take("dout", Want::Case, dtype, Some(&out_shape))?.data;
+        let lse = f32s(r.take("lse", Want::F32, dtype, Some(&lse_shape))?);
+        let e = r.expected(&[("dqkv", Want::Case, s.clone())], dtype)?;
+        (Some((out, dout, lse)), e)
+    } else {
+        let e = r.expected(
+            &[("out", Want::Case, out_shape), ("lse", Want::F32, lse_shape)],
+            dtype,
+        )?;
+        (None, e)
+    };
+    let case = AttentionStridedCase {
+        params,
+        fused,
+        qkv,
+        backward: back,
+    };
+    Ok(r.finish(dtype, Box::new(case), expected))
+}
+
+pub(super) fn parse_forward(r: &mut CaseReader<'_>) -> Result<Case, GoldenError> {
+    parse(r, false)
+}
+
+pub(super) fn parse_backward(r: &mut CaseReader<'_>) -> Result<Case, GoldenError> {
+    parse(r, true)
+}
+
+const OP: &str = "attention";
+
+impl GoldenCase for AttentionStridedCase {
+    fn op(&self) -> &'static str {
+        if self.backward.is_some() {
+            "attention_backward_strided"
+        } else {
+            "attention_forward_strided"
+        }
+    }
+
+    fn run_cpu(&self) -> Result<Outputs, ShapeError> {
+        let p = self.params;
+        with_dtype!(self.qkv.dtype(), T => {
+            let qkv = self.qkv.typed::<T>(OP, "qkv")?;
+            let view = |w| Strided::<Host, T> { data: qkv, layout: self.qkv_layout(w) };
+            let out_layout = self.out_layout();
+            match &self.backward {
+                None => {
+                    let mut out = vec![T::from_f64(0.0); p.q_len()?];
+                    let mut lse = vec![0.0f32; p.batch * p.heads * p.tq];
+                    cpu::attention_forward_strided(AttentionForwardStrided::<Host, T> {
+                        params: p, q: view(Qkv::Q), k: view(Qkv::K), v: view(Qkv::V),
+                        out: &mut out, out_layout, lse: &mut lse,
+                    })?;
+                    Ok(vec![("out", TensorData::from_slice(&out)), ("lse", TensorData::F32(lse))])
+                }
+                Some((out, dout, lse)) => {
+                    let mut dqkv = vec![T::from_f64(0.0); qkv.len()];
+                    cpu::attention_backward_strided(AttentionBackwardStrided::<Host, T> {
+                        params: p, q: view(Qkv::Q), k: view(Qkv::K), v: view(Qkv::V),
+                        out: Strided { data: out.typed::<T>(OP, "out")?, layout: out_layout },
+                        dout: Strided { data: dout.typed::<T>(OP, "dout")?, layout: out_layout },
+                        lse,
+                        dqkv: &mut dqkv,
+                        dq: self.qkv_layout(Qkv::Q), dk: self.qkv_layout(Qkv::K), dv: self.qkv_layout(Qkv::V),
+                    })?;
+                    Ok(vec![("dqkv", TensorData::from_slice(&dqkv))])
+                }
+            }
+        })
+    }
+
+    fn run_device(&self, _s: &Stream) -> Result<Outputs, OpError> {
+        Err(OpError::NoKernel {
+            op: self.op(),
+            reason: "no attention kernel reads the strided layouts yet (kernels/attention.hip)",
+        })
+    }
+
+    fn tolerance(&self, output: &str, dtype: DType) -> Tolerance {
+        let p = &self.params;
+        let len = p.tk.max(p.head_dim);
+        let rule = if self.backward.is_some() {
+            Rule::RoundedIntermediates
+        } else {
+            Rule::Reduction
+        };
+        tolerance(rule, output, dtype, self.qkv.dtype(), len)
+    }
+
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+}

@@ -1,0 +1,139 @@
+//! Matmul with a bias (and optionally GELU) in the epilogue, and the bias gradient: parameters
+//! and argument structs ([`MatmulBias`], [`BiasBackward`]), shared by the CPU reference
+//! ([`cpu`]) and the launchers (the GEMM of `kernels/matmul.hip` then the epilogue and the
+//! gradient of `kernels/bias.hip`).
+
+pub(crate) mod cpu;
+mod device;
+mod golden;
+
+pub use device::{bias_backward, matmul_bias, BiasPlan};
+pub use golden::{BiasBackwardCase, MatmulBiasCase};
+pub(crate) use golden::GOLDEN;
+
+use crate::embedded::KernelFile;
+use crate::ops::matmul::MatmulParams;
+use crate::params::{check_len, checked_len, ShapeError, Space, TensorLen};
+
+/// Dimensions, transposes and activation of [`MatmulBias`] (the GEMM's as in
+/// [`MatmulParams`], with alpha 1 and beta 0: the epilogue adds the bias instead of beta·C).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MatmulBiasParams {
+    /// Number of independent products (1 for a plain GEMM); the bias is shared.
+    pub batch: usize,
+    /// Rows of op(A) and of out.
+    pub m: usize,
+    /// Columns of op(B), of out and of the bias.
+    pub n: usize,
+    /// Inner (reduction) dimension.
+    pub k: usize,
+    /// A is stored transposed (`[k, m]`).
+    pub trans_a: bool,
+    /// B is stored transposed (`[n, k]`).
+    pub trans_b: bool,
+    /// Apply GELU (tanh approximation) after the bias.
+    pub gelu: bool,
+}
+
+impl MatmulBiasParams {
+    /// The GEMM part (alpha 1, beta 0).
+    pub fn matmul(&self) -> MatmulParams {
+        MatmulParams {
+            batch: self.batch,
+            trans_a: self.trans_a,
+            trans_b: self.trans_b,
+            ..MatmulParams::new(self.m, self.n, self.k)
+        }
+    }
+}
+
+/// `out = op(A)·op(B) + bias` (bias `[n]` broadcast over rows), or `gelu_tanh` of it.
+pub struct MatmulBias<'a, S: Space, T: hip_rt::Element> {
+    /// GEMM and `gelu`.
+    pub params: MatmulBiasParams,
+    /// `[batch, m, k]` (`[batch, k, m]` if `trans_a`).
+    pub a: S::In<'a, T>,
+    /// `[batch, k, n]` (`[batch, n, k]` if `trans_b`).
+    pub b: S::In<'a, T>,
+    /// `[n]`, added to every row.
+    pub bias: S::In<'a, T>,
+    /// `[batch, m, n]`, overwritten.
+    pub out: S::Out<'a, T>,
+    /// With `gelu`, optionally the pre-activation `op(A)·op(B) + bias` (what GELU's backward
+    /// needs); must be `None` without `gelu`.
+    pub pre_gelu: Option<S::Out<'a, T>>,
+}
+
+impl<S: Space, T: hip_rt::Element> MatmulBias<'_, S, T> {
+    /// Check the GEMM (alpha 1, beta 0), the bias and `pre_gelu`.
+    pub fn validate(&self) -> Result<(), ShapeError> {
+        const OP: &str = "matmul_bias";
+        let m = self.params.matmul();
+        check_len(OP, "a", m.a_len()?, self.a.numel())?;
+        check_len(OP, "b", m.b_len()?, self.b.numel())?;
+        check_len(OP, "out", m.out_len()?, self.out.numel())?;
+        check_len(OP, "bias", m.n, self.bias.numel())?;
+        match (&self.pre_gelu, self.params.gelu) {
+            (Some(p), true) => check_len(OP, "pre_gelu", self.out.numel(), p.numel()),
+            (Some(_), false) => Err(ShapeError::Presence {
+                op: OP,
+                tensor: "pre_gelu",
+                required: false,
+                fix: "set gelu = true or pass None",
+            }),
+            (None, _) => Ok(()),
+        }
+    }
+}
+
+/// A `[rows, cols]` gradient whose column sums are the bias gradient `[cols]`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BiasParams {
+    /// Rows (all batch and sequence positions), may be 0.
+    pub rows: usize,
+    /// Columns (the bias length).
+    pub cols: usize,
+    /// Add into `dbias` (gradient accumulation) instead of overwriting it.
+    pub accumulate: bool,
+}
+
+impl BiasParams {
+    /// Operation name used in errors.
+    pub const OP: &'static str = "bias_backward";
+}
+
+/// `dbias[j] (+)= Σ_i dout[i, j]`.
+pub struct BiasBackward<'a, S: Space, T: hip_rt::Element> {
+    /// Dimensions and `accumulate`.
+    pub params: BiasParams,
+    /// Gradient of the biased output, `[rows, cols]`.
+    pub dout: S::In<'a, T>,
+    /// Bias gradient `[cols]`.
+    pub dbias: S::Out<'a, T>,
+}
+
+impl<S: Space, T: hip_rt::Element> BiasBackward<'_, S, T> {
+    /// Check both lengths.
+    pub fn validate(&self) -> Result<(), ShapeError> {
+        let p = &self.params;
+        let n = checked_len(BiasParams::OP, "dout", &[p.rows, p.cols])?;
+        check_len(BiasParams::OP, "dout", n, self.dout.numel())?;
+        check_len(BiasParams::OP, "dbias", p.cols, self.dbias.numel())
+    }
+}
+
+/// The kernels of `kernels/bias.hip` the launchers use.
+pub(crate) const KERNELS: KernelFile = KernelFile {
+    source: "bias",
+    kernels: &[
+        "bias_bwd_partial_f32",
+        "bias_bwd_final_f32",
+        "bias_add_f32",
+        "bias_bwd_partial_f16",
+        "bias_bwd_final_f16",
+        "bias_add_f16",
+        "bias_bwd_partial_bf16",
+        "bias_bwd_final_bf16",
+        "bias_add_bf16",
+    ],
+};

@@ -1,0 +1,266 @@
+//! Matmul on the device (`kernels/matmul.hip`), with the CPU reference's name and argument
+//! struct ([`crate::cpu::matmul`]) plus the stream: `out = alpha·op(A)·op(B) + beta·out`, row-major,
+//! packed batches, f32 accumulation.
+//!
+//! Never run on a GPU: the launch plan is unit-tested, the kernels are compiled and statically
+//! checked for gfx906 and were run through a host emulation (`tools/kernel-emu`); the device
+//! tests have not run.
+
+use super::{Matmul, MatmulParams};
+use crate::ops::launch::{kernel_named, ptr};
+use crate::ops::OpError;
+use crate::params::{DType, DeviceElement, OnDevice, ShapeError};
+use hip_rt::{LaunchConfig, Stream};
+
+const SOURCE: &str = "matmul";
+/// Threads per block every matmul kernel is compiled for.
+const BLOCK: u32 = 256;
+/// Largest grid.y and grid.z of one launch.
+pub const MAX_GRID_YZ: usize = 65_535;
+/// Largest m, n or k: the kernels index within a matrix with 32-bit ints (plus a tile of slack).
+pub const MAX_DIM: usize = i32::MAX as usize - 256;
+
+/// The block tile of a matmul kernel.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MatmulTile {
+    /// 128×128 outputs per block (`matmul_<ab>_<dtype>`): big problems.
+    Big,
+    /// 64×64 outputs per block (`matmul_small_<ab>_<dtype>`): problems with few big tiles.
+    Small,
+}
+
+impl MatmulTile {
+    /// Rows and columns of `out` one block computes.
+    pub const fn edge(self) -> usize {
+        match self {
+            MatmulTile::Big => 128,
+            MatmulTile::Small => 64,
+        }
+    }
+
+    const fn prefix(self) -> &'static str {
+        match self {
+            MatmulTile::Big => "matmul_",
+            MatmulTile::Small => "matmul_small_",
+        }
+    }
+}
+
+/// How a matmul is launched: pure arithmetic on the shape and the device.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MatmulPlan {
+    /// Kernel symbol (an entry of [`crate::ops::kernel_names`]`("matmul")`).
+    pub kernel: String,
+    /// Block tile.
+    pub tile: MatmulTile,
+    /// Blocks along n and along m.
+    pub grid_xy: (u32, u32),
+    /// Batch items per launch (grid.z); the batch is split into `launches` launches.
+    pub batch_per_launch: usize,
+    /// Number of launches (0 when there is nothing to compute).
+    pub launches: usize,
+}
+
+fn invalid(name: &'static str, value: usize, reason: &'static str) -> ShapeError {
+    ShapeError::Invalid {
+        op: MatmulParams::OP,
+        name,
+        value: value.to_string(),
+        reason,
+    }
+}
+
+impl MatmulPlan {
+    /// The plan for `shape` in `dtype` on a device with `compute_units` CUs. The small tile is
+    /// used when big tiles would not give every CU two blocks (skinny or small problems).
+    pub fn new(
+        shape: &MatmulParams,
+        dtype: DType,
+        compute_units: u32,
+    ) -> Result<MatmulPlan, ShapeError> {
+        for (name, v) in [("m", shape.m), ("n", shape.n), ("k", shape.k)] {
+            if v > MAX_DIM {
+                return Err(invalid(name, v, "must be below 2^31 - 256 on the device"));
+            }
+        }
+        let blocks = |t: MatmulTile| (shape.m.div_ceil(t.edge()), shape.n.div_ceil(t.edge()));
+        let (bm, bn) = blocks(MatmulTile::Big);
+        let big_blocks = bm.saturating_mul(bn).saturating_mul(shape.batch);
+        let wanted = 2 * compute_units.max(1) as usize;
+        let small_fits = blocks(MatmulTile::Small).0 <= MAX_GRID_YZ;
+        let tile = if big_blocks < wanted && small_fits {
+            MatmulTile::Small
+        } else {
+            MatmulTile::Big
+        };
+        let (gy, gx) = blocks(tile);
+        if gy > MAX_GRID_YZ || gx > u32::MAX as usize {
+            return Err(invalid(
+                "m",
+                shape.m,
+                "must be at most 65535 * 128 on the device",
+            ));
+        }
+        let ab = match (shape.trans_a, shape.trans_b) {
+            (false, false) => "nn",
+            (false, true) => "nt",
+            (true, false) => "tn",
+            (true, true) => "tt",
+        };
+        let empty = shape.m == 0 || shape.n == 0 || shape.batch == 0;
+        Ok(MatmulPlan {
+            kernel: format!("{}{ab}_{}", tile.prefix(), dtype.name()),
+            tile,
+            grid_xy: (gx as u32, gy as u32),
+            batch_per_launch: shape.batch.clamp(1, MAX_GRID_YZ),
+            launches: if empty {
+                0
+            } else {
+                shape.batch.div_ceil(MAX_GRID_YZ)
+            },
+        })
+    }
+}
+
+/// [`Matmul`] on `stream`: `out = alpha·op(a)·op(b) + beta·out` (out doubles as C, read only
+/// when `beta != 0`, so it may hold anything when `beta == 0`). Same semantics and validation as
+/// [`crate::cpu::matmul`]; f32 accumulation (the reference uses f64). Queues the work; no host
+/// sync.
+pub fn matmul<T: DeviceElement>(stream: &Stream, args: Matmul<'_, OnDevice, T>) -> Result<(), OpError> {
+    args.validate()?;
+    let shape = &args.params;
+    let (alpha, beta) = (shape.alpha, shape.beta);
+    let plan = MatmulPlan::new(shape, T::DTYPE, stream.device().compute_units())?;
+    let (pa, pb, po) = (
+        ptr(stream, "a", args.a)?,
+        ptr(stream, "b", args.b)?,
+        ptr(stream, "out", args.out)?,
+    );
+    if plan.launches == 0 {
+        return Ok(());
+    }
+    let f = kernel_named(stream, SOURCE, &plan.kernel)?;
+    let (m, n, k) = (shape.m, shape.n, shape.k);
+    let lda = if shape.trans_a { m } else { k };
+    let ldb = if shape.trans_b { k } else { n };
+    let (sa, sb, so) = (m * k, k * n, m * n); // validate() proved these products fit
+    let elem = std::mem::size_of::<T>();
+    for launch in 0..plan.launches {
+        let first = launch * plan.batch_per_launch;
+        let items = (shape.batch - first).min(plan.batch_per_launch);
+        let mut builder = stream.launch_builder(&f);
+        let c_and_out = po.byte_add(first * so * elem);
+        builder
+            .value(pa.byte_add(first * sa * elem))
+            .value(pb.byte_add(first * sb * elem))
+            .value(c_and_out)
+            .value(c_and_out)
+            .value(m as i32)
+            .value(n as i32)
+            .value(k as i32);
+        for v in [lda, ldb, n, n, sa, sb, so, so] {
+            builder.value(v as i64);
+        }
+        builder.value(alpha).value(beta);
+        let config = LaunchConfig {
+            grid: (plan.grid_xy.0, plan.grid_xy.1, items as u32),
+            block: (BLOCK, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        // SAFETY: the arguments are those of matmul_*_<T> in order (a, b, c, out: device
+        // pointers, c = out; M, N, K: int; lda, ldb, ldc, ldo, stride_a, stride_b, stride_c,
+        // stride_o: int64_t; alpha, beta: float). validate() checked that a, b and out hold
+        // exactly batch·m·k, batch·k·n and batch·m·n elements, so items `first..first + items`
+        // lie inside them; m, n, k ≤ MAX_DIM fit an int; the buffers live on the stream's
+        // device and the allocator was told the stream uses them.
+        unsafe { builder.launch(&config) }?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ops::kernel_names;
+
+    fn shape(batch: usize, m: usize, n: usize, k: usize, ta: bool, tb: bool) -> MatmulParams {
+        MatmulParams {
+            batch,
+            trans_a: ta,
+            trans_b: tb,
+            ..MatmulParams::new(m, n, k)
+        }
+    }
+
+    #[test]
+    fn every_planned_kernel_is_in_the_name_table() {
+        let names = kernel_names(SOURCE).expect("matmul is in the name table");
+        for dtype in DType::ALL {
+            for (ta, tb) in [(false, false), (false, true), (true, false), (true, true)] {
+                for (m, n) in [(4096, 4096), (8192, 64), (1, 1)] {
+                    let p = MatmulPlan::new(&shape(1, m, n, 64, ta, tb), dtype, 60).unwrap();
+                    assert!(names.contains(&p.kernel.as_str()), "{}", p.kernel);
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn big_problems_take_the_big_tile_and_skinny_ones_the_small() {
+        let big =
+            MatmulPlan::new(&shape(1, 4096, 4096, 4096, false, false), DType::F32, 60).unwrap();
+        assert_eq!(
+            (big.tile, big.grid_xy, big.kernel.as_str()),
+            (MatmulTile::Big, (32, 32), "matmul_nn_f32")
+        );
+        let skinny =
+            MatmulPlan::new(&shape(1, 8192, 64, 8192, false, true), DType::BF16, 60).unwrap();
+        assert_eq!((skinny.tile, skinny.grid_xy), (MatmulTile::Small, (1, 128)));
+        assert_eq!(skinny.kernel, "matmul_small_nt_bf16");
+        let tiny = MatmulPlan::new(&shape(3, 1, 129, 7, true, false), DType::F16, 60).unwrap();
+        assert_eq!(
+            (tiny.grid_xy, tiny.launches, tiny.kernel.as_str()),
+            ((3, 1), 1, "matmul_small_tn_f16")
+        );
+    }
+
+    #[test]
+    fn batches_beyond_the_grid_limit_are_split_into_launches() {
+        let p = MatmulPlan::new(&shape(200_000, 2, 2, 2, false, false), DType::F32, 60).unwrap();
+        assert_eq!((p.batch_per_launch, p.launches), (MAX_GRID_YZ, 4));
+        let one = MatmulPlan::new(&shape(65_535, 2, 2, 2, false, false), DType::F32, 60).unwrap();
+        assert_eq!(one.launches, 1);
+    }
+
+    #[test]
+    fn empty_outputs_launch_nothing_but_k_zero_still_scales_c() {
+        for s in [
+            shape(1, 0, 5, 3, false, false),
+            shape(1, 5, 0, 3, false, false),
+            shape(0, 5, 5, 3, false, false),
+        ] {
+            assert_eq!(
+                MatmulPlan::new(&s, DType::F32, 60).unwrap().launches,
+                0,
+                "{s:?}"
+            );
+        }
+        assert_eq!(
+            MatmulPlan::new(&shape(1, 5, 5, 0, false, false), DType::F32, 60)
+                .unwrap()
+                .launches,
+            1
+        );
+    }
+
+    #[test]
+    fn dimensions_the_kernels_cannot_index_are_typed_errors() {
+        let e =
+            MatmulPlan::new(&shape(1, 5, 5, 1 << 31, false, false), DType::F32, 60).unwrap_err();
+        assert!(matches!(e, ShapeError::Invalid { name: "k", .. }), "{e}");
+        assert!(e.to_string().contains("2147483648"), "{e}");
+        let e = MatmulPlan::new(&shape(1, 65_536 * 128, 1, 1, false, false), DType::F32, 60)
+            .unwrap_err();
+        assert!(matches!(e, ShapeError::Invalid { name: "m", .. }), "{e}");
+    }
+}
