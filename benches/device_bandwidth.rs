@@ -2,6 +2,10 @@
 //! of compulsory traffic (each input read once, each output written once), printed beside the
 //! device's peak (2 × memory clock × bus width). Targets: ≥ 80 % of peak for rows of C ≥ 1024
 //! and for AdamW over ≥ 16 M parameters. NEVER RUN: no GPU was available when it was written.
+//!
+//! `HIPK_BENCH_QUICK=1`: small shapes and criterion's shortest settings, a smoke run (CI runs it
+//! on hip-emu). On an emulated device every figure is labelled "emulated — not a performance
+//! figure" (`benches/device_common`).
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use hip_kernels::ops::{
@@ -11,20 +15,27 @@ use hip_kernels::ops::{
 use hip_kernels::params::{bf16, OnDevice};
 use hip_rt::{Device, DeviceBuffer, Stream, StreamOptions};
 
-fn setup() -> (Stream, f64) {
+#[path = "device_common/mod.rs"]
+mod device_common;
+use device_common::{announce, config, quick};
+
+/// The stream, the device's peak GB/s and the figure label (emulated devices).
+fn setup() -> (Stream, f64, String) {
     let device = Device::get(0).expect("the device bench needs HIP device 0");
+    let label = announce(&device);
     let p = device.props();
     let peak = 2.0 * f64::from(p.memory_clock_rate_khz) * 1e3 * f64::from(p.memory_bus_width_bits)
         / 8.0
         / 1e9;
     println!(
-        "device 0: {} ({}), peak {peak:.0} GB/s",
+        "device 0: {} ({}), peak {peak:.0} GB/s{label}",
         device.name(),
         device.arch()
     );
     (
         Stream::new(&device, StreamOptions::default()).expect("stream"),
         peak,
+        label,
     )
 }
 
@@ -32,10 +43,12 @@ fn filled<T: DeviceElement>(s: &Stream, n: usize, v: f64) -> DeviceBuffer<T> {
     DeviceBuffer::from_slice(s, &vec![T::from_f64(v); n]).expect("alloc")
 }
 
-fn layernorm<T: DeviceElement>(c: &mut Criterion, s: &Stream) {
-    let mut g = c.benchmark_group(format!("layernorm_{}", T::DTYPE));
+fn layernorm<T: DeviceElement>(c: &mut Criterion, s: &Stream, label: &str) {
+    let mut g = c.benchmark_group(format!("layernorm_{}{label}", T::DTYPE));
+    // 64 MiB of x; 256 KiB in quick mode.
+    let x_bytes = if quick() { 1usize << 18 } else { 1usize << 26 };
     for cols in [1024usize, 4096, 8192] {
-        let rows = (1usize << 26) / cols / T::DTYPE.size_bytes(); // 64 MiB of x
+        let rows = x_bytes / cols / T::DTYPE.size_bytes();
         let shape = LayerNormParams {
             rows,
             cols,
@@ -90,9 +103,9 @@ fn layernorm<T: DeviceElement>(c: &mut Criterion, s: &Stream) {
     g.finish();
 }
 
-fn adamw(c: &mut Criterion, s: &Stream) {
-    let n = 1usize << 24; // 16 M parameters
-    let mut g = c.benchmark_group("adamw");
+fn adamw(c: &mut Criterion, s: &Stream, label: &str) {
+    let n = if quick() { 1usize << 16 } else { 1usize << 24 }; // 16 M parameters (quick: 64 K)
+    let mut g = c.benchmark_group(format!("adamw{label}"));
     let params = AdamWParams {
         step: 10,
         ..AdamWParams::default()
@@ -105,7 +118,7 @@ fn adamw(c: &mut Criterion, s: &Stream) {
         filled::<f32>(s, n, 0.0),
     );
     g.throughput(Throughput::Bytes(7 * 4 * n as u64));
-    g.bench_function("f32_16M", |bench| {
+    g.bench_function(BenchmarkId::new("f32", n), |bench| {
         bench.iter(|| {
             let t = AdamWTensor::<OnDevice, _> {
                 param: &mut p,
@@ -132,7 +145,7 @@ fn adamw(c: &mut Criterion, s: &Stream) {
         filled::<f32>(s, n, 1.0),
     );
     g.throughput(Throughput::Bytes((6 * 4 + 2 * 2) * n as u64));
-    g.bench_function("bf16_master_16M", |bench| {
+    g.bench_function(BenchmarkId::new("bf16_master", n), |bench| {
         bench.iter(|| {
             let t = AdamWTensor::<OnDevice, _> {
                 param: &mut p16,
@@ -156,12 +169,16 @@ fn adamw(c: &mut Criterion, s: &Stream) {
 }
 
 fn benches(c: &mut Criterion) {
-    let (s, peak) = setup();
-    layernorm::<f32>(c, &s);
-    layernorm::<bf16>(c, &s);
-    adamw(c, &s);
-    println!("compare each GB/s figure above with the peak {peak:.0} GB/s (target ≥ 80 %)");
+    let (s, peak, label) = setup();
+    layernorm::<f32>(c, &s, &label);
+    layernorm::<bf16>(c, &s, &label);
+    adamw(c, &s, &label);
+    println!("compare each GB/s figure above with the peak {peak:.0} GB/s (target ≥ 80 %){label}");
 }
 
-criterion_group!(device_bandwidth, benches);
+criterion_group! {
+    name = device_bandwidth;
+    config = config();
+    targets = benches
+}
 criterion_main!(device_bandwidth);

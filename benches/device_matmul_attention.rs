@@ -11,6 +11,10 @@
 //!   buffer, then S·V). The baseline has no softmax pass (this project has no standalone softmax
 //!   kernel), so it is a lower bound on the time of "hipBLAS + softmax": the printed speed-up is
 //!   conservative. Target: forward ≥ 2× that baseline at T = 2048.
+//!
+//! `HIPK_BENCH_QUICK=1`: small shapes and criterion's shortest settings, a smoke run (CI runs it
+//! on hip-emu). On an emulated device every figure is labelled "emulated — not a performance
+//! figure" (`benches/device_common`).
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use hip_kernels::ops::{
@@ -21,8 +25,14 @@ use hip_rt::{Batch, Blas, Device, DeviceBuffer, Gemm, GemmElement, Stream, Strea
 use std::sync::Arc;
 use std::time::Instant;
 
-fn setup() -> (Arc<Stream>, Blas) {
+#[path = "device_common/mod.rs"]
+mod device_common;
+use device_common::{announce, config, quick};
+
+/// The stream, the BLAS handle and the figure label (emulated devices).
+fn setup() -> (Arc<Stream>, Blas, String) {
     let device = Device::get(0).expect("the device bench needs HIP device 0");
+    let label = announce(&device);
     println!(
         "device 0: {} ({}), {} CUs",
         device.name(),
@@ -31,7 +41,7 @@ fn setup() -> (Arc<Stream>, Blas) {
     );
     let stream = Arc::new(Stream::new(&device, StreamOptions::default()).expect("stream"));
     let blas = Blas::new(stream.clone()).expect("hipBLAS or rocBLAS (DTK ships both)");
-    (stream, blas)
+    (stream, blas, label)
 }
 
 fn filled<T: DeviceElement>(s: &Stream, n: usize, v: f64) -> DeviceBuffer<T> {
@@ -51,16 +61,21 @@ fn seconds_per_call(s: &Stream, mut f: impl FnMut()) -> f64 {
     t.elapsed().as_secs_f64() / f64::from(iters)
 }
 
-fn matmul<T: DeviceElement + GemmElement>(c: &mut Criterion, s: &Stream, blas: &Blas) {
-    let mut g = c.benchmark_group(format!("matmul_{}", T::DTYPE));
+/// Quick mode: one square and one skinny shape, small enough for hip-emu.
+const QUICK_MATMUL: [(usize, usize, usize); 2] = [(128, 128, 128), (256, 16, 128)];
+const FULL_MATMUL: [(usize, usize, usize); 5] = [
+    (1024, 1024, 1024),
+    (2048, 2048, 2048),
+    (4096, 4096, 4096),
+    (8192, 64, 8192),
+    (64, 8192, 8192),
+];
+
+fn matmul<T: DeviceElement + GemmElement>(c: &mut Criterion, s: &Stream, blas: &Blas, label: &str) {
+    let mut g = c.benchmark_group(format!("matmul_{}{label}", T::DTYPE));
     g.sample_size(10);
-    for (m, n, k) in [
-        (1024, 1024, 1024),
-        (2048, 2048, 2048),
-        (4096, 4096, 4096),
-        (8192, 64, 8192),
-        (64, 8192, 8192),
-    ] {
+    let shapes: &[(usize, usize, usize)] = if quick() { &QUICK_MATMUL } else { &FULL_MATMUL };
+    for &(m, n, k) in shapes {
         let params = MatmulParams::new(m, n, k);
         let (gemm, _) = params.gemm(); // the same product through hipBLAS
         let (a, b) = (filled::<T>(s, m * k, 0.01), filled::<T>(s, k * n, 0.02));
@@ -92,7 +107,7 @@ fn matmul<T: DeviceElement + GemmElement>(c: &mut Criterion, s: &Stream, blas: &
         let ours = seconds_per_call(s, || ours(&mut out));
         let theirs = seconds_per_call(s, || blas.gemm(&gemm, &a, &b, &mut out).expect("gemm"));
         println!(
-            "matmul {} {id}: hip-kernels {:.2} TFLOPS, {:?} {:.2} TFLOPS, ratio {:.2}",
+            "matmul {} {id}: hip-kernels {:.2} TFLOPS, {:?} {:.2} TFLOPS, ratio {:.2}{label}",
             T::DTYPE,
             flops / ours / 1e12,
             blas.backend(),
@@ -103,12 +118,28 @@ fn matmul<T: DeviceElement + GemmElement>(c: &mut Criterion, s: &Stream, blas: &
     g.finish();
 }
 
-fn attention<T: DeviceElement + GemmElement>(c: &mut Criterion, s: &Stream, blas: &Blas) {
-    let mut g = c.benchmark_group(format!("attention_{}", T::DTYPE));
+fn attention<T: DeviceElement + GemmElement>(
+    c: &mut Criterion,
+    s: &Stream,
+    blas: &Blas,
+    label: &str,
+) {
+    let mut g = c.benchmark_group(format!("attention_{}{label}", T::DTYPE));
     g.sample_size(10);
-    for t in [512usize, 2048, 8192] {
-        for d in [64usize, 128] {
-            let heads = if t == 8192 { 4 } else { 16 };
+    let (ts, ds): (&[usize], &[usize]) = if quick() {
+        (&[64], &[64])
+    } else {
+        (&[512, 2048, 8192], &[64, 128])
+    };
+    for &t in ts {
+        for &d in ds {
+            let heads = if quick() {
+                1
+            } else if t == 8192 {
+                4
+            } else {
+                16
+            };
             let shape = AttentionParams {
                 batch: 1,
                 heads,
@@ -183,7 +214,7 @@ fn attention<T: DeviceElement + GemmElement>(c: &mut Criterion, s: &Stream, blas
             });
             println!(
                 "attention {} {id} (BH {heads}): forward {:.2} TFLOPS, backward {:.2} TFLOPS, \
-                 forward vs 2-GEMM baseline (no softmax) {:.2}x",
+                 forward vs 2-GEMM baseline (no softmax) {:.2}x{label}",
                 T::DTYPE,
                 fwd_flops / fwd / 1e12,
                 2.5 * fwd_flops / bwd / 1e12,
@@ -195,12 +226,16 @@ fn attention<T: DeviceElement + GemmElement>(c: &mut Criterion, s: &Stream, blas
 }
 
 fn benches(c: &mut Criterion) {
-    let (s, blas) = setup();
-    matmul::<f32>(c, &s, &blas);
-    matmul::<f16>(c, &s, &blas);
-    attention::<f16>(c, &s, &blas);
-    attention::<f32>(c, &s, &blas);
+    let (s, blas, label) = setup();
+    matmul::<f32>(c, &s, &blas, &label);
+    matmul::<f16>(c, &s, &blas, &label);
+    attention::<f16>(c, &s, &blas, &label);
+    attention::<f32>(c, &s, &blas, &label);
 }
 
-criterion_group!(device, benches);
+criterion_group! {
+    name = device;
+    config = config();
+    targets = benches
+}
 criterion_main!(device);

@@ -4,6 +4,10 @@
 //! compulsory traffic (each input read once, each output written once; the cross-entropy reads
 //! its logits twice by design and is counted once). NEVER RUN: no GPU was available when it was
 //! written.
+//!
+//! `HIPK_BENCH_QUICK=1`: small shapes and criterion's shortest settings, a smoke run (CI runs it
+//! on hip-emu). On an emulated device every figure is labelled "emulated — not a performance
+//! figure" (`benches/device_common`).
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use hip_kernels::ops::{
@@ -14,19 +18,29 @@ use hip_kernels::ops::{
 use hip_kernels::params::{bf16, OnDevice};
 use hip_rt::{Device, DeviceBuffer, Stream, StreamOptions};
 
-fn setup() -> Stream {
+#[path = "device_common/mod.rs"]
+mod device_common;
+use device_common::{announce, config, quick};
+
+/// The stream and the figure label (emulated devices).
+fn setup() -> (Stream, String) {
     let device = Device::get(0).expect("the device bench needs HIP device 0");
+    let label = announce(&device);
     println!("device 0: {} ({})", device.name(), device.arch());
-    Stream::new(&device, StreamOptions::default()).expect("stream")
+    (
+        Stream::new(&device, StreamOptions::default()).expect("stream"),
+        label,
+    )
 }
 
 fn filled<T: DeviceElement>(s: &Stream, n: usize, v: f64) -> DeviceBuffer<T> {
     DeviceBuffer::from_slice(s, &vec![T::from_f64(v); n]).expect("alloc")
 }
 
-fn elementwise<T: DeviceElement>(c: &mut Criterion, s: &Stream) {
-    let mut g = c.benchmark_group(format!("elementwise_{}", T::DTYPE));
-    let n = (1usize << 26) / T::DTYPE.size_bytes();
+fn elementwise<T: DeviceElement>(c: &mut Criterion, s: &Stream, label: &str) {
+    let mut g = c.benchmark_group(format!("elementwise_{}{label}", T::DTYPE));
+    let bytes = if quick() { 1usize << 18 } else { 1usize << 26 }; // 64 MiB (quick: 256 KiB)
+    let n = bytes / T::DTYPE.size_bytes();
     let params = ElementwiseParams { len: n };
     let (x, d) = (filled::<T>(s, n, 0.5), filled::<T>(s, n, 0.25));
     let mut out = filled::<T>(s, n, 0.0);
@@ -80,9 +94,10 @@ fn elementwise<T: DeviceElement>(c: &mut Criterion, s: &Stream) {
     g.finish();
 }
 
-fn crossentropy<T: DeviceElement>(c: &mut Criterion, s: &Stream) {
-    let mut g = c.benchmark_group(format!("crossentropy_{}", T::DTYPE));
-    let (rows, vocab, padded_vocab) = (1024usize, 50257usize, 50304usize);
+fn crossentropy<T: DeviceElement>(c: &mut Criterion, s: &Stream, label: &str) {
+    let mut g = c.benchmark_group(format!("crossentropy_{}{label}", T::DTYPE));
+    let rows = if quick() { 4 } else { 1024usize };
+    let (vocab, padded_vocab) = (50257usize, 50304usize);
     let params = CrossEntropyParams {
         rows,
         vocab,
@@ -115,15 +130,26 @@ fn crossentropy<T: DeviceElement>(c: &mut Criterion, s: &Stream) {
     g.finish();
 }
 
-fn encoder_and_bias<T: DeviceElement>(c: &mut Criterion, s: &Stream) {
-    let mut g = c.benchmark_group(format!("encoder_{}", T::DTYPE));
-    let p = EncoderParams {
-        batch: 8,
-        seq: 1024,
-        channels: 768,
-        vocab: 50257,
-        positions: 1024,
-        accumulate: true,
+fn encoder_and_bias<T: DeviceElement>(c: &mut Criterion, s: &Stream, label: &str) {
+    let mut g = c.benchmark_group(format!("encoder_{}{label}", T::DTYPE));
+    let p = if quick() {
+        EncoderParams {
+            batch: 1,
+            seq: 64,
+            channels: 768,
+            vocab: 1000,
+            positions: 64,
+            accumulate: true,
+        }
+    } else {
+        EncoderParams {
+            batch: 8,
+            seq: 1024,
+            channels: 768,
+            vocab: 50257,
+            positions: 1024,
+            accumulate: true,
+        }
     };
     let rows = p.batch * p.seq;
     let tokens: Vec<i32> = (0..rows).map(|i| ((i * 7919) % p.vocab) as i32).collect();
@@ -201,13 +227,23 @@ fn encoder_and_bias<T: DeviceElement>(c: &mut Criterion, s: &Stream) {
 }
 
 fn benches(c: &mut Criterion) {
-    let s = setup();
-    elementwise::<f32>(c, &s);
-    elementwise::<bf16>(c, &s);
-    crossentropy::<f32>(c, &s);
-    crossentropy::<bf16>(c, &s);
-    encoder_and_bias::<bf16>(c, &s);
+    let (s, label) = setup();
+    elementwise::<f32>(c, &s, &label);
+    elementwise::<bf16>(c, &s, &label);
+    crossentropy::<f32>(c, &s, &label);
+    crossentropy::<bf16>(c, &s, &label);
+    encoder_and_bias::<bf16>(c, &s, &label);
 }
 
-criterion_group!(name = trainops; config = Criterion::default().sample_size(20); targets = benches);
+/// 20 samples (the default 100 takes minutes on 64 MiB tensors); quick mode's settings with
+/// `HIPK_BENCH_QUICK=1`.
+fn trainops_config() -> Criterion {
+    if quick() {
+        config()
+    } else {
+        Criterion::default().sample_size(20)
+    }
+}
+
+criterion_group!(name = trainops; config = trainops_config(); targets = benches);
 criterion_main!(trainops);

@@ -1,7 +1,8 @@
 //! Host build of the kernels for hip-emu.
 //!
-//! Compiles the repository's `kernels/*.hip` (and the test-only `hip-emu/tests/kernels/*.hip`,
-//! whose kernels are named `hipemu_test_*`) as host C++ with clang++ >= 15 against the shim in
+//! Compiles the repository's `kernels/*.hip`, hip-rt's test kernels `hip-rt/kernels/*.hip`
+//! (`hipk_test_*`, which hip-rt's tests and examples build with hipcc), and the test-only
+//! `hip-emu/tests/kernels/*.hip` (`hipemu_test_*`) as host C++ with clang++ >= 15 against the shim in
 //! `shim/`, and generates the kernel registry: every `extern "C" __global__` function found in
 //! the preprocessed source gets a trampoline and its parameter sizes, deduced from its C++
 //! signature (shim/hipemu_registry.h). No list of kernel names is kept by hand.
@@ -36,10 +37,12 @@ fn main() {
     println!("cargo:rerun-if-changed=build.rs");
     let kernel_dir = root.join("kernels");
     let test_dir = manifest.join("tests").join("kernels");
+    let rt_dir = root.join("hip-rt").join("kernels");
     println!("cargo:rerun-if-changed={}", kernel_dir.display());
+    println!("cargo:rerun-if-changed={}", rt_dir.display());
     println!("cargo:rerun-if-changed={}", test_dir.display());
 
-    match build(&root, &manifest, &out, &kernel_dir, &test_dir) {
+    match build(&root, &manifest, &out, [&kernel_dir, &rt_dir], &test_dir) {
         Ok(count) => {
             println!("cargo:rustc-cfg=hipemu_kernels");
             println!("cargo:rustc-env=HIPEMU_NO_HOST_BUILD_REASON=");
@@ -70,7 +73,7 @@ fn build(
     root: &Path,
     manifest: &Path,
     out: &Path,
-    kernel_dir: &Path,
+    [kernel_dir, rt_dir]: [&Path; 2],
     test_dir: &Path,
 ) -> Result<usize, String> {
     let cxx = find_cxx()?;
@@ -80,7 +83,11 @@ fn build(
         println!("cargo:rustc-cfg=hipemu_race_kernels");
     }
     let mut sources = Vec::new();
-    for (dir, race) in [(kernel_dir, race_all), (test_dir, TEST_KERNELS_RACE)] {
+    for (dir, race) in [
+        (kernel_dir, race_all),
+        (rt_dir, race_all),
+        (test_dir, TEST_KERNELS_RACE),
+    ] {
         let Ok(entries) = fs::read_dir(dir) else {
             continue;
         };

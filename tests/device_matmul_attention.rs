@@ -3,9 +3,13 @@
 //! when they were written; they compile in CI.
 //!
 //! - golden cases (matmul, attention forward/backward) through the library's `DeviceBackend`;
-//! - random shapes: matmul M, N, K ∈ {1, 7, 64, 129, 1000} (every layout, every dtype, alpha and
-//!   beta, batches); attention T ∈ {1, 17, 128, 1000} (Tq = Tk and Tq ≠ Tk), head dims
-//!   16, 32, 64, 80, 96, 128, causal or not, every dtype;
+//! - random shapes: matmul M, N, K ∈ {1, 7, 64, 129, 300} (every layout, every dtype, alpha and
+//!   beta, batches), a K of 2000, a K of 0, and a batched shape that takes the 128×128 tile with
+//!   edge tiles on both axes; attention T ∈ {1, 17, 128, 300} (Tq = Tk and Tq ≠ Tk), head dims
+//!   16, 32, 64, 80, 96, 128, causal or not, every dtype. The sizes are chosen for what they
+//!   cover (1 and 7: a partial first tile; 64 and 128: exact tiles; 129: one element past a tile;
+//!   300: several tiles and a partial one, 300 mod 64, 32, 16 and 8 all nonzero); larger sizes
+//!   add nothing a tiled kernel can get wrong and cost minutes on hip-emu;
 //! - beta = 0 never reads C (C holds NaN); the backward is bit-identical run to run.
 #![cfg(feature = "device")]
 
@@ -56,13 +60,13 @@ fn check_matmul<T: DeviceElement>(s: &Stream, rng: &mut Rng, shape: MatmulParams
 fn matmul_random_shapes<T: DeviceElement>() {
     let s = stream();
     let mut rng = Rng(0x5eed_0001);
-    const DIMS: [usize; 5] = [1, 7, 64, 129, 1000];
+    const DIMS: [usize; 5] = [1, 7, 64, 129, 300];
     for (trans_a, trans_b) in [(false, false), (false, true), (true, false), (true, true)] {
         for m in DIMS {
             for n in DIMS {
                 for k in DIMS {
-                    // At most one dimension of 1000 keeps the f64 reference fast; 1000³ once below.
-                    if [m, n, k].iter().filter(|&&d| d == 1000).count() > 1 {
+                    // At most one dimension of 300 (several tiles on one axis is what it adds).
+                    if [m, n, k].iter().filter(|&&d| d == 300).count() > 1 {
                         continue;
                     }
                     let shape = MatmulParams {
@@ -84,12 +88,25 @@ fn matmul_random_shapes<T: DeviceElement>() {
         };
         check_matmul::<T>(&s, &mut rng, batched);
     }
-    let cube = MatmulParams {
+    // The 128×128 tile: chosen only when it gives every CU two blocks, so batch 20 of
+    // 3 × 2 tiles; 257 = 2·128 + 1 and 130 = 128 + 2 leave edge tiles on both axes, 67 a
+    // partial k slice.
+    let big = MatmulParams {
+        batch: 20,
         trans_b: true,
         beta: 1.0,
-        ..MatmulParams::new(1000, 1000, 1000)
+        ..MatmulParams::new(257, 130, 67)
     };
-    check_matmul::<T>(&s, &mut rng, cube);
+    let cus = s.device().compute_units();
+    let plan = ops::MatmulPlan::new(&big, T::DTYPE, cus).unwrap();
+    assert_eq!(plan.tile, ops::MatmulTile::Big, "{cus} CUs: {plan:?}");
+    check_matmul::<T>(&s, &mut rng, big);
+    // A long reduction (the accumulation error grows with K).
+    let long_k = MatmulParams {
+        trans_a: true,
+        ..MatmulParams::new(65, 7, 2000)
+    };
+    check_matmul::<T>(&s, &mut rng, long_k);
     let k0 = MatmulParams {
         batch: 2,
         beta: 2.0,
@@ -200,12 +217,12 @@ fn check_attention<T: DeviceElement>(s: &Stream, rng: &mut Rng, shape: Attention
 fn attention_random_shapes<T: DeviceElement>() {
     let s = stream();
     let mut rng = Rng(0x5eed_0002);
-    const TS: [usize; 4] = [1, 17, 128, 1000];
+    const TS: [usize; 4] = [1, 17, 128, 300];
     for head_dim in [16, 32, 64, 80, 96, 128] {
         for tq in TS {
             for tk in TS {
-                // Every Tq = Tk, and Tq ≠ Tk pairs around 17 and 128 (1000 × 1000 once per head dim).
-                if tq != tk && tq.max(tk) == 1000 && tq.min(tk) != 17 {
+                // Every Tq = Tk, and Tq ≠ Tk pairs around 17 and 128 (300 × 300 once per head dim).
+                if tq != tk && tq.max(tk) == 300 && tq.min(tk) != 17 {
                     continue;
                 }
                 for causal in [false, true] {
@@ -277,7 +294,8 @@ fn attention_backward_is_bit_identical_run_to_run() {
 #[test]
 fn bad_shapes_are_rejected_before_any_launch() {
     let s = stream();
-    let (a, b) = (upload(&s, &[0f32; 6]), upload(&s, &[0f32; 6]));
+    // 2×3 · 3×2 needs 6 elements of b: 5 is one short.
+    let (a, b) = (upload(&s, &[0f32; 6]), upload(&s, &[0f32; 5]));
     let mut out = upload(&s, &[0f32; 4]);
     let args = Matmul::<OnDevice, _> {
         params: MatmulParams::new(2, 2, 3),

@@ -53,6 +53,21 @@ pub struct DeviceFacts {
     pub total_memory: u64,
 }
 
+impl DeviceFacts {
+    /// Whether this is hip-emu's CPU emulation (its name says so), not a GPU.
+    pub fn is_emulated(&self) -> bool {
+        self.name.contains(hip_rt::EMULATED_NAME_MARK)
+    }
+}
+
+impl DeviceState {
+    /// Whether devices were found and every one is emulated: the runtime is hip-emu, which
+    /// needs no GPU driver (`/dev/kfd`).
+    pub fn all_emulated(&self) -> bool {
+        matches!(self, DeviceState::Found(list) if !list.is_empty() && list.iter().all(DeviceFacts::is_emulated))
+    }
+}
+
 /// What asking the runtime for devices found.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum DeviceState {
@@ -197,6 +212,9 @@ fn library_rule(facts: Facts<'_>) -> Vec<Item> {
 
 fn kfd_rule(facts: Facts<'_>) -> Vec<Item> {
     let env = facts.env;
+    if facts.devices.all_emulated() {
+        return Vec::new(); // hip-emu runs on the CPU: no driver is needed
+    }
     match &env.kfd {
         KfdAccess::Ok => Vec::new(),
         KfdAccess::Missing => vec![Item::fail(

@@ -292,6 +292,21 @@ pub fn device_section(devices: &DeviceState, kernels: &KernelState) -> Section {
                         ),
                     ));
                 }
+                if d.is_emulated() {
+                    section.push(
+                        Item::info(
+                            format!("device {} EMULATED", d.ordinal),
+                            format!(
+                                "{}: hip-emu, not a GPU; its checks prove the host side \
+                                 (arguments, launch configurations, results against the CPU \
+                                 reference); any figure from it is {}",
+                                d.name,
+                                hip_rt::EMULATED_FIGURE_LABEL
+                            ),
+                        )
+                        .with_fact("emulated", Json::from(true)),
+                    );
+                }
                 section.push(arch_coverage(d, kernels));
             }
         }

@@ -23,7 +23,7 @@ pub mod selfcheck;
 
 use diagnose::{DeviceState, Facts, KernelState, LibraryState};
 use guard::{guarded, with_progress};
-use report::{Report, Section};
+use report::{Report, Section, Status};
 
 /// What the command line asked for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::Parser)]
@@ -98,6 +98,7 @@ pub fn run(options: &Options) -> Report {
         with_progress("loading hipBLAS / rocBLAS", hip::blas_items)
     }));
     report.push(env_section);
+    let env_index = report.sections.len() - 1;
     let (hip, library) = match loaded {
         Some((hip, state)) => (Some(hip), state),
         None => (None, LibraryState::NotInBuild),
@@ -124,6 +125,9 @@ pub fn run(options: &Options) -> Report {
         title: "Devices".into(),
         items: device_rows,
     });
+    if devices.all_emulated() {
+        mark_emulated_runtime(&mut report.sections[env_index]);
+    }
     push_device_checks(&mut report, &devices);
 
     let selfcheck = guarded("CPU reference self-check", || {
@@ -137,7 +141,12 @@ pub fn run(options: &Options) -> Report {
     });
 
     if options.bench {
-        let items = guarded("Benchmarks", || bench::section(&devices).items);
+        let mut items = guarded("Benchmarks", || bench::section(&devices).items);
+        if devices.all_emulated() {
+            for item in items.iter_mut().filter(|i| i.status == Status::Info) {
+                item.detail = format!("{} [{}]", item.detail, hip_rt::EMULATED_FIGURE_LABEL);
+            }
+        }
         report.push(Section {
             title: "Benchmarks".into(),
             items,
@@ -158,6 +167,23 @@ pub fn run(options: &Options) -> Report {
         items: diagnosis,
     });
     report
+}
+
+/// On hip-emu (every device emulated) a missing or closed `/dev/kfd` is expected: its row
+/// becomes INFO saying so instead of FAIL.
+fn mark_emulated_runtime(env_section: &mut Section) {
+    for item in env_section
+        .items
+        .iter_mut()
+        .filter(|i| i.name == env::KFD && i.status != Status::Pass)
+    {
+        item.status = Status::Info;
+        item.detail = format!(
+            "{} — not needed: the HIP runtime is hip-emu (EMULATED, runs on the CPU)",
+            item.detail
+        );
+        item.hint = None;
+    }
 }
 
 /// One "Checks (device N)" section per device, or one skipped row saying why there are none.

@@ -550,7 +550,7 @@ fn the_registry_holds_every_kernel_with_its_parameter_sizes() {
     let mut repo: Vec<&str> = hip_emu::exec::kernels()
         .iter()
         .map(|k| k.name)
-        .filter(|name| !name.starts_with("hipemu_test_"))
+        .filter(|name| !name.starts_with("hipemu_test_") && !name.starts_with("hipk_test_"))
         .collect();
     let mut listed: Vec<&str> = hip_kernels::ops::KERNEL_FILES
         .iter()
@@ -560,6 +560,11 @@ fn the_registry_holds_every_kernel_with_its_parameter_sizes() {
     listed.sort_unstable();
     assert!(listed.len() > 80, "{} kernels listed", listed.len());
     assert_eq!(repo, listed);
+    // hip-rt's test kernels (hip-rt/kernels/test_kernels.hip): hipk_test_add/scale(float*, float, int).
+    for name in ["hipk_test_add", "hipk_test_scale"] {
+        let k = hip_emu::exec::lookup(name).unwrap_or_else(|| panic!("{name} registered"));
+        assert_eq!(k.param_sizes, &[8, 4, 4], "{name}");
+    }
 }
 
 #[test]

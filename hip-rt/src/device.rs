@@ -40,6 +40,12 @@ pub struct MemoryInfo {
     pub total: usize,
 }
 
+/// The part of an emulated device's name that marks it (see [`Device::is_emulated`]).
+pub const EMULATED_NAME_MARK: &str = "CPU emulation";
+
+/// The label every figure (time, bandwidth, FLOP rate) measured on an emulated device carries.
+pub const EMULATED_FIGURE_LABEL: &str = "emulated — not a performance figure";
+
 /// The caching allocator of device `ordinal`, created on first use (one per process and
 /// device, as PyTorch's).
 fn shared_cache(ordinal: i32) -> Result<Arc<dyn DeviceAllocator>> {
@@ -176,6 +182,14 @@ impl Device {
     /// The marketing name, e.g. `K100_AI`.
     pub fn name(&self) -> &str {
         &self.inner.props.name
+    }
+
+    /// Whether this device is hip-emu's CPU emulation rather than a GPU: its name says
+    /// "CPU emulation" (hip-emu names every device `hip-emu (CPU emulation, not a GPU)`).
+    /// Timings and bandwidths measured on such a device are host figures: label them with
+    /// [`EMULATED_FIGURE_LABEL`], never as device performance.
+    pub fn is_emulated(&self) -> bool {
+        self.name().contains(EMULATED_NAME_MARK)
     }
 
     /// The full arch with target features, e.g. `gfx906:sramecc+:xnack-`.

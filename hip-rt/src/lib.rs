@@ -37,7 +37,7 @@ pub mod result;
 pub mod stream;
 
 pub use blas::{Batch, Blas, BlasBackend, Gemm, GemmElement};
-pub use device::{Device, MemoryInfo};
+pub use device::{Device, MemoryInfo, EMULATED_FIGURE_LABEL, EMULATED_NAME_MARK};
 pub use error::{Error, Result};
 pub use event::{Event, EventOptions};
 pub use launch::{

@@ -14,7 +14,7 @@ use hip_kernels::ops::{
     OpError,
 };
 use hip_kernels::params::{DType, Element};
-use hip_kernels::tolerance::{tolerance, Rule};
+use hip_kernels::tolerance::{tolerance, Rule, Tolerance};
 use hip_rt::{Device, DeviceBuffer, Stream, StreamOptions};
 
 pub fn stream() -> Stream {
@@ -60,8 +60,18 @@ pub fn assert_close<T: Element>(
     got: &[T],
     want: &[T],
 ) {
-    assert_eq!(got.len(), want.len(), "{what}: length");
     let tol = tolerance(rule, what, T::DTYPE, input, len);
+    assert_close_with(
+        &format!("{what} ({rule:?}, {input}, len {len})"),
+        tol,
+        got,
+        want,
+    );
+}
+
+/// Like [`assert_close`], with an explicit tolerance.
+pub fn assert_close_with<T: Element>(what: &str, tol: Tolerance, got: &[T], want: &[T]) {
+    assert_eq!(got.len(), want.len(), "{what}: length");
     let bad: Vec<String> = got
         .iter()
         .zip(want)
@@ -70,10 +80,7 @@ pub fn assert_close<T: Element>(
         .take(5)
         .map(|(i, (g, w))| format!("[{i}] got {g:?} want {w:?}"))
         .collect();
-    assert!(
-        bad.is_empty(),
-        "{what} ({rule:?}, {input}, len {len}) beyond {tol:?}: {bad:?}"
-    );
+    assert!(bad.is_empty(), "{what} beyond {tol:?}: {bad:?}");
 }
 
 pub fn bits<T: Element>(v: &[T]) -> Vec<u8> {

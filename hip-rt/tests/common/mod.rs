@@ -4,17 +4,9 @@
 use std::path::PathBuf;
 use std::process::Command;
 
-/// Two `extern "C"` kernels used by the bundle and launch tests.
-pub const TEST_KERNELS: &str = r#"#include <hip/hip_runtime.h>
-extern "C" __global__ void hipk_test_add(float* x, float v, int n) {
-    int i = blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < n) x[i] += v;
-}
-extern "C" __global__ void hipk_test_scale(float* x, float a, int n) {
-    int i = blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < n) x[i] *= a;
-}
-"#;
+/// Two `extern "C"` kernels used by the bundle and launch tests (`hipk_test_add`,
+/// `hipk_test_scale`). hip-emu's build compiles the same file for the host.
+pub const TEST_KERNELS: &str = include_str!("../../kernels/test_kernels.hip");
 
 /// The hipcc to use: `$HIPCC`, else `hipcc` on PATH.
 pub fn hipcc() -> String {
