@@ -11,8 +11,11 @@ use hip_sys::blas::{
 };
 use hip_sys::hipStream_t;
 
-use super::gemm::{Compute, GemmCall, Operand, Ty};
-use super::{dim, guard, submit, trans, types, BlasFail};
+use super::gemm::{Compute, GemmCall, Ty};
+use super::{
+    dim, gemm_call, guard, legacy_compute, legacy_ty, scalar, submit, types, ArgNames, BlasFail,
+    Mat,
+};
 
 fn status(f: &BlasFail) -> hipblasStatus_t {
     match f {
@@ -29,24 +32,6 @@ fn status(f: &BlasFail) -> hipblasStatus_t {
 
 fn run(name: &str, body: impl FnOnce() -> Result<(), BlasFail>) -> hipblasStatus_t {
     guard(name, status, hipblasStatus_t::HIPBLAS_STATUS_SUCCESS, body)
-}
-
-fn legacy_ty(t: hipblasDatatype_t) -> Option<Ty> {
-    match t.0 {
-        150 => Some(Ty::F16),
-        151 => Some(Ty::F32),
-        152 => Some(Ty::F64),
-        168 => Some(Ty::Bf16),
-        _ => None,
-    }
-}
-
-fn legacy_compute(t: hipblasDatatype_t) -> Option<Compute> {
-    match t.0 {
-        151 => Some(Compute::F32),
-        152 => Some(Compute::F64),
-        _ => None,
-    }
 }
 
 fn v2_ty(t: hipDataType) -> Option<Ty> {
@@ -67,53 +52,24 @@ fn v2_compute(t: hipblasComputeType_t) -> Option<Compute> {
     }
 }
 
-/// The scalar type of alpha/beta for a compute type.
-fn scalar(c: Compute) -> Ty {
-    match c {
-        Compute::F32 => Ty::F32,
-        Compute::F64 => Ty::F64,
-    }
-}
+const NAMES: ArgNames = ArgNames {
+    trans_a: "transA",
+    trans_b: "transB",
+    batch: "batchCount",
+};
 
 /// Build the call shared by every GEMM entry point (C and D are the same matrix in hipBLAS).
-#[allow(clippy::too_many_arguments)]
 fn call(
-    ta: hipblasOperation_t,
-    tb: hipblasOperation_t,
-    m: c_int,
-    n: c_int,
-    k: c_int,
-    (a, lda, sa): (*const c_void, c_int, i64),
-    (b, ldb, sb): (*const c_void, c_int, i64),
-    (c, ldc, sc): (*mut c_void, c_int, i64),
+    (ta, tb): (hipblasOperation_t, hipblasOperation_t),
+    mnk: (c_int, c_int, c_int),
+    [a, b]: [Mat; 2],
+    c: Mat,
     batch: c_int,
-    ty: Ty,
-    compute: Compute,
+    (ty, compute): (Ty, Compute),
 ) -> Result<GemmCall, BlasFail> {
-    let op = |p: *const c_void, ld: c_int, stride: i64, what: &str| -> Result<Operand, BlasFail> {
-        Ok(Operand {
-            ptr: p as usize,
-            ty,
-            ld: dim(ld.into(), what)?,
-            stride,
-        })
-    };
-    let c_op = op(c, ldc, sc, "ldc")?;
-    Ok(GemmCall {
-        trans_a: trans(ta.0, "transA")?,
-        trans_b: trans(tb.0, "transB")?,
-        m: dim(m.into(), "m")?,
-        n: dim(n.into(), "n")?,
-        k: dim(k.into(), "k")?,
-        a: op(a, lda, sa, "lda")?,
-        b: op(b, ldb, sb, "ldb")?,
-        c: c_op,
-        d: c_op,
-        batch: dim(batch.into(), "batchCount")?,
-        compute,
-        alpha: 0.0,
-        beta: 0.0,
-    })
+    // hipBLAS names a negative ldc before any other bad argument.
+    dim(c.1.into(), "ldc")?;
+    gemm_call(&NAMES, (ta.0, tb.0), mnk, [a, b, c, c], batch, ty, compute)
 }
 
 /// Export an entry point returning hipblasStatus_t.
@@ -156,42 +112,42 @@ blas_exports! {
     }
 
     fn hipblasSgemm(handle: hipblasHandle_t, ta: hipblasOperation_t, tb: hipblasOperation_t, m: c_int, n: c_int, k: c_int, alpha: *const f32, a: *const f32, lda: c_int, b: *const f32, ldb: c_int, beta: *const f32, c: *mut f32, ldc: c_int) {
-        let g = call(ta, tb, m, n, k, (a.cast(), lda, 0), (b.cast(), ldb, 0), (c.cast(), ldc, 0), 1, Ty::F32, Compute::F32)?;
+        let g = call((ta, tb), (m, n, k), [(a.cast(), lda, 0), (b.cast(), ldb, 0)], (c.cast_const().cast(), ldc, 0), 1, (Ty::F32, Compute::F32))?;
         // SAFETY: forwarded C API contract.
         unsafe { submit("hipblasSgemm", handle, g, alpha.cast(), beta.cast(), Ty::F32) }
     }
 
     /// f16 operands and scalars; hip-emu accumulates in f32 and rounds once.
     fn hipblasHgemm(handle: hipblasHandle_t, ta: hipblasOperation_t, tb: hipblasOperation_t, m: c_int, n: c_int, k: c_int, alpha: *const u16, a: *const u16, lda: c_int, b: *const u16, ldb: c_int, beta: *const u16, c: *mut u16, ldc: c_int) {
-        let g = call(ta, tb, m, n, k, (a.cast(), lda, 0), (b.cast(), ldb, 0), (c.cast(), ldc, 0), 1, Ty::F16, Compute::F32)?;
+        let g = call((ta, tb), (m, n, k), [(a.cast(), lda, 0), (b.cast(), ldb, 0)], (c.cast_const().cast(), ldc, 0), 1, (Ty::F16, Compute::F32))?;
         // SAFETY: forwarded C API contract.
         unsafe { submit("hipblasHgemm", handle, g, alpha.cast(), beta.cast(), Ty::F16) }
     }
 
     fn hipblasGemmEx(handle: hipblasHandle_t, ta: hipblasOperation_t, tb: hipblasOperation_t, m: c_int, n: c_int, k: c_int, alpha: *const c_void, a: *const c_void, a_type: hipblasDatatype_t, lda: c_int, b: *const c_void, b_type: hipblasDatatype_t, ldb: c_int, beta: *const c_void, c: *mut c_void, c_type: hipblasDatatype_t, ldc: c_int, compute: hipblasDatatype_t, _algo: hipblasGemmAlgo_t) {
-        let (ty, comp) = types("hipblasGemmEx", legacy_ty(a_type), legacy_ty(b_type), legacy_ty(c_type), (legacy_compute(compute), compute.0))?;
-        let g = call(ta, tb, m, n, k, (a, lda, 0), (b, ldb, 0), (c, ldc, 0), 1, ty, comp)?;
+        let (ty, comp) = types("hipblasGemmEx", legacy_ty(a_type.0), legacy_ty(b_type.0), legacy_ty(c_type.0), (legacy_compute(compute.0), compute.0))?;
+        let g = call((ta, tb), (m, n, k), [(a, lda, 0), (b, ldb, 0)], (c.cast_const(), ldc, 0), 1, (ty, comp))?;
         // SAFETY: forwarded C API contract.
         unsafe { submit("hipblasGemmEx", handle, g, alpha, beta, scalar(comp)) }
     }
 
     fn hipblasGemmEx_v2(handle: hipblasHandle_t, ta: hipblasOperation_t, tb: hipblasOperation_t, m: c_int, n: c_int, k: c_int, alpha: *const c_void, a: *const c_void, a_type: hipDataType, lda: c_int, b: *const c_void, b_type: hipDataType, ldb: c_int, beta: *const c_void, c: *mut c_void, c_type: hipDataType, ldc: c_int, compute: hipblasComputeType_t, _algo: hipblasGemmAlgo_t) {
         let (ty, comp) = types("hipblasGemmEx_v2", v2_ty(a_type), v2_ty(b_type), v2_ty(c_type), (v2_compute(compute), compute.0))?;
-        let g = call(ta, tb, m, n, k, (a, lda, 0), (b, ldb, 0), (c, ldc, 0), 1, ty, comp)?;
+        let g = call((ta, tb), (m, n, k), [(a, lda, 0), (b, ldb, 0)], (c.cast_const(), ldc, 0), 1, (ty, comp))?;
         // SAFETY: forwarded C API contract.
         unsafe { submit("hipblasGemmEx_v2", handle, g, alpha, beta, scalar(comp)) }
     }
 
     fn hipblasGemmStridedBatchedEx(handle: hipblasHandle_t, ta: hipblasOperation_t, tb: hipblasOperation_t, m: c_int, n: c_int, k: c_int, alpha: *const c_void, a: *const c_void, a_type: hipblasDatatype_t, lda: c_int, stride_a: i64, b: *const c_void, b_type: hipblasDatatype_t, ldb: c_int, stride_b: i64, beta: *const c_void, c: *mut c_void, c_type: hipblasDatatype_t, ldc: c_int, stride_c: i64, batch: c_int, compute: hipblasDatatype_t, _algo: hipblasGemmAlgo_t) {
-        let (ty, comp) = types("hipblasGemmStridedBatchedEx", legacy_ty(a_type), legacy_ty(b_type), legacy_ty(c_type), (legacy_compute(compute), compute.0))?;
-        let g = call(ta, tb, m, n, k, (a, lda, stride_a), (b, ldb, stride_b), (c, ldc, stride_c), batch, ty, comp)?;
+        let (ty, comp) = types("hipblasGemmStridedBatchedEx", legacy_ty(a_type.0), legacy_ty(b_type.0), legacy_ty(c_type.0), (legacy_compute(compute.0), compute.0))?;
+        let g = call((ta, tb), (m, n, k), [(a, lda, stride_a), (b, ldb, stride_b)], (c.cast_const(), ldc, stride_c), batch, (ty, comp))?;
         // SAFETY: forwarded C API contract.
         unsafe { submit("hipblasGemmStridedBatchedEx", handle, g, alpha, beta, scalar(comp)) }
     }
 
     fn hipblasGemmStridedBatchedEx_v2(handle: hipblasHandle_t, ta: hipblasOperation_t, tb: hipblasOperation_t, m: c_int, n: c_int, k: c_int, alpha: *const c_void, a: *const c_void, a_type: hipDataType, lda: c_int, stride_a: i64, b: *const c_void, b_type: hipDataType, ldb: c_int, stride_b: i64, beta: *const c_void, c: *mut c_void, c_type: hipDataType, ldc: c_int, stride_c: i64, batch: c_int, compute: hipblasComputeType_t, _algo: hipblasGemmAlgo_t) {
         let (ty, comp) = types("hipblasGemmStridedBatchedEx_v2", v2_ty(a_type), v2_ty(b_type), v2_ty(c_type), (v2_compute(compute), compute.0))?;
-        let g = call(ta, tb, m, n, k, (a, lda, stride_a), (b, ldb, stride_b), (c, ldc, stride_c), batch, ty, comp)?;
+        let g = call((ta, tb), (m, n, k), [(a, lda, stride_a), (b, ldb, stride_b)], (c.cast_const(), ldc, stride_c), batch, (ty, comp))?;
         // SAFETY: forwarded C API contract.
         unsafe { submit("hipblasGemmStridedBatchedEx_v2", handle, g, alpha, beta, scalar(comp)) }
     }

@@ -16,7 +16,7 @@ use hip_sys::hipStream_t;
 
 use crate::runtime::error::{panic_text, set_detail};
 use crate::runtime::{memory, new_handle, runtime};
-use gemm::{load, Compute, GemmCall, Ty};
+use gemm::{load, Compute, GemmCall, Operand, Ty};
 
 /// Why a BLAS call failed; each library maps it to its status enum.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -167,6 +167,81 @@ pub fn trans(op: u32, which: &str) -> Result<bool, BlasFail> {
 /// Non-negative int → usize.
 pub fn dim(v: i64, what: &str) -> Result<usize, BlasFail> {
     usize::try_from(v).map_err(|_| BlasFail::Size(format!("{what} = {v} is negative")))
+}
+
+/// One matrix operand as the C APIs pass it: pointer, leading dimension, batch stride.
+pub type Mat = (*const c_void, i32, i64);
+
+/// What a C API calls its transpose and batch-count arguments, for error messages.
+pub struct ArgNames {
+    pub trans_a: &'static str,
+    pub trans_b: &'static str,
+    pub batch: &'static str,
+}
+
+/// Build the call every GEMM entry point of either library queues: operations, sizes and
+/// operands checked to be in range; alpha and beta are filled in by [`submit`].
+pub fn gemm_call(
+    names: &ArgNames,
+    (ta, tb): (u32, u32),
+    (m, n, k): (i32, i32, i32),
+    [a, b, c, d]: [Mat; 4],
+    batch: i32,
+    ty: Ty,
+    compute: Compute,
+) -> Result<GemmCall, BlasFail> {
+    let op = |(p, ld, stride): Mat, what: &str| -> Result<Operand, BlasFail> {
+        Ok(Operand {
+            ptr: p as usize,
+            ty,
+            ld: dim(ld.into(), what)?,
+            stride,
+        })
+    };
+    Ok(GemmCall {
+        trans_a: trans(ta, names.trans_a)?,
+        trans_b: trans(tb, names.trans_b)?,
+        m: dim(m.into(), "m")?,
+        n: dim(n.into(), "n")?,
+        k: dim(k.into(), "k")?,
+        a: op(a, "lda")?,
+        b: op(b, "ldb")?,
+        c: op(c, "ldc")?,
+        d: op(d, "ldd")?,
+        batch: dim(batch.into(), names.batch)?,
+        compute,
+        alpha: 0.0,
+        beta: 0.0,
+    })
+}
+
+/// An element type in the legacy numbering hipBLAS (`hipblasDatatype_t`) and rocBLAS
+/// (`rocblas_datatype`) share.
+pub fn legacy_ty(code: u32) -> Option<Ty> {
+    match code {
+        150 => Some(Ty::F16),
+        151 => Some(Ty::F32),
+        152 => Some(Ty::F64),
+        168 => Some(Ty::Bf16),
+        _ => None,
+    }
+}
+
+/// A compute type in the legacy numbering (f32 or f64 only; see [`legacy_ty`]).
+pub fn legacy_compute(code: u32) -> Option<Compute> {
+    match code {
+        151 => Some(Compute::F32),
+        152 => Some(Compute::F64),
+        _ => None,
+    }
+}
+
+/// The scalar type of alpha/beta for a compute type.
+pub fn scalar(c: Compute) -> Ty {
+    match c {
+        Compute::F32 => Ty::F32,
+        Compute::F64 => Ty::F64,
+    }
 }
 
 /// Read alpha and beta from the host now, or (device pointer mode) check they are device

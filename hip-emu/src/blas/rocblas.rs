@@ -9,8 +9,10 @@ use hip_sys::blas::{
 };
 use hip_sys::hipStream_t;
 
-use super::gemm::{Compute, GemmCall, Operand, Ty};
-use super::{dim, guard, submit, trans, types, BlasFail};
+use super::gemm::{Compute, Ty};
+use super::{
+    gemm_call, guard, legacy_compute, legacy_ty, scalar, submit, types, ArgNames, BlasFail, Mat,
+};
 
 fn status(f: &BlasFail) -> rocblas_status {
     match f {
@@ -29,73 +31,11 @@ fn run(name: &str, body: impl FnOnce() -> Result<(), BlasFail>) -> rocblas_statu
     guard(name, status, rocblas_status::rocblas_status_success, body)
 }
 
-fn ty(t: rocblas_datatype) -> Option<Ty> {
-    match t.0 {
-        150 => Some(Ty::F16),
-        151 => Some(Ty::F32),
-        152 => Some(Ty::F64),
-        168 => Some(Ty::Bf16),
-        _ => None,
-    }
-}
-
-fn compute(t: rocblas_datatype) -> (Option<Compute>, u32) {
-    let c = match t.0 {
-        151 => Some(Compute::F32),
-        152 => Some(Compute::F64),
-        _ => None,
-    };
-    (c, t.0)
-}
-
-fn scalar(c: Compute) -> Ty {
-    match c {
-        Compute::F32 => Ty::F32,
-        Compute::F64 => Ty::F64,
-    }
-}
-
-type Mat = (*const c_void, i32, i64);
-
-#[allow(clippy::too_many_arguments)]
-fn call(
-    ta: rocblas_operation,
-    tb: rocblas_operation,
-    m: i32,
-    n: i32,
-    k: i32,
-    a: Mat,
-    b: Mat,
-    c: Mat,
-    d: Mat,
-    batch: i32,
-    ty: Ty,
-    compute: Compute,
-) -> Result<GemmCall, BlasFail> {
-    let op = |(p, ld, stride): Mat, what: &str| -> Result<Operand, BlasFail> {
-        Ok(Operand {
-            ptr: p as usize,
-            ty,
-            ld: dim(ld.into(), what)?,
-            stride,
-        })
-    };
-    Ok(GemmCall {
-        trans_a: trans(ta.0, "trans_a")?,
-        trans_b: trans(tb.0, "trans_b")?,
-        m: dim(m.into(), "m")?,
-        n: dim(n.into(), "n")?,
-        k: dim(k.into(), "k")?,
-        a: op(a, "lda")?,
-        b: op(b, "ldb")?,
-        c: op(c, "ldc")?,
-        d: op(d, "ldd")?,
-        batch: dim(batch.into(), "batch_count")?,
-        compute,
-        alpha: 0.0,
-        beta: 0.0,
-    })
-}
+const NAMES: ArgNames = ArgNames {
+    trans_a: "trans_a",
+    trans_b: "trans_b",
+    batch: "batch_count",
+};
 
 macro_rules! roc_exports {
     ($( $(#[doc = $doc:literal])* fn $name:ident($($arg:ident: $ty:ty),* $(,)?) $body:block )*) => {$(
@@ -137,7 +77,7 @@ roc_exports! {
 
     fn rocblas_sgemm(handle: rocblas_handle, ta: rocblas_operation, tb: rocblas_operation, m: i32, n: i32, k: i32, alpha: *const f32, a: *const f32, lda: i32, b: *const f32, ldb: i32, beta: *const f32, c: *mut f32, ldc: i32) {
         let cm: Mat = (c.cast_const().cast(), ldc, 0);
-        let g = call(ta, tb, m, n, k, (a.cast(), lda, 0), (b.cast(), ldb, 0), cm, cm, 1, Ty::F32, Compute::F32)?;
+        let g = gemm_call(&NAMES, (ta.0, tb.0), (m, n, k), [(a.cast(), lda, 0), (b.cast(), ldb, 0), cm, cm], 1, Ty::F32, Compute::F32)?;
         // SAFETY: forwarded C API contract.
         unsafe { submit("rocblas_sgemm", handle, g, alpha.cast(), beta.cast(), Ty::F32) }
     }
@@ -145,27 +85,27 @@ roc_exports! {
     /// f16 operands and scalars; hip-emu accumulates in f32 and rounds once.
     fn rocblas_hgemm(handle: rocblas_handle, ta: rocblas_operation, tb: rocblas_operation, m: i32, n: i32, k: i32, alpha: *const u16, a: *const u16, lda: i32, b: *const u16, ldb: i32, beta: *const u16, c: *mut u16, ldc: i32) {
         let cm: Mat = (c.cast_const().cast(), ldc, 0);
-        let g = call(ta, tb, m, n, k, (a.cast(), lda, 0), (b.cast(), ldb, 0), cm, cm, 1, Ty::F16, Compute::F32)?;
+        let g = gemm_call(&NAMES, (ta.0, tb.0), (m, n, k), [(a.cast(), lda, 0), (b.cast(), ldb, 0), cm, cm], 1, Ty::F16, Compute::F32)?;
         // SAFETY: forwarded C API contract.
         unsafe { submit("rocblas_hgemm", handle, g, alpha.cast(), beta.cast(), Ty::F16) }
     }
 
     fn rocblas_gemm_ex(handle: rocblas_handle, ta: rocblas_operation, tb: rocblas_operation, m: i32, n: i32, k: i32, alpha: *const c_void, a: *const c_void, a_type: rocblas_datatype, lda: i32, b: *const c_void, b_type: rocblas_datatype, ldb: i32, beta: *const c_void, c: *const c_void, c_type: rocblas_datatype, ldc: i32, d: *mut c_void, d_type: rocblas_datatype, ldd: i32, compute_type: rocblas_datatype, _algo: rocblas_gemm_algo, _solution: i32, _flags: u32) {
-        let (t, comp) = types("rocblas_gemm_ex", ty(a_type), ty(b_type), ty(c_type), compute(compute_type))?;
-        if ty(d_type) != Some(t) {
+        let (t, comp) = types("rocblas_gemm_ex", legacy_ty(a_type.0), legacy_ty(b_type.0), legacy_ty(c_type.0), (legacy_compute(compute_type.0), compute_type.0))?;
+        if legacy_ty(d_type.0) != Some(t) {
             return Err(BlasFail::NotSupported(format!("rocblas_gemm_ex: D type {} differs from C's", d_type.0)));
         }
-        let g = call(ta, tb, m, n, k, (a, lda, 0), (b, ldb, 0), (c, ldc, 0), (d.cast_const(), ldd, 0), 1, t, comp)?;
+        let g = gemm_call(&NAMES, (ta.0, tb.0), (m, n, k), [(a, lda, 0), (b, ldb, 0), (c, ldc, 0), (d.cast_const(), ldd, 0)], 1, t, comp)?;
         // SAFETY: forwarded C API contract.
         unsafe { submit("rocblas_gemm_ex", handle, g, alpha, beta, scalar(comp)) }
     }
 
     fn rocblas_gemm_strided_batched_ex(handle: rocblas_handle, ta: rocblas_operation, tb: rocblas_operation, m: i32, n: i32, k: i32, alpha: *const c_void, a: *const c_void, a_type: rocblas_datatype, lda: i32, stride_a: i64, b: *const c_void, b_type: rocblas_datatype, ldb: i32, stride_b: i64, beta: *const c_void, c: *const c_void, c_type: rocblas_datatype, ldc: i32, stride_c: i64, d: *mut c_void, d_type: rocblas_datatype, ldd: i32, stride_d: i64, batch: i32, compute_type: rocblas_datatype, _algo: rocblas_gemm_algo, _solution: i32, _flags: u32) {
-        let (t, comp) = types("rocblas_gemm_strided_batched_ex", ty(a_type), ty(b_type), ty(c_type), compute(compute_type))?;
-        if ty(d_type) != Some(t) {
+        let (t, comp) = types("rocblas_gemm_strided_batched_ex", legacy_ty(a_type.0), legacy_ty(b_type.0), legacy_ty(c_type.0), (legacy_compute(compute_type.0), compute_type.0))?;
+        if legacy_ty(d_type.0) != Some(t) {
             return Err(BlasFail::NotSupported(format!("rocblas_gemm_strided_batched_ex: D type {} differs from C's", d_type.0)));
         }
-        let g = call(ta, tb, m, n, k, (a, lda, stride_a), (b, ldb, stride_b), (c, ldc, stride_c), (d.cast_const(), ldd, stride_d), batch, t, comp)?;
+        let g = gemm_call(&NAMES, (ta.0, tb.0), (m, n, k), [(a, lda, stride_a), (b, ldb, stride_b), (c, ldc, stride_c), (d.cast_const(), ldd, stride_d)], batch, t, comp)?;
         // SAFETY: forwarded C API contract.
         unsafe { submit("rocblas_gemm_strided_batched_ex", handle, g, alpha, beta, scalar(comp)) }
     }

@@ -50,13 +50,9 @@ impl RowPlan {
     /// `cached_per_thread` elements per thread fit in registers; `blocks_per_cu` caps the grid
     /// (the kernels walk rows grid-stride).
     fn new(
-        rows: usize,
-        cols: usize,
-        wave: u32,
-        cus: u32,
-        max_threads: u32,
-        cached_per_thread: u64,
-        blocks_per_cu: u32,
+        shape: &LayerNormParams,
+        (wave, cus, max_threads): (u32, u32, u32),
+        (cached_per_thread, blocks_per_cu): (u64, u32),
     ) -> Result<RowPlan, ShapeError> {
         if !(1..=MAX_BLOCK).contains(&wave) {
             return Err(ShapeError::Invalid {
@@ -68,7 +64,7 @@ impl RowPlan {
             });
         }
         let max_threads = max_threads.clamp(wave, MAX_BLOCK);
-        let (rows, cols) = (rows as u64, cols as u64);
+        let (rows, cols) = (shape.rows as u64, shape.cols as u64);
         if cols <= u64::from(wave) * cached_per_thread {
             let block = (WAVE_MODE_BLOCK.min(max_threads) / wave).max(1) * wave;
             let per_block = block / wave;
@@ -102,15 +98,7 @@ impl RowPlan {
         cus: u32,
         max_threads: u32,
     ) -> Result<RowPlan, ShapeError> {
-        RowPlan::new(
-            shape.rows,
-            shape.cols,
-            wave,
-            cus,
-            max_threads,
-            FWD_CACHED_PER_THREAD,
-            32,
-        )
+        RowPlan::new(shape, (wave, cus, max_threads), (FWD_CACHED_PER_THREAD, 32))
     }
 
     /// The backward's first stage: few enough groups that the partial sums stay small, enough
@@ -121,15 +109,7 @@ impl RowPlan {
         cus: u32,
         max_threads: u32,
     ) -> Result<RowPlan, ShapeError> {
-        RowPlan::new(
-            shape.rows,
-            shape.cols,
-            wave,
-            cus,
-            max_threads,
-            BWD_CACHED_PER_THREAD,
-            4,
-        )
+        RowPlan::new(shape, (wave, cus, max_threads), (BWD_CACHED_PER_THREAD, 4))
     }
 
     /// The wide backward (`layernorm_bwd_wide_<T>`) for rows too long for the one-slot
@@ -144,7 +124,7 @@ impl RowPlan {
     ) -> Option<RowPlan> {
         let wave = wave.max(1);
         if wave > MAX_BLOCK {
-            // Not a device this kernel can run on; `plan_for` reports the typed error.
+            // Not a device this kernel can run on; `RowPlan::backward` reports the typed error.
             return None;
         }
         let max_block = max_threads.clamp(wave, MAX_BLOCK) / wave * wave;
@@ -192,22 +172,14 @@ fn check_cols(shape: &LayerNormParams) -> Result<(), ShapeError> {
     Ok(())
 }
 
-fn plan_for(
-    stream: &Stream,
-    shape: &LayerNormParams,
-    backward: bool,
-) -> Result<RowPlan, ShapeError> {
+/// The device's wave width, compute units and threads per block, as [`RowPlan`] takes them.
+fn device_limits(stream: &Stream) -> (u32, u32, u32) {
     let d = stream.device();
-    let (wave, cus, max) = (
+    (
         d.wavefront_size(),
         d.compute_units(),
         d.max_threads_per_block(),
-    );
-    if backward {
-        RowPlan::backward(shape, wave, cus, max)
-    } else {
-        RowPlan::forward(shape, wave, cus, max)
-    }
+    )
 }
 
 /// [`LayerNormForward`] on `stream`: writes `y`, and the per-row `mean` and `rstd` (f32). Same
@@ -233,7 +205,8 @@ pub fn layernorm_forward<T: DeviceElement>(
         return Ok(());
     }
     let f = kernel::<T>(stream, SOURCE, "layernorm_fwd")?;
-    let plan = plan_for(stream, shape, false)?;
+    let (wave, cus, max) = device_limits(stream);
+    let plan = RowPlan::forward(shape, wave, cus, max)?;
     let mut b = stream.launch_builder(&f);
     for p in ptrs {
         b.value(p);
@@ -275,14 +248,8 @@ pub fn layernorm_backward<T: DeviceElement>(
         ptr(stream, "dweight", a.dweight)?,
         ptr(stream, "dbias", a.dbias)?,
     );
-    let d = stream.device();
-    let wide = RowPlan::backward_wide(
-        shape,
-        d.wavefront_size(),
-        d.compute_units(),
-        d.max_threads_per_block(),
-    )
-    .filter(|_| {
+    let (wave, cus, max) = device_limits(stream);
+    let wide = RowPlan::backward_wide(shape, wave, cus, max).filter(|_| {
         let addrs: Vec<u64> = [0, 1, 2, 5].iter().map(|&i| row_ptrs[i].0).collect();
         wide_layout_ok(shape.cols, std::mem::size_of::<T>(), &addrs)
     });
@@ -293,7 +260,7 @@ pub fn layernorm_backward<T: DeviceElement>(
     let stage2 = kernel::<T>(stream, SOURCE, "layernorm_bwd_dwdb")?;
     let plan = match wide {
         Some(plan) => plan,
-        None => plan_for(stream, shape, true)?,
+        None => RowPlan::backward(shape, wave, cus, max)?,
     };
     let groups = if shape.rows == 0 { 0 } else { plan.groups };
     let partial_len = crate::params::checked_len(
