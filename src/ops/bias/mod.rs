@@ -1,6 +1,6 @@
 //! Matmul with a bias (and optionally GELU) in the epilogue, and the bias gradient: parameters
 //! and argument structs ([`MatmulBias`], [`BiasBackward`]), shared by the CPU reference
-//! ([`cpu`]) and the launchers (the GEMM of `kernels/matmul.hip` then the epilogue and the
+//! ([`crate::cpu`]) and the launchers (the GEMM of `kernels/matmul.hip` then the epilogue and the
 //! gradient of `kernels/bias.hip`).
 
 pub(crate) mod cpu;

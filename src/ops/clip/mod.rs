@@ -1,6 +1,6 @@
 //! Gradient clipping by the global L2 norm (`torch.nn.utils.clip_grad_norm_`) without a host
 //! round trip: AdamW's device-side `grad_scale` from [`crate::ops::l2_norm`]'s output. The
-//! argument struct ([`ClipGradScale`]) is shared by the CPU reference ([`cpu`]) and the launcher
+//! argument struct ([`ClipGradScale`]) is shared by the CPU reference ([`crate::cpu`]) and the launcher
 //! (`kernels/clip.hip`).
 
 pub(crate) mod cpu;

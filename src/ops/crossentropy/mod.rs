@@ -1,6 +1,6 @@
 //! Fused softmax + cross-entropy over `[rows, vocab]` logits (llm.c's fused classifier), with
 //! PyTorch's `ignore_index = -100` and mean reduction: the op's parameters and argument struct
-//! ([`SoftmaxCrossEntropy`]), shared by the CPU reference ([`cpu`]) and the launcher
+//! ([`SoftmaxCrossEntropy`]), shared by the CPU reference ([`crate::cpu`]) and the launcher
 //! (`kernels/crossentropy.hip`).
 
 pub(crate) mod cpu;

@@ -1,6 +1,6 @@
 //! GPT-2's encoder: token embedding plus position embedding, forward and a deterministic
 //! backward. The op's parameters and argument structs ([`EncoderForward`], [`EncoderBackward`]),
-//! shared by the CPU reference ([`cpu`]) and the launchers (`kernels/encoder.hip`).
+//! shared by the CPU reference ([`crate::cpu`]) and the launchers (`kernels/encoder.hip`).
 
 pub(crate) mod cpu;
 mod device;

@@ -1,6 +1,6 @@
 //! Elementwise ops of the training step: GELU with PyTorch's `approximate='tanh'` (GPT-2's
 //! `gelu_new`), forward and backward, and the residual add. Parameters and argument structs
-//! ([`GeluForward`], [`GeluBackward`], [`ResidualAdd`]), shared by the CPU reference ([`cpu`])
+//! ([`GeluForward`], [`GeluBackward`], [`ResidualAdd`]), shared by the CPU reference ([`crate::cpu`])
 //! and the launchers (`kernels/gelu.hip`).
 
 pub(crate) mod cpu;
