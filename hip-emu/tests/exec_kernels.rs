@@ -373,12 +373,23 @@ fn attention_forward_matches_f64_causal_with_tq_below_tk_and_an_odd_head_dim() {
     for causal in [0i32, 1] {
         let mut out = vec![f32::NAN; bh * tq * d];
         let mut lse = vec![f32::NAN; bh * tq];
+        // Packed [1, bh, t, d] as the kernels' Strides { batch, head, seq } (i64 elements; the
+        // batch of extent 1 gets 0) and lse's RowStrides { batch, head }; grid (tiles, H, B).
+        let (q_strides, kv_strides) = (
+            [0i64, (tq * d) as i64, d as i64],
+            [0i64, (tk * d) as i64, d as i64],
+        );
         let args = [
             ptr(q.as_ptr()),
+            arg(q_strides),
             ptr(k.as_ptr()),
+            arg(kv_strides),
             ptr(v.as_ptr()),
+            arg(kv_strides),
             ptr(out.as_mut_ptr()),
+            arg(q_strides),
             ptr(lse.as_mut_ptr()),
+            arg([0i64, tq as i64]),
             arg(tq as i32),
             arg(tk as i32),
             arg(d as i32),

@@ -186,10 +186,15 @@ static void test_attention(int BH, int Tq, int Tk, int D, bool causal) {
   std::vector<float> lse(size_t(BH) * Tq), delta(size_t(BH) * Tq);
   using F = hipk_attn::FwdCfg<DB>;
   using B = hipk_attn::BwdCfg<DB>;
-  void (*fwd)(const T*, const T*, const T*, T*, float*, int, int, int, float, int) = nullptr;
-  void (*dkdv)(const T*, const T*, const T*, const T*, const float*, const float*, T*, T*, int, int, int, float, int) = nullptr;
-  void (*dqk)(const T*, const T*, const T*, const T*, const float*, const float*, T*, int, int, int, float, int) = nullptr;
-  void (*dot)(const T*, const T*, float*, int64_t, int) = nullptr;
+  using S = hipk_attn::Strides;
+  using R = hipk_attn::RowStrides;
+  void (*fwd)(const T*, S, const T*, S, const T*, S, T*, S, float*, R, int, int, int, float, int) = nullptr;
+  void (*dkdv)(const T*, S, const T*, S, const T*, S, const T*, S, const float*, const float*, R, T*, S, T*, S, int, int, int, float, int) = nullptr;
+  void (*dqk)(const T*, S, const T*, S, const T*, S, const T*, S, const float*, const float*, R, T*, S, int, int, int, float, int) = nullptr;
+  void (*dot)(const T*, S, const T*, S, float*, R, int, int) = nullptr;
+  // Packed [1, BH, T, D]: the batch of extent 1 gets stride 0; grid (tiles, heads, batch).
+  const S qs{0, int64_t(Tq) * D, D}, ks{0, int64_t(Tk) * D, D};
+  const R ls{0, Tq};
 #define PICK(SUF, TT)                                                            \
   if constexpr (std::is_same_v<T, TT>) {                                         \
     dot = attention_bwd_dot_##SUF;                                               \
@@ -201,19 +206,18 @@ static void test_attention(int BH, int Tq, int Tk, int D, bool causal) {
   PICK(f32, float) PICK(f16, __half) PICK(bf16, bf16)
   const int causal_i = causal ? 1 : 0;
   emu_launch(fwd, emu_dim3{unsigned((Tq + F::ROWS - 1) / F::ROWS), unsigned(BH), 1}, 256,
-             (const T*)q.data(), (const T*)k.data(), (const T*)v.data(), out.data(), lse.data(), Tq, Tk, D, scale, causal_i);
+             (const T*)q.data(), qs, (const T*)k.data(), ks, (const T*)v.data(), ks, out.data(), qs, lse.data(), ls, Tq, Tk, D, scale, causal_i);
   auto ref = attn_ref(widen(q), widen(k), widen(v), widen(dout), BH, Tq, Tk, D, scale, causal);
   char what[160];
   std::snprintf(what, sizeof what, "attention d%d %s BH=%d Tq=%d Tk=%d D=%d causal=%d", DB, name_of<T>(), BH, Tq, Tk, D, causal_i);
   const double tol = eps_of<T>() * 4 + 2e-5;
   bool ok = check(std::string(what) + " out", out, ref.out, tol) && check(std::string(what) + " lse", lse, ref.lse, 1e-5);
   // The backward consumes the device's own forward output (as a trainer would).
-  const int64_t rows = int64_t(BH) * Tq;
-  emu_launch(dot, emu_dim3{unsigned((rows + 15) / 16), 1, 1}, 256, (const T*)out.data(), (const T*)dout.data(), delta.data(), rows, D);
+  emu_launch(dot, emu_dim3{unsigned((Tq + 15) / 16), unsigned(BH), 1}, 256, (const T*)out.data(), qs, (const T*)dout.data(), qs, delta.data(), ls, Tq, D);
   emu_launch(dkdv, emu_dim3{unsigned((Tk + B::ROWS - 1) / B::ROWS), unsigned(BH), 1}, 256,
-             (const T*)q.data(), (const T*)k.data(), (const T*)v.data(), (const T*)dout.data(), (const float*)lse.data(), (const float*)delta.data(), dk.data(), dv.data(), Tq, Tk, D, scale, causal_i);
+             (const T*)q.data(), qs, (const T*)k.data(), ks, (const T*)v.data(), ks, (const T*)dout.data(), qs, (const float*)lse.data(), (const float*)delta.data(), ls, dk.data(), ks, dv.data(), ks, Tq, Tk, D, scale, causal_i);
   emu_launch(dqk, emu_dim3{unsigned((Tq + B::ROWS - 1) / B::ROWS), unsigned(BH), 1}, 256,
-             (const T*)q.data(), (const T*)k.data(), (const T*)v.data(), (const T*)dout.data(), (const float*)lse.data(), (const float*)delta.data(), dq.data(), Tq, Tk, D, scale, causal_i);
+             (const T*)q.data(), qs, (const T*)k.data(), ks, (const T*)v.data(), ks, (const T*)dout.data(), qs, (const float*)lse.data(), (const float*)delta.data(), ls, dq.data(), qs, Tq, Tk, D, scale, causal_i);
   const double gtol = eps_of<T>() * 8 + 1e-4;
   ok = ok && check(std::string(what) + " dq", dq, ref.dq, gtol) && check(std::string(what) + " dk", dk, ref.dk, gtol) &&
        check(std::string(what) + " dv", dv, ref.dv, gtol);
