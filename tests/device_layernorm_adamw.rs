@@ -13,7 +13,7 @@
 use hip_kernels::cpu;
 use hip_kernels::ops::{
     self, AdamW, AdamWParams, AdamWTensor, DeviceElement, LayerNormBackward, LayerNormForward,
-    LayerNormParams, OpError,
+    LayerNormParams, OpError, ResidualLayerNormForward,
 };
 use hip_kernels::params::{bf16, f16, DType, Host, OnDevice};
 use hip_kernels::tolerance::{layernorm_dx_tolerance, Rule};
@@ -104,6 +104,149 @@ fn layernorm_matches_the_reference_on_random_shapes_every_dtype() {
             layernorm_random::<f16>(&s, rows, cols, seed);
             layernorm_random::<bf16>(&s, rows, cols, seed);
         }
+    }
+}
+
+/// `residual_layernorm_forward` (one fused launch) against the CPU reference (add, round to T,
+/// then layer norm of the stored residual); `offset` places every tensor at that element of
+/// its buffer (1: misaligned for every vector width, the scalar layout).
+fn residual_layernorm_random<T: DeviceElement>(
+    s: &Stream,
+    rows: usize,
+    cols: usize,
+    offset: usize,
+    seed: u64,
+) {
+    let shape = LayerNormParams {
+        rows,
+        cols,
+        eps: 1e-5,
+    };
+    let n = rows * cols;
+    let mut rng = Rng(seed);
+    let (a, b, w, bi) = (
+        rng.vec::<T>(n, 1.0),
+        rng.vec::<T>(n, 1.0),
+        rng.vec::<T>(cols, 1.0),
+        rng.vec::<T>(cols, 1.0),
+    );
+    let zero = T::from_f64(0.0);
+    let (mut x, mut y, mut mean, mut rstd) = (
+        vec![zero; n],
+        vec![zero; n],
+        vec![0f32; rows],
+        vec![0f32; rows],
+    );
+    cpu::residual_layernorm_forward(ResidualLayerNormForward::<Host, T> {
+        params: shape,
+        a: &a,
+        b: &b,
+        weight: &w,
+        bias: &bi,
+        residual: &mut x,
+        y: &mut y,
+        mean: &mut mean,
+        rstd: &mut rstd,
+    })
+    .expect("cpu forward");
+    let at = |v: &[T]| {
+        let mut h = vec![zero; offset];
+        h.extend_from_slice(v);
+        upload(s, &h)
+    };
+    let (da, db, dw, dbi) = (at(&a), at(&b), at(&w), at(&bi));
+    let (mut dx, mut dy) = (at(&vec![zero; n]), at(&vec![zero; n]));
+    let mut dm = upload(s, &vec![0f32; rows + offset]);
+    let mut dr = upload(s, &vec![0f32; rows + offset]);
+    {
+        let (va, vb, vw, vbi) = (
+            da.slice(offset..).unwrap(),
+            db.slice(offset..).unwrap(),
+            dw.slice(offset..).unwrap(),
+            dbi.slice(offset..).unwrap(),
+        );
+        let (mut vx, mut vy) = (
+            dx.slice_mut(offset..).unwrap(),
+            dy.slice_mut(offset..).unwrap(),
+        );
+        let (mut vm, mut vr) = (
+            dm.slice_mut(offset..).unwrap(),
+            dr.slice_mut(offset..).unwrap(),
+        );
+        ops::residual_layernorm_forward(
+            s,
+            ResidualLayerNormForward {
+                params: shape,
+                a: &va,
+                b: &vb,
+                weight: &vw,
+                bias: &vbi,
+                residual: &mut vx,
+                y: &mut vy,
+                mean: &mut vm,
+                rstd: &mut vr,
+            },
+        )
+        .expect("device forward");
+    }
+    let dt = T::DTYPE;
+    let what = |t: &str| format!("{t} ({rows}×{cols}, offset {offset})");
+    // residual: one add rounded once on both sides.
+    assert_close(
+        &what("residual"),
+        Rule::Reduction,
+        dt,
+        1,
+        &download(s, &dx)[offset..],
+        &x,
+    );
+    assert_close(
+        &what("y"),
+        Rule::Reduction,
+        dt,
+        cols,
+        &download(s, &dy)[offset..],
+        &y,
+    );
+    assert_close(
+        &what("mean"),
+        Rule::Reduction,
+        dt,
+        cols,
+        &download(s, &dm)[offset..],
+        &mean,
+    );
+    assert_close(
+        &what("rstd"),
+        Rule::Reduction,
+        dt,
+        cols,
+        &download(s, &dr)[offset..],
+        &rstd,
+    );
+}
+
+/// Odd C (scalar layout), C a multiple of 4 in wave mode and block mode (rows in registers),
+/// a wide C (streamed vector layout past what registers hold), misaligned views; few rows
+/// (hip-emu runs one fibre per thread).
+#[test]
+fn residual_layernorm_matches_the_reference_every_dtype() {
+    let s = stream();
+    let cases = [
+        (3, 1, 0),
+        (5, 7, 0),
+        (4, 768, 0),
+        (3, 768, 1),
+        (2, 1032, 0),
+        (2, 5001, 0),
+        (2, 20000, 0),
+        (1, 4100, 1),
+    ];
+    for (i, (rows, cols, offset)) in cases.into_iter().enumerate() {
+        let seed = 500 + i as u64;
+        residual_layernorm_random::<f32>(&s, rows, cols, offset, seed);
+        residual_layernorm_random::<f16>(&s, rows, cols, offset, seed);
+        residual_layernorm_random::<bf16>(&s, rows, cols, offset, seed);
     }
 }
 

@@ -403,69 +403,100 @@ fn a_bad_target_sets_the_error_flag_and_a_nan_row() {
     assert_eq!(g[4], 0.0, "padding column zeroed");
 }
 
-fn bias_random<T: DeviceElement>(s: &Stream, rows: usize, cols: usize, k: usize, seed: u64) {
+/// Uploads `v` at element `offset` of a fresh buffer (offset 1: a view misaligned for every
+/// vector width).
+fn upload_at<T: DeviceElement>(s: &Stream, v: &[T], offset: usize) -> DeviceBuffer<T> {
+    let mut h = vec![T::from_f64(0.0); offset];
+    h.extend_from_slice(v);
+    upload(s, &h)
+}
+
+/// `matmul_bias` (one launch, the fused epilogue) against the CPU reference: `pre` asks for
+/// `pre_gelu` (with `p.gelu`); `offset` places every tensor at that element of its buffer.
+fn matmul_bias_case<T: DeviceElement>(
+    s: &Stream,
+    p: MatmulBiasParams,
+    pre: bool,
+    offset: usize,
+    seed: u64,
+) {
     let mut rng = Rng(seed);
-    let p = MatmulBiasParams {
-        batch: 1,
-        m: rows,
-        n: cols,
-        k,
-        trans_a: false,
-        trans_b: false,
-        gelu: true,
-    };
+    let m = p.matmul();
+    let len = m.out_len().unwrap();
     let (a, b, bias): (Vec<T>, Vec<T>, Vec<T>) = (
-        rng.vec(rows * k, 1.0),
-        rng.vec(k * cols, 1.0),
-        rng.vec(cols, 1.0),
+        rng.vec(m.a_len().unwrap(), 1.0),
+        rng.vec(m.b_len().unwrap(), 1.0),
+        rng.vec(p.n, 1.0),
     );
-    let (mut want, mut want_pre) = (
-        vec![T::from_f64(0.0); rows * cols],
-        vec![T::from_f64(0.0); rows * cols],
-    );
+    let (mut want, mut want_pre) = (vec![T::from_f64(0.0); len], vec![T::from_f64(0.0); len]);
     cpu::matmul_bias(MatmulBias::<Host, T> {
         params: p,
         a: &a,
         b: &b,
         bias: &bias,
         out: &mut want,
-        pre_gelu: Some(&mut want_pre),
+        pre_gelu: pre.then_some(&mut want_pre[..]),
     })
     .unwrap();
-    let (da, dbm, dbias) = (upload(s, &a), upload(s, &b), upload(s, &bias));
-    let mut out = DeviceBuffer::<T>::zeroed(s, rows * cols).unwrap();
-    let mut pre = DeviceBuffer::<T>::zeroed(s, rows * cols).unwrap();
-    ops::matmul_bias(
-        s,
-        MatmulBias {
-            params: p,
-            a: &da,
-            b: &dbm,
-            bias: &dbias,
-            out: &mut out,
-            pre_gelu: Some(&mut pre),
-        },
-    )
-    .unwrap();
+    let (da, dbm, dbias) = (
+        upload_at(s, &a, offset),
+        upload_at(s, &b, offset),
+        upload_at(s, &bias, offset),
+    );
+    // NaN where nothing may be read: the kernel must overwrite every element of out.
+    let nan = vec![T::from_f64(f64::NAN); len + offset];
+    let (mut out, mut pre_buf) = (upload(s, &nan), upload(s, &nan));
+    {
+        let (va, vb, vbias) = (
+            da.slice(offset..).unwrap(),
+            dbm.slice(offset..).unwrap(),
+            dbias.slice(offset..).unwrap(),
+        );
+        let mut vo = out.slice_mut(offset..).unwrap();
+        let mut vp = pre_buf.slice_mut(offset..).unwrap();
+        ops::matmul_bias(
+            s,
+            MatmulBias {
+                params: p,
+                a: &va,
+                b: &vb,
+                bias: &vbias,
+                out: &mut vo,
+                pre_gelu: if pre { Some(&mut vp as _) } else { None },
+            },
+        )
+        .unwrap();
+    }
+    let what = format!("{p:?} pre {pre} offset {offset}");
+    // One rounding of (f32 accumulator + bias), GELU in f32: the reduction rule of k + 1 terms.
     assert_close(
-        "out",
-        // The product is rounded to T before the bias_add pass (no fused epilogue yet).
-        Rule::RoundedIntermediates,
+        &format!("out {what}"),
+        Rule::Reduction,
         T::DTYPE,
-        k + 1,
-        &download(s, &out),
+        p.k + 1,
+        &download(s, &out)[offset..],
         &want,
     );
-    assert_close(
-        "pre_gelu",
-        // The product is rounded to T before the bias_add pass (no fused epilogue yet).
-        Rule::RoundedIntermediates,
-        T::DTYPE,
-        k + 1,
-        &download(s, &pre),
-        &want_pre,
-    );
+    let got_pre = download(s, &pre_buf);
+    if pre {
+        assert_close(
+            &format!("pre_gelu {what}"),
+            Rule::Reduction,
+            T::DTYPE,
+            p.k + 1,
+            &got_pre[offset..],
+            &want_pre,
+        );
+    } else {
+        assert!(
+            got_pre.iter().all(|x| x.to_f64().is_nan()),
+            "pre_gelu not asked for, not written: {what}"
+        );
+    }
+}
 
+fn bias_backward_random<T: DeviceElement>(s: &Stream, rows: usize, cols: usize, seed: u64) {
+    let mut rng = Rng(seed);
     let dout: Vec<T> = rng.vec(rows * cols, 1.0);
     let db0: Vec<T> = rng.vec(cols, 1.0);
     let bp = BiasParams {
@@ -510,16 +541,62 @@ fn bias_random<T: DeviceElement>(s: &Stream, rows: usize, cols: usize, k: usize,
     );
 }
 
+fn bias_params(
+    batch: usize,
+    m: usize,
+    n: usize,
+    k: usize,
+    ab: (bool, bool),
+    gelu: bool,
+) -> MatmulBiasParams {
+    MatmulBiasParams {
+        batch,
+        m,
+        n,
+        k,
+        trans_a: ab.0,
+        trans_b: ab.1,
+        gelu,
+    }
+}
+
+/// Odd m, n, k, every layout, with and without GELU and pre_gelu, misaligned views, both tiles
+/// (the small tile's and the big tile's unchecked interior blocks: k a multiple of the slice
+/// depth, B transposed so its rows are aligned).
+fn matmul_bias_every_case<T: DeviceElement>(s: &Stream, seed: u64) {
+    let cases = [
+        (bias_params(1, 1, 5, 3, (false, false), true), true, 0),
+        (bias_params(2, 37, 19, 17, (true, false), true), false, 0),
+        (bias_params(1, 130, 67, 64, (false, true), false), false, 0),
+        (bias_params(3, 65, 33, 32, (true, true), true), true, 1),
+        (bias_params(1, 7, 9, 5, (false, false), false), false, 1),
+    ];
+    for (i, (p, pre, offset)) in cases.into_iter().enumerate() {
+        matmul_bias_case::<T>(s, p, pre, offset, seed + i as u64);
+    }
+    // The 128×128 tile (chosen when it gives every CU two blocks): batch 20 of 3 × 2 tiles,
+    // edge tiles on both axes, whole interior tiles.
+    let big = bias_params(20, 257, 130, 64, (false, true), true);
+    let plan = ops::MatmulPlan::new(&big.matmul(), T::DTYPE, s.device().compute_units()).unwrap();
+    assert_eq!(plan.tile, ops::MatmulTile::Big, "{plan:?}");
+    matmul_bias_case::<T>(s, big, true, 0, seed + 10);
+}
+
 #[test]
-fn bias_epilogue_and_gradient_match_the_reference_every_dtype() {
+fn matmul_bias_matches_the_reference_every_dtype() {
     let s = stream();
-    for (i, (rows, cols, k)) in [(1, 5, 3), (37, 19, 17), (300, 130, 64)]
-        .into_iter()
-        .enumerate()
-    {
-        bias_random::<f32>(&s, rows, cols, k, 100 + i as u64);
-        bias_random::<f16>(&s, rows, cols, k, 110 + i as u64);
-        bias_random::<bf16>(&s, rows, cols, k, 120 + i as u64);
+    matmul_bias_every_case::<f32>(&s, 100);
+    matmul_bias_every_case::<f16>(&s, 200);
+    matmul_bias_every_case::<bf16>(&s, 300);
+}
+
+#[test]
+fn bias_gradient_matches_the_reference_every_dtype() {
+    let s = stream();
+    for (i, (rows, cols)) in [(1, 5), (37, 19), (300, 130)].into_iter().enumerate() {
+        bias_backward_random::<f32>(&s, rows, cols, 100 + i as u64);
+        bias_backward_random::<f16>(&s, rows, cols, 110 + i as u64);
+        bias_backward_random::<bf16>(&s, rows, cols, 120 + i as u64);
     }
 }
 
