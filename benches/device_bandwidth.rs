@@ -1,8 +1,8 @@
 //! Device bandwidth of layernorm forward/backward, the fused residual + layernorm forward and
-//! fused AdamW (`--features device`), in GB/s
-//! of compulsory traffic (each input read once, each output written once), printed beside the
-//! device's peak (2 × memory clock × bus width). Targets: ≥ 80 % of peak for rows of C ≥ 1024
-//! and for AdamW over ≥ 16 M parameters. NEVER RUN: no GPU was available when it was written.
+//! fused AdamW (`--features device`), in GB/s of compulsory traffic (each input read once, each
+//! output written once), printed beside the device's peak (2 × memory clock × bus width).
+//! Targets: ≥ 80 % of peak for rows of C ≥ 1024 and for AdamW over ≥ 16 M parameters. Never run
+//! on a GPU (no GPU was available when it was written).
 //!
 //! `HIPK_BENCH_QUICK=1`: small shapes and criterion's shortest settings, a smoke run (CI runs it
 //! on hip-emu). On an emulated device every figure is labelled "emulated — not a performance

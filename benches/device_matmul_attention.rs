@@ -1,5 +1,5 @@
 //! Device throughput of matmul and attention (`--features device`), in TFLOPS, beside hipBLAS.
-//! NEVER RUN: no GPU was available when it was written.
+//! Never run on a GPU (no GPU was available when it was written).
 //!
 //! - matmul: square 1024³, 2048³, 4096³ and the skinny 8192×64×8192, 64×8192×8192 (M×N×K),
 //!   f32 and f16, against `Blas::gemm` on the same shapes; the ratio ours / hipBLAS is printed.

@@ -1,8 +1,7 @@
 // kernels/layernorm.hip — layer norm forward and backward over the last dimension.
 //
-// NEVER RUN ON A GPU: compiled and statically checked for gfx906 only (see the figures below),
-// and executed on the CPU under a host emulation of HIP (tools/kernel-emu/run_layernorm_adamw.sh)
-// against double-precision loops.
+// NEVER RUN ON A GPU: compiled and statically checked for gfx906 only (see the figures below);
+// the device tests ran on hip-emu (the CPU-emulated device) against the CPU reference.
 //
 // Layout: x, y, dy, dx are [rows, C] row-major in T (f32, f16, bf16); weight, bias, dweight,
 // dbias are [C] in T; mean and rstd are [rows] f32. All math is f32. Biased variance, eps inside
@@ -23,6 +22,16 @@
 // block) stay in registers between the three steps (mean; variance as Σ(x − mean)²; normalise):
 // x is read once. Longer rows, and the scalar layout, stream: x is read three times (the second
 // and third reads hit the cache). Writes y, mean, rstd.
+//
+// Residual forward (layernorm_fwd_residual_<T>: a, b, weight, bias, residual, y, mean, rstd,
+// rows, C, eps, row_per_wave): x = a + b in f32, rounded once to T and stored to `residual`; the
+// normalisation uses that rounded x (the stored residual, the CPU reference's semantics). The
+// same row groups, paths and launch geometry as the forward, for every C: cached rows hold the
+// rounded x in registers (a and b read once, residual and y written once: 24.5 B per f32
+// element by `cargo xtask isa-report`, minimum 16, against 12 + 16.5 for residual_add then
+// layernorm_fwd); streamed rows (long C, the scalar layout) store the residual in the first
+// pass and re-read it in the second and third (each thread re-reads only what it wrote).
+// Vector layout needs C % 4 == 0 and all six tensors aligned to 4 elements.
 //
 // Backward, stage 1 (layernorm_bwd_<T>): per row xhat = (x − mean)·rstd, g = dy·w,
 // dx = rstd·(g − mean(g) − xhat·mean(g·xhat)). Each group also sums dy·xhat and dy per column
@@ -50,6 +59,9 @@
 // block size the launcher uses (row kernels: up to 1024 threads; wave mode: 256):
 //   kernel                    VGPRs  SGPRs  LDS B  waves/SIMD @1024 (@256)  scratch  spills
 //   layernorm_fwd_f32            46     58    128           4 (5)               0       0
+//   layernorm_fwd_residual_f32   61     66    128           4 (4)               0       0
+//   layernorm_fwd_residual_f16   59     62    128           4 (4)               0       0
+//   layernorm_fwd_residual_bf16  62     66    128           4 (4)               0       0
 //   layernorm_bwd_f32            52     73    256           4 (4)               0       0
 //   layernorm_bwd_wide_f32       59     49  33024           4                   0       0
 //   layernorm_bwd_dwdb_f32        9     14      0             (10)              0       0

@@ -66,10 +66,11 @@
 //          padding: 4 blocks = 16 waves per 64 KiB CU); <= 64 VGPRs (__launch_bounds__(256, 4))
 //
 // gfx906 resource figures (hipcc 5.2 / clang 15, -O3, -Rpass-analysis=kernel-resource-usage),
-// all 24 kernels: scratch 0, SGPR spills 0, VGPR spills 0.
-//   big   f32 / bf16  VGPRs 122-128  LDS 16896  occupancy 2 waves/SIMD
+// all 48 kernels: scratch 0, SGPR spills 0, VGPR spills 0.
+//   big   f32 / bf16  VGPRs 126-128  LDS 16896  occupancy 2 waves/SIMD
 //   big   f16         VGPRs 116-118  LDS 16896  occupancy 2
-//   small             VGPRs  49-59   LDS 16384  occupancy 4 (LDS: 4 blocks per CU)
+//   small             VGPRs  49-57   LDS 16384  occupancy 4 (LDS: 4 blocks per CU)
+// The bias kernels have their plain twin's VGPRs and hot-loop figures (2 more SGPRs).
 // Static hot-loop figures (`cargo xtask isa-report`, loop k_interior, docs/ISA-REPORT.md):
 //   math/VALU and issue-bound estimate of FMA peak: big f32 99.6-100 %, f16 96.6-97.7 %,
 //   bf16 98.1-98.5 %; small f32 100 %, f16 97.0-100 %, bf16 97.0 %; 0 blocking waits; LDS

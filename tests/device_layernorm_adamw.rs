@@ -1,11 +1,12 @@
 //! Device tests of the layernorm and AdamW kernels against the CPU reference (`--features
-//! device`; needs a HIP device and kernels built for its arch). NEVER RUN: no GPU was available
-//! when they were written; they compile in CI.
+//! device`; needs a HIP device and kernels built for its arch). Run on hip-emu (the CPU-emulated
+//! device), never on a GPU.
 //!
 //! - golden cases (layernorm forward/backward, adamw) through the library's `DeviceBackend`;
 //! - random shapes: C ∈ {1, 3, 4, 768, 1024, 1025, 4095, 4096, 4100, 5001, 6000, 8192, 20000}
 //!   (4100, 6000, 8192: the wide backward; 5001: its streamed fallback), rows ∈ {1, 7, 129},
-//!   every dtype; AdamW over element counts that are not multiples of a block or chunk, every
+//!   every dtype; the fused residual + layernorm forward on odd, cached, wide and misaligned
+//!   rows, every dtype; AdamW over element counts that are not multiples of a block or chunk, every
 //!   option, several tensors in one launch;
 //! - a found_inf step leaves every tensor bit-identical; results are bit-identical run to run.
 #![cfg(feature = "device")]

@@ -1,7 +1,8 @@
 //! Device tests of the training-step ops (encoder, GELU, residual add, fused cross-entropy,
 //! bias epilogue and gradient, clip grad_scale) against the CPU reference, every dtype, odd
 //! sizes; the device error flags; bit-identical repeats of the deterministic backward kernels.
-//! Needs `--features device` and a HIP device (a DCU, or hip-emu). Not run on a GPU yet.
+//! Needs `--features device` and a HIP device (a DCU, or hip-emu). Run on hip-emu, never on a
+//! GPU.
 #![cfg(feature = "device")]
 
 mod device_common;
