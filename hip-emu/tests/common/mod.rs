@@ -1,7 +1,80 @@
-//! Helpers of hip-emu's executor tests: launching registry kernels on host buffers.
+//! Shared by hip-emu's tests (each test crate uses a part):
+//! - runtime tests (`runtime_*.rs`, through hip-sys / hip-rt): [`setup`] points the loader at the
+//!   freshly built libhip_emu.so, [`last_message`] reads its detailed error;
+//! - executor tests (`exec_*.rs`, the registry kernels on host buffers): [`launch`] /
+//!   [`launch1`] with arguments from [`arg`] / [`ptr`], [`available`], [`Guarded`] buffers and
+//!   [`within_a_minute`].
 #![allow(dead_code)]
 
 use hip_emu::exec::{self, ExecError, LaunchSpec};
+use std::path::PathBuf;
+use std::sync::Once;
+
+// ---------------------------------------------------------------------------------------------
+// Runtime tests
+// ---------------------------------------------------------------------------------------------
+
+/// target/<profile>/libhip_emu.so, found from the test binary (target/<profile>/deps/<test>).
+pub fn emu_library() -> PathBuf {
+    let exe = std::env::current_exe().expect("the test binary's own path");
+    let candidates: Vec<PathBuf> = exe
+        .ancestors()
+        .skip(1)
+        .take(3)
+        .map(|dir| dir.join("libhip_emu.so"))
+        .collect();
+    candidates
+        .iter()
+        .find(|p| p.is_file())
+        .cloned()
+        .unwrap_or_else(|| {
+            panic!(
+                "libhip_emu.so is missing (looked at {candidates:?}): build it with `cargo build -p hip-emu` \
+                 (cargo test -p hip-emu builds it too)"
+            )
+        })
+}
+
+/// Set the loader variables (and `extra` emulator variables) once, before anything loads HIP.
+/// Every test of a crate must call this first, with the same `extra`.
+pub fn setup(extra: &[(&str, &str)]) {
+    static ONCE: Once = Once::new();
+    ONCE.call_once(|| {
+        let lib = emu_library();
+        for var in [
+            "HIPK_HIP_LIBRARY",
+            "HIPK_HIPBLAS_LIBRARY",
+            "HIPK_ROCBLAS_LIBRARY",
+        ] {
+            std::env::set_var(var, &lib);
+        }
+        for (k, v) in extra {
+            std::env::set_var(k, v);
+        }
+    });
+}
+
+/// The detailed message of this thread's last hip-emu failure.
+pub fn last_message() -> String {
+    let hip = hip_sys::hip().expect("hip-emu loaded");
+    // SAFETY: re-opening the already loaded library only adds a reference; it is leaked.
+    let lib = unsafe { hip_sys::libloading::Library::new(hip.path()) }.expect("reopen");
+    // SAFETY: hip-emu exports this symbol with this prototype.
+    let f = unsafe {
+        lib.get::<unsafe extern "C" fn() -> *const std::ffi::c_char>(b"hipemuLastErrorMessage\0")
+    }
+    .map(|s| *s)
+    .expect("hipemuLastErrorMessage exported");
+    std::mem::forget(lib);
+    // SAFETY: the export returns a NUL-terminated string that lives for the process.
+    unsafe { std::ffi::CStr::from_ptr(f()) }
+        .to_string_lossy()
+        .into_owned()
+}
+
+// ---------------------------------------------------------------------------------------------
+// Executor tests
+// ---------------------------------------------------------------------------------------------
 
 /// One kernel argument as bytes.
 pub fn arg<T: Copy>(v: T) -> Vec<u8> {
@@ -52,6 +125,22 @@ pub fn launch(
         params: &params,
         block_order_seed: o.seed,
     })
+}
+
+/// A one-dimensional launch of `name` (grid × block threads) with the default options.
+pub fn launch1(name: &str, grid: u32, block: u32, args: &[Vec<u8>]) -> Result<(), ExecError> {
+    launch(name, [grid, 1, 1], [block, 1, 1], args, Opts::default())
+}
+
+/// Runs `f` (a launch) on a helper thread and fails if it takes over 60 s: a hang is a failure,
+/// not a stuck test run.
+pub fn within_a_minute<R: Send + 'static>(f: impl FnOnce() -> R + Send + 'static) -> R {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(f());
+    });
+    rx.recv_timeout(std::time::Duration::from_secs(60))
+        .expect("the launch hung")
 }
 
 /// True when the kernels were compiled for the host; else prints why the test is skipped.
