@@ -31,7 +31,9 @@ use device_common::*;
 // Random shapes
 // ---------------------------------------------------------------------------------------------
 
-fn check_matmul<T: DeviceElement>(s: &Stream, rng: &mut Rng, shape: MatmulParams) {
+/// One matmul against the reference; `off` = 0 through the golden-case path (fresh, aligned
+/// buffers), `off` > 0 on views that far into their allocations (a, b and out misaligned).
+fn check_matmul_at<T: DeviceElement>(s: &Stream, rng: &mut Rng, shape: MatmulParams, off: usize) {
     let (alpha, beta) = (shape.alpha, shape.beta);
     let a = rng.vec::<T>(shape.a_len().unwrap(), 1.0);
     let b = rng.vec::<T>(shape.b_len().unwrap(), 1.0);
@@ -48,15 +50,35 @@ fn check_matmul<T: DeviceElement>(s: &Stream, rng: &mut Rng, shape: MatmulParams
         out: &mut want,
     })
     .unwrap();
-    let got = matmul_device(s, &shape, &a, &b, &c).unwrap();
+    let got = if off == 0 {
+        matmul_device(s, &shape, &a, &b, &c).unwrap()
+    } else {
+        let (da, db) = (Shifted::new(s, &a, off), Shifted::new(s, &b, off));
+        let mut out = Shifted::new(s, &c, off);
+        ops::matmul(
+            s,
+            Matmul::<OnDevice, T> {
+                params: shape,
+                a: &da.view(),
+                b: &db.view(),
+                out: &mut out.view_mut(),
+            },
+        )
+        .unwrap();
+        out.get(s)
+    };
     assert_close(
-        &format!("out {shape:?} alpha {alpha} beta {beta}"),
+        &format!("out {shape:?} alpha {alpha} beta {beta} offset {off}"),
         Rule::Reduction,
         T::DTYPE,
         shape.k,
         &got,
         &want,
     );
+}
+
+fn check_matmul<T: DeviceElement>(s: &Stream, rng: &mut Rng, shape: MatmulParams) {
+    check_matmul_at::<T>(s, rng, shape, 0)
 }
 
 fn matmul_random_shapes<T: DeviceElement>() {
@@ -149,41 +171,7 @@ fn matmul_misaligned_views<T: DeviceElement>() {
                     beta,
                     ..MatmulParams::new(m, n, k)
                 };
-                let a = rng.vec::<T>(shape.a_len().unwrap(), 1.0);
-                let b = rng.vec::<T>(shape.b_len().unwrap(), 1.0);
-                let c: Vec<T> = if beta == 0.0 {
-                    vec![T::from_f64(f64::NAN); shape.out_len().unwrap()] // must never be read
-                } else {
-                    rng.vec(shape.out_len().unwrap(), 1.0)
-                };
-                let mut want = c.clone();
-                cpu::matmul(Matmul::<Host, T> {
-                    params: shape,
-                    a: &a,
-                    b: &b,
-                    out: &mut want,
-                })
-                .unwrap();
-                let (da, db) = (Shifted::new(&s, &a, 1), Shifted::new(&s, &b, 1));
-                let mut out = Shifted::new(&s, &c, 1);
-                ops::matmul(
-                    &s,
-                    Matmul::<OnDevice, T> {
-                        params: shape,
-                        a: &da.view(),
-                        b: &db.view(),
-                        out: &mut out.view_mut(),
-                    },
-                )
-                .unwrap();
-                assert_close(
-                    &format!("misaligned out {shape:?}"),
-                    Rule::Reduction,
-                    T::DTYPE,
-                    k,
-                    &out.get(&s),
-                    &want,
-                );
+                check_matmul_at::<T>(&s, &mut rng, shape, 1);
             }
         }
     }
