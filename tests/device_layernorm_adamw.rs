@@ -8,7 +8,7 @@
 //!   every dtype; AdamW over element counts that are not multiples of a block or chunk, every
 //!   option, several tensors in one launch;
 //! - C = 8190 (wide range, C % 4 != 0: the streamed backward); misaligned views (the scalar
-//!   layout and the wide backward's fallback);
+//!   layout and the wide backward's fallback); more rows than the grid holds (grid-stride);
 //! - a found_inf step leaves every tensor bit-identical; amsgrad propagates a NaN in v or v̂ to
 //!   the parameter (torch.maximum); results are bit-identical run to run.
 #![cfg(feature = "device")]
@@ -231,6 +231,33 @@ fn layernorm_on_misaligned_views_takes_the_scalar_fallback() {
         layernorm_random_at::<bf16>(&s, 3, cols, 310 + i as u64, 1);
     }
     layernorm_random_at::<f16>(&s, 5, 1025, 320, 1);
+}
+
+/// More rows than the launch plan's grid holds, so each wave (short rows) walks several rows
+/// grid-stride: the backward's wave mode caps at 960 row groups on 60 CUs, the forward's at
+/// 7680 (kernel-emu forced this with tiny grids; here the launcher's own plan does it).
+#[test]
+fn layernorm_rows_beyond_the_grid_walk_grid_stride() {
+    let s = stream();
+    let d = s.device();
+    let (wave, cus, max) = (
+        d.wavefront_size(),
+        d.compute_units(),
+        d.max_threads_per_block(),
+    );
+    let shape = |rows, cols| LayerNormParams {
+        rows,
+        cols,
+        eps: 1e-5,
+    };
+    let bwd = ops::RowPlan::backward(&shape(1000, 64), wave, cus, max).unwrap();
+    let fwd = ops::RowPlan::forward(&shape(7700, 3), wave, cus, max).unwrap();
+    assert!(bwd.row_per_wave && bwd.groups < 1000, "{cus} CUs: {bwd:?}");
+    assert!(fwd.row_per_wave && fwd.groups < 7700, "{cus} CUs: {fwd:?}");
+    layernorm_random::<f32>(&s, 1000, 64, 400);
+    layernorm_random::<f16>(&s, 1000, 64, 401);
+    layernorm_random::<bf16>(&s, 1000, 64, 402);
+    layernorm_random::<f32>(&s, 7700, 3, 403);
 }
 
 #[test]
