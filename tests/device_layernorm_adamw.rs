@@ -379,7 +379,7 @@ fn layernorm_on_misaligned_views_takes_the_scalar_fallback() {
 
 /// More rows than the launch plan's grid holds, so each wave (short rows) walks several rows
 /// grid-stride: the backward's wave mode caps at 960 row groups on 60 CUs, the forward's at
-/// 7680 (kernel-emu forced this with tiny grids; here the launcher's own plan does it).
+/// 7680 (the launcher's own plan, no forced grid).
 #[test]
 fn layernorm_rows_beyond_the_grid_walk_grid_stride() {
     let s = stream();
