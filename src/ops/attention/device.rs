@@ -7,7 +7,10 @@
 //! checked for gfx906 and were run through a host emulation (`tools/kernel-emu`); the device
 //! tests have not run.
 
-use super::{AttentionBackward, AttentionForward, AttentionParams};
+use super::{
+    AttentionBackward, AttentionBackwardStrided, AttentionForward, AttentionForwardStrided,
+    AttentionParams,
+};
 use crate::ops::launch::{kernel_named, ptr};
 use crate::ops::OpError;
 use crate::params::{DType, DeviceElement, OnDevice, ShapeError};
@@ -265,6 +268,39 @@ pub fn attention_backward<T: DeviceElement>(
     }
     // `delta` goes back to the allocator on drop; ptr() recorded its use on this stream.
     Ok(())
+}
+
+/// [`AttentionForwardStrided`] on `stream`: q, k, v read through their layouts (e.g. straight
+/// from the fused QKV projection `[B, T, 3, H, D]`), `out` written through `out_layout` (e.g.
+/// `[B, T, H, D]`), `lse` packed `[B, H, tq]` f32. Same semantics and validation as
+/// [`crate::cpu::attention_forward_strided`]; head_dim ≤ 128. Queues the work; no host sync.
+pub fn attention_forward_strided<T: DeviceElement>(
+    stream: &Stream,
+    a: AttentionForwardStrided<'_, OnDevice, T>,
+) -> Result<(), OpError> {
+    a.validate()?;
+    AttentionPlan::new(&a.params)?;
+    let _ = stream;
+    Err(OpError::NoKernel {
+        op: "attention_forward_strided",
+        reason: "kernels/attention.hip does not read strided layouts yet",
+    })
+}
+
+/// [`AttentionBackwardStrided`] on `stream`: dq, dk, dv written (overwritten, not accumulated)
+/// into `dqkv` through their layouts (e.g. the fused `[B, T, 3, H, D]` gradient). Same
+/// semantics and validation as [`crate::cpu::attention_backward_strided`]; head_dim ≤ 128.
+pub fn attention_backward_strided<T: DeviceElement>(
+    stream: &Stream,
+    a: AttentionBackwardStrided<'_, OnDevice, T>,
+) -> Result<(), OpError> {
+    a.validate()?;
+    AttentionPlan::new(&a.params)?;
+    let _ = stream;
+    Err(OpError::NoKernel {
+        op: "attention_backward_strided",
+        reason: "kernels/attention.hip does not read strided layouts yet",
+    })
 }
 
 /// Byte offsets of head `first` in the [heads, t, d] tensors and the [heads, tq] rows.

@@ -9,7 +9,8 @@ mod golden_strided;
 mod strided;
 
 pub use device::{
-    attention_backward, attention_forward, AttentionPlan, MAX_HEADS_PER_LAUNCH, MAX_HEAD_DIM,
+    attention_backward, attention_backward_strided, attention_forward, attention_forward_strided,
+    AttentionPlan, MAX_HEADS_PER_LAUNCH, MAX_HEAD_DIM,
     MAX_T,
 };
 pub use golden::{AttentionBackwardCase, AttentionForwardCase};
