@@ -168,7 +168,11 @@ impl DeviceBackend {
     }
 
     /// The device-side `grad_scale` and `found_inf` for `scaling`, from the norm in `values`.
-    fn update_scalars(&self, scaling: GradScaling, values: &DeviceBuffer<f32>) -> Result<UpdateScalars> {
+    fn update_scalars(
+        &self,
+        scaling: GradScaling,
+        values: &DeviceBuffer<f32>,
+    ) -> Result<UpdateScalars> {
         let s = &self.stream;
         let norm = values.slice(self.slots..self.slots + 1).map_err(dev)?;
         let mut found_inf = DeviceBuffer::<f32>::alloc(s, 1).map_err(dev)?;
@@ -179,7 +183,8 @@ impl DeviceBackend {
                 let mut st = self.state.borrow_mut();
                 st.scale_staging.as_mut_slice().map_err(dev)?[0] = x as f32;
                 let mut buf = DeviceBuffer::<f32>::alloc(s, 1).map_err(dev)?;
-                s.copy_htod_async(&st.scale_staging, &mut buf).map_err(dev)?;
+                s.copy_htod_async(&st.scale_staging, &mut buf)
+                    .map_err(dev)?;
                 Some(buf)
             }
         };
@@ -466,7 +471,12 @@ impl<T: DeviceElement> Backend<T> for DeviceBackend {
         Ok(())
     }
 
-    fn add(&self, a: &DeviceBuffer<T>, b: &DeviceBuffer<T>, out: &mut DeviceBuffer<T>) -> Result<()> {
+    fn add(
+        &self,
+        a: &DeviceBuffer<T>,
+        b: &DeviceBuffer<T>,
+        out: &mut DeviceBuffer<T>,
+    ) -> Result<()> {
         ops::residual_add(
             &self.stream,
             ResidualAdd::<OnDevice, T> {
@@ -559,7 +569,8 @@ impl<T: DeviceElement> Backend<T> for DeviceBackend {
     }
 
     fn grad_norm(&self, grads: &[&DeviceBuffer<T>], scalars: &mut DeviceScalars) -> Result<()> {
-        let views: Vec<&dyn DeviceView<T>> = grads.iter().map(|g| *g as &dyn DeviceView<T>).collect();
+        let views: Vec<&dyn DeviceView<T>> =
+            grads.iter().map(|g| *g as &dyn DeviceView<T>).collect();
         let mut norm = scalars
             .values
             .slice_mut(self.slots..self.slots + 1)
