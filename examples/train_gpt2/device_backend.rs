@@ -125,7 +125,7 @@ impl DeviceBackend {
         let mut st = self.state.borrow_mut();
         let i = st.next;
         st.next += 1;
-        if st.staging.get(i).is_none_or(|b| b.len() != host.len()) {
+        if st.staging.get(i).map_or(true, |b| b.len() != host.len()) {
             let fresh = PinnedHostBuffer::new(&self.device, host.len()).map_err(dev)?;
             match st.staging.get_mut(i) {
                 Some(slot) => *slot = fresh,
@@ -178,7 +178,7 @@ impl DeviceBackend {
         let mut found_inf = DeviceBuffer::<f32>::alloc(s, 1).map_err(dev)?;
         ops::non_finite::<f32>(s, &[&norm], &mut found_inf).map_err(op)?;
         let loss_scale = match scaling.loss_scale {
-            x if x == 1.0 => None,
+            1.0 => None,
             x => {
                 let mut st = self.state.borrow_mut();
                 st.scale_staging.as_mut_slice().map_err(dev)?[0] = x as f32;
@@ -592,7 +592,7 @@ impl<T: DeviceElement> Backend<T> for DeviceBackend {
         exp_avg_sq: &mut DeviceBuffer<f32>,
     ) -> Result<()> {
         let mut cached = scalars.update.borrow_mut();
-        if cached.as_ref().is_none_or(|(k, _)| *k != scaling) {
+        if cached.as_ref().map_or(true, |(k, _)| *k != scaling) {
             *cached = Some((scaling, self.update_scalars(scaling, &scalars.values)?));
         }
         let Some((_, u)) = cached.as_ref() else {
