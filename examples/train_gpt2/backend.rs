@@ -3,8 +3,8 @@
 //! activations and gradients (f32, bf16, f16); statistics, master weights and optimizer moments
 //! are f32. The model ([`crate::model`]) is written once
 //! against this trait; [`crate::cpu_backend`] implements it with the CPU reference
-//! (`hip_kernels::cpu`). A device backend implements the same methods with the launchers of
-//! `hip_kernels::ops` on a `hip_rt` stream and the caching allocator: every method only queues
+//! (`hip_kernels::cpu`); [`crate::device_backend`] implements the same methods with the launchers
+//! of `hip_kernels::ops` on a `hip_rt` stream and a caching allocator: every method only queues
 //! work, and the trainer's one host read per step is [`Backend::read_step`].
 
 use crate::error::Result;
