@@ -334,7 +334,16 @@ fn bad_shapes_are_rejected_before_any_launch() {
 #[test]
 fn golden_matmul_and_attention_cases_pass_on_the_device() {
     run_golden_cases(
-        |op| matches!(op, "matmul" | "attention_forward" | "attention_backward"),
+        |op| {
+            matches!(
+                op,
+                "matmul"
+                    | "attention_forward"
+                    | "attention_backward"
+                    | "attention_forward_strided"
+                    | "attention_backward_strided"
+            )
+        },
         "matmul/attention",
     );
 }
