@@ -250,7 +250,6 @@ fn every_op_but_attention_matches_the_cpu_backend() {
 }
 
 #[test]
-#[ignore = "needs the strided attention kernels (OpError::NoKernel until branch `strided` lands them)"]
 fn attention_matches_the_cpu_backend() {
     ops_match_the_cpu(true);
 }
@@ -294,7 +293,7 @@ fn a_bad_token_id_is_flagged_by_the_device_and_named_at_the_read() {
     Backend::<f32>::read_step(&be, &scalars).unwrap();
 }
 
-/// Steps of the device runs (on hip-emu each costs about a second; see the README).
+/// Steps of the device runs (on hip-emu each tiny-model step took 1.5 s on the loaded 2-core VM).
 const DEVICE_STEPS: usize = 5;
 
 fn reference_losses() -> Vec<f64> {
@@ -327,7 +326,6 @@ fn max_rel(a: &[StepLog], b: impl IntoIterator<Item = f64>) -> f64 {
 }
 
 #[test]
-#[ignore = "needs the strided attention kernels (OpError::NoKernel until branch `strided` lands them)"]
 fn f32_on_the_device_matches_pytorch_and_the_cpu_backend() {
     let s = Scratch::new("device-f32");
     let log = s.path("log.jsonl").display().to_string();
@@ -370,19 +368,18 @@ fn f32_on_the_device_matches_pytorch_and_the_cpu_backend() {
 }
 
 #[test]
-#[ignore = "needs the strided attention kernels (OpError::NoKernel until branch `strided` lands them)"]
 fn bf16_on_the_device_trains_close_to_the_cpu_backend() {
     let dev = tiny("0", "bf16", 3, None);
     let cpu = tiny("cpu", "bf16", 3, None);
     // Both round to bf16 (8 bits) at different places (the device's GEMM rounds before its bias
-    // epilogue, f32 vs f64 sums); the CPU bf16 run itself is 4e-3 from f32 after 20 steps.
+    // epilogue, f32 vs f64 sums); measured 4.0e-4 on hip-emu, and the CPU bf16 run itself is
+    // 4e-3 from f32 after 20 steps.
     let d = max_rel(&dev, cpu.iter().map(|l| l.loss));
     println!("device bf16, 3 steps: max rel loss diff {d:.3e} vs the CPU backend in bf16");
-    assert!(d <= 1e-2, "{d}");
+    assert!(d <= 4e-3, "{d}");
 }
 
 #[test]
-#[ignore = "needs the strided attention kernels (OpError::NoKernel until branch `strided` lands them)"]
 fn resume_on_the_device_continues_bit_identically() {
     let s = Scratch::new("device-resume");
     let ck = s.path("ck").display().to_string();
