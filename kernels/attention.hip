@@ -1,11 +1,18 @@
 // kernels/attention.hip — FlashAttention-2 style attention, forward and backward.
 //
 // NEVER RUN ON A GPU. Compiled and resource-checked for gfx906 only (hipcc 5.2 / clang 15,
-// --genco -O3, -Rpass-analysis=kernel-resource-usage); not yet compared with the CPU reference on
-// a device. Masking and bounds were reviewed by hand.
+// --genco -O3, -Rpass-analysis=kernel-resource-usage); compared with the CPU reference on
+// hip-emu (the CPU emulation of a device: tests/device_matmul_attention.rs,
+// tests/device_attention_strided.rs), never on a device.
 //
-// Tensors are contiguous: q, out, dout, dq [BH, Tq, D]; k, v, dk, dv [BH, Tk, D]; lse, delta
-// [BH, Tq] f32 (BH = batch * heads). Storage f32 / f16 / bf16, all math f32.
+// Tensors are strided: row (b, h, t) of q, k, v, out, dout, dq, dk, dv (its D elements
+// contiguous) starts at ptr + b * batch + h * head + t * seq (int64 element strides, struct
+// Strides, one per tensor; the launcher folds the layout's offset and the launch's first batch
+// and head into ptr and passes 0 for a dimension of extent 1). Packed [B, H, T, D] is one case;
+// the fused QKV projection [B, T, 3, H, D] (q, k, v and dq, dk, dv) and out [B, T, H, D] are
+// others. lse and delta are [B, H, Tq] f32 (struct RowStrides). Vector (16-byte for f32) loads
+// and stores when a tensor's pointer and strides are multiples of 4 elements; scalar otherwise.
+// Storage f32 / f16 / bf16, all math f32.
 // Semantics (= the CPU reference): s_ij = scale * q_i . k_j; key j is visible to query i iff
 // j < Tk and, when causal, j <= i + Tk - Tq (bottom-right aligned); out_i = softmax_j(s_i) v;
 // lse_i = ln sum_j exp(s_ij) (natural log). A row that sees no key gets out = 0, lse = -inf and
@@ -13,15 +20,18 @@
 //
 // Exported kernels (<db> = head-dim bucket 32, 64, 96 or 128: the smallest >= D; D itself may be
 // anything in 1..=128, columns past D are zero-filled on load and never stored):
-//   attention_fwd_d<db>_<dtype>(q, k, v, out, lse, Tq, Tk, D, scale, causal)
-//       grid (ceil(Tq / FROWS), BH), block 256; FROWS = 128 for db <= 64, else 64.
-//   attention_bwd_dot_<dtype>(out, dout, delta, rows, D)   delta_i = sum_d dout_id * out_id
-//       grid (ceil(rows / 16)), block 256 (16 lanes per row); rows = BH * Tq.
-//   attention_bwd_dkdv_d<db>_<dtype>(q, k, v, dout, lse, delta, dk, dv, Tq, Tk, D, scale, causal)
-//       grid (ceil(Tk / KROWS), BH), block 256; KROWS = 256 / G_BWD (64 for db <= 64, else 32).
-//   attention_bwd_dq_d<db>_<dtype>(q, k, v, dout, lse, delta, dq, Tq, Tk, D, scale, causal)
-//       grid (ceil(Tq / QROWS), BH), block 256; QROWS = 256 / G_BWD.
-// causal is 0 or 1. No dynamic LDS. BH <= 65535 per launch (grid.y).
+// (every tensor pointer X is followed by its Strides Xs; lse/delta by one RowStrides ls)
+//   attention_fwd_d<db>_<dtype>(q, qs, k, ks, v, vs, out, os, lse, ls, Tq, Tk, D, scale, causal)
+//       grid (ceil(Tq / FROWS), H, B), block 256; FROWS = 128 for db <= 64, else 64.
+//   attention_bwd_dot_<dtype>(out, os, dout, dos, delta, ls, Tq, D)
+//       delta_i = sum_d dout_id * out_id; grid (ceil(Tq / 16), H, B), block 256 (16 lanes/row).
+//   attention_bwd_dkdv_d<db>_<dtype>(q, qs, k, ks, v, vs, dout, dos, lse, delta, ls, dk, dks,
+//                                    dv, dvs, Tq, Tk, D, scale, causal)
+//       grid (ceil(Tk / KROWS), H, B), block 256; KROWS = 256 / G_BWD (64 for db <= 64, else 32).
+//   attention_bwd_dq_d<db>_<dtype>(q, qs, k, ks, v, vs, dout, dos, lse, delta, ls, dq, dqs, Tq,
+//                                  Tk, D, scale, causal)
+//       grid (ceil(Tq / QROWS), H, B), block 256; QROWS = 256 / G_BWD.
+// causal is 0 or 1. No dynamic LDS. H, B <= 65535 per launch (grid.y, grid.z).
 //
 // Work layout ("lane groups"): G consecutive lanes own one row (a query in fwd/dq, a key in
 // dkdv). Lane g of a group holds 4-wide chunks c*G + g of the row (c < DB / (4G)), so the G
@@ -39,8 +49,9 @@
 // use (stream_lds: 2 LDS reads in flight at every wait). The running max m is a lazy reference
 // (raised only when a score passes it by 8 in log2 units), so the rescale of l and the
 // accumulators is skipped on most steps; out is normalised once at the end; lse = ln 2 *
-// (m + log2 l). K/V tile t+1 is loaded (raw words; a scalar-base global_load when the tile is
-// whole and aligned) before tile t is used and written to LDS after it: the global latency
+// (m + log2 l). K/V tile t+1 is loaded (raw words; a scalar-base global_load with 32-bit
+// offsets when the tile is whole, D = db, rows aligned and seq * sizeof(T) * rows < 2^32) before
+// tile t is used and written to LDS after it: the global latency
 // hides behind a tile of math. Tiles every query of the block sees whole skip the per-key mask
 // (a separate loop). No Tq x Tk matrix exists anywhere. With causal, the tiles past the block's
 // last visible key are never loaded (for Tq = Tk about half of them); heavy query tiles start
@@ -60,11 +71,15 @@
 // least 2 blocks = 2 waves per SIMD on a 64 KiB CU.
 // gfx906 resource figures (hipcc 5.2 / clang 15, -O3, -Rpass-analysis=kernel-resource-usage),
 // f32 (f16 / bf16 within -8..+1 VGPRs); all 39 kernels: scratch 0, SGPR and VGPR spills 0.
+// Reading through strides cost 0-3 VGPRs (fwd) and up to 32 SGPRs (the per-tensor strides;
+// SGPRs do not limit occupancy here); every hot loop kept its VALU, FMA, LDS and blocking-wait
+// figures (cargo xtask isa-report; at most +-1 instruction, bwd_dkdv d96 one more non-blocking
+// wait), and every kernel its occupancy:
 //   kernel      d32               d64               d96               d128
-//   fwd         98 V  16384 B  2  126 V  8192 B  2  115 V 12288 B  2  125 V 16384 B  2
-//   bwd_dkdv    69 V  16896 B  3  119 V 16640 B  2  95 V  12416 B  2  119 V 16512 B  2
+//   fwd         100 V 16384 B  2  128 V  8192 B  2  115 V 12288 B  2  128 V 16384 B  2
+//   bwd_dkdv    69 V  16896 B  3  119 V 16640 B  2  94 V  12416 B  2  119 V 16512 B  2
 //   bwd_dq      55 V  16384 B  4  96 V  32768 B  2  73 V  12288 B  3  96 V  32768 B  2
-//   bwd_dot     30 V, no LDS, occupancy 8
+//   bwd_dot     29 V, no LDS, occupancy 8
 // (V = VGPRs, B = LDS bytes per block, last = occupancy in waves/SIMD.)
 // Static hot-loop figures of the forward (`cargo xtask isa-report`, loop fwd_step = one KC-key
 // step of an unmasked tile, rescale branch included; docs/ISA-REPORT.md), all dtypes:
