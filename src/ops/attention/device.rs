@@ -567,6 +567,77 @@ mod tests {
     }
 
     #[test]
+    fn views_fold_the_offset_and_first_batch_and_head_into_the_pointer() {
+        let s = AttentionParams {
+            batch: 3,
+            ..shape(5, 5, 8)
+        };
+        let fused = AttentionLayout::fused_qkv(super::super::Qkv::K, 5, 3, 8);
+        let v = View::new(DevicePtr::NULL, fused, &s, 5);
+        // [B, T, 3, H, D] = [3, 5, 3, 3, 8]: k at offset H·D = 24, rows 3·H·D = 72 apart.
+        assert_eq!(
+            v.strides(),
+            Strides {
+                batch: 5 * 72,
+                head: 8,
+                seq: 72
+            }
+        );
+        let at = v.at::<u16>(2, 1).as_raw() as usize;
+        assert_eq!(at, 2 * (24 + 2 * 360 + 8));
+        // Extent 1: the stride is never used, passed as 0 (need not be in bounds).
+        let one = AttentionParams {
+            batch: 1,
+            heads: 1,
+            ..s
+        };
+        let wild = AttentionLayout {
+            batch_stride: usize::MAX,
+            head_stride: usize::MAX,
+            ..fused
+        };
+        let v = View::new(DevicePtr::NULL, wild, &one, 1);
+        assert_eq!(
+            v.strides(),
+            Strides {
+                batch: 0,
+                head: 0,
+                seq: 0
+            }
+        );
+        let stats = Stats { heads: 3, tq: 5 };
+        assert_eq!(stats.strides(), RowStrides { batch: 15, head: 5 });
+        assert_eq!(stats.at(DevicePtr::NULL, 2, 1).as_raw() as usize, (2 * 15 + 5) * 4);
+    }
+
+    #[test]
+    fn launches_cover_every_batch_and_head_within_the_grid_limits() {
+        let s = AttentionParams {
+            batch: 2,
+            heads: MAX_HEADS_PER_LAUNCH + 1,
+            ..shape(4, 4, 8)
+        };
+        let l: Vec<_> = launches(7, &s)
+            .map(|(b0, h0, c)| (b0, h0, c.grid))
+            .collect();
+        let m = MAX_HEADS_PER_LAUNCH;
+        assert_eq!(
+            l,
+            vec![
+                (0, 0, (7, m as u32, 2)),
+                (0, m, (7, 1, 2)),
+            ]
+        );
+        let s = AttentionParams {
+            batch: m + 2,
+            heads: 3,
+            ..s
+        };
+        let l: Vec<_> = launches(1, &s).map(|(b0, h0, c)| (b0, h0, c.grid)).collect();
+        assert_eq!(l, vec![(0, 0, (1, 3, m as u32)), (m, 0, (1, 3, 2))]);
+    }
+
+    #[test]
     fn head_chunks_split_at_the_grid_limit() {
         let chunks: Vec<_> = head_chunks(2 * MAX_HEADS_PER_LAUNCH + 5).collect();
         assert_eq!(
