@@ -7,6 +7,8 @@
 //!   the skinny shapes. The same shapes also run `matmul_bias` with GELU (`hip-kernels-bias-gelu`:
 //!   the bias + GELU epilogue fused into the GEMM's store).
 //! - attention forward and backward (non-causal, f16 and f32) for T ∈ {512, 2048, 8192},
+//!   packed `[B, H, T, D]` and on the projections' layout (`forward_fused_qkv`: q, k, v from one
+//!   fused `[B, T, 3, H, D]` buffer, out `[B, T, H, D]`, the backward into a fused gradient),
 //!   D ∈ {64, 128}, FLOPs counted as FlashAttention-2 does (forward 4·BH·T²·D, backward 2.5×),
 //!   beside a baseline of two hipBLAS strided-batched GEMMs (S = Q·Kᵀ into an f32/f16 T×T
 //!   buffer, then S·V). The baseline has no softmax pass (this project has no standalone softmax
@@ -19,8 +21,9 @@
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use hip_kernels::ops::{
-    self, AttentionBackward, AttentionForward, AttentionParams, DeviceElement, Matmul, MatmulBias,
-    MatmulBiasParams, MatmulParams,
+    self, AttentionBackward, AttentionBackwardStrided, AttentionForward, AttentionForwardStrided,
+    AttentionLayout, AttentionParams, DeviceElement, Matmul, MatmulBias, MatmulBiasParams,
+    MatmulParams, Qkv, Strided,
 };
 use hip_kernels::params::{f16, OnDevice};
 use hip_rt::{Batch, Blas, Device, DeviceBuffer, Gemm, GemmElement, Stream, StreamOptions};
@@ -247,9 +250,92 @@ fn attention<T: DeviceElement + GemmElement>(
                 2.5 * fwd_flops / bwd / 1e12,
                 baseline / fwd
             );
+            attention_strided::<T>(&mut g, s, shape, &id, label, fwd_flops);
         }
     }
     g.finish();
+}
+
+/// The same shape on the projections' layout: q, k, v read from one fused `[B, T, 3, H, D]`
+/// buffer, out written as `[B, T, H, D]`, the backward into a fused `[B, T, 3, H, D]` gradient
+/// (`ops::attention_forward_strided` / `attention_backward_strided`).
+fn attention_strided<T: DeviceElement>(
+    g: &mut criterion::BenchmarkGroup<'_, criterion::measurement::WallTime>,
+    s: &Stream,
+    shape: AttentionParams,
+    id: &str,
+    label: &str,
+    fwd_flops: f64,
+) {
+    let (t, h, d) = (shape.tq, shape.heads, shape.head_dim);
+    let n = shape.batch * t * h * d;
+    let qkv = filled::<T>(s, 3 * n, 0.01);
+    let dout = filled::<T>(s, n, 0.04);
+    let (mut out, mut dqkv) = (filled::<T>(s, n, 0.0), filled::<T>(s, 3 * n, 0.0));
+    let mut lse = filled::<f32>(s, shape.batch * h * t, 0.0);
+    let fused = |w| AttentionLayout::fused_qkv(w, t, h, d);
+    let bthd = AttentionLayout::bthd(t, h, d);
+    let forward = |out: &mut DeviceBuffer<T>, lse: &mut DeviceBuffer<f32>| {
+        let view = |w| Strided::<OnDevice, T> {
+            data: &qkv,
+            layout: fused(w),
+        };
+        let args = AttentionForwardStrided {
+            params: shape,
+            q: view(Qkv::Q),
+            k: view(Qkv::K),
+            v: view(Qkv::V),
+            out,
+            out_layout: bthd,
+            lse,
+        };
+        ops::attention_forward_strided(s, args).expect("forward (strided)");
+    };
+    g.bench_function(BenchmarkId::new("forward_fused_qkv", id), |bench| {
+        bench.iter(|| {
+            forward(&mut out, &mut lse);
+            s.synchronize().expect("sync");
+        })
+    });
+    let fwd = seconds_per_call(s, || forward(&mut out, &mut lse));
+    let bwd = seconds_per_call(s, || {
+        let args = AttentionBackwardStrided::<OnDevice, T> {
+            params: shape,
+            q: Strided {
+                data: &qkv,
+                layout: fused(Qkv::Q),
+            },
+            k: Strided {
+                data: &qkv,
+                layout: fused(Qkv::K),
+            },
+            v: Strided {
+                data: &qkv,
+                layout: fused(Qkv::V),
+            },
+            out: Strided {
+                data: &out,
+                layout: bthd,
+            },
+            dout: Strided {
+                data: &dout,
+                layout: bthd,
+            },
+            lse: &lse,
+            dqkv: &mut dqkv,
+            dq: fused(Qkv::Q),
+            dk: fused(Qkv::K),
+            dv: fused(Qkv::V),
+        };
+        ops::attention_backward_strided(s, args).expect("backward (strided)")
+    });
+    println!(
+        "attention {} {id} fused QKV -> [B, T, H, D] (BH {h}): forward {:.2} TFLOPS, backward \
+         {:.2} TFLOPS{label}",
+        T::DTYPE,
+        fwd_flops / fwd / 1e12,
+        2.5 * fwd_flops / bwd / 1e12,
+    );
 }
 
 fn benches(c: &mut Criterion) {

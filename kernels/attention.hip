@@ -1,11 +1,18 @@
 // kernels/attention.hip — FlashAttention-2 style attention, forward and backward.
 //
 // NEVER RUN ON A GPU. Compiled and resource-checked for gfx906 only (hipcc 5.2 / clang 15,
-// --genco -O3, -Rpass-analysis=kernel-resource-usage); not yet compared with the CPU reference on
-// a device. Masking and bounds were reviewed by hand.
+// --genco -O3, -Rpass-analysis=kernel-resource-usage); compared with the CPU reference on
+// hip-emu (the CPU emulation of a device: tests/device_matmul_attention.rs,
+// tests/device_attention_strided.rs), never on a device.
 //
-// Tensors are contiguous: q, out, dout, dq [BH, Tq, D]; k, v, dk, dv [BH, Tk, D]; lse, delta
-// [BH, Tq] f32 (BH = batch * heads). Storage f32 / f16 / bf16, all math f32.
+// Tensors are strided: row (b, h, t) of q, k, v, out, dout, dq, dk, dv (its D elements
+// contiguous) starts at ptr + b * batch + h * head + t * seq (int64 element strides, struct
+// Strides, one per tensor; the launcher folds the layout's offset and the launch's first batch
+// and head into ptr and passes 0 for a dimension of extent 1). Packed [B, H, T, D] is one case;
+// the fused QKV projection [B, T, 3, H, D] (q, k, v and dq, dk, dv) and out [B, T, H, D] are
+// others. lse and delta are [B, H, Tq] f32 (struct RowStrides). Vector (16-byte for f32) loads
+// and stores when a tensor's pointer and strides are multiples of 4 elements; scalar otherwise.
+// Storage f32 / f16 / bf16, all math f32.
 // Semantics (= the CPU reference): s_ij = scale * q_i . k_j; key j is visible to query i iff
 // j < Tk and, when causal, j <= i + Tk - Tq (bottom-right aligned); out_i = softmax_j(s_i) v;
 // lse_i = ln sum_j exp(s_ij) (natural log). A row that sees no key gets out = 0, lse = -inf and
@@ -13,15 +20,18 @@
 //
 // Exported kernels (<db> = head-dim bucket 32, 64, 96 or 128: the smallest >= D; D itself may be
 // anything in 1..=128, columns past D are zero-filled on load and never stored):
-//   attention_fwd_d<db>_<dtype>(q, k, v, out, lse, Tq, Tk, D, scale, causal)
-//       grid (ceil(Tq / FROWS), BH), block 256; FROWS = 128 for db <= 64, else 64.
-//   attention_bwd_dot_<dtype>(out, dout, delta, rows, D)   delta_i = sum_d dout_id * out_id
-//       grid (ceil(rows / 16)), block 256 (16 lanes per row); rows = BH * Tq.
-//   attention_bwd_dkdv_d<db>_<dtype>(q, k, v, dout, lse, delta, dk, dv, Tq, Tk, D, scale, causal)
-//       grid (ceil(Tk / KROWS), BH), block 256; KROWS = 256 / G_BWD (64 for db <= 64, else 32).
-//   attention_bwd_dq_d<db>_<dtype>(q, k, v, dout, lse, delta, dq, Tq, Tk, D, scale, causal)
-//       grid (ceil(Tq / QROWS), BH), block 256; QROWS = 256 / G_BWD.
-// causal is 0 or 1. No dynamic LDS. BH <= 65535 per launch (grid.y).
+// (every tensor pointer X is followed by its Strides Xs; lse/delta by one RowStrides ls)
+//   attention_fwd_d<db>_<dtype>(q, qs, k, ks, v, vs, out, os, lse, ls, Tq, Tk, D, scale, causal)
+//       grid (ceil(Tq / FROWS), H, B), block 256; FROWS = 128 for db <= 64, else 64.
+//   attention_bwd_dot_<dtype>(out, os, dout, dos, delta, ls, Tq, D)
+//       delta_i = sum_d dout_id * out_id; grid (ceil(Tq / 16), H, B), block 256 (16 lanes/row).
+//   attention_bwd_dkdv_d<db>_<dtype>(q, qs, k, ks, v, vs, dout, dos, lse, delta, ls, dk, dks,
+//                                    dv, dvs, Tq, Tk, D, scale, causal)
+//       grid (ceil(Tk / KROWS), H, B), block 256; KROWS = 256 / G_BWD (64 for db <= 64, else 32).
+//   attention_bwd_dq_d<db>_<dtype>(q, qs, k, ks, v, vs, dout, dos, lse, delta, ls, dq, dqs, Tq,
+//                                  Tk, D, scale, causal)
+//       grid (ceil(Tq / QROWS), H, B), block 256; QROWS = 256 / G_BWD.
+// causal is 0 or 1. No dynamic LDS. H, B <= 65535 per launch (grid.y, grid.z).
 //
 // Work layout ("lane groups"): G consecutive lanes own one row (a query in fwd/dq, a key in
 // dkdv). Lane g of a group holds 4-wide chunks c*G + g of the row (c < DB / (4G)), so the G
@@ -39,8 +49,9 @@
 // use (stream_lds: 2 LDS reads in flight at every wait). The running max m is a lazy reference
 // (raised only when a score passes it by 8 in log2 units), so the rescale of l and the
 // accumulators is skipped on most steps; out is normalised once at the end; lse = ln 2 *
-// (m + log2 l). K/V tile t+1 is loaded (raw words; a scalar-base global_load when the tile is
-// whole and aligned) before tile t is used and written to LDS after it: the global latency
+// (m + log2 l). K/V tile t+1 is loaded (raw words; a scalar-base global_load with 32-bit
+// offsets when the tile is whole, D = db, rows aligned and seq * sizeof(T) * rows < 2^32) before
+// tile t is used and written to LDS after it: the global latency
 // hides behind a tile of math. Tiles every query of the block sees whole skip the per-key mask
 // (a separate loop). No Tq x Tk matrix exists anywhere. With causal, the tiles past the block's
 // last visible key are never loaded (for Tq = Tk about half of them); heavy query tiles start
@@ -60,11 +71,15 @@
 // least 2 blocks = 2 waves per SIMD on a 64 KiB CU.
 // gfx906 resource figures (hipcc 5.2 / clang 15, -O3, -Rpass-analysis=kernel-resource-usage),
 // f32 (f16 / bf16 within -8..+1 VGPRs); all 39 kernels: scratch 0, SGPR and VGPR spills 0.
+// Reading through strides cost 0-3 VGPRs (fwd) and up to 32 SGPRs (the per-tensor strides;
+// SGPRs do not limit occupancy here); every hot loop kept its VALU, FMA, LDS and blocking-wait
+// figures (cargo xtask isa-report; at most +-1 instruction, bwd_dkdv d96 one more non-blocking
+// wait), and every kernel its occupancy:
 //   kernel      d32               d64               d96               d128
-//   fwd         98 V  16384 B  2  126 V  8192 B  2  115 V 12288 B  2  125 V 16384 B  2
-//   bwd_dkdv    69 V  16896 B  3  119 V 16640 B  2  95 V  12416 B  2  119 V 16512 B  2
+//   fwd         100 V 16384 B  2  128 V  8192 B  2  115 V 12288 B  2  128 V 16384 B  2
+//   bwd_dkdv    69 V  16896 B  3  119 V 16640 B  2  94 V  12416 B  2  119 V 16512 B  2
 //   bwd_dq      55 V  16384 B  4  96 V  32768 B  2  73 V  12288 B  3  96 V  32768 B  2
-//   bwd_dot     30 V, no LDS, occupancy 8
+//   bwd_dot     29 V, no LDS, occupancy 8
 // (V = VGPRs, B = LDS bytes per block, last = occupancy in waves/SIMD.)
 // Static hot-loop figures of the forward (`cargo xtask isa-report`, loop fwd_step = one KC-key
 // step of an unmasked tile, rescale branch included; docs/ISA-REPORT.md), all dtypes:
@@ -182,11 +197,12 @@ template <int DB, int G> struct Slice {
   }
 };
 
-/// Copies rows [r0, r0 + ROWS) of a [rows_total, D] tensor into an LDS tile [ROWS][DB] as f32,
-/// zero-filling rows past rows_total and columns past D. All threads of the block take part.
+/// Copies rows [r0, r0 + ROWS) of a [rows_total, D] tensor (rows `seq` elements apart) into an
+/// LDS tile [ROWS][DB] as f32, zero-filling rows past rows_total and columns past D. All
+/// threads of the block take part.
 template <int ROWS, int DB, typename T>
-__device__ __forceinline__ void stage_rows(float* lds, const T* x, int rows_total, int r0, int D,
-                                           bool vec_ok, int tid) {
+__device__ __forceinline__ void stage_rows(float* lds, const T* x, int64_t seq, int rows_total,
+                                           int r0, int D, bool vec_ok, int tid) {
   constexpr int kSlotsPerRow = DB / 4;
   constexpr int kSlots = ROWS * kSlotsPerRow;
   // Not unrolled: the unrolled form issues every load first and spills at d128.
@@ -198,8 +214,8 @@ __device__ __forceinline__ void stage_rows(float* lds, const T* x, int rows_tota
     const int c = (s % kSlotsPerRow) * 4;
     const bool ok = r0 + r < rows_total;
     float w[4];
-    hipk::load_vec<4>(x + static_cast<int64_t>(ok ? r0 + r : 0) * D + c, ok ? D - c : 0, vec_ok,
-                      w);
+    hipk::load_vec<4>(x + static_cast<int64_t>(ok ? r0 + r : 0) * seq + c, ok ? D - c : 0,
+                      vec_ok, w);
     *reinterpret_cast<float4*>(lds + r * DB + c) = make_float4(w[0], w[1], w[2], w[3]);
   }
 }
@@ -209,9 +225,43 @@ __device__ __forceinline__ int last_key(int i, int Tq, int Tk, bool causal) {
   return causal ? min(i + Tk - Tq, Tk - 1) : Tk - 1;
 }
 
-/// True when rows of a [*, D] tensor at x start aligned for 4-element vector accesses.
-template <typename T> __device__ __forceinline__ bool vec4_ok(const T* x, int D) {
-  return hipk::rows_aligned<4>(x, D, 0);
+/// Element strides of an attention tensor [B, H, T, D] (head_dim contiguous): row (b, h, t)
+/// starts at b * batch + h * head + t * seq. The launcher passes 0 for a dimension of extent 1
+/// and folds the layout's offset and the launch's first batch/head into the pointer.
+struct Strides {
+  int64_t batch;
+  int64_t head;
+  int64_t seq;
+};
+
+/// Strides of the per-row statistics lse and delta [B, H, Tq] (f32, rows contiguous).
+struct RowStrides {
+  int64_t batch;
+  int64_t head;
+};
+
+/// The rows of this block's (batch, head) = (blockIdx.z, blockIdx.y) of a strided tensor.
+template <typename T> struct Rows {
+  T* p;         // row t = 0
+  int64_t seq;  // elements between rows
+
+  __device__ __forceinline__ Rows(T* base, Strides s)
+      : p(base + static_cast<int64_t>(blockIdx.z) * s.batch +
+          static_cast<int64_t>(blockIdx.y) * s.head),
+        seq(s.seq) {}
+  __device__ __forceinline__ T* row(int t) const { return p + static_cast<int64_t>(t) * seq; }
+};
+
+/// This block's (batch, head) row of lse or delta.
+template <typename T> __device__ __forceinline__ T* stat_rows(T* base, RowStrides s) {
+  return base + static_cast<int64_t>(blockIdx.z) * s.batch +
+         static_cast<int64_t>(blockIdx.y) * s.head;
+}
+
+/// True when every row of a strided tensor at x starts aligned for 4-element vector accesses
+/// (uniform; columns past D never take the vector path of a partial chunk).
+template <typename T> __device__ __forceinline__ bool vec4_ok(const T* x, Strides s) {
+  return hipk::is_aligned(x, 4 * sizeof(T)) && ((s.batch | s.head | s.seq) & 3) == 0;
 }
 
 template <int DB> struct FwdCfg {
@@ -232,7 +282,8 @@ template <int DB> struct BwdCfg {
   static constexpr int BKV = DB <= 64 ? 64 : (DB == 96 ? 16 : 32);
 };
 
-/// A ROWS x DB tile of a [rows_total, D] tensor moved global -> registers -> LDS (f32), in
+/// A ROWS x DB tile of a [rows_total, D] tensor (rows `seq` elements apart) moved global ->
+/// registers -> LDS (f32), in
 /// slots of 4 consecutive elements of one row (slot s = thread + 256 * it). load_*() keep the
 /// raw words (issued early, waited for only at store()); store() widens them into the LDS
 /// tile. Rows past rows_total and columns past D are zeros.
@@ -243,29 +294,40 @@ template <int ROWS, int DB, typename T> struct TileStager {
   static constexpr int kWords = 4 * static_cast<int>(sizeof(T)) / 4;  // per slot
   uint32_t w[kIters][kWords];
 
-  /// Whole tile inside the tensor, D == DB, rows aligned (uniform): load_fast() may be used.
-  __device__ __forceinline__ static bool fast_ok(int rows_total, int r0, int D, bool vec_ok) {
-    return vec_ok && D == DB && r0 + ROWS <= rows_total && kSlots % kThreads == 0;
+  /// Largest row stride whose tile offsets fit 32 bits: ROWS * seq * sizeof(T) < 2^32.
+  static constexpr int64_t kMaxFastSeq =
+      (int64_t{1} << 32) / (ROWS * static_cast<int64_t>(sizeof(T))) - 1;
+  /// Whole tile inside the tensor, D == DB, rows aligned, row stride below kMaxFastSeq
+  /// (uniform): load_fast() may be used.
+  __device__ __forceinline__ static bool fast_ok(int rows_total, int r0, int D, int64_t seq,
+                                                 bool vec_ok) {
+    return vec_ok && D == DB && r0 + ROWS <= rows_total && seq <= kMaxFastSeq &&
+           kSlots % kThreads == 0;
   }
-  /// Per-thread byte offsets of the slots from the tile origin when D == DB (< 2^32: the tile
-  /// has at most 64 rows of 128 elements).
-  __device__ __forceinline__ static uint32_t slot_bytes(int it, int tid) {
-    return static_cast<uint32_t>((tid + it * kThreads) * 4 * static_cast<int>(sizeof(T)));
+  /// Per-thread byte offsets of the slots from the tile origin when D == DB, with rows
+  /// seq_bytes apart (< 2^32, see kMaxFastSeq). Slot s: row s / kSlotsPerRow, 4-column chunk
+  /// s % kSlotsPerRow.
+  __device__ __forceinline__ static uint32_t slot_bytes(int it, int tid, uint32_t seq_bytes) {
+    const int s = tid + it * kThreads;
+    return static_cast<uint32_t>(s / kSlotsPerRow) * seq_bytes +
+           static_cast<uint32_t>((s % kSlotsPerRow) * 4 * static_cast<int>(sizeof(T)));
   }
   /// Unchecked load of the tile whose first row starts at `origin` (uniform); see fast_ok().
-  /// Address = uniform base + 32-bit offset: the scalar-base global_load, no VALU address math.
-  __device__ __forceinline__ void load_fast(const T* origin, int tid) {
+  /// Address = uniform base + 32-bit offset: the scalar-base global_load, no 64-bit VALU
+  /// address math.
+  __device__ __forceinline__ void load_fast(const T* origin, int64_t seq, int tid) {
     const char* base = reinterpret_cast<const char*>(origin);
+    const uint32_t seq_bytes = static_cast<uint32_t>(seq) * static_cast<uint32_t>(sizeof(T));
 #pragma unroll
     for (int it = 0; it < kIters; ++it) {
-      uint32_t off = slot_bytes(it, tid);
+      uint32_t off = slot_bytes(it, tid, seq_bytes);
       hipk::opaque(off);  // see hipk::opaque: keeps the scalar-base form inside loops
       hipk::load_raw_vec<kWords>(reinterpret_cast<const T*>(base + off), w[it]);
     }
   }
   /// Bounds-checked load of rows [r0, r0 + ROWS) (tail tiles, D != DB, unaligned rows).
-  __device__ __forceinline__ void load_checked(const T* x, int rows_total, int r0, int D,
-                                               bool vec_ok, int tid) {
+  __device__ __forceinline__ void load_checked(const T* x, int64_t seq, int rows_total, int r0,
+                                               int D, bool vec_ok, int tid) {
     hipk::opaque(tid);  // derive the addresses here, not in registers kept across the loop
 #pragma unroll
     for (int it = 0; it < kIters; ++it) {
@@ -273,7 +335,7 @@ template <int ROWS, int DB, typename T> struct TileStager {
       const int r = s / kSlotsPerRow;
       const int c = (s % kSlotsPerRow) * 4;
       const bool ok = (kSlots % kThreads == 0 || s < kSlots) && r0 + r < rows_total;
-      hipk::load_raw<4>(x + static_cast<int64_t>(ok ? r0 + r : 0) * D + c, ok ? D - c : 0,
+      hipk::load_raw<4>(x + static_cast<int64_t>(ok ? r0 + r : 0) * seq + c, ok ? D - c : 0,
                         vec_ok, w[it]);
     }
   }
@@ -418,10 +480,11 @@ __device__ __forceinline__ void fwd_tile(const float* k_lds, const float* v_lds,
 }
 
 template <typename T, int DB>
-__device__ __forceinline__ void fwd(const T* __restrict__ q, const T* __restrict__ k,
-                                    const T* __restrict__ v, T* __restrict__ out,
-                                    float* __restrict__ lse, int Tq, int Tk, int D, float scale,
-                                    int causal_flag) {
+__device__ __forceinline__ void fwd(const T* __restrict__ q, Strides qst,
+                                    const T* __restrict__ k, Strides kst_,
+                                    const T* __restrict__ v, Strides vst_, T* __restrict__ out,
+                                    Strides ost, float* __restrict__ lse, RowStrides lst, int Tq,
+                                    int Tk, int D, float scale, int causal_flag) {
   using Cfg = FwdCfg<DB>;
   constexpr int G = Cfg::G;
   constexpr int QPT = Cfg::QPT;
@@ -436,10 +499,13 @@ __device__ __forceinline__ void fwd(const T* __restrict__ q, const T* __restrict
   const int tile = causal ? static_cast<int>(gridDim.x - 1 - blockIdx.x)
                           : static_cast<int>(blockIdx.x);
   const int q0 = tile * Cfg::ROWS;
-  const int64_t bh = blockIdx.y;
-  const T* k_bh = k + bh * Tk * D;
-  const T* v_bh = v + bh * Tk * D;
-  const bool vec_ok = vec4_ok(q, D) && vec4_ok(k, D) && vec4_ok(v, D) && vec4_ok(out, D);
+  const Rows<const T> q_bh(q, qst);
+  const Rows<const T> k_bh(k, kst_);
+  const Rows<const T> v_bh(v, vst_);
+  const Rows<T> out_bh(out, ost);
+  float* lse_bh = stat_rows(lse, lst);
+  const bool vec_ok =
+      vec4_ok(q, qst) && vec4_ok(k, kst_) && vec4_ok(v, vst_) && vec4_ok(out, ost);
 
   // This group's queries: QPT consecutive rows.
   Slice<DB, G> qs[QPT];   // q_i * scale * log2(e): scores come out in the exp2 domain
@@ -451,7 +517,7 @@ __device__ __forceinline__ void fwd(const T* __restrict__ q, const T* __restrict
   for (int r = 0; r < QPT; ++r) {
     const int i = q0 + (tid / G) * QPT + r;
     const bool row_ok = i < Tq;
-    qs[r].load(q + (bh * Tq + (row_ok ? i : 0)) * D, row_ok, D, g, vec_ok, scale * kLog2e);
+    qs[r].load(q_bh.row(row_ok ? i : 0), row_ok, D, g, vec_ok, scale * kLog2e);
     acc[r].zero();
     m[r] = kNegInf;
     l[r] = 0.0f;
@@ -466,12 +532,13 @@ __device__ __forceinline__ void fwd(const T* __restrict__ q, const T* __restrict
   using Stager = TileStager<BKV, DB, T>;
   Stager kst, vst;
   auto load_kv = [&](int r0) __attribute__((always_inline)) {
-    if (Stager::fast_ok(Tk, r0, D, vec_ok)) {
-      kst.load_fast(k_bh + static_cast<int64_t>(r0) * DB, tid);
-      vst.load_fast(v_bh + static_cast<int64_t>(r0) * DB, tid);
+    // One condition for both: k and v rows are usually equally far apart (fused QKV, packed).
+    if (Stager::fast_ok(Tk, r0, D, max(k_bh.seq, v_bh.seq), vec_ok)) {
+      kst.load_fast(k_bh.row(r0), k_bh.seq, tid);
+      vst.load_fast(v_bh.row(r0), v_bh.seq, tid);
     } else {
-      kst.load_checked(k_bh, Tk, r0, D, vec_ok, tid);
-      vst.load_checked(v_bh, Tk, r0, D, vec_ok, tid);
+      kst.load_checked(k_bh.p, k_bh.seq, Tk, r0, D, vec_ok, tid);
+      vst.load_checked(v_bh.p, v_bh.seq, Tk, r0, D, vec_ok, tid);
     }
   };
   if (kv_end > 0) {
@@ -510,8 +577,8 @@ __device__ __forceinline__ void fwd(const T* __restrict__ q, const T* __restrict
     const int i = q0 + (tid / G) * QPT + r;
     if (i < Tq) {
       const bool any = l[r] > 0.0f;
-      acc[r].store(out + (bh * Tq + i) * D, D, g, vec_ok, any ? 1.0f / l[r] : 0.0f);
-      if (g == 0) lse[bh * Tq + i] = any ? (m[r] + __log2f(l[r])) * kLn2 : kNegInf;
+      acc[r].store(out_bh.row(i), D, g, vec_ok, any ? 1.0f / l[r] : 0.0f);
+      if (g == 0) lse_bh[i] = any ? (m[r] + __log2f(l[r])) * kLn2 : kNegInf;
     }
   }
 }
@@ -520,29 +587,32 @@ __device__ __forceinline__ void fwd(const T* __restrict__ q, const T* __restrict
 // Backward
 // ---------------------------------------------------------------------------------------------
 
-/// delta_r = sum_d dout[r, d] * out[r, d] for r < rows; 16 lanes per row.
+/// delta_i = sum_d dout[i, d] * out[i, d] for the queries i < Tq of this block's (batch, head);
+/// 16 lanes per row.
 template <typename T>
-__device__ __forceinline__ void bwd_dot(const T* __restrict__ out, const T* __restrict__ dout,
-                                        float* __restrict__ delta, int64_t rows, int D) {
+__device__ __forceinline__ void bwd_dot(const T* __restrict__ out, Strides ost,
+                                        const T* __restrict__ dout, Strides dost,
+                                        float* __restrict__ delta, RowStrides dst, int Tq, int D) {
   constexpr int L = 16;
   const int tid = static_cast<int>(threadIdx.x);
-  const int64_t r = static_cast<int64_t>(blockIdx.x) * (kThreads / L) + tid / L;
+  const int r = static_cast<int>(blockIdx.x) * (kThreads / L) + tid / L;
   const int lane = tid % L;
-  const bool row_ok = r < rows;
-  const bool vec_ok = vec4_ok(out, D) && vec4_ok(dout, D);
-  const int64_t base = (row_ok ? r : 0) * D;
+  const bool row_ok = r < Tq;
+  const bool vec_ok = vec4_ok(out, ost) && vec4_ok(dout, dost);
+  const T* o_row = Rows<const T>(out, ost).row(row_ok ? r : 0);
+  const T* do_row = Rows<const T>(dout, dost).row(row_ok ? r : 0);
   float s = 0.0f;
   for (int c = 4 * lane; c < D; c += 4 * L) {
     float a[4];
     float b[4];
-    hipk::load_vec<4>(out + base + c, row_ok ? D - c : 0, vec_ok, a);
-    hipk::load_vec<4>(dout + base + c, row_ok ? D - c : 0, vec_ok, b);
+    hipk::load_vec<4>(o_row + c, row_ok ? D - c : 0, vec_ok, a);
+    hipk::load_vec<4>(do_row + c, row_ok ? D - c : 0, vec_ok, b);
 #pragma unroll
     for (int u = 0; u < 4; ++u) s = __builtin_fmaf(a[u], b[u], s);
   }
 #pragma unroll
   for (int o = L / 2; o > 0; o /= 2) s += __shfl_xor(s, o);
-  if (row_ok && lane == 0) delta[r] = s;
+  if (row_ok && lane == 0) stat_rows(delta, dst)[r] = s;
 }
 
 /// p_ij = exp(s_ij - lse_i), with s2 = s_ij * log2 e and lse2 = lse_i * log2 e; 0 when the key
@@ -552,11 +622,14 @@ __device__ __forceinline__ float recompute_p(float s2, float lse2, bool visible)
 }
 
 template <typename T, int DB>
-__device__ __forceinline__ void bwd_dkdv(const T* __restrict__ q, const T* __restrict__ k,
-                                         const T* __restrict__ v, const T* __restrict__ dout,
+__device__ __forceinline__ void bwd_dkdv(const T* __restrict__ q, Strides qst,
+                                         const T* __restrict__ k, Strides kst,
+                                         const T* __restrict__ v, Strides vst,
+                                         const T* __restrict__ dout, Strides dost,
                                          const float* __restrict__ lse,
-                                         const float* __restrict__ delta, T* __restrict__ dk,
-                                         T* __restrict__ dv, int Tq, int Tk, int D, float scale,
+                                         const float* __restrict__ delta, RowStrides lst,
+                                         T* __restrict__ dk, Strides dkst, T* __restrict__ dv,
+                                         Strides dvst, int Tq, int Tk, int D, float scale,
                                          int causal_flag) {
   using Cfg = BwdCfg<DB>;
   constexpr int G = Cfg::G;
@@ -572,13 +645,14 @@ __device__ __forceinline__ void bwd_dkdv(const T* __restrict__ q, const T* __res
   const int j0 = static_cast<int>(blockIdx.x) * Cfg::ROWS;
   const int j = j0 + tid / G;
   const bool key_ok = j < Tk;
-  const int64_t bh = blockIdx.y;
-  const bool vec_ok = vec4_ok(q, D) && vec4_ok(k, D) && vec4_ok(v, D) && vec4_ok(dout, D) &&
-                      vec4_ok(dk, D) && vec4_ok(dv, D);
+  const bool vec_ok = vec4_ok(q, qst) && vec4_ok(k, kst) && vec4_ok(v, vst) &&
+                      vec4_ok(dout, dost) && vec4_ok(dk, dkst) && vec4_ok(dv, dvst);
+  const float* lse_bh = stat_rows(lse, lst);
+  const float* delta_bh = stat_rows(delta, lst);
 
   Slice<DB, G> ks, vs, dks, dvs;
-  ks.load(k + (bh * Tk + (key_ok ? j : 0)) * D, key_ok, D, g, vec_ok, 1.0f);
-  vs.load(v + (bh * Tk + (key_ok ? j : 0)) * D, key_ok, D, g, vec_ok, 1.0f);
+  ks.load(Rows<const T>(k, kst).row(key_ok ? j : 0), key_ok, D, g, vec_ok, 1.0f);
+  vs.load(Rows<const T>(v, vst).row(key_ok ? j : 0), key_ok, D, g, vec_ok, 1.0f);
   dks.zero();
   dvs.zero();
   const float s2_scale = scale * kLog2e;
@@ -586,16 +660,16 @@ __device__ __forceinline__ void bwd_dkdv(const T* __restrict__ q, const T* __res
   // Query i sees key j iff j <= i + Tk - Tq: the first query any key of the block is visible to.
   const int i_first = causal ? max(0, j0 - (Tk - Tq)) : 0;
   const int i_start = (i_first / BQ) * BQ;
-  const T* q_bh = q + bh * Tq * D;
-  const T* do_bh = dout + bh * Tq * D;
+  const Rows<const T> q_bh(q, qst);
+  const Rows<const T> do_bh(dout, dost);
   for (int i0 = i_start; i0 < Tq; i0 += BQ) {
     __syncthreads();
-    stage_rows<BQ, DB>(q_lds, q_bh, Tq, i0, D, vec_ok, tid);
-    stage_rows<BQ, DB>(do_lds, do_bh, Tq, i0, D, vec_ok, tid);
+    stage_rows<BQ, DB>(q_lds, q_bh.p, q_bh.seq, Tq, i0, D, vec_ok, tid);
+    stage_rows<BQ, DB>(do_lds, do_bh.p, do_bh.seq, Tq, i0, D, vec_ok, tid);
     for (int r = tid; r < BQ; r += kThreads) {
       const bool ok = i0 + r < Tq;
-      lse2_lds[r] = ok ? lse[bh * Tq + i0 + r] * kLog2e : kNegInf;
-      delta_lds[r] = ok ? delta[bh * Tq + i0 + r] : 0.0f;
+      lse2_lds[r] = ok ? lse_bh[i0 + r] * kLog2e : kNegInf;
+      delta_lds[r] = ok ? delta_bh[i0 + r] : 0.0f;
     }
     __syncthreads();
 #pragma unroll 1  // 4 slices of 16 registers are live; unrolling spills at d128
@@ -612,17 +686,20 @@ __device__ __forceinline__ void bwd_dkdv(const T* __restrict__ q, const T* __res
   }
 
   if (key_ok) {
-    dks.store(dk + (bh * Tk + j) * D, D, g, vec_ok, scale);
-    dvs.store(dv + (bh * Tk + j) * D, D, g, vec_ok, 1.0f);
+    dks.store(Rows<T>(dk, dkst).row(j), D, g, vec_ok, scale);
+    dvs.store(Rows<T>(dv, dvst).row(j), D, g, vec_ok, 1.0f);
   }
 }
 
 template <typename T, int DB>
-__device__ __forceinline__ void bwd_dq(const T* __restrict__ q, const T* __restrict__ k,
-                                       const T* __restrict__ v, const T* __restrict__ dout,
+__device__ __forceinline__ void bwd_dq(const T* __restrict__ q, Strides qst,
+                                       const T* __restrict__ k, Strides kst,
+                                       const T* __restrict__ v, Strides vst,
+                                       const T* __restrict__ dout, Strides dost,
                                        const float* __restrict__ lse,
-                                       const float* __restrict__ delta, T* __restrict__ dq, int Tq,
-                                       int Tk, int D, float scale, int causal_flag) {
+                                       const float* __restrict__ delta, RowStrides lst,
+                                       T* __restrict__ dq, Strides dqst, int Tq, int Tk, int D,
+                                       float scale, int causal_flag) {
   using Cfg = BwdCfg<DB>;
   constexpr int G = Cfg::G;
   constexpr int BKV = Cfg::BKV;
@@ -637,26 +714,25 @@ __device__ __forceinline__ void bwd_dq(const T* __restrict__ q, const T* __restr
   const int q0 = tile * Cfg::ROWS;
   const int i = q0 + tid / G;
   const bool row_ok = i < Tq;
-  const int64_t bh = blockIdx.y;
-  const bool vec_ok = vec4_ok(q, D) && vec4_ok(k, D) && vec4_ok(v, D) && vec4_ok(dout, D) &&
-                      vec4_ok(dq, D);
+  const bool vec_ok = vec4_ok(q, qst) && vec4_ok(k, kst) && vec4_ok(v, vst) &&
+                      vec4_ok(dout, dost) && vec4_ok(dq, dqst);
 
-  const int64_t row = bh * Tq + (row_ok ? i : 0);
+  const int row = row_ok ? i : 0;
   Slice<DB, G> qs, dos, dqs;
-  qs.load(q + row * D, row_ok, D, g, vec_ok, scale * kLog2e);
-  dos.load(dout + row * D, row_ok, D, g, vec_ok, 1.0f);
+  qs.load(Rows<const T>(q, qst).row(row), row_ok, D, g, vec_ok, scale * kLog2e);
+  dos.load(Rows<const T>(dout, dost).row(row), row_ok, D, g, vec_ok, 1.0f);
   dqs.zero();
-  const float lse2 = row_ok ? lse[row] * kLog2e : kNegInf;
-  const float dlt = row_ok ? delta[row] : 0.0f;
+  const float lse2 = row_ok ? stat_rows(lse, lst)[row] * kLog2e : kNegInf;
+  const float dlt = row_ok ? stat_rows(delta, lst)[row] : 0.0f;
 
   const int jmax = row_ok ? last_key(i, Tq, Tk, causal) : -1;
   const int kv_end = max(0, last_key(min(q0 + Cfg::ROWS, Tq) - 1, Tq, Tk, causal) + 1);
-  const T* k_bh = k + bh * Tk * D;
-  const T* v_bh = v + bh * Tk * D;
+  const Rows<const T> k_bh(k, kst);
+  const Rows<const T> v_bh(v, vst);
   for (int j0 = 0; j0 < kv_end; j0 += BKV) {
     __syncthreads();
-    stage_rows<BKV, DB>(k_lds, k_bh, Tk, j0, D, vec_ok, tid);
-    stage_rows<BKV, DB>(v_lds, v_bh, Tk, j0, D, vec_ok, tid);
+    stage_rows<BKV, DB>(k_lds, k_bh.p, k_bh.seq, Tk, j0, D, vec_ok, tid);
+    stage_rows<BKV, DB>(v_lds, v_bh.p, v_bh.seq, Tk, j0, D, vec_ok, tid);
     __syncthreads();
 #pragma unroll 2
     for (int u = 0; u < BKV; ++u) {
@@ -667,7 +743,7 @@ __device__ __forceinline__ void bwd_dq(const T* __restrict__ q, const T* __restr
     }
   }
 
-  if (row_ok) dqs.store(dq + (bh * Tq + i) * D, D, g, vec_ok, scale);
+  if (row_ok) dqs.store(Rows<T>(dq, dqst).row(i), D, g, vec_ok, scale);
 }
 
 }  // namespace hipk_attn
@@ -678,32 +754,40 @@ __device__ __forceinline__ void bwd_dq(const T* __restrict__ q, const T* __restr
 
 #define HIPK_ATTN_KERNEL(NAME) extern "C" __global__ void __launch_bounds__(256, 2) NAME
 
-#define HIPK_ATTN_FWD(DB, SUFFIX, T)                                                           \
-  HIPK_ATTN_KERNEL(attention_fwd_d##DB##_##SUFFIX)                                             \
-  (const T* q, const T* k, const T* v, T* out, float* lse, int Tq, int Tk, int D, float scale, \
-   int causal) {                                                                               \
-    hipk_attn::fwd<T, DB>(q, k, v, out, lse, Tq, Tk, D, scale, causal);                        \
+#define HIPK_ATTN_FWD(DB, SUFFIX, T)                                                        \
+  HIPK_ATTN_KERNEL(attention_fwd_d##DB##_##SUFFIX)                                          \
+  (const T* q, hipk_attn::Strides qs, const T* k, hipk_attn::Strides ks, const T* v,        \
+   hipk_attn::Strides vs, T* out, hipk_attn::Strides os, float* lse,                        \
+   hipk_attn::RowStrides ls, int Tq, int Tk, int D, float scale, int causal) {              \
+    hipk_attn::fwd<T, DB>(q, qs, k, ks, v, vs, out, os, lse, ls, Tq, Tk, D, scale, causal); \
   }
 
 #define HIPK_ATTN_BWD(DB, SUFFIX, T)                                                          \
   HIPK_ATTN_KERNEL(attention_bwd_dkdv_d##DB##_##SUFFIX)                                       \
-  (const T* q, const T* k, const T* v, const T* dout, const float* lse, const float* delta,   \
-   T* dk, T* dv, int Tq, int Tk, int D, float scale, int causal) {                            \
-    hipk_attn::bwd_dkdv<T, DB>(q, k, v, dout, lse, delta, dk, dv, Tq, Tk, D, scale, causal);  \
+  (const T* q, hipk_attn::Strides qs, const T* k, hipk_attn::Strides ks, const T* v,          \
+   hipk_attn::Strides vs, const T* dout, hipk_attn::Strides dos, const float* lse,            \
+   const float* delta, hipk_attn::RowStrides ls, T* dk, hipk_attn::Strides dks, T* dv,        \
+   hipk_attn::Strides dvs, int Tq, int Tk, int D, float scale, int causal) {                  \
+    hipk_attn::bwd_dkdv<T, DB>(q, qs, k, ks, v, vs, dout, dos, lse, delta, ls, dk, dks, dv,   \
+                               dvs, Tq, Tk, D, scale, causal);                                \
   }                                                                                           \
   HIPK_ATTN_KERNEL(attention_bwd_dq_d##DB##_##SUFFIX)                                         \
-  (const T* q, const T* k, const T* v, const T* dout, const float* lse, const float* delta,   \
-   T* dq, int Tq, int Tk, int D, float scale, int causal) {                                   \
-    hipk_attn::bwd_dq<T, DB>(q, k, v, dout, lse, delta, dq, Tq, Tk, D, scale, causal);        \
+  (const T* q, hipk_attn::Strides qs, const T* k, hipk_attn::Strides ks, const T* v,          \
+   hipk_attn::Strides vs, const T* dout, hipk_attn::Strides dos, const float* lse,            \
+   const float* delta, hipk_attn::RowStrides ls, T* dq, hipk_attn::Strides dqs, int Tq,       \
+   int Tk, int D, float scale, int causal) {                                                  \
+    hipk_attn::bwd_dq<T, DB>(q, qs, k, ks, v, vs, dout, dos, lse, delta, ls, dq, dqs, Tq, Tk, \
+                             D, scale, causal);                                               \
   }
 
-#define HIPK_ATTN_BUCKETS(SUFFIX, T)                                                       \
-  HIPK_ATTN_FWD(32, SUFFIX, T) HIPK_ATTN_FWD(64, SUFFIX, T) HIPK_ATTN_FWD(96, SUFFIX, T)   \
-  HIPK_ATTN_FWD(128, SUFFIX, T) HIPK_ATTN_BWD(32, SUFFIX, T) HIPK_ATTN_BWD(64, SUFFIX, T)  \
-  HIPK_ATTN_BWD(96, SUFFIX, T) HIPK_ATTN_BWD(128, SUFFIX, T)                               \
-  HIPK_ATTN_KERNEL(attention_bwd_dot_##SUFFIX)                                             \
-  (const T* out, const T* dout, float* delta, int64_t rows, int D) {                       \
-    hipk_attn::bwd_dot<T>(out, dout, delta, rows, D);                                      \
+#define HIPK_ATTN_BUCKETS(SUFFIX, T)                                                          \
+  HIPK_ATTN_FWD(32, SUFFIX, T) HIPK_ATTN_FWD(64, SUFFIX, T) HIPK_ATTN_FWD(96, SUFFIX, T)      \
+  HIPK_ATTN_FWD(128, SUFFIX, T) HIPK_ATTN_BWD(32, SUFFIX, T) HIPK_ATTN_BWD(64, SUFFIX, T)     \
+  HIPK_ATTN_BWD(96, SUFFIX, T) HIPK_ATTN_BWD(128, SUFFIX, T)                                  \
+  HIPK_ATTN_KERNEL(attention_bwd_dot_##SUFFIX)                                                \
+  (const T* out, hipk_attn::Strides os, const T* dout, hipk_attn::Strides dos, float* delta,  \
+   hipk_attn::RowStrides ds, int Tq, int D) {                                                 \
+    hipk_attn::bwd_dot<T>(out, os, dout, dos, delta, ds, Tq, D);                              \
   }
 
 HIPK_DTYPES(HIPK_ATTN_BUCKETS)

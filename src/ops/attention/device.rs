@@ -3,15 +3,23 @@
 //! [`crate::cpu::attention_backward`]) plus the stream. f32 math (the reference uses f64); no
 //! `tq × tk` buffer; the backward is deterministic (no atomics).
 //!
+//! One set of kernels reads every tensor through element strides (offset, batch, head and seq
+//! strides; head_dim contiguous): the packed `[B, H, T, D]` launchers pass packed strides, the
+//! strided ones ([`attention_forward_strided`], [`attention_backward_strided`]) the caller's
+//! [`AttentionLayout`]s (e.g. straight from the fused QKV projection `[B, T, 3, H, D]`).
+//!
 //! Never run on a GPU: the launch plan is unit-tested, the kernels are compiled and statically
-//! checked for gfx906 and were run through a host emulation (`tools/kernel-emu`); the device
-//! tests have not run.
+//! checked for gfx906, and the device tests (`tests/device_matmul_attention.rs`,
+//! `tests/device_attention_strided.rs`) ran on hip-emu, the CPU emulation of a device.
 
-use super::{AttentionBackward, AttentionForward, AttentionParams};
+use super::{
+    AttentionBackward, AttentionBackwardStrided, AttentionForward, AttentionForwardStrided,
+    AttentionLayout, AttentionParams,
+};
 use crate::ops::launch::{kernel_named, ptr};
 use crate::ops::OpError;
 use crate::params::{DType, DeviceElement, OnDevice, ShapeError};
-use hip_rt::{DeviceBuffer, DevicePtr, LaunchConfig, Stream};
+use hip_rt::{DeviceBuffer, DevicePtr, DeviceRepr, LaunchBuilder, LaunchConfig, Stream};
 
 const SOURCE: &str = "attention";
 /// Threads per block every attention kernel is compiled for.
@@ -20,7 +28,8 @@ const BLOCK: u32 = 256;
 pub const MAX_HEAD_DIM: usize = 128;
 /// Largest `tq` or `tk`: the kernels index a head with 32-bit ints (plus a tile of slack).
 pub const MAX_T: usize = i32::MAX as usize - 256;
-/// Largest number of (batch, head) pairs one launch covers (grid.y); more are split.
+/// Largest number of heads (grid.y) and of batches (grid.z) one launch covers; more are split
+/// into several launches.
 pub const MAX_HEADS_PER_LAUNCH: usize = 65_535;
 /// Queries per block of the forward kernel for a head-dim bucket (`FwdCfg<DB>::ROWS` in
 /// kernels/attention.hip: two queries per lane group of 4 lanes up to bucket 64, of 8 above).
@@ -31,16 +40,15 @@ const fn fwd_rows(bucket: usize) -> usize {
         64
     }
 }
-/// Rows per block of the delta pre-pass (16 lanes per row), and rows per pre-pass launch.
+/// Rows per block of the delta pre-pass (16 lanes per row).
 const DOT_ROWS: usize = 16;
-const DOT_ROWS_PER_LAUNCH: usize = DOT_ROWS << 20;
 
 /// How the attention kernels are launched for one shape: pure arithmetic, no device.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct AttentionPlan {
     /// Head-dim bucket: the smallest of 32, 64, 96, 128 that holds `head_dim`.
     pub bucket: usize,
-    /// `batch × heads`.
+    /// `batch × heads` (0: nothing to launch).
     pub heads: usize,
     /// Blocks along the queries of the forward kernel.
     pub fwd_blocks: u32,
@@ -104,11 +112,107 @@ impl AttentionPlan {
     }
 }
 
-/// Per-launch pieces of the (batch, head) range: `(first head, number of heads)`.
+/// Per-launch pieces of a batch or head range: `(first, count)`, count ≤ the grid limit.
 fn head_chunks(heads: usize) -> impl Iterator<Item = (usize, usize)> {
     (0..heads)
         .step_by(MAX_HEADS_PER_LAUNCH)
         .map(move |first| (first, (heads - first).min(MAX_HEADS_PER_LAUNCH)))
+}
+
+/// The kernels' `struct Strides` (kernels/attention.hip): element strides of a strided tensor.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Strides {
+    batch: i64,
+    head: i64,
+    seq: i64,
+}
+
+/// The kernels' `struct RowStrides`: element strides of lse and delta `[B, H, Tq]` (f32).
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct RowStrides {
+    batch: i64,
+    head: i64,
+}
+
+// SAFETY: `#[repr(C)]` structs of three (two) i64, no padding, any bit pattern valid, equal to
+// the kernels' `struct Strides { int64_t batch, head, seq; }` and `struct RowStrides`; nothing
+// in them is a host pointer.
+unsafe impl DeviceRepr for Strides {}
+// SAFETY: as above.
+unsafe impl DeviceRepr for RowStrides {}
+
+/// One strided tensor of a launch: its buffer's address and where its rows are, with the
+/// extents of `[batch, heads, t]` it is read or written over.
+#[derive(Debug, Clone, Copy)]
+struct View {
+    ptr: DevicePtr,
+    layout: AttentionLayout,
+    batch: usize,
+    heads: usize,
+    t: usize,
+}
+
+/// A stride as the kernels take it: 0 for a dimension of extent ≤ 1 (its stride is never used
+/// and need not be in bounds); otherwise `(extent − 1)·stride` lies inside the buffer (checked
+/// by `validate()`), so it fits an i64.
+fn stride(extent: usize, s: usize) -> i64 {
+    if extent <= 1 {
+        0
+    } else {
+        s as i64
+    }
+}
+
+impl View {
+    fn new(ptr: DevicePtr, layout: AttentionLayout, shape: &AttentionParams, t: usize) -> View {
+        View {
+            ptr,
+            layout,
+            batch: shape.batch,
+            heads: shape.heads,
+            t,
+        }
+    }
+
+    fn strides(&self) -> Strides {
+        Strides {
+            batch: stride(self.batch, self.layout.batch_stride),
+            head: stride(self.heads, self.layout.head_stride),
+            seq: stride(self.t, self.layout.seq_stride),
+        }
+    }
+
+    /// The address of row `(b0, h0, 0)` (in bounds: `b0 < batch`, `h0 < heads`, validated).
+    fn at<T>(&self, b0: usize, h0: usize) -> DevicePtr {
+        let s = self.strides();
+        let elems = self.layout.offset + b0 * s.batch as usize + h0 * s.head as usize;
+        self.ptr.byte_add(elems * std::mem::size_of::<T>())
+    }
+
+    fn push<T>(&self, b: &mut LaunchBuilder<'_>, b0: usize, h0: usize) {
+        b.value(self.at::<T>(b0, h0)).value(self.strides());
+    }
+}
+
+/// lse and delta: packed `[batch, heads, tq]` f32.
+#[derive(Debug, Clone, Copy)]
+struct Stats {
+    heads: usize,
+    tq: usize,
+}
+
+impl Stats {
+    fn strides(&self) -> RowStrides {
+        RowStrides {
+            batch: (self.heads * self.tq) as i64,
+            head: self.tq as i64,
+        }
+    }
+    fn at(&self, p: DevicePtr, b0: usize, h0: usize) -> DevicePtr {
+        p.byte_add((b0 * self.heads + h0) * self.tq * 4)
+    }
 }
 
 /// The scalar tail every attention kernel shares: Tq, Tk, D, scale, causal.
@@ -120,12 +224,22 @@ fn push_dims(b: &mut hip_rt::LaunchBuilder<'_>, shape: &AttentionParams) {
         .value(i32::from(shape.causal));
 }
 
-fn config(grid_x: u32, heads: usize) -> LaunchConfig {
-    LaunchConfig {
-        grid: (grid_x, heads as u32, 1),
-        block: (BLOCK, 1, 1),
-        shared_mem_bytes: 0,
-    }
+/// The launches covering every (batch, head): `(first batch, first head, config)`.
+fn launches(
+    grid_x: u32,
+    shape: &AttentionParams,
+) -> impl Iterator<Item = (usize, usize, LaunchConfig)> + '_ {
+    head_chunks(shape.batch).flat_map(move |(b0, nb)| {
+        head_chunks(shape.heads).map(move |(h0, nh)| {
+            let cfg = LaunchConfig {
+                // nb, nh ≤ MAX_HEADS_PER_LAUNCH < 2^16.
+                grid: (grid_x, nh as u32, nb as u32),
+                block: (BLOCK, 1, 1),
+                shared_mem_bytes: 0,
+            };
+            (b0, h0, cfg)
+        })
+    })
 }
 
 /// [`AttentionForward`] on `stream`: `out = softmax(scale·q·kᵀ + mask)·v` and the natural-log
@@ -136,33 +250,87 @@ pub fn attention_forward<T: DeviceElement>(
     a: AttentionForward<'_, OnDevice, T>,
 ) -> Result<(), OpError> {
     a.validate()?;
-    let shape = &a.params;
-    let plan = AttentionPlan::new(shape)?;
-    let p = [
+    let s = &a.params;
+    let plan = AttentionPlan::new(s)?;
+    let (pq, pk, pv) = (
         ptr(stream, "q", a.q)?,
         ptr(stream, "k", a.k)?,
         ptr(stream, "v", a.v)?,
-        ptr(stream, "out", a.out)?,
-    ];
+    );
+    let pout = ptr(stream, "out", a.out)?;
     let plse = ptr(stream, "lse", a.lse)?;
+    let (lq, lk) = (
+        AttentionLayout::packed(s.heads, s.tq, s.head_dim),
+        AttentionLayout::packed(s.heads, s.tk, s.head_dim),
+    );
+    forward::<T>(
+        stream,
+        s,
+        &plan,
+        [
+            View::new(pq, lq, s, s.tq),
+            View::new(pk, lk, s, s.tk),
+            View::new(pv, lk, s, s.tk),
+            View::new(pout, lq, s, s.tq),
+        ],
+        plse,
+    )
+}
+
+/// [`AttentionForwardStrided`] on `stream`: q, k, v read through their layouts (e.g. straight
+/// from the fused QKV projection `[B, T, 3, H, D]`, [`AttentionLayout::fused_qkv`]), `out`
+/// written through `out_layout` (e.g. [`AttentionLayout::bthd`]; elements outside it are
+/// untouched), `lse` packed `[B, H, tq]` f32 (overwritten). Same semantics as
+/// [`crate::cpu::attention_forward_strided`]; head_dim ≤ 128. The layouts are checked to lie
+/// inside their buffers; the output rows must not overlap one another (the CPU reference checks
+/// that; here overlapping rows are written in an unspecified order, never out of bounds).
+/// Queues the work; no host sync.
+pub fn attention_forward_strided<T: DeviceElement>(
+    stream: &Stream,
+    a: AttentionForwardStrided<'_, OnDevice, T>,
+) -> Result<(), OpError> {
+    a.validate()?;
+    let s = &a.params;
+    let plan = AttentionPlan::new(s)?;
+    let q = View::new(ptr(stream, "q", a.q.data)?, a.q.layout, s, s.tq);
+    let k = View::new(ptr(stream, "k", a.k.data)?, a.k.layout, s, s.tk);
+    let v = View::new(ptr(stream, "v", a.v.data)?, a.v.layout, s, s.tk);
+    let out = View::new(ptr(stream, "out", a.out)?, a.out_layout, s, s.tq);
+    let plse = ptr(stream, "lse", a.lse)?;
+    forward::<T>(stream, s, &plan, [q, k, v, out], plse)
+}
+
+/// The forward launches over validated views `[q, k, v, out]`.
+fn forward<T: DeviceElement>(
+    stream: &Stream,
+    shape: &AttentionParams,
+    plan: &AttentionPlan,
+    views: [View; 4],
+    plse: DevicePtr,
+) -> Result<(), OpError> {
     if plan.heads == 0 || shape.tq == 0 {
         return Ok(());
     }
     let f = kernel_named(stream, SOURCE, &plan.kernel("fwd", T::DTYPE))?;
-    let off = Offsets::new::<T>(shape);
-    for (first, heads) in head_chunks(plan.heads) {
+    let stats = Stats {
+        heads: shape.heads,
+        tq: shape.tq,
+    };
+    for (b0, h0, cfg) in launches(plan.fwd_blocks, shape) {
         let mut b = stream.launch_builder(&f);
-        b.value(off.q(p[0], first))
-            .value(off.kv(p[1], first))
-            .value(off.kv(p[2], first));
-        b.value(off.q(p[3], first)).value(off.row(plse, first));
+        for view in &views {
+            view.push::<T>(&mut b, b0, h0);
+        }
+        b.value(stats.at(plse, b0, h0)).value(stats.strides());
         push_dims(&mut b, shape);
-        // SAFETY: the arguments are attention_fwd_d<bucket>_<T>'s (q, k, v, out, lse: device
-        // pointers; Tq, Tk, D: int; scale: float; causal: int) in order. validate() checked
-        // every length against the shape, so heads first..first + heads of each tensor lie
-        // inside its buffer; tq, tk ≤ MAX_T and head_dim ≤ 128 fit an int; the buffers live on
-        // the stream's device and the allocator was told the stream uses them.
-        unsafe { b.launch(&config(plan.fwd_blocks, heads)) }?;
+        // SAFETY: the arguments are attention_fwd_d<bucket>_<T>'s (q, Strides, k, Strides, v,
+        // Strides, out, Strides, lse, RowStrides; Tq, Tk, D: int; scale: float; causal: int)
+        // in order. validate() checked every view's rows (b, h, t) with b < batch, h < heads,
+        // t < its length, plus head_dim columns, lie inside its buffer, and lse's length; the
+        // launch covers batches b0..b0 + grid.z and heads h0..h0 + grid.y, whose rows are
+        // among those; tq, tk ≤ MAX_T and head_dim ≤ 128 fit an int; the buffers live on the
+        // stream's device and the allocator was told the stream uses them.
+        unsafe { b.launch(&cfg) }?;
     }
     Ok(())
 }
@@ -178,29 +346,82 @@ pub fn attention_backward<T: DeviceElement>(
     a: AttentionBackward<'_, OnDevice, T>,
 ) -> Result<(), OpError> {
     a.validate()?;
-    let shape = &a.params;
-    let plan = AttentionPlan::new(shape)?;
-    let [pq, pk, pv, pout, pdout] = [
-        ptr(stream, "q", a.q)?,
-        ptr(stream, "k", a.k)?,
-        ptr(stream, "v", a.v)?,
-        ptr(stream, "out", a.out)?,
-        ptr(stream, "dout", a.dout)?,
+    let s = &a.params;
+    let plan = AttentionPlan::new(s)?;
+    let (lq, lk) = (
+        AttentionLayout::packed(s.heads, s.tq, s.head_dim),
+        AttentionLayout::packed(s.heads, s.tk, s.head_dim),
+    );
+    let inputs = [
+        View::new(ptr(stream, "q", a.q)?, lq, s, s.tq),
+        View::new(ptr(stream, "k", a.k)?, lk, s, s.tk),
+        View::new(ptr(stream, "v", a.v)?, lk, s, s.tk),
+        View::new(ptr(stream, "out", a.out)?, lq, s, s.tq),
+        View::new(ptr(stream, "dout", a.dout)?, lq, s, s.tq),
     ];
     let plse = ptr(stream, "lse", a.lse)?;
-    let [pdq, pdk, pdv] = [
-        ptr(stream, "dq", a.dq)?,
-        ptr(stream, "dk", a.dk)?,
-        ptr(stream, "dv", a.dv)?,
+    let grads = [
+        View::new(ptr(stream, "dq", a.dq)?, lq, s, s.tq),
+        View::new(ptr(stream, "dk", a.dk)?, lk, s, s.tk),
+        View::new(ptr(stream, "dv", a.dv)?, lk, s, s.tk),
     ];
+    backward::<T>(stream, s, &plan, inputs, plse, grads)
+}
+
+/// [`AttentionBackwardStrided`] on `stream`, from the forward's `out` and `lse`: every input
+/// read through its layout; dq, dk, dv **written** (overwritten, not accumulated) into `dqkv`
+/// through theirs (e.g. the fused `[B, T, 3, H, D]` gradient of the QKV projection,
+/// [`AttentionLayout::fused_qkv`]); elements of `dqkv` outside the three views are untouched,
+/// so no zeroing is needed when the views cover it. Same semantics as
+/// [`crate::cpu::attention_backward_strided`]; head_dim ≤ 128; the gradient rows must not
+/// overlap (as in [`attention_forward_strided`]). Takes a temporary f32 buffer of
+/// `batch·heads·tq` from the device's allocator (see [`attention_backward`]). Deterministic.
+pub fn attention_backward_strided<T: DeviceElement>(
+    stream: &Stream,
+    a: AttentionBackwardStrided<'_, OnDevice, T>,
+) -> Result<(), OpError> {
+    a.validate()?;
+    let s = &a.params;
+    let plan = AttentionPlan::new(s)?;
+    let inputs = [
+        View::new(ptr(stream, "q", a.q.data)?, a.q.layout, s, s.tq),
+        View::new(ptr(stream, "k", a.k.data)?, a.k.layout, s, s.tk),
+        View::new(ptr(stream, "v", a.v.data)?, a.v.layout, s, s.tk),
+        View::new(ptr(stream, "out", a.out.data)?, a.out.layout, s, s.tq),
+        View::new(ptr(stream, "dout", a.dout.data)?, a.dout.layout, s, s.tq),
+    ];
+    let plse = ptr(stream, "lse", a.lse)?;
+    let pd = ptr(stream, "dqkv", a.dqkv)?;
+    let grads = [
+        View::new(pd, a.dq, s, s.tq),
+        View::new(pd, a.dk, s, s.tk),
+        View::new(pd, a.dv, s, s.tk),
+    ];
+    backward::<T>(stream, s, &plan, inputs, plse, grads)
+}
+
+/// The backward launches over validated views: inputs `[q, k, v, out, dout]`, gradients
+/// `[dq, dk, dv]`.
+fn backward<T: DeviceElement>(
+    stream: &Stream,
+    shape: &AttentionParams,
+    plan: &AttentionPlan,
+    inputs: [View; 5],
+    plse: DevicePtr,
+    grads: [View; 3],
+) -> Result<(), OpError> {
     if plan.heads == 0 || (shape.tq == 0 && shape.tk == 0) {
         return Ok(());
     }
     let dtype = T::DTYPE;
-    let rows = plan.heads * shape.tq; // = lse.len(), validated
-    let delta = DeviceBuffer::<f32>::alloc(stream, rows)?;
+    let [q, k, v, out, dout] = inputs;
+    let [dq, dk, dv] = grads;
+    let stats = Stats {
+        heads: shape.heads,
+        tq: shape.tq,
+    };
+    let delta = DeviceBuffer::<f32>::alloc(stream, plan.heads * shape.tq)?; // = lse.len()
     let pdelta = ptr(stream, "delta", &delta)?;
-    let off = Offsets::new::<T>(shape);
 
     if shape.tq > 0 {
         let f = kernel_named(
@@ -208,90 +429,61 @@ pub fn attention_backward<T: DeviceElement>(
             SOURCE,
             &format!("attention_bwd_dot_{}", dtype.name()),
         )?;
-        let row_bytes = shape.head_dim * std::mem::size_of::<T>();
-        for first in (0..rows).step_by(DOT_ROWS_PER_LAUNCH) {
-            let n = (rows - first).min(DOT_ROWS_PER_LAUNCH);
+        for (b0, h0, cfg) in launches(blocks(shape.tq, DOT_ROWS), shape) {
             let mut b = stream.launch_builder(&f);
-            b.value(pout.byte_add(first * row_bytes))
-                .value(pdout.byte_add(first * row_bytes))
-                .value(pdelta.byte_add(first * 4))
-                .value(n as i64)
+            out.push::<T>(&mut b, b0, h0);
+            dout.push::<T>(&mut b, b0, h0);
+            b.value(stats.at(pdelta, b0, h0))
+                .value(stats.strides())
+                .value(shape.tq as i32)
                 .value(shape.head_dim as i32);
-            let cfg = LaunchConfig {
-                grid: (blocks(n, DOT_ROWS), 1, 1),
-                block: (BLOCK, 1, 1),
-                shared_mem_bytes: 0,
-            };
-            // SAFETY: attention_bwd_dot_<T>(out, dout: device pointers; delta: float*; rows:
-            // int64_t; D: int). Rows first..first + n of out and dout ([rows, head_dim], checked
-            // by validate()) and of delta (allocated with `rows` floats) are in bounds;
-            // all buffers are on the stream's device.
+            // SAFETY: attention_bwd_dot_<T>(out, Strides, dout, Strides, delta, RowStrides;
+            // Tq, D: int). The rows (b, h, t < tq) of out and dout of this launch's batches
+            // and heads are inside their buffers (validate()); delta holds batch·heads·tq
+            // floats laid out as lse; all buffers are on the stream's device.
             unsafe { b.launch(&cfg) }?;
         }
     }
     let fdkdv = kernel_named(stream, SOURCE, &plan.kernel("bwd_dkdv", dtype))?;
     let fdq = kernel_named(stream, SOURCE, &plan.kernel("bwd_dq", dtype))?;
-    for (first, heads) in head_chunks(plan.heads) {
-        let inputs = [
-            off.q(pq, first),
-            off.kv(pk, first),
-            off.kv(pv, first),
-            off.q(pdout, first),
-        ];
-        let stats = [off.row(plse, first), off.row(pdelta, first)];
-        if plan.dkdv_blocks > 0 {
-            let mut b = stream.launch_builder(&fdkdv);
-            for p in inputs.iter().chain(&stats) {
-                b.value(*p);
-            }
-            b.value(off.kv(pdk, first)).value(off.kv(pdv, first));
-            push_dims(&mut b, shape);
-            // SAFETY: attention_bwd_dkdv_d<bucket>_<T>(q, k, v, dout, lse, delta, dk, dv: device
-            // pointers; Tq, Tk, D: int; scale: float; causal: int) in order; lengths validated as
-            // in the forward, delta holds batch·heads·tq floats; all on the stream's device.
-            unsafe { b.launch(&config(plan.dkdv_blocks, heads)) }?;
+    let shared = |b: &mut LaunchBuilder<'_>, b0: usize, h0: usize| {
+        for view in [&q, &k, &v, &dout] {
+            view.push::<T>(b, b0, h0);
         }
-        if plan.dq_blocks > 0 {
-            let mut b = stream.launch_builder(&fdq);
-            for p in inputs.iter().chain(&stats) {
-                b.value(*p);
-            }
-            b.value(off.q(pdq, first));
-            push_dims(&mut b, shape);
-            // SAFETY: attention_bwd_dq_d<bucket>_<T>(q, k, v, dout, lse, delta, dq: device
-            // pointers; Tq, Tk, D: int; scale: float; causal: int) in order; bounds as above.
-            unsafe { b.launch(&config(plan.dq_blocks, heads)) }?;
+        b.value(stats.at(plse, b0, h0))
+            .value(stats.at(pdelta, b0, h0))
+            .value(stats.strides());
+    };
+    for (b0, h0, cfg) in launches(plan.dkdv_blocks, shape) {
+        if plan.dkdv_blocks == 0 {
+            break;
         }
+        let mut b = stream.launch_builder(&fdkdv);
+        shared(&mut b, b0, h0);
+        dk.push::<T>(&mut b, b0, h0);
+        dv.push::<T>(&mut b, b0, h0);
+        push_dims(&mut b, shape);
+        // SAFETY: attention_bwd_dkdv_d<bucket>_<T>(q, Strides, k, Strides, v, Strides, dout,
+        // Strides, lse, delta, RowStrides, dk, Strides, dv, Strides; Tq, Tk, D: int; scale:
+        // float; causal: int) in order; bounds as in the forward (validate() checked every
+        // view), delta holds batch·heads·tq floats; all on the stream's device.
+        unsafe { b.launch(&cfg) }?;
+    }
+    for (b0, h0, cfg) in launches(plan.dq_blocks, shape) {
+        if plan.dq_blocks == 0 {
+            break;
+        }
+        let mut b = stream.launch_builder(&fdq);
+        shared(&mut b, b0, h0);
+        dq.push::<T>(&mut b, b0, h0);
+        push_dims(&mut b, shape);
+        // SAFETY: attention_bwd_dq_d<bucket>_<T>(q, Strides, k, Strides, v, Strides, dout,
+        // Strides, lse, delta, RowStrides, dq, Strides; Tq, Tk, D: int; scale: float; causal:
+        // int) in order; bounds as above.
+        unsafe { b.launch(&cfg) }?;
     }
     // `delta` goes back to the allocator on drop; ptr() recorded its use on this stream.
     Ok(())
-}
-
-/// Byte offsets of head `first` in the [heads, t, d] tensors and the [heads, tq] rows.
-struct Offsets {
-    q_head: usize,
-    kv_head: usize,
-    row_head: usize,
-}
-
-impl Offsets {
-    fn new<T>(shape: &AttentionParams) -> Offsets {
-        let e = std::mem::size_of::<T>();
-        Offsets {
-            q_head: shape.tq * shape.head_dim * e,
-            kv_head: shape.tk * shape.head_dim * e,
-            row_head: shape.tq * 4,
-        }
-    }
-    fn q(&self, p: DevicePtr, first: usize) -> DevicePtr {
-        p.byte_add(first * self.q_head)
-    }
-    fn kv(&self, p: DevicePtr, first: usize) -> DevicePtr {
-        p.byte_add(first * self.kv_head)
-    }
-    fn row(&self, p: DevicePtr, first: usize) -> DevicePtr {
-        p.byte_add(first * self.row_head)
-    }
 }
 
 #[cfg(test)]
@@ -372,6 +564,77 @@ mod tests {
         );
         let e = AttentionPlan::new(&shape(1 << 31, 4, 64)).unwrap_err();
         assert!(matches!(e, ShapeError::Invalid { name: "tq", .. }), "{e}");
+    }
+
+    #[test]
+    fn views_fold_the_offset_and_first_batch_and_head_into_the_pointer() {
+        let s = AttentionParams {
+            batch: 3,
+            ..shape(5, 5, 8)
+        };
+        let fused = AttentionLayout::fused_qkv(super::super::Qkv::K, 5, 3, 8);
+        let v = View::new(DevicePtr::NULL, fused, &s, 5);
+        // [B, T, 3, H, D] = [3, 5, 3, 3, 8]: k at offset H·D = 24, rows 3·H·D = 72 apart.
+        assert_eq!(
+            v.strides(),
+            Strides {
+                batch: 5 * 72,
+                head: 8,
+                seq: 72
+            }
+        );
+        let at = v.at::<u16>(2, 1).as_raw() as usize;
+        assert_eq!(at, 2 * (24 + 2 * 360 + 8));
+        // Extent 1: the stride is never used, passed as 0 (need not be in bounds).
+        let one = AttentionParams {
+            batch: 1,
+            heads: 1,
+            ..s
+        };
+        let wild = AttentionLayout {
+            batch_stride: usize::MAX,
+            head_stride: usize::MAX,
+            ..fused
+        };
+        let v = View::new(DevicePtr::NULL, wild, &one, 1);
+        assert_eq!(
+            v.strides(),
+            Strides {
+                batch: 0,
+                head: 0,
+                seq: 0
+            }
+        );
+        let stats = Stats { heads: 3, tq: 5 };
+        assert_eq!(stats.strides(), RowStrides { batch: 15, head: 5 });
+        assert_eq!(stats.at(DevicePtr::NULL, 2, 1).as_raw() as usize, (2 * 15 + 5) * 4);
+    }
+
+    #[test]
+    fn launches_cover_every_batch_and_head_within_the_grid_limits() {
+        let s = AttentionParams {
+            batch: 2,
+            heads: MAX_HEADS_PER_LAUNCH + 1,
+            ..shape(4, 4, 8)
+        };
+        let l: Vec<_> = launches(7, &s)
+            .map(|(b0, h0, c)| (b0, h0, c.grid))
+            .collect();
+        let m = MAX_HEADS_PER_LAUNCH;
+        assert_eq!(
+            l,
+            vec![
+                (0, 0, (7, m as u32, 2)),
+                (0, m, (7, 1, 2)),
+            ]
+        );
+        let s = AttentionParams {
+            batch: m + 2,
+            heads: 3,
+            ..s
+        };
+        let l: Vec<_> = launches(1, &s).map(|(b0, h0, c)| (b0, h0, c.grid)).collect();
+        assert_eq!(l, vec![(0, 0, (1, 3, m as u32)), (m, 0, (1, 3, 2))]);
     }
 
     #[test]

@@ -1,6 +1,10 @@
 //! Scaled dot-product attention on `[batch, heads, t, head_dim]` tensors: the op's parameters
-//! and argument structs ([`AttentionForward`], [`AttentionBackward`]), shared by the CPU
-//! reference ([`crate::cpu`]) and the launchers (`kernels/attention.hip`).
+//! and argument structs ([`AttentionForward`], [`AttentionBackward`] on packed tensors;
+//! [`AttentionForwardStrided`], [`AttentionBackwardStrided`] on any [`AttentionLayout`], e.g.
+//! straight from the fused QKV projection `[B, T, 3, H, D]`), shared by the CPU reference
+//! ([`crate::cpu`]) and the launchers (`kernels/attention.hip`: one set of kernels reading
+//! through element strides). The device paths ran on hip-emu (the CPU emulation of a device),
+//! never on a GPU.
 
 pub(crate) mod cpu;
 mod device;
@@ -9,7 +13,8 @@ mod golden_strided;
 mod strided;
 
 pub use device::{
-    attention_backward, attention_forward, AttentionPlan, MAX_HEADS_PER_LAUNCH, MAX_HEAD_DIM,
+    attention_backward, attention_backward_strided, attention_forward, attention_forward_strided,
+    AttentionPlan, MAX_HEADS_PER_LAUNCH, MAX_HEAD_DIM,
     MAX_T,
 };
 pub use golden::{AttentionBackwardCase, AttentionForwardCase};

@@ -2,7 +2,10 @@
 //! output `[B, T, H, D]`, gradient into a fused `[B, T, 3, H, D]`. Packed `[B, H, T, D]` is one
 //! case of the layouts. The CPU reference gathers into packed f64 copies and runs
 //! [`exact::attention_forward`] / [`exact::attention_backward`]: no second copy of the math.
-//! No device kernel reads these layouts yet (`kernels/attention.hip` will).
+//! The device launchers ([`super::attention_forward_strided`],
+//! [`super::attention_backward_strided`]) run `kernels/attention.hip`, whose kernels read every
+//! tensor through these strides (the packed launchers pass packed strides); they ran on hip-emu
+//! (the CPU emulation of a device), never on a GPU.
 
 use super::{AttentionBackward, AttentionForward, AttentionParams};
 use crate::cpu::exact;
