@@ -1,7 +1,8 @@
-//! Device bandwidth of layernorm forward/backward and fused AdamW (`--features device`), in GB/s
-//! of compulsory traffic (each input read once, each output written once), printed beside the
-//! device's peak (2 × memory clock × bus width). Targets: ≥ 80 % of peak for rows of C ≥ 1024
-//! and for AdamW over ≥ 16 M parameters. NEVER RUN: no GPU was available when it was written.
+//! Device bandwidth of layernorm forward/backward, the fused residual + layernorm forward and
+//! fused AdamW (`--features device`), in GB/s of compulsory traffic (each input read once, each
+//! output written once), printed beside the device's peak (2 × memory clock × bus width).
+//! Targets: ≥ 80 % of peak for rows of C ≥ 1024 and for AdamW over ≥ 16 M parameters. Never run
+//! on a GPU (no GPU was available when it was written).
 //!
 //! `HIPK_BENCH_QUICK=1`: small shapes and criterion's shortest settings, a smoke run (CI runs it
 //! on hip-emu). On an emulated device every figure is labelled "emulated — not a performance
@@ -10,7 +11,7 @@
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use hip_kernels::ops::{
     self, AdamW, AdamWParams, AdamWTensor, DeviceElement, LayerNormBackward, LayerNormForward,
-    LayerNormParams,
+    LayerNormParams, ResidualLayerNormForward,
 };
 use hip_kernels::params::{bf16, OnDevice};
 use hip_rt::{Device, DeviceBuffer, Stream, StreamOptions};
@@ -78,6 +79,26 @@ fn layernorm<T: DeviceElement>(c: &mut Criterion, s: &Stream, label: &str) {
                     rstd: &mut rstd,
                 };
                 ops::layernorm_forward(s, a).expect("forward");
+                s.synchronize().expect("sync");
+            })
+        });
+        // The fused residual forward: a and b read, residual and y written once each.
+        let (a2, mut resid) = (filled::<T>(s, n, 0.25), filled::<T>(s, n, 0.0));
+        g.throughput(Throughput::Bytes(4 * n as u64 * e + 8 * rows as u64));
+        g.bench_function(BenchmarkId::new("residual_forward", cols), |bench| {
+            bench.iter(|| {
+                let a = ResidualLayerNormForward::<OnDevice, _> {
+                    params: shape,
+                    a: &x,
+                    b: &a2,
+                    weight: &w,
+                    bias: &b,
+                    residual: &mut resid,
+                    y: &mut y,
+                    mean: &mut mean,
+                    rstd: &mut rstd,
+                };
+                ops::residual_layernorm_forward(s, a).expect("residual forward");
                 s.synchronize().expect("sync");
             })
         });

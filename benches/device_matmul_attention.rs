@@ -1,10 +1,11 @@
 //! Device throughput of matmul and attention (`--features device`), in TFLOPS, beside hipBLAS.
-//! NEVER RUN: no GPU was available when it was written.
+//! Never run on a GPU (no GPU was available when it was written).
 //!
 //! - matmul: square 1024³, 2048³, 4096³ and the skinny 8192×64×8192, 64×8192×8192 (M×N×K),
 //!   f32 and f16, against `Blas::gemm` on the same shapes; the ratio ours / hipBLAS is printed.
 //!   Targets (unverified until measured on a DCU): f32 ≥ 80 % of hipBLAS at 4096³, ≥ 100 % on
-//!   the skinny shapes.
+//!   the skinny shapes. The same shapes also run `matmul_bias` with GELU (`hip-kernels-bias-gelu`:
+//!   the bias + GELU epilogue fused into the GEMM's store).
 //! - attention forward and backward (non-causal, f16 and f32) for T ∈ {512, 2048, 8192},
 //!   packed `[B, H, T, D]` and on the projections' layout (`forward_fused_qkv`: q, k, v from one
 //!   fused `[B, T, 3, H, D]` buffer, out `[B, T, H, D]`, the backward into a fused gradient),
@@ -21,7 +22,8 @@
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use hip_kernels::ops::{
     self, AttentionBackward, AttentionBackwardStrided, AttentionForward, AttentionForwardStrided,
-    AttentionLayout, AttentionParams, DeviceElement, Matmul, MatmulParams, Qkv, Strided,
+    AttentionLayout, AttentionParams, DeviceElement, Matmul, MatmulBias, MatmulBiasParams,
+    MatmulParams, Qkv, Strided,
 };
 use hip_kernels::params::{f16, OnDevice};
 use hip_rt::{Batch, Blas, Device, DeviceBuffer, Gemm, GemmElement, Stream, StreamOptions};
@@ -98,6 +100,31 @@ fn matmul<T: DeviceElement + GemmElement>(c: &mut Criterion, s: &Stream, blas: &
         g.bench_function(BenchmarkId::new("hip-kernels", &id), |bench| {
             bench.iter(|| {
                 ours(&mut out);
+                s.synchronize().expect("sync");
+            })
+        });
+        // The same GEMM with the fused bias + GELU epilogue (matmul_bias, one launch).
+        let bias = filled::<T>(s, n, 0.1);
+        let bias_params = MatmulBiasParams {
+            batch: 1,
+            m,
+            n,
+            k,
+            trans_a: false,
+            trans_b: false,
+            gelu: true,
+        };
+        g.bench_function(BenchmarkId::new("hip-kernels-bias-gelu", &id), |bench| {
+            bench.iter(|| {
+                let args = MatmulBias::<OnDevice, T> {
+                    params: bias_params,
+                    a: &a,
+                    b: &b,
+                    bias: &bias,
+                    out: &mut out,
+                    pre_gelu: None,
+                };
+                ops::matmul_bias(s, args).expect("matmul_bias");
                 s.synchronize().expect("sync");
             })
         });

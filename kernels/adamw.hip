@@ -1,9 +1,8 @@
 // kernels/adamw.hip — fused multi-tensor AdamW, and the multi-tensor non-finite check and
 // global L2 norm a trainer needs for gradient clipping and loss scaling.
 //
-// NEVER RUN ON A GPU: compiled and statically checked for gfx906 only (see the figures below),
-// and executed on the CPU under a host emulation of HIP (tools/kernel-emu/run_layernorm_adamw.sh)
-// against double-precision loops.
+// NEVER RUN ON A GPU: compiled and statically checked for gfx906 only; executed on the CPU by
+// hip-emu (the emulated HIP device) in the device tests, against the CPU reference.
 //
 // Multi-tensor launch (like PyTorch's multi_tensor_apply): the table of tensor descriptors is
 // passed by value in the kernel arguments (AdamwTable: 24 rows, RefTable: 48 rows, 1536 bytes

@@ -1,16 +1,9 @@
-// kernels/bias.hip — the bias epilogue of a matmul (+ optional GELU) and the bias gradient
-// (column sums of dout [rows, cols], deterministic).
+// kernels/bias.hip — the bias gradient (column sums of dout [rows, cols], deterministic). The
+// bias epilogue of a matmul (+ optional GELU) is fused into the GEMM's store in
+// kernels/matmul.hip (matmul_bias_* / matmul_small_bias_*).
 //
-// NEVER RUN ON A GPU: compiled and statically checked for gfx906 only, and executed on the CPU
-// under the host emulation (tools/kernel-emu/run_trainops.sh) against the CPU reference's math
-// in double precision.
-//
-// Epilogue (until kernels/matmul.hip fuses it into the GEMM's store):
-//   bias_add_<T>(out, bias, pre_gelu, rows, cols, gelu): x = out[r, c] + bias[c] in f32;
-//     pre_gelu[r, c] = x when pre_gelu is not null; out[r, c] = gelu ? gelu_tanh(x) : x. One
-//     read and one write of out (plus the pre_gelu write): an extra pass over the GEMM output
-//     that the fused epilogue will remove; `out` was rounded to T by the GEMM first, so the
-//     result carries one more rounding than the CPU reference's single one.
+// NEVER RUN ON A GPU: compiled and statically checked for gfx906 only; the device tests ran on
+// hip-emu (the CPU-emulated device) against the CPU reference.
 //
 // Two stages, no atomics, so the result is bit-identical run to run for a given launch shape:
 //   bias_bwd_partial_<T>(dout, partial, rows, cols, rows_per_group): block (x, y) sums the rows
@@ -34,7 +27,6 @@
 //   bias_bwd_partial_bf16        25     46      0           9        0       0
 //   bias_bwd_final_bf16           8     14      0          10        0       0
 #include "common.h"
-#include "gelu.h"
 
 namespace {
 
@@ -73,31 +65,6 @@ __device__ void bias_final_impl(const float* __restrict__ partial, int64_t group
   hipk::store_from_float(dbias, j, s + sum);
 }
 
-template <typename T>
-__device__ void bias_add_impl(T* __restrict__ out, const T* __restrict__ bias,
-                              T* __restrict__ pre_gelu, int64_t rows, int cols, int gelu) {
-  constexpr int N = hipk::VecWidth<T>::value;
-  const int64_t packs_per_row = (cols + N - 1) / N;
-  const int64_t total = rows * packs_per_row;
-  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
-  for (int64_t p = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; p < total;
-       p += stride) {
-    const int64_t r = p / packs_per_row;
-    const int c = static_cast<int>(p - r * packs_per_row) * N;
-    float x[N], b[N];
-    hipk::load_floats<N>(out + r * cols, c, cols, x);
-    hipk::load_floats<N>(bias, c, cols, b);
-#pragma unroll
-    for (int k = 0; k < N; ++k) x[k] += b[k];
-    if (pre_gelu != nullptr) hipk::store_floats<N>(pre_gelu + r * cols, c, cols, x);
-    if (gelu != 0) {
-#pragma unroll
-      for (int k = 0; k < N; ++k) x[k] = hipk::gelu_tanh(x[k]);
-    }
-    hipk::store_floats<N>(out + r * cols, c, cols, x);
-  }
-}
-
 }  // namespace
 
 #define BIAS_KERNELS(suffix, T)                                                               \
@@ -108,10 +75,6 @@ __device__ void bias_add_impl(T* __restrict__ out, const T* __restrict__ bias,
   HIPK_KERNEL(bias_bwd_final_##suffix, kBiasBlock)                                                \
   (const float* partial, int64_t groups, int cols, T* dbias, int accumulate) {                \
     bias_final_impl<T>(partial, groups, cols, dbias, accumulate);                             \
-  }                                                                                           \
-  HIPK_KERNEL(bias_add_##suffix, kBiasBlock)                                                  \
-  (T* out, const T* bias, T* pre_gelu, int64_t rows, int cols, int gelu) {                    \
-    bias_add_impl<T>(out, bias, pre_gelu, rows, cols, gelu);                                  \
   }
 
 HIPK_DTYPES(BIAS_KERNELS)

@@ -1,8 +1,8 @@
 // kernels/clip.hip — gradient clipping without a host round trip: AdamW's device-side
 // grad_scale from the global L2 norm (multi_l2norm_finalize_f32's output, kernels/adamw.hip).
 //
-// NEVER RUN ON A GPU: compiled and statically checked for gfx906 only, and executed on the CPU
-// under the host emulation (tools/kernel-emu/run_trainops.sh).
+// NEVER RUN ON A GPU: compiled and statically checked for gfx906 only; executed on the CPU by
+// hip-emu (the emulated HIP device) in the device tests, against the CPU reference.
 //
 // clip_grad_scale_f32(norm, loss_scale, max_norm, grad_scale), one thread:
 //   s = loss_scale ? *loss_scale : 1      (the gradients as stored are multiplied by s)

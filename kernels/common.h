@@ -1,7 +1,7 @@
 // kernels/common.h — device helpers shared by every kernel file of hip-kernels.
 //
 // Never run on a GPU: compiled and statically checked (hipcc --genco, gfx906), and executed on
-// the CPU under the host emulation in tools/kernel-emu.
+// the CPU by hip-emu (the emulated HIP device, hip-emu/shim) in the device tests.
 //
 // Contents (namespace hipk):
 //   - storage types: float, __half, hipk::bf16 (a uint16_t wrapper; no dependency on the

@@ -2,9 +2,8 @@
 // classifier), PyTorch's ignore_index = -100 and mean reduction; dlogits written over the
 // logits in place.
 //
-// NEVER RUN ON A GPU: compiled and statically checked for gfx906 only, and executed on the CPU
-// under the host emulation (tools/kernel-emu/run_trainops.sh) against the CPU reference's math
-// in double precision.
+// NEVER RUN ON A GPU: compiled and statically checked for gfx906 only; executed on the CPU by
+// hip-emu (the emulated HIP device) in the device tests, against the CPU reference.
 //
 // Three kernels per step, no host sync:
 //   crossentropy_count_i32(targets, rows, count): one block; *count = number of targets that

@@ -1,9 +1,8 @@
 // kernels/encoder.hip — GPT-2's encoder (token + position embedding), forward and a
 // deterministic backward.
 //
-// NEVER RUN ON A GPU: compiled and statically checked for gfx906 only, and executed on the CPU
-// under the host emulation (tools/kernel-emu/run_trainops.sh) against the CPU reference's math
-// in double precision.
+// NEVER RUN ON A GPU: compiled and statically checked for gfx906 only; executed on the CPU by
+// hip-emu (the emulated HIP device) in the device tests, against the CPU reference.
 //
 // Layout: tokens [rows = B·T] int32, wte [V, C], wpe [P, C], out/dout [rows, C], T = storage
 // type; position of row r is r % seq.

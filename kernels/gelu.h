@@ -1,6 +1,5 @@
 // kernels/gelu.h — GELU with the tanh approximation (PyTorch's approximate='tanh', GPT-2's
-// gelu_new) and its derivative, in f32: shared by gelu.hip, the bias epilogue in bias.hip, and
-// a matmul epilogue.
+// gelu_new) and its derivative, in f32: shared by gelu.hip and the bias epilogue of matmul.hip.
 #pragma once
 
 #include "common.h"

@@ -1,9 +1,8 @@
 // kernels/gelu.hip — elementwise ops of the training step: GELU (tanh approximation, PyTorch's
 // approximate='tanh', GPT-2's gelu_new) forward and backward, and the residual add.
 //
-// NEVER RUN ON A GPU: compiled and statically checked for gfx906 only, and executed on the CPU
-// under the host emulation (tools/kernel-emu/run_trainops.sh) against the CPU reference's math
-// in double precision.
+// NEVER RUN ON A GPU: compiled and statically checked for gfx906 only; executed on the CPU by
+// hip-emu (the emulated HIP device) in the device tests, against the CPU reference.
 //
 //   gelu_fwd_<T>(x, out, n):        out = 0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³)))
 //   gelu_bwd_<T>(x, dout, dx, n):   dx = dout·(0.5·(1 + tanh u) + 0.5·x·(1 − tanh² u)·√(2/π)·(1 + 3·0.044715·x²))

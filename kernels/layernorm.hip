@@ -1,8 +1,7 @@
 // kernels/layernorm.hip — layer norm forward and backward over the last dimension.
 //
-// NEVER RUN ON A GPU: compiled and statically checked for gfx906 only (see the figures below),
-// and executed on the CPU under a host emulation of HIP (tools/kernel-emu/run_layernorm_adamw.sh)
-// against double-precision loops.
+// NEVER RUN ON A GPU: compiled and statically checked for gfx906 only (see the figures below);
+// the device tests ran on hip-emu (the CPU-emulated device) against the CPU reference.
 //
 // Layout: x, y, dy, dx are [rows, C] row-major in T (f32, f16, bf16); weight, bias, dweight,
 // dbias are [C] in T; mean and rstd are [rows] f32. All math is f32. Biased variance, eps inside
@@ -23,6 +22,16 @@
 // block) stay in registers between the three steps (mean; variance as Σ(x − mean)²; normalise):
 // x is read once. Longer rows, and the scalar layout, stream: x is read three times (the second
 // and third reads hit the cache). Writes y, mean, rstd.
+//
+// Residual forward (layernorm_fwd_residual_<T>: a, b, weight, bias, residual, y, mean, rstd,
+// rows, C, eps, row_per_wave): x = a + b in f32, rounded once to T and stored to `residual`; the
+// normalisation uses that rounded x (the stored residual, the CPU reference's semantics). The
+// same row groups, paths and launch geometry as the forward, for every C: cached rows hold the
+// rounded x in registers (a and b read once, residual and y written once: 24.5 B per f32
+// element by `cargo xtask isa-report`, minimum 16, against 12 + 16.5 for residual_add then
+// layernorm_fwd); streamed rows (long C, the scalar layout) store the residual in the first
+// pass and re-read it in the second and third (each thread re-reads only what it wrote).
+// Vector layout needs C % 4 == 0 and all six tensors aligned to 4 elements.
 //
 // Backward, stage 1 (layernorm_bwd_<T>): per row xhat = (x − mean)·rstd, g = dy·w,
 // dx = rstd·(g − mean(g) − xhat·mean(g·xhat)). Each group also sums dy·xhat and dy per column
@@ -50,6 +59,9 @@
 // block size the launcher uses (row kernels: up to 1024 threads; wave mode: 256):
 //   kernel                    VGPRs  SGPRs  LDS B  waves/SIMD @1024 (@256)  scratch  spills
 //   layernorm_fwd_f32            46     58    128           4 (5)               0       0
+//   layernorm_fwd_residual_f32   61     66    128           4 (4)               0       0
+//   layernorm_fwd_residual_f16   59     62    128           4 (4)               0       0
+//   layernorm_fwd_residual_bf16  62     66    128           4 (4)               0       0
 //   layernorm_bwd_f32            52     73    256           4 (4)               0       0
 //   layernorm_bwd_wide_f32       59     49  33024           4                   0       0
 //   layernorm_bwd_dwdb_f32        9     14      0             (10)              0       0
@@ -192,6 +204,54 @@ __device__ __forceinline__ bool vec_ok(int C, const void* a, const void* b, cons
 // Forward
 // ---------------------------------------------------------------------------------------------
 
+/// The x of layernorm_fwd_<T>: a stored tensor.
+template <typename T> struct StoredX {
+  static constexpr bool kResidual = false;
+  const T* __restrict__ x;
+
+  /// Slot k of row `row`, first read (the pass that sums the mean).
+  template <bool kVec>
+  __device__ __forceinline__ void first(int64_t row, const Group& g, int k, int C,
+                                        float (&out)[slot_width<kVec>()]) const {
+    load_slot<kVec>(x + row * C, g, k, C, out);
+  }
+  /// Slot k of row `row` again (the streamed passes after the first).
+  template <bool kVec>
+  __device__ __forceinline__ void again(int64_t row, const Group& g, int k, int C,
+                                        float (&out)[slot_width<kVec>()]) const {
+    load_slot<kVec>(x + row * C, g, k, C, out);
+  }
+};
+
+/// The x of layernorm_fwd_residual_<T>: x = a + b in f32, rounded once to T and stored to
+/// `res` on the first read; the normalisation sees that rounded value (the stored residual,
+/// as the CPU reference normalises it). Later reads of a slot re-read `res`: the same thread
+/// wrote exactly those elements earlier in program order.
+template <typename T> struct ResidualX {
+  static constexpr bool kResidual = true;
+  const T* __restrict__ a;
+  const T* __restrict__ b;
+  T* __restrict__ res;
+
+  template <bool kVec>
+  __device__ __forceinline__ void first(int64_t row, const Group& g, int k, int C,
+                                        float (&out)[slot_width<kVec>()]) const {
+    float vb[slot_width<kVec>()];
+    load_slot<kVec>(a + row * C, g, k, C, out);
+    load_slot<kVec>(b + row * C, g, k, C, vb);
+#pragma unroll
+    for (int e = 0; e < slot_width<kVec>(); ++e) {
+      out[e] = hipk::to_float(hipk::from_float<T>(out[e] + vb[e]));
+    }
+    store_slot<kVec>(res + row * C, g, k, C, out);
+  }
+  template <bool kVec>
+  __device__ __forceinline__ void again(int64_t row, const Group& g, int k, int C,
+                                        float (&out)[slot_width<kVec>()]) const {
+    load_slot<kVec>(res + row * C, g, k, C, out);
+  }
+};
+
 /// y = (x − mean)·rstd·w + b for slot k of a row whose x values are `xv`.
 template <bool kVec, typename T>
 __device__ __forceinline__ void fwd_emit(const T* weight, const T* bias, T* yr, const Group& g,
@@ -210,21 +270,25 @@ __device__ __forceinline__ void fwd_emit(const T* weight, const T* bias, T* yr, 
 
 /// Forward for rows of at most kFwdSlots slots per thread, vector layout: each row is read
 /// once into registers.
-template <typename T>
-__device__ void layernorm_fwd_cached(const T* __restrict__ x, const T* __restrict__ weight,
+template <typename T, typename Src>
+__device__ void layernorm_fwd_cached(const Src src, const T* __restrict__ weight,
                                      const T* __restrict__ bias, T* __restrict__ y,
                                      float* __restrict__ mean_out, float* __restrict__ rstd_out,
                                      int64_t rows, int C, float eps, const Group& g, float* lds) {
   constexpr int K = kFwdSlots;
   const float inv_c = 1.0f / static_cast<float>(C);
-  HIPK_HOT_LOOP_BEGIN("fwd_row elems=16 group=row min_t=2 kind=memory inner_trip=6");
+  if constexpr (Src::kResidual) {
+    HIPK_HOT_LOOP_BEGIN("fwd_res_row elems=16 group=res_row min_t=4 kind=memory inner_trip=6");
+  } else {
+    HIPK_HOT_LOOP_BEGIN("fwd_row elems=16 group=row min_t=2 kind=memory inner_trip=6");
+  }
 #pragma unroll 1
   for (int64_t row = g.id; row < rows; row += g.count) {
     float v[K][V];
     float s = 0.0f;
 #pragma unroll
     for (int k = 0; k < K; ++k) {
-      load_slot<true>(x + row * C, g, k, C, v[k]);
+      src.template first<true>(row, g, k, C, v[k]);
 #pragma unroll
       for (int e = 0; e < V; ++e) s += v[k][e];
     }
@@ -248,13 +312,17 @@ __device__ void layernorm_fwd_cached(const T* __restrict__ x, const T* __restric
       if (slot_live<true>(g, k, C)) fwd_emit<true>(weight, bias, y + row * C, g, k, C, mean, rstd, v[k]);
     }
   }
-  HIPK_HOT_LOOP_END("fwd_row");
+  if constexpr (Src::kResidual) {
+    HIPK_HOT_LOOP_END("fwd_res_row");
+  } else {
+    HIPK_HOT_LOOP_END("fwd_row");
+  }
 }
 
 /// Forward for any row length and layout: x is read three times (mean, variance, output);
 /// the second and third reads of a row hit the cache.
-template <bool kVec, typename T>
-__device__ void layernorm_fwd_stream(const T* __restrict__ x, const T* __restrict__ weight,
+template <bool kVec, typename T, typename Src>
+__device__ void layernorm_fwd_stream(const Src src, const T* __restrict__ weight,
                                      const T* __restrict__ bias, T* __restrict__ y,
                                      float* __restrict__ mean_out, float* __restrict__ rstd_out,
                                      int64_t rows, int C, float eps, const Group& g, float* lds) {
@@ -263,12 +331,11 @@ __device__ void layernorm_fwd_stream(const T* __restrict__ x, const T* __restric
   constexpr int W = slot_width<kVec>();
 #pragma unroll 1
   for (int64_t row = g.id; row < rows; row += g.count) {
-    const T* xr = x + row * C;
     float s = 0.0f;
 #pragma unroll 1
     for (int k = 0; k < slots; ++k) {
       float t[W];
-      load_slot<kVec>(xr, g, k, C, t);
+      src.template first<kVec>(row, g, k, C, t);
 #pragma unroll
       for (int e = 0; e < W; ++e) s += t[e];
     }
@@ -277,7 +344,7 @@ __device__ void layernorm_fwd_stream(const T* __restrict__ x, const T* __restric
 #pragma unroll 1
     for (int k = 0; k < slots; ++k) {
       float t[W];
-      load_slot<kVec>(xr, g, k, C, t);
+      src.template again<kVec>(row, g, k, C, t);
 #pragma unroll
       for (int e = 0; e < W; ++e) {
         const float d = slot_elem<kVec>(g, k, e) < C ? t[e] - mean : 0.0f;
@@ -292,7 +359,7 @@ __device__ void layernorm_fwd_stream(const T* __restrict__ x, const T* __restric
 #pragma unroll 1
     for (int k = 0; k < slots; ++k) {
       float t[W];
-      load_slot<kVec>(xr, g, k, C, t);
+      src.template again<kVec>(row, g, k, C, t);
       fwd_emit<kVec>(weight, bias, y + row * C, g, k, C, mean, rstd, t);
     }
   }
@@ -304,12 +371,32 @@ __device__ void layernorm_fwd_impl(const T* x, const T* weight, const T* bias, T
                                    int row_per_wave) {
   __shared__ float lds[hipk::kMaxWavesPerBlock];
   const Group g = row_group(row_per_wave);
+  const StoredX<T> src{x};
   if (!vec_ok<T>(C, x, weight, bias, y)) {
-    layernorm_fwd_stream<false>(x, weight, bias, y, mean, rstd, rows, C, eps, g, lds);
+    layernorm_fwd_stream<false>(src, weight, bias, y, mean, rstd, rows, C, eps, g, lds);
   } else if (slot_count<true>(g, C) <= kFwdSlots) {
-    layernorm_fwd_cached(x, weight, bias, y, mean, rstd, rows, C, eps, g, lds);
+    layernorm_fwd_cached(src, weight, bias, y, mean, rstd, rows, C, eps, g, lds);
   } else {
-    layernorm_fwd_stream<true>(x, weight, bias, y, mean, rstd, rows, C, eps, g, lds);
+    layernorm_fwd_stream<true>(src, weight, bias, y, mean, rstd, rows, C, eps, g, lds);
+  }
+}
+
+/// residual = a + b (rounded to T), then the forward of that stored residual: one launch, the
+/// same paths (cached rows, streamed long rows, scalar layout) as layernorm_fwd_impl.
+template <typename T>
+__device__ void layernorm_fwd_residual_impl(const T* a, const T* b, const T* weight,
+                                            const T* bias, T* residual, T* y, float* mean,
+                                            float* rstd, int64_t rows, int C, float eps,
+                                            int row_per_wave) {
+  __shared__ float lds[hipk::kMaxWavesPerBlock];
+  const Group g = row_group(row_per_wave);
+  const ResidualX<T> src{a, b, residual};
+  if (!vec_ok<T>(C, a, b, residual, y) || !vec_ok<T>(C, weight, bias, y, y)) {
+    layernorm_fwd_stream<false>(src, weight, bias, y, mean, rstd, rows, C, eps, g, lds);
+  } else if (slot_count<true>(g, C) <= kFwdSlots) {
+    layernorm_fwd_cached(src, weight, bias, y, mean, rstd, rows, C, eps, g, lds);
+  } else {
+    layernorm_fwd_stream<true>(src, weight, bias, y, mean, rstd, rows, C, eps, g, lds);
   }
 }
 
@@ -640,6 +727,12 @@ __device__ void layernorm_bwd_dwdb_impl(const float* __restrict__ partial, int64
   (const T* x, const T* weight, const T* bias, T* y, float* mean, float* rstd, int64_t rows,  \
    int C, float eps, int row_per_wave) {                                                      \
     layernorm_fwd_impl<T>(x, weight, bias, y, mean, rstd, rows, C, eps, row_per_wave);        \
+  }                                                                                           \
+  HIPK_KERNEL(layernorm_fwd_residual_##suffix, kMaxBlock)                                     \
+  (const T* a, const T* b, const T* weight, const T* bias, T* residual, T* y, float* mean,    \
+   float* rstd, int64_t rows, int C, float eps, int row_per_wave) {                           \
+    layernorm_fwd_residual_impl<T>(a, b, weight, bias, residual, y, mean, rstd, rows, C, eps, \
+                                   row_per_wave);                                             \
   }                                                                                           \
   HIPK_KERNEL(layernorm_bwd_##suffix, kMaxBlock)                                              \
   (const T* x, const T* weight, const T* dy, const float* mean, const float* rstd, T* dx,     \

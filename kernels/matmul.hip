@@ -1,12 +1,15 @@
-// kernels/matmul.hip — tiled GEMM: out = alpha * op(A) * op(B) + beta * C, row-major, strided batch.
+// kernels/matmul.hip — tiled GEMM: out = alpha * op(A) * op(B) + beta * C, row-major, strided batch,
+// optionally with a bias (+ GELU-tanh) epilogue fused into the store.
 //
-// NEVER RUN ON A GPU. This file has only been compiled and resource-checked for gfx906
-// (hipcc 5.2 / clang 15, --genco -O3, -Rpass-analysis=kernel-resource-usage); its results have
-// not been compared with the CPU reference on a device. Indexing and masking were reviewed by hand.
+// NEVER RUN ON A GPU. Compiled and resource-checked for gfx906 (hipcc 5.2 / clang 15, --genco
+// -O3, -Rpass-analysis=kernel-resource-usage); the device tests ran on hip-emu (the CPU-emulated
+// device) against the CPU reference, never on a GPU.
 //
-// Exported kernels (C linkage), one per tile size x layout x dtype, 24 in all:
-//   matmul_<ab>_<dtype>        128x128 block tile (big problems)
-//   matmul_small_<ab>_<dtype>   64x64 block tile  (skinny problems or few tiles; more blocks)
+// Exported kernels (C linkage), one per tile size x layout x dtype x epilogue, 48 in all:
+//   matmul_<ab>_<dtype>              128x128 block tile (big problems)
+//   matmul_small_<ab>_<dtype>         64x64 block tile  (skinny problems or few tiles; more blocks)
+//   matmul_bias_<ab>_<dtype>, matmul_small_bias_<ab>_<dtype>: the same GEMMs with the bias
+//     epilogue (below)
 // with <ab> in {nn, nt, tn, tt} (first letter: A transposed?, second: B transposed?) and <dtype>
 // in {f32, f16, bf16}. Storage is <dtype>; accumulation is always f32.
 //
@@ -18,6 +21,12 @@
 //   uninitialised or NaN, as in BLAS). stride_* are elements between batch items.
 //   Any M, N, K >= 0 works: edge tiles load zeros past the matrix (bounds-checked, never an
 //   out-of-bounds read) and store only inside it. K == 0 gives out = beta * C.
+// The bias kernels take three more: bias, pre_gelu, gelu. v = alpha * acc + beta * C + bias[n]
+//   in f32 (bias [N], broadcast over the rows: one value per output column, as GPT-2's / llm.c's
+//   Linear layers); pre_gelu (null, or laid out as out: ldo, stride_o) gets v rounded to T;
+//   out gets gelu_tanh(v) (gelu != 0, computed in f32 from the unrounded v) or v, rounded once to
+//   T. The epilogue is a template flag: the plain kernels' code is instruction-for-instruction
+//   what it was before the bias kernels existed; pre_gelu and gelu are wave-uniform branches.
 // Launch: block (256, 1, 1); grid (ceil(N / BN), ceil(M / BM), items), one batch item per
 // blockIdx.z; the launcher splits batches over 65535 items into launches with offset pointers.
 // No dynamic LDS.
@@ -57,10 +66,11 @@
 //          padding: 4 blocks = 16 waves per 64 KiB CU); <= 64 VGPRs (__launch_bounds__(256, 4))
 //
 // gfx906 resource figures (hipcc 5.2 / clang 15, -O3, -Rpass-analysis=kernel-resource-usage),
-// all 24 kernels: scratch 0, SGPR spills 0, VGPR spills 0.
-//   big   f32 / bf16  VGPRs 122-128  LDS 16896  occupancy 2 waves/SIMD
+// all 48 kernels: scratch 0, SGPR spills 0, VGPR spills 0.
+//   big   f32 / bf16  VGPRs 126-128  LDS 16896  occupancy 2 waves/SIMD
 //   big   f16         VGPRs 116-118  LDS 16896  occupancy 2
-//   small             VGPRs  49-59   LDS 16384  occupancy 4 (LDS: 4 blocks per CU)
+//   small             VGPRs  49-57   LDS 16384  occupancy 4 (LDS: 4 blocks per CU)
+// The bias kernels have their plain twin's VGPRs and hot-loop figures (2 more SGPRs).
 // Static hot-loop figures (`cargo xtask isa-report`, loop k_interior, docs/ISA-REPORT.md):
 //   math/VALU and issue-bound estimate of FMA peak: big f32 99.6-100 %, f16 96.6-97.7 %,
 //   bf16 98.1-98.5 %; small f32 100 %, f16 97.0-100 %, bf16 97.0 %; 0 blocking waits; LDS
@@ -69,6 +79,7 @@
 // Performance: never measured (no device here); the figures above are static.
 
 #include "common.h"
+#include "gelu.h"
 #include "tile_io.h"
 
 namespace hipk_matmul {
@@ -341,12 +352,19 @@ __device__ __forceinline__ void multiply_slice_rolled(const typename Path::Word*
   }
 }
 
-template <typename T, bool TRANS_A, bool TRANS_B, int BM, int BN, int BK, int TM, int TN>
+/// The GEMM. With BIAS (a compile-time flag: the plain kernels' code has no trace of the
+/// epilogue), the store adds bias[n] (broadcast over rows) to alpha·acc + beta·C in f32, writes
+/// that sum rounded to T to `pre` when pre != null (same ldo / stride_o as out), and applies
+/// GELU-tanh in f32 when gelu != 0, then rounds once to T. Without BIAS, bias, pre and gelu
+/// are ignored.
+template <typename T, bool TRANS_A, bool TRANS_B, int BM, int BN, int BK, int TM, int TN,
+          bool BIAS>
 __device__ __forceinline__ void gemm(const T* __restrict__ a, const T* __restrict__ b,
                                      const T* c, T* out, int M, int N, int K, int64_t lda,
                                      int64_t ldb, int64_t ldc, int64_t ldo, int64_t stride_a,
                                      int64_t stride_b, int64_t stride_c, int64_t stride_o,
-                                     float alpha, float beta) {
+                                     float alpha, float beta, const T* __restrict__ bias,
+                                     T* __restrict__ pre, int gelu) {
   using Path = typename PathOf<T>::type;
   using Word = typename Path::Word;
   constexpr int KP = Path::KP;
@@ -379,6 +397,7 @@ __device__ __forceinline__ void gemm(const T* __restrict__ a, const T* __restric
   const bool b_vec = hipk::rows_aligned<StageB::VR>(b, ldb, stride_b);
   const bool o_vec = hipk::rows_aligned<4>(out, ldo, stride_o);
   const bool c_vec = beta != 0.0f && hipk::rows_aligned<4>(c, ldc, stride_c);
+  const bool pre_vec = BIAS && pre != nullptr && hipk::rows_aligned<4>(pre, ldo, stride_o);
   // Interior block (decided once, uniform): every slice is whole, in range and aligned, so the
   // K loop has no bounds checks and no branches.
   const bool interior = a_vec && b_vec && m0 + BM <= M && n0 + BN <= N && K > 0 &&
@@ -481,9 +500,19 @@ __device__ __forceinline__ void gemm(const T* __restrict__ a, const T* __restric
     }
   }
 
-  // Epilogue: out = alpha * acc + beta * C, 4 consecutive columns at a time.
+  // Epilogue: out = alpha * acc + beta * C (+ bias, GELU), 4 consecutive columns at a time.
   T* o_item = out + item * stride_o;
   const T* c_item = c + item * stride_c;  // only dereferenced when beta != 0
+  // The bias of this thread's TN columns, loaded once (f32); columns past N read as 0.
+  float bv[TN / 4][4];
+  if constexpr (BIAS) {
+    const bool bias_vec = hipk::is_aligned(bias, 4 * sizeof(T));
+#pragma unroll
+    for (int g = 0; g < TN / 4; ++g) {
+      const int n = n0 + g * THR_N * 4 + tx * 4;
+      hipk::load_vec<4>(bias + n, N - n, bias_vec, bv[g]);
+    }
+  }
 #pragma unroll
   for (int i = 0; i < TM; ++i) {
     const int m = m0 + (i / 4) * THR_M * 4 + ty * 4 + (i % 4);
@@ -501,6 +530,19 @@ __device__ __forceinline__ void gemm(const T* __restrict__ a, const T* __restric
 #pragma unroll
         for (int u = 0; u < 4; ++u) v[u] = __builtin_fmaf(beta, cv[u], v[u]);
       }
+      if constexpr (BIAS) {
+#pragma unroll
+        for (int u = 0; u < 4; ++u) v[u] += bv[g][u];
+        // pre and gelu are kernel arguments: wave-uniform branches.
+        if (pre != nullptr) {
+          hipk::store_vec<4>(pre + item * stride_o + static_cast<int64_t>(m) * ldo + n, valid,
+                             pre_vec, v);
+        }
+        if (gelu != 0) {
+#pragma unroll
+          for (int u = 0; u < 4; ++u) v[u] = hipk::gelu_tanh(v[u]);
+        }
+      }
       hipk::store_vec<4>(o_item + static_cast<int64_t>(m) * ldo + n, valid, o_vec, v);
     }
   }
@@ -516,25 +558,41 @@ __device__ __forceinline__ void gemm(const T* __restrict__ a, const T* __restric
 #define HIPK_MM_BK_BIG(T) (sizeof(T) == 2 && !__is_same(T, ::hipk::bf16) ? 16 : 8)
 #define HIPK_MM_BK_SMALL(T) (sizeof(T) == 2 && !__is_same(T, ::hipk::bf16) ? 32 : 16)
 
-#define HIPK_MM_KERNEL(PREFIX, AB, TA, TB, BM, BN, BKX, TM, TN, SUFFIX, T, WAVES)                       \
-  extern "C" __global__ void __launch_bounds__(256, WAVES) PREFIX##AB##_##SUFFIX                                                      \
-  (const T* a, const T* b, const T* c, T* out, int M, int N, int K, int64_t lda, int64_t ldb,    \
-   int64_t ldc, int64_t ldo, int64_t stride_a, int64_t stride_b, int64_t stride_c,               \
-   int64_t stride_o, float alpha, float beta) {                                       \
-    hipk_matmul::gemm<T, TA, TB, BM, BN, BKX(T), TM, TN>(a, b, c, out, M, N, K, lda, ldb, ldc,  \
-                                                        ldo, stride_a, stride_b, stride_c,      \
-                                                        stride_o, alpha, beta);          \
+#define HIPK_MM_KERNEL(PREFIX, AB, TA, TB, BM, BN, BKX, TM, TN, SUFFIX, T, WAVES)           \
+  extern "C" __global__ void __launch_bounds__(256, WAVES) PREFIX##AB##_##SUFFIX(           \
+      const T* a, const T* b, const T* c, T* out, int M, int N, int K, int64_t lda,         \
+      int64_t ldb, int64_t ldc, int64_t ldo, int64_t stride_a, int64_t stride_b,            \
+      int64_t stride_c, int64_t stride_o, float alpha, float beta) {                         \
+    hipk_matmul::gemm<T, TA, TB, BM, BN, BKX(T), TM, TN, false>(                             \
+        a, b, c, out, M, N, K, lda, ldb, ldc, ldo, stride_a, stride_b, stride_c, stride_o,   \
+        alpha, beta, nullptr, nullptr, 0);                                                   \
   }
 
-#define HIPK_MM_LAYOUTS(PREFIX, BM, BN, BKX, TM, TN, SUFFIX, T, WAVES)                \
-  HIPK_MM_KERNEL(PREFIX, nn, false, false, BM, BN, BKX, TM, TN, SUFFIX, T, WAVES)     \
-  HIPK_MM_KERNEL(PREFIX, nt, false, true, BM, BN, BKX, TM, TN, SUFFIX, T, WAVES)      \
-  HIPK_MM_KERNEL(PREFIX, tn, true, false, BM, BN, BKX, TM, TN, SUFFIX, T, WAVES)      \
-  HIPK_MM_KERNEL(PREFIX, tt, true, true, BM, BN, BKX, TM, TN, SUFFIX, T, WAVES)
+/// The bias epilogue's kernels: the plain arguments, then bias [N], pre_gelu (null, or laid
+/// out as out) and gelu (0 or 1).
+#define HIPK_MM_BIAS_KERNEL(PREFIX, AB, TA, TB, BM, BN, BKX, TM, TN, SUFFIX, T, WAVES)      \
+  extern "C" __global__ void __launch_bounds__(256, WAVES) PREFIX##bias_##AB##_##SUFFIX(    \
+      const T* a, const T* b, const T* c, T* out, int M, int N, int K, int64_t lda,         \
+      int64_t ldb, int64_t ldc, int64_t ldo, int64_t stride_a, int64_t stride_b,            \
+      int64_t stride_c, int64_t stride_o, float alpha, float beta, const T* bias,            \
+      T* pre_gelu, int gelu) {                                                               \
+    hipk_matmul::gemm<T, TA, TB, BM, BN, BKX(T), TM, TN, true>(                              \
+        a, b, c, out, M, N, K, lda, ldb, ldc, ldo, stride_a, stride_b, stride_c, stride_o,   \
+        alpha, beta, bias, pre_gelu, gelu);                                                  \
+  }
 
-#define HIPK_MM_BIG(SUFFIX, T) HIPK_MM_LAYOUTS(matmul_, 128, 128, HIPK_MM_BK_BIG, 8, 8, SUFFIX, T, 2)
-#define HIPK_MM_SMALL(SUFFIX, T) \
-  HIPK_MM_LAYOUTS(matmul_small_, 64, 64, HIPK_MM_BK_SMALL, 4, 4, SUFFIX, T, 4)
+#define HIPK_MM_LAYOUTS(K, PREFIX, BM, BN, BKX, TM, TN, SUFFIX, T, WAVES)  \
+  K(PREFIX, nn, false, false, BM, BN, BKX, TM, TN, SUFFIX, T, WAVES)       \
+  K(PREFIX, nt, false, true, BM, BN, BKX, TM, TN, SUFFIX, T, WAVES)        \
+  K(PREFIX, tn, true, false, BM, BN, BKX, TM, TN, SUFFIX, T, WAVES)        \
+  K(PREFIX, tt, true, true, BM, BN, BKX, TM, TN, SUFFIX, T, WAVES)
 
-HIPK_DTYPES(HIPK_MM_BIG)
-HIPK_DTYPES(HIPK_MM_SMALL)
+#define HIPK_MM_TILES(K, SUFFIX, T)                                                 \
+  HIPK_MM_LAYOUTS(K, matmul_, 128, 128, HIPK_MM_BK_BIG, 8, 8, SUFFIX, T, 2)         \
+  HIPK_MM_LAYOUTS(K, matmul_small_, 64, 64, HIPK_MM_BK_SMALL, 4, 4, SUFFIX, T, 4)
+
+#define HIPK_MM_PLAIN(SUFFIX, T) HIPK_MM_TILES(HIPK_MM_KERNEL, SUFFIX, T)
+#define HIPK_MM_BIAS(SUFFIX, T) HIPK_MM_TILES(HIPK_MM_BIAS_KERNEL, SUFFIX, T)
+
+HIPK_DTYPES(HIPK_MM_PLAIN)
+HIPK_DTYPES(HIPK_MM_BIAS)

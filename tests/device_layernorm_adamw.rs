@@ -1,19 +1,23 @@
 //! Device tests of the layernorm and AdamW kernels against the CPU reference (`--features
-//! device`; needs a HIP device and kernels built for its arch). NEVER RUN: no GPU was available
-//! when they were written; they compile in CI.
+//! device`; needs a HIP device and kernels built for its arch). Run on hip-emu (the CPU-emulated
+//! device), never on a GPU.
 //!
 //! - golden cases (layernorm forward/backward, adamw) through the library's `DeviceBackend`;
 //! - random shapes: C ∈ {1, 3, 4, 768, 1024, 1025, 4095, 4096, 4100, 5001, 6000, 8192, 20000}
 //!   (4100, 6000, 8192: the wide backward; 5001: its streamed fallback), rows ∈ {1, 7, 129},
-//!   every dtype; AdamW over element counts that are not multiples of a block or chunk, every
+//!   every dtype; the fused residual + layernorm forward on odd, cached, wide and misaligned
+//!   rows, every dtype; AdamW over element counts that are not multiples of a block or chunk, every
 //!   option, several tensors in one launch;
-//! - a found_inf step leaves every tensor bit-identical; results are bit-identical run to run.
+//! - C = 8190 (wide range, C % 4 != 0: the streamed backward); misaligned views (the scalar
+//!   layout and the wide backward's fallback); more rows than the grid holds (grid-stride);
+//! - a found_inf step leaves every tensor bit-identical; amsgrad propagates a NaN in v or v̂ to
+//!   the parameter (torch.maximum); results are bit-identical run to run.
 #![cfg(feature = "device")]
 
 use hip_kernels::cpu;
 use hip_kernels::ops::{
     self, AdamW, AdamWParams, AdamWTensor, DeviceElement, LayerNormBackward, LayerNormForward,
-    LayerNormParams, OpError,
+    LayerNormParams, OpError, ResidualLayerNormForward,
 };
 use hip_kernels::params::{bf16, f16, DType, Host, OnDevice};
 use hip_kernels::tolerance::{layernorm_dx_tolerance, Rule};
@@ -28,7 +32,97 @@ use device_common::*;
 // Layer norm
 // ---------------------------------------------------------------------------------------------
 
+/// Forward on views `off` elements into their allocations (see [`Shifted`]).
+fn ln_forward_views<T: DeviceElement>(
+    s: &Stream,
+    shape: &LayerNormParams,
+    x: &[T],
+    w: &[T],
+    b: &[T],
+    off: usize,
+) -> LnFwd<T> {
+    let (dx, dw, db) = (
+        Shifted::new(s, x, off),
+        Shifted::new(s, w, off),
+        Shifted::new(s, b, off),
+    );
+    let mut y = Shifted::new(s, x, off);
+    let mut mean = Shifted::new(s, &vec![0f32; shape.rows], off);
+    let mut rstd = Shifted::new(s, &vec![0f32; shape.rows], off);
+    ops::layernorm_forward(
+        s,
+        LayerNormForward::<OnDevice, T> {
+            params: *shape,
+            x: &dx.view(),
+            weight: &dw.view(),
+            bias: &db.view(),
+            y: &mut y.view_mut(),
+            mean: &mut mean.view_mut(),
+            rstd: &mut rstd.view_mut(),
+        },
+    )
+    .expect("forward on views");
+    LnFwd {
+        y: y.get(s),
+        mean: mean.get(s),
+        rstd: rstd.get(s),
+    }
+}
+
+/// Backward on views `off` elements into their allocations.
+#[allow(clippy::too_many_arguments)]
+fn ln_backward_views<T: DeviceElement>(
+    s: &Stream,
+    shape: &LayerNormParams,
+    x: &[T],
+    w: &[T],
+    dy: &[T],
+    mean: &[f32],
+    rstd: &[f32],
+    off: usize,
+) -> Grads<T> {
+    let (dx_in, dw_in, ddy) = (
+        Shifted::new(s, x, off),
+        Shifted::new(s, w, off),
+        Shifted::new(s, dy, off),
+    );
+    let (dmean, drstd) = (Shifted::new(s, mean, off), Shifted::new(s, rstd, off));
+    let (mut dx, mut dw, mut db) = (
+        Shifted::new(s, x, off),
+        Shifted::new(s, w, off),
+        Shifted::new(s, w, off),
+    );
+    ops::layernorm_backward(
+        s,
+        LayerNormBackward::<OnDevice, T> {
+            params: *shape,
+            x: &dx_in.view(),
+            weight: &dw_in.view(),
+            dy: &ddy.view(),
+            mean: &dmean.view(),
+            rstd: &drstd.view(),
+            dx: &mut dx.view_mut(),
+            dweight: &mut dw.view_mut(),
+            dbias: &mut db.view_mut(),
+        },
+    )
+    .expect("backward on views");
+    (dx.get(s), dw.get(s), db.get(s))
+}
+
+/// Forward and backward against the reference; `off` = 0 runs through the golden-case path
+/// (fresh, aligned buffers), `off` > 0 on views that far into their allocations.
 fn layernorm_random<T: DeviceElement>(s: &Stream, rows: usize, cols: usize, seed: u64) {
+    layernorm_random_at::<T>(s, rows, cols, seed, 0)
+}
+
+fn layernorm_random_at<T: DeviceElement>(
+    s: &Stream,
+    rows: usize,
+    cols: usize,
+    seed: u64,
+    off: usize,
+) {
     let shape = LayerNormParams {
         rows,
         cols,
@@ -43,7 +137,11 @@ fn layernorm_random<T: DeviceElement>(s: &Stream, rows: usize, cols: usize, seed
         rng.vec::<T>(n, 1.0),
     );
     let dt = T::DTYPE;
-    let got = ln_forward_device(s, &shape, &x, &w, &b).expect("forward");
+    let got = if off == 0 {
+        ln_forward_device(s, &shape, &x, &w, &b).expect("forward")
+    } else {
+        ln_forward_views(s, &shape, &x, &w, &b, off)
+    };
     let (mut y, mut mean, mut rstd) = (x.clone(), vec![0f32; rows], vec![0f32; rows]);
     cpu::layernorm_forward(LayerNormForward::<Host, T> {
         params: shape,
@@ -59,7 +157,14 @@ fn layernorm_random<T: DeviceElement>(s: &Stream, rows: usize, cols: usize, seed
     assert_close("mean", Rule::Reduction, dt, cols, &got.mean, &mean);
     assert_close("rstd", Rule::Reduction, dt, cols, &got.rstd, &rstd);
 
-    let got = ln_backward_device(s, &shape, &x, &w, &dy, &mean, &rstd).expect("backward");
+    let backward = || {
+        if off == 0 {
+            ln_backward_device(s, &shape, &x, &w, &dy, &mean, &rstd).expect("backward")
+        } else {
+            ln_backward_views(s, &shape, &x, &w, &dy, &mean, &rstd, off)
+        }
+    };
+    let got = backward();
     let (mut dx, mut dw, mut db) = (x.clone(), w.clone(), w.clone());
     cpu::layernorm_backward(LayerNormBackward::<Host, T> {
         params: shape,
@@ -81,7 +186,7 @@ fn layernorm_random<T: DeviceElement>(s: &Stream, rows: usize, cols: usize, seed
     }
     assert_close("dweight", Rule::Reduction, dt, rows, &got.1, &dw);
     assert_close("dbias", Rule::Reduction, dt, rows, &got.2, &db);
-    let again = ln_backward_device(s, &shape, &x, &w, &dy, &mean, &rstd).expect("backward again");
+    let again = backward();
     assert_eq!(
         (bits(&again.0), bits(&again.1), bits(&again.2)),
         (bits(&got.0), bits(&got.1), bits(&got.2)),
@@ -105,6 +210,198 @@ fn layernorm_matches_the_reference_on_random_shapes_every_dtype() {
             layernorm_random::<bf16>(&s, rows, cols, seed);
         }
     }
+}
+
+/// `residual_layernorm_forward` (one fused launch) against the CPU reference (add, round to T,
+/// then layer norm of the stored residual); `offset` places every tensor at that element of
+/// its buffer (1: misaligned for every vector width, the scalar layout).
+fn residual_layernorm_random<T: DeviceElement>(
+    s: &Stream,
+    rows: usize,
+    cols: usize,
+    offset: usize,
+    seed: u64,
+) {
+    let shape = LayerNormParams {
+        rows,
+        cols,
+        eps: 1e-5,
+    };
+    let n = rows * cols;
+    let mut rng = Rng(seed);
+    let (a, b, w, bi) = (
+        rng.vec::<T>(n, 1.0),
+        rng.vec::<T>(n, 1.0),
+        rng.vec::<T>(cols, 1.0),
+        rng.vec::<T>(cols, 1.0),
+    );
+    let zero = T::from_f64(0.0);
+    let (mut x, mut y, mut mean, mut rstd) = (
+        vec![zero; n],
+        vec![zero; n],
+        vec![0f32; rows],
+        vec![0f32; rows],
+    );
+    cpu::residual_layernorm_forward(ResidualLayerNormForward::<Host, T> {
+        params: shape,
+        a: &a,
+        b: &b,
+        weight: &w,
+        bias: &bi,
+        residual: &mut x,
+        y: &mut y,
+        mean: &mut mean,
+        rstd: &mut rstd,
+    })
+    .expect("cpu forward");
+    let at = |v: &[T]| {
+        let mut h = vec![zero; offset];
+        h.extend_from_slice(v);
+        upload(s, &h)
+    };
+    let (da, db, dw, dbi) = (at(&a), at(&b), at(&w), at(&bi));
+    let (mut dx, mut dy) = (at(&vec![zero; n]), at(&vec![zero; n]));
+    let mut dm = upload(s, &vec![0f32; rows + offset]);
+    let mut dr = upload(s, &vec![0f32; rows + offset]);
+    {
+        let (va, vb, vw, vbi) = (
+            da.slice(offset..).unwrap(),
+            db.slice(offset..).unwrap(),
+            dw.slice(offset..).unwrap(),
+            dbi.slice(offset..).unwrap(),
+        );
+        let (mut vx, mut vy) = (
+            dx.slice_mut(offset..).unwrap(),
+            dy.slice_mut(offset..).unwrap(),
+        );
+        let (mut vm, mut vr) = (
+            dm.slice_mut(offset..).unwrap(),
+            dr.slice_mut(offset..).unwrap(),
+        );
+        ops::residual_layernorm_forward(
+            s,
+            ResidualLayerNormForward {
+                params: shape,
+                a: &va,
+                b: &vb,
+                weight: &vw,
+                bias: &vbi,
+                residual: &mut vx,
+                y: &mut vy,
+                mean: &mut vm,
+                rstd: &mut vr,
+            },
+        )
+        .expect("device forward");
+    }
+    let dt = T::DTYPE;
+    let what = |t: &str| format!("{t} ({rows}×{cols}, offset {offset})");
+    // residual: one add rounded once on both sides.
+    assert_close(
+        &what("residual"),
+        Rule::Reduction,
+        dt,
+        1,
+        &download(s, &dx)[offset..],
+        &x,
+    );
+    assert_close(
+        &what("y"),
+        Rule::Reduction,
+        dt,
+        cols,
+        &download(s, &dy)[offset..],
+        &y,
+    );
+    assert_close(
+        &what("mean"),
+        Rule::Reduction,
+        dt,
+        cols,
+        &download(s, &dm)[offset..],
+        &mean,
+    );
+    assert_close(
+        &what("rstd"),
+        Rule::Reduction,
+        dt,
+        cols,
+        &download(s, &dr)[offset..],
+        &rstd,
+    );
+}
+
+/// Odd C (scalar layout), C a multiple of 4 in wave mode and block mode (rows in registers),
+/// a wide C (streamed vector layout past what registers hold), misaligned views; few rows
+/// (hip-emu runs one fibre per thread).
+#[test]
+fn residual_layernorm_matches_the_reference_every_dtype() {
+    let s = stream();
+    let cases = [
+        (3, 1, 0),
+        (5, 7, 0),
+        (4, 768, 0),
+        (3, 768, 1),
+        (2, 1032, 0),
+        (2, 5001, 0),
+        (2, 20000, 0),
+        (1, 4100, 1),
+    ];
+    for (i, (rows, cols, offset)) in cases.into_iter().enumerate() {
+        let seed = 500 + i as u64;
+        residual_layernorm_random::<f32>(&s, rows, cols, offset, seed);
+        residual_layernorm_random::<f16>(&s, rows, cols, offset, seed);
+        residual_layernorm_random::<bf16>(&s, rows, cols, offset, seed);
+    }
+}
+
+/// 8190 = 2 mod 4 in the wide range: the streamed backward instead of the wide one.
+#[test]
+fn layernorm_wide_rows_not_a_multiple_of_four() {
+    let s = stream();
+    layernorm_random::<f32>(&s, 3, 8190, 200);
+    layernorm_random::<f16>(&s, 3, 8190, 201);
+    layernorm_random::<bf16>(&s, 3, 8190, 202);
+}
+
+/// Misaligned views (one element past an aligned start): the scalar layout in the forward and
+/// backward, and the wide backward's fallback (C = 4100, 6000, 8192 take the wide kernel only
+/// when every tensor is aligned).
+#[test]
+fn layernorm_on_misaligned_views_takes_the_scalar_fallback() {
+    let s = stream();
+    for (i, cols) in [3usize, 64, 257, 4100, 6000, 8192].into_iter().enumerate() {
+        layernorm_random_at::<f32>(&s, 3, cols, 300 + i as u64, 1);
+        layernorm_random_at::<bf16>(&s, 3, cols, 310 + i as u64, 1);
+    }
+    layernorm_random_at::<f16>(&s, 5, 1025, 320, 1);
+}
+
+/// More rows than the launch plan's grid holds, so each wave (short rows) walks several rows
+/// grid-stride: the backward's wave mode caps at 960 row groups on 60 CUs, the forward's at
+/// 7680 (the launcher's own plan, no forced grid).
+#[test]
+fn layernorm_rows_beyond_the_grid_walk_grid_stride() {
+    let s = stream();
+    let d = s.device();
+    let (wave, cus, max) = (
+        d.wavefront_size(),
+        d.compute_units(),
+        d.max_threads_per_block(),
+    );
+    let shape = |rows, cols| LayerNormParams {
+        rows,
+        cols,
+        eps: 1e-5,
+    };
+    let bwd = ops::RowPlan::backward(&shape(1000, 64), wave, cus, max).unwrap();
+    let fwd = ops::RowPlan::forward(&shape(7700, 3), wave, cus, max).unwrap();
+    assert!(bwd.row_per_wave && bwd.groups < 1000, "{cus} CUs: {bwd:?}");
+    assert!(fwd.row_per_wave && fwd.groups < 7700, "{cus} CUs: {fwd:?}");
+    layernorm_random::<f32>(&s, 1000, 64, 400);
+    layernorm_random::<f16>(&s, 1000, 64, 401);
+    layernorm_random::<bf16>(&s, 1000, 64, 402);
+    layernorm_random::<f32>(&s, 7700, 3, 403);
 }
 
 #[test]
@@ -342,34 +639,88 @@ fn a_found_inf_step_changes_no_bit() {
     );
 }
 
+/// amsgrad with a NaN already in max_exp_avg_sq (element 0) or in exp_avg_sq (element 1): both
+/// stay NaN in v̂ and reach the parameter, as torch.maximum propagates NaN; element 2 is finite.
+fn adamw_amsgrad_nan<T: DeviceElement>(s: &Stream) {
+    let c = AdamWParams {
+        lr: 1e-2,
+        amsgrad: true,
+        step: 1,
+        ..AdamWParams::default()
+    };
+    let mut host = AdamwState::<T> {
+        param: vec![T::from_f64(1.0); 3],
+        grad: vec![T::from_f64(0.1); 3],
+        m: vec![0.0; 3],
+        v: vec![0.25, f32::NAN, 0.25],
+        vmax: Some(vec![f32::NAN, 0.5, 0.5]),
+        master: None,
+    };
+    let mut dev = DeviceState::upload(s, &host);
+    ops::adamw(
+        s,
+        AdamW::<OnDevice, _> {
+            params: c,
+            grad_scale: None,
+            found_inf: None,
+            tensors: &mut [dev.tensor()],
+        },
+    )
+    .expect("adamw");
+    let got = dev.download(s);
+    host.cpu_step(&c, None);
+    assert_adamw_close(&got, &host);
+    let vmax = got.vmax.as_deref().unwrap();
+    let p: Vec<f64> = got.param.iter().map(|x| x.to_f64()).collect();
+    assert!(
+        vmax[0].is_nan() && vmax[1].is_nan() && vmax[2] == 0.5,
+        "{vmax:?}"
+    );
+    assert!(p[0].is_nan() && p[1].is_nan() && p[2].is_finite(), "{p:?}");
+}
+
 #[test]
-fn non_finite_and_l2_norm_match_the_reference() {
+fn adamw_amsgrad_propagates_nan_like_torch_maximum() {
     let s = stream();
-    let mut rng = Rng(9);
-    let a: Vec<f16> = rng.vec(100_000, 1.0);
-    let mut b: Vec<f16> = rng.vec(3, 1.0);
-    let (da, db) = (upload(&s, &a), upload(&s, &b));
-    let mut flag = upload(&s, &[7.0f32]);
-    let mut norm = upload(&s, &[0.0f32]);
-    ops::non_finite(&s, &[&da, &db], &mut flag).expect("non_finite");
-    assert_eq!(download(&s, &flag), [0.0]);
-    ops::l2_norm(&s, &[&da, &db], &mut norm).expect("l2_norm");
+    adamw_amsgrad_nan::<f32>(&s);
+    adamw_amsgrad_nan::<f16>(&s);
+    adamw_amsgrad_nan::<bf16>(&s);
+}
+
+fn non_finite_and_l2_norm<T: DeviceElement>(s: &Stream, seed: u64) {
+    let mut rng = Rng(seed);
+    let a: Vec<T> = rng.vec(100_000, 1.0);
+    let mut b: Vec<T> = rng.vec(3, 1.0);
+    let (da, db) = (upload(s, &a), upload(s, &b));
+    let mut flag = upload(s, &[7.0f32]);
+    let mut norm = upload(s, &[0.0f32]);
+    ops::non_finite(s, &[&da, &db], &mut flag).expect("non_finite");
+    assert_eq!(download(s, &flag), [0.0]);
+    ops::l2_norm(s, &[&da, &db], &mut norm).expect("l2_norm");
     let want = cpu::l2_norm(&[&a[..], &b[..]]);
-    let got = download(&s, &norm)[0];
+    let got = download(s, &norm)[0];
     assert!(
         (f64::from(got) - want).abs() <= 1e-5 * want,
         "l2 norm {got} vs {want}"
     );
-    ops::l2_norm(&s, &[&da, &db], &mut norm).expect("l2_norm again");
+    ops::l2_norm(s, &[&da, &db], &mut norm).expect("l2_norm again");
     assert_eq!(
-        download(&s, &norm)[0].to_bits(),
+        download(s, &norm)[0].to_bits(),
         got.to_bits(),
         "l2 norm is deterministic"
     );
-    b[2] = f16::INFINITY;
-    let db = upload(&s, &b);
-    ops::non_finite(&s, &[&da, &db], &mut flag).expect("non_finite");
-    assert_eq!(download(&s, &flag), [1.0]);
+    b[2] = T::from_f64(f64::INFINITY);
+    let db = upload(s, &b);
+    ops::non_finite(s, &[&da, &db], &mut flag).expect("non_finite");
+    assert_eq!(download(s, &flag), [1.0]);
+}
+
+#[test]
+fn non_finite_and_l2_norm_match_the_reference_every_dtype() {
+    let s = stream();
+    non_finite_and_l2_norm::<f32>(&s, 8);
+    non_finite_and_l2_norm::<f16>(&s, 9);
+    non_finite_and_l2_norm::<bf16>(&s, 10);
 }
 
 #[test]

@@ -1,6 +1,6 @@
 //! Device tests of the matmul and attention kernels against the CPU reference (`--features
-//! device`; needs a HIP device and kernels built for its arch). They ran on hip-emu (the CPU
-//! emulation of a device), never on a GPU.
+//! device`; needs a HIP device and kernels built for its arch). Run on hip-emu (the
+//! emulated device, in CI); never run on a GPU.
 //!
 //! - golden cases (matmul, attention forward/backward, packed and strided) through the library's
 //!   `DeviceBackend`;
@@ -12,6 +12,8 @@
 //!   300: several tiles and a partial one, 300 mod 64, 32, 16 and 8 all nonzero); larger sizes
 //!   add nothing a tiled kernel can get wrong and cost minutes on hip-emu;
 //! - beta = 0 never reads C (C holds NaN); the backward is bit-identical run to run;
+//! - misaligned views (the alignment fallback), every layout and dtype; head dims off the buckets
+//!   (7, 100) and fully masked rows (causal, Tq > Tk);
 //! - the attention backward is held to `Rule::Reduction` (the kernels keep P and dS in f32; see
 //!   `src/tolerance.rs`). Strided layouts: `tests/device_attention_strided.rs`.
 #![cfg(feature = "device")]
@@ -32,7 +34,9 @@ use device_common::*;
 // Random shapes
 // ---------------------------------------------------------------------------------------------
 
-fn check_matmul<T: DeviceElement>(s: &Stream, rng: &mut Rng, shape: MatmulParams) {
+/// One matmul against the reference; `off` = 0 through the golden-case path (fresh, aligned
+/// buffers), `off` > 0 on views that far into their allocations (a, b and out misaligned).
+fn check_matmul_at<T: DeviceElement>(s: &Stream, rng: &mut Rng, shape: MatmulParams, off: usize) {
     let (alpha, beta) = (shape.alpha, shape.beta);
     let a = rng.vec::<T>(shape.a_len().unwrap(), 1.0);
     let b = rng.vec::<T>(shape.b_len().unwrap(), 1.0);
@@ -49,15 +53,35 @@ fn check_matmul<T: DeviceElement>(s: &Stream, rng: &mut Rng, shape: MatmulParams
         out: &mut want,
     })
     .unwrap();
-    let got = matmul_device(s, &shape, &a, &b, &c).unwrap();
+    let got = if off == 0 {
+        matmul_device(s, &shape, &a, &b, &c).unwrap()
+    } else {
+        let (da, db) = (Shifted::new(s, &a, off), Shifted::new(s, &b, off));
+        let mut out = Shifted::new(s, &c, off);
+        ops::matmul(
+            s,
+            Matmul::<OnDevice, T> {
+                params: shape,
+                a: &da.view(),
+                b: &db.view(),
+                out: &mut out.view_mut(),
+            },
+        )
+        .unwrap();
+        out.get(s)
+    };
     assert_close(
-        &format!("out {shape:?} alpha {alpha} beta {beta}"),
+        &format!("out {shape:?} alpha {alpha} beta {beta} offset {off}"),
         Rule::Reduction,
         T::DTYPE,
         shape.k,
         &got,
         &want,
     );
+}
+
+fn check_matmul<T: DeviceElement>(s: &Stream, rng: &mut Rng, shape: MatmulParams) {
+    check_matmul_at::<T>(s, rng, shape, 0)
 }
 
 fn matmul_random_shapes<T: DeviceElement>() {
@@ -131,6 +155,36 @@ fn matmul_random_shapes_f16() {
 #[test]
 fn matmul_random_shapes_bf16() {
     matmul_random_shapes::<hip_kernels::params::bf16>();
+}
+
+/// Every layout on views one element past an aligned start (a, b and out misaligned), beta = 0
+/// with a NaN C and beta != 0: the kernels' alignment fallback (bounds-checked loads instead of
+/// vector ones, even for interior blocks: 128 × 64 × 80 is whole tiles of the small tile).
+fn matmul_misaligned_views<T: DeviceElement>() {
+    let s = stream();
+    let mut rng = Rng(0x5eed_0004);
+    for (trans_a, trans_b) in [(false, false), (false, true), (true, false), (true, true)] {
+        for (m, n, k, batch) in [(130, 65, 33, 2), (128, 64, 80, 1)] {
+            for (alpha, beta) in [(1.25, 0.0), (0.5, -0.75)] {
+                let shape = MatmulParams {
+                    batch,
+                    trans_a,
+                    trans_b,
+                    alpha,
+                    beta,
+                    ..MatmulParams::new(m, n, k)
+                };
+                check_matmul_at::<T>(&s, &mut rng, shape, 1);
+            }
+        }
+    }
+}
+
+#[test]
+fn matmul_on_misaligned_views_every_dtype() {
+    matmul_misaligned_views::<f32>();
+    matmul_misaligned_views::<hip_kernels::params::f16>();
+    matmul_misaligned_views::<hip_kernels::params::bf16>();
 }
 
 fn check_attention<T: DeviceElement>(s: &Stream, rng: &mut Rng, shape: AttentionParams) {
@@ -258,6 +312,54 @@ fn attention_random_shapes_f16() {
 #[test]
 fn attention_random_shapes_bf16() {
     attention_random_shapes::<hip_kernels::params::bf16>();
+}
+
+/// Head dims that are not a bucket size (7: not a multiple of 4 either, the scalar paths; 100:
+/// the 128 bucket, partly used), Tq != Tk both ways, causal; with Tq > Tk causal, the first
+/// Tq − Tk query rows see no key: out 0, lse −inf and zero gradients.
+#[test]
+fn attention_head_dims_off_the_buckets_and_fully_masked_rows() {
+    let s = stream();
+    let mut rng = Rng(0x5eed_0005);
+    for (head_dim, tq, tk, causal) in [
+        (7, 5, 9, false),
+        (7, 40, 17, true),
+        (100, 33, 47, true),
+        (100, 40, 17, true),
+    ] {
+        let shape = AttentionParams {
+            batch: 1,
+            heads: 2,
+            tq,
+            tk,
+            head_dim,
+            causal,
+            scale: AttentionParams::default_scale(head_dim),
+        };
+        check_attention::<f32>(&s, &mut rng, shape);
+        check_attention::<hip_kernels::params::f16>(&s, &mut rng, shape);
+        check_attention::<hip_kernels::params::bf16>(&s, &mut rng, shape);
+        if causal && tq > tk {
+            let (q, k, v) = (
+                rng.vec::<f32>(shape.q_len().unwrap(), 1.0),
+                rng.vec::<f32>(shape.kv_len().unwrap(), 1.0),
+                rng.vec::<f32>(shape.kv_len().unwrap(), 1.0),
+            );
+            let (out, lse) = attention_forward_device(&s, &shape, &q, &k, &v).unwrap();
+            let dout = rng.vec::<f32>(q.len(), 1.0);
+            let (dq, _, _) =
+                attention_backward_device(&s, &shape, &q, &k, &v, &out, &dout, &lse).unwrap();
+            for h in 0..shape.heads {
+                for i in 0..tq - tk {
+                    let row = h * tq + i;
+                    let span = row * head_dim..(row + 1) * head_dim;
+                    assert_eq!(lse[row], f32::NEG_INFINITY, "lse of masked row {row}");
+                    assert!(out[span.clone()].iter().all(|&x| x == 0.0), "out row {row}");
+                    assert!(dq[span].iter().all(|&x| x == 0.0), "dq row {row}");
+                }
+            }
+        }
+    }
 }
 
 #[test]

@@ -1,12 +1,17 @@
 //! Device tests of the training-step ops (encoder, GELU, residual add, fused cross-entropy,
 //! bias epilogue and gradient, clip grad_scale) against the CPU reference, every dtype, odd
-//! sizes; the device error flags; bit-identical repeats of the deterministic backward kernels.
-//! Needs `--features device` and a HIP device (a DCU, or hip-emu). Not run on a GPU yet.
+//! sizes, aligned views (the vector path) and misaligned ones (the scalar path); the device
+//! error flags (first bad row, forward and backward); ignored, all-ignored and padded
+//! cross-entropy rows, logits of ±1e4; bit-identical repeats of the deterministic backward
+//! kernels, also under another block size and grid. Needs `--features device` and a HIP device
+//! (a DCU, or hip-emu). Run on hip-emu, never on a GPU.
 #![cfg(feature = "device")]
 
 mod device_common;
 
-use device_common::{assert_close, bits, download, run_golden_cases, stream, upload, Rng};
+use device_common::{
+    assert_close, bits, download, run_golden_cases, stream, tokens, up_i32, upload, Rng, Shifted,
+};
 use hip_kernels::ops::{
     self, BiasBackward, BiasParams, ClipGradScale, ClipParams, CrossEntropyParams, DeviceElement,
     ElementwiseParams, EncoderBackward, EncoderForward, EncoderParams, GeluBackward, GeluForward,
@@ -16,22 +21,13 @@ use hip_kernels::params::{bf16, f16, DType, Host};
 use hip_kernels::{cpu, tolerance::Rule};
 use hip_rt::{DeviceBuffer, Stream};
 
-/// Integer buffers (token ids, targets, error flags) outside the float helpers.
-fn up_i32(s: &Stream, v: &[i32]) -> DeviceBuffer<i32> {
-    DeviceBuffer::from_slice(s, v).expect("upload")
-}
-
 fn flag(s: &Stream, b: &DeviceBuffer<u32>) -> u32 {
     b.to_vec(s).expect("download")[0]
 }
 
-fn tokens(rng: &mut Rng, n: usize, vocab: usize) -> Vec<i32> {
-    (0..n)
-        .map(|_| ((rng.uniform() * vocab as f64) as i32).min(vocab as i32 - 1))
-        .collect()
-}
-
-fn encoder_random<T: DeviceElement>(s: &Stream, p: EncoderParams, seed: u64) {
+/// Forward and backward against the reference, float tensors on views `off` elements into their
+/// allocations (0: aligned, the vector path; 1: misaligned, the scalar path).
+fn encoder_random<T: DeviceElement>(s: &Stream, p: EncoderParams, seed: u64, off: usize) {
     let mut rng = Rng(seed);
     let rows = p.batch * p.seq;
     let mut tok = tokens(&mut rng, rows, p.vocab);
@@ -50,30 +46,24 @@ fn encoder_random<T: DeviceElement>(s: &Stream, p: EncoderParams, seed: u64) {
         error: None,
     })
     .unwrap();
-    let (dt, dw, dp) = (up_i32(s, &tok), upload(s, &wte), upload(s, &wpe));
-    let mut out = DeviceBuffer::<T>::zeroed(s, want.len()).unwrap();
+    let dt = up_i32(s, &tok);
+    let (dw, dp) = (Shifted::new(s, &wte, off), Shifted::new(s, &wpe, off));
+    let mut out = Shifted::new(s, &vec![T::from_f64(0.0); want.len()], off);
     let mut err = DeviceBuffer::<u32>::zeroed(s, 1).unwrap();
     ops::encoder_forward(
         s,
         EncoderForward {
             params: p,
             tokens: &dt,
-            wte: &dw,
-            wpe: &dp,
-            out: &mut out,
+            wte: &dw.view(),
+            wpe: &dp.view(),
+            out: &mut out.view_mut(),
             error: Some(&mut err),
         },
     )
     .unwrap();
     assert_eq!(flag(s, &err), NO_ERROR);
-    assert_close(
-        "out",
-        Rule::Reduction,
-        T::DTYPE,
-        2,
-        &download(s, &out),
-        &want,
-    );
+    assert_close("out", Rule::Reduction, T::DTYPE, 2, &out.get(s), &want);
 
     let dout: Vec<T> = rng.vec(rows * p.channels, 1.0);
     let (dwte0, dwpe0): (Vec<T>, Vec<T>) = (rng.vec(wte.len(), 1.0), rng.vec(wpe.len(), 1.0));
@@ -87,24 +77,24 @@ fn encoder_random<T: DeviceElement>(s: &Stream, p: EncoderParams, seed: u64) {
         error: None,
     })
     .unwrap();
-    let ddout = upload(s, &dout);
+    let ddout = Shifted::new(s, &dout, off);
     let mut runs = Vec::new();
     for _ in 0..2 {
-        let (mut te, mut pe) = (upload(s, &dwte0), upload(s, &dwpe0));
+        let (mut te, mut pe) = (Shifted::new(s, &dwte0, off), Shifted::new(s, &dwpe0, off));
         ops::encoder_backward(
             s,
             EncoderBackward {
                 params: p,
                 tokens: &dt,
-                dout: &ddout,
-                dwte: &mut te,
-                dwpe: &mut pe,
+                dout: &ddout.view(),
+                dwte: &mut te.view_mut(),
+                dwpe: &mut pe.view_mut(),
                 error: Some(&mut err),
             },
         )
         .unwrap();
         assert_eq!(flag(s, &err), NO_ERROR);
-        runs.push((download(s, &te), download(s, &pe)));
+        runs.push((te.get(s), pe.get(s)));
     }
     let add = usize::from(p.accumulate);
     assert_close(
@@ -154,9 +144,9 @@ fn encoder_matches_the_reference_every_dtype() {
             positions,
             accumulate,
         };
-        encoder_random::<f32>(&s, p, 10 + i as u64);
-        encoder_random::<f16>(&s, p, 20 + i as u64);
-        encoder_random::<bf16>(&s, p, 30 + i as u64);
+        encoder_random::<f32>(&s, p, 10 + i as u64, 0);
+        encoder_random::<f16>(&s, p, 20 + i as u64, 0);
+        encoder_random::<bf16>(&s, p, 30 + i as u64, 0);
     }
 }
 
@@ -190,14 +180,50 @@ fn bad_token_ids_set_the_error_flag_and_are_never_read() {
     assert_eq!(flag(&s, &err), 3, "the first bad row (b = 1, t = 0)");
     let o = download(&s, &out);
     assert!(o[24..40].iter().all(|x| x.is_nan()) && o[..24].iter().all(|&x| x == 2.0));
+    // The backward reports the same first bad row and leaves bad rows out of dwte (dwpe, which
+    // does not depend on the token, still gets them).
+    let mut err = DeviceBuffer::<u32>::zeroed(&s, 1).unwrap();
+    let dout = upload(&s, &[1.0f32; 48]);
+    let (mut dwte, mut dwpe) = (upload(&s, &[9.0f32; 40]), upload(&s, &[9.0f32; 24]));
+    ops::encoder_backward(
+        &s,
+        EncoderBackward {
+            params: p,
+            tokens: &tok,
+            dout: &dout,
+            dwte: &mut dwte,
+            dwpe: &mut dwpe,
+            error: Some(&mut err),
+        },
+    )
+    .unwrap();
+    assert_eq!(flag(&s, &err), 3, "the backward's first bad row");
+    let (te, pe) = (download(&s, &dwte), download(&s, &dwpe));
+    assert!(
+        te[..32].iter().all(|&x| x == 1.0),
+        "tokens 0..4 once each: {te:?}"
+    );
+    assert!(
+        te[32..].iter().all(|&x| x == 0.0),
+        "token 4 never seen: {te:?}"
+    );
+    assert!(
+        pe.iter().all(|&x| x == 2.0),
+        "two batch rows per position: {pe:?}"
+    );
 }
 
-fn elementwise_random<T: DeviceElement>(s: &Stream, n: usize, seed: u64) {
+/// GELU forward/backward and residual add on views `off` elements into their allocations.
+fn elementwise_random<T: DeviceElement>(s: &Stream, n: usize, seed: u64, off: usize) {
     let mut rng = Rng(seed);
     let (x, g, b): (Vec<T>, Vec<T>, Vec<T>) = (rng.vec(n, 3.0), rng.vec(n, 1.0), rng.vec(n, 1.0));
     let params = ElementwiseParams { len: n };
-    let (dx, dg, db) = (upload(s, &x), upload(s, &g), upload(s, &b));
-    let mut out = DeviceBuffer::<T>::zeroed(s, n).unwrap();
+    let (dx, dg, db) = (
+        Shifted::new(s, &x, off),
+        Shifted::new(s, &g, off),
+        Shifted::new(s, &b, off),
+    );
+    let mut out = Shifted::new(s, &vec![T::from_f64(0.0); n], off);
     let mut want = vec![T::from_f64(0.0); n];
     cpu::gelu_forward(GeluForward::<Host, T> {
         params,
@@ -209,19 +235,12 @@ fn elementwise_random<T: DeviceElement>(s: &Stream, n: usize, seed: u64) {
         s,
         GeluForward {
             params,
-            x: &dx,
-            out: &mut out,
+            x: &dx.view(),
+            out: &mut out.view_mut(),
         },
     )
     .unwrap();
-    assert_close(
-        "gelu out",
-        Rule::Reduction,
-        T::DTYPE,
-        1,
-        &download(s, &out),
-        &want,
-    );
+    assert_close("gelu out", Rule::Reduction, T::DTYPE, 1, &out.get(s), &want);
     cpu::gelu_backward(GeluBackward::<Host, T> {
         params,
         x: &x,
@@ -233,20 +252,13 @@ fn elementwise_random<T: DeviceElement>(s: &Stream, n: usize, seed: u64) {
         s,
         GeluBackward {
             params,
-            x: &dx,
-            dout: &dg,
-            dx: &mut out,
+            x: &dx.view(),
+            dout: &dg.view(),
+            dx: &mut out.view_mut(),
         },
     )
     .unwrap();
-    assert_close(
-        "gelu dx",
-        Rule::Reduction,
-        T::DTYPE,
-        1,
-        &download(s, &out),
-        &want,
-    );
+    assert_close("gelu dx", Rule::Reduction, T::DTYPE, 1, &out.get(s), &want);
     cpu::residual_add(ResidualAdd::<Host, T> {
         params,
         a: &x,
@@ -258,9 +270,9 @@ fn elementwise_random<T: DeviceElement>(s: &Stream, n: usize, seed: u64) {
         s,
         ResidualAdd {
             params,
-            a: &dx,
-            b: &db,
-            out: &mut out,
+            a: &dx.view(),
+            b: &db.view(),
+            out: &mut out.view_mut(),
         },
     )
     .unwrap();
@@ -269,7 +281,7 @@ fn elementwise_random<T: DeviceElement>(s: &Stream, n: usize, seed: u64) {
         Rule::Reduction,
         T::DTYPE,
         1,
-        &download(s, &out),
+        &out.get(s),
         &want,
     );
 }
@@ -278,17 +290,46 @@ fn elementwise_random<T: DeviceElement>(s: &Stream, n: usize, seed: u64) {
 fn gelu_and_residual_add_match_the_reference_every_dtype() {
     let s = stream();
     for (i, n) in [1usize, 7, 1031, 65_537].into_iter().enumerate() {
-        elementwise_random::<f32>(&s, n, 40 + i as u64);
-        elementwise_random::<f16>(&s, n, 50 + i as u64);
-        elementwise_random::<bf16>(&s, n, 60 + i as u64);
+        elementwise_random::<f32>(&s, n, 40 + i as u64, 0);
+        elementwise_random::<f16>(&s, n, 50 + i as u64, 0);
+        elementwise_random::<bf16>(&s, n, 60 + i as u64, 0);
     }
 }
 
-fn crossentropy_random<T: DeviceElement>(s: &Stream, p: CrossEntropyParams, seed: u64) {
+/// Which targets a cross-entropy case ignores.
+#[derive(Clone, Copy, PartialEq)]
+enum Ignored {
+    /// Every fourth row from row 1.
+    Some,
+    /// Every row: no loss and no gradient anywhere.
+    All,
+}
+
+/// Fused cross-entropy against the reference: logits of scale `scale` clamped to ±1e4 (with
+/// scale 1e4 a ±1e4 logit in rows 1 and 2), on views `off` elements into their allocations.
+fn crossentropy_random<T: DeviceElement>(
+    s: &Stream,
+    p: CrossEntropyParams,
+    seed: u64,
+    (scale, ignored, off): (f64, Ignored, usize),
+) {
     let mut rng = Rng(seed);
-    let logits: Vec<T> = rng.vec(p.rows * p.padded_vocab, 3.0);
+    let mut logits: Vec<T> = rng
+        .vec::<T>(p.rows * p.padded_vocab, scale)
+        .into_iter()
+        .map(|x| T::from_f64(x.to_f64().clamp(-1e4, 1e4)))
+        .collect();
+    if scale >= 1e4 && p.rows > 2 && p.vocab > 2 {
+        logits[p.padded_vocab + 2] = T::from_f64(1e4);
+        logits[2 * p.padded_vocab] = T::from_f64(-1e4);
+    }
     let mut tgt = tokens(&mut rng, p.rows, p.vocab);
-    for t in tgt.iter_mut().skip(1).step_by(4) {
+    let step = if ignored == Ignored::All { 1 } else { 4 };
+    for t in tgt
+        .iter_mut()
+        .skip(usize::from(ignored == Ignored::Some))
+        .step_by(step)
+    {
         *t = IGNORE_INDEX;
     }
     let (mut want, mut want_losses, mut want_loss) =
@@ -302,17 +343,17 @@ fn crossentropy_random<T: DeviceElement>(s: &Stream, p: CrossEntropyParams, seed
         error: None,
     })
     .unwrap();
-    let (mut dl, dt) = (upload(s, &logits), up_i32(s, &tgt));
-    let mut losses = DeviceBuffer::<f32>::zeroed(s, p.rows).unwrap();
+    let (mut dl, dt) = (Shifted::new(s, &logits, off), up_i32(s, &tgt));
+    let mut losses = Shifted::new(s, &vec![0f32; p.rows], off);
     let mut loss = DeviceBuffer::<f32>::zeroed(s, 1).unwrap();
     let mut err = DeviceBuffer::<u32>::zeroed(s, 1).unwrap();
     ops::softmax_cross_entropy(
         s,
         SoftmaxCrossEntropy {
             params: p,
-            logits: &mut dl,
+            logits: &mut dl.view_mut(),
             targets: &dt,
-            losses: &mut losses,
+            losses: &mut losses.view_mut(),
             loss: Some(&mut loss),
             error: Some(&mut err),
         },
@@ -324,7 +365,7 @@ fn crossentropy_random<T: DeviceElement>(s: &Stream, p: CrossEntropyParams, seed
         Rule::Reduction,
         T::DTYPE,
         p.vocab,
-        &download(s, &losses),
+        &losses.get(s),
         &want_losses,
     );
     assert_close(
@@ -337,7 +378,14 @@ fn crossentropy_random<T: DeviceElement>(s: &Stream, p: CrossEntropyParams, seed
     );
     let n = tgt.iter().filter(|&&t| t != IGNORE_INDEX).count().max(1) as f64;
     let tol = hip_kernels::tolerance::softmax_gradient(T::DTYPE, p.vocab, 1.0 / n);
-    let got = download(s, &dl);
+    let got = dl.get(s);
+    if ignored == Ignored::All {
+        assert!(want_losses.iter().all(|&l| l == 0.0), "{want_losses:?}");
+        assert!(
+            got.iter().all(|g| g.to_f64() == 0.0),
+            "no gradient anywhere"
+        );
+    }
     for (i, (g, w)) in got.iter().zip(&want).enumerate() {
         assert!(
             tol.allows(g.to_f64(), w.to_f64()),
@@ -359,9 +407,34 @@ fn crossentropy_matches_the_reference_every_dtype() {
             padded_vocab,
             dloss: Some(1.0),
         };
-        crossentropy_random::<f32>(&s, p, 70 + i as u64);
-        crossentropy_random::<f16>(&s, p, 80 + i as u64);
-        crossentropy_random::<bf16>(&s, p, 90 + i as u64);
+        let case = (3.0, Ignored::Some, 0);
+        crossentropy_random::<f32>(&s, p, 70 + i as u64, case);
+        crossentropy_random::<f16>(&s, p, 80 + i as u64, case);
+        crossentropy_random::<bf16>(&s, p, 90 + i as u64, case);
+    }
+}
+
+/// Logits of ±1e4 (an overflow of exp without the max shift), and a batch whose every row is
+/// ignored (loss, losses and gradients all zero), every dtype.
+#[test]
+fn crossentropy_extreme_logits_and_all_ignored_rows() {
+    let s = stream();
+    for (i, (rows, vocab, padded_vocab, case)) in [
+        (4, 33, 33, (1e4, Ignored::Some, 0)),
+        (3, 17, 20, (1.0, Ignored::All, 0)),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let p = CrossEntropyParams {
+            rows,
+            vocab,
+            padded_vocab,
+            dloss: Some(0.75),
+        };
+        crossentropy_random::<f32>(&s, p, 130 + i as u64, case);
+        crossentropy_random::<f16>(&s, p, 140 + i as u64, case);
+        crossentropy_random::<bf16>(&s, p, 150 + i as u64, case);
     }
 }
 
@@ -403,69 +476,91 @@ fn a_bad_target_sets_the_error_flag_and_a_nan_row() {
     assert_eq!(g[4], 0.0, "padding column zeroed");
 }
 
-fn bias_random<T: DeviceElement>(s: &Stream, rows: usize, cols: usize, k: usize, seed: u64) {
+/// `matmul_bias` (one launch, the fused epilogue) against the CPU reference: `pre` asks for
+/// `pre_gelu` (with `p.gelu`); `offset` places every tensor at that element of its buffer.
+fn matmul_bias_case<T: DeviceElement>(
+    s: &Stream,
+    p: MatmulBiasParams,
+    pre: bool,
+    offset: usize,
+    seed: u64,
+) {
     let mut rng = Rng(seed);
-    let p = MatmulBiasParams {
-        batch: 1,
-        m: rows,
-        n: cols,
-        k,
-        trans_a: false,
-        trans_b: false,
-        gelu: true,
-    };
+    let m = p.matmul();
+    let len = m.out_len().unwrap();
     let (a, b, bias): (Vec<T>, Vec<T>, Vec<T>) = (
-        rng.vec(rows * k, 1.0),
-        rng.vec(k * cols, 1.0),
-        rng.vec(cols, 1.0),
+        rng.vec(m.a_len().unwrap(), 1.0),
+        rng.vec(m.b_len().unwrap(), 1.0),
+        rng.vec(p.n, 1.0),
     );
-    let (mut want, mut want_pre) = (
-        vec![T::from_f64(0.0); rows * cols],
-        vec![T::from_f64(0.0); rows * cols],
-    );
+    let (mut want, mut want_pre) = (vec![T::from_f64(0.0); len], vec![T::from_f64(0.0); len]);
     cpu::matmul_bias(MatmulBias::<Host, T> {
         params: p,
         a: &a,
         b: &b,
         bias: &bias,
         out: &mut want,
-        pre_gelu: Some(&mut want_pre),
+        pre_gelu: pre.then_some(&mut want_pre[..]),
     })
     .unwrap();
-    let (da, dbm, dbias) = (upload(s, &a), upload(s, &b), upload(s, &bias));
-    let mut out = DeviceBuffer::<T>::zeroed(s, rows * cols).unwrap();
-    let mut pre = DeviceBuffer::<T>::zeroed(s, rows * cols).unwrap();
+    let (da, dbm, dbias) = (
+        Shifted::new(s, &a, offset),
+        Shifted::new(s, &b, offset),
+        Shifted::new(s, &bias, offset),
+    );
+    // NaN where nothing may be read: the kernel must overwrite every element of out.
+    let nan = vec![T::from_f64(f64::NAN); len];
+    let (mut out, mut pre_buf) = (Shifted::new(s, &nan, offset), Shifted::new(s, &nan, offset));
+    let mut pre_view = pre_buf.view_mut();
     ops::matmul_bias(
         s,
         MatmulBias {
             params: p,
-            a: &da,
-            b: &dbm,
-            bias: &dbias,
-            out: &mut out,
-            pre_gelu: Some(&mut pre),
+            a: &da.view(),
+            b: &dbm.view(),
+            bias: &dbias.view(),
+            out: &mut out.view_mut(),
+            pre_gelu: if pre { Some(&mut pre_view) } else { None },
         },
     )
     .unwrap();
+    let what = format!("{p:?} pre {pre} offset {offset}");
+    // One rounding of (f32 accumulator + bias), GELU in f32: the reduction rule of k + 1 terms.
     assert_close(
-        "out",
-        // The product is rounded to T before the bias_add pass (no fused epilogue yet).
-        Rule::RoundedIntermediates,
+        &format!("out {what}"),
+        Rule::Reduction,
         T::DTYPE,
-        k + 1,
-        &download(s, &out),
+        p.k + 1,
+        &out.get(s),
         &want,
     );
-    assert_close(
-        "pre_gelu",
-        // The product is rounded to T before the bias_add pass (no fused epilogue yet).
-        Rule::RoundedIntermediates,
-        T::DTYPE,
-        k + 1,
-        &download(s, &pre),
-        &want_pre,
-    );
+    let got_pre = pre_buf.get(s);
+    if pre {
+        assert_close(
+            &format!("pre_gelu {what}"),
+            Rule::Reduction,
+            T::DTYPE,
+            p.k + 1,
+            &got_pre,
+            &want_pre,
+        );
+    } else {
+        assert!(
+            got_pre.iter().all(|x| x.to_f64().is_nan()),
+            "pre_gelu not asked for, not written: {what}"
+        );
+    }
+}
 
+/// bias_backward against the reference, twice (bit-identical), on views `off` elements into
+/// their allocations.
+fn bias_backward_random<T: DeviceElement>(
+    s: &Stream,
+    (rows, cols): (usize, usize),
+    seed: u64,
+    off: usize,
+) {
+    let mut rng = Rng(seed);
     let dout: Vec<T> = rng.vec(rows * cols, 1.0);
     let db0: Vec<T> = rng.vec(cols, 1.0);
     let bp = BiasParams {
@@ -480,20 +575,20 @@ fn bias_random<T: DeviceElement>(s: &Stream, rows: usize, cols: usize, k: usize,
         dbias: &mut want_db,
     })
     .unwrap();
-    let dd = upload(s, &dout);
+    let dd = Shifted::new(s, &dout, off);
     let mut runs = Vec::new();
     for _ in 0..2 {
-        let mut db = upload(s, &db0);
+        let mut db = Shifted::new(s, &db0, off);
         ops::bias_backward(
             s,
             BiasBackward {
                 params: bp,
-                dout: &dd,
-                dbias: &mut db,
+                dout: &dd.view(),
+                dbias: &mut db.view_mut(),
             },
         )
         .unwrap();
-        runs.push(download(s, &db));
+        runs.push(db.get(s));
     }
     assert_close(
         "dbias",
@@ -510,17 +605,99 @@ fn bias_random<T: DeviceElement>(s: &Stream, rows: usize, cols: usize, k: usize,
     );
 }
 
-#[test]
-fn bias_epilogue_and_gradient_match_the_reference_every_dtype() {
-    let s = stream();
-    for (i, (rows, cols, k)) in [(1, 5, 3), (37, 19, 17), (300, 130, 64)]
-        .into_iter()
-        .enumerate()
-    {
-        bias_random::<f32>(&s, rows, cols, k, 100 + i as u64);
-        bias_random::<f16>(&s, rows, cols, k, 110 + i as u64);
-        bias_random::<bf16>(&s, rows, cols, k, 120 + i as u64);
+fn bias_params(
+    batch: usize,
+    m: usize,
+    n: usize,
+    k: usize,
+    ab: (bool, bool),
+    gelu: bool,
+) -> MatmulBiasParams {
+    MatmulBiasParams {
+        batch,
+        m,
+        n,
+        k,
+        trans_a: ab.0,
+        trans_b: ab.1,
+        gelu,
     }
+}
+
+/// Odd m, n, k, every layout, with and without GELU and pre_gelu, misaligned views, both tiles
+/// (the small tile's and the big tile's unchecked interior blocks: k a multiple of the slice
+/// depth, B transposed so its rows are aligned).
+fn matmul_bias_every_case<T: DeviceElement>(s: &Stream, seed: u64) {
+    let cases = [
+        (bias_params(1, 1, 5, 3, (false, false), true), true, 0),
+        (bias_params(2, 37, 19, 17, (true, false), true), false, 0),
+        (bias_params(1, 130, 67, 64, (false, true), false), false, 0),
+        (bias_params(3, 65, 33, 32, (true, true), true), true, 1),
+        (bias_params(1, 7, 9, 5, (false, false), false), false, 1),
+    ];
+    for (i, (p, pre, offset)) in cases.into_iter().enumerate() {
+        matmul_bias_case::<T>(s, p, pre, offset, seed + i as u64);
+    }
+    // The 128×128 tile (chosen when it gives every CU two blocks): batch 20 of 3 × 2 tiles,
+    // edge tiles on both axes, whole interior tiles.
+    let big = bias_params(20, 257, 130, 64, (false, true), true);
+    let plan = ops::MatmulPlan::new(&big.matmul(), T::DTYPE, s.device().compute_units()).unwrap();
+    assert_eq!(plan.tile, ops::MatmulTile::Big, "{plan:?}");
+    matmul_bias_case::<T>(s, big, true, 0, seed + 10);
+}
+
+#[test]
+fn matmul_bias_matches_the_reference_every_dtype() {
+    let s = stream();
+    matmul_bias_every_case::<f32>(&s, 100);
+    matmul_bias_every_case::<f16>(&s, 200);
+    matmul_bias_every_case::<bf16>(&s, 300);
+}
+
+#[test]
+fn bias_gradient_matches_the_reference_every_dtype() {
+    let s = stream();
+    for (i, (rows, cols)) in [(1, 5), (37, 19), (300, 130)].into_iter().enumerate() {
+        bias_backward_random::<f32>(&s, (rows, cols), 100 + i as u64, 0);
+        bias_backward_random::<f16>(&s, (rows, cols), 110 + i as u64, 0);
+        bias_backward_random::<bf16>(&s, (rows, cols), 120 + i as u64, 0);
+    }
+}
+
+/// Every training-step op on views one element past an aligned start (the kernels' scalar path;
+/// the tests above use aligned buffers, the vector path), odd sizes, every dtype.
+#[test]
+fn training_ops_on_misaligned_views_match_the_reference() {
+    let s = stream();
+    let enc = EncoderParams {
+        batch: 3,
+        seq: 4,
+        channels: 33,
+        vocab: 6,
+        positions: 4,
+        accumulate: true,
+    };
+    let ce = CrossEntropyParams {
+        rows: 5,
+        vocab: 29,
+        padded_vocab: 32,
+        dloss: Some(1.0),
+    };
+    let ce_case = (3.0, Ignored::Some, 1);
+    for n in [7, 1031] {
+        elementwise_random::<f32>(&s, n, 160, 1);
+        elementwise_random::<f16>(&s, n, 161, 1);
+        elementwise_random::<bf16>(&s, n, 162, 1);
+    }
+    encoder_random::<f32>(&s, enc, 170, 1);
+    encoder_random::<f16>(&s, enc, 171, 1);
+    encoder_random::<bf16>(&s, enc, 172, 1);
+    bias_backward_random::<f32>(&s, (20, 64), 180, 1);
+    bias_backward_random::<f16>(&s, (20, 64), 181, 1);
+    bias_backward_random::<bf16>(&s, (20, 64), 182, 1);
+    crossentropy_random::<f32>(&s, ce, 190, ce_case);
+    crossentropy_random::<f16>(&s, ce, 191, ce_case);
+    crossentropy_random::<bf16>(&s, ce, 192, ce_case);
 }
 
 #[test]

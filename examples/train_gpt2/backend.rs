@@ -3,8 +3,8 @@
 //! activations and gradients (f32, bf16, f16); statistics, master weights and optimizer moments
 //! are f32. The model ([`crate::model`]) is written once
 //! against this trait; [`crate::cpu_backend`] implements it with the CPU reference
-//! (`hip_kernels::cpu`). A device backend implements the same methods with the launchers of
-//! `hip_kernels::ops` on a `hip_rt` stream and the caching allocator: every method only queues
+//! (`hip_kernels::cpu`); [`crate::device_backend`] implements the same methods with the launchers
+//! of `hip_kernels::ops` on a `hip_rt` stream and a caching allocator: every method only queues
 //! work, and the trainer's one host read per step is [`Backend::read_step`].
 
 use crate::error::Result;
@@ -95,6 +95,19 @@ pub struct GradScaling {
     pub loss_scale: f64,
     /// `--grad-clip`, when > 0.
     pub clip: Option<f64>,
+}
+
+/// The device allocator's figures, in bytes: what PyTorch users log with
+/// `torch.cuda.memory_allocated()`, `memory_reserved()` and `max_memory_allocated()` (the peak
+/// since [`Backend::reset_peak_memory`], which the trainer calls at the start of every step).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MemStats {
+    /// Bytes in live allocations.
+    pub allocated: u64,
+    /// Bytes the allocator holds from the device (allocated plus cached).
+    pub reserved: u64,
+    /// Highest `allocated` since the last reset.
+    pub peak: u64,
 }
 
 /// A compute backend for training with storage type `T`. Buffers are `T` (`Buf`), f32
@@ -255,4 +268,14 @@ pub trait Backend<T: DeviceElement> {
     ) -> Result<()>;
     /// The step's loss and gradient norm: the one host read of a step.
     fn read_step(&self, scalars: &Self::Scalars) -> Result<StepRead>;
+    /// The allocator's figures now (`None` on the CPU, which has no device allocator).
+    fn memory(&self) -> Option<MemStats> {
+        None
+    }
+    /// Whether the backend is an emulated device (hip-emu): its timings are no performance figure.
+    fn emulated(&self) -> bool {
+        false
+    }
+    /// Start a new peak for [`MemStats::peak`] (nothing on the CPU).
+    fn reset_peak_memory(&self) {}
 }

@@ -24,12 +24,12 @@ pub struct CpuScalars {
     norm: f64,
 }
 
-fn op(e: impl std::fmt::Display) -> TrainError {
+pub(crate) fn op(e: impl std::fmt::Display) -> TrainError {
     TrainError::Op(e.to_string())
 }
 
 impl Dims {
-    fn ln(&self) -> LayerNormParams {
+    pub(crate) fn ln(&self) -> LayerNormParams {
         LayerNormParams {
             rows: self.rows(),
             cols: self.channels,
@@ -37,7 +37,7 @@ impl Dims {
         }
     }
 
-    fn encoder(&self, accumulate: bool) -> EncoderParams {
+    pub(crate) fn encoder(&self, accumulate: bool) -> EncoderParams {
         EncoderParams {
             batch: self.batch,
             seq: self.seq,
@@ -49,7 +49,7 @@ impl Dims {
     }
 
     /// Causal attention on the micro-batch, scale 1/√D.
-    fn attention(&self) -> AttentionParams {
+    pub(crate) fn attention(&self) -> AttentionParams {
         let d = self.head_dim();
         AttentionParams {
             batch: self.batch,
@@ -62,17 +62,17 @@ impl Dims {
         }
     }
 
-    fn qkv_layouts(&self) -> [AttentionLayout; 3] {
+    pub(crate) fn qkv_layouts(&self) -> [AttentionLayout; 3] {
         let (t, h, dd) = (self.seq, self.heads, self.head_dim());
         [Qkv::Q, Qkv::K, Qkv::V].map(|w| AttentionLayout::fused_qkv(w, t, h, dd))
     }
 
-    fn bthd(&self) -> AttentionLayout {
+    pub(crate) fn bthd(&self) -> AttentionLayout {
         AttentionLayout::bthd(self.seq, self.heads, self.head_dim())
     }
 }
 
-fn matmul_params(g: Gemm, beta: f32) -> MatmulParams {
+pub(crate) fn matmul_params(g: Gemm, beta: f32) -> MatmulParams {
     MatmulParams {
         batch: 1,
         m: g.m,

@@ -28,6 +28,26 @@ pub enum TrainError {
     /// An op of the backend rejected its arguments (a trainer bug or a bad model shape).
     #[error("{0}")]
     Op(String),
+    /// The HIP device or runtime failed (no device, out of memory, a failed launch).
+    #[error("device: {0}")]
+    Device(String),
+    /// A token id the device found out of range (reported through its flag at the step's read).
+    #[error(
+        "{what} id {value} at b = {b}, t = {t} is not below the model's vocab_size {vocab}; \
+         the data was tokenized for another vocabulary"
+    )]
+    BadToken {
+        /// Which ids: `input token` or `target token`.
+        what: &'static str,
+        /// Row of the micro-batch.
+        b: usize,
+        /// Position in the row.
+        t: usize,
+        /// The id.
+        value: i32,
+        /// The model's vocabulary size.
+        vocab: usize,
+    },
 }
 
 impl TrainError {

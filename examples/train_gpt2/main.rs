@@ -9,6 +9,8 @@ mod cli;
 mod config;
 mod cpu_backend;
 mod data;
+mod device_attention;
+mod device_backend;
 mod error;
 mod model;
 mod params;

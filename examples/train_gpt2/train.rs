@@ -1,11 +1,12 @@
 //! The training loop: load, check, train, log, checkpoint.
 
-use crate::backend::{AdamWStep, Backend, GradScaling};
+use crate::backend::{AdamWStep, Backend, GradScaling, MemStats};
 use crate::checkpoint::{self, Snapshot, TrainerState};
 use crate::cli::{Args, Device, Precision};
 use crate::config::GptConfig;
 use crate::cpu_backend::Cpu;
 use crate::data::{Loader, Tokens};
+use crate::device_backend::DeviceBackend;
 use crate::error::{Result, TrainError};
 use crate::model::Gpt2;
 use crate::weights::{load_params, model_paths};
@@ -29,6 +30,8 @@ pub struct StepLog {
     pub tokens_per_s: f64,
     /// f16: the loss scale the step's backward used, and whether the step was skipped.
     pub scaler: Option<(f64, bool)>,
+    /// On a device: the caching allocator's figures after the step (peak: during the step).
+    pub mem: Option<MemStats>,
 }
 
 /// `torch.amp.GradScaler`'s dynamic loss scale: halve and reset on a non-finite gradient,
@@ -80,9 +83,16 @@ pub fn json_line(l: &StepLog) -> String {
         "grad_norm": l.grad_norm,
         "tokens_per_s": l.tokens_per_s,
     });
-    if let (Some((scale, skipped)), Some(o)) = (l.scaler, v.as_object_mut()) {
-        o.insert("loss_scale".into(), scale.into());
-        o.insert("skipped".into(), skipped.into());
+    if let Some(o) = v.as_object_mut() {
+        if let Some(m) = l.mem {
+            o.insert("mem_allocated".into(), m.allocated.into());
+            o.insert("mem_reserved".into(), m.reserved.into());
+            o.insert("mem_peak".into(), m.peak.into());
+        }
+        if let Some((scale, skipped)) = l.scaler {
+            o.insert("loss_scale".into(), scale.into());
+            o.insert("skipped".into(), skipped.into());
+        }
     }
     v.to_string()
 }
@@ -202,20 +212,31 @@ fn new_state(args: &Args, step: u64, loader_pos: usize, data_tokens: usize) -> T
 /// Run the trainer as the command line says; returns what every step logged.
 pub fn run(args: &Args) -> Result<Vec<StepLog>> {
     args.validate()?;
-    if let Device::Gpu(n) = args.device {
-        return Err(TrainError::Usage(format!(
-            "--device {n}: the device backend is not built yet (it needs the training-step kernels); use --device cpu"
-        )));
-    }
     let setup = setup(args)?;
     if let Some(dir) = &args.checkpoint_dir {
         checkpoint::prepare_dir(dir)?;
     }
-    match args.dtype {
-        Precision::F32 => train::<f32, _>(&Cpu, args, setup),
-        Precision::Bf16 => train::<bf16, _>(&Cpu, args, setup),
-        Precision::F16 => train::<f16, _>(&Cpu, args, setup),
+    match args.device {
+        Device::Cpu => train_as(&Cpu, args, setup),
+        Device::Gpu(n) => train_as(&DeviceBackend::new(n, args.grad_accum)?, args, setup),
     }
+}
+
+/// [`train`] with the storage type `--dtype` names.
+fn train_as<B>(backend: &B, args: &Args, setup: Setup) -> Result<Vec<StepLog>>
+where
+    B: Backend<f32> + Backend<bf16> + Backend<f16>,
+{
+    match args.dtype {
+        Precision::F32 => train::<f32, _>(backend, args, setup),
+        Precision::Bf16 => train::<bf16, _>(backend, args, setup),
+        Precision::F16 => train::<f16, _>(backend, args, setup),
+    }
+}
+
+/// `12.3 MiB`.
+fn mib(bytes: u64) -> String {
+    format!("{:.1} MiB", bytes as f64 / (1u64 << 20) as f64)
 }
 
 fn train<T: DeviceElement, B: Backend<T>>(
@@ -255,9 +276,16 @@ fn train<T: DeviceElement, B: Backend<T>>(
         window: args.scale_window,
     });
     let tokens_per_step = (args.batch * args.seq * args.grad_accum) as f64;
+    // Timings on hip-emu (a CPU emulating the device) are no performance figure: say so.
+    let tok_note = if backend.emulated() {
+        " (emulated)"
+    } else {
+        ""
+    };
     let mut out = Vec::new();
     for step in first..=args.steps {
         let t0 = Instant::now();
+        backend.reset_peak_memory();
         let mut scalars = backend.scalars()?;
         model.zero_grads()?;
         for _ in 0..args.grad_accum {
@@ -294,6 +322,7 @@ fn train<T: DeviceElement, B: Backend<T>>(
             grad_norm: read.grad_norm / loss_scale,
             tokens_per_s: tokens_per_step / t0.elapsed().as_secs_f64().max(1e-9),
             scaler: scaler.map(|sc| (sc.scale, skipped)),
+            mem: backend.memory(),
         };
         if let Some(sc) = scaler.as_mut() {
             sc.update(skipped);
@@ -306,8 +335,16 @@ fn train<T: DeviceElement, B: Backend<T>>(
             Some((sc, false)) => format!(" | scale {sc}"),
             None => String::new(),
         };
+        let mem_note = l.mem.map_or(String::new(), |m| {
+            format!(
+                " | mem {} alloc, {} reserved, {} peak",
+                mib(m.allocated),
+                mib(m.reserved),
+                mib(m.peak)
+            )
+        });
         println!(
-            "step {}/{} | loss {:.6} | lr {} | norm {:.4} | {:.0} tok/s{scale_note}",
+            "step {}/{} | loss {:.6} | lr {} | norm {:.4} | {:.0} tok/s{tok_note}{scale_note}{mem_note}",
             l.step,
             args.steps,
             l.loss,

@@ -1,9 +1,9 @@
 //! hip-emu executor: synchronisation semantics and the launch checks, on the test-only
 //! kernels of tests/kernels/checks.hip (registered under `hipemu_test_*`).
 
-mod exec_common;
+mod common;
 
-use exec_common::{arg, available, launch, ptr, ptr_mut, Guarded, Opts};
+use common::{arg, available, launch, launch1, ptr, ptr_mut, within_a_minute, Guarded, Opts};
 use hip_emu::exec::ExecError;
 
 #[test]
@@ -14,12 +14,11 @@ fn barrier_exchanges_through_lds_in_every_block() {
     let (blocks, threads) = (3usize, 96usize);
     let input: Vec<i32> = (0..(blocks * threads) as i32).map(|i| i * 7 + 1).collect();
     let mut out = vec![0i32; blocks * threads];
-    launch(
+    launch1(
         "hipemu_test_reverse",
-        [blocks as u32, 1, 1],
-        [threads as u32, 1, 1],
+        blocks as u32,
+        threads as u32,
         &[ptr(input.as_ptr()), ptr(out.as_mut_ptr())],
-        Opts::default(),
     )
     .unwrap();
     for b in 0..blocks {
@@ -33,17 +32,6 @@ fn barrier_exchanges_through_lds_in_every_block() {
     }
 }
 
-/// Runs a launch on a helper thread and fails if it takes over 60 s (a hang is a failure, not
-/// a stuck test run).
-fn within_a_minute<R: Send + 'static>(f: impl FnOnce() -> R + Send + 'static) -> R {
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        let _ = tx.send(f());
-    });
-    rx.recv_timeout(std::time::Duration::from_secs(60))
-        .expect("the launch hung")
-}
-
 #[test]
 fn barriers_at_different_sites_are_a_deadlock_naming_both_lines() {
     if !available() {
@@ -51,12 +39,11 @@ fn barriers_at_different_sites_are_a_deadlock_naming_both_lines() {
     }
     let err = within_a_minute(|| {
         let mut out = vec![0i32; 128];
-        launch(
+        launch1(
             "hipemu_test_barrier_divergence",
-            [2, 1, 1],
-            [128, 1, 1],
+            2,
+            128,
             &[ptr(out.as_mut_ptr())],
-            Opts::default(),
         )
         .unwrap_err()
     });
@@ -80,12 +67,11 @@ fn a_barrier_after_some_threads_exited_is_an_error() {
     }
     let err = within_a_minute(|| {
         let mut out = vec![0i32; 64];
-        launch(
+        launch1(
             "hipemu_test_barrier_after_exit",
-            [1, 1, 1],
-            [64, 1, 1],
+            1,
+            64,
             &[ptr(out.as_mut_ptr())],
-            Opts::default(),
         )
         .unwrap_err()
     });
@@ -104,12 +90,11 @@ fn a_shuffle_in_a_divergent_branch_is_a_wave_divergence() {
     }
     let err = within_a_minute(|| {
         let mut out = vec![0f32; 64];
-        launch(
+        launch1(
             "hipemu_test_wave_divergence",
-            [1, 1, 1],
-            [64, 1, 1],
+            1,
+            64,
             &[ptr(out.as_mut_ptr())],
-            Opts::default(),
         )
         .unwrap_err()
     });
@@ -177,16 +162,15 @@ fn wave_operations_exchange_among_64_lanes_and_inactive_lanes_read_zero() {
         let v: Vec<f32> = (0..n).map(|i| (i * i % 97) as f32 + 0.5).collect();
         let mut out = vec![f32::NAN; 8 * n];
         let mut ballots = [0u64; 12];
-        launch(
+        launch1(
             "hipemu_test_wave_ops",
-            [1, 1, 1],
-            [n as u32, 1, 1],
+            1,
+            n as u32,
             &[
                 ptr(v.as_ptr()),
                 ptr(out.as_mut_ptr()),
                 ptr(ballots.as_mut_ptr()),
             ],
-            Opts::default(),
         )
         .unwrap();
         let (want, want_ballots) = wave_ops_reference(&v);
@@ -208,12 +192,11 @@ fn lds_starts_every_block_as_nan_bytes() {
     for _block in 0..2 {
         let mut words = vec![0u32; 64];
         let mut floats = vec![0f32; 64];
-        launch(
+        launch1(
             "hipemu_test_lds_fill",
-            [2, 1, 1],
-            [64, 1, 1],
+            2,
+            64,
             &[ptr(words.as_mut_ptr()), ptr(floats.as_mut_ptr())],
-            Opts::default(),
         )
         .unwrap();
         assert!(words.iter().all(|&w| w == 0xFFFF_FFFF), "{words:x?}");
@@ -267,21 +250,19 @@ fn an_out_of_bounds_read_into_a_guard_page_is_a_fault_naming_the_thread() {
     }
     let buf = Guarded::<f32>::new(1000, 1.0);
     let mut sum = 0f32;
-    launch(
+    launch1(
         "hipemu_test_read",
-        [1, 1, 1],
-        [64, 1, 1],
+        1,
+        64,
         &[ptr(buf.data), arg(1000i64), ptr_mut(&mut sum)],
-        Opts::default(),
     )
     .unwrap();
     assert_eq!(sum, 1000.0);
-    let err = launch(
+    let err = launch1(
         "hipemu_test_read",
-        [1, 1, 1],
-        [64, 1, 1],
+        1,
+        64,
         &[ptr(buf.data), arg(1001i64), ptr_mut(&mut sum)],
-        Opts::default(),
     )
     .unwrap_err();
     let ExecError::Fault {
@@ -301,12 +282,11 @@ fn an_out_of_bounds_read_into_a_guard_page_is_a_fault_naming_the_thread() {
         "{msg}"
     );
     // The executor still works after a fault.
-    launch(
+    launch1(
         "hipemu_test_read",
-        [1, 1, 1],
-        [64, 1, 1],
+        1,
+        64,
         &[ptr(buf.data), arg(10i64), ptr_mut(&mut sum)],
-        Opts::default(),
     )
     .unwrap();
     assert_eq!(sum, 10.0);
@@ -318,21 +298,19 @@ fn a_fibre_stack_overflow_is_a_fault_not_a_crash() {
         return;
     }
     let mut out = vec![0i32; 64];
-    let err = launch(
+    let err = launch1(
         "hipemu_test_stack_overflow",
-        [1, 1, 1],
-        [64, 1, 1],
+        1,
+        64,
         &[ptr(out.as_mut_ptr()), arg(100_000i32)],
-        Opts::default(),
     )
     .unwrap_err();
     assert!(err.to_string().contains("stack overflow"), "{err}");
-    launch(
+    launch1(
         "hipemu_test_stack_overflow",
-        [1, 1, 1],
-        [64, 1, 1],
+        1,
+        64,
         &[ptr(out.as_mut_ptr()), arg(3i32)],
-        Opts::default(),
     )
     .unwrap();
 }
@@ -411,14 +389,7 @@ fn launch_configuration_checks() {
     let mut out = vec![0i32; 2048];
     let input = vec![0i32; 2048];
     let args = [ptr(input.as_ptr()), ptr(out.as_mut_ptr())];
-    let err = launch(
-        "hipemu_test_reverse",
-        [1, 1, 1],
-        [1025, 1, 1],
-        &args,
-        Opts::default(),
-    )
-    .unwrap_err();
+    let err = launch1("hipemu_test_reverse", 1, 1025, &args).unwrap_err();
     assert!(
         matches!(
             err,
@@ -481,25 +452,17 @@ fn launch_configuration_checks() {
         },
     )
     .unwrap();
-    let err = launch(
-        "hipemu_test_reverse",
-        [1, 1, 1],
-        [64, 1, 1],
-        &args[..1],
-        Opts::default(),
-    )
-    .unwrap_err();
+    let err = launch1("hipemu_test_reverse", 1, 64, &args[..1]).unwrap_err();
     assert!(
         err.to_string()
             .contains("1 arguments given, the kernel takes 2"),
         "{err}"
     );
-    let err = launch(
+    let err = launch1(
         "hipemu_test_reverse",
-        [1, 1, 1],
-        [64, 1, 1],
+        1,
+        64,
         &[ptr(input.as_ptr()), arg(0u32)],
-        Opts::default(),
     )
     .unwrap_err();
     assert!(
@@ -507,23 +470,9 @@ fn launch_configuration_checks() {
             .contains("argument 1 is 4 bytes, the kernel's parameter is 8"),
         "{err}"
     );
-    let err = launch(
-        "hipemu_test_reverse",
-        [0, 1, 1],
-        [64, 1, 1],
-        &args,
-        Opts::default(),
-    )
-    .unwrap_err();
+    let err = launch1("hipemu_test_reverse", 0, 64, &args).unwrap_err();
     assert!(matches!(err, ExecError::InvalidLaunch { .. }), "{err:?}");
-    launch(
-        "hipemu_test_no_params",
-        [2, 1, 1],
-        [1, 1, 1],
-        &[],
-        Opts::default(),
-    )
-    .unwrap();
+    launch1("hipemu_test_no_params", 2, 1, &[]).unwrap();
 }
 
 #[test]
@@ -575,14 +524,7 @@ fn the_race_check_reports_a_missing_barrier_at_both_source_lines() {
     let input: Vec<i32> = (0..128).collect();
     let mut out = vec![0i32; 128];
     let args = [ptr(input.as_ptr()), ptr(out.as_mut_ptr())];
-    let err = launch(
-        "hipemu_test_racy_reverse",
-        [1, 1, 1],
-        [128, 1, 1],
-        &args,
-        Opts::default(),
-    )
-    .unwrap_err();
+    let err = launch1("hipemu_test_racy_reverse", 1, 128, &args).unwrap_err();
     let msg = err.to_string();
     assert!(matches!(err, ExecError::Race { .. }), "{err:?}");
     // Wave 0 runs first: thread 63 reads buf[64] (line 129) before thread 64 of wave 1 writes it
@@ -596,14 +538,7 @@ fn the_race_check_reports_a_missing_barrier_at_both_source_lines() {
         "{msg}"
     );
     // The same exchange with its barrier is clean.
-    launch(
-        "hipemu_test_reverse",
-        [1, 1, 1],
-        [128, 1, 1],
-        &args,
-        Opts::default(),
-    )
-    .unwrap();
+    launch1("hipemu_test_reverse", 1, 128, &args).unwrap();
 }
 
 #[test]
@@ -612,24 +547,22 @@ fn a_wave_barrier_orders_lds_accesses_within_a_wave() {
         return;
     }
     let mut out = vec![0i32; 64];
-    launch(
+    launch1(
         "hipemu_test_wave_lds",
-        [1, 1, 1],
-        [64, 1, 1],
+        1,
+        64,
         &[ptr_mut(out.as_mut_ptr()), arg(1i32)],
-        Opts::default(),
     )
     .unwrap();
     assert!(
         out.iter().enumerate().all(|(t, &o)| o == (t ^ 1) as i32),
         "{out:?}"
     );
-    let err = launch(
+    let err = launch1(
         "hipemu_test_wave_lds",
-        [1, 1, 1],
-        [64, 1, 1],
+        1,
+        64,
         &[ptr_mut(out.as_mut_ptr()), arg(0i32)],
-        Opts::default(),
     )
     .unwrap_err();
     assert!(matches!(err, ExecError::Race { .. }), "{err:?}");
@@ -645,12 +578,11 @@ fn readlane_ds_swizzle_and_perm_follow_the_isa() {
         .map(|i| i.wrapping_mul(0x0101_0101) ^ 0x7f00_00f0)
         .collect();
     let mut out = vec![0u32; 4 * n];
-    launch(
+    launch1(
         "hipemu_test_lane_ops",
-        [1, 1, 1],
-        [n as u32, 1, 1],
+        1,
+        n as u32,
         &[ptr(v.as_ptr()), ptr_mut(out.as_mut_ptr())],
-        Opts::default(),
     )
     .unwrap();
     let get = |l: usize| if l < n { v[l] as u32 } else { 0 };

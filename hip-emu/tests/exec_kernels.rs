@@ -2,9 +2,9 @@
 //! from the registry on host buffers and compared with f64 loops. Emulated on the CPU: the
 //! timings printed here are not device performance figures.
 
-mod exec_common;
+mod common;
 
-use exec_common::{arg, available, launch, ptr, Opts};
+use common::{arg, available, launch, ptr, Opts};
 
 /// Deterministic values in [-1, 1).
 fn values(n: usize, seed: u64) -> Vec<f32> {

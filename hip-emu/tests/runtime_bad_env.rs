@@ -1,10 +1,10 @@
 //! A bad `HIPK_EMU_MEMORY` is a clear error on the first call (own process).
 
-mod runtime_common;
+mod common;
 
 #[test]
 fn bad_memory_size_names_the_variable_and_the_fix() {
-    runtime_common::setup(&[("HIPK_EMU_MEMORY", "lots")]);
+    common::setup(&[("HIPK_EMU_MEMORY", "lots")]);
     let err = hip_rt::Device::count().unwrap_err();
     assert_eq!(
         err.hip_code(),

@@ -2,7 +2,7 @@
 //! strided batches, f32/f16/bf16) against a CPU loop, plus the legacy GemmEx ABI and BLAS
 //! errors through raw calls. Computed on the CPU emulation: no figure is a GPU figure.
 
-mod runtime_common;
+mod common;
 
 use std::sync::Arc;
 
@@ -17,7 +17,7 @@ const TOL_F16: f32 = 1.0 / 1024.0;
 const TOL_BF16: f32 = 1.0 / 128.0;
 
 fn stream() -> Arc<Stream> {
-    runtime_common::setup(&[]);
+    common::setup(&[]);
     let dev = hip_rt::Device::get_direct(0).expect("hip-emu device");
     Arc::new(Stream::new(&dev, StreamOptions::default()).unwrap())
 }
@@ -233,9 +233,9 @@ fn legacy_gemm_ex_abi_and_errors_through_raw_calls() {
     assert_eq!(c.to_vec(&s).unwrap(), vec![2., 6., 4., 8.]);
     assert_eq!(call(1, Dt::HIPBLAS_R_32F), St::HIPBLAS_STATUS_INVALID_VALUE);
     assert!(
-        runtime_common::last_message().contains("lda = 1"),
+        common::last_message().contains("lda = 1"),
         "{}",
-        runtime_common::last_message()
+        common::last_message()
     );
     assert_eq!(call(2, Dt::HIPBLAS_R_16F), St::HIPBLAS_STATUS_NOT_SUPPORTED);
     assert_eq!(call(2, Dt(999)), St::HIPBLAS_STATUS_NOT_SUPPORTED);
@@ -267,9 +267,9 @@ fn legacy_gemm_ex_abi_and_errors_through_raw_calls() {
     };
     assert_eq!(st, St::HIPBLAS_STATUS_INVALID_VALUE);
     assert!(
-        runtime_common::last_message().contains("operand A"),
+        common::last_message().contains("operand A"),
         "{}",
-        runtime_common::last_message()
+        common::last_message()
     );
     let destroy = hip_sys::sym!(lib, hipblasDestroy).unwrap();
     // SAFETY: `h` is live and destroyed once; a second destroy is an error, not UB.

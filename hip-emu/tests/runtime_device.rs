@@ -1,13 +1,13 @@
 //! hip-emu through hip-sys and hip-rt: devices, memory, copies, streams, events, errors.
 //! Everything here ran on the CPU emulation; no figure is a GPU figure.
 
-mod runtime_common;
+mod common;
 
 use hip_rt::{DeviceBuffer, Event, EventOptions, Stream, StreamOptions};
 use hip_sys::hipError_t;
 
 fn device() -> hip_rt::Device {
-    runtime_common::setup(&[]);
+    common::setup(&[]);
     hip_rt::Device::get_direct(0).expect("hip-emu device 0")
 }
 
@@ -198,7 +198,7 @@ fn bad_pointers_and_handles_are_errors_with_messages() {
     // SAFETY: freeing twice is reported, not undefined, on hip-emu.
     let err = unsafe { free(p) }.result().unwrap_err();
     assert!(err.to_string().contains("already freed"), "{err}");
-    assert!(runtime_common::last_message().contains("already freed"));
+    assert!(common::last_message().contains("already freed"));
     // Last-error semantics of HIP 5.x: the last call's status, reset by hipGetLastError.
     let (get, peek) = (
         hip_sys::sym!(hipGetLastError).unwrap(),

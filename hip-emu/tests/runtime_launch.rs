@@ -5,7 +5,7 @@
 //! Needs hipcc (to build the code object) and the kernels' host build (clang++ >= 15); without
 //! either it prints why and checks nothing else (a fresh clone without ROCm still passes).
 
-mod runtime_common;
+mod common;
 
 use std::path::Path;
 use std::process::Command;
@@ -61,7 +61,7 @@ fn setup() -> Option<Setup> {
     let serial = SERIAL
         .lock()
         .unwrap_or_else(|poisoned| poisoned.into_inner());
-    runtime_common::setup(&[]);
+    common::setup(&[]);
     let image = match code_object() {
         Ok(image) => image,
         Err(why) => {

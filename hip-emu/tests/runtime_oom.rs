@@ -1,7 +1,7 @@
 //! Capacity accounting with a small `HIPK_EMU_MEMORY` and two devices (own process: the library
 //! reads its environment once).
 
-mod runtime_common;
+mod common;
 
 use std::sync::Arc;
 
@@ -11,7 +11,7 @@ use hip_rt::{Device, DeviceBuffer, Stream, StreamOptions};
 const CAPACITY: usize = 64 << 20;
 
 fn setup() {
-    runtime_common::setup(&[("HIPK_EMU_MEMORY", "64M"), ("HIPK_EMU_DEVICES", "2")]);
+    common::setup(&[("HIPK_EMU_MEMORY", "64M"), ("HIPK_EMU_DEVICES", "2")]);
 }
 
 #[test]
@@ -30,7 +30,7 @@ fn out_of_memory_is_typed_and_memory_comes_back() {
         text.contains("device 1") && text.contains("24 MiB free of 64 MiB"),
         "{text}"
     );
-    let detail = runtime_common::last_message();
+    let detail = common::last_message();
     assert!(
         detail.contains("HIPK_EMU_MEMORY") && detail.contains("41943040 requested"),
         "{detail}"

@@ -15,6 +15,7 @@ use hip_kernels::ops::{
 };
 use hip_kernels::params::{DType, Element};
 use hip_kernels::tolerance::{tolerance, Rule, Tolerance};
+use hip_rt::memory::buffer::{DeviceSlice, DeviceSliceMut};
 use hip_rt::{Device, DeviceBuffer, Stream, StreamOptions};
 
 pub fn stream() -> Stream {
@@ -47,8 +48,63 @@ pub fn upload<T: DeviceElement>(s: &Stream, v: &[T]) -> DeviceBuffer<T> {
     DeviceBuffer::from_slice(s, v).expect("upload")
 }
 
+/// Integer buffers (token ids, targets, error flags) outside the float helpers.
+pub fn up_i32(s: &Stream, v: &[i32]) -> DeviceBuffer<i32> {
+    DeviceBuffer::from_slice(s, v).expect("upload")
+}
+
+/// `n` token ids in `0..vocab`.
+pub fn tokens(rng: &mut Rng, n: usize, vocab: usize) -> Vec<i32> {
+    (0..n)
+        .map(|_| ((rng.uniform() * vocab as f64) as i32).min(vocab as i32 - 1))
+        .collect()
+}
+
 pub fn download<T: DeviceElement>(s: &Stream, b: &DeviceBuffer<T>) -> Vec<T> {
     b.to_vec(s).expect("download")
+}
+
+/// `v` uploaded `off` elements into a fresh allocation, behind `off` pad elements: with `off = 1`
+/// the view starts 4 (f32) or 2 (f16/bf16) bytes past an aligned start, so the kernels must take
+/// their scalar / bounds-checked path (allocations are at least 16-byte aligned). [`Shifted::get`]
+/// checks that the pad was not written.
+pub struct Shifted<T: DeviceElement> {
+    pub buf: DeviceBuffer<T>,
+    pub off: usize,
+    pad: Vec<T>,
+}
+
+impl<T: DeviceElement> Shifted<T> {
+    pub fn new(s: &Stream, v: &[T], off: usize) -> Self {
+        // A pad value no kernel computes by accident.
+        let pad = vec![T::from_f64(-12345.0); off];
+        let mut all = pad.clone();
+        all.extend_from_slice(v);
+        Shifted {
+            buf: upload(s, &all),
+            off,
+            pad,
+        }
+    }
+
+    pub fn view(&self) -> DeviceSlice<'_, T> {
+        self.buf.slice(self.off..).expect("view")
+    }
+
+    pub fn view_mut(&mut self) -> DeviceSliceMut<'_, T> {
+        self.buf.slice_mut(self.off..).expect("view")
+    }
+
+    /// The view's elements, after asserting the pad in front of it is untouched.
+    pub fn get(&self, s: &Stream) -> Vec<T> {
+        let mut all = download(s, &self.buf);
+        let v = all.split_off(self.off);
+        assert!(
+            bits(&all) == bits(&self.pad),
+            "the pad before the view was written"
+        );
+        v
+    }
 }
 
 /// Asserts every element is within the tolerance of `rule` (the op's) of the reference.

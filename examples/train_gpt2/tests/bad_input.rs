@@ -296,12 +296,7 @@ fn unwritable_checkpoint_directory_fails_before_training() {
 fn bad_usage_exits_2() {
     let s = Scratch::new("usage");
     let tiny = data_dir().join("model");
-    for extra in [
-        &["--batch", "0"][..],
-        &["--beta2", "1"],
-        &["--lr", "inf"],
-        &["--device", "0"],
-    ] {
+    for extra in [&["--batch", "0"][..], &["--beta2", "1"], &["--lr", "inf"]] {
         let e = expect_error(&s, &tiny, &tokens(), extra);
         assert_says(&e, 2, &[extra[0]]);
     }
@@ -392,4 +387,17 @@ fn bf16_and_f16_files_are_widened_on_load() {
             "{name}: rounding must be visible in the test data"
         );
     }
+}
+
+#[test]
+fn a_device_that_does_not_exist_is_a_run_time_error_naming_it() {
+    // 4096: no machine has that many devices, with or without a HIP runtime (hip-emu included).
+    let e = run(&args_with(
+        &data_dir().join("model"),
+        &tokens(),
+        &strs(&["--device", "4096", "--steps", "1", "--seq", "16"]),
+    ))
+    .unwrap_err();
+    assert!(matches!(e, TrainError::Device(_)), "{e:?}");
+    assert_says(&e, 1, &["--device 4096"]);
 }

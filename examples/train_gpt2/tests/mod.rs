@@ -3,6 +3,8 @@
 //! accumulation, bit-identical resume, and the bad-input errors.
 
 mod bad_input;
+#[cfg(feature = "device")]
+mod device;
 mod mixed;
 mod reference;
 mod resume;

@@ -1,13 +1,13 @@
-//! Matmul + bias (+ GELU) and the bias gradient on the device: the GEMM of
-//! [`crate::ops::matmul`] then the epilogue kernel of `kernels/bias.hip` (until
-//! `kernels/matmul.hip` fuses the epilogue into its store), and the two-stage column sums.
+//! Matmul + bias (+ GELU) and the bias gradient on the device: the GEMM of `kernels/matmul.hip`
+//! with the bias epilogue fused into its store (one launch), and the two-stage column sums of
+//! `kernels/bias.hip`.
 //!
-//! Never run on a GPU: compiled and statically checked for gfx906, checked on the CPU under the
-//! host emulation (`tools/kernel-emu/run_trainops.sh`); the device tests have not run.
+//! Never run on a GPU: compiled and statically checked for gfx906; the device tests ran on
+//! hip-emu (the CPU-emulated device) only.
 
 use super::{BiasBackward, BiasParams, MatmulBias};
-use crate::ops::launch::{grid_for, kernel, ptr};
-use crate::ops::matmul::{matmul, Matmul};
+use crate::ops::launch::{kernel, ptr};
+use crate::ops::matmul::{launch_gemm, BiasEpilogue};
 use crate::ops::OpError;
 use crate::params::{invalid, DeviceElement, OnDevice};
 use hip_rt::memory::buffer::DeviceBuffer;
@@ -16,11 +16,6 @@ use hip_rt::{DevicePtr, LaunchConfig, Stream};
 const SOURCE: &str = "bias";
 /// Threads per block the kernels are compiled for (`__launch_bounds__`).
 const BLOCK: u32 = 256;
-const BLOCKS_PER_CU: u32 = 8;
-
-fn pack<T>() -> u64 {
-    (16 / std::mem::size_of::<T>()) as u64
-}
 
 fn cfg(grid: (u32, u32), block: u32) -> LaunchConfig {
     LaunchConfig {
@@ -30,9 +25,10 @@ fn cfg(grid: (u32, u32), block: u32) -> LaunchConfig {
     }
 }
 
-/// [`MatmulBias`] on `stream`: [`crate::cpu::matmul_bias`]'s semantics with the GEMM rounded to
-/// T before the epilogue adds the bias in f32 (one more rounding than the reference). Queues
-/// the work; no host sync.
+/// [`MatmulBias`] on `stream`: [`crate::cpu::matmul_bias`]'s semantics in one launch (per
+/// 65535 batch items) of the GEMM with the bias epilogue of `kernels/matmul.hip`: the f32
+/// accumulator plus the bias in f32, GELU in f32, one rounding to T on store (`pre_gelu`, when
+/// given, is the pre-activation rounded once). Queues the work; no host sync.
 pub fn matmul_bias<T: DeviceElement>(
     stream: &Stream,
     a: MatmulBias<'_, OnDevice, T>,
@@ -40,34 +36,16 @@ pub fn matmul_bias<T: DeviceElement>(
     a.validate()?;
     let p = a.params;
     let m = p.matmul();
-    if m.n > i32::MAX as usize {
-        return Err(invalid("matmul_bias", "n", m.n, "must be at most 2^31 − 1 on the device").into());
-    }
-    let bias = ptr(stream, "bias", a.bias)?;
-    let pre = match &a.pre_gelu {
-        Some(v) => ptr(stream, "pre_gelu", &**v)?,
-        None => DevicePtr::NULL,
+    let pointers = [ptr(stream, "a", a.a)?, ptr(stream, "b", a.b)?, ptr(stream, "out", &*a.out)?];
+    let epilogue = BiasEpilogue {
+        bias: ptr(stream, "bias", a.bias)?,
+        pre_gelu: match &a.pre_gelu {
+            Some(v) => ptr(stream, "pre_gelu", &**v)?,
+            None => DevicePtr::NULL,
+        },
+        gelu: p.gelu,
     };
-    matmul(stream, Matmul { params: m, a: a.a, b: a.b, out: &mut *a.out })?;
-    let out = ptr(stream, "out", &*a.out)?;
-    let rows = (m.batch * m.m) as u64;
-    if rows == 0 || m.n == 0 {
-        return Ok(());
-    }
-    let f = kernel::<T>(stream, SOURCE, "bias_add")?;
-    let packs = rows * (m.n as u64).div_ceil(pack::<T>());
-    let grid = grid_for(packs, u64::from(BLOCK), stream.device().compute_units(), BLOCKS_PER_CU);
-    let mut b = stream.launch_builder(&f);
-    b.value(out)
-        .value(bias)
-        .value(pre)
-        .value(rows as i64)
-        .value(m.n as i32)
-        .value(i32::from(p.gelu));
-    // SAFETY: bias_add_<T>(T* out, const T* bias, T* pre_gelu or null, int64_t rows, int cols,
-    // int gelu): out (and pre_gelu) hold rows·n elements, bias n (validated; n fits an int).
-    unsafe { b.launch(&cfg((grid, 1), BLOCK)) }?;
-    Ok(())
+    launch_gemm::<T>(stream, &m, pointers, Some(epilogue))
 }
 
 /// How [`bias_backward`] splits the rows: `groups` blocks of rows per column slice, each

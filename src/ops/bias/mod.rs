@@ -1,7 +1,7 @@
 //! Matmul with a bias (and optionally GELU) in the epilogue, and the bias gradient: parameters
 //! and argument structs ([`MatmulBias`], [`BiasBackward`]), shared by the CPU reference
-//! ([`crate::cpu`]) and the launchers (the GEMM of `kernels/matmul.hip` then the epilogue and the
-//! gradient of `kernels/bias.hip`).
+//! ([`crate::cpu`]) and the launchers (the GEMM of `kernels/matmul.hip` with the bias epilogue
+//! fused into its store, and the gradient of `kernels/bias.hip`).
 
 pub(crate) mod cpu;
 mod device;
@@ -128,12 +128,9 @@ pub(crate) const KERNELS: KernelFile = KernelFile {
     kernels: &[
         "bias_bwd_partial_f32",
         "bias_bwd_final_f32",
-        "bias_add_f32",
         "bias_bwd_partial_f16",
         "bias_bwd_final_f16",
-        "bias_add_f16",
         "bias_bwd_partial_bf16",
         "bias_bwd_final_bf16",
-        "bias_add_bf16",
     ],
 };

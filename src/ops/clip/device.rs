@@ -2,8 +2,8 @@
 //! loss scale) from device memory and writes AdamW's `grad_scale` there, so clipping needs no
 //! host round trip: `l2_norm` → `clip_grad_scale` → `adamw` with `grad_scale`.
 //!
-//! Never run on a GPU: compiled and statically checked for gfx906, checked on the CPU under the
-//! host emulation (`tools/kernel-emu/run_trainops.sh`); the device tests have not run.
+//! Never run on a GPU: compiled and statically checked for gfx906; the device tests run on
+//! hip-emu (the CPU-emulated HIP device, `tests/device_trainops.rs`).
 
 use super::ClipGradScale;
 use crate::ops::launch::{kernel_named, ptr};

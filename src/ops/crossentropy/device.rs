@@ -7,8 +7,8 @@
 //! (`u32::MAX` when none) for the caller's next read-back; such a row gets loss NaN and, with
 //! `dloss`, a NaN gradient row.
 //!
-//! Never run on a GPU: compiled and statically checked for gfx906, checked on the CPU under the
-//! host emulation (`tools/kernel-emu/run_trainops.sh`); the device tests have not run.
+//! Never run on a GPU: compiled and statically checked for gfx906; the device tests run on
+//! hip-emu (the CPU-emulated HIP device, `tests/device_trainops.rs`).
 
 use super::{CrossEntropyParams, SoftmaxCrossEntropy};
 use crate::ops::launch::{grid_for, kernel, kernel_named, ptr};

@@ -8,8 +8,8 @@
 //! and look the value up in the tokens. The forward writes NaN into a bad row of `out`; the
 //! backward leaves bad rows out of `dwte`.
 //!
-//! Never run on a GPU: compiled and statically checked for gfx906, checked on the CPU under the
-//! host emulation (`tools/kernel-emu/run_trainops.sh`); the device tests have not run.
+//! Never run on a GPU: compiled and statically checked for gfx906; the device tests run on
+//! hip-emu (the CPU-emulated HIP device, `tests/device_trainops.rs`).
 
 use super::{EncoderBackward, EncoderForward, EncoderParams};
 use crate::ops::launch::{grid_for, kernel, kernel_named, ptr};

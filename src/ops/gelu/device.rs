@@ -2,8 +2,8 @@
 //! and argument structs plus the stream. Grid-stride over 16-byte packs (one vector access per
 //! tensor when aligned). Queues the work; no host sync.
 //!
-//! Never run on a GPU: compiled and statically checked for gfx906, checked on the CPU under the
-//! host emulation (`tools/kernel-emu/run_trainops.sh`); the device tests have not run.
+//! Never run on a GPU: compiled and statically checked for gfx906; the device tests run on
+//! hip-emu (the CPU-emulated HIP device, `tests/device_trainops.rs`).
 
 use super::{GeluBackward, GeluForward, ResidualAdd};
 use crate::ops::launch::{grid_for, kernel, ptr};

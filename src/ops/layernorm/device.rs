@@ -2,10 +2,14 @@
 //! reference's names and argument structs ([`crate::cpu::layernorm_forward`] /
 //! [`crate::cpu::layernorm_backward`]) plus the stream.
 //!
+//! Also the one-launch residual + layer norm forward (`layernorm_fwd_residual_<T>`) behind
+//! [`super::residual_layernorm_forward_device`].
+//!
 //! Never run on a GPU: the launch geometry is unit-tested, the kernels are compiled and
-//! statically checked for gfx906, the device tests have not run.
+//! statically checked for gfx906, and the device tests ran on hip-emu (the CPU-emulated
+//! device) only.
 
-use super::{LayerNormBackward, LayerNormForward, LayerNormParams};
+use super::{LayerNormBackward, LayerNormForward, LayerNormParams, ResidualLayerNormForward};
 use crate::ops::launch::{grid_for, kernel, ptr};
 use crate::ops::OpError;
 use crate::params::{DeviceElement, OnDevice, ShapeError};
@@ -219,6 +223,48 @@ pub fn layernorm_forward<T: DeviceElement>(
     // pointers; rows: int64_t; C: int; eps: float; row_per_wave: int) in order; every buffer was
     // checked to hold exactly the elements the shape needs (cols ≤ 2^30 fits an int) and lives on
     // the stream's device, and the allocator was told the stream uses it.
+    unsafe { b.launch(&plan.config()) }?;
+    Ok(())
+}
+
+/// [`ResidualLayerNormForward`] on `stream` in one launch of `layernorm_fwd_residual_<T>`:
+/// `residual = a + b` rounded to T, then the forward of that stored residual (mean, rstd f32),
+/// the launch geometry of [`layernorm_forward`]. The caller validated the arguments.
+pub(super) fn residual_forward<T: DeviceElement>(
+    stream: &Stream,
+    a: ResidualLayerNormForward<'_, OnDevice, T>,
+) -> Result<(), OpError> {
+    let shape = &a.params;
+    check_cols(shape)?;
+    let ptrs = [
+        ptr(stream, "a", a.a)?,
+        ptr(stream, "b", a.b)?,
+        ptr(stream, "weight", a.weight)?,
+        ptr(stream, "bias", a.bias)?,
+        ptr(stream, "residual", &*a.residual)?,
+        ptr(stream, "y", &*a.y)?,
+        ptr(stream, "mean", &*a.mean)?,
+        ptr(stream, "rstd", &*a.rstd)?,
+    ];
+    if shape.rows == 0 {
+        return Ok(());
+    }
+    let f = kernel::<T>(stream, SOURCE, "layernorm_fwd_residual")?;
+    let (wave, cus, max) = device_limits(stream);
+    let plan = RowPlan::forward(shape, wave, cus, max)?;
+    let mut b = stream.launch_builder(&f);
+    for p in ptrs {
+        b.value(p);
+    }
+    b.value(shape.rows as i64)
+        .value(shape.cols as i32)
+        .value(shape.eps)
+        .value(i32::from(plan.row_per_wave));
+    // SAFETY: the arguments are layernorm_fwd_residual_<T>'s (a, b, weight, bias, residual, y,
+    // mean, rstd: device pointers; rows: int64_t; C: int; eps: float; row_per_wave: int) in
+    // order; the caller's validate() checked that every buffer holds exactly the elements the
+    // shape needs (cols ≤ 2^30 fits an int); they live on the stream's device and the
+    // allocator was told the stream uses them.
     unsafe { b.launch(&plan.config()) }?;
     Ok(())
 }

@@ -1,7 +1,6 @@
 //! Layer norm fused with the residual add (`x = a + b; y = LN(x)`, both returned, as llm.c's
-//! fused residual kernel): the argument struct, the CPU reference and the launcher (today the
-//! residual add of `kernels/gelu.hip` then [`super::layernorm_forward`]; one fused kernel in
-//! `kernels/layernorm.hip` will replace the pair without changing the semantics).
+//! fused residual kernel): the argument struct, the CPU reference and the launcher (one fused
+//! kernel of `kernels/layernorm.hip`, run on hip-emu only, never on a GPU).
 
 use super::{LayerNormForward, LayerNormParams};
 use crate::ops::gelu::{ElementwiseParams, ResidualAdd};
@@ -77,36 +76,16 @@ pub fn residual_layernorm_forward<T: DeviceElement>(
     })
 }
 
-/// [`ResidualLayerNormForward`] on `stream`: the residual add, then layer norm of the stored
-/// residual (the CPU reference's semantics, f32 math). Queues the work; no host sync.
+/// [`ResidualLayerNormForward`] on `stream`: one launch (`layernorm_fwd_residual_<T>` of
+/// `kernels/layernorm.hip`) that writes `residual = a + b` rounded to T and normalises that
+/// rounded, stored residual (the CPU reference's semantics; f32 math, mean and rstd f32), for
+/// every `cols` [`super::layernorm_forward`] takes. Queues the work; no host sync.
 pub fn residual_layernorm_forward_device<T: DeviceElement>(
     stream: &Stream,
     a: ResidualLayerNormForward<'_, OnDevice, T>,
 ) -> Result<(), OpError> {
     a.validate()?;
-    crate::ops::residual_add(
-        stream,
-        ResidualAdd {
-            params: ElementwiseParams {
-                len: a.params.x_len()?,
-            },
-            a: a.a,
-            b: a.b,
-            out: &mut *a.residual,
-        },
-    )?;
-    super::layernorm_forward(
-        stream,
-        LayerNormForward {
-            params: a.params,
-            x: &*a.residual,
-            weight: a.weight,
-            bias: a.bias,
-            y: a.y,
-            mean: a.mean,
-            rstd: a.rstd,
-        },
-    )
+    super::device::residual_forward(stream, a)
 }
 
 #[cfg(test)]

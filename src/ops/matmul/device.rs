@@ -2,15 +2,18 @@
 //! struct ([`crate::cpu::matmul`]) plus the stream: `out = alpha·op(A)·op(B) + beta·out`, row-major,
 //! packed batches, f32 accumulation.
 //!
+//! The same launcher runs the bias-epilogue kernels (`matmul_bias_*`, `matmul_small_bias_*`) for
+//! [`crate::ops::matmul_bias`].
+//!
 //! Never run on a GPU: the launch plan is unit-tested, the kernels are compiled and statically
-//! checked for gfx906 and were run through a host emulation (`tools/kernel-emu`); the device
-//! tests have not run.
+//! checked for gfx906, and the device tests ran on hip-emu (the CPU-emulated device), not on a
+//! GPU.
 
 use super::{Matmul, MatmulParams};
 use crate::ops::launch::{kernel_named, ptr};
 use crate::ops::OpError;
 use crate::params::{DType, DeviceElement, OnDevice, ShapeError};
-use hip_rt::{LaunchConfig, Stream};
+use hip_rt::{DevicePtr, LaunchConfig, Stream};
 
 const SOURCE: &str = "matmul";
 /// Threads per block every matmul kernel is compiled for.
@@ -120,6 +123,13 @@ impl MatmulPlan {
             },
         })
     }
+
+    /// The bias-epilogue kernel of the same tile, layout and dtype (`matmul_bias_<ab>_<dtype>`
+    /// or `matmul_small_bias_<ab>_<dtype>`).
+    pub fn bias_kernel(&self) -> String {
+        let prefix = self.tile.prefix();
+        format!("{prefix}bias_{}", &self.kernel[prefix.len()..])
+    }
 }
 
 /// [`Matmul`] on `stream`: `out = alpha·op(a)·op(b) + beta·out` (out doubles as C, read only
@@ -128,18 +138,43 @@ impl MatmulPlan {
 /// sync.
 pub fn matmul<T: DeviceElement>(stream: &Stream, args: Matmul<'_, OnDevice, T>) -> Result<(), OpError> {
     args.validate()?;
-    let shape = &args.params;
-    let (alpha, beta) = (shape.alpha, shape.beta);
-    let plan = MatmulPlan::new(shape, T::DTYPE, stream.device().compute_units())?;
     let (pa, pb, po) = (
         ptr(stream, "a", args.a)?,
         ptr(stream, "b", args.b)?,
         ptr(stream, "out", args.out)?,
     );
+    launch_gemm::<T>(stream, &args.params, [pa, pb, po], None)
+}
+
+/// The bias epilogue of the `matmul_bias_*` / `matmul_small_bias_*` kernels: `bias` (`[n]`,
+/// added to every row in f32), `pre_gelu` (null, or `[batch, m, n]` like out: the pre-activation
+/// rounded to T) and `gelu` (GELU-tanh in f32 before the one rounding of out).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct BiasEpilogue {
+    pub bias: DevicePtr,
+    pub pre_gelu: DevicePtr,
+    pub gelu: bool,
+}
+
+/// Launches the GEMM of `shape` on the device pointers `[a, b, out]` (out doubles as C), with
+/// the bias epilogue when `epilogue` is given. The caller validated that the buffers hold
+/// exactly the elements `shape` needs (and `[n]` for the bias, `[batch, m, n]` for pre_gelu).
+pub(crate) fn launch_gemm<T: DeviceElement>(
+    stream: &Stream,
+    shape: &MatmulParams,
+    [pa, pb, po]: [DevicePtr; 3],
+    epilogue: Option<BiasEpilogue>,
+) -> Result<(), OpError> {
+    let (alpha, beta) = (shape.alpha, shape.beta);
+    let plan = MatmulPlan::new(shape, T::DTYPE, stream.device().compute_units())?;
     if plan.launches == 0 {
         return Ok(());
     }
-    let f = kernel_named(stream, SOURCE, &plan.kernel)?;
+    let name = match epilogue {
+        Some(_) => plan.bias_kernel(),
+        None => plan.kernel.clone(),
+    };
+    let f = kernel_named(stream, SOURCE, &name)?;
     let (m, n, k) = (shape.m, shape.n, shape.k);
     let lda = if shape.trans_a { m } else { k };
     let ldb = if shape.trans_b { k } else { n };
@@ -162,6 +197,14 @@ pub fn matmul<T: DeviceElement>(stream: &Stream, args: Matmul<'_, OnDevice, T>) 
             builder.value(v as i64);
         }
         builder.value(alpha).value(beta);
+        if let Some(e) = epilogue {
+            let pre = if e.pre_gelu.is_null() {
+                DevicePtr::NULL
+            } else {
+                e.pre_gelu.byte_add(first * so * elem)
+            };
+            builder.value(e.bias).value(pre).value(i32::from(e.gelu));
+        }
         let config = LaunchConfig {
             grid: (plan.grid_xy.0, plan.grid_xy.1, items as u32),
             block: (BLOCK, 1, 1),
@@ -169,10 +212,12 @@ pub fn matmul<T: DeviceElement>(stream: &Stream, args: Matmul<'_, OnDevice, T>) 
         };
         // SAFETY: the arguments are those of matmul_*_<T> in order (a, b, c, out: device
         // pointers, c = out; M, N, K: int; lda, ldb, ldc, ldo, stride_a, stride_b, stride_c,
-        // stride_o: int64_t; alpha, beta: float). validate() checked that a, b and out hold
-        // exactly batch·m·k, batch·k·n and batch·m·n elements, so items `first..first + items`
-        // lie inside them; m, n, k ≤ MAX_DIM fit an int; the buffers live on the stream's
-        // device and the allocator was told the stream uses them.
+        // stride_o: int64_t; alpha, beta: float), and for matmul_*bias_*_<T> then bias, pre_gelu
+        // (device pointers, pre_gelu null or laid out as out) and gelu (int). The callers
+        // validated that a, b and out (and pre_gelu) hold exactly batch·m·k, batch·k·n and
+        // batch·m·n elements and bias n, so items `first..first + items` lie inside them;
+        // m, n, k ≤ MAX_DIM fit an int; the buffers live on the stream's device and the
+        // allocator was told the stream uses them.
         unsafe { builder.launch(&config) }?;
     }
     Ok(())
@@ -200,6 +245,9 @@ mod tests {
                 for (m, n) in [(4096, 4096), (8192, 64), (1, 1)] {
                     let p = MatmulPlan::new(&shape(1, m, n, 64, ta, tb), dtype, 60).unwrap();
                     assert!(names.contains(&p.kernel.as_str()), "{}", p.kernel);
+                    let bias = p.bias_kernel();
+                    assert!(names.contains(&bias.as_str()), "{bias}");
+                    assert!(bias.contains("bias_") && bias.ends_with(dtype.name()), "{bias}");
                 }
             }
         }

@@ -7,6 +7,7 @@ mod device;
 mod golden;
 
 pub use device::{matmul, MatmulPlan, MatmulTile, MAX_DIM, MAX_GRID_YZ};
+pub(crate) use device::{launch_gemm, BiasEpilogue};
 pub use golden::MatmulCase;
 pub(crate) use golden::GOLDEN;
 
@@ -116,7 +117,8 @@ impl<S: Space, T: hip_rt::Element> Matmul<'_, S, T> {
     }
 }
 
-/// The kernels of `kernels/matmul.hip` the launcher uses.
+/// The kernels of `kernels/matmul.hip` the launchers use (plain, and with the bias epilogue for
+/// [`crate::ops::matmul_bias`]).
 pub(crate) const KERNELS: KernelFile = KernelFile {
     source: "matmul",
     kernels: &[
@@ -132,6 +134,18 @@ pub(crate) const KERNELS: KernelFile = KernelFile {
         "matmul_nt_bf16",
         "matmul_tn_bf16",
         "matmul_tt_bf16",
+        "matmul_bias_nn_f32",
+        "matmul_bias_nt_f32",
+        "matmul_bias_tn_f32",
+        "matmul_bias_tt_f32",
+        "matmul_bias_nn_f16",
+        "matmul_bias_nt_f16",
+        "matmul_bias_tn_f16",
+        "matmul_bias_tt_f16",
+        "matmul_bias_nn_bf16",
+        "matmul_bias_nt_bf16",
+        "matmul_bias_tn_bf16",
+        "matmul_bias_tt_bf16",
         "matmul_small_nn_f32",
         "matmul_small_nt_f32",
         "matmul_small_tn_f32",
@@ -144,6 +158,18 @@ pub(crate) const KERNELS: KernelFile = KernelFile {
         "matmul_small_nt_bf16",
         "matmul_small_tn_bf16",
         "matmul_small_tt_bf16",
+        "matmul_small_bias_nn_f32",
+        "matmul_small_bias_nt_f32",
+        "matmul_small_bias_tn_f32",
+        "matmul_small_bias_tt_f32",
+        "matmul_small_bias_nn_f16",
+        "matmul_small_bias_nt_f16",
+        "matmul_small_bias_tn_f16",
+        "matmul_small_bias_tt_f16",
+        "matmul_small_bias_nn_bf16",
+        "matmul_small_bias_nt_bf16",
+        "matmul_small_bias_tn_bf16",
+        "matmul_small_bias_tt_bf16",
     ],
 };
 
