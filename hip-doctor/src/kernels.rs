@@ -90,8 +90,9 @@ fn bundle_item(source: &str, bytes: &[u8], archs: &[&str]) -> Item {
     Item::pass(
         name,
         format!(
-            "{} kernels for {} ({} KiB)",
+            "{} kernel{} for {} ({} KiB)",
             expected.len(),
+            if expected.len() == 1 { "" } else { "s" },
             archs.join(", "),
             bytes.len() / 1024
         ),
