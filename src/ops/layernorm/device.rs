@@ -14,7 +14,7 @@ use crate::ops::launch::{grid_for, kernel, ptr};
 use crate::ops::OpError;
 use crate::params::{DeviceElement, OnDevice, ShapeError};
 use hip_rt::memory::buffer::DeviceBuffer;
-use hip_rt::{LaunchConfig, Stream};
+use hip_rt::{DevicePtr, LaunchConfig, Stream};
 
 const SOURCE: &str = "layernorm";
 
@@ -195,7 +195,6 @@ pub fn layernorm_forward<T: DeviceElement>(
 ) -> Result<(), OpError> {
     a.validate()?;
     let shape = &a.params;
-    let eps = shape.eps;
     check_cols(shape)?;
     let ptrs = [
         ptr(stream, "x", a.x)?,
@@ -205,24 +204,43 @@ pub fn layernorm_forward<T: DeviceElement>(
         ptr(stream, "mean", a.mean)?,
         ptr(stream, "rstd", a.rstd)?,
     ];
+    // SAFETY: layernorm_fwd_<T> takes (x, weight, bias, y, mean, rstd) then the row arguments;
+    // validate() checked every buffer holds exactly the elements the shape needs, and `ptr`
+    // that each lives on the stream's device (the allocator was told the stream uses it).
+    unsafe { launch_forward::<T>(stream, shape, "layernorm_fwd", &ptrs) }
+}
+
+/// Launches `<name>_<T>` (a forward kernel) with `ptrs` followed by `(rows: int64_t, C: int,
+/// eps: float, row_per_wave: int)` on [`RowPlan::forward`]'s geometry. Nothing for 0 rows.
+///
+/// # Safety
+/// `ptrs` must be exactly the kernel's pointer parameters, in order, each the start of a live
+/// allocation on the stream's device holding the elements `shape` needs, and `check_cols`
+/// must have passed (cols fits an int).
+unsafe fn launch_forward<T: DeviceElement>(
+    stream: &Stream,
+    shape: &LayerNormParams,
+    name: &str,
+    ptrs: &[DevicePtr],
+) -> Result<(), OpError> {
     if shape.rows == 0 {
         return Ok(());
     }
-    let f = kernel::<T>(stream, SOURCE, "layernorm_fwd")?;
+    let f = kernel::<T>(stream, SOURCE, name)?;
     let (wave, cus, max) = device_limits(stream);
     let plan = RowPlan::forward(shape, wave, cus, max)?;
     let mut b = stream.launch_builder(&f);
     for p in ptrs {
-        b.value(p);
+        b.value(*p);
     }
     b.value(shape.rows as i64)
         .value(shape.cols as i32)
-        .value(eps)
+        .value(shape.eps)
         .value(i32::from(plan.row_per_wave));
-    // SAFETY: the arguments are layernorm_fwd_<T>'s (x, weight, bias, y, mean, rstd: device
-    // pointers; rows: int64_t; C: int; eps: float; row_per_wave: int) in order; every buffer was
-    // checked to hold exactly the elements the shape needs (cols ≤ 2^30 fits an int) and lives on
-    // the stream's device, and the allocator was told the stream uses it.
+    // SAFETY: the argument list is the kernel's (the caller's pointers, then rows, C, eps,
+    // row_per_wave) and every pointer is a live allocation of the sizes the shape needs (the
+    // caller's contract); hip-emu and the device check the count and sizes against the kernarg
+    // metadata.
     unsafe { b.launch(&plan.config()) }?;
     Ok(())
 }
@@ -246,27 +264,10 @@ pub(super) fn residual_forward<T: DeviceElement>(
         ptr(stream, "mean", &*a.mean)?,
         ptr(stream, "rstd", &*a.rstd)?,
     ];
-    if shape.rows == 0 {
-        return Ok(());
-    }
-    let f = kernel::<T>(stream, SOURCE, "layernorm_fwd_residual")?;
-    let (wave, cus, max) = device_limits(stream);
-    let plan = RowPlan::forward(shape, wave, cus, max)?;
-    let mut b = stream.launch_builder(&f);
-    for p in ptrs {
-        b.value(p);
-    }
-    b.value(shape.rows as i64)
-        .value(shape.cols as i32)
-        .value(shape.eps)
-        .value(i32::from(plan.row_per_wave));
-    // SAFETY: the arguments are layernorm_fwd_residual_<T>'s (a, b, weight, bias, residual, y,
-    // mean, rstd: device pointers; rows: int64_t; C: int; eps: float; row_per_wave: int) in
-    // order; the caller's validate() checked that every buffer holds exactly the elements the
-    // shape needs (cols ≤ 2^30 fits an int); they live on the stream's device and the
-    // allocator was told the stream uses them.
-    unsafe { b.launch(&plan.config()) }?;
-    Ok(())
+    // SAFETY: layernorm_fwd_residual_<T> takes (a, b, weight, bias, residual, y, mean, rstd)
+    // then the row arguments; the caller's validate() checked every buffer holds exactly the
+    // elements the shape needs, and `ptr` that each lives on the stream's device.
+    unsafe { launch_forward::<T>(stream, shape, "layernorm_fwd_residual", &ptrs) }
 }
 
 /// [`LayerNormBackward`] on `stream`, from the saved `mean` and `rstd`: writes `dx` and
