@@ -52,7 +52,9 @@ struct StepState {
     /// used in this step.
     staging: Vec<PinnedHostBuffer<i32>>,
     next: usize,
-    /// Pinned staging of the loss scale (f16) for AdamW's device-side grad scale.
+    /// Pinned staging of the loss scale (f16) for AdamW's device-side grad scale. Rewritten only
+    /// when no copy from it is queued: once per step (the previous step's read_step waited), or
+    /// after a stream wait (see `adamw`).
     scale_staging: PinnedHostBuffer<f32>,
     /// One flag per checked tensor of the step: the first bad row, or [`NO_ERROR`].
     flags: DeviceBuffer<u32>,
@@ -66,7 +68,8 @@ pub struct DeviceScalars {
     values: DeviceBuffer<f32>,
     /// The divisor (`accum`) of each micro-batch's loss, in slot order.
     divisors: Vec<usize>,
-    /// AdamW's `grad_scale` and `found_inf`, computed once for the scaling of the first update.
+    /// AdamW's `grad_scale` and `found_inf`, computed for the scaling of the step's first update
+    /// (again, after a stream wait, if a later update brings another scaling).
     update: RefCell<Option<(GradScaling, UpdateScalars)>>,
 }
 
@@ -592,6 +595,14 @@ impl<T: DeviceElement> Backend<T> for DeviceBackend {
         exp_avg_sq: &mut DeviceBuffer<f32>,
     ) -> Result<()> {
         let mut cached = scalars.update.borrow_mut();
+        match cached.as_ref() {
+            None => {}
+            Some((k, _)) if *k == scaling => {}
+            // Another scaling within one step (the trainer never does this; tests do): the
+            // loss-scale staging buffer is about to be rewritten while the first upload from it
+            // may still be queued, so wait for the stream first.
+            Some(_) => self.stream.synchronize().map_err(dev)?,
+        }
         if cached.as_ref().map_or(true, |(k, _)| *k != scaling) {
             *cached = Some((scaling, self.update_scalars(scaling, &scalars.values)?));
         }

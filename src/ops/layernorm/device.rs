@@ -214,9 +214,9 @@ pub fn layernorm_forward<T: DeviceElement>(
 /// eps: float, row_per_wave: int)` on [`RowPlan::forward`]'s geometry. Nothing for 0 rows.
 ///
 /// # Safety
-/// `ptrs` must be exactly the kernel's pointer parameters, in order, each the start of a live
-/// allocation on the stream's device holding the elements `shape` needs, and `check_cols`
-/// must have passed (cols fits an int).
+/// `ptrs` must be exactly the kernel's pointer parameters, in order, each pointing into a live
+/// allocation on the stream's device with at least the elements `shape` needs from there, and
+/// `check_cols` must have passed (cols fits an int).
 unsafe fn launch_forward<T: DeviceElement>(
     stream: &Stream,
     shape: &LayerNormParams,
@@ -237,10 +237,10 @@ unsafe fn launch_forward<T: DeviceElement>(
         .value(shape.cols as i32)
         .value(shape.eps)
         .value(i32::from(plan.row_per_wave));
-    // SAFETY: the argument list is the kernel's (the caller's pointers, then rows, C, eps,
-    // row_per_wave) and every pointer is a live allocation of the sizes the shape needs (the
-    // caller's contract); hip-emu and the device check the count and sizes against the kernarg
-    // metadata.
+    // SAFETY: the argument list is the kernel's in order (the caller's pointers, then rows:
+    // int64_t, C: int, eps: float, row_per_wave: int; C fits an int by `check_cols`), and every
+    // pointer is a live allocation on the stream's device holding the elements the shape needs
+    // (this function's contract), so the kernel reads and writes only inside them.
     unsafe { b.launch(&plan.config()) }?;
     Ok(())
 }
