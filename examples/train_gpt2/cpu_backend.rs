@@ -11,7 +11,7 @@ use hip_kernels::ops::{
     GeluBackward, LayerNormBackward, LayerNormForward, LayerNormParams, Matmul, MatmulBias,
     MatmulBiasParams, MatmulParams, Qkv, ResidualAdd, SoftmaxCrossEntropy, Strided,
 };
-use hip_kernels::params::{DeviceElement, Host};
+use hip_kernels::params::{DeviceElement, Host, Space};
 
 /// The CPU reference as a [`Backend`].
 #[derive(Debug, Default, Clone, Copy)]
@@ -69,6 +69,65 @@ impl Dims {
 
     pub(crate) fn bthd(&self) -> AttentionLayout {
         AttentionLayout::bthd(self.seq, self.heads, self.head_dim())
+    }
+
+    /// The strided attention forward on this micro-batch, in either space: q, k, v read from
+    /// the fused `qkv` `[B, T, 3, H, D]`, `out` `[B, T, H, D]`.
+    pub(crate) fn attention_forward_args<'a, S: Space, T: DeviceElement>(
+        &self,
+        qkv: S::In<'a, T>,
+        out: S::Out<'a, T>,
+        lse: S::Out<'a, f32>,
+    ) -> AttentionForwardStrided<'a, S, T>
+    where
+        S::In<'a, T>: Copy,
+    {
+        let [q, k, v] = self
+            .qkv_layouts()
+            .map(|layout| Strided::<S, T> { data: qkv, layout });
+        AttentionForwardStrided {
+            params: self.attention(),
+            q,
+            k,
+            v,
+            out,
+            out_layout: self.bthd(),
+            lse,
+        }
+    }
+
+    /// The strided attention backward on this micro-batch, in either space: `dqkv` written
+    /// whole (the three fused layouts tile `[B, T, 3, H, D]`).
+    pub(crate) fn attention_backward_args<'a, S: Space, T: DeviceElement>(
+        &self,
+        [qkv, out, dout]: [S::In<'a, T>; 3],
+        lse: S::In<'a, f32>,
+        dqkv: S::Out<'a, T>,
+    ) -> AttentionBackwardStrided<'a, S, T>
+    where
+        S::In<'a, T>: Copy,
+    {
+        let [q, k, v] = self
+            .qkv_layouts()
+            .map(|layout| Strided::<S, T> { data: qkv, layout });
+        let [dq, dk, dv] = self.qkv_layouts();
+        let bthd = |data| Strided::<S, T> {
+            data,
+            layout: self.bthd(),
+        };
+        AttentionBackwardStrided {
+            params: self.attention(),
+            q,
+            k,
+            v,
+            out: bthd(out),
+            dout: bthd(dout),
+            lse,
+            dqkv,
+            dq,
+            dk,
+            dv,
+        }
     }
 }
 
@@ -303,19 +362,8 @@ impl<T: DeviceElement> Backend<T> for Cpu {
         out: &mut Vec<T>,
         lse: &mut Vec<f32>,
     ) -> Result<()> {
-        let [q, k, v] = d
-            .qkv_layouts()
-            .map(|layout| Strided::<Host, T> { data: qkv, layout });
-        cpu::attention_forward_strided(AttentionForwardStrided::<Host, T> {
-            params: d.attention(),
-            q,
-            k,
-            v,
-            out,
-            out_layout: d.bthd(),
-            lse,
-        })
-        .map_err(op)
+        cpu::attention_forward_strided(d.attention_forward_args::<Host, T>(qkv, out, lse))
+            .map_err(op)
     }
 
     fn attention_backward(
@@ -327,29 +375,11 @@ impl<T: DeviceElement> Backend<T> for Cpu {
         lse: &Vec<f32>,
         dqkv: &mut Vec<T>,
     ) -> Result<()> {
-        let [q, k, v] = d
-            .qkv_layouts()
-            .map(|layout| Strided::<Host, T> { data: qkv, layout });
-        let [dq, dk, dv] = d.qkv_layouts();
-        cpu::attention_backward_strided(AttentionBackwardStrided::<Host, T> {
-            params: d.attention(),
-            q,
-            k,
-            v,
-            out: Strided {
-                data: out,
-                layout: d.bthd(),
-            },
-            dout: Strided {
-                data: dout,
-                layout: d.bthd(),
-            },
+        cpu::attention_backward_strided(d.attention_backward_args::<Host, T>(
+            [qkv, out, dout],
             lse,
             dqkv,
-            dq,
-            dk,
-            dv,
-        })
+        ))
         .map_err(op)
     }
 

@@ -5,9 +5,9 @@
 use crate::backend::Dims;
 use crate::cpu_backend::op;
 use crate::error::Result;
-use hip_kernels::ops::{self, AttentionBackwardStrided, AttentionForwardStrided, Strided};
+use hip_kernels::ops;
 use hip_kernels::params::{DeviceElement, OnDevice};
-use hip_rt::{DeviceBuffer, Stream};
+use hip_rt::{DeviceBuffer, DeviceView, Stream};
 
 /// Writes `out` `[B, T, H, D]` and `lse` `[B, H, T]` from `qkv` `[B, T, 3, H, D]`.
 pub fn forward<T: DeviceElement>(
@@ -17,20 +17,9 @@ pub fn forward<T: DeviceElement>(
     out: &mut DeviceBuffer<T>,
     lse: &mut DeviceBuffer<f32>,
 ) -> Result<()> {
-    let [q, k, v] = d
-        .qkv_layouts()
-        .map(|layout| Strided::<OnDevice, T> { data: qkv, layout });
     ops::attention_forward_strided(
         stream,
-        AttentionForwardStrided::<OnDevice, T> {
-            params: d.attention(),
-            q,
-            k,
-            v,
-            out,
-            out_layout: d.bthd(),
-            lse,
-        },
+        d.attention_forward_args::<OnDevice, T>(qkv, out, lse),
     )
     .map_err(op)
 }
@@ -45,31 +34,10 @@ pub fn backward<T: DeviceElement>(
     lse: &DeviceBuffer<f32>,
     dqkv: &mut DeviceBuffer<T>,
 ) -> Result<()> {
-    let [q, k, v] = d
-        .qkv_layouts()
-        .map(|layout| Strided::<OnDevice, T> { data: qkv, layout });
-    let [dq, dk, dv] = d.qkv_layouts();
+    let ins: [&dyn DeviceView<T>; 3] = [qkv, out, dout];
     ops::attention_backward_strided(
         stream,
-        AttentionBackwardStrided::<OnDevice, T> {
-            params: d.attention(),
-            q,
-            k,
-            v,
-            out: Strided {
-                data: out,
-                layout: d.bthd(),
-            },
-            dout: Strided {
-                data: dout,
-                layout: d.bthd(),
-            },
-            lse,
-            dqkv,
-            dq,
-            dk,
-            dv,
-        },
+        d.attention_backward_args::<OnDevice, T>(ins, lse, dqkv),
     )
     .map_err(op)
 }
