@@ -18,16 +18,32 @@ pub use error::OpError;
 use crate::embedded::KernelFile;
 use crate::golden::GoldenOp;
 
-/// Declares the op families: each `<family>` is a module `src/ops/<family>/` whose public items
-/// are re-exported here, whose `cpu` module is re-exported in [`crate::cpu`], and whose `KERNELS`
-/// and `GOLDEN` join the registry. Adding a family is one line in this list.
-macro_rules! families {
-    ($($family:ident),* $(,)?) => {
-        $(
-            pub mod $family;
-            pub use $family::*;
-        )*
+// The op families: each is a module `src/ops/<family>/` whose public items are re-exported
+// here. Plain `mod` lines (not a macro) so that rustfmt and rust-analyzer see every module.
+pub mod adamw;
+pub mod attention;
+pub mod bias;
+pub mod clip;
+pub mod crossentropy;
+pub mod encoder;
+pub mod gelu;
+pub mod layernorm;
+pub mod matmul;
 
+pub use adamw::*;
+pub use attention::*;
+pub use bias::*;
+pub use clip::*;
+pub use crossentropy::*;
+pub use encoder::*;
+pub use gelu::*;
+pub use layernorm::*;
+pub use matmul::*;
+
+/// Joins each family's `cpu` module (re-exported in [`crate::cpu`]), `KERNELS` and `GOLDEN` to
+/// the registry. Adding a family is one `mod`, one `pub use` and one name in this list.
+macro_rules! registry {
+    ($($family:ident),* $(,)?) => {
         /// The CPU functions of every family (re-exported by [`crate::cpu`]).
         pub(crate) mod cpu_functions {
             $(pub use super::$family::cpu::*;)*
@@ -43,7 +59,7 @@ macro_rules! families {
     };
 }
 
-families! {
+registry! {
     matmul,
     layernorm,
     attention,

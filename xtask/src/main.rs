@@ -50,7 +50,7 @@ fn main() -> ExitCode {
 
 fn bindings(check: bool, include: &Path) -> Result<(), String> {
     let out_dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../hip-sys/src/generated");
-    let generated = generator::generate_hip_runtime(include)?;
+    let generated = rustfmt(&generator::generate_hip_runtime(include)?)?;
     let path = out_dir.join(generator::HIP_RUNTIME_FILE);
     if check {
         let current = std::fs::read_to_string(&path)
@@ -70,6 +70,45 @@ fn bindings(check: bool, include: &Path) -> Result<(), String> {
         println!("wrote {} ({} bytes)", path.display(), generated.len());
     }
     Ok(())
+}
+
+/// `source` as rustfmt (edition 2021, the workspace's) formats it: the checked-in bindings pass
+/// the same `rustfmt --check` as every other tracked file. `$RUSTFMT` overrides the binary.
+fn rustfmt(source: &str) -> Result<String, String> {
+    use std::io::Write;
+    use std::process::{Command, Stdio};
+    let program = std::env::var_os("RUSTFMT").unwrap_or_else(|| "rustfmt".into());
+    let mut child = Command::new(&program)
+        .args(["--edition", "2021", "--emit", "stdout"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|e| {
+            format!(
+                "cannot run {}: {e} (install it with `rustup component add rustfmt`, or set RUSTFMT)",
+                program.to_string_lossy()
+            )
+        })?;
+    let mut stdin = child.stdin.take().ok_or("rustfmt: no stdin pipe")?;
+    // Write from a thread: rustfmt may fill its stdout pipe before it has read all of stdin.
+    let text = source.to_owned();
+    let writer = std::thread::spawn(move || stdin.write_all(text.as_bytes()));
+    let out = child
+        .wait_with_output()
+        .map_err(|e| format!("rustfmt did not finish: {e}"))?;
+    writer
+        .join()
+        .map_err(|_| "rustfmt: the stdin writer panicked".to_string())?
+        .map_err(|e| format!("cannot write to rustfmt: {e}"))?;
+    if !out.status.success() {
+        return Err(format!(
+            "rustfmt failed on the generated bindings ({}):\n{}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        ));
+    }
+    String::from_utf8(out.stdout).map_err(|e| format!("rustfmt wrote non-UTF-8 output: {e}"))
 }
 
 /// A short, diff-like description of where two texts first differ.

@@ -52,9 +52,7 @@ where
     pub fn get(&self, bit_offset: usize, bit_width: u8) -> u64 {
         debug_assert!(bit_width <= 64);
         debug_assert!(bit_offset / 8 < self.storage.as_ref().len());
-        debug_assert!(
-            (bit_offset + (bit_width as usize)) / 8 <= self.storage.as_ref().len(),
-        );
+        debug_assert!((bit_offset + (bit_width as usize)) / 8 <= self.storage.as_ref().len(),);
         let mut val = 0;
         for i in 0..(bit_width as usize) {
             if self.get_bit(i + bit_offset) {
@@ -72,9 +70,7 @@ where
     pub fn set(&mut self, bit_offset: usize, bit_width: u8, val: u64) {
         debug_assert!(bit_width <= 64);
         debug_assert!(bit_offset / 8 < self.storage.as_ref().len());
-        debug_assert!(
-            (bit_offset + (bit_width as usize)) / 8 <= self.storage.as_ref().len(),
-        );
+        debug_assert!((bit_offset + (bit_width as usize)) / 8 <= self.storage.as_ref().len(),);
         for i in 0..(bit_width as usize) {
             let mask = 1 << i;
             let val_bit_is_set = val & mask == mask;
@@ -334,187 +330,81 @@ impl hipDeviceArch_t {
         hasDynamicParallelism: ::std::os::raw::c_uint,
     ) -> __BindgenBitfieldUnit<[u8; 3usize]> {
         let mut __bindgen_bitfield_unit: __BindgenBitfieldUnit<[u8; 3usize]> = Default::default();
-        __bindgen_bitfield_unit
-            .set(
-                0usize,
-                1u8,
-                {
-                    let hasGlobalInt32Atomics: u32 = unsafe {
-                        ::std::mem::transmute(hasGlobalInt32Atomics)
-                    };
-                    hasGlobalInt32Atomics as u64
-                },
-            );
-        __bindgen_bitfield_unit
-            .set(
-                1usize,
-                1u8,
-                {
-                    let hasGlobalFloatAtomicExch: u32 = unsafe {
-                        ::std::mem::transmute(hasGlobalFloatAtomicExch)
-                    };
-                    hasGlobalFloatAtomicExch as u64
-                },
-            );
-        __bindgen_bitfield_unit
-            .set(
-                2usize,
-                1u8,
-                {
-                    let hasSharedInt32Atomics: u32 = unsafe {
-                        ::std::mem::transmute(hasSharedInt32Atomics)
-                    };
-                    hasSharedInt32Atomics as u64
-                },
-            );
-        __bindgen_bitfield_unit
-            .set(
-                3usize,
-                1u8,
-                {
-                    let hasSharedFloatAtomicExch: u32 = unsafe {
-                        ::std::mem::transmute(hasSharedFloatAtomicExch)
-                    };
-                    hasSharedFloatAtomicExch as u64
-                },
-            );
-        __bindgen_bitfield_unit
-            .set(
-                4usize,
-                1u8,
-                {
-                    let hasFloatAtomicAdd: u32 = unsafe {
-                        ::std::mem::transmute(hasFloatAtomicAdd)
-                    };
-                    hasFloatAtomicAdd as u64
-                },
-            );
-        __bindgen_bitfield_unit
-            .set(
-                5usize,
-                1u8,
-                {
-                    let hasGlobalInt64Atomics: u32 = unsafe {
-                        ::std::mem::transmute(hasGlobalInt64Atomics)
-                    };
-                    hasGlobalInt64Atomics as u64
-                },
-            );
-        __bindgen_bitfield_unit
-            .set(
-                6usize,
-                1u8,
-                {
-                    let hasSharedInt64Atomics: u32 = unsafe {
-                        ::std::mem::transmute(hasSharedInt64Atomics)
-                    };
-                    hasSharedInt64Atomics as u64
-                },
-            );
-        __bindgen_bitfield_unit
-            .set(
-                7usize,
-                1u8,
-                {
-                    let hasDoubles: u32 = unsafe { ::std::mem::transmute(hasDoubles) };
-                    hasDoubles as u64
-                },
-            );
-        __bindgen_bitfield_unit
-            .set(
-                8usize,
-                1u8,
-                {
-                    let hasWarpVote: u32 = unsafe { ::std::mem::transmute(hasWarpVote) };
-                    hasWarpVote as u64
-                },
-            );
-        __bindgen_bitfield_unit
-            .set(
-                9usize,
-                1u8,
-                {
-                    let hasWarpBallot: u32 = unsafe {
-                        ::std::mem::transmute(hasWarpBallot)
-                    };
-                    hasWarpBallot as u64
-                },
-            );
-        __bindgen_bitfield_unit
-            .set(
-                10usize,
-                1u8,
-                {
-                    let hasWarpShuffle: u32 = unsafe {
-                        ::std::mem::transmute(hasWarpShuffle)
-                    };
-                    hasWarpShuffle as u64
-                },
-            );
-        __bindgen_bitfield_unit
-            .set(
-                11usize,
-                1u8,
-                {
-                    let hasFunnelShift: u32 = unsafe {
-                        ::std::mem::transmute(hasFunnelShift)
-                    };
-                    hasFunnelShift as u64
-                },
-            );
-        __bindgen_bitfield_unit
-            .set(
-                12usize,
-                1u8,
-                {
-                    let hasThreadFenceSystem: u32 = unsafe {
-                        ::std::mem::transmute(hasThreadFenceSystem)
-                    };
-                    hasThreadFenceSystem as u64
-                },
-            );
-        __bindgen_bitfield_unit
-            .set(
-                13usize,
-                1u8,
-                {
-                    let hasSyncThreadsExt: u32 = unsafe {
-                        ::std::mem::transmute(hasSyncThreadsExt)
-                    };
-                    hasSyncThreadsExt as u64
-                },
-            );
-        __bindgen_bitfield_unit
-            .set(
-                14usize,
-                1u8,
-                {
-                    let hasSurfaceFuncs: u32 = unsafe {
-                        ::std::mem::transmute(hasSurfaceFuncs)
-                    };
-                    hasSurfaceFuncs as u64
-                },
-            );
-        __bindgen_bitfield_unit
-            .set(
-                15usize,
-                1u8,
-                {
-                    let has3dGrid: u32 = unsafe { ::std::mem::transmute(has3dGrid) };
-                    has3dGrid as u64
-                },
-            );
-        __bindgen_bitfield_unit
-            .set(
-                16usize,
-                1u8,
-                {
-                    let hasDynamicParallelism: u32 = unsafe {
-                        ::std::mem::transmute(hasDynamicParallelism)
-                    };
-                    hasDynamicParallelism as u64
-                },
-            );
+        __bindgen_bitfield_unit.set(0usize, 1u8, {
+            let hasGlobalInt32Atomics: u32 =
+                unsafe { ::std::mem::transmute(hasGlobalInt32Atomics) };
+            hasGlobalInt32Atomics as u64
+        });
+        __bindgen_bitfield_unit.set(1usize, 1u8, {
+            let hasGlobalFloatAtomicExch: u32 =
+                unsafe { ::std::mem::transmute(hasGlobalFloatAtomicExch) };
+            hasGlobalFloatAtomicExch as u64
+        });
+        __bindgen_bitfield_unit.set(2usize, 1u8, {
+            let hasSharedInt32Atomics: u32 =
+                unsafe { ::std::mem::transmute(hasSharedInt32Atomics) };
+            hasSharedInt32Atomics as u64
+        });
+        __bindgen_bitfield_unit.set(3usize, 1u8, {
+            let hasSharedFloatAtomicExch: u32 =
+                unsafe { ::std::mem::transmute(hasSharedFloatAtomicExch) };
+            hasSharedFloatAtomicExch as u64
+        });
+        __bindgen_bitfield_unit.set(4usize, 1u8, {
+            let hasFloatAtomicAdd: u32 = unsafe { ::std::mem::transmute(hasFloatAtomicAdd) };
+            hasFloatAtomicAdd as u64
+        });
+        __bindgen_bitfield_unit.set(5usize, 1u8, {
+            let hasGlobalInt64Atomics: u32 =
+                unsafe { ::std::mem::transmute(hasGlobalInt64Atomics) };
+            hasGlobalInt64Atomics as u64
+        });
+        __bindgen_bitfield_unit.set(6usize, 1u8, {
+            let hasSharedInt64Atomics: u32 =
+                unsafe { ::std::mem::transmute(hasSharedInt64Atomics) };
+            hasSharedInt64Atomics as u64
+        });
+        __bindgen_bitfield_unit.set(7usize, 1u8, {
+            let hasDoubles: u32 = unsafe { ::std::mem::transmute(hasDoubles) };
+            hasDoubles as u64
+        });
+        __bindgen_bitfield_unit.set(8usize, 1u8, {
+            let hasWarpVote: u32 = unsafe { ::std::mem::transmute(hasWarpVote) };
+            hasWarpVote as u64
+        });
+        __bindgen_bitfield_unit.set(9usize, 1u8, {
+            let hasWarpBallot: u32 = unsafe { ::std::mem::transmute(hasWarpBallot) };
+            hasWarpBallot as u64
+        });
+        __bindgen_bitfield_unit.set(10usize, 1u8, {
+            let hasWarpShuffle: u32 = unsafe { ::std::mem::transmute(hasWarpShuffle) };
+            hasWarpShuffle as u64
+        });
+        __bindgen_bitfield_unit.set(11usize, 1u8, {
+            let hasFunnelShift: u32 = unsafe { ::std::mem::transmute(hasFunnelShift) };
+            hasFunnelShift as u64
+        });
+        __bindgen_bitfield_unit.set(12usize, 1u8, {
+            let hasThreadFenceSystem: u32 = unsafe { ::std::mem::transmute(hasThreadFenceSystem) };
+            hasThreadFenceSystem as u64
+        });
+        __bindgen_bitfield_unit.set(13usize, 1u8, {
+            let hasSyncThreadsExt: u32 = unsafe { ::std::mem::transmute(hasSyncThreadsExt) };
+            hasSyncThreadsExt as u64
+        });
+        __bindgen_bitfield_unit.set(14usize, 1u8, {
+            let hasSurfaceFuncs: u32 = unsafe { ::std::mem::transmute(hasSurfaceFuncs) };
+            hasSurfaceFuncs as u64
+        });
+        __bindgen_bitfield_unit.set(15usize, 1u8, {
+            let has3dGrid: u32 = unsafe { ::std::mem::transmute(has3dGrid) };
+            has3dGrid as u64
+        });
+        __bindgen_bitfield_unit.set(16usize, 1u8, {
+            let hasDynamicParallelism: u32 =
+                unsafe { ::std::mem::transmute(hasDynamicParallelism) };
+            hasDynamicParallelism as u64
+        });
         __bindgen_bitfield_unit
     }
 }
@@ -581,178 +471,124 @@ pub struct hipDeviceProp_t {
 const _: () = {
     ["Size of hipDeviceProp_t"][::std::mem::size_of::<hipDeviceProp_t>() - 792usize];
     ["Alignment of hipDeviceProp_t"][::std::mem::align_of::<hipDeviceProp_t>() - 8usize];
-    [
-        "Offset of field: hipDeviceProp_t::name",
-    ][::std::mem::offset_of!(hipDeviceProp_t, name) - 0usize];
-    [
-        "Offset of field: hipDeviceProp_t::totalGlobalMem",
-    ][::std::mem::offset_of!(hipDeviceProp_t, totalGlobalMem) - 256usize];
-    [
-        "Offset of field: hipDeviceProp_t::sharedMemPerBlock",
-    ][::std::mem::offset_of!(hipDeviceProp_t, sharedMemPerBlock) - 264usize];
-    [
-        "Offset of field: hipDeviceProp_t::regsPerBlock",
-    ][::std::mem::offset_of!(hipDeviceProp_t, regsPerBlock) - 272usize];
-    [
-        "Offset of field: hipDeviceProp_t::warpSize",
-    ][::std::mem::offset_of!(hipDeviceProp_t, warpSize) - 276usize];
-    [
-        "Offset of field: hipDeviceProp_t::maxThreadsPerBlock",
-    ][::std::mem::offset_of!(hipDeviceProp_t, maxThreadsPerBlock) - 280usize];
-    [
-        "Offset of field: hipDeviceProp_t::maxThreadsDim",
-    ][::std::mem::offset_of!(hipDeviceProp_t, maxThreadsDim) - 284usize];
-    [
-        "Offset of field: hipDeviceProp_t::maxGridSize",
-    ][::std::mem::offset_of!(hipDeviceProp_t, maxGridSize) - 296usize];
-    [
-        "Offset of field: hipDeviceProp_t::clockRate",
-    ][::std::mem::offset_of!(hipDeviceProp_t, clockRate) - 308usize];
-    [
-        "Offset of field: hipDeviceProp_t::memoryClockRate",
-    ][::std::mem::offset_of!(hipDeviceProp_t, memoryClockRate) - 312usize];
-    [
-        "Offset of field: hipDeviceProp_t::memoryBusWidth",
-    ][::std::mem::offset_of!(hipDeviceProp_t, memoryBusWidth) - 316usize];
-    [
-        "Offset of field: hipDeviceProp_t::totalConstMem",
-    ][::std::mem::offset_of!(hipDeviceProp_t, totalConstMem) - 320usize];
-    [
-        "Offset of field: hipDeviceProp_t::major",
-    ][::std::mem::offset_of!(hipDeviceProp_t, major) - 328usize];
-    [
-        "Offset of field: hipDeviceProp_t::minor",
-    ][::std::mem::offset_of!(hipDeviceProp_t, minor) - 332usize];
-    [
-        "Offset of field: hipDeviceProp_t::multiProcessorCount",
-    ][::std::mem::offset_of!(hipDeviceProp_t, multiProcessorCount) - 336usize];
-    [
-        "Offset of field: hipDeviceProp_t::l2CacheSize",
-    ][::std::mem::offset_of!(hipDeviceProp_t, l2CacheSize) - 340usize];
-    [
-        "Offset of field: hipDeviceProp_t::maxThreadsPerMultiProcessor",
-    ][::std::mem::offset_of!(hipDeviceProp_t, maxThreadsPerMultiProcessor) - 344usize];
-    [
-        "Offset of field: hipDeviceProp_t::computeMode",
-    ][::std::mem::offset_of!(hipDeviceProp_t, computeMode) - 348usize];
-    [
-        "Offset of field: hipDeviceProp_t::clockInstructionRate",
-    ][::std::mem::offset_of!(hipDeviceProp_t, clockInstructionRate) - 352usize];
-    [
-        "Offset of field: hipDeviceProp_t::arch",
-    ][::std::mem::offset_of!(hipDeviceProp_t, arch) - 356usize];
-    [
-        "Offset of field: hipDeviceProp_t::concurrentKernels",
-    ][::std::mem::offset_of!(hipDeviceProp_t, concurrentKernels) - 360usize];
-    [
-        "Offset of field: hipDeviceProp_t::pciDomainID",
-    ][::std::mem::offset_of!(hipDeviceProp_t, pciDomainID) - 364usize];
-    [
-        "Offset of field: hipDeviceProp_t::pciBusID",
-    ][::std::mem::offset_of!(hipDeviceProp_t, pciBusID) - 368usize];
-    [
-        "Offset of field: hipDeviceProp_t::pciDeviceID",
-    ][::std::mem::offset_of!(hipDeviceProp_t, pciDeviceID) - 372usize];
-    [
-        "Offset of field: hipDeviceProp_t::maxSharedMemoryPerMultiProcessor",
-    ][::std::mem::offset_of!(hipDeviceProp_t, maxSharedMemoryPerMultiProcessor)
-        - 376usize];
-    [
-        "Offset of field: hipDeviceProp_t::isMultiGpuBoard",
-    ][::std::mem::offset_of!(hipDeviceProp_t, isMultiGpuBoard) - 384usize];
-    [
-        "Offset of field: hipDeviceProp_t::canMapHostMemory",
-    ][::std::mem::offset_of!(hipDeviceProp_t, canMapHostMemory) - 388usize];
-    [
-        "Offset of field: hipDeviceProp_t::gcnArch",
-    ][::std::mem::offset_of!(hipDeviceProp_t, gcnArch) - 392usize];
-    [
-        "Offset of field: hipDeviceProp_t::gcnArchName",
-    ][::std::mem::offset_of!(hipDeviceProp_t, gcnArchName) - 396usize];
-    [
-        "Offset of field: hipDeviceProp_t::integrated",
-    ][::std::mem::offset_of!(hipDeviceProp_t, integrated) - 652usize];
-    [
-        "Offset of field: hipDeviceProp_t::cooperativeLaunch",
-    ][::std::mem::offset_of!(hipDeviceProp_t, cooperativeLaunch) - 656usize];
-    [
-        "Offset of field: hipDeviceProp_t::cooperativeMultiDeviceLaunch",
-    ][::std::mem::offset_of!(hipDeviceProp_t, cooperativeMultiDeviceLaunch) - 660usize];
-    [
-        "Offset of field: hipDeviceProp_t::maxTexture1DLinear",
-    ][::std::mem::offset_of!(hipDeviceProp_t, maxTexture1DLinear) - 664usize];
-    [
-        "Offset of field: hipDeviceProp_t::maxTexture1D",
-    ][::std::mem::offset_of!(hipDeviceProp_t, maxTexture1D) - 668usize];
-    [
-        "Offset of field: hipDeviceProp_t::maxTexture2D",
-    ][::std::mem::offset_of!(hipDeviceProp_t, maxTexture2D) - 672usize];
-    [
-        "Offset of field: hipDeviceProp_t::maxTexture3D",
-    ][::std::mem::offset_of!(hipDeviceProp_t, maxTexture3D) - 680usize];
-    [
-        "Offset of field: hipDeviceProp_t::hdpMemFlushCntl",
-    ][::std::mem::offset_of!(hipDeviceProp_t, hdpMemFlushCntl) - 696usize];
-    [
-        "Offset of field: hipDeviceProp_t::hdpRegFlushCntl",
-    ][::std::mem::offset_of!(hipDeviceProp_t, hdpRegFlushCntl) - 704usize];
-    [
-        "Offset of field: hipDeviceProp_t::memPitch",
-    ][::std::mem::offset_of!(hipDeviceProp_t, memPitch) - 712usize];
-    [
-        "Offset of field: hipDeviceProp_t::textureAlignment",
-    ][::std::mem::offset_of!(hipDeviceProp_t, textureAlignment) - 720usize];
-    [
-        "Offset of field: hipDeviceProp_t::texturePitchAlignment",
-    ][::std::mem::offset_of!(hipDeviceProp_t, texturePitchAlignment) - 728usize];
-    [
-        "Offset of field: hipDeviceProp_t::kernelExecTimeoutEnabled",
-    ][::std::mem::offset_of!(hipDeviceProp_t, kernelExecTimeoutEnabled) - 736usize];
-    [
-        "Offset of field: hipDeviceProp_t::ECCEnabled",
-    ][::std::mem::offset_of!(hipDeviceProp_t, ECCEnabled) - 740usize];
-    [
-        "Offset of field: hipDeviceProp_t::tccDriver",
-    ][::std::mem::offset_of!(hipDeviceProp_t, tccDriver) - 744usize];
-    [
-        "Offset of field: hipDeviceProp_t::cooperativeMultiDeviceUnmatchedFunc",
-    ][::std::mem::offset_of!(hipDeviceProp_t, cooperativeMultiDeviceUnmatchedFunc)
-        - 748usize];
-    [
-        "Offset of field: hipDeviceProp_t::cooperativeMultiDeviceUnmatchedGridDim",
-    ][::std::mem::offset_of!(hipDeviceProp_t, cooperativeMultiDeviceUnmatchedGridDim)
-        - 752usize];
-    [
-        "Offset of field: hipDeviceProp_t::cooperativeMultiDeviceUnmatchedBlockDim",
-    ][::std::mem::offset_of!(hipDeviceProp_t, cooperativeMultiDeviceUnmatchedBlockDim)
-        - 756usize];
-    [
-        "Offset of field: hipDeviceProp_t::cooperativeMultiDeviceUnmatchedSharedMem",
-    ][::std::mem::offset_of!(hipDeviceProp_t, cooperativeMultiDeviceUnmatchedSharedMem)
-        - 760usize];
-    [
-        "Offset of field: hipDeviceProp_t::isLargeBar",
-    ][::std::mem::offset_of!(hipDeviceProp_t, isLargeBar) - 764usize];
-    [
-        "Offset of field: hipDeviceProp_t::asicRevision",
-    ][::std::mem::offset_of!(hipDeviceProp_t, asicRevision) - 768usize];
-    [
-        "Offset of field: hipDeviceProp_t::managedMemory",
-    ][::std::mem::offset_of!(hipDeviceProp_t, managedMemory) - 772usize];
-    [
-        "Offset of field: hipDeviceProp_t::directManagedMemAccessFromHost",
-    ][::std::mem::offset_of!(hipDeviceProp_t, directManagedMemAccessFromHost)
-        - 776usize];
-    [
-        "Offset of field: hipDeviceProp_t::concurrentManagedAccess",
-    ][::std::mem::offset_of!(hipDeviceProp_t, concurrentManagedAccess) - 780usize];
-    [
-        "Offset of field: hipDeviceProp_t::pageableMemoryAccess",
-    ][::std::mem::offset_of!(hipDeviceProp_t, pageableMemoryAccess) - 784usize];
-    [
-        "Offset of field: hipDeviceProp_t::pageableMemoryAccessUsesHostPageTables",
-    ][::std::mem::offset_of!(hipDeviceProp_t, pageableMemoryAccessUsesHostPageTables)
-        - 788usize];
+    ["Offset of field: hipDeviceProp_t::name"]
+        [::std::mem::offset_of!(hipDeviceProp_t, name) - 0usize];
+    ["Offset of field: hipDeviceProp_t::totalGlobalMem"]
+        [::std::mem::offset_of!(hipDeviceProp_t, totalGlobalMem) - 256usize];
+    ["Offset of field: hipDeviceProp_t::sharedMemPerBlock"]
+        [::std::mem::offset_of!(hipDeviceProp_t, sharedMemPerBlock) - 264usize];
+    ["Offset of field: hipDeviceProp_t::regsPerBlock"]
+        [::std::mem::offset_of!(hipDeviceProp_t, regsPerBlock) - 272usize];
+    ["Offset of field: hipDeviceProp_t::warpSize"]
+        [::std::mem::offset_of!(hipDeviceProp_t, warpSize) - 276usize];
+    ["Offset of field: hipDeviceProp_t::maxThreadsPerBlock"]
+        [::std::mem::offset_of!(hipDeviceProp_t, maxThreadsPerBlock) - 280usize];
+    ["Offset of field: hipDeviceProp_t::maxThreadsDim"]
+        [::std::mem::offset_of!(hipDeviceProp_t, maxThreadsDim) - 284usize];
+    ["Offset of field: hipDeviceProp_t::maxGridSize"]
+        [::std::mem::offset_of!(hipDeviceProp_t, maxGridSize) - 296usize];
+    ["Offset of field: hipDeviceProp_t::clockRate"]
+        [::std::mem::offset_of!(hipDeviceProp_t, clockRate) - 308usize];
+    ["Offset of field: hipDeviceProp_t::memoryClockRate"]
+        [::std::mem::offset_of!(hipDeviceProp_t, memoryClockRate) - 312usize];
+    ["Offset of field: hipDeviceProp_t::memoryBusWidth"]
+        [::std::mem::offset_of!(hipDeviceProp_t, memoryBusWidth) - 316usize];
+    ["Offset of field: hipDeviceProp_t::totalConstMem"]
+        [::std::mem::offset_of!(hipDeviceProp_t, totalConstMem) - 320usize];
+    ["Offset of field: hipDeviceProp_t::major"]
+        [::std::mem::offset_of!(hipDeviceProp_t, major) - 328usize];
+    ["Offset of field: hipDeviceProp_t::minor"]
+        [::std::mem::offset_of!(hipDeviceProp_t, minor) - 332usize];
+    ["Offset of field: hipDeviceProp_t::multiProcessorCount"]
+        [::std::mem::offset_of!(hipDeviceProp_t, multiProcessorCount) - 336usize];
+    ["Offset of field: hipDeviceProp_t::l2CacheSize"]
+        [::std::mem::offset_of!(hipDeviceProp_t, l2CacheSize) - 340usize];
+    ["Offset of field: hipDeviceProp_t::maxThreadsPerMultiProcessor"]
+        [::std::mem::offset_of!(hipDeviceProp_t, maxThreadsPerMultiProcessor) - 344usize];
+    ["Offset of field: hipDeviceProp_t::computeMode"]
+        [::std::mem::offset_of!(hipDeviceProp_t, computeMode) - 348usize];
+    ["Offset of field: hipDeviceProp_t::clockInstructionRate"]
+        [::std::mem::offset_of!(hipDeviceProp_t, clockInstructionRate) - 352usize];
+    ["Offset of field: hipDeviceProp_t::arch"]
+        [::std::mem::offset_of!(hipDeviceProp_t, arch) - 356usize];
+    ["Offset of field: hipDeviceProp_t::concurrentKernels"]
+        [::std::mem::offset_of!(hipDeviceProp_t, concurrentKernels) - 360usize];
+    ["Offset of field: hipDeviceProp_t::pciDomainID"]
+        [::std::mem::offset_of!(hipDeviceProp_t, pciDomainID) - 364usize];
+    ["Offset of field: hipDeviceProp_t::pciBusID"]
+        [::std::mem::offset_of!(hipDeviceProp_t, pciBusID) - 368usize];
+    ["Offset of field: hipDeviceProp_t::pciDeviceID"]
+        [::std::mem::offset_of!(hipDeviceProp_t, pciDeviceID) - 372usize];
+    ["Offset of field: hipDeviceProp_t::maxSharedMemoryPerMultiProcessor"]
+        [::std::mem::offset_of!(hipDeviceProp_t, maxSharedMemoryPerMultiProcessor) - 376usize];
+    ["Offset of field: hipDeviceProp_t::isMultiGpuBoard"]
+        [::std::mem::offset_of!(hipDeviceProp_t, isMultiGpuBoard) - 384usize];
+    ["Offset of field: hipDeviceProp_t::canMapHostMemory"]
+        [::std::mem::offset_of!(hipDeviceProp_t, canMapHostMemory) - 388usize];
+    ["Offset of field: hipDeviceProp_t::gcnArch"]
+        [::std::mem::offset_of!(hipDeviceProp_t, gcnArch) - 392usize];
+    ["Offset of field: hipDeviceProp_t::gcnArchName"]
+        [::std::mem::offset_of!(hipDeviceProp_t, gcnArchName) - 396usize];
+    ["Offset of field: hipDeviceProp_t::integrated"]
+        [::std::mem::offset_of!(hipDeviceProp_t, integrated) - 652usize];
+    ["Offset of field: hipDeviceProp_t::cooperativeLaunch"]
+        [::std::mem::offset_of!(hipDeviceProp_t, cooperativeLaunch) - 656usize];
+    ["Offset of field: hipDeviceProp_t::cooperativeMultiDeviceLaunch"]
+        [::std::mem::offset_of!(hipDeviceProp_t, cooperativeMultiDeviceLaunch) - 660usize];
+    ["Offset of field: hipDeviceProp_t::maxTexture1DLinear"]
+        [::std::mem::offset_of!(hipDeviceProp_t, maxTexture1DLinear) - 664usize];
+    ["Offset of field: hipDeviceProp_t::maxTexture1D"]
+        [::std::mem::offset_of!(hipDeviceProp_t, maxTexture1D) - 668usize];
+    ["Offset of field: hipDeviceProp_t::maxTexture2D"]
+        [::std::mem::offset_of!(hipDeviceProp_t, maxTexture2D) - 672usize];
+    ["Offset of field: hipDeviceProp_t::maxTexture3D"]
+        [::std::mem::offset_of!(hipDeviceProp_t, maxTexture3D) - 680usize];
+    ["Offset of field: hipDeviceProp_t::hdpMemFlushCntl"]
+        [::std::mem::offset_of!(hipDeviceProp_t, hdpMemFlushCntl) - 696usize];
+    ["Offset of field: hipDeviceProp_t::hdpRegFlushCntl"]
+        [::std::mem::offset_of!(hipDeviceProp_t, hdpRegFlushCntl) - 704usize];
+    ["Offset of field: hipDeviceProp_t::memPitch"]
+        [::std::mem::offset_of!(hipDeviceProp_t, memPitch) - 712usize];
+    ["Offset of field: hipDeviceProp_t::textureAlignment"]
+        [::std::mem::offset_of!(hipDeviceProp_t, textureAlignment) - 720usize];
+    ["Offset of field: hipDeviceProp_t::texturePitchAlignment"]
+        [::std::mem::offset_of!(hipDeviceProp_t, texturePitchAlignment) - 728usize];
+    ["Offset of field: hipDeviceProp_t::kernelExecTimeoutEnabled"]
+        [::std::mem::offset_of!(hipDeviceProp_t, kernelExecTimeoutEnabled) - 736usize];
+    ["Offset of field: hipDeviceProp_t::ECCEnabled"]
+        [::std::mem::offset_of!(hipDeviceProp_t, ECCEnabled) - 740usize];
+    ["Offset of field: hipDeviceProp_t::tccDriver"]
+        [::std::mem::offset_of!(hipDeviceProp_t, tccDriver) - 744usize];
+    ["Offset of field: hipDeviceProp_t::cooperativeMultiDeviceUnmatchedFunc"]
+        [::std::mem::offset_of!(hipDeviceProp_t, cooperativeMultiDeviceUnmatchedFunc) - 748usize];
+    ["Offset of field: hipDeviceProp_t::cooperativeMultiDeviceUnmatchedGridDim"][::std::mem::offset_of!(
+        hipDeviceProp_t,
+        cooperativeMultiDeviceUnmatchedGridDim
+    ) - 752usize];
+    ["Offset of field: hipDeviceProp_t::cooperativeMultiDeviceUnmatchedBlockDim"][::std::mem::offset_of!(
+        hipDeviceProp_t,
+        cooperativeMultiDeviceUnmatchedBlockDim
+    ) - 756usize];
+    ["Offset of field: hipDeviceProp_t::cooperativeMultiDeviceUnmatchedSharedMem"][::std::mem::offset_of!(
+        hipDeviceProp_t,
+        cooperativeMultiDeviceUnmatchedSharedMem
+    ) - 760usize];
+    ["Offset of field: hipDeviceProp_t::isLargeBar"]
+        [::std::mem::offset_of!(hipDeviceProp_t, isLargeBar) - 764usize];
+    ["Offset of field: hipDeviceProp_t::asicRevision"]
+        [::std::mem::offset_of!(hipDeviceProp_t, asicRevision) - 768usize];
+    ["Offset of field: hipDeviceProp_t::managedMemory"]
+        [::std::mem::offset_of!(hipDeviceProp_t, managedMemory) - 772usize];
+    ["Offset of field: hipDeviceProp_t::directManagedMemAccessFromHost"]
+        [::std::mem::offset_of!(hipDeviceProp_t, directManagedMemAccessFromHost) - 776usize];
+    ["Offset of field: hipDeviceProp_t::concurrentManagedAccess"]
+        [::std::mem::offset_of!(hipDeviceProp_t, concurrentManagedAccess) - 780usize];
+    ["Offset of field: hipDeviceProp_t::pageableMemoryAccess"]
+        [::std::mem::offset_of!(hipDeviceProp_t, pageableMemoryAccess) - 784usize];
+    ["Offset of field: hipDeviceProp_t::pageableMemoryAccessUsesHostPageTables"][::std::mem::offset_of!(
+        hipDeviceProp_t,
+        pageableMemoryAccessUsesHostPageTables
+    ) - 788usize];
 };
 impl Default for hipDeviceProp_t {
     fn default() -> Self {
@@ -790,30 +626,21 @@ pub struct hipPointerAttribute_t {
 }
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
 const _: () = {
-    [
-        "Size of hipPointerAttribute_t",
-    ][::std::mem::size_of::<hipPointerAttribute_t>() - 32usize];
-    [
-        "Alignment of hipPointerAttribute_t",
-    ][::std::mem::align_of::<hipPointerAttribute_t>() - 8usize];
-    [
-        "Offset of field: hipPointerAttribute_t::memoryType",
-    ][::std::mem::offset_of!(hipPointerAttribute_t, memoryType) - 0usize];
-    [
-        "Offset of field: hipPointerAttribute_t::device",
-    ][::std::mem::offset_of!(hipPointerAttribute_t, device) - 4usize];
-    [
-        "Offset of field: hipPointerAttribute_t::devicePointer",
-    ][::std::mem::offset_of!(hipPointerAttribute_t, devicePointer) - 8usize];
-    [
-        "Offset of field: hipPointerAttribute_t::hostPointer",
-    ][::std::mem::offset_of!(hipPointerAttribute_t, hostPointer) - 16usize];
-    [
-        "Offset of field: hipPointerAttribute_t::isManaged",
-    ][::std::mem::offset_of!(hipPointerAttribute_t, isManaged) - 24usize];
-    [
-        "Offset of field: hipPointerAttribute_t::allocationFlags",
-    ][::std::mem::offset_of!(hipPointerAttribute_t, allocationFlags) - 28usize];
+    ["Size of hipPointerAttribute_t"][::std::mem::size_of::<hipPointerAttribute_t>() - 32usize];
+    ["Alignment of hipPointerAttribute_t"]
+        [::std::mem::align_of::<hipPointerAttribute_t>() - 8usize];
+    ["Offset of field: hipPointerAttribute_t::memoryType"]
+        [::std::mem::offset_of!(hipPointerAttribute_t, memoryType) - 0usize];
+    ["Offset of field: hipPointerAttribute_t::device"]
+        [::std::mem::offset_of!(hipPointerAttribute_t, device) - 4usize];
+    ["Offset of field: hipPointerAttribute_t::devicePointer"]
+        [::std::mem::offset_of!(hipPointerAttribute_t, devicePointer) - 8usize];
+    ["Offset of field: hipPointerAttribute_t::hostPointer"]
+        [::std::mem::offset_of!(hipPointerAttribute_t, hostPointer) - 16usize];
+    ["Offset of field: hipPointerAttribute_t::isManaged"]
+        [::std::mem::offset_of!(hipPointerAttribute_t, isManaged) - 24usize];
+    ["Offset of field: hipPointerAttribute_t::allocationFlags"]
+        [::std::mem::offset_of!(hipPointerAttribute_t, allocationFlags) - 28usize];
 };
 impl Default for hipPointerAttribute_t {
     fn default() -> Self {
@@ -1062,551 +889,384 @@ impl hipError_t {
 #[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
 pub struct hipError_t(pub ::std::os::raw::c_uint);
 impl hipDeviceAttribute_t {
-    pub const hipDeviceAttributeCudaCompatibleBegin: hipDeviceAttribute_t = hipDeviceAttribute_t(
-        0,
-    );
+    pub const hipDeviceAttributeCudaCompatibleBegin: hipDeviceAttribute_t = hipDeviceAttribute_t(0);
 }
 impl hipDeviceAttribute_t {
-    pub const hipDeviceAttributeEccEnabled: hipDeviceAttribute_t = hipDeviceAttribute_t(
-        0,
-    );
+    pub const hipDeviceAttributeEccEnabled: hipDeviceAttribute_t = hipDeviceAttribute_t(0);
 }
 impl hipDeviceAttribute_t {
-    pub const hipDeviceAttributeAccessPolicyMaxWindowSize: hipDeviceAttribute_t = hipDeviceAttribute_t(
-        1,
-    );
+    pub const hipDeviceAttributeAccessPolicyMaxWindowSize: hipDeviceAttribute_t =
+        hipDeviceAttribute_t(1);
 }
 impl hipDeviceAttribute_t {
-    pub const hipDeviceAttributeAsyncEngineCount: hipDeviceAttribute_t = hipDeviceAttribute_t(
-        2,
-    );
+    pub const hipDeviceAttributeAsyncEngineCount: hipDeviceAttribute_t = hipDeviceAttribute_t(2);
 }
 impl hipDeviceAttribute_t {
-    pub const hipDeviceAttributeCanMapHostMemory: hipDeviceAttribute_t = hipDeviceAttribute_t(
-        3,
-    );
+    pub const hipDeviceAttributeCanMapHostMemory: hipDeviceAttribute_t = hipDeviceAttribute_t(3);
 }
 impl hipDeviceAttribute_t {
-    pub const hipDeviceAttributeCanUseHostPointerForRegisteredMem: hipDeviceAttribute_t = hipDeviceAttribute_t(
-        4,
-    );
+    pub const hipDeviceAttributeCanUseHostPointerForRegisteredMem: hipDeviceAttribute_t =
+        hipDeviceAttribute_t(4);
 }
 impl hipDeviceAttribute_t {
-    pub const hipDeviceAttributeClockRate: hipDeviceAttribute_t = hipDeviceAttribute_t(
-        5,
-    );
+    pub const hipDeviceAttributeClockRate: hipDeviceAttribute_t = hipDeviceAttribute_t(5);
 }
 impl hipDeviceAttribute_t {
-    pub const hipDeviceAttributeComputeMode: hipDeviceAttribute_t = hipDeviceAttribute_t(
-        6,
-    );
+    pub const hipDeviceAttributeComputeMode: hipDeviceAttribute_t = hipDeviceAttribute_t(6);
 }
 impl hipDeviceAttribute_t {
-    pub const hipDeviceAttributeComputePreemptionSupported: hipDeviceAttribute_t = hipDeviceAttribute_t(
-        7,
-    );
+    pub const hipDeviceAttributeComputePreemptionSupported: hipDeviceAttribute_t =
+        hipDeviceAttribute_t(7);
 }
 impl hipDeviceAttribute_t {
-    pub const hipDeviceAttributeConcurrentKernels: hipDeviceAttribute_t = hipDeviceAttribute_t(
-        8,
-    );
+    pub const hipDeviceAttributeConcurrentKernels: hipDeviceAttribute_t = hipDeviceAttribute_t(8);
 }
 impl hipDeviceAttribute_t {
-    pub const hipDeviceAttributeConcurrentManagedAccess: hipDeviceAttribute_t = hipDeviceAttribute_t(
-        9,
-    );
+    pub const hipDeviceAttributeConcurrentManagedAccess: hipDeviceAttribute_t =
+        hipDeviceAttribute_t(9);
 }
 impl hipDeviceAttribute_t {
-    pub const hipDeviceAttributeCooperativeLaunch: hipDeviceAttribute_t = hipDeviceAttribute_t(
-        10,
-    );
+    pub const hipDeviceAttributeCooperativeLaunch: hipDeviceAttribute_t = hipDeviceAttribute_t(10);
 }
 impl hipDeviceAttribute_t {
-    pub const hipDeviceAttributeCooperativeMultiDeviceLaunch: hipDeviceAttribute_t = hipDeviceAttribute_t(
-        11,
-    );
+    pub const hipDeviceAttributeCooperativeMultiDeviceLaunch: hipDeviceAttribute_t =
+        hipDeviceAttribute_t(11);
 }
 impl hipDeviceAttribute_t {
-    pub const hipDeviceAttributeDeviceOverlap: hipDeviceAttribute_t = hipDeviceAttribute_t(
-        12,
-    );
+    pub const hipDeviceAttributeDeviceOverlap: hipDeviceAttribute_t = hipDeviceAttribute_t(12);
 }
 impl hipDeviceAttribute_t {
-    pub const hipDeviceAttributeDirectManagedMemAccessFromHost: hipDeviceAttribute_t = hipDeviceAttribute_t(
-        13,
-    );
+    pub const hipDeviceAttributeDirectManagedMemAccessFromHost: hipDeviceAttribute_t =
+        hipDeviceAttribute_t(13);
 }
 impl hipDeviceAttribute_t {
-    pub const hipDeviceAttributeGlobalL1CacheSupported: hipDeviceAttribute_t = hipDeviceAttribute_t(
-        14,
-    );
+    pub const hipDeviceAttributeGlobalL1CacheSupported: hipDeviceAttribute_t =
+        hipDeviceAttribute_t(14);
 }
 impl hipDeviceAttribute_t {
-    pub const hipDeviceAttributeHostNativeAtomicSupported: hipDeviceAttribute_t = hipDeviceAttribute_t(
-        15,
-    );
+    pub const hipDeviceAttributeHostNativeAtomicSupported: hipDeviceAttribute_t =
+        hipDeviceAttribute_t(15);
 }
 impl hipDeviceAttribute_t {
-    pub const hipDeviceAttributeIntegrated: hipDeviceAttribute_t = hipDeviceAttribute_t(
-        16,
-    );
+    pub const hipDeviceAttributeIntegrated: hipDeviceAttribute_t = hipDeviceAttribute_t(16);
 }
 impl hipDeviceAttribute_t {
-    pub const hipDeviceAttributeIsMultiGpuBoard: hipDeviceAttribute_t = hipDeviceAttribute_t(
-        17,
-    );
+    pub const hipDeviceAttributeIsMultiGpuBoard: hipDeviceAttribute_t = hipDeviceAttribute_t(17);
 }
 impl hipDeviceAttribute_t {
-    pub const hipDeviceAttributeKernelExecTimeout: hipDeviceAttribute_t = hipDeviceAttribute_t(
-        18,
-    );
+    pub const hipDeviceAttributeKernelExecTimeout: hipDeviceAttribute_t = hipDeviceAttribute_t(18);
 }
 impl hipDeviceAttribute_t {
-    pub const hipDeviceAttributeL2CacheSize: hipDeviceAttribute_t = hipDeviceAttribute_t(
-        19,
-    );
+    pub const hipDeviceAttributeL2CacheSize: hipDeviceAttribute_t = hipDeviceAttribute_t(19);
 }
 impl hipDeviceAttribute_t {
-    pub const hipDeviceAttributeLocalL1CacheSupported: hipDeviceAttribute_t = hipDeviceAttribute_t(
-        20,
-    );
+    pub const hipDeviceAttributeLocalL1CacheSupported: hipDeviceAttribute_t =
+        hipDeviceAttribute_t(20);
 }
 impl hipDeviceAttribute_t {
     pub const hipDeviceAttributeLuid: hipDeviceAttribute_t = hipDeviceAttribute_t(21);
 }
 impl hipDeviceAttribute_t {
-    pub const hipDeviceAttributeLuidDeviceNodeMask: hipDeviceAttribute_t = hipDeviceAttribute_t(
-        22,
-    );
+    pub const hipDeviceAttributeLuidDeviceNodeMask: hipDeviceAttribute_t = hipDeviceAttribute_t(22);
 }
 impl hipDeviceAttribute_t {
-    pub const hipDeviceAttributeComputeCapabilityMajor: hipDeviceAttribute_t = hipDeviceAttribute_t(
-        23,
-    );
+    pub const hipDeviceAttributeComputeCapabilityMajor: hipDeviceAttribute_t =
+        hipDeviceAttribute_t(23);
 }
 impl hipDeviceAttribute_t {
-    pub const hipDeviceAttributeManagedMemory: hipDeviceAttribute_t = hipDeviceAttribute_t(
-        24,
-    );
+    pub const hipDeviceAttributeManagedMemory: hipDeviceAttribute_t = hipDeviceAttribute_t(24);
 }
 impl hipDeviceAttribute_t {
-    pub const hipDeviceAttributeMaxBlocksPerMultiProcessor: hipDeviceAttribute_t = hipDeviceAttribute_t(
-        25,
-    );
+    pub const hipDeviceAttributeMaxBlocksPerMultiProcessor: hipDeviceAttribute_t =
+        hipDeviceAttribute_t(25);
 }
 impl hipDeviceAttribute_t {
-    pub const hipDeviceAttributeMaxBlockDimX: hipDeviceAttribute_t = hipDeviceAttribute_t(
-        26,
-    );
+    pub const hipDeviceAttributeMaxBlockDimX: hipDeviceAttribute_t = hipDeviceAttribute_t(26);
 }
 impl hipDeviceAttribute_t {
-    pub const hipDeviceAttributeMaxBlockDimY: hipDeviceAttribute_t = hipDeviceAttribute_t(
-        27,
-    );
+    pub const hipDeviceAttributeMaxBlockDimY: hipDeviceAttribute_t = hipDeviceAttribute_t(27);
 }
 impl hipDeviceAttribute_t {
-    pub const hipDeviceAttributeMaxBlockDimZ: hipDeviceAttribute_t = hipDeviceAttribute_t(
-        28,
-    );
+    pub const hipDeviceAttributeMaxBlockDimZ: hipDeviceAttribute_t = hipDeviceAttribute_t(28);
 }
 impl hipDeviceAttribute_t {
-    pub const hipDeviceAttributeMaxGridDimX: hipDeviceAttribute_t = hipDeviceAttribute_t(
-        29,
-    );
+    pub const hipDeviceAttributeMaxGridDimX: hipDeviceAttribute_t = hipDeviceAttribute_t(29);
 }
 impl hipDeviceAttribute_t {
-    pub const hipDeviceAttributeMaxGridDimY: hipDeviceAttribute_t = hipDeviceAttribute_t(
-        30,
-    );
+    pub const hipDeviceAttributeMaxGridDimY: hipDeviceAttribute_t = hipDeviceAttribute_t(30);
 }
 impl hipDeviceAttribute_t {
-    pub const hipDeviceAttributeMaxGridDimZ: hipDeviceAttribute_t = hipDeviceAttribute_t(
-        31,
-    );
+    pub const hipDeviceAttributeMaxGridDimZ: hipDeviceAttribute_t = hipDeviceAttribute_t(31);
 }
 impl hipDeviceAttribute_t {
-    pub const hipDeviceAttributeMaxSurface1D: hipDeviceAttribute_t = hipDeviceAttribute_t(
-        32,
-    );
+    pub const hipDeviceAttributeMaxSurface1D: hipDeviceAttribute_t = hipDeviceAttribute_t(32);
 }
 impl hipDeviceAttribute_t {
-    pub const hipDeviceAttributeMaxSurface1DLayered: hipDeviceAttribute_t = hipDeviceAttribute_t(
-        33,
-    );
+    pub const hipDeviceAttributeMaxSurface1DLayered: hipDeviceAttribute_t =
+        hipDeviceAttribute_t(33);
 }
 impl hipDeviceAttribute_t {
-    pub const hipDeviceAttributeMaxSurface2D: hipDeviceAttribute_t = hipDeviceAttribute_t(
-        34,
-    );
+    pub const hipDeviceAttributeMaxSurface2D: hipDeviceAttribute_t = hipDeviceAttribute_t(34);
 }
 impl hipDeviceAttribute_t {
-    pub const hipDeviceAttributeMaxSurface2DLayered: hipDeviceAttribute_t = hipDeviceAttribute_t(
-        35,
-    );
+    pub const hipDeviceAttributeMaxSurface2DLayered: hipDeviceAttribute_t =
+        hipDeviceAttribute_t(35);
 }
 impl hipDeviceAttribute_t {
-    pub const hipDeviceAttributeMaxSurface3D: hipDeviceAttribute_t = hipDeviceAttribute_t(
-        36,
-    );
+    pub const hipDeviceAttributeMaxSurface3D: hipDeviceAttribute_t = hipDeviceAttribute_t(36);
 }
 impl hipDeviceAttribute_t {
-    pub const hipDeviceAttributeMaxSurfaceCubemap: hipDeviceAttribute_t = hipDeviceAttribute_t(
-        37,
-    );
+    pub const hipDeviceAttributeMaxSurfaceCubemap: hipDeviceAttribute_t = hipDeviceAttribute_t(37);
 }
 impl hipDeviceAttribute_t {
-    pub const hipDeviceAttributeMaxSurfaceCubemapLayered: hipDeviceAttribute_t = hipDeviceAttribute_t(
-        38,
-    );
+    pub const hipDeviceAttributeMaxSurfaceCubemapLayered: hipDeviceAttribute_t =
+        hipDeviceAttribute_t(38);
 }
 impl hipDeviceAttribute_t {
-    pub const hipDeviceAttributeMaxTexture1DWidth: hipDeviceAttribute_t = hipDeviceAttribute_t(
-        39,
-    );
+    pub const hipDeviceAttributeMaxTexture1DWidth: hipDeviceAttribute_t = hipDeviceAttribute_t(39);
 }
 impl hipDeviceAttribute_t {
-    pub const hipDeviceAttributeMaxTexture1DLayered: hipDeviceAttribute_t = hipDeviceAttribute_t(
-        40,
-    );
+    pub const hipDeviceAttributeMaxTexture1DLayered: hipDeviceAttribute_t =
+        hipDeviceAttribute_t(40);
 }
 impl hipDeviceAttribute_t {
-    pub const hipDeviceAttributeMaxTexture1DLinear: hipDeviceAttribute_t = hipDeviceAttribute_t(
-        41,
-    );
+    pub const hipDeviceAttributeMaxTexture1DLinear: hipDeviceAttribute_t = hipDeviceAttribute_t(41);
 }
 impl hipDeviceAttribute_t {
-    pub const hipDeviceAttributeMaxTexture1DMipmap: hipDeviceAttribute_t = hipDeviceAttribute_t(
-        42,
-    );
+    pub const hipDeviceAttributeMaxTexture1DMipmap: hipDeviceAttribute_t = hipDeviceAttribute_t(42);
 }
 impl hipDeviceAttribute_t {
-    pub const hipDeviceAttributeMaxTexture2DWidth: hipDeviceAttribute_t = hipDeviceAttribute_t(
-        43,
-    );
+    pub const hipDeviceAttributeMaxTexture2DWidth: hipDeviceAttribute_t = hipDeviceAttribute_t(43);
 }
 impl hipDeviceAttribute_t {
-    pub const hipDeviceAttributeMaxTexture2DHeight: hipDeviceAttribute_t = hipDeviceAttribute_t(
-        44,
-    );
+    pub const hipDeviceAttributeMaxTexture2DHeight: hipDeviceAttribute_t = hipDeviceAttribute_t(44);
 }
 impl hipDeviceAttribute_t {
-    pub const hipDeviceAttributeMaxTexture2DGather: hipDeviceAttribute_t = hipDeviceAttribute_t(
-        45,
-    );
+    pub const hipDeviceAttributeMaxTexture2DGather: hipDeviceAttribute_t = hipDeviceAttribute_t(45);
 }
 impl hipDeviceAttribute_t {
-    pub const hipDeviceAttributeMaxTexture2DLayered: hipDeviceAttribute_t = hipDeviceAttribute_t(
-        46,
-    );
+    pub const hipDeviceAttributeMaxTexture2DLayered: hipDeviceAttribute_t =
+        hipDeviceAttribute_t(46);
 }
 impl hipDeviceAttribute_t {
-    pub const hipDeviceAttributeMaxTexture2DLinear: hipDeviceAttribute_t = hipDeviceAttribute_t(
-        47,
-    );
+    pub const hipDeviceAttributeMaxTexture2DLinear: hipDeviceAttribute_t = hipDeviceAttribute_t(47);
 }
 impl hipDeviceAttribute_t {
-    pub const hipDeviceAttributeMaxTexture2DMipmap: hipDeviceAttribute_t = hipDeviceAttribute_t(
-        48,
-    );
+    pub const hipDeviceAttributeMaxTexture2DMipmap: hipDeviceAttribute_t = hipDeviceAttribute_t(48);
 }
 impl hipDeviceAttribute_t {
-    pub const hipDeviceAttributeMaxTexture3DWidth: hipDeviceAttribute_t = hipDeviceAttribute_t(
-        49,
-    );
+    pub const hipDeviceAttributeMaxTexture3DWidth: hipDeviceAttribute_t = hipDeviceAttribute_t(49);
 }
 impl hipDeviceAttribute_t {
-    pub const hipDeviceAttributeMaxTexture3DHeight: hipDeviceAttribute_t = hipDeviceAttribute_t(
-        50,
-    );
+    pub const hipDeviceAttributeMaxTexture3DHeight: hipDeviceAttribute_t = hipDeviceAttribute_t(50);
 }
 impl hipDeviceAttribute_t {
-    pub const hipDeviceAttributeMaxTexture3DDepth: hipDeviceAttribute_t = hipDeviceAttribute_t(
-        51,
-    );
+    pub const hipDeviceAttributeMaxTexture3DDepth: hipDeviceAttribute_t = hipDeviceAttribute_t(51);
 }
 impl hipDeviceAttribute_t {
-    pub const hipDeviceAttributeMaxTexture3DAlt: hipDeviceAttribute_t = hipDeviceAttribute_t(
-        52,
-    );
+    pub const hipDeviceAttributeMaxTexture3DAlt: hipDeviceAttribute_t = hipDeviceAttribute_t(52);
 }
 impl hipDeviceAttribute_t {
-    pub const hipDeviceAttributeMaxTextureCubemap: hipDeviceAttribute_t = hipDeviceAttribute_t(
-        53,
-    );
+    pub const hipDeviceAttributeMaxTextureCubemap: hipDeviceAttribute_t = hipDeviceAttribute_t(53);
 }
 impl hipDeviceAttribute_t {
-    pub const hipDeviceAttributeMaxTextureCubemapLayered: hipDeviceAttribute_t = hipDeviceAttribute_t(
-        54,
-    );
+    pub const hipDeviceAttributeMaxTextureCubemapLayered: hipDeviceAttribute_t =
+        hipDeviceAttribute_t(54);
 }
 impl hipDeviceAttribute_t {
-    pub const hipDeviceAttributeMaxThreadsDim: hipDeviceAttribute_t = hipDeviceAttribute_t(
-        55,
-    );
+    pub const hipDeviceAttributeMaxThreadsDim: hipDeviceAttribute_t = hipDeviceAttribute_t(55);
 }
 impl hipDeviceAttribute_t {
-    pub const hipDeviceAttributeMaxThreadsPerBlock: hipDeviceAttribute_t = hipDeviceAttribute_t(
-        56,
-    );
+    pub const hipDeviceAttributeMaxThreadsPerBlock: hipDeviceAttribute_t = hipDeviceAttribute_t(56);
 }
 impl hipDeviceAttribute_t {
-    pub const hipDeviceAttributeMaxThreadsPerMultiProcessor: hipDeviceAttribute_t = hipDeviceAttribute_t(
-        57,
-    );
+    pub const hipDeviceAttributeMaxThreadsPerMultiProcessor: hipDeviceAttribute_t =
+        hipDeviceAttribute_t(57);
 }
 impl hipDeviceAttribute_t {
-    pub const hipDeviceAttributeMaxPitch: hipDeviceAttribute_t = hipDeviceAttribute_t(
-        58,
-    );
+    pub const hipDeviceAttributeMaxPitch: hipDeviceAttribute_t = hipDeviceAttribute_t(58);
 }
 impl hipDeviceAttribute_t {
-    pub const hipDeviceAttributeMemoryBusWidth: hipDeviceAttribute_t = hipDeviceAttribute_t(
-        59,
-    );
+    pub const hipDeviceAttributeMemoryBusWidth: hipDeviceAttribute_t = hipDeviceAttribute_t(59);
 }
 impl hipDeviceAttribute_t {
-    pub const hipDeviceAttributeMemoryClockRate: hipDeviceAttribute_t = hipDeviceAttribute_t(
-        60,
-    );
+    pub const hipDeviceAttributeMemoryClockRate: hipDeviceAttribute_t = hipDeviceAttribute_t(60);
 }
 impl hipDeviceAttribute_t {
-    pub const hipDeviceAttributeComputeCapabilityMinor: hipDeviceAttribute_t = hipDeviceAttribute_t(
-        61,
-    );
+    pub const hipDeviceAttributeComputeCapabilityMinor: hipDeviceAttribute_t =
+        hipDeviceAttribute_t(61);
 }
 impl hipDeviceAttribute_t {
-    pub const hipDeviceAttributeMultiGpuBoardGroupID: hipDeviceAttribute_t = hipDeviceAttribute_t(
-        62,
-    );
+    pub const hipDeviceAttributeMultiGpuBoardGroupID: hipDeviceAttribute_t =
+        hipDeviceAttribute_t(62);
 }
 impl hipDeviceAttribute_t {
-    pub const hipDeviceAttributeMultiprocessorCount: hipDeviceAttribute_t = hipDeviceAttribute_t(
-        63,
-    );
+    pub const hipDeviceAttributeMultiprocessorCount: hipDeviceAttribute_t =
+        hipDeviceAttribute_t(63);
 }
 impl hipDeviceAttribute_t {
     pub const hipDeviceAttributeName: hipDeviceAttribute_t = hipDeviceAttribute_t(64);
 }
 impl hipDeviceAttribute_t {
-    pub const hipDeviceAttributePageableMemoryAccess: hipDeviceAttribute_t = hipDeviceAttribute_t(
-        65,
-    );
+    pub const hipDeviceAttributePageableMemoryAccess: hipDeviceAttribute_t =
+        hipDeviceAttribute_t(65);
 }
 impl hipDeviceAttribute_t {
-    pub const hipDeviceAttributePageableMemoryAccessUsesHostPageTables: hipDeviceAttribute_t = hipDeviceAttribute_t(
-        66,
-    );
+    pub const hipDeviceAttributePageableMemoryAccessUsesHostPageTables: hipDeviceAttribute_t =
+        hipDeviceAttribute_t(66);
 }
 impl hipDeviceAttribute_t {
-    pub const hipDeviceAttributePciBusId: hipDeviceAttribute_t = hipDeviceAttribute_t(
-        67,
-    );
+    pub const hipDeviceAttributePciBusId: hipDeviceAttribute_t = hipDeviceAttribute_t(67);
 }
 impl hipDeviceAttribute_t {
-    pub const hipDeviceAttributePciDeviceId: hipDeviceAttribute_t = hipDeviceAttribute_t(
-        68,
-    );
+    pub const hipDeviceAttributePciDeviceId: hipDeviceAttribute_t = hipDeviceAttribute_t(68);
 }
 impl hipDeviceAttribute_t {
-    pub const hipDeviceAttributePciDomainID: hipDeviceAttribute_t = hipDeviceAttribute_t(
-        69,
-    );
+    pub const hipDeviceAttributePciDomainID: hipDeviceAttribute_t = hipDeviceAttribute_t(69);
 }
 impl hipDeviceAttribute_t {
-    pub const hipDeviceAttributePersistingL2CacheMaxSize: hipDeviceAttribute_t = hipDeviceAttribute_t(
-        70,
-    );
+    pub const hipDeviceAttributePersistingL2CacheMaxSize: hipDeviceAttribute_t =
+        hipDeviceAttribute_t(70);
 }
 impl hipDeviceAttribute_t {
-    pub const hipDeviceAttributeMaxRegistersPerBlock: hipDeviceAttribute_t = hipDeviceAttribute_t(
-        71,
-    );
+    pub const hipDeviceAttributeMaxRegistersPerBlock: hipDeviceAttribute_t =
+        hipDeviceAttribute_t(71);
 }
 impl hipDeviceAttribute_t {
-    pub const hipDeviceAttributeMaxRegistersPerMultiprocessor: hipDeviceAttribute_t = hipDeviceAttribute_t(
-        72,
-    );
+    pub const hipDeviceAttributeMaxRegistersPerMultiprocessor: hipDeviceAttribute_t =
+        hipDeviceAttribute_t(72);
 }
 impl hipDeviceAttribute_t {
-    pub const hipDeviceAttributeReservedSharedMemPerBlock: hipDeviceAttribute_t = hipDeviceAttribute_t(
-        73,
-    );
+    pub const hipDeviceAttributeReservedSharedMemPerBlock: hipDeviceAttribute_t =
+        hipDeviceAttribute_t(73);
 }
 impl hipDeviceAttribute_t {
-    pub const hipDeviceAttributeMaxSharedMemoryPerBlock: hipDeviceAttribute_t = hipDeviceAttribute_t(
-        74,
-    );
+    pub const hipDeviceAttributeMaxSharedMemoryPerBlock: hipDeviceAttribute_t =
+        hipDeviceAttribute_t(74);
 }
 impl hipDeviceAttribute_t {
-    pub const hipDeviceAttributeSharedMemPerBlockOptin: hipDeviceAttribute_t = hipDeviceAttribute_t(
-        75,
-    );
+    pub const hipDeviceAttributeSharedMemPerBlockOptin: hipDeviceAttribute_t =
+        hipDeviceAttribute_t(75);
 }
 impl hipDeviceAttribute_t {
-    pub const hipDeviceAttributeSharedMemPerMultiprocessor: hipDeviceAttribute_t = hipDeviceAttribute_t(
-        76,
-    );
+    pub const hipDeviceAttributeSharedMemPerMultiprocessor: hipDeviceAttribute_t =
+        hipDeviceAttribute_t(76);
 }
 impl hipDeviceAttribute_t {
-    pub const hipDeviceAttributeSingleToDoublePrecisionPerfRatio: hipDeviceAttribute_t = hipDeviceAttribute_t(
-        77,
-    );
+    pub const hipDeviceAttributeSingleToDoublePrecisionPerfRatio: hipDeviceAttribute_t =
+        hipDeviceAttribute_t(77);
 }
 impl hipDeviceAttribute_t {
-    pub const hipDeviceAttributeStreamPrioritiesSupported: hipDeviceAttribute_t = hipDeviceAttribute_t(
-        78,
-    );
+    pub const hipDeviceAttributeStreamPrioritiesSupported: hipDeviceAttribute_t =
+        hipDeviceAttribute_t(78);
 }
 impl hipDeviceAttribute_t {
-    pub const hipDeviceAttributeSurfaceAlignment: hipDeviceAttribute_t = hipDeviceAttribute_t(
-        79,
-    );
+    pub const hipDeviceAttributeSurfaceAlignment: hipDeviceAttribute_t = hipDeviceAttribute_t(79);
 }
 impl hipDeviceAttribute_t {
-    pub const hipDeviceAttributeTccDriver: hipDeviceAttribute_t = hipDeviceAttribute_t(
-        80,
-    );
+    pub const hipDeviceAttributeTccDriver: hipDeviceAttribute_t = hipDeviceAttribute_t(80);
 }
 impl hipDeviceAttribute_t {
-    pub const hipDeviceAttributeTextureAlignment: hipDeviceAttribute_t = hipDeviceAttribute_t(
-        81,
-    );
+    pub const hipDeviceAttributeTextureAlignment: hipDeviceAttribute_t = hipDeviceAttribute_t(81);
 }
 impl hipDeviceAttribute_t {
-    pub const hipDeviceAttributeTexturePitchAlignment: hipDeviceAttribute_t = hipDeviceAttribute_t(
-        82,
-    );
+    pub const hipDeviceAttributeTexturePitchAlignment: hipDeviceAttribute_t =
+        hipDeviceAttribute_t(82);
 }
 impl hipDeviceAttribute_t {
-    pub const hipDeviceAttributeTotalConstantMemory: hipDeviceAttribute_t = hipDeviceAttribute_t(
-        83,
-    );
+    pub const hipDeviceAttributeTotalConstantMemory: hipDeviceAttribute_t =
+        hipDeviceAttribute_t(83);
 }
 impl hipDeviceAttribute_t {
-    pub const hipDeviceAttributeTotalGlobalMem: hipDeviceAttribute_t = hipDeviceAttribute_t(
-        84,
-    );
+    pub const hipDeviceAttributeTotalGlobalMem: hipDeviceAttribute_t = hipDeviceAttribute_t(84);
 }
 impl hipDeviceAttribute_t {
-    pub const hipDeviceAttributeUnifiedAddressing: hipDeviceAttribute_t = hipDeviceAttribute_t(
-        85,
-    );
+    pub const hipDeviceAttributeUnifiedAddressing: hipDeviceAttribute_t = hipDeviceAttribute_t(85);
 }
 impl hipDeviceAttribute_t {
     pub const hipDeviceAttributeUuid: hipDeviceAttribute_t = hipDeviceAttribute_t(86);
 }
 impl hipDeviceAttribute_t {
-    pub const hipDeviceAttributeWarpSize: hipDeviceAttribute_t = hipDeviceAttribute_t(
-        87,
-    );
+    pub const hipDeviceAttributeWarpSize: hipDeviceAttribute_t = hipDeviceAttribute_t(87);
 }
 impl hipDeviceAttribute_t {
-    pub const hipDeviceAttributeMemoryPoolsSupported: hipDeviceAttribute_t = hipDeviceAttribute_t(
-        88,
-    );
+    pub const hipDeviceAttributeMemoryPoolsSupported: hipDeviceAttribute_t =
+        hipDeviceAttribute_t(88);
 }
 impl hipDeviceAttribute_t {
-    pub const hipDeviceAttributeCudaCompatibleEnd: hipDeviceAttribute_t = hipDeviceAttribute_t(
-        9999,
-    );
+    pub const hipDeviceAttributeCudaCompatibleEnd: hipDeviceAttribute_t =
+        hipDeviceAttribute_t(9999);
 }
 impl hipDeviceAttribute_t {
-    pub const hipDeviceAttributeAmdSpecificBegin: hipDeviceAttribute_t = hipDeviceAttribute_t(
-        10000,
-    );
+    pub const hipDeviceAttributeAmdSpecificBegin: hipDeviceAttribute_t =
+        hipDeviceAttribute_t(10000);
 }
 impl hipDeviceAttribute_t {
-    pub const hipDeviceAttributeClockInstructionRate: hipDeviceAttribute_t = hipDeviceAttribute_t(
-        10000,
-    );
+    pub const hipDeviceAttributeClockInstructionRate: hipDeviceAttribute_t =
+        hipDeviceAttribute_t(10000);
 }
 impl hipDeviceAttribute_t {
     pub const hipDeviceAttributeArch: hipDeviceAttribute_t = hipDeviceAttribute_t(10001);
 }
 impl hipDeviceAttribute_t {
-    pub const hipDeviceAttributeMaxSharedMemoryPerMultiprocessor: hipDeviceAttribute_t = hipDeviceAttribute_t(
-        10002,
-    );
+    pub const hipDeviceAttributeMaxSharedMemoryPerMultiprocessor: hipDeviceAttribute_t =
+        hipDeviceAttribute_t(10002);
 }
 impl hipDeviceAttribute_t {
-    pub const hipDeviceAttributeGcnArch: hipDeviceAttribute_t = hipDeviceAttribute_t(
-        10003,
-    );
+    pub const hipDeviceAttributeGcnArch: hipDeviceAttribute_t = hipDeviceAttribute_t(10003);
 }
 impl hipDeviceAttribute_t {
-    pub const hipDeviceAttributeGcnArchName: hipDeviceAttribute_t = hipDeviceAttribute_t(
-        10004,
-    );
+    pub const hipDeviceAttributeGcnArchName: hipDeviceAttribute_t = hipDeviceAttribute_t(10004);
 }
 impl hipDeviceAttribute_t {
-    pub const hipDeviceAttributeHdpMemFlushCntl: hipDeviceAttribute_t = hipDeviceAttribute_t(
-        10005,
-    );
+    pub const hipDeviceAttributeHdpMemFlushCntl: hipDeviceAttribute_t = hipDeviceAttribute_t(10005);
 }
 impl hipDeviceAttribute_t {
-    pub const hipDeviceAttributeHdpRegFlushCntl: hipDeviceAttribute_t = hipDeviceAttribute_t(
-        10006,
-    );
+    pub const hipDeviceAttributeHdpRegFlushCntl: hipDeviceAttribute_t = hipDeviceAttribute_t(10006);
 }
 impl hipDeviceAttribute_t {
-    pub const hipDeviceAttributeCooperativeMultiDeviceUnmatchedFunc: hipDeviceAttribute_t = hipDeviceAttribute_t(
-        10007,
-    );
+    pub const hipDeviceAttributeCooperativeMultiDeviceUnmatchedFunc: hipDeviceAttribute_t =
+        hipDeviceAttribute_t(10007);
 }
 impl hipDeviceAttribute_t {
-    pub const hipDeviceAttributeCooperativeMultiDeviceUnmatchedGridDim: hipDeviceAttribute_t = hipDeviceAttribute_t(
-        10008,
-    );
+    pub const hipDeviceAttributeCooperativeMultiDeviceUnmatchedGridDim: hipDeviceAttribute_t =
+        hipDeviceAttribute_t(10008);
 }
 impl hipDeviceAttribute_t {
-    pub const hipDeviceAttributeCooperativeMultiDeviceUnmatchedBlockDim: hipDeviceAttribute_t = hipDeviceAttribute_t(
-        10009,
-    );
+    pub const hipDeviceAttributeCooperativeMultiDeviceUnmatchedBlockDim: hipDeviceAttribute_t =
+        hipDeviceAttribute_t(10009);
 }
 impl hipDeviceAttribute_t {
-    pub const hipDeviceAttributeCooperativeMultiDeviceUnmatchedSharedMem: hipDeviceAttribute_t = hipDeviceAttribute_t(
-        10010,
-    );
+    pub const hipDeviceAttributeCooperativeMultiDeviceUnmatchedSharedMem: hipDeviceAttribute_t =
+        hipDeviceAttribute_t(10010);
 }
 impl hipDeviceAttribute_t {
-    pub const hipDeviceAttributeIsLargeBar: hipDeviceAttribute_t = hipDeviceAttribute_t(
-        10011,
-    );
+    pub const hipDeviceAttributeIsLargeBar: hipDeviceAttribute_t = hipDeviceAttribute_t(10011);
 }
 impl hipDeviceAttribute_t {
-    pub const hipDeviceAttributeAsicRevision: hipDeviceAttribute_t = hipDeviceAttribute_t(
-        10012,
-    );
+    pub const hipDeviceAttributeAsicRevision: hipDeviceAttribute_t = hipDeviceAttribute_t(10012);
 }
 impl hipDeviceAttribute_t {
-    pub const hipDeviceAttributeCanUseStreamWaitValue: hipDeviceAttribute_t = hipDeviceAttribute_t(
-        10013,
-    );
+    pub const hipDeviceAttributeCanUseStreamWaitValue: hipDeviceAttribute_t =
+        hipDeviceAttribute_t(10013);
 }
 impl hipDeviceAttribute_t {
-    pub const hipDeviceAttributeImageSupport: hipDeviceAttribute_t = hipDeviceAttribute_t(
-        10014,
-    );
+    pub const hipDeviceAttributeImageSupport: hipDeviceAttribute_t = hipDeviceAttribute_t(10014);
 }
 impl hipDeviceAttribute_t {
-    pub const hipDeviceAttributePhysicalMultiProcessorCount: hipDeviceAttribute_t = hipDeviceAttribute_t(
-        10015,
-    );
+    pub const hipDeviceAttributePhysicalMultiProcessorCount: hipDeviceAttribute_t =
+        hipDeviceAttribute_t(10015);
 }
 impl hipDeviceAttribute_t {
-    pub const hipDeviceAttributeFineGrainSupport: hipDeviceAttribute_t = hipDeviceAttribute_t(
-        10016,
-    );
+    pub const hipDeviceAttributeFineGrainSupport: hipDeviceAttribute_t =
+        hipDeviceAttribute_t(10016);
 }
 impl hipDeviceAttribute_t {
-    pub const hipDeviceAttributeAmdSpecificEnd: hipDeviceAttribute_t = hipDeviceAttribute_t(
-        19999,
-    );
+    pub const hipDeviceAttributeAmdSpecificEnd: hipDeviceAttribute_t = hipDeviceAttribute_t(19999);
 }
 impl hipDeviceAttribute_t {
-    pub const hipDeviceAttributeVendorSpecificBegin: hipDeviceAttribute_t = hipDeviceAttribute_t(
-        20000,
-    );
+    pub const hipDeviceAttributeVendorSpecificBegin: hipDeviceAttribute_t =
+        hipDeviceAttribute_t(20000);
 }
 #[repr(transparent)]
 #[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
@@ -1631,54 +1291,38 @@ impl hipMemcpyKind {
 #[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
 pub struct hipMemcpyKind(pub ::std::os::raw::c_uint);
 impl hipFunction_attribute {
-    pub const HIP_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK: hipFunction_attribute = hipFunction_attribute(
-        0,
-    );
+    pub const HIP_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK: hipFunction_attribute =
+        hipFunction_attribute(0);
 }
 impl hipFunction_attribute {
-    pub const HIP_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES: hipFunction_attribute = hipFunction_attribute(
-        1,
-    );
+    pub const HIP_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES: hipFunction_attribute =
+        hipFunction_attribute(1);
 }
 impl hipFunction_attribute {
-    pub const HIP_FUNC_ATTRIBUTE_CONST_SIZE_BYTES: hipFunction_attribute = hipFunction_attribute(
-        2,
-    );
+    pub const HIP_FUNC_ATTRIBUTE_CONST_SIZE_BYTES: hipFunction_attribute = hipFunction_attribute(2);
 }
 impl hipFunction_attribute {
-    pub const HIP_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES: hipFunction_attribute = hipFunction_attribute(
-        3,
-    );
+    pub const HIP_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES: hipFunction_attribute = hipFunction_attribute(3);
 }
 impl hipFunction_attribute {
-    pub const HIP_FUNC_ATTRIBUTE_NUM_REGS: hipFunction_attribute = hipFunction_attribute(
-        4,
-    );
+    pub const HIP_FUNC_ATTRIBUTE_NUM_REGS: hipFunction_attribute = hipFunction_attribute(4);
 }
 impl hipFunction_attribute {
-    pub const HIP_FUNC_ATTRIBUTE_PTX_VERSION: hipFunction_attribute = hipFunction_attribute(
-        5,
-    );
+    pub const HIP_FUNC_ATTRIBUTE_PTX_VERSION: hipFunction_attribute = hipFunction_attribute(5);
 }
 impl hipFunction_attribute {
-    pub const HIP_FUNC_ATTRIBUTE_BINARY_VERSION: hipFunction_attribute = hipFunction_attribute(
-        6,
-    );
+    pub const HIP_FUNC_ATTRIBUTE_BINARY_VERSION: hipFunction_attribute = hipFunction_attribute(6);
 }
 impl hipFunction_attribute {
-    pub const HIP_FUNC_ATTRIBUTE_CACHE_MODE_CA: hipFunction_attribute = hipFunction_attribute(
-        7,
-    );
+    pub const HIP_FUNC_ATTRIBUTE_CACHE_MODE_CA: hipFunction_attribute = hipFunction_attribute(7);
 }
 impl hipFunction_attribute {
-    pub const HIP_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES: hipFunction_attribute = hipFunction_attribute(
-        8,
-    );
+    pub const HIP_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES: hipFunction_attribute =
+        hipFunction_attribute(8);
 }
 impl hipFunction_attribute {
-    pub const HIP_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT: hipFunction_attribute = hipFunction_attribute(
-        9,
-    );
+    pub const HIP_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT: hipFunction_attribute =
+        hipFunction_attribute(9);
 }
 impl hipFunction_attribute {
     pub const HIP_FUNC_ATTRIBUTE_MAX: hipFunction_attribute = hipFunction_attribute(10);
@@ -1802,14 +1446,8 @@ pub struct HipApi {
         unsafe extern "C" fn(bytes: *mut usize, device: hipDevice_t) -> hipError_t,
         ::libloading::Error,
     >,
-    pub hipDeviceSynchronize: Result<
-        unsafe extern "C" fn() -> hipError_t,
-        ::libloading::Error,
-    >,
-    pub hipDeviceReset: Result<
-        unsafe extern "C" fn() -> hipError_t,
-        ::libloading::Error,
-    >,
+    pub hipDeviceSynchronize: Result<unsafe extern "C" fn() -> hipError_t, ::libloading::Error>,
+    pub hipDeviceReset: Result<unsafe extern "C" fn() -> hipError_t, ::libloading::Error>,
     pub hipSetDevice: Result<
         unsafe extern "C" fn(deviceId: ::std::os::raw::c_int) -> hipError_t,
         ::libloading::Error,
@@ -1841,14 +1479,8 @@ pub struct HipApi {
         unsafe extern "C" fn(flags: ::std::os::raw::c_uint) -> hipError_t,
         ::libloading::Error,
     >,
-    pub hipGetLastError: Result<
-        unsafe extern "C" fn() -> hipError_t,
-        ::libloading::Error,
-    >,
-    pub hipPeekAtLastError: Result<
-        unsafe extern "C" fn() -> hipError_t,
-        ::libloading::Error,
-    >,
+    pub hipGetLastError: Result<unsafe extern "C" fn() -> hipError_t, ::libloading::Error>,
+    pub hipPeekAtLastError: Result<unsafe extern "C" fn() -> hipError_t, ::libloading::Error>,
     pub hipGetErrorName: Result<
         unsafe extern "C" fn(hip_error: hipError_t) -> *const ::std::os::raw::c_char,
         ::libloading::Error,
@@ -1857,15 +1489,10 @@ pub struct HipApi {
         unsafe extern "C" fn(hipError: hipError_t) -> *const ::std::os::raw::c_char,
         ::libloading::Error,
     >,
-    pub hipStreamCreate: Result<
-        unsafe extern "C" fn(stream: *mut hipStream_t) -> hipError_t,
-        ::libloading::Error,
-    >,
+    pub hipStreamCreate:
+        Result<unsafe extern "C" fn(stream: *mut hipStream_t) -> hipError_t, ::libloading::Error>,
     pub hipStreamCreateWithFlags: Result<
-        unsafe extern "C" fn(
-            stream: *mut hipStream_t,
-            flags: ::std::os::raw::c_uint,
-        ) -> hipError_t,
+        unsafe extern "C" fn(stream: *mut hipStream_t, flags: ::std::os::raw::c_uint) -> hipError_t,
         ::libloading::Error,
     >,
     pub hipStreamCreateWithPriority: Result<
@@ -1883,18 +1510,12 @@ pub struct HipApi {
         ) -> hipError_t,
         ::libloading::Error,
     >,
-    pub hipStreamDestroy: Result<
-        unsafe extern "C" fn(stream: hipStream_t) -> hipError_t,
-        ::libloading::Error,
-    >,
-    pub hipStreamQuery: Result<
-        unsafe extern "C" fn(stream: hipStream_t) -> hipError_t,
-        ::libloading::Error,
-    >,
-    pub hipStreamSynchronize: Result<
-        unsafe extern "C" fn(stream: hipStream_t) -> hipError_t,
-        ::libloading::Error,
-    >,
+    pub hipStreamDestroy:
+        Result<unsafe extern "C" fn(stream: hipStream_t) -> hipError_t, ::libloading::Error>,
+    pub hipStreamQuery:
+        Result<unsafe extern "C" fn(stream: hipStream_t) -> hipError_t, ::libloading::Error>,
+    pub hipStreamSynchronize:
+        Result<unsafe extern "C" fn(stream: hipStream_t) -> hipError_t, ::libloading::Error>,
     pub hipStreamWaitEvent: Result<
         unsafe extern "C" fn(
             stream: hipStream_t,
@@ -1904,10 +1525,7 @@ pub struct HipApi {
         ::libloading::Error,
     >,
     pub hipStreamGetFlags: Result<
-        unsafe extern "C" fn(
-            stream: hipStream_t,
-            flags: *mut ::std::os::raw::c_uint,
-        ) -> hipError_t,
+        unsafe extern "C" fn(stream: hipStream_t, flags: *mut ::std::os::raw::c_uint) -> hipError_t,
         ::libloading::Error,
     >,
     pub hipStreamGetPriority: Result<
@@ -1918,40 +1536,25 @@ pub struct HipApi {
         ::libloading::Error,
     >,
     pub hipEventCreateWithFlags: Result<
-        unsafe extern "C" fn(
-            event: *mut hipEvent_t,
-            flags: ::std::os::raw::c_uint,
-        ) -> hipError_t,
+        unsafe extern "C" fn(event: *mut hipEvent_t, flags: ::std::os::raw::c_uint) -> hipError_t,
         ::libloading::Error,
     >,
-    pub hipEventCreate: Result<
-        unsafe extern "C" fn(event: *mut hipEvent_t) -> hipError_t,
-        ::libloading::Error,
-    >,
+    pub hipEventCreate:
+        Result<unsafe extern "C" fn(event: *mut hipEvent_t) -> hipError_t, ::libloading::Error>,
     pub hipEventRecord: Result<
         unsafe extern "C" fn(event: hipEvent_t, stream: hipStream_t) -> hipError_t,
         ::libloading::Error,
     >,
-    pub hipEventDestroy: Result<
-        unsafe extern "C" fn(event: hipEvent_t) -> hipError_t,
-        ::libloading::Error,
-    >,
-    pub hipEventSynchronize: Result<
-        unsafe extern "C" fn(event: hipEvent_t) -> hipError_t,
-        ::libloading::Error,
-    >,
+    pub hipEventDestroy:
+        Result<unsafe extern "C" fn(event: hipEvent_t) -> hipError_t, ::libloading::Error>,
+    pub hipEventSynchronize:
+        Result<unsafe extern "C" fn(event: hipEvent_t) -> hipError_t, ::libloading::Error>,
     pub hipEventElapsedTime: Result<
-        unsafe extern "C" fn(
-            ms: *mut f32,
-            start: hipEvent_t,
-            stop: hipEvent_t,
-        ) -> hipError_t,
+        unsafe extern "C" fn(ms: *mut f32, start: hipEvent_t, stop: hipEvent_t) -> hipError_t,
         ::libloading::Error,
     >,
-    pub hipEventQuery: Result<
-        unsafe extern "C" fn(event: hipEvent_t) -> hipError_t,
-        ::libloading::Error,
-    >,
+    pub hipEventQuery:
+        Result<unsafe extern "C" fn(event: hipEvent_t) -> hipError_t, ::libloading::Error>,
     pub hipPointerGetAttributes: Result<
         unsafe extern "C" fn(
             attributes: *mut hipPointerAttribute_t,
@@ -1960,10 +1563,7 @@ pub struct HipApi {
         ::libloading::Error,
     >,
     pub hipMalloc: Result<
-        unsafe extern "C" fn(
-            ptr: *mut *mut ::std::os::raw::c_void,
-            size: usize,
-        ) -> hipError_t,
+        unsafe extern "C" fn(ptr: *mut *mut ::std::os::raw::c_void, size: usize) -> hipError_t,
         ::libloading::Error,
     >,
     pub hipHostMalloc: Result<
@@ -2208,10 +1808,8 @@ pub struct HipApi {
         ) -> hipError_t,
         ::libloading::Error,
     >,
-    pub hipModuleUnload: Result<
-        unsafe extern "C" fn(module: hipModule_t) -> hipError_t,
-        ::libloading::Error,
-    >,
+    pub hipModuleUnload:
+        Result<unsafe extern "C" fn(module: hipModule_t) -> hipError_t, ::libloading::Error>,
     pub hipModuleGetFunction: Result<
         unsafe extern "C" fn(
             function: *mut hipFunction_t,
@@ -2292,39 +1890,25 @@ impl HipApi {
     {
         let __library = library.into();
         let hipInit = __library.get(b"hipInit\0").map(|sym| *sym);
-        let hipDriverGetVersion = __library
-            .get(b"hipDriverGetVersion\0")
-            .map(|sym| *sym);
-        let hipRuntimeGetVersion = __library
-            .get(b"hipRuntimeGetVersion\0")
-            .map(|sym| *sym);
+        let hipDriverGetVersion = __library.get(b"hipDriverGetVersion\0").map(|sym| *sym);
+        let hipRuntimeGetVersion = __library.get(b"hipRuntimeGetVersion\0").map(|sym| *sym);
         let hipDeviceGetName = __library.get(b"hipDeviceGetName\0").map(|sym| *sym);
-        let hipDeviceGetPCIBusId = __library
-            .get(b"hipDeviceGetPCIBusId\0")
-            .map(|sym| *sym);
+        let hipDeviceGetPCIBusId = __library.get(b"hipDeviceGetPCIBusId\0").map(|sym| *sym);
         let hipDeviceTotalMem = __library.get(b"hipDeviceTotalMem\0").map(|sym| *sym);
-        let hipDeviceSynchronize = __library
-            .get(b"hipDeviceSynchronize\0")
-            .map(|sym| *sym);
+        let hipDeviceSynchronize = __library.get(b"hipDeviceSynchronize\0").map(|sym| *sym);
         let hipDeviceReset = __library.get(b"hipDeviceReset\0").map(|sym| *sym);
         let hipSetDevice = __library.get(b"hipSetDevice\0").map(|sym| *sym);
         let hipGetDevice = __library.get(b"hipGetDevice\0").map(|sym| *sym);
         let hipGetDeviceCount = __library.get(b"hipGetDeviceCount\0").map(|sym| *sym);
-        let hipDeviceGetAttribute = __library
-            .get(b"hipDeviceGetAttribute\0")
-            .map(|sym| *sym);
-        let hipGetDeviceProperties = __library
-            .get(b"hipGetDeviceProperties\0")
-            .map(|sym| *sym);
+        let hipDeviceGetAttribute = __library.get(b"hipDeviceGetAttribute\0").map(|sym| *sym);
+        let hipGetDeviceProperties = __library.get(b"hipGetDeviceProperties\0").map(|sym| *sym);
         let hipSetDeviceFlags = __library.get(b"hipSetDeviceFlags\0").map(|sym| *sym);
         let hipGetLastError = __library.get(b"hipGetLastError\0").map(|sym| *sym);
         let hipPeekAtLastError = __library.get(b"hipPeekAtLastError\0").map(|sym| *sym);
         let hipGetErrorName = __library.get(b"hipGetErrorName\0").map(|sym| *sym);
         let hipGetErrorString = __library.get(b"hipGetErrorString\0").map(|sym| *sym);
         let hipStreamCreate = __library.get(b"hipStreamCreate\0").map(|sym| *sym);
-        let hipStreamCreateWithFlags = __library
-            .get(b"hipStreamCreateWithFlags\0")
-            .map(|sym| *sym);
+        let hipStreamCreateWithFlags = __library.get(b"hipStreamCreateWithFlags\0").map(|sym| *sym);
         let hipStreamCreateWithPriority = __library
             .get(b"hipStreamCreateWithPriority\0")
             .map(|sym| *sym);
@@ -2333,37 +1917,23 @@ impl HipApi {
             .map(|sym| *sym);
         let hipStreamDestroy = __library.get(b"hipStreamDestroy\0").map(|sym| *sym);
         let hipStreamQuery = __library.get(b"hipStreamQuery\0").map(|sym| *sym);
-        let hipStreamSynchronize = __library
-            .get(b"hipStreamSynchronize\0")
-            .map(|sym| *sym);
+        let hipStreamSynchronize = __library.get(b"hipStreamSynchronize\0").map(|sym| *sym);
         let hipStreamWaitEvent = __library.get(b"hipStreamWaitEvent\0").map(|sym| *sym);
         let hipStreamGetFlags = __library.get(b"hipStreamGetFlags\0").map(|sym| *sym);
-        let hipStreamGetPriority = __library
-            .get(b"hipStreamGetPriority\0")
-            .map(|sym| *sym);
-        let hipEventCreateWithFlags = __library
-            .get(b"hipEventCreateWithFlags\0")
-            .map(|sym| *sym);
+        let hipStreamGetPriority = __library.get(b"hipStreamGetPriority\0").map(|sym| *sym);
+        let hipEventCreateWithFlags = __library.get(b"hipEventCreateWithFlags\0").map(|sym| *sym);
         let hipEventCreate = __library.get(b"hipEventCreate\0").map(|sym| *sym);
         let hipEventRecord = __library.get(b"hipEventRecord\0").map(|sym| *sym);
         let hipEventDestroy = __library.get(b"hipEventDestroy\0").map(|sym| *sym);
-        let hipEventSynchronize = __library
-            .get(b"hipEventSynchronize\0")
-            .map(|sym| *sym);
-        let hipEventElapsedTime = __library
-            .get(b"hipEventElapsedTime\0")
-            .map(|sym| *sym);
+        let hipEventSynchronize = __library.get(b"hipEventSynchronize\0").map(|sym| *sym);
+        let hipEventElapsedTime = __library.get(b"hipEventElapsedTime\0").map(|sym| *sym);
         let hipEventQuery = __library.get(b"hipEventQuery\0").map(|sym| *sym);
-        let hipPointerGetAttributes = __library
-            .get(b"hipPointerGetAttributes\0")
-            .map(|sym| *sym);
+        let hipPointerGetAttributes = __library.get(b"hipPointerGetAttributes\0").map(|sym| *sym);
         let hipMalloc = __library.get(b"hipMalloc\0").map(|sym| *sym);
         let hipHostMalloc = __library.get(b"hipHostMalloc\0").map(|sym| *sym);
         let hipMallocAsync = __library.get(b"hipMallocAsync\0").map(|sym| *sym);
         let hipFreeAsync = __library.get(b"hipFreeAsync\0").map(|sym| *sym);
-        let hipHostGetDevicePointer = __library
-            .get(b"hipHostGetDevicePointer\0")
-            .map(|sym| *sym);
+        let hipHostGetDevicePointer = __library.get(b"hipHostGetDevicePointer\0").map(|sym| *sym);
         let hipHostRegister = __library.get(b"hipHostRegister\0").map(|sym| *sym);
         let hipHostUnregister = __library.get(b"hipHostUnregister\0").map(|sym| *sym);
         let hipFree = __library.get(b"hipFree\0").map(|sym| *sym);
@@ -2386,9 +1956,7 @@ impl HipApi {
         let hipMemsetAsync = __library.get(b"hipMemsetAsync\0").map(|sym| *sym);
         let hipMemsetD32Async = __library.get(b"hipMemsetD32Async\0").map(|sym| *sym);
         let hipMemGetInfo = __library.get(b"hipMemGetInfo\0").map(|sym| *sym);
-        let hipDeviceCanAccessPeer = __library
-            .get(b"hipDeviceCanAccessPeer\0")
-            .map(|sym| *sym);
+        let hipDeviceCanAccessPeer = __library.get(b"hipDeviceCanAccessPeer\0").map(|sym| *sym);
         let hipDeviceEnablePeerAccess = __library
             .get(b"hipDeviceEnablePeerAccess\0")
             .map(|sym| *sym);
@@ -2398,19 +1966,11 @@ impl HipApi {
         let hipMemcpyPeer = __library.get(b"hipMemcpyPeer\0").map(|sym| *sym);
         let hipMemcpyPeerAsync = __library.get(b"hipMemcpyPeerAsync\0").map(|sym| *sym);
         let hipModuleUnload = __library.get(b"hipModuleUnload\0").map(|sym| *sym);
-        let hipModuleGetFunction = __library
-            .get(b"hipModuleGetFunction\0")
-            .map(|sym| *sym);
-        let hipFuncGetAttribute = __library
-            .get(b"hipFuncGetAttribute\0")
-            .map(|sym| *sym);
+        let hipModuleGetFunction = __library.get(b"hipModuleGetFunction\0").map(|sym| *sym);
+        let hipFuncGetAttribute = __library.get(b"hipFuncGetAttribute\0").map(|sym| *sym);
         let hipModuleLoadData = __library.get(b"hipModuleLoadData\0").map(|sym| *sym);
-        let hipModuleLoadDataEx = __library
-            .get(b"hipModuleLoadDataEx\0")
-            .map(|sym| *sym);
-        let hipModuleLaunchKernel = __library
-            .get(b"hipModuleLaunchKernel\0")
-            .map(|sym| *sym);
+        let hipModuleLoadDataEx = __library.get(b"hipModuleLoadDataEx\0").map(|sym| *sym);
+        let hipModuleLaunchKernel = __library.get(b"hipModuleLaunchKernel\0").map(|sym| *sym);
         let hipModuleOccupancyMaxActiveBlocksPerMultiprocessor = __library
             .get(b"hipModuleOccupancyMaxActiveBlocksPerMultiprocessor\0")
             .map(|sym| *sym);
@@ -2498,7 +2058,10 @@ impl HipApi {
         })
     }
     pub unsafe fn hipInit(&self, flags: ::std::os::raw::c_uint) -> hipError_t {
-        (self.hipInit.as_ref().expect("Expected function, got error."))(flags)
+        (self
+            .hipInit
+            .as_ref()
+            .expect("Expected function, got error."))(flags)
     }
     pub unsafe fn hipDriverGetVersion(
         &self,
@@ -2540,36 +2103,41 @@ impl HipApi {
             .as_ref()
             .expect("Expected function, got error."))(pciBusId, len, device)
     }
-    pub unsafe fn hipDeviceTotalMem(
-        &self,
-        bytes: *mut usize,
-        device: hipDevice_t,
-    ) -> hipError_t {
+    pub unsafe fn hipDeviceTotalMem(&self, bytes: *mut usize, device: hipDevice_t) -> hipError_t {
         (self
             .hipDeviceTotalMem
             .as_ref()
             .expect("Expected function, got error."))(bytes, device)
     }
     pub unsafe fn hipDeviceSynchronize(&self) -> hipError_t {
-        (self.hipDeviceSynchronize.as_ref().expect("Expected function, got error."))()
+        (self
+            .hipDeviceSynchronize
+            .as_ref()
+            .expect("Expected function, got error."))()
     }
     pub unsafe fn hipDeviceReset(&self) -> hipError_t {
-        (self.hipDeviceReset.as_ref().expect("Expected function, got error."))()
+        (self
+            .hipDeviceReset
+            .as_ref()
+            .expect("Expected function, got error."))()
     }
     pub unsafe fn hipSetDevice(&self, deviceId: ::std::os::raw::c_int) -> hipError_t {
-        (self.hipSetDevice.as_ref().expect("Expected function, got error."))(deviceId)
+        (self
+            .hipSetDevice
+            .as_ref()
+            .expect("Expected function, got error."))(deviceId)
     }
-    pub unsafe fn hipGetDevice(
-        &self,
-        deviceId: *mut ::std::os::raw::c_int,
-    ) -> hipError_t {
-        (self.hipGetDevice.as_ref().expect("Expected function, got error."))(deviceId)
+    pub unsafe fn hipGetDevice(&self, deviceId: *mut ::std::os::raw::c_int) -> hipError_t {
+        (self
+            .hipGetDevice
+            .as_ref()
+            .expect("Expected function, got error."))(deviceId)
     }
-    pub unsafe fn hipGetDeviceCount(
-        &self,
-        count: *mut ::std::os::raw::c_int,
-    ) -> hipError_t {
-        (self.hipGetDeviceCount.as_ref().expect("Expected function, got error."))(count)
+    pub unsafe fn hipGetDeviceCount(&self, count: *mut ::std::os::raw::c_int) -> hipError_t {
+        (self
+            .hipGetDeviceCount
+            .as_ref()
+            .expect("Expected function, got error."))(count)
     }
     pub unsafe fn hipDeviceGetAttribute(
         &self,
@@ -2593,34 +2161,40 @@ impl HipApi {
             .expect("Expected function, got error."))(prop, deviceId)
     }
     pub unsafe fn hipSetDeviceFlags(&self, flags: ::std::os::raw::c_uint) -> hipError_t {
-        (self.hipSetDeviceFlags.as_ref().expect("Expected function, got error."))(flags)
+        (self
+            .hipSetDeviceFlags
+            .as_ref()
+            .expect("Expected function, got error."))(flags)
     }
     pub unsafe fn hipGetLastError(&self) -> hipError_t {
-        (self.hipGetLastError.as_ref().expect("Expected function, got error."))()
+        (self
+            .hipGetLastError
+            .as_ref()
+            .expect("Expected function, got error."))()
     }
     pub unsafe fn hipPeekAtLastError(&self) -> hipError_t {
-        (self.hipPeekAtLastError.as_ref().expect("Expected function, got error."))()
+        (self
+            .hipPeekAtLastError
+            .as_ref()
+            .expect("Expected function, got error."))()
     }
-    pub unsafe fn hipGetErrorName(
-        &self,
-        hip_error: hipError_t,
-    ) -> *const ::std::os::raw::c_char {
+    pub unsafe fn hipGetErrorName(&self, hip_error: hipError_t) -> *const ::std::os::raw::c_char {
         (self
             .hipGetErrorName
             .as_ref()
             .expect("Expected function, got error."))(hip_error)
     }
-    pub unsafe fn hipGetErrorString(
-        &self,
-        hipError: hipError_t,
-    ) -> *const ::std::os::raw::c_char {
+    pub unsafe fn hipGetErrorString(&self, hipError: hipError_t) -> *const ::std::os::raw::c_char {
         (self
             .hipGetErrorString
             .as_ref()
             .expect("Expected function, got error."))(hipError)
     }
     pub unsafe fn hipStreamCreate(&self, stream: *mut hipStream_t) -> hipError_t {
-        (self.hipStreamCreate.as_ref().expect("Expected function, got error."))(stream)
+        (self
+            .hipStreamCreate
+            .as_ref()
+            .expect("Expected function, got error."))(stream)
     }
     pub unsafe fn hipStreamCreateWithFlags(
         &self,
@@ -2654,10 +2228,16 @@ impl HipApi {
             .expect("Expected function, got error."))(leastPriority, greatestPriority)
     }
     pub unsafe fn hipStreamDestroy(&self, stream: hipStream_t) -> hipError_t {
-        (self.hipStreamDestroy.as_ref().expect("Expected function, got error."))(stream)
+        (self
+            .hipStreamDestroy
+            .as_ref()
+            .expect("Expected function, got error."))(stream)
     }
     pub unsafe fn hipStreamQuery(&self, stream: hipStream_t) -> hipError_t {
-        (self.hipStreamQuery.as_ref().expect("Expected function, got error."))(stream)
+        (self
+            .hipStreamQuery
+            .as_ref()
+            .expect("Expected function, got error."))(stream)
     }
     pub unsafe fn hipStreamSynchronize(&self, stream: hipStream_t) -> hipError_t {
         (self
@@ -2707,20 +2287,22 @@ impl HipApi {
             .expect("Expected function, got error."))(event, flags)
     }
     pub unsafe fn hipEventCreate(&self, event: *mut hipEvent_t) -> hipError_t {
-        (self.hipEventCreate.as_ref().expect("Expected function, got error."))(event)
+        (self
+            .hipEventCreate
+            .as_ref()
+            .expect("Expected function, got error."))(event)
     }
-    pub unsafe fn hipEventRecord(
-        &self,
-        event: hipEvent_t,
-        stream: hipStream_t,
-    ) -> hipError_t {
+    pub unsafe fn hipEventRecord(&self, event: hipEvent_t, stream: hipStream_t) -> hipError_t {
         (self
             .hipEventRecord
             .as_ref()
             .expect("Expected function, got error."))(event, stream)
     }
     pub unsafe fn hipEventDestroy(&self, event: hipEvent_t) -> hipError_t {
-        (self.hipEventDestroy.as_ref().expect("Expected function, got error."))(event)
+        (self
+            .hipEventDestroy
+            .as_ref()
+            .expect("Expected function, got error."))(event)
     }
     pub unsafe fn hipEventSynchronize(&self, event: hipEvent_t) -> hipError_t {
         (self
@@ -2740,7 +2322,10 @@ impl HipApi {
             .expect("Expected function, got error."))(ms, start, stop)
     }
     pub unsafe fn hipEventQuery(&self, event: hipEvent_t) -> hipError_t {
-        (self.hipEventQuery.as_ref().expect("Expected function, got error."))(event)
+        (self
+            .hipEventQuery
+            .as_ref()
+            .expect("Expected function, got error."))(event)
     }
     pub unsafe fn hipPointerGetAttributes(
         &self,
@@ -2757,7 +2342,10 @@ impl HipApi {
         ptr: *mut *mut ::std::os::raw::c_void,
         size: usize,
     ) -> hipError_t {
-        (self.hipMalloc.as_ref().expect("Expected function, got error."))(ptr, size)
+        (self
+            .hipMalloc
+            .as_ref()
+            .expect("Expected function, got error."))(ptr, size)
     }
     pub unsafe fn hipHostMalloc(
         &self,
@@ -2813,20 +2401,23 @@ impl HipApi {
             .as_ref()
             .expect("Expected function, got error."))(hostPtr, sizeBytes, flags)
     }
-    pub unsafe fn hipHostUnregister(
-        &self,
-        hostPtr: *mut ::std::os::raw::c_void,
-    ) -> hipError_t {
+    pub unsafe fn hipHostUnregister(&self, hostPtr: *mut ::std::os::raw::c_void) -> hipError_t {
         (self
             .hipHostUnregister
             .as_ref()
             .expect("Expected function, got error."))(hostPtr)
     }
     pub unsafe fn hipFree(&self, ptr: *mut ::std::os::raw::c_void) -> hipError_t {
-        (self.hipFree.as_ref().expect("Expected function, got error."))(ptr)
+        (self
+            .hipFree
+            .as_ref()
+            .expect("Expected function, got error."))(ptr)
     }
     pub unsafe fn hipHostFree(&self, ptr: *mut ::std::os::raw::c_void) -> hipError_t {
-        (self.hipHostFree.as_ref().expect("Expected function, got error."))(ptr)
+        (self
+            .hipHostFree
+            .as_ref()
+            .expect("Expected function, got error."))(ptr)
     }
     pub unsafe fn hipMemcpy(
         &self,
@@ -3026,11 +2617,7 @@ impl HipApi {
             .as_ref()
             .expect("Expected function, got error."))(dst, value, count, stream)
     }
-    pub unsafe fn hipMemGetInfo(
-        &self,
-        free: *mut usize,
-        total: *mut usize,
-    ) -> hipError_t {
+    pub unsafe fn hipMemGetInfo(&self, free: *mut usize, total: *mut usize) -> hipError_t {
         (self
             .hipMemGetInfo
             .as_ref()
@@ -3045,9 +2632,7 @@ impl HipApi {
         (self
             .hipDeviceCanAccessPeer
             .as_ref()
-            .expect(
-                "Expected function, got error.",
-            ))(canAccessPeer, deviceId, peerDeviceId)
+            .expect("Expected function, got error."))(canAccessPeer, deviceId, peerDeviceId)
     }
     pub unsafe fn hipDeviceEnablePeerAccess(
         &self,
@@ -3079,9 +2664,9 @@ impl HipApi {
         (self
             .hipMemcpyPeer
             .as_ref()
-            .expect(
-                "Expected function, got error.",
-            ))(dst, dstDeviceId, src, srcDeviceId, sizeBytes)
+            .expect("Expected function, got error."))(
+            dst, dstDeviceId, src, srcDeviceId, sizeBytes
+        )
     }
     pub unsafe fn hipMemcpyPeerAsync(
         &self,
@@ -3095,12 +2680,20 @@ impl HipApi {
         (self
             .hipMemcpyPeerAsync
             .as_ref()
-            .expect(
-                "Expected function, got error.",
-            ))(dst, dstDeviceId, src, srcDevice, sizeBytes, stream)
+            .expect("Expected function, got error."))(
+            dst,
+            dstDeviceId,
+            src,
+            srcDevice,
+            sizeBytes,
+            stream,
+        )
     }
     pub unsafe fn hipModuleUnload(&self, module: hipModule_t) -> hipError_t {
-        (self.hipModuleUnload.as_ref().expect("Expected function, got error."))(module)
+        (self
+            .hipModuleUnload
+            .as_ref()
+            .expect("Expected function, got error."))(module)
     }
     pub unsafe fn hipModuleGetFunction(
         &self,
@@ -3145,9 +2738,13 @@ impl HipApi {
         (self
             .hipModuleLoadDataEx
             .as_ref()
-            .expect(
-                "Expected function, got error.",
-            ))(module, image, numOptions, options, optionValues)
+            .expect("Expected function, got error."))(
+            module,
+            image,
+            numOptions,
+            options,
+            optionValues,
+        )
     }
     pub unsafe fn hipModuleLaunchKernel(
         &self,
@@ -3166,9 +2763,7 @@ impl HipApi {
         (self
             .hipModuleLaunchKernel
             .as_ref()
-            .expect(
-                "Expected function, got error.",
-            ))(
+            .expect("Expected function, got error."))(
             f,
             gridDimX,
             gridDimY,
@@ -3192,9 +2787,9 @@ impl HipApi {
         (self
             .hipModuleOccupancyMaxActiveBlocksPerMultiprocessor
             .as_ref()
-            .expect(
-                "Expected function, got error.",
-            ))(numBlocks, f, blockSize, dynSharedMemPerBlk)
+            .expect("Expected function, got error."))(
+            numBlocks, f, blockSize, dynSharedMemPerBlk
+        )
     }
     pub unsafe fn hipGetDevicePropertiesR0600(
         &self,

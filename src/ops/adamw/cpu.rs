@@ -172,7 +172,17 @@ mod tests {
             ..AdamWParams::default()
         };
         let (mut p, mut m, mut v, mut mx) = ([f16::from_f32(1.5)], [0.25f32], [0.5f32], [2.0f32]);
-        step(&c, None, true, &mut p, &[f16::NAN], &mut m, &mut v, Some(&mut mx)).unwrap();
+        step(
+            &c,
+            None,
+            true,
+            &mut p,
+            &[f16::NAN],
+            &mut m,
+            &mut v,
+            Some(&mut mx),
+        )
+        .unwrap();
         assert_eq!((p[0].to_f32(), m, v, mx), (1.5, [0.25], [0.5], [2.0]));
         step(
             &c,

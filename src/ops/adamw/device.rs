@@ -332,7 +332,9 @@ pub fn l2_norm<T: DeviceElement>(
     let total: i64 = groups.iter().map(|g| g.chunks).sum();
     let partials: DeviceBuffer<f32> = DeviceBuffer::alloc(stream, total as usize)?;
     for g in groups {
-        let first = partials.device_ptr().byte_add(g.first_global_chunk as usize * 4);
+        let first = partials
+            .device_ptr()
+            .byte_add(g.first_global_chunk as usize * 4);
         let (cfg, mut b) = chunked_launch(stream, &partial_kernel, g.table, g.count, g.chunks);
         b.value(first);
         // SAFETY: multi_l2norm_<T>'s parameters (RefTable by value, int count, int64_t
@@ -376,17 +378,24 @@ mod tests {
             .collect();
         let g = groups::<_, REF_TABLE_ROWS>(&rows);
         assert_eq!(g.len(), 2);
-        assert_eq!((g[0].count, g[0].chunks, g[0].first_global_chunk), (48, 49, 0));
-        assert_eq!((g[1].count, g[1].chunks, g[1].first_global_chunk), (3, 3, 49));
         assert_eq!(
-            [0, 1, 2].map(|i| g[0].table.rows[i].first_chunk),
-            [0, 1, 3]
+            (g[0].count, g[0].chunks, g[0].first_global_chunk),
+            (48, 49, 0)
         );
+        assert_eq!(
+            (g[1].count, g[1].chunks, g[1].first_global_chunk),
+            (3, 3, 49)
+        );
+        assert_eq!([0, 1, 2].map(|i| g[0].table.rows[i].first_chunk), [0, 1, 3]);
         assert_eq!(
             (g[1].table.rows[0].data, g[1].table.rows[0].first_chunk),
             (0x1000 + 48, 0)
         );
-        assert_eq!(g[1].table.rows[3], TensorRef::default(), "unused rows are zero");
+        assert_eq!(
+            g[1].table.rows[3],
+            TensorRef::default(),
+            "unused rows are zero"
+        );
         assert!(groups::<TensorRef, REF_TABLE_ROWS>(&[]).is_empty());
     }
 
@@ -418,7 +427,13 @@ mod tests {
         assert_eq!(std::mem::size_of::<TensorRef>(), 32);
         assert_eq!(std::mem::offset_of!(AdamwDesc, numel), 48);
         assert_eq!(std::mem::offset_of!(TensorRef, first_chunk), 16);
-        assert_eq!(std::mem::size_of::<Table<AdamwDesc, ADAMW_TABLE_ROWS>>(), 1536);
-        assert_eq!(std::mem::size_of::<Table<TensorRef, REF_TABLE_ROWS>>(), 1536);
+        assert_eq!(
+            std::mem::size_of::<Table<AdamwDesc, ADAMW_TABLE_ROWS>>(),
+            1536
+        );
+        assert_eq!(
+            std::mem::size_of::<Table<TensorRef, REF_TABLE_ROWS>>(),
+            1536
+        );
     }
 }

@@ -607,7 +607,10 @@ mod tests {
         );
         let stats = Stats { heads: 3, tq: 5 };
         assert_eq!(stats.strides(), RowStrides { batch: 15, head: 5 });
-        assert_eq!(stats.at(DevicePtr::NULL, 2, 1).as_raw() as usize, (2 * 15 + 5) * 4);
+        assert_eq!(
+            stats.at(DevicePtr::NULL, 2, 1).as_raw() as usize,
+            (2 * 15 + 5) * 4
+        );
     }
 
     #[test]
@@ -621,19 +624,15 @@ mod tests {
             .map(|(b0, h0, c)| (b0, h0, c.grid))
             .collect();
         let m = MAX_HEADS_PER_LAUNCH;
-        assert_eq!(
-            l,
-            vec![
-                (0, 0, (7, m as u32, 2)),
-                (0, m, (7, 1, 2)),
-            ]
-        );
+        assert_eq!(l, vec![(0, 0, (7, m as u32, 2)), (0, m, (7, 1, 2)),]);
         let s = AttentionParams {
             batch: m + 2,
             heads: 3,
             ..s
         };
-        let l: Vec<_> = launches(1, &s).map(|(b0, h0, c)| (b0, h0, c.grid)).collect();
+        let l: Vec<_> = launches(1, &s)
+            .map(|(b0, h0, c)| (b0, h0, c.grid))
+            .collect();
         assert_eq!(l, vec![(0, 0, (1, 3, m as u32)), (m, 0, (1, 3, 2))]);
     }
 

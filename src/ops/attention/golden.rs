@@ -269,7 +269,13 @@ impl GoldenCase for AttentionBackwardCase {
         let p = &self.params;
         // dq reduces over the keys, dk and dv over the queries.
         let len = if output == "dq" { p.tk } else { p.tq }.max(p.head_dim);
-        tolerance(Rule::RoundedIntermediates, output, dtype, self.q.dtype(), len)
+        tolerance(
+            Rule::RoundedIntermediates,
+            output,
+            dtype,
+            self.q.dtype(),
+            len,
+        )
     }
 
     fn as_any(&self) -> &dyn Any {

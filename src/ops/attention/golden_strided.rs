@@ -94,7 +94,10 @@ fn parse(r: &mut CaseReader<'_>, backward: bool) -> Result<Case, GoldenError> {
         (Some((out, dout, lse)), e)
     } else {
         let e = r.expected(
-            &[("out", Want::Case, out_shape), ("lse", Want::F32, lse_shape)],
+            &[
+                ("out", Want::Case, out_shape),
+                ("lse", Want::F32, lse_shape),
+            ],
             dtype,
         )?;
         (None, e)

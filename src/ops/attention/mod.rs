@@ -14,15 +14,14 @@ mod strided;
 
 pub use device::{
     attention_backward, attention_backward_strided, attention_forward, attention_forward_strided,
-    AttentionPlan, MAX_HEADS_PER_LAUNCH, MAX_HEAD_DIM,
-    MAX_T,
+    AttentionPlan, MAX_HEADS_PER_LAUNCH, MAX_HEAD_DIM, MAX_T,
 };
+pub(crate) use golden::GOLDEN;
 pub use golden::{AttentionBackwardCase, AttentionForwardCase};
 pub use golden_strided::AttentionStridedCase;
 pub use strided::{
     AttentionBackwardStrided, AttentionForwardStrided, AttentionLayout, Qkv, Strided,
 };
-pub(crate) use golden::GOLDEN;
 
 use crate::embedded::KernelFile;
 use crate::params::{check_len, checked_len, invalid, ShapeError, Space, TensorLen};

@@ -15,7 +15,9 @@ pub fn matmul_bias<T: DeviceElement>(a: MatmulBias<'_, Host, T>) -> Result<(), S
     let gelu = a.params.gelu;
     let bias: Vec<f64> = a.bias.iter().map(|x| x.to_f64()).collect();
     let mut pre = vec![0.0f64; a.out.len()];
-    products(&a.params.matmul(), a.a, a.b, &mut pre, |j, acc, o| *o = acc + bias[j]);
+    products(&a.params.matmul(), a.a, a.b, &mut pre, |j, acc, o| {
+        *o = acc + bias[j]
+    });
     for (o, p) in a.out.iter_mut().zip(&pre) {
         *o = T::from_f64(if gelu { gelu_tanh(*p) } else { *p });
     }

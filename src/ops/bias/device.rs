@@ -36,7 +36,11 @@ pub fn matmul_bias<T: DeviceElement>(
     a.validate()?;
     let p = a.params;
     let m = p.matmul();
-    let pointers = [ptr(stream, "a", a.a)?, ptr(stream, "b", a.b)?, ptr(stream, "out", &*a.out)?];
+    let pointers = [
+        ptr(stream, "a", a.a)?,
+        ptr(stream, "b", a.b)?,
+        ptr(stream, "out", &*a.out)?,
+    ];
     let epilogue = BiasEpilogue {
         bias: ptr(stream, "bias", a.bias)?,
         pre_gelu: match &a.pre_gelu {
@@ -87,14 +91,25 @@ pub fn bias_backward<T: DeviceElement>(
     a.validate()?;
     let p = a.params;
     if p.cols > i32::MAX as usize {
-        return Err(invalid(BiasParams::OP, "cols", p.cols, "must be at most 2^31 − 1 on the device").into());
+        return Err(invalid(
+            BiasParams::OP,
+            "cols",
+            p.cols,
+            "must be at most 2^31 − 1 on the device",
+        )
+        .into());
     }
     let dout = ptr(stream, "dout", a.dout)?;
     let dbias = ptr(stream, "dbias", &*a.dbias)?;
     if p.cols == 0 {
         return Ok(());
     }
-    let plan = BiasPlan::new(p.rows, p.cols, std::mem::size_of::<T>(), stream.device().compute_units());
+    let plan = BiasPlan::new(
+        p.rows,
+        p.cols,
+        std::mem::size_of::<T>(),
+        stream.device().compute_units(),
+    );
     let partial = DeviceBuffer::<f32>::alloc(stream, plan.groups as usize * p.cols)?;
     let part = ptr(stream, "partial", &partial)?;
     let f = kernel::<T>(stream, SOURCE, "bias_bwd_partial")?;
@@ -129,10 +144,22 @@ mod tests {
 
     #[test]
     fn plans_cover_every_row_and_column() {
-        for (rows, cols, bytes, cus) in [(0, 5, 4, 60), (1, 5, 4, 60), (37, 19, 2, 4), (8192, 2304, 2, 64), (100_000, 768, 4, 1)] {
+        for (rows, cols, bytes, cus) in [
+            (0, 5, 4, 60),
+            (1, 5, 4, 60),
+            (37, 19, 2, 4),
+            (8192, 2304, 2, 64),
+            (100_000, 768, 4, 1),
+        ] {
             let p = BiasPlan::new(rows, cols, bytes, cus);
-            assert!(p.groups * p.rows_per_group >= rows as u64, "{rows} {cols}: {p:?}");
-            assert!((p.groups - 1) * p.rows_per_group < rows.max(1) as u64, "no empty group: {p:?}");
+            assert!(
+                p.groups * p.rows_per_group >= rows as u64,
+                "{rows} {cols}: {p:?}"
+            );
+            assert!(
+                (p.groups - 1) * p.rows_per_group < rows.max(1) as u64,
+                "no empty group: {p:?}"
+            );
             let per_block = 256 * (16 / bytes) as u64;
             assert!(u64::from(p.slices) * per_block >= cols as u64, "{p:?}");
             assert!(p.rows_per_group >= 1 && p.groups >= 1);

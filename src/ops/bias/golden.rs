@@ -49,7 +49,11 @@ pub struct BiasBackwardCase {
 }
 
 fn parse_matmul_bias(r: &mut CaseReader<'_>) -> Result<Case, GoldenError> {
-    let (trans_a, trans_b, gelu) = (r.meta_bool("trans_a")?, r.meta_bool("trans_b")?, r.meta_bool("gelu")?);
+    let (trans_a, trans_b, gelu) = (
+        r.meta_bool("trans_a")?,
+        r.meta_bool("trans_b")?,
+        r.meta_bool("gelu")?,
+    );
     let (dtype, sa) = r.primary("a")?;
     let (_, sb) = r.primary("b")?;
     let (batch, lead) = match sa.len() {
@@ -59,7 +63,11 @@ fn parse_matmul_bias(r: &mut CaseReader<'_>) -> Result<Case, GoldenError> {
     };
     let (ra, ca) = (sa[sa.len() - 2], sa[sa.len() - 1]);
     let (m, k) = if trans_a { (ca, ra) } else { (ra, ca) };
-    let n = if trans_b { sb[sb.len() - 2] } else { sb[sb.len() - 1] };
+    let n = if trans_b {
+        sb[sb.len() - 2]
+    } else {
+        sb[sb.len() - 1]
+    };
     let mut bshape = lead.clone();
     bshape.extend(if trans_b { [n, k] } else { [k, n] });
     let a = r.take("a", Want::Case, dtype, None)?.data;
@@ -72,8 +80,20 @@ fn parse_matmul_bias(r: &mut CaseReader<'_>) -> Result<Case, GoldenError> {
         outs.push(("pre_gelu", Want::Case, oshape));
     }
     let expected = r.expected(&outs, dtype)?;
-    let params = MatmulBiasParams { batch, m, n, k, trans_a, trans_b, gelu };
-    Ok(r.finish(dtype, Box::new(MatmulBiasCase { params, a, b, bias }), expected))
+    let params = MatmulBiasParams {
+        batch,
+        m,
+        n,
+        k,
+        trans_a,
+        trans_b,
+        gelu,
+    };
+    Ok(r.finish(
+        dtype,
+        Box::new(MatmulBiasCase { params, a, b, bias }),
+        expected,
+    ))
 }
 
 fn parse_backward(r: &mut CaseReader<'_>) -> Result<Case, GoldenError> {
@@ -85,8 +105,20 @@ fn parse_backward(r: &mut CaseReader<'_>) -> Result<Case, GoldenError> {
     let dout = r.take("dout", Want::Case, dtype, None)?.data;
     let dbias = r.take("dbias", Want::Case, dtype, Some(&[cols]))?.data;
     let expected = r.expected(&[("dbias", Want::Case, vec![cols])], dtype)?;
-    let params = BiasParams { rows, cols, accumulate };
-    Ok(r.finish(dtype, Box::new(BiasBackwardCase { params, dout, dbias }), expected))
+    let params = BiasParams {
+        rows,
+        cols,
+        accumulate,
+    };
+    Ok(r.finish(
+        dtype,
+        Box::new(BiasBackwardCase {
+            params,
+            dout,
+            dbias,
+        }),
+        expected,
+    ))
 }
 
 const OP: &str = "matmul_bias";
@@ -145,7 +177,13 @@ impl GoldenCase for MatmulBiasCase {
     fn tolerance(&self, output: &str, dtype: DType) -> Tolerance {
         // The device's fused epilogue adds the bias to the f32 accumulator and rounds once,
         // as the reference does: a k-term reduction plus the bias.
-        tolerance(Rule::Reduction, output, dtype, self.a.dtype(), self.params.k + 1)
+        tolerance(
+            Rule::Reduction,
+            output,
+            dtype,
+            self.a.dtype(),
+            self.params.k + 1,
+        )
     }
 
     fn as_any(&self) -> &dyn Any {
@@ -180,7 +218,13 @@ impl GoldenCase for BiasBackwardCase {
     }
 
     fn tolerance(&self, output: &str, dtype: DType) -> Tolerance {
-        tolerance(Rule::Reduction, output, dtype, self.dout.dtype(), self.params.rows + 1)
+        tolerance(
+            Rule::Reduction,
+            output,
+            dtype,
+            self.dout.dtype(),
+            self.params.rows + 1,
+        )
     }
 
     fn as_any(&self) -> &dyn Any {

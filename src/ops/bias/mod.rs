@@ -8,8 +8,8 @@ mod device;
 mod golden;
 
 pub use device::{bias_backward, matmul_bias, BiasPlan};
-pub use golden::{BiasBackwardCase, MatmulBiasCase};
 pub(crate) use golden::GOLDEN;
+pub use golden::{BiasBackwardCase, MatmulBiasCase};
 
 use crate::embedded::KernelFile;
 use crate::ops::matmul::MatmulParams;

@@ -23,7 +23,10 @@ pub fn clip_grad_scale(stream: &Stream, a: ClipGradScale<'_, OnDevice>) -> Resul
     let out = ptr(stream, "grad_scale", &*a.grad_scale)?;
     let f = kernel_named(stream, "clip", "clip_grad_scale_f32")?;
     let mut b = stream.launch_builder(&f);
-    b.value(norm).value(scale).value(a.params.max_norm).value(out);
+    b.value(norm)
+        .value(scale)
+        .value(a.params.max_norm)
+        .value(out);
     let cfg = LaunchConfig {
         grid: (1, 1, 1),
         block: (64, 1, 1),

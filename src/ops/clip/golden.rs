@@ -13,7 +13,10 @@ use hip_rt::{DeviceBuffer, Stream};
 use std::any::Any;
 
 /// The golden ops of this family.
-pub(crate) const GOLDEN: &[GoldenOp] = &[GoldenOp { name: "clip", parse }];
+pub(crate) const GOLDEN: &[GoldenOp] = &[GoldenOp {
+    name: "clip",
+    parse,
+}];
 
 /// Inputs of a `clip` case.
 #[derive(Debug, Clone, PartialEq)]
@@ -31,10 +34,17 @@ fn parse(r: &mut CaseReader<'_>) -> Result<Case, GoldenError> {
     let loss_scale = r.meta_f32("loss_scale")?;
     let norm = f32s(r.take("norm", Want::F32, DType::F32, Some(&[1]))?)[0];
     let expected = r.expected(
-        &[("coefficient", Want::F32, vec![1]), ("grad_scale", Want::F32, vec![1])],
+        &[
+            ("coefficient", Want::F32, vec![1]),
+            ("grad_scale", Want::F32, vec![1]),
+        ],
         DType::F32,
     )?;
-    let case = ClipCase { params: ClipParams { max_norm }, norm, loss_scale };
+    let case = ClipCase {
+        params: ClipParams { max_norm },
+        norm,
+        loss_scale,
+    };
     Ok(r.finish(DType::F32, Box::new(case), expected))
 }
 
@@ -45,7 +55,8 @@ impl GoldenCase for ClipCase {
 
     fn run_cpu(&self) -> Result<Outputs, ShapeError> {
         let s = f64::from(self.loss_scale);
-        let coef = cpu::clip_coefficient(f64::from(self.norm) / s, f64::from(self.params.max_norm))?;
+        let coef =
+            cpu::clip_coefficient(f64::from(self.norm) / s, f64::from(self.params.max_norm))?;
         let mut g = [0.0f32];
         cpu::clip_grad_scale(ClipGradScale {
             params: self.params,
@@ -53,18 +64,32 @@ impl GoldenCase for ClipCase {
             loss_scale: Some(&[self.loss_scale]),
             grad_scale: &mut g,
         })?;
-        Ok(vec![("coefficient", TensorData::F32(vec![coef as f32])), ("grad_scale", TensorData::F32(g.to_vec()))])
+        Ok(vec![
+            ("coefficient", TensorData::F32(vec![coef as f32])),
+            ("grad_scale", TensorData::F32(g.to_vec())),
+        ])
     }
 
     fn run_device(&self, s: &Stream) -> Result<Outputs, OpError> {
         let norm = upload(s, &[self.norm])?;
         let scale = upload(s, &[self.loss_scale])?;
         let mut g = DeviceBuffer::<f32>::zeroed(s, 1)?;
-        ops::clip_grad_scale(s, ClipGradScale { params: self.params, norm: &norm, loss_scale: Some(&scale), grad_scale: &mut g })?;
+        ops::clip_grad_scale(
+            s,
+            ClipGradScale {
+                params: self.params,
+                norm: &norm,
+                loss_scale: Some(&scale),
+                grad_scale: &mut g,
+            },
+        )?;
         let grad_scale = download_f32(s, &g)?;
         // The coefficient is not a device output: the device result implies it.
         let coef = f64::from(self.loss_scale) / f64::from(grad_scale[0]);
-        Ok(vec![("coefficient", TensorData::F32(vec![coef as f32])), ("grad_scale", TensorData::F32(grad_scale))])
+        Ok(vec![
+            ("coefficient", TensorData::F32(vec![coef as f32])),
+            ("grad_scale", TensorData::F32(grad_scale)),
+        ])
     }
 
     fn tolerance(&self, output: &str, dtype: DType) -> Tolerance {

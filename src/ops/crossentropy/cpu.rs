@@ -22,7 +22,11 @@ pub fn softmax_cross_entropy<T: DeviceElement>(
     let p = a.params;
     p.check_targets(a.targets)?;
     let (v, vp) = (p.vocab, p.padded_vocab);
-    let counted = a.targets.iter().filter(|&&t| t != super::IGNORE_INDEX).count();
+    let counted = a
+        .targets
+        .iter()
+        .filter(|&&t| t != super::IGNORE_INDEX)
+        .count();
     let scale = p.dloss.map(|d| f64::from(d) / counted as f64);
     let mut total = 0.0f64;
     for ((row, &target), loss) in a

@@ -82,7 +82,12 @@ pub fn softmax_cross_entropy<T: DeviceElement>(
 
     if p.rows > 0 {
         let f = kernel::<T>(stream, SOURCE, "crossentropy")?;
-        let grid = grid_for(p.rows as u64, 1, stream.device().compute_units(), BLOCKS_PER_CU);
+        let grid = grid_for(
+            p.rows as u64,
+            1,
+            stream.device().compute_units(),
+            BLOCKS_PER_CU,
+        );
         let mut b = stream.launch_builder(&f);
         b.value(logits)
             .value(targets)

@@ -126,8 +126,17 @@ impl GoldenCase for CrossEntropyCase {
         let p = &self.params;
         let base = tolerance(Rule::Reduction, output, dtype, self.logits.dtype(), p.vocab);
         if output == "dlogits" {
-            let n = self.targets.iter().filter(|&&t| t != IGNORE_INDEX).count().max(1);
-            softmax_gradient(dtype, p.vocab, f64::from(p.dloss.unwrap_or(1.0)).abs() / n as f64)
+            let n = self
+                .targets
+                .iter()
+                .filter(|&&t| t != IGNORE_INDEX)
+                .count()
+                .max(1);
+            softmax_gradient(
+                dtype,
+                p.vocab,
+                f64::from(p.dloss.unwrap_or(1.0)).abs() / n as f64,
+            )
         } else {
             base
         }

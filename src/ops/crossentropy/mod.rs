@@ -55,14 +55,9 @@ impl CrossEntropyParams {
     /// Check that every target is in `0..vocab` or is [`IGNORE_INDEX`] (the CPU reference calls
     /// it; the device reports bad targets through the `error` flag).
     pub fn check_targets(&self, targets: &[i32]) -> Result<(), ShapeError> {
-        crate::params::check_indices(
-            Self::OP,
-            "targets",
-            targets,
-            self.vocab,
-            true,
-            |i| format!("row = {i}"),
-        )
+        crate::params::check_indices(Self::OP, "targets", targets, self.vocab, true, |i| {
+            format!("row = {i}")
+        })
     }
 }
 

@@ -99,7 +99,12 @@ pub fn encoder_forward<T: DeviceElement>(
     }
     let f = kernel::<T>(stream, SOURCE, "encoder_fwd")?;
     let packs = rows * (p.channels as u64).div_ceil(pack::<T>());
-    let grid = grid_for(packs, u64::from(BLOCK), stream.device().compute_units(), BLOCKS_PER_CU);
+    let grid = grid_for(
+        packs,
+        u64::from(BLOCK),
+        stream.device().compute_units(),
+        BLOCKS_PER_CU,
+    );
     let mut b = stream.launch_builder(&f);
     for q in ptrs {
         b.value(q);
@@ -133,12 +138,18 @@ pub fn encoder_backward<T: DeviceElement>(
     a.validate()?;
     let p = a.params;
     check_limits(&p)?;
-    let (tokens, dout) = (ptr(stream, "tokens", a.tokens)?, ptr(stream, "dout", a.dout)?);
+    let (tokens, dout) = (
+        ptr(stream, "tokens", a.tokens)?,
+        ptr(stream, "dout", a.dout)?,
+    );
     if !p.accumulate {
         stream.memset_zero(&mut *a.dwte)?;
         stream.memset_zero(&mut *a.dwpe)?;
     }
-    let (dwte, dwpe) = (ptr(stream, "dwte", &*a.dwte)?, ptr(stream, "dwpe", &*a.dwpe)?);
+    let (dwte, dwpe) = (
+        ptr(stream, "dwte", &*a.dwte)?,
+        ptr(stream, "dwpe", &*a.dwpe)?,
+    );
     let error = error_ptr(stream, a.error)?;
     let rows = (p.batch * p.seq) as u64;
     if rows == 0 {

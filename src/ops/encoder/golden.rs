@@ -72,7 +72,9 @@ fn common(
     let wt = r.take(w, Want::Case, dtype, None)?.data;
     let (_, ps) = r.primary(p)?;
     let positions = ps.first().copied().unwrap_or(0);
-    let pt = r.take(p, Want::Case, dtype, Some(&[positions, channels]))?.data;
+    let pt = r
+        .take(p, Want::Case, dtype, Some(&[positions, channels]))?
+        .data;
     let params = EncoderParams {
         batch,
         seq,
@@ -87,7 +89,11 @@ fn common(
 fn parse_forward(r: &mut CaseReader<'_>) -> Result<Case, GoldenError> {
     let (params, dtype, tokens, wte, wpe) = common(r, "wte", "wpe", false)?;
     let expected = r.expected(
-        &[("out", Want::Case, vec![params.batch, params.seq, params.channels])],
+        &[(
+            "out",
+            Want::Case,
+            vec![params.batch, params.seq, params.channels],
+        )],
         dtype,
     )?;
     let case = EncoderForwardCase {
@@ -229,7 +235,11 @@ impl GoldenCase for EncoderBackwardCase {
         let p = &self.params;
         let add = usize::from(p.accumulate);
         // Worst case for dwte: every position holds the same token.
-        let len = if output == "dwte" { p.batch * p.seq } else { p.batch } + add;
+        let len = if output == "dwte" {
+            p.batch * p.seq
+        } else {
+            p.batch
+        } + add;
         tolerance(Rule::Reduction, output, dtype, self.dout.dtype(), len)
     }
 

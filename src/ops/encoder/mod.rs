@@ -7,8 +7,8 @@ mod device;
 mod golden;
 
 pub use device::{encoder_backward, encoder_forward, NO_ERROR};
-pub use golden::{EncoderBackwardCase, EncoderForwardCase};
 pub(crate) use golden::GOLDEN;
+pub use golden::{EncoderBackwardCase, EncoderForwardCase};
 
 use crate::embedded::KernelFile;
 use crate::params::{check_len, checked_len, invalid, ShapeError, Space, TensorLen};
@@ -89,14 +89,9 @@ impl EncoderParams {
     /// ids through the `error` flag instead (it never reads tokens on the host).
     pub fn check_tokens(&self, tokens: &[i32]) -> Result<(), ShapeError> {
         let seq = self.seq.max(1);
-        crate::params::check_indices(
-            Self::OP,
-            "tokens",
-            tokens,
-            self.vocab,
-            false,
-            |i| format!("b = {}, t = {}", i / seq, i % seq),
-        )
+        crate::params::check_indices(Self::OP, "tokens", tokens, self.vocab, false, |i| {
+            format!("b = {}, t = {}", i / seq, i % seq)
+        })
     }
 }
 

@@ -28,7 +28,12 @@ fn launch<T: DeviceElement>(
     }
     let f = kernel::<T>(stream, SOURCE, op)?;
     let packs = (n as u64).div_ceil((16 / std::mem::size_of::<T>()) as u64);
-    let grid = grid_for(packs, u64::from(BLOCK), stream.device().compute_units(), BLOCKS_PER_CU);
+    let grid = grid_for(
+        packs,
+        u64::from(BLOCK),
+        stream.device().compute_units(),
+        BLOCKS_PER_CU,
+    );
     let mut b = stream.launch_builder(&f);
     for &p in ptrs {
         b.value(p);

@@ -50,7 +50,12 @@ pub struct ElementwiseCase {
     pub inputs: Vec<TensorData>,
 }
 
-fn parse(r: &mut CaseReader<'_>, op: Elementwise, names: &[&str], out: &str) -> Result<Case, GoldenError> {
+fn parse(
+    r: &mut CaseReader<'_>,
+    op: Elementwise,
+    names: &[&str],
+    out: &str,
+) -> Result<Case, GoldenError> {
     let (dtype, shape) = r.primary(names[0])?;
     let inputs = names
         .iter()
@@ -60,7 +65,11 @@ fn parse(r: &mut CaseReader<'_>, op: Elementwise, names: &[&str], out: &str) -> 
         len: inputs[0].len(),
     };
     let expected = r.expected(&[(out, Want::Case, shape)], dtype)?;
-    Ok(r.finish(dtype, Box::new(ElementwiseCase { op, params, inputs }), expected))
+    Ok(r.finish(
+        dtype,
+        Box::new(ElementwiseCase { op, params, inputs }),
+        expected,
+    ))
 }
 
 fn parse_forward(r: &mut CaseReader<'_>) -> Result<Case, GoldenError> {

@@ -23,7 +23,11 @@ pub struct ElementwiseParams {
 
 impl ElementwiseParams {
     /// Check that each named tensor has `len` elements.
-    fn validate(&self, op: &'static str, tensors: &[(&'static str, usize)]) -> Result<(), ShapeError> {
+    fn validate(
+        &self,
+        op: &'static str,
+        tensors: &[(&'static str, usize)],
+    ) -> Result<(), ShapeError> {
         tensors
             .iter()
             .try_for_each(|&(name, got)| check_len(op, name, self.len, got))

@@ -2,8 +2,8 @@
 
 use super::{LayerNormParams, ResidualLayerNormForward};
 use crate::golden::{
-    download, download_f32, upload, Case, CaseReader, GoldenCase, GoldenError, Outputs,
-    TensorData, Want,
+    download, download_f32, upload, Case, CaseReader, GoldenCase, GoldenError, Outputs, TensorData,
+    Want,
 };
 use crate::ops::OpError;
 use crate::params::{DType, ShapeError};
@@ -49,7 +49,13 @@ pub(super) fn parse(r: &mut CaseReader<'_>) -> Result<Case, GoldenError> {
         dtype,
     )?;
     let params = LayerNormParams { rows, cols, eps };
-    let case = ResidualLayerNormCase { params, a, b, weight, bias };
+    let case = ResidualLayerNormCase {
+        params,
+        a,
+        b,
+        weight,
+        bias,
+    };
     Ok(r.finish(dtype, Box::new(case), expected))
 }
 
@@ -115,7 +121,11 @@ impl GoldenCase for ResidualLayerNormCase {
     }
 
     fn tolerance(&self, output: &str, dtype: DType) -> Tolerance {
-        let len = if output == "residual" { 2 } else { self.params.cols };
+        let len = if output == "residual" {
+            2
+        } else {
+            self.params.cols
+        };
         tolerance(Rule::Reduction, output, dtype, self.a.dtype(), len)
     }
 

@@ -136,7 +136,10 @@ impl MatmulPlan {
 /// when `beta != 0`, so it may hold anything when `beta == 0`). Same semantics and validation as
 /// [`crate::cpu::matmul`]; f32 accumulation (the reference uses f64). Queues the work; no host
 /// sync.
-pub fn matmul<T: DeviceElement>(stream: &Stream, args: Matmul<'_, OnDevice, T>) -> Result<(), OpError> {
+pub fn matmul<T: DeviceElement>(
+    stream: &Stream,
+    args: Matmul<'_, OnDevice, T>,
+) -> Result<(), OpError> {
     args.validate()?;
     let (pa, pb, po) = (
         ptr(stream, "a", args.a)?,
@@ -247,7 +250,10 @@ mod tests {
                     assert!(names.contains(&p.kernel.as_str()), "{}", p.kernel);
                     let bias = p.bias_kernel();
                     assert!(names.contains(&bias.as_str()), "{bias}");
-                    assert!(bias.contains("bias_") && bias.ends_with(dtype.name()), "{bias}");
+                    assert!(
+                        bias.contains("bias_") && bias.ends_with(dtype.name()),
+                        "{bias}"
+                    );
                 }
             }
         }

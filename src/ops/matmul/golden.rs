@@ -114,7 +114,13 @@ impl GoldenCase for MatmulCase {
     }
 
     fn tolerance(&self, output: &str, dtype: DType) -> Tolerance {
-        tolerance(Rule::Reduction, output, dtype, self.a.dtype(), self.params.k)
+        tolerance(
+            Rule::Reduction,
+            output,
+            dtype,
+            self.a.dtype(),
+            self.params.k,
+        )
     }
 
     fn as_any(&self) -> &dyn Any {

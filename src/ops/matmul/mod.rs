@@ -6,8 +6,8 @@ pub(crate) mod cpu;
 mod device;
 mod golden;
 
-pub use device::{matmul, MatmulPlan, MatmulTile, MAX_DIM, MAX_GRID_YZ};
 pub(crate) use device::{launch_gemm, BiasEpilogue};
+pub use device::{matmul, MatmulPlan, MatmulTile, MAX_DIM, MAX_GRID_YZ};
 pub use golden::MatmulCase;
 pub(crate) use golden::GOLDEN;
 
@@ -231,6 +231,9 @@ mod tests {
             (g.m, g.n, g.k, g.trans_a, g.trans_b, g.alpha, g.beta),
             (4, 5, 6, false, true, 2.0, 0.5)
         );
-        assert_eq!((b.count, b.stride_a, b.stride_b, b.stride_c), (3, 24, 30, 20));
+        assert_eq!(
+            (b.count, b.stride_a, b.stride_b, b.stride_c),
+            (3, 24, 30, 20)
+        );
     }
 }
