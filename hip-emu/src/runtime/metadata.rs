@@ -3,7 +3,7 @@
 //! AMDGPU metadata note (`NT_AMDGPU_METADATA`, msgpack) with each kernel's arguments and
 //! resource figures. Every read is bounded; malformed input is an error, never a panic.
 
-use hip_rt::module::bundle::{target_id_compatible, BundleError, CodeObjects, BUNDLE_MAGIC};
+use hip_codeobj::bundle::{target_id_compatible, BundleError, CodeObjects, BUNDLE_MAGIC};
 use hip_sys::hipError_t;
 use object::elf::FileHeader64;
 use object::read::elf::{FileHeader, SectionHeader};

@@ -1,11 +1,10 @@
-//! Code objects: offload-bundle and ELF parsing (pure, no GPU needed: [`bundle`], [`elf`]),
-//! and loading them on a device ([`Module`], [`Function`], [`LaunchBuilder`]).
+//! Code objects: offload-bundle and ELF parsing (pure, no GPU needed: [`bundle`], [`elf`],
+//! re-exported from the `hip-codeobj` crate), and loading them on a device ([`Module`], [`Function`], [`LaunchBuilder`]).
 //!
 //! Loading and launching have only ever run without a GPU here (where every path stops at the
 //! NoDevice error); the mapping of load errors is unit-tested on its own.
 
-pub mod bundle;
-pub mod elf;
+pub use hip_codeobj::{bundle, elf};
 
 use std::ffi::CString;
 use std::sync::Arc;

@@ -24,7 +24,7 @@
 //! inputs the same way. Every read is bounds-checked: malformed input yields a [`BundleError`],
 //! never a panic.
 
-use super::elf::{self, ElfError};
+use crate::elf::{self, ElfError};
 
 /// The 24-byte magic at the start of an uncompressed clang offload bundle.
 pub const BUNDLE_MAGIC: &[u8; 24] = b"__CLANG_OFFLOAD_BUNDLE__";

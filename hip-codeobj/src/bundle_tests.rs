@@ -1,5 +1,5 @@
 use super::*;
-use crate::module::elf;
+use crate::elf;
 
 /// Lay out a bundle exactly as clang-offload-bundler does (header, then entry bodies).
 fn make_bundle(entries: &[(&str, &[u8])]) -> Vec<u8> {
