@@ -4,6 +4,7 @@
 
 pub mod cpu;
 pub mod embedded;
+#[cfg(feature = "golden")]
 pub mod golden;
 pub mod ops;
 pub mod params;

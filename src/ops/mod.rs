@@ -16,6 +16,7 @@ pub use crate::params::DeviceElement;
 pub use error::OpError;
 
 use crate::embedded::KernelFile;
+#[cfg(feature = "golden")]
 use crate::golden::GoldenOp;
 
 // The op families: each is a module `src/ops/<family>/` whose public items are re-exported
@@ -53,6 +54,7 @@ macro_rules! registry {
         pub const KERNEL_FILES: &[KernelFile] = &[$($family::KERNELS),*];
 
         /// Every golden op of every family.
+        #[cfg(feature = "golden")]
         pub fn registry() -> impl Iterator<Item = &'static GoldenOp> {
             [$($family::GOLDEN),*].into_iter().flatten()
         }
@@ -72,11 +74,13 @@ registry! {
 }
 
 /// The golden op named `name` (the `op` metadata of a case file).
+#[cfg(feature = "golden")]
 pub fn golden_op(name: &str) -> Option<&'static GoldenOp> {
     registry().find(|op| op.name == name)
 }
 
 /// The names of every golden op, in registry order.
+#[cfg(feature = "golden")]
 pub fn golden_op_names() -> Vec<&'static str> {
     registry().map(|op| op.name).collect()
 }

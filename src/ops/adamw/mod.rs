@@ -5,10 +5,13 @@
 
 pub(crate) mod cpu;
 mod device;
+#[cfg(feature = "golden")]
 mod golden;
 
 pub use device::{adamw, l2_norm, non_finite, ADAMW_TABLE_ROWS, CHUNK, REF_TABLE_ROWS};
+#[cfg(feature = "golden")]
 pub use golden::AdamWCase;
+#[cfg(feature = "golden")]
 pub(crate) use golden::GOLDEN;
 
 use crate::embedded::KernelFile;

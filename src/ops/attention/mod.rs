@@ -8,7 +8,9 @@
 
 pub(crate) mod cpu;
 mod device;
+#[cfg(feature = "golden")]
 mod golden;
+#[cfg(feature = "golden")]
 mod golden_strided;
 mod strided;
 
@@ -16,8 +18,11 @@ pub use device::{
     attention_backward, attention_backward_strided, attention_forward, attention_forward_strided,
     AttentionPlan, MAX_HEADS_PER_LAUNCH, MAX_HEAD_DIM, MAX_T,
 };
+#[cfg(feature = "golden")]
 pub(crate) use golden::GOLDEN;
+#[cfg(feature = "golden")]
 pub use golden::{AttentionBackwardCase, AttentionForwardCase};
+#[cfg(feature = "golden")]
 pub use golden_strided::AttentionStridedCase;
 pub use strided::{
     AttentionBackwardStrided, AttentionForwardStrided, AttentionLayout, Qkv, Strided,

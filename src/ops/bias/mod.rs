@@ -5,10 +5,13 @@
 
 pub(crate) mod cpu;
 mod device;
+#[cfg(feature = "golden")]
 mod golden;
 
 pub use device::{bias_backward, matmul_bias, BiasPlan};
+#[cfg(feature = "golden")]
 pub(crate) use golden::GOLDEN;
+#[cfg(feature = "golden")]
 pub use golden::{BiasBackwardCase, MatmulBiasCase};
 
 use crate::embedded::KernelFile;

@@ -5,10 +5,13 @@
 
 pub(crate) mod cpu;
 mod device;
+#[cfg(feature = "golden")]
 mod golden;
 
 pub use device::clip_grad_scale;
+#[cfg(feature = "golden")]
 pub use golden::ClipCase;
+#[cfg(feature = "golden")]
 pub(crate) use golden::GOLDEN;
 
 use crate::embedded::KernelFile;

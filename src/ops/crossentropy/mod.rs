@@ -5,10 +5,13 @@
 
 pub(crate) mod cpu;
 mod device;
+#[cfg(feature = "golden")]
 mod golden;
 
 pub use device::softmax_cross_entropy;
+#[cfg(feature = "golden")]
 pub use golden::CrossEntropyCase;
+#[cfg(feature = "golden")]
 pub(crate) use golden::GOLDEN;
 
 use crate::embedded::KernelFile;

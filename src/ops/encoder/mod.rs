@@ -4,10 +4,13 @@
 
 pub(crate) mod cpu;
 mod device;
+#[cfg(feature = "golden")]
 mod golden;
 
 pub use device::{encoder_backward, encoder_forward, NO_ERROR};
+#[cfg(feature = "golden")]
 pub(crate) use golden::GOLDEN;
+#[cfg(feature = "golden")]
 pub use golden::{EncoderBackwardCase, EncoderForwardCase};
 
 use crate::embedded::KernelFile;

@@ -5,10 +5,13 @@
 
 pub(crate) mod cpu;
 mod device;
+#[cfg(feature = "golden")]
 mod golden;
 
 pub use device::{gelu_backward, gelu_forward, residual_add};
+#[cfg(feature = "golden")]
 pub use golden::ElementwiseCase;
+#[cfg(feature = "golden")]
 pub(crate) use golden::GOLDEN;
 
 use crate::embedded::KernelFile;

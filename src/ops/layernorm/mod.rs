@@ -4,12 +4,16 @@
 
 pub(crate) mod cpu;
 mod device;
+#[cfg(feature = "golden")]
 mod golden;
+#[cfg(feature = "golden")]
 mod golden_residual;
 mod residual;
 
 pub use device::{layernorm_backward, layernorm_forward, wide_layout_ok, RowPlan, MAX_COLS};
+#[cfg(feature = "golden")]
 pub use golden::{LayerNormBackwardCase, LayerNormForwardCase};
+#[cfg(feature = "golden")]
 pub use golden_residual::ResidualLayerNormCase;
 pub use residual::{
     residual_layernorm_forward_device as residual_layernorm_forward, ResidualLayerNormForward,
@@ -169,6 +173,7 @@ pub(crate) const KERNELS: KernelFile = KernelFile {
     ],
 };
 
+#[cfg(feature = "golden")]
 pub(crate) use golden::GOLDEN;
 
 #[cfg(test)]

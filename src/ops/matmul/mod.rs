@@ -4,11 +4,14 @@
 
 pub(crate) mod cpu;
 mod device;
+#[cfg(feature = "golden")]
 mod golden;
 
 pub(crate) use device::{launch_gemm, BiasEpilogue};
 pub use device::{matmul, MatmulPlan, MatmulTile, MAX_DIM, MAX_GRID_YZ};
+#[cfg(feature = "golden")]
 pub use golden::MatmulCase;
+#[cfg(feature = "golden")]
 pub(crate) use golden::GOLDEN;
 
 use crate::embedded::KernelFile;
