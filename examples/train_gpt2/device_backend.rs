@@ -58,6 +58,10 @@ struct StepState {
     scale_staging: PinnedHostBuffer<f32>,
     /// One flag per checked tensor of the step: the first bad row, or [`NO_ERROR`].
     flags: DeviceBuffer<u32>,
+    /// Pinned read-back of `flags` and of the step's scalars (`DeviceScalars::values`):
+    /// both copies are queued, then one wait covers both.
+    flag_readback: PinnedHostBuffer<u32>,
+    value_readback: PinnedHostBuffer<f32>,
     /// What each used flag slot checks, in slot order.
     checks: Vec<Check>,
 }
@@ -110,6 +114,9 @@ impl DeviceBackend {
             scale_staging: PinnedHostBuffer::new(&device, 1).map_err(|e| at(&e))?,
             flags: DeviceBuffer::alloc(&stream, CHECKS_PER_MICRO_BATCH * slots)
                 .map_err(|e| at(&e))?,
+            flag_readback: PinnedHostBuffer::new(&device, CHECKS_PER_MICRO_BATCH * slots)
+                .map_err(|e| at(&e))?,
+            value_readback: PinnedHostBuffer::new(&device, slots + 1).map_err(|e| at(&e))?,
             checks: Vec::new(),
         };
         Ok(Self {
@@ -638,19 +645,23 @@ impl<T: DeviceElement> Backend<T> for DeviceBackend {
         .map_err(op)
     }
 
-    /// The step's one host wait: copies the losses and the norm back (waiting for the stream),
-    /// then the token-id flags (the stream is idle by then).
+    /// The step's one host wait: queues the copies of the token-id flags and of the losses and
+    /// norm into pinned memory, then waits once (for the later copy: the stream runs them in
+    /// order, so the flags are complete by then and reading them does not wait again).
     fn read_step(&self, scalars: &DeviceScalars) -> Result<StepRead> {
-        let mut values = vec![0.0f32; scalars.values.len()];
-        self.stream
-            .copy_dtoh(&scalars.values, &mut values)
-            .map_err(dev)?;
-        let mut st = self.state.borrow_mut();
+        let mut guard = self.state.borrow_mut();
+        let st = &mut *guard;
         st.next = 0;
         let checks = std::mem::take(&mut st.checks);
-        let mut flags = vec![NO_ERROR; st.flags.len()];
-        self.stream.copy_dtoh(&st.flags, &mut flags).map_err(dev)?;
-        for (c, &row) in checks.iter().zip(&flags) {
+        self.stream
+            .copy_dtoh_async(&st.flags, &mut st.flag_readback)
+            .map_err(dev)?;
+        self.stream
+            .copy_dtoh_async(&scalars.values, &mut st.value_readback)
+            .map_err(dev)?;
+        let values = st.value_readback.as_slice().map_err(dev)?.to_vec();
+        let flags = st.flag_readback.as_slice().map_err(dev)?;
+        for (c, &row) in checks.iter().zip(flags) {
             if row != NO_ERROR {
                 let i = row as usize;
                 return Err(TrainError::BadToken {

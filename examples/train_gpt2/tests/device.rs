@@ -441,3 +441,33 @@ fn a_non_finite_gradient_skips_the_update_on_the_device() {
         .iter()
         .all(|&x| x == 0.0));
 }
+
+/// What a profiler would count over a whole run of `steps` f32 steps (hip-emu's counters of
+/// this thread; `None` on a real runtime, which has no counters).
+fn run_counters(steps: usize) -> Option<hip_rt::emu::EmuStats> {
+    use hip_rt::emu::{stats, StatsScope};
+    let before = stats(StatsScope::Thread)?;
+    tiny("0", "f32", steps, None);
+    Some(stats(StatsScope::Thread)?.since(&before))
+}
+
+#[test]
+fn a_step_after_the_first_waits_once_and_allocates_nothing() {
+    // A first run loads the kernels (module loads wait) and leaves state behind (the kernel
+    // cache keeps its device); the runs compared below both start after it.
+    if run_counters(1).is_none() {
+        return; // not hip-emu: no counters to read
+    }
+    let (Some(three), Some(six)) = (run_counters(3), run_counters(6)) else {
+        unreachable!("hip-emu answered once");
+    };
+    println!("tiny model, f32, 3 steps: {three:?}\n6 steps: {six:?}");
+    // Three more steps: three more host waits (each step's read), no more hipMalloc.
+    assert_eq!(six.host_waits, three.host_waits + 3, "{three:?} vs {six:?}");
+    assert!(six.mallocs <= three.mallocs, "{three:?} vs {six:?}");
+    // Every step launches the same kernels.
+    let per_step = (six.launches - three.launches) / 3;
+    assert_eq!(six.launches - three.launches, 3 * per_step);
+    assert!(three.launches >= 3 * per_step);
+    println!("launches per step (tiny model: L=2, C=32, V=96, batch 4 x seq 16): {per_step}");
+}

@@ -312,6 +312,7 @@ pub unsafe fn submit(
     dev.executor
         .enqueue(info.id, name.to_owned(), Box::new(work))
         .map_err(|f| BlasFail::Runtime(f.message))?;
+    crate::runtime::stats::bump(crate::runtime::stats::Counter::Launches);
     Ok(())
 }
 

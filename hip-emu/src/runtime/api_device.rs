@@ -125,7 +125,9 @@ hip_exports! {
 
     /// Waits for every stream of the current device; returns (once) any fault of its work.
     fn hipDeviceSynchronize() {
-        runtime()?.current()?.executor.sync_all()
+        let dev = runtime()?.current()?;
+        super::stats::bump(super::stats::Counter::HostWaits);
+        dev.executor.sync_all()
     }
 
     fn hipDeviceCanAccessPeer(can: *mut c_int, ordinal: c_int, peer: c_int) {

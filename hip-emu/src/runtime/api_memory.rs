@@ -9,6 +9,7 @@ use hip_sys::{hipDeviceptr_t, hipError_t, hipMemcpyKind, hipStream_t};
 use super::device::Device;
 use super::error::{Fail, Res};
 use super::memory::{self, Owner};
+use super::stats::{self, Counter};
 use super::{hip_exports, out, runtime};
 
 /// Where a copy's operand lives.
@@ -67,6 +68,12 @@ fn copy(
 ) -> Res {
     check_side(dst, bytes, dst_side, &format!("{name} destination"))?;
     check_side(src, bytes, src_side, &format!("{name} source"))?;
+    let direction = match (dst_side, src_side) {
+        (Side::Device, Side::Host) => Some(Counter::BytesHtoD),
+        (Side::Host, Side::Device) => Some(Counter::BytesDtoH),
+        (Side::Device, Side::Device) => Some(Counter::BytesDtoD),
+        (Side::Host, Side::Host) => None,
+    };
     let work = move || {
         if bytes > 0 {
             // SAFETY: device ranges were checked to lie in live allocations (which hipFree
@@ -76,7 +83,11 @@ fn copy(
         }
         Ok(())
     };
-    submit(name, stream, sync, Box::new(work))
+    submit(name, stream, sync, Box::new(work))?;
+    if let Some(counter) = direction {
+        stats::add(counter, bytes as u64);
+    }
+    Ok(())
 }
 
 /// Queue `work` on `stream`; with `sync`, wait for it (and report a fault of that stream).
@@ -85,6 +96,7 @@ fn submit(name: &str, stream: hipStream_t, sync: bool, work: super::queue::Work)
     let seq = dev.executor.enqueue(info.id, name.to_owned(), work)?;
     if sync {
         let _ = seq;
+        stats::bump(Counter::HostWaits);
         dev.executor.sync_stream(info.id)?;
     }
     Ok(())
@@ -126,6 +138,7 @@ fn memset(
         }
         Ok(())
     };
+    stats::bump(Counter::Memsets);
     submit(name, stream, sync, Box::new(work))
 }
 
@@ -149,6 +162,9 @@ hip_exports! {
     fn hipMalloc(ptr: *mut *mut c_void, size: usize) {
         let rt = runtime()?;
         let p = if size == 0 { 0 } else { device_malloc(rt.current()?, size)? };
+        if p != 0 {
+            stats::bump(Counter::Mallocs);
+        }
         // SAFETY: out-parameter per the C API contract.
         unsafe { out(ptr, p as *mut c_void, "ptr") }
     }
@@ -164,6 +180,7 @@ hip_exports! {
         }
         let alloc = memory::free(ptr as usize, false).map_err(|f| Fail::invalid(format!("hipFree: {}", f.message)))?;
         if let Owner::Device(d) = alloc.owner {
+            stats::bump(Counter::Frees);
             rt.device(d)?.release(alloc.rounded);
         }
         Ok(())

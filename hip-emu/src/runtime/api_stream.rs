@@ -11,6 +11,7 @@ use hip_sys::{hipError_t, hipEvent_t, hipStream_t};
 use super::device::PRIORITY_RANGE;
 use super::error::{Fail, Res};
 use super::queue::EventState;
+use super::stats::{self, Counter};
 use super::{hip_exports, out, runtime, EventInfo, StreamInfo};
 
 /// Create a stream on the current device.
@@ -95,6 +96,7 @@ hip_exports! {
 
     fn hipStreamSynchronize(stream: hipStream_t) {
         let (dev, info) = runtime()?.stream(stream)?;
+        stats::bump(Counter::HostWaits);
         dev.executor.sync_stream(info.id)
     }
 
@@ -160,6 +162,7 @@ hip_exports! {
     fn hipEventSynchronize(event: hipEvent_t) {
         let rt = runtime()?;
         let ev = rt.event(event)?;
+        stats::bump(Counter::HostWaits);
         rt.device(ev.device)?.executor.sync_event(&ev.state)
     }
 

@@ -251,6 +251,7 @@ hip_exports! {
             format!("kernel `{name}`"),
             Box::new(move || run(kernel, grid, block, dynamic, meta, params, seed)),
         )?;
+        super::stats::bump(super::stats::Counter::Launches);
         Ok(())
     }
 }

@@ -18,6 +18,7 @@ pub mod memory;
 pub mod metadata;
 pub mod module;
 pub mod queue;
+pub mod stats;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};

@@ -98,19 +98,10 @@ type AnnounceFn = unsafe extern "C" fn(usize, *const usize);
 /// launch with hipErrorInvalidValue naming the kernel and argument on a mismatch.
 pub fn announce_arg_sizes(sizes: &[usize]) {
     static ANNOUNCE: OnceLock<Option<AnnounceFn>> = OnceLock::new();
-    let f = ANNOUNCE.get_or_init(|| {
-        let hip = hip_sys::hip().ok()?;
-        // SAFETY: re-opening the runtime hip-sys already loaded (same file) only takes another
-        // reference to it and runs no initialiser again; the handle is leaked below, never closed.
-        let lib = unsafe { hip_sys::libloading::Library::new(hip.path()) }.ok()?;
-        // SAFETY: hip-emu defines this symbol with exactly this prototype; no other runtime
-        // exports the name.
-        let f = unsafe { lib.get::<AnnounceFn>(b"hipemuSetLaunchArgSizes\0") }
-            .ok()
-            .map(|s| *s);
-        std::mem::forget(lib);
-        f
-    });
+    // SAFETY: hip-emu defines this symbol with exactly this prototype; no other runtime exports
+    // the name.
+    let f = ANNOUNCE
+        .get_or_init(|| unsafe { crate::emu::symbol::<AnnounceFn>(b"hipemuSetLaunchArgSizes\0") });
     if let Some(f) = f {
         // SAFETY: `sizes` is a live slice of `sizes.len()` usizes for the duration of the call;
         // hip-emu copies it.

@@ -1,0 +1,126 @@
+//! What only hip-emu (the emulated HIP device) can tell: the counters a profiler would show.
+//!
+//! A real HIP runtime exports none of hip-emu's `hipemu*` entry points; then [`stats`] returns
+//! `None` and nothing here does anything. On hip-emu, tests use the counters to prove what a
+//! profiler would prove on a GPU: how many kernels a step launches, how many times the host
+//! waits, that a warmed-up step allocates nothing.
+
+use std::sync::OnceLock;
+
+/// Whose figures to read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StatsScope {
+    /// The whole process.
+    Process,
+    /// The calling host thread only (not disturbed by other threads, e.g. parallel tests).
+    Thread,
+}
+
+/// hip-emu's counters (see hip-emu's `runtime::stats` for what each one counts). Figures are
+/// counted where the host asks for the work, not where the emulator runs it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct EmuStats {
+    /// Kernel launches queued, including one per BLAS call.
+    pub launches: u64,
+    /// Host-blocking calls: device, stream and event synchronisation, synchronous copies and
+    /// memsets.
+    pub host_waits: u64,
+    /// `hipMalloc` calls that allocated.
+    pub mallocs: u64,
+    /// `hipFree` calls that freed device memory.
+    pub frees: u64,
+    /// Bytes copied host to device.
+    pub bytes_htod: u64,
+    /// Bytes copied device to host.
+    pub bytes_dtoh: u64,
+    /// Bytes copied device to device.
+    pub bytes_dtod: u64,
+    /// Memsets queued.
+    pub memsets: u64,
+}
+
+impl EmuStats {
+    /// What happened between `earlier` and `self` (counters only grow; saturates at 0).
+    pub fn since(&self, earlier: &EmuStats) -> EmuStats {
+        EmuStats {
+            launches: self.launches.saturating_sub(earlier.launches),
+            host_waits: self.host_waits.saturating_sub(earlier.host_waits),
+            mallocs: self.mallocs.saturating_sub(earlier.mallocs),
+            frees: self.frees.saturating_sub(earlier.frees),
+            bytes_htod: self.bytes_htod.saturating_sub(earlier.bytes_htod),
+            bytes_dtoh: self.bytes_dtoh.saturating_sub(earlier.bytes_dtoh),
+            bytes_dtod: self.bytes_dtod.saturating_sub(earlier.bytes_dtod),
+            memsets: self.memsets.saturating_sub(earlier.memsets),
+        }
+    }
+
+    fn from_counters(c: &[u64; 8]) -> EmuStats {
+        EmuStats {
+            launches: c[0],
+            host_waits: c[1],
+            mallocs: c[2],
+            frees: c[3],
+            bytes_htod: c[4],
+            bytes_dtoh: c[5],
+            bytes_dtod: c[6],
+            memsets: c[7],
+        }
+    }
+}
+
+/// `hipemuGetStats(scope, out, len) -> count`.
+type GetStatsFn = unsafe extern "C" fn(u32, *mut u64, usize) -> usize;
+
+/// hip-emu's counters for `scope`, or `None` when the loaded HIP runtime is not hip-emu (or no
+/// runtime loads).
+pub fn stats(scope: StatsScope) -> Option<EmuStats> {
+    static GET: OnceLock<Option<GetStatsFn>> = OnceLock::new();
+    // SAFETY: hip-emu defines `hipemuGetStats` with exactly the `GetStatsFn` prototype; no
+    // other runtime exports the name.
+    let f = (*GET.get_or_init(|| unsafe { symbol::<GetStatsFn>(b"hipemuGetStats\0") }))?;
+    let mut counters = [0u64; 8];
+    let scope = match scope {
+        StatsScope::Process => 0,
+        StatsScope::Thread => 1,
+    };
+    // SAFETY: `counters` is valid for 8 writes; hip-emu writes at most `len` of them.
+    let available = unsafe { f(scope, counters.as_mut_ptr(), counters.len()) };
+    // hip-emu reports how many counters it has: fewer than ours means an older emulator whose
+    // array would leave some of ours unwritten (zero), so refuse rather than report zeros.
+    (available >= counters.len()).then(|| EmuStats::from_counters(&counters))
+}
+
+/// A symbol of hip-emu's own C ABI from the HIP runtime hip-sys loaded, or `None` there (a real
+/// runtime) and when no runtime loads.
+///
+/// # Safety
+/// `T` must be the symbol's exact function-pointer type as hip-emu defines it.
+pub(crate) unsafe fn symbol<T: Copy>(name: &[u8]) -> Option<T> {
+    let hip = hip_sys::hip().ok()?;
+    // SAFETY: re-opening the runtime hip-sys already loaded (same file) only takes another
+    // reference to it and runs no initialiser again; the handle is leaked below, never closed,
+    // so the symbol stays valid for the life of the process.
+    let lib = unsafe { hip_sys::libloading::Library::new(hip.path()) }.ok()?;
+    // SAFETY: the caller guarantees `T` is the symbol's type.
+    let f = unsafe { lib.get::<T>(name) }.ok().map(|s| *s);
+    std::mem::forget(lib);
+    f
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn since_subtracts_each_counter() {
+        let a = EmuStats::from_counters(&[1, 2, 3, 4, 5, 6, 7, 8]);
+        let b = EmuStats::from_counters(&[3, 2, 5, 4, 15, 6, 7, 9]);
+        let d = b.since(&a);
+        assert_eq!(d.launches, 2);
+        assert_eq!(d.host_waits, 0);
+        assert_eq!(d.mallocs, 2);
+        assert_eq!(d.bytes_htod, 10);
+        assert_eq!(d.memsets, 1);
+        assert_eq!(a.since(&b).launches, 0);
+    }
+}
