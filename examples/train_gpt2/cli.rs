@@ -146,10 +146,13 @@ impl Args {
                 return bad(format!("{name} {b}: must be in [0, 1)"));
             }
         }
-        if !(self.scale_init.is_finite() && self.scale_init > 0.0) {
+        let scales = crate::trainer_state::LOSS_SCALE_RANGE;
+        if !scales.contains(&self.scale_init) {
             return bad(format!(
-                "--scale-init {}: must be finite and > 0",
-                self.scale_init
+                "--scale-init {:?}: must be in {:e}..={:e} (2^-64..=2^64)",
+                self.scale_init,
+                scales.start(),
+                scales.end()
             ));
         }
         if self.scale_window == 0 {

@@ -13,8 +13,10 @@ mod device_attention;
 mod device_backend;
 mod error;
 mod model;
+mod outputs;
 mod params;
 mod train;
+mod trainer_state;
 mod weights;
 
 #[cfg(test)]
