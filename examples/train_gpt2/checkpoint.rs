@@ -1,57 +1,21 @@
 //! Checkpoints `DIR/step_<s>/`: `model.safetensors` (f32, names without prefix) + `config.json`
 //! (loadable with `--model`), `optimizer.safetensors` (`exp_avg.<name>`, `exp_avg_sq.<name>`) and
 //! `trainer.json`. Written into a temporary directory beside it, synced, then renamed.
+//!
+//! Every temporary is created exclusively under a fresh random name (`tempfile`), so a file or
+//! symlink planted at a predictable name is never opened, and is removed again when a save fails.
+//! Temporaries are named `.step_<s>.tmp.<pid>.<random>`, `.step_<s>.old.<pid>.<random>` and
+//! `.write-probe.<pid>.<random>`; [`prepare_dir`] removes those of processes that no longer run
+//! (and of the older names without `.<random>`), and nothing else.
 
-use crate::cli::Precision;
 use crate::config::GptConfig;
 use crate::error::{read_regular, Result, TrainError};
 use crate::params::{specs, Params};
 use crate::weights::{load_params, params_to_safetensors, read_f32_tensors, to_safetensors};
-use serde::{Deserialize, Serialize};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
-/// The `format` value of trainer.json.
-pub const FORMAT: &str = "hip-kernels/train_gpt2 checkpoint v1";
-
-/// Everything besides tensors that a resumed run needs to continue bit-identically.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct TrainerState {
-    /// [`FORMAT`].
-    pub format: String,
-    /// The last completed step.
-    pub step: u64,
-    /// The loader's position for the next micro-batch.
-    pub loader_pos: usize,
-    /// Tokens in the data file (a resume with other data is refused).
-    pub data_tokens: usize,
-    /// Loss scale (f16; 1 otherwise).
-    pub loss_scale: f64,
-    /// Clean steps since the loss scale last changed.
-    pub scale_clean_steps: u64,
-    /// AdamW updates done (steps minus those skipped for a non-finite gradient), the step
-    /// count of the bias corrections, as torch keeps it per parameter.
-    pub adam_steps: u64,
-    /// Flags that change what a step reads: must be equal on resume.
-    pub batch: usize,
-    /// `--seq`.
-    pub seq: usize,
-    /// `--grad-accum`.
-    pub grad_accum: usize,
-    /// `--dtype`.
-    pub dtype: Precision,
-    /// Optimizer and schedule flags of the run that wrote it (recorded; a resume may change them).
-    pub lr: f64,
-    /// `--lr-min`.
-    pub lr_min: Option<f64>,
-    /// `--warmup`.
-    pub warmup: u64,
-    /// `--steps`.
-    pub steps: u64,
-    /// `--beta1`, `--beta2`, `--eps`, `--weight-decay`, `--grad-clip`.
-    pub adamw: [f64; 5],
-}
+pub use crate::trainer_state::{TrainerState, FORMAT};
 
 /// Host copies of what a checkpoint holds.
 pub struct Snapshot<'a> {
@@ -67,17 +31,109 @@ pub struct Snapshot<'a> {
     pub state: &'a TrainerState,
 }
 
-/// Make `dir` (and parents) and prove it writable, before training starts.
+/// Make `dir` (and parents), prove it writable, and remove the stale temporaries of earlier runs
+/// (see the module docs), before training starts.
 pub fn prepare_dir(dir: &Path) -> Result<()> {
     std::fs::create_dir_all(dir).map_err(TrainError::io(dir))?;
-    let probe = dir.join(format!(".write-probe.{}", std::process::id()));
-    std::fs::write(&probe, b"probe")
-        .map_err(|e| TrainError::file(dir, format!("checkpoint directory is not writable: {e}")))?;
-    std::fs::remove_file(&probe).map_err(TrainError::io(&probe))
+    let not_writable = |e: std::io::Error| {
+        TrainError::file(dir, format!("checkpoint directory is not writable: {e}"))
+    };
+    let mut probe = tempfile::Builder::new()
+        .prefix(&format!(".write-probe.{}.", std::process::id()))
+        .tempfile_in(dir)
+        .map_err(not_writable)?;
+    probe.write_all(b"probe").map_err(not_writable)?;
+    probe.close().map_err(not_writable)?;
+    remove_stale_temporaries(dir)
 }
 
+/// The pid in `name` if it is one of our temporaries: `.step_<s>.tmp.<pid>[.<random>]`,
+/// `.step_<s>.old.<pid>[.<random>]` or `.write-probe.<pid>[.<random>]`.
+pub fn temporary_pid(name: &str) -> Option<u32> {
+    let digits = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
+    let rest = match name.strip_prefix(".write-probe.") {
+        Some(r) => r,
+        None => {
+            let (step, r) = name.strip_prefix(".step_")?.split_once('.')?;
+            if !digits(step) {
+                return None;
+            }
+            r.strip_prefix("tmp.").or_else(|| r.strip_prefix("old."))?
+        }
+    };
+    let (pid, random) = match rest.split_once('.') {
+        Some((p, r)) => (p, Some(r)),
+        None => (rest, None),
+    };
+    let random_ok = random.map_or(true, |r| {
+        !r.is_empty() && r.bytes().all(|b| b.is_ascii_alphanumeric())
+    });
+    if !(digits(pid) && random_ok) {
+        return None;
+    }
+    pid.parse().ok()
+}
+
+/// Whether process `pid` runs (on Linux: `/proc/<pid>` exists). Without a readable `/proc`
+/// every process counts as running, so nothing is removed.
+fn running(pid: u32) -> bool {
+    let proc = Path::new("/proc");
+    !proc.join("self").exists() || proc.join(pid.to_string()).exists()
+}
+
+/// Remove the temporaries of processes that no longer run: `.step_*` directories and
+/// `.write-probe.*` regular files of our naming only (a symlink is never ours, and is left).
+/// A temporary that cannot be removed is reported and left; training goes on.
+fn remove_stale_temporaries(dir: &Path) -> Result<()> {
+    for entry in std::fs::read_dir(dir).map_err(TrainError::io(dir))? {
+        let entry = entry.map_err(TrainError::io(dir))?;
+        let name = entry.file_name();
+        let Some(pid) = name.to_str().and_then(temporary_pid) else {
+            continue;
+        };
+        // file_type() does not follow symlinks.
+        let Ok(kind) = entry.file_type() else {
+            continue;
+        };
+        let path = entry.path();
+        let removed = if name.to_string_lossy().starts_with(".step_") {
+            (kind.is_dir() && !running(pid)).then(|| std::fs::remove_dir_all(&path))
+        } else {
+            (kind.is_file() && !running(pid)).then(|| std::fs::remove_file(&path))
+        };
+        if let Some(Err(e)) = removed {
+            eprintln!(
+                "warning: could not remove the stale temporary {}: {e}",
+                path.display()
+            );
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+thread_local! {
+    /// Tests only: called with each checkpoint file's path before it is written; an error
+    /// stands for a failed write (a full disk).
+    pub static WRITE_FAULT: std::cell::RefCell<Option<WriteFault>> =
+        const { std::cell::RefCell::new(None) };
+}
+
+/// The type of [`WRITE_FAULT`].
+#[cfg(test)]
+pub type WriteFault = Box<dyn Fn(&Path) -> std::io::Result<()>>;
+
+/// Write a new file (never an existing one, nor through a symlink) and sync it.
 fn write_synced(path: &Path, bytes: &[u8]) -> Result<()> {
-    let mut f = std::fs::File::create(path).map_err(TrainError::io(path))?;
+    #[cfg(test)]
+    WRITE_FAULT
+        .with(|f| f.borrow().as_ref().map_or(Ok(()), |f| f(path)))
+        .map_err(TrainError::io(path))?;
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(path)
+        .map_err(TrainError::io(path))?;
     f.write_all(bytes).map_err(TrainError::io(path))?;
     f.sync_all().map_err(TrainError::io(path))
 }
@@ -97,38 +153,52 @@ fn moments_to_safetensors(snap: &Snapshot<'_>) -> Result<Vec<u8>> {
     to_safetensors(&list)
 }
 
-/// Write `dir/step_<s>/` atomically; returns its path.
+/// A new, empty temporary directory `dir/.step_<s>.<kind>.<pid>.<random>` (mode 0777 less the
+/// umask, as `create_dir` makes), removed with its content when dropped.
+fn temp_dir(dir: &Path, step: u64, kind: &str) -> Result<tempfile::TempDir> {
+    use std::os::unix::fs::PermissionsExt;
+    tempfile::Builder::new()
+        .prefix(&format!(".step_{step}.{kind}.{}.", std::process::id()))
+        .permissions(std::fs::Permissions::from_mode(0o777))
+        .tempdir_in(dir)
+        .map_err(TrainError::io(dir))
+}
+
+/// Write `dir/step_<s>/` atomically; returns its path. On any failure the temporary directory
+/// is removed and an earlier `step_<s>` stays as it was.
 pub fn save(dir: &Path, snap: &Snapshot<'_>) -> Result<PathBuf> {
     let step = snap.state.step;
     let final_dir = dir.join(format!("step_{step}"));
-    let pid = std::process::id();
-    let tmp = dir.join(format!(".step_{step}.tmp.{pid}"));
-    if tmp.exists() {
-        std::fs::remove_dir_all(&tmp).map_err(TrainError::io(&tmp))?;
-    }
-    std::fs::create_dir(&tmp).map_err(TrainError::io(&tmp))?;
+    let tmp = temp_dir(dir, step, "tmp")?;
     let config = serde_json::to_vec_pretty(&snap.config.raw)
         .map_err(|e| TrainError::Op(format!("serializing config.json: {e}")))?;
     let state = serde_json::to_vec_pretty(snap.state)
         .map_err(|e| TrainError::Op(format!("serializing trainer.json: {e}")))?;
-    write_synced(&tmp.join("config.json"), &config)?;
+    write_synced(&tmp.path().join("config.json"), &config)?;
     write_synced(
-        &tmp.join("model.safetensors"),
+        &tmp.path().join("model.safetensors"),
         &params_to_safetensors(snap.params, snap.config)?,
     )?;
     write_synced(
-        &tmp.join("optimizer.safetensors"),
+        &tmp.path().join("optimizer.safetensors"),
         &moments_to_safetensors(snap)?,
     )?;
-    write_synced(&tmp.join("trainer.json"), &state)?;
-    if final_dir.exists() {
-        // Never a half-written checkpoint under the final name: the old one moves aside whole.
-        let old = dir.join(format!(".step_{step}.old.{pid}"));
-        std::fs::rename(&final_dir, &old).map_err(TrainError::io(&final_dir))?;
-        std::fs::rename(&tmp, &final_dir).map_err(TrainError::io(&final_dir))?;
-        std::fs::remove_dir_all(&old).map_err(TrainError::io(&old))?;
+    write_synced(&tmp.path().join("trainer.json"), &state)?;
+    if final_dir.symlink_metadata().is_ok() {
+        // Never a half-written checkpoint under the final name: the old one moves aside whole
+        // (into a temporary directory that removes it when dropped), and back on failure.
+        let old = temp_dir(dir, step, "old")?;
+        let aside = old.path().join(format!("step_{step}"));
+        std::fs::rename(&final_dir, &aside).map_err(TrainError::io(&final_dir))?;
+        if let Err(e) = std::fs::rename(tmp.path(), &final_dir) {
+            let _ = std::fs::rename(&aside, &final_dir);
+            return Err(TrainError::io(&final_dir)(e));
+        }
+        let _ = tmp.keep();
+        old.close().map_err(TrainError::io(&aside))?;
     } else {
-        std::fs::rename(&tmp, &final_dir).map_err(TrainError::io(&final_dir))?;
+        std::fs::rename(tmp.path(), &final_dir).map_err(TrainError::io(&final_dir))?;
+        let _ = tmp.keep();
     }
     // Make the rename durable.
     if let Ok(d) = std::fs::File::open(dir) {
@@ -170,14 +240,7 @@ pub fn load(dir: &Path, cfg: &GptConfig) -> Result<Restored> {
         ));
     }
     let state_path = dir.join("trainer.json");
-    let state: TrainerState = serde_json::from_slice(&read_regular(&state_path, 1 << 20)?)
-        .map_err(|e| TrainError::file(&state_path, format!("is not a trainer state: {e}")))?;
-    if state.format != FORMAT {
-        return Err(TrainError::file(
-            &state_path,
-            format!("format `{}` is not `{FORMAT}`", state.format),
-        ));
-    }
+    let state = TrainerState::from_json(&state_path, &read_regular(&state_path, 1 << 20)?)?;
     let params = load_params(&dir.join("model.safetensors"), cfg)?;
     let opt_path = dir.join("optimizer.safetensors");
     let mut opt = read_f32_tensors(&opt_path)?;
@@ -186,7 +249,10 @@ pub fn load(dir: &Path, cfg: &GptConfig) -> Result<Restored> {
         for s in specs(cfg) {
             let name = format!("{prefix}.{}", s.name);
             match opt.remove(&name) {
-                Some((shape, data)) if shape == s.shape => v.push(data),
+                Some((shape, data)) if shape == s.shape => {
+                    check_moment(&opt_path, &name, &data, prefix == "exp_avg_sq")?;
+                    v.push(data)
+                }
                 Some((shape, _)) => {
                     return Err(TrainError::file(
                         &opt_path,
@@ -219,4 +285,25 @@ pub fn load(dir: &Path, cfg: &GptConfig) -> Result<Restored> {
         exp_avg_sq,
         state,
     })
+}
+
+/// An AdamW moment read back: every value finite, and a second moment (`exp_avg_sq`, a running
+/// mean of squares) never negative. A checkpoint breaking either would train on NaN.
+fn check_moment(path: &Path, name: &str, data: &[f32], second: bool) -> Result<()> {
+    let bad = |i: usize| !data[i].is_finite() || (second && data[i] < 0.0);
+    match (0..data.len()).find(|&i| bad(i)) {
+        None => Ok(()),
+        Some(i) => Err(TrainError::file(
+            path,
+            format!(
+                "tensor `{name}` holds {} at flat index {i}; {}",
+                data[i],
+                if second {
+                    "a second moment must be finite and >= 0"
+                } else {
+                    "a first moment must be finite"
+                }
+            ),
+        )),
+    }
 }

@@ -1,4 +1,4 @@
-//! The command line of ../shared/TRAIN-GPT2-SPEC.md, and the checks of flags alone (exit 2).
+//! The command line of docs/TRAIN-GPT2.md, and the checks of flags alone (exit 2).
 
 use crate::error::{Result, TrainError};
 use clap::Parser;
@@ -39,7 +39,7 @@ pub enum Precision {
     F16,
 }
 
-/// Train a GPT-2 with hip-kernels (see ../shared/TRAIN-GPT2-SPEC.md).
+/// Train a GPT-2 with hip-kernels (see docs/TRAIN-GPT2.md in the hip-kernels repository).
 #[derive(Debug, Clone, Parser)]
 #[command(name = "train_gpt2", version, args_override_self = true)]
 pub struct Args {
@@ -146,10 +146,13 @@ impl Args {
                 return bad(format!("{name} {b}: must be in [0, 1)"));
             }
         }
-        if !(self.scale_init.is_finite() && self.scale_init > 0.0) {
+        let scales = crate::trainer_state::LOSS_SCALE_RANGE;
+        if !scales.contains(&self.scale_init) {
             return bad(format!(
-                "--scale-init {}: must be finite and > 0",
-                self.scale_init
+                "--scale-init {:?}: must be in {:e}..={:e} (2^-64..=2^64)",
+                self.scale_init,
+                scales.start(),
+                scales.end()
             ));
         }
         if self.scale_window == 0 {

@@ -2,7 +2,7 @@
 
 use crate::error::{read_regular, Result, TrainError};
 use serde_json::Value;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 /// Largest config.json read (real ones are about 1 KB).
 const CONFIG_CAP: u64 = 1 << 20;
@@ -26,6 +26,8 @@ pub struct GptConfig {
     pub eps: f64,
     /// The file as read, written back unchanged into checkpoints.
     pub raw: Value,
+    /// Where it was read from (named in errors).
+    pub path: PathBuf,
 }
 
 impl GptConfig {
@@ -97,6 +99,7 @@ impl GptConfig {
             inner,
             eps,
             raw,
+            path: path.to_path_buf(),
         })
     }
 

@@ -1,5 +1,5 @@
 //! Train a GPT-2 with hip-kernels' ops, matching PyTorch step for step
-//! (../shared/TRAIN-GPT2-SPEC.md): `cargo run --release --example train_gpt2 -- --model DIR --data FILE`.
+//! (docs/TRAIN-GPT2.md): `cargo run --release --example train_gpt2 -- --model DIR --data FILE`.
 //!
 //! Exit status: 0 done, 1 failed at run time, 2 bad usage.
 
@@ -13,8 +13,10 @@ mod device_attention;
 mod device_backend;
 mod error;
 mod model;
+mod outputs;
 mod params;
 mod train;
+mod trainer_state;
 mod weights;
 
 #[cfg(test)]

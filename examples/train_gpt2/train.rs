@@ -9,6 +9,8 @@ use crate::data::{Loader, Tokens};
 use crate::device_backend::DeviceBackend;
 use crate::error::{Result, TrainError};
 use crate::model::Gpt2;
+use crate::outputs;
+use crate::trainer_state::LOSS_SCALE_RANGE;
 use crate::weights::{load_params, model_paths};
 use half::{bf16, f16};
 use hip_kernels::params::DeviceElement;
@@ -47,15 +49,19 @@ pub struct LossScaler {
 }
 
 impl LossScaler {
-    /// Account for a step whose gradients were (not) all finite.
+    /// Account for a step whose gradients were (not) all finite. The scale stays inside
+    /// [`LOSS_SCALE_RANGE`] (torch's scaler has no bounds; at its ends f32 would round the
+    /// scale or its reciprocal to 0 or infinity).
     pub fn update(&mut self, found_inf: bool) {
+        let (lo, hi) = (*LOSS_SCALE_RANGE.start(), *LOSS_SCALE_RANGE.end());
         if found_inf {
-            self.scale *= 0.5;
+            self.scale = (self.scale * 0.5).max(lo);
             self.clean = 0;
         } else {
-            self.clean += 1;
-            if self.clean == self.window {
-                self.scale *= 2.0;
+            self.clean = self.clean.saturating_add(1);
+            // `>=`: a resume may shorten --scale-window below the clean steps counted so far.
+            if self.clean >= self.window {
+                self.scale = (self.scale * 2.0).min(hi);
                 self.clean = 0;
             }
         }
@@ -212,7 +218,9 @@ fn new_state(args: &Args, step: u64, loader_pos: usize, data_tokens: usize) -> T
 /// Run the trainer as the command line says; returns what every step logged.
 pub fn run(args: &Args) -> Result<Vec<StepLog>> {
     args.validate()?;
+    outputs::check_log(args)?;
     let setup = setup(args)?;
+    outputs::check_checkpoint_dir(args, first_step(&setup.restored.state)?)?;
     if let Some(dir) = &args.checkpoint_dir {
         checkpoint::prepare_dir(dir)?;
     }
@@ -220,6 +228,14 @@ pub fn run(args: &Args) -> Result<Vec<StepLog>> {
         Device::Cpu => train_as(&Cpu, args, setup),
         Device::Gpu(n) => train_as(&DeviceBackend::new(n, args.grad_accum)?, args, setup),
     }
+}
+
+/// The first step to run after `state` (checked: a corrupt counter must not overflow).
+fn first_step(state: &TrainerState) -> Result<u64> {
+    state
+        .step
+        .checked_add(1)
+        .ok_or_else(|| TrainError::Op(format!("step {} is the last step there is", state.step)))
 }
 
 /// [`train`] with the storage type `--dtype` names.
@@ -252,7 +268,7 @@ fn train<T: DeviceElement, B: Backend<T>>(
         args.batch,
         args.seq,
     )?;
-    let first = r.state.step + 1;
+    let first = first_step(&r.state)?;
     println!(
         "train_gpt2 on {}: {} | {} parameters | steps {first}..={} | {} tokens/step",
         backend.name(),
@@ -302,7 +318,9 @@ fn train<T: DeviceElement, B: Backend<T>>(
             beta2: args.beta2,
             eps: args.eps,
             weight_decay: args.weight_decay,
-            step: adam_steps + 1,
+            step: adam_steps.checked_add(1).ok_or_else(|| {
+                TrainError::Op(format!("AdamW's step count {adam_steps} cannot grow"))
+            })?,
         };
         let loss_scale = scaler.map_or(1.0, |sc| sc.scale);
         let scaling = GradScaling { loss_scale, clip };

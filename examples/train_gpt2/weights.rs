@@ -5,7 +5,7 @@ use crate::error::{read_regular, Result, TrainError};
 use crate::params::{specs, Params};
 use safetensors::tensor::{Dtype, TensorView};
 use safetensors::SafeTensors;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
 /// Largest safetensors file read (GPT-2 XL in f32 is 6.5 GB).
@@ -95,6 +95,28 @@ pub fn load_params(path: &Path, cfg: &GptConfig) -> Result<Params<Vec<f32>>> {
                 format!("tensor `{short}` is present twice (with and without `transformer.`)"),
             ));
         }
+    }
+    // The layers the file holds, counted before any table of `cfg.layers` entries is built:
+    // a config claiming more layers than the file has tensors costs O(file), not O(claim).
+    let held: BTreeSet<usize> = tensors
+        .keys()
+        .filter_map(|n| n.strip_prefix("h.")?.split_once('.')?.0.parse().ok())
+        .collect();
+    if held.len() != cfg.layers {
+        let range = match (held.first(), held.last()) {
+            (Some(a), Some(b)) => format!(" (h.{a} … h.{b})"),
+            _ => String::new(),
+        };
+        return Err(TrainError::file(
+            path,
+            format!(
+                "holds {} layers{range} but {} says `n_layer` = {}; the config and the weights \
+                 must describe the same model",
+                held.len(),
+                cfg.path.display(),
+                cfg.layers
+            ),
+        ));
     }
     let mut values = Vec::new();
     for spec in specs(cfg) {

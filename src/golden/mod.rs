@@ -1,7 +1,7 @@
 //! Golden cases: reading the PyTorch-generated case files and checking an implementation
 //! against them.
 //!
-//! A case is one `.safetensors` file in the schema of issue 3 (see `shared/GOLDEN-SCHEMA.md` and
+//! A case is one `.safetensors` file in the schema of issue 3 (see `docs/GOLDEN-CASES.md` and
 //! `tools/golden/README.md`): `__metadata__` holds `op` and its parameters, inputs are plain
 //! names, expected outputs are `expected_<name>`. [`load_case`] parses a file strictly (an
 //! unknown op, a missing or unexpected tensor, a wrong dtype or shape is a [`GoldenError`] naming

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Write the golden cases of hip-kernels into tests/golden/ (one .safetensors file per case).
 
-Schema: `issues show 3` and shared/GOLDEN-SCHEMA.md. Every expected tensor is computed in float64
+Schema: docs/GOLDEN-CASES.md. Every expected tensor is computed in float64
 from the tensors stored in the same file (already rounded to their dtype), then cast. The float64
 definitions used here are checked at generation time against torch itself (F.layer_norm +
 autograd, scaled_dot_product_attention + autograd, torch.optim.AdamW, torch._fused_adamw_).

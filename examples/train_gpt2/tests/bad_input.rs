@@ -35,16 +35,16 @@ fn expect_error(s: &Scratch, model: &Path, data: &Path, extra: &[&str]) -> Train
     err
 }
 
-fn tiny_tensors() -> BTreeMap<String, HostTensor> {
+pub(super) fn tiny_tensors() -> BTreeMap<String, HostTensor> {
     read_f32_tensors(&data_dir().join("model/model.safetensors")).unwrap()
 }
 
-fn tiny_config() -> serde_json::Value {
+pub(super) fn tiny_config() -> serde_json::Value {
     serde_json::from_slice(&std::fs::read(data_dir().join("model/config.json")).unwrap()).unwrap()
 }
 
 /// Write a model directory `name` under `s` from a config and tensors.
-fn write_model(
+pub(super) fn write_model(
     s: &Scratch,
     name: &str,
     config: &serde_json::Value,
@@ -80,7 +80,7 @@ fn tokens_file(s: &Scratch, name: &str, header: [i32; 3], ids: &[u16]) -> PathBu
     p
 }
 
-fn assert_says(err: &TrainError, code: u8, parts: &[&str]) {
+pub(super) fn assert_says(err: &TrainError, code: u8, parts: &[&str]) {
     let msg = err.to_string();
     assert_eq!(err.exit_code(), code, "{msg}");
     for p in parts {
@@ -88,7 +88,7 @@ fn assert_says(err: &TrainError, code: u8, parts: &[&str]) {
     }
 }
 
-fn tokens() -> PathBuf {
+pub(super) fn tokens() -> PathBuf {
     data_dir().join("tokens.bin")
 }
 
@@ -400,4 +400,69 @@ fn a_device_that_does_not_exist_is_a_run_time_error_naming_it() {
     .unwrap_err();
     assert!(matches!(e, TrainError::Device(_)), "{e:?}");
     assert_says(&e, 1, &["--device 4096"]);
+}
+
+#[test]
+fn a_layer_count_the_weights_do_not_hold_fails_fast_naming_the_key_and_the_file() {
+    // 16777216 is inside config.json's accepted range: the claim must cost O(file), never a
+    // name table of 12 · n_layer entries.
+    let s = Scratch::new("layers");
+    for n in [16_777_216u64, 3, 1] {
+        let mut cfg = tiny_config();
+        cfg["n_layer"] = n.into();
+        let m = write_model(&s, &format!("l{n}"), &cfg, &tiny_tensors());
+        let t0 = std::time::Instant::now();
+        let e = expect_error(&s, &m, &tokens(), &[]);
+        let took = t0.elapsed();
+        assert!(
+            took < std::time::Duration::from_millis(500),
+            "n_layer {n}: {took:?} to fail: {e}"
+        );
+        assert_says(
+            &e,
+            1,
+            &[
+                "config.json",
+                &format!("`n_layer` = {n}"),
+                "model.safetensors",
+                "2 layers",
+            ],
+        );
+    }
+}
+
+#[test]
+fn non_utf8_arguments_are_usage_errors_or_paths_never_a_panic() {
+    use std::ffi::OsString;
+    use std::os::unix::ffi::OsStringExt;
+    let bad = || OsString::from_vec(vec![0xff, b'x']);
+    let argv = |tail: Vec<OsString>| {
+        let mut v: Vec<OsString> = ["train_gpt2", "--model", "m", "--data", "d"]
+            .map(OsString::from)
+            .to_vec();
+        v.extend(tail);
+        v
+    };
+    for flag in [
+        "--batch",
+        "--seq",
+        "--steps",
+        "--lr",
+        "--device",
+        "--dtype",
+        "--scale-init",
+    ] {
+        let e = crate::cli::Args::try_parse_from(argv(vec![flag.into(), bad()])).unwrap_err();
+        // clap's own message: the flag and the value as far as it can be shown.
+        assert_eq!(e.exit_code(), 2, "{flag}: {e}");
+        assert!(e.to_string().starts_with("error: invalid"), "{flag}: {e}");
+    }
+    let e = crate::cli::Args::try_parse_from(argv(vec![bad()])).unwrap_err();
+    assert_eq!(e.exit_code(), 2, "{e}");
+    // A path may be any bytes on Unix: it parses, and a missing one is a run-time error naming it.
+    let mut v = argv(vec!["--seq".into(), "16".into()]);
+    v[4] = bad();
+    v[2] = data_dir().join("model").into_os_string();
+    let a = crate::cli::Args::try_parse_from(v).unwrap();
+    assert_says(&run(&a).unwrap_err(), 1, &["\u{fffd}x"]);
 }

@@ -3,8 +3,10 @@
 //! accumulation, bit-identical resume, and the bad-input errors.
 
 mod bad_input;
+mod corrupt_checkpoint;
 #[cfg(feature = "device")]
 mod device;
+mod files_on_disk;
 mod mixed;
 mod reference;
 mod resume;
