@@ -65,11 +65,17 @@ pub enum Command {
 #[error("{0}")]
 pub struct UsageError(String);
 
-/// Parses the arguments after the program name.
-pub fn parse_args<I: IntoIterator<Item = String>>(args: I) -> Result<Command, UsageError> {
+/// Parses the arguments after the program name. They are `OsString`s (or anything that becomes
+/// one), so an argument that is not UTF-8 is clap's usage error, never a panic.
+pub fn parse_args<I, T>(args: I) -> Result<Command, UsageError>
+where
+    I: IntoIterator<Item = T>,
+    T: Into<std::ffi::OsString>,
+{
     use clap::error::ErrorKind;
     use clap::Parser;
-    let argv = std::iter::once("hip-doctor".to_string()).chain(args);
+    let argv = std::iter::once(std::ffi::OsString::from("hip-doctor"))
+        .chain(args.into_iter().map(Into::into));
     match Options::try_parse_from(argv) {
         Ok(options) => Ok(Command::Run(options)),
         Err(e) if matches!(e.kind(), ErrorKind::DisplayHelp | ErrorKind::DisplayVersion) => {

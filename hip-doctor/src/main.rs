@@ -10,7 +10,7 @@ use hip_doctor::{self as doctor, guard, Command};
 
 fn main() -> ExitCode {
     guard::install_quiet_panic_hook();
-    let options = match doctor::parse_args(std::env::args().skip(1)) {
+    let options = match doctor::parse_args(std::env::args_os().skip(1)) {
         Ok(Command::Run(options)) => options,
         Ok(Command::Print(text)) => {
             print_out(&text);

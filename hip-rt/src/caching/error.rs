@@ -87,6 +87,24 @@ pub enum OomHint {
         /// The segment size that did not fit.
         segment: usize,
     },
+    /// A cached free block on another stream would fit the request, but cached blocks are
+    /// reused only by the stream they were allocated on, and these sit in segments that also
+    /// hold live blocks, so they cannot be released either.
+    OtherStreams {
+        /// Free cached bytes of other streams (in segments with live blocks).
+        bytes: usize,
+        /// The largest of those free blocks.
+        largest: usize,
+    },
+    /// Enough is cached on the request's stream, but in pieces smaller than the request inside
+    /// segments that also hold live blocks; `max_split_size_mb` is already at or below the
+    /// value that would help, so no setting releases them.
+    LiveBlocksHoldSegments {
+        /// Free cached bytes of the request's stream (in segments with live blocks).
+        bytes: usize,
+        /// The largest of those free blocks.
+        largest: usize,
+    },
     /// Memory is held outside this allocator (another allocator's cache, another process).
     HeldElsewhere {
         /// Bytes in use on the device that this allocator did not reserve.
@@ -119,6 +137,11 @@ pub struct OutOfMemory {
     pub fraction: Option<(f64, usize)>,
     /// The configured split limit, if any.
     pub max_split_size: Option<usize>,
+    /// Free cached bytes of the request's pool and stream, after the cache was released (so
+    /// all in segments that also hold live blocks), and the largest such block.
+    pub stream_cached: (usize, usize),
+    /// The same for every other stream: free, but reused only by the stream that owns it.
+    pub other_streams_cached: (usize, usize),
     /// What to do about it.
     pub hint: OomHint,
 }
@@ -146,10 +169,24 @@ impl OutOfMemory {
             OomHint::SegmentTooLarge {
                 segment: self.segment_size,
             }
+        } else if self.other_streams_cached.1 >= self.rounded
+            || (self.other_streams_cached.0 >= self.rounded && self.stream_cached.0 < self.rounded)
+        {
+            let (bytes, largest) = self.other_streams_cached;
+            OomHint::OtherStreams { bytes, largest }
         } else if cached >= self.rounded || cached.saturating_add(self.free) >= self.rounded {
             let floor = KLARGE_BUFFER / MIB + 1;
-            OomHint::Fragmentation {
-                suggested_mb: (self.rounded / MIB).max(floor),
+            let suggested_mb = (self.rounded / MIB).max(floor);
+            // Suggest the split limit only where it is not already in force at that value
+            // or below (blocks from that size on are then already never split).
+            let in_force = self
+                .max_split_size
+                .is_some_and(|limit| limit <= suggested_mb.saturating_mul(MIB));
+            if in_force {
+                let (bytes, largest) = self.stream_cached;
+                OomHint::LiveBlocksHoldSegments { bytes, largest }
+            } else {
+                OomHint::Fragmentation { suggested_mb }
             }
         } else if outside.saturating_add(self.free) >= self.rounded {
             OomHint::HeldElsewhere { bytes: outside }
@@ -278,6 +315,38 @@ impl OutOfMemory {
                  stop the other process",
                 Bytes(bytes)
             ),
+            OomHint::OtherStreams { bytes, largest } => write!(
+                f,
+                "{} is free in cached blocks of other streams (largest {}), in segments that \
+                 also hold live blocks: cached blocks are reused only on the stream they were \
+                 allocated on, and such segments cannot be released. Allocate this buffer on \
+                 the stream that freed that memory, or drop the buffers still live in those \
+                 segments and call empty_cache()",
+                Bytes(bytes),
+                Bytes(largest)
+            ),
+            OomHint::LiveBlocksHoldSegments { bytes, largest } => {
+                write!(
+                    f,
+                    "{} is free in cached blocks of this stream, but in pieces smaller than the \
+                     request (largest {}) inside segments that also hold live blocks, so they \
+                     cannot be merged or released",
+                    Bytes(bytes),
+                    Bytes(largest)
+                )?;
+                if let Some(limit) = self.max_split_size {
+                    write!(
+                        f,
+                        " (max_split_size_mb:{} is already in force)",
+                        limit / MIB
+                    )?;
+                }
+                write!(
+                    f,
+                    "; drop the long-lived buffers that hold those segments, or allocate the \
+                     large, long-lived buffers first"
+                )
+            }
             OomHint::Exhausted => write!(
                 f,
                 "live allocations fill the device; free buffers (drop them) or reduce the \

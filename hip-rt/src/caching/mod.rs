@@ -14,9 +14,12 @@
 //!   event on each, and the block returns to the cache only once they have completed. Events
 //!   are *queried* at the next allocation; nothing on the allocation path waits for the device.
 //! - On a failed device allocation: release oversize cached segments (with `max_split_size`
-//!   set), then synchronise all outstanding events and release every unsplit cached segment,
-//!   retry once, and otherwise return [`OutOfMemory`], whose message carries the numbers and
-//!   a hint chosen from them.
+//!   set), then (PyTorch's order) synchronise all outstanding events, release every cached
+//!   segment that holds no live block, of every stream, and retry once (`num_alloc_retries`),
+//!   both from the cache and from the device. Only then return [`OutOfMemory`] (`num_ooms`),
+//!   whose message carries the numbers and a hint chosen from them: free memory stranded on
+//!   other streams or inside segments with live blocks is named as such, and a setting
+//!   already in force is never suggested.
 //! - `garbage_collection_threshold`: before reserving more, old unsplit large cached segments
 //!   are released (no synchronisation) while reserved memory exceeds that fraction of the
 //!   allowed memory. Unlike PyTorch, it also works without a memory fraction set: the

@@ -3,6 +3,7 @@
 //! `--check`).
 
 mod asm;
+mod baseline;
 mod classify;
 mod figures;
 mod mca;
@@ -106,21 +107,26 @@ pub fn run(args: &IsaArgs) -> Result<(), String> {
         let plain = compile_all(&hipcc, &args.arch, &root, &sources, &out_dir, true)?;
         verify_markers(&asm, &plain)?;
     }
+    let selection = baseline::Selection::new(&args.only);
     if args.write_baseline {
-        write_baseline(&root, &report)?;
+        let path = root.join(BASELINE);
+        let existing = if selection.is_full() {
+            None
+        } else {
+            Some(read_report(&path)?)
+        };
+        let merged = baseline::merge(existing, &report, selection)?;
+        write_baseline(&root, &merged)?;
     }
     if let Some(path) = &args.check {
-        let text = std::fs::read_to_string(path)
-            .map_err(|e| format!("cannot read baseline {}: {e}", path.display()))?;
-        let base: Report = serde_json::from_str(&text)
-            .map_err(|e| format!("baseline {} is not a report: {e}", path.display()))?;
+        let base = read_report(path)?;
         if base.compiler != report.compiler || base.arch != report.arch {
             eprintln!(
                 "isa-report: note: baseline from {} / {}, this run {} / {}",
                 base.arch, base.compiler, report.arch, report.compiler
             );
         }
-        let bad = render::check(&base, &report);
+        let bad = baseline::check(&base, &report, selection);
         if !bad.is_empty() {
             return Err(format!(
                 "{} regression(s) against {} ({}):\n  {}\nIf intended, rewrite the baseline with \
@@ -145,6 +151,13 @@ pub fn run(args: &IsaArgs) -> Result<(), String> {
         print!("{}", render::markdown(&report));
     }
     Ok(())
+}
+
+fn read_report(path: &Path) -> Result<Report, String> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| format!("cannot read baseline {}: {e}", path.display()))?;
+    serde_json::from_str(&text)
+        .map_err(|e| format!("baseline {} is not a report: {e}", path.display()))
 }
 
 fn to_json(r: &Report) -> Result<String, String> {

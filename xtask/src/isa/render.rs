@@ -185,7 +185,7 @@ pub fn check(base: &Report, now: &Report) -> Vec<String> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::isa::figures::{GroupBytes, KernelFigures, LoopFigures};
     use crate::isa::occupancy::occupancy;
@@ -223,7 +223,7 @@ mod tests {
         }
     }
 
-    fn report(vgprs: u32, est: f64, waits: f64, spills: u32) -> Report {
+    pub(crate) fn report(vgprs: u32, est: f64, waits: f64, spills: u32) -> Report {
         Report {
             label: "l".into(),
             arch: "gfx906".into(),

@@ -336,20 +336,27 @@ impl<B: Backend> Policy<B> {
         if self.gc_enabled() {
             self.garbage_collect()?;
         }
-        if let Some(id) = self.alloc_segment(small, sid, segment, false)? {
+        if let Some(id) = self.alloc_segment(small, sid, segment)? {
             return Ok(id);
         }
         if self.release_available_cached_blocks(small, sid, rounded)? {
-            if let Some(id) = self.alloc_segment(small, sid, segment, false)? {
+            if let Some(id) = self.alloc_segment(small, sid, segment)? {
                 return Ok(id);
             }
         }
+        // PyTorch's last resort: wait for every stream's outstanding events, release every
+        // cached segment that holds no live block (all streams), and retry. The wait may
+        // also have returned a block of this stream that now fits.
         self.release_cached_blocks()?;
-        if let Some(id) = self.alloc_segment(small, sid, segment, true)? {
+        self.stats.num_alloc_retries += 1;
+        if let Some(id) = self.get_free_block(small, sid, rounded) {
+            return Ok(id);
+        }
+        if let Some(id) = self.alloc_segment(small, sid, segment)? {
             return Ok(id);
         }
         self.stats.num_ooms += 1;
-        Err(self.out_of_memory(size, rounded, segment))
+        Err(self.out_of_memory((small, sid), size, rounded, segment))
     }
 
     fn alloc_segment(
@@ -357,11 +364,7 @@ impl<B: Backend> Policy<B> {
         small: bool,
         sid: u32,
         size: usize,
-        retry: bool,
     ) -> Result<Option<u32>, AllocError> {
-        if retry {
-            self.stats.num_alloc_retries += 1;
-        }
         if let Some(allowed) = self.allowed_max {
             if self.total_reserved.saturating_add(size) > allowed {
                 return Ok(None);

@@ -127,12 +127,32 @@ impl<B: Backend> Policy<B> {
         Ok(())
     }
 
+    /// Free cached bytes and the largest free block of one pool, on stream `sid` and on every
+    /// other stream.
+    fn cached_by_stream(&self, small: bool, sid: u32) -> ((usize, usize), (usize, usize)) {
+        let pool = if small { &self.small } else { &self.large };
+        let (mut same, mut other) = ((0, 0), (0, 0));
+        for key in &pool.free {
+            let size = self.blocks[key.id() as usize].size;
+            let acc = if key.stream() == sid {
+                &mut same
+            } else {
+                &mut other
+            };
+            acc.0 += size;
+            acc.1 = acc.1.max(size);
+        }
+        (same, other)
+    }
+
     pub(super) fn out_of_memory(
         &mut self,
+        (small, sid): (bool, u32),
         requested: usize,
         rounded: usize,
         segment: usize,
     ) -> AllocError {
+        let (stream_cached, other_streams_cached) = self.cached_by_stream(small, sid);
         let info = self.mem_info().unwrap_or(MemInfo { free: 0, total: 0 });
         let fraction = self.config.memory_fraction.zip(self.allowed_max);
         let max_split = self.config.max_split_size;
@@ -147,6 +167,8 @@ impl<B: Backend> Policy<B> {
             reserved: self.total_reserved,
             fraction,
             max_split_size: (max_split != usize::MAX).then_some(max_split),
+            stream_cached,
+            other_streams_cached,
             hint: OomHint::Exhausted,
         };
         AllocError::OutOfMemory(Box::new(oom.diagnose()))
