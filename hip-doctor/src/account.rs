@@ -46,7 +46,11 @@ pub fn account_for(rules: Section, others: &[Section]) -> Section {
             .iter()
             .map(|(title, item)| format!("{title}: {} ({})", item.name, item.status.as_str()))
             .collect();
-        let what = if status == Status::Fail { "FAIL" } else { "WARN" };
+        let what = if status == Status::Fail {
+            "FAIL"
+        } else {
+            "WARN"
+        };
         section.push(
             Item::new(
                 UNEXPLAINED,
@@ -87,9 +91,9 @@ fn explained(title: &str, item: &Item, rules: &[Item]) -> bool {
         return true;
     }
     let name = item.name.to_lowercase();
-    rules.iter().any(|r| {
-        r.name.to_lowercase().contains(&name) || r.detail.to_lowercase().contains(&name)
-    })
+    rules
+        .iter()
+        .any(|r| r.name.to_lowercase().contains(&name) || r.detail.to_lowercase().contains(&name))
 }
 
 #[cfg(test)]
@@ -104,7 +108,10 @@ mod tests {
     }
 
     fn no_rules() -> Section {
-        section("Diagnosis", vec![Item::pass(NO_PROBLEMS, "every rule passed")])
+        section(
+            "Diagnosis",
+            vec![Item::pass(NO_PROBLEMS, "every rule passed")],
+        )
     }
 
     fn names(s: &Section) -> Vec<&str> {
@@ -152,17 +159,25 @@ mod tests {
         )];
         let d = account_for(no_rules(), &others);
         assert_eq!(d.items[0].status, Status::Warn);
-        assert!(d.items[0].detail.contains("see the WARN rows above: Embedded kernels: spills"));
+        assert!(d.items[0]
+            .detail
+            .contains("see the WARN rows above: Embedded kernels: spills"));
     }
 
     #[test]
     fn rows_a_rule_names_are_not_repeated() {
         let rules = section(
             "Diagnosis",
-            vec![Item::fail("/dev/kfd missing", "no GPU kernel driver is loaded")],
+            vec![Item::fail(
+                "/dev/kfd missing",
+                "no GPU kernel driver is loaded",
+            )],
         );
         let others = [
-            section("Environment", vec![Item::fail("/dev/kfd", "does not exist")]),
+            section(
+                "Environment",
+                vec![Item::fail("/dev/kfd", "does not exist")],
+            ),
             section("Devices", vec![Item::fail("devices", "no device")]),
         ];
         let d = account_for(rules, &others);
@@ -173,15 +188,26 @@ mod tests {
     fn an_explained_row_and_an_unexplained_one() {
         let rules = section(
             "Diagnosis",
-            vec![Item::fail("/dev/kfd missing", "no GPU kernel driver is loaded")],
+            vec![Item::fail(
+                "/dev/kfd missing",
+                "no GPU kernel driver is loaded",
+            )],
         );
         let others = [
-            section("Environment", vec![Item::fail("/dev/kfd", "does not exist")]),
-            section("Checks (device 0)", vec![Item::fail("matmul", "mismatch at 3")]),
+            section(
+                "Environment",
+                vec![Item::fail("/dev/kfd", "does not exist")],
+            ),
+            section(
+                "Checks (device 0)",
+                vec![Item::fail("matmul", "mismatch at 3")],
+            ),
         ];
         let d = account_for(rules, &others);
         assert_eq!(names(&d), vec!["/dev/kfd missing", UNEXPLAINED]);
-        assert!(d.items[1].detail.contains("Checks (device 0): matmul (fail)"));
+        assert!(d.items[1]
+            .detail
+            .contains("Checks (device 0): matmul (fail)"));
         assert!(!d.items[1].detail.contains("/dev/kfd"));
     }
 
