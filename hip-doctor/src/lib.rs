@@ -8,6 +8,7 @@
 //! libraries), Embedded kernels, Devices, Checks per device, CPU reference self-check,
 //! Benchmarks (with `--bench`), Diagnosis.
 
+pub mod account;
 pub mod alloc_check;
 pub mod bench;
 pub mod device_checks;
@@ -166,7 +167,7 @@ pub fn run(options: &Options) -> Report {
             devices: &devices,
             kernels: &kernels,
         };
-        diagnose::diagnose(facts).items
+        account::account_for(diagnose::diagnose(facts), &report.sections).items
     });
     report.push(Section {
         title: "Diagnosis".into(),

@@ -1,18 +1,22 @@
-//! The CPU reference self-check: runs the committed golden cases through `hip_kernels::cpu`
-//! (via [`hip_kernels::golden::run_case`]).
+//! The CPU reference self-check: runs the golden cases through `hip_kernels::cpu` (via
+//! [`hip_kernels::golden::run_case_with`] and [`CpuBackend`]).
 //!
-//! The cases live in the source tree (`tests/golden/`); the binary finds them through the path
-//! embedded at build time ([`hip_kernels::golden::committed_dir`]) plus any directories listed in
-//! `HIPK_GOLDEN_DIR` (colon-separated, as `tests/golden.rs` reads it). A binary copied to another
-//! machine says the directory is missing and how to point at a copy.
+//! The committed cases (`tests/golden/*.safetensors`) are built into the binary
+//! ([`embedded_cases`], written by `build.rs`), so a copied binary checks its CPU reference
+//! wherever it runs, with no source tree. Directories listed in `HIPK_GOLDEN_DIR`
+//! (colon-separated, as `tests/golden.rs` reads it) add more cases.
 
 use std::panic::{self, AssertUnwindSafe};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use super::guard::payload_text;
 use super::report::{Item, Section};
 use crate::report::Json;
-use hip_kernels::golden::{self, CaseReport, GoldenError};
+use hip_kernels::golden::{self, CaseReport, CpuBackend, GoldenError};
+
+mod embedded {
+    include!(concat!(env!("OUT_DIR"), "/embedded_golden.rs"));
+}
 
 /// The variable that adds golden directories.
 pub const GOLDEN_DIR_VAR: &str = "HIPK_GOLDEN_DIR";
@@ -41,32 +45,87 @@ pub fn golden_dirs(dirs: impl IntoIterator<Item = PathBuf>) -> GoldenDirs {
     GoldenDirs { found, missing }
 }
 
-/// Runs the CPU reference on every case in `files`, on a few threads; results in file order.
-pub fn run_cases(files: &[PathBuf]) -> Vec<(PathBuf, Result<CaseReport, GoldenError>)> {
-    run_cases_with(files, golden::run_case)
+/// One golden case to run: built into the binary, or a file.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CaseSource {
+    /// A committed case embedded at build time.
+    Embedded {
+        /// The case name (its file name without `.safetensors`).
+        name: &'static str,
+        /// The file's bytes.
+        bytes: &'static [u8],
+    },
+    /// A case file (from a `HIPK_GOLDEN_DIR` directory).
+    File(PathBuf),
+}
+
+impl CaseSource {
+    /// The case name: the embedded name, or the file name without its extension.
+    pub fn name(&self) -> String {
+        match self {
+            CaseSource::Embedded { name, .. } => (*name).to_string(),
+            CaseSource::File(path) => path
+                .file_stem()
+                .map(|s| s.to_string_lossy().into_owned())
+                .unwrap_or_else(|| path.display().to_string()),
+        }
+    }
+
+    /// Where the case comes from, as a path-like label for errors.
+    fn origin(&self) -> PathBuf {
+        match self {
+            CaseSource::Embedded { name, .. } => {
+                PathBuf::from(format!("(embedded) {name}.safetensors"))
+            }
+            CaseSource::File(path) => path.clone(),
+        }
+    }
+
+    /// Parses the case and runs the CPU reference on it.
+    fn run_cpu(&self) -> Result<CaseReport, GoldenError> {
+        match self {
+            CaseSource::Embedded { name, bytes } => {
+                golden::run_case_with(&mut CpuBackend, &golden::parse_case(name, bytes)?)
+            }
+            CaseSource::File(path) => golden::run_case(path),
+        }
+    }
+}
+
+/// The committed golden cases built into this binary, sorted by name.
+pub fn embedded_cases() -> Vec<CaseSource> {
+    embedded::EMBEDDED_CASES
+        .iter()
+        .map(|&(name, bytes)| CaseSource::Embedded { name, bytes })
+        .collect()
+}
+
+/// Runs the CPU reference on every case, on a few threads; results in the order given.
+pub fn run_cases(cases: &[CaseSource]) -> Vec<(CaseSource, Result<CaseReport, GoldenError>)> {
+    run_cases_with(cases, CaseSource::run_cpu)
 }
 
 /// [`run_cases`] with any runner. A case whose run panics gives [`GoldenError::Panicked`]
-/// naming its file; the worker goes on with its other cases.
+/// naming it; the worker goes on with its other cases.
 fn run_cases_with(
-    files: &[PathBuf],
-    run: impl Fn(&Path) -> Result<CaseReport, GoldenError> + Sync,
-) -> Vec<(PathBuf, Result<CaseReport, GoldenError>)> {
-    if files.is_empty() {
+    cases: &[CaseSource],
+    run: impl Fn(&CaseSource) -> Result<CaseReport, GoldenError> + Sync,
+) -> Vec<(CaseSource, Result<CaseReport, GoldenError>)> {
+    if cases.is_empty() {
         return Vec::new();
     }
-    let chunk = files.len().div_ceil(WORKERS);
+    let chunk = cases.len().div_ceil(WORKERS);
     let run = &run;
-    let guarded = move |p: &PathBuf| {
-        panic::catch_unwind(AssertUnwindSafe(|| run(p))).unwrap_or_else(|payload| {
+    let guarded = move |c: &CaseSource| {
+        panic::catch_unwind(AssertUnwindSafe(|| run(c))).unwrap_or_else(|payload| {
             Err(GoldenError::Panicked {
-                path: p.clone(),
+                path: c.origin(),
                 message: payload_text(payload.as_ref()),
             })
         })
     };
     std::thread::scope(|scope| {
-        let handles: Vec<_> = files
+        let handles: Vec<_> = cases
             .chunks(chunk)
             .map(|part| {
                 scope.spawn(move || {
@@ -84,23 +143,30 @@ fn run_cases_with(
     })
 }
 
-/// Builds the self-check section.
+/// Builds the self-check section: the embedded cases, then those of `HIPK_GOLDEN_DIR`.
 pub fn section() -> Section {
-    let mut dirs = vec![golden::committed_dir()];
-    dirs.extend(golden::env_dirs());
-    section_for(golden_dirs(dirs))
+    section_for(embedded_cases(), golden_dirs(golden::env_dirs()))
 }
 
-fn section_for(dirs: GoldenDirs) -> Section {
+fn section_for(embedded: Vec<CaseSource>, dirs: GoldenDirs) -> Section {
     let mut section = Section::new("CPU reference self-check");
+    if !embedded.is_empty() {
+        section.push(
+            Item::info(
+                "embedded golden cases",
+                format!("{} cases built into this binary", embedded.len()),
+            )
+            .with_fact("cases", Json::from(embedded.len())),
+        );
+    }
     for dir in &dirs.missing {
         section.push(
             Item::fail("golden directory", format!("{} does not exist", dir.display())).with_hint(format!(
-                "run hip-doctor from the source tree it was built in, or set {GOLDEN_DIR_VAR} to a copy of tests/golden"
+                "{GOLDEN_DIR_VAR} names it: fix the path, or unset {GOLDEN_DIR_VAR} (the embedded cases run without it)"
             )),
         );
     }
-    let mut files = Vec::new();
+    let mut cases = embedded;
     for dir in &dirs.found {
         match golden::case_files(dir) {
             Ok(found) if found.is_empty() => section.push(Item::fail(
@@ -116,22 +182,29 @@ fn section_for(dirs: GoldenDirs) -> Section {
                     .with_fact("path", Json::from(dir.display().to_string()))
                     .with_fact("cases", Json::from(found.len())),
                 );
-                files.extend(found);
+                cases.extend(found.into_iter().map(CaseSource::File));
             }
             Err(e) => section.push(Item::fail("golden directory", e.to_string())),
         }
     }
-    if files.is_empty() {
+    if cases.is_empty() {
+        if dirs.missing.is_empty() && dirs.found.is_empty() {
+            section.push(
+                Item::fail("golden cases", "this binary embeds no golden cases").with_hint(format!(
+                    "rebuild from a source tree that has tests/golden, or set {GOLDEN_DIR_VAR} to a directory of cases"
+                )),
+            );
+        }
         return section;
     }
-    let results = run_cases(&files);
-    if results.len() != files.len() {
+    let results = run_cases(&cases);
+    if results.len() != cases.len() {
         section.push(Item::fail(
             "golden cases",
             format!(
                 "only {} of {} cases reported a result (a worker stopped)",
                 results.len(),
-                files.len()
+                cases.len()
             ),
         ));
     }
@@ -146,13 +219,9 @@ fn section_for(dirs: GoldenDirs) -> Section {
         }
         section.push(op_item(op, &of_op));
     }
-    for (path, result) in &results {
+    for (case, result) in &results {
         if let Err(e) = result {
-            let name = path
-                .file_stem()
-                .map(|s| s.to_string_lossy().into_owned())
-                .unwrap_or_default();
-            section.push(Item::fail(name, e.to_string()));
+            section.push(Item::fail(case.name(), e.to_string()));
         }
     }
     section
@@ -208,9 +277,24 @@ mod tests {
         );
     }
 
+    fn no_dirs() -> GoldenDirs {
+        golden_dirs(Vec::new())
+    }
+
+    fn fails(section: &Section) -> Vec<&Item> {
+        section
+            .items
+            .iter()
+            .filter(|i| i.status == Status::Fail)
+            .collect()
+    }
+
     #[test]
     fn missing_dir_is_a_named_failure() {
-        let section = section_for(golden_dirs([PathBuf::from("/nonexistent/golden")]));
+        let section = section_for(
+            Vec::new(),
+            golden_dirs([PathBuf::from("/nonexistent/golden")]),
+        );
         assert_eq!(section.items.len(), 1);
         assert_eq!(section.items[0].status, Status::Fail);
         assert!(section.items[0]
@@ -219,14 +303,42 @@ mod tests {
     }
 
     #[test]
-    fn committed_cases_pass() {
-        let section = section_for(golden_dirs([golden::committed_dir()]));
-        let fails: Vec<_> = section
-            .items
-            .iter()
-            .filter(|i| i.status == Status::Fail)
+    fn no_cases_at_all_is_a_failure() {
+        let section = section_for(Vec::new(), no_dirs());
+        assert_eq!(fails(&section).len(), 1, "{section:?}");
+        assert!(section.items[0].detail.contains("embeds no golden cases"));
+    }
+
+    #[test]
+    fn the_embedded_cases_are_the_committed_ones() {
+        let dir = golden::committed_dir();
+        let Ok(files) = golden::case_files(&dir) else {
+            panic!("{} is listed by build.rs, so it exists", dir.display())
+        };
+        let committed: Vec<String> = files
+            .into_iter()
+            .map(|f| CaseSource::File(f).name())
             .collect();
-        assert!(fails.is_empty(), "{fails:?}");
+        let embedded: Vec<String> = embedded_cases().iter().map(CaseSource::name).collect();
+        assert!(!embedded.is_empty());
+        assert_eq!(embedded, committed);
+        for case in embedded_cases() {
+            let CaseSource::Embedded { name, bytes } = case else {
+                unreachable!("embedded_cases gives embedded cases")
+            };
+            let on_disk = std::fs::read(dir.join(format!("{name}.safetensors")));
+            assert!(
+                on_disk.is_ok_and(|b| b == bytes),
+                "{name} differs from its file"
+            );
+        }
+    }
+
+    #[test]
+    fn embedded_cases_pass_without_any_directory() {
+        let section = section_for(embedded_cases(), no_dirs());
+        assert!(fails(&section).is_empty(), "{section:?}");
+        assert_eq!(section.items[0].name, "embedded golden cases");
         let passes = section
             .items
             .iter()
@@ -234,24 +346,39 @@ mod tests {
             .count();
         let ops = hip_kernels::ops::golden_op_names().len();
         assert_eq!(passes, ops, "one row per op: {section:?}");
+        let text = format!("{section:?}");
+        assert!(!text.contains("tests/golden"), "reads no directory: {text}");
+    }
+
+    #[test]
+    fn a_broken_embedded_case_is_a_named_failure() {
+        let broken = CaseSource::Embedded {
+            name: "broken_case",
+            bytes: b"not a safetensors file",
+        };
+        let section = section_for(vec![broken], no_dirs());
+        let fails = fails(&section);
+        assert_eq!(fails.len(), 1, "{section:?}");
+        assert_eq!(fails[0].name, "broken_case");
+        assert!(fails[0].detail.contains("not a valid safetensors file"));
     }
 
     #[test]
     fn a_case_that_panics_is_named_and_the_others_still_run() {
-        let files: Vec<PathBuf> = (0..9)
-            .map(|i| format!("/cases/c{i}.safetensors").into())
+        let files: Vec<CaseSource> = (0..9)
+            .map(|i| CaseSource::File(format!("/cases/c{i}.safetensors").into()))
             .collect();
-        let results = run_cases_with(&files, |p| {
-            if p.ends_with("c4.safetensors") {
+        let results = run_cases_with(&files, |c| {
+            if c.name() == "c4" {
                 panic!("boom in the reference");
             }
             Err(GoldenError::MissingMetadata {
-                case: p.display().to_string(),
+                case: c.name(),
                 key: "op".into(),
             })
         });
-        let paths: Vec<&PathBuf> = results.iter().map(|(p, _)| p).collect();
-        assert_eq!(paths, files.iter().collect::<Vec<_>>());
+        let cases: Vec<&CaseSource> = results.iter().map(|(c, _)| c).collect();
+        assert_eq!(cases, files.iter().collect::<Vec<_>>());
         let panicked: Vec<String> = results
             .iter()
             .filter_map(|(_, r)| match r {
@@ -273,7 +400,7 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("hipk-doctor-golden-{}", std::process::id()));
         std::fs::create_dir_all(&dir).expect("temp dir");
         std::fs::write(dir.join("broken.safetensors"), b"not a safetensors file").expect("write");
-        let section = section_for(golden_dirs([dir.clone()]));
+        let section = section_for(Vec::new(), golden_dirs([dir.clone()]));
         let _ = std::fs::remove_dir_all(&dir);
         let broken = section
             .items

@@ -1,13 +1,22 @@
 //! Runs the built `hip-doctor` binary on this machine (no device) and checks what it reports.
 
+use std::path::Path;
 use std::process::{Command, Output};
 
 use serde_json::Value as Json;
 
 /// Runs hip-doctor with `args` and extra environment variables; returns (exit code, stdout, stderr).
 fn doctor(args: &[&str], vars: &[(&str, &str)]) -> (i32, String, String) {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_hip-doctor"));
+    doctor_at(Path::new(env!("CARGO_BIN_EXE_hip-doctor")), args, vars)
+}
+
+/// [`doctor`] for the binary at `exe`, run in its own directory.
+fn doctor_at(exe: &Path, args: &[&str], vars: &[(&str, &str)]) -> (i32, String, String) {
+    let mut cmd = Command::new(exe);
     cmd.args(args);
+    if let Some(dir) = exe.parent() {
+        cmd.current_dir(dir);
+    }
     // A stray setting in the caller's environment must not change what these tests see.
     for var in ["HIPK_HIP_LIBRARY", "HIP_VISIBLE_DEVICES", "HIPK_GOLDEN_DIR"] {
         cmd.env_remove(var);
@@ -270,4 +279,56 @@ fn embedded_kernels_are_listed_or_their_absence_explained() {
             }
         }
     }
+}
+
+#[test]
+fn a_copied_binary_runs_its_self_check_from_the_embedded_cases() {
+    let dir = std::env::temp_dir().join(format!("hipk-doctor-copy-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let exe = dir.join("hip-doctor");
+    std::fs::copy(env!("CARGO_BIN_EXE_hip-doctor"), &exe).expect("copy the binary");
+    let (_, stdout, stderr) = doctor_at(&exe, &["--json"], &[]);
+    let _ = std::fs::remove_dir_all(&dir);
+    let report: Json = serde_json::from_str(&stdout)
+        .unwrap_or_else(|e| panic!("--json output does not parse: {e}\n{stdout}\n{stderr}"));
+    let (status, detail) = row(&report, "CPU reference self-check", "embedded golden cases")
+        .expect("embedded cases row");
+    assert_eq!(status, "info");
+    let committed = std::fs::read_dir(hip_kernels::golden::committed_dir())
+        .map_or(0, |d| d.filter_map(Result::ok).count());
+    assert_eq!(detail, format!("{committed} cases built into this binary"));
+    let section = report
+        .get("sections")
+        .and_then(Json::as_array)
+        .and_then(|s| {
+            s.iter()
+                .find(|s| s.get("title").and_then(Json::as_str) == Some("CPU reference self-check"))
+        })
+        .expect("self-check section");
+    let text = section.to_string();
+    assert!(!text.contains("\"fail\""), "{text}");
+    assert!(
+        !text.contains("tests/golden"),
+        "no source-tree path: {text}"
+    );
+}
+
+#[test]
+fn a_failure_outside_the_rules_is_named_in_the_diagnosis() {
+    let (code, report) = json_report(&[("HIPK_GOLDEN_DIR", "/nonexistent/golden-copy")]);
+    assert_eq!(code, 1);
+    let sections = report
+        .get("sections")
+        .and_then(Json::as_array)
+        .expect("sections");
+    let diagnosis = sections
+        .iter()
+        .find(|s| s.get("title").and_then(Json::as_str) == Some("Diagnosis"))
+        .expect("Diagnosis section")
+        .to_string();
+    assert!(
+        diagnosis.contains("CPU reference self-check: golden directory"),
+        "{diagnosis}"
+    );
+    assert!(!diagnosis.contains("no problems found"), "{diagnosis}");
 }
