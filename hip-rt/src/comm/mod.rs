@@ -20,9 +20,13 @@
 //!   on the communicator. `Drop` waits the same bounded time, then destroys or aborts; it never
 //!   panics (errors go to [`Device::check_err`](crate::Device::check_err)).
 //!
+//! [`check`] runs and times collectives the way nccl-tests does (the `collectives` bench and
+//! hip-doctor use it).
+//!
 //! Waiting on the stream itself (`Stream::synchronize`) instead of [`Comm::wait`] gives up the
 //! timeout: a collective whose peers never arrive then blocks it for ever, as with RCCL directly.
 
+pub mod check;
 mod collectives;
 mod communicator;
 mod error;
