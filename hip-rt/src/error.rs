@@ -115,6 +115,9 @@ pub enum Error {
     /// A kernel name containing a NUL byte.
     #[error("kernel name {0:?} contains a NUL byte")]
     NulInName(String),
+    /// A communicator failure (RCCL; see [`crate::comm`]).
+    #[error(transparent)]
+    Comm(#[from] crate::comm::CommError),
     /// A launch or an earlier asynchronous failure reported by `hipGetLastError`.
     #[error("kernel `{kernel}` launch failed: {source}")]
     LaunchFailed {

@@ -6,7 +6,8 @@
 //! - The safe layer: [`Device`] (properties, limits, allocator, Drop-error log), [`Stream`],
 //!   [`Event`], [`DeviceBuffer`] with borrow-checked views, [`PinnedHostBuffer`], [`Module`] /
 //!   [`Function`] with a checked [`LaunchConfig`] and an unsafe argument builder, and [`Blas`]
-//!   (hipBLAS, rocBLAS as fallback) for row-major GEMM.
+//!   (hipBLAS, rocBLAS as fallback) for row-major GEMM, and [`Comm`] (RCCL collectives across
+//!   devices, with a completion timeout).
 //! - Pure logic usable without a GPU: [`module::bundle`] / [`module::elf`] (code-object
 //!   inspection), [`launch`] (launch geometry and validation).
 //!
@@ -27,6 +28,7 @@
 
 pub mod blas;
 pub mod caching;
+pub mod comm;
 pub mod device;
 pub mod emu;
 pub mod error;
@@ -38,6 +40,7 @@ pub mod result;
 pub mod stream;
 
 pub use blas::{Batch, Blas, BlasBackend, Gemm, GemmElement};
+pub use comm::{Comm, CommElement, CommError, ReduceOp, UniqueId};
 pub use device::{Device, MemoryInfo, EMULATED_FIGURE_LABEL, EMULATED_NAME_MARK};
 pub use error::{Error, Result};
 pub use event::{Event, EventOptions};

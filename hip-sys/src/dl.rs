@@ -244,6 +244,12 @@ fn validate(
             missing,
             override_var: spec.override_var,
         }
+    } else if *spec == crate::rccl::RCCL {
+        Error::NotRccl {
+            path,
+            missing,
+            override_var: spec.override_var,
+        }
     } else {
         Error::NotABlasLibrary {
             library: spec.label,

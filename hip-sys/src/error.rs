@@ -58,6 +58,26 @@ pub enum Error {
     /// A rocBLAS call failed.
     #[error(transparent)]
     RocBlas(#[from] crate::blas::RocBlasError),
+    /// An RCCL call failed.
+    #[error(transparent)]
+    Rccl(#[from] crate::rccl::RcclError),
+    /// A file opened but lacks RCCL's core entry point.
+    #[error(
+        "{} opened but is not RCCL: it lacks {}. Point {override_var} at librccl.so (DTK: /opt/dtk/lib/librccl.so.1 or /opt/dtk/rccl/lib/librccl.so), or unset it to search the usual places",
+        path.display(), missing.join(", ")
+    )]
+    NotRccl {
+        path: PathBuf,
+        missing: Vec<&'static str>,
+        override_var: &'static str,
+    },
+    /// The loaded RCCL release predates a feature (e.g. `ncclAvg`, NCCL 2.10).
+    #[error("{what} is not available in RCCL {version}: it needs {needs}. Upgrade RCCL (DTK/ROCm) or use another operation (e.g. ncclSum and divide)")]
+    RcclUnsupported {
+        what: &'static str,
+        version: crate::rccl::RcclVersion,
+        needs: &'static str,
+    },
     /// `hipGetDeviceProperties*` returned values no device has: the struct layout is not the one
     /// hip-sys assumed for this runtime.
     #[error(

@@ -13,6 +13,8 @@
 //!   ROCm's numbering, and DTK renumbers that enum (a stock value yields "invalid argument").
 //! - [`blas::hipblas()`] / [`blas::rocblas()`] load the BLAS libraries independently: a missing BLAS
 //!   never breaks the runtime.
+//! - [`rccl::rccl()`] loads RCCL (collectives across devices) the same way; only `ncclGetVersion`
+//!   is required, every other entry point is resolved on first use.
 //!
 //! ```no_run
 //! fn main() -> Result<(), hip_sys::Error> {
@@ -31,7 +33,7 @@
 //! ```
 //!
 //! # Environment
-//! - `HIPK_HIP_LIBRARY`, `HIPK_HIPBLAS_LIBRARY`, `HIPK_ROCBLAS_LIBRARY`: the exact file to load
+//! - `HIPK_HIP_LIBRARY`, `HIPK_HIPBLAS_LIBRARY`, `HIPK_ROCBLAS_LIBRARY`, `HIPK_RCCL_LIBRARY`: the exact file to load
 //!   (nothing else is tried when set).
 //! - `HIP_PATH`, `ROCM_PATH`: install roots whose `lib/` (and `$ROCM_PATH/hip/lib`) are searched
 //!   before `/opt/dtk/hip/lib`, `/opt/dtk/lib`, `/opt/rocm/lib` and the system loader
@@ -51,6 +53,7 @@ mod error;
 pub mod generated;
 mod loader;
 pub mod props;
+pub mod rccl;
 pub mod search;
 pub mod version;
 

@@ -7,15 +7,25 @@ use std::fmt;
 use std::os::unix::fs::FileTypeExt;
 use std::path::{Path, PathBuf};
 
-/// Install-root variables searched, each with the sub-directory that holds libraries, in order.
-pub const ENV_DIRS: &[(&str, &str)] = &[
-    ("HIP_PATH", "lib"),
-    ("ROCM_PATH", "lib"),
-    ("ROCM_PATH", "hip/lib"),
-];
+/// One directory a search tries.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SearchDir {
+    /// `$VAR/sub`, skipped when the variable is unset or empty.
+    Under(&'static str, &'static str),
+    /// A fixed directory.
+    Fixed(&'static str),
+}
 
-/// Fixed directories searched after the variables, in order.
-pub const FIXED_DIRS: &[&str] = &["/opt/dtk/hip/lib", "/opt/dtk/lib", "/opt/rocm/lib"];
+/// The directories searched for the HIP runtime and the BLAS libraries, in order: the install
+/// roots the variables name, then DTK's and ROCm's default locations.
+pub const STANDARD_DIRS: &[SearchDir] = &[
+    SearchDir::Under("HIP_PATH", "lib"),
+    SearchDir::Under("ROCM_PATH", "lib"),
+    SearchDir::Under("ROCM_PATH", "hip/lib"),
+    SearchDir::Fixed("/opt/dtk/hip/lib"),
+    SearchDir::Fixed("/opt/dtk/lib"),
+    SearchDir::Fixed("/opt/rocm/lib"),
+];
 
 /// One library hip-sys loads, and how to find it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -26,6 +36,8 @@ pub struct LibrarySpec {
     pub override_var: &'static str,
     /// File names tried in each directory and then through the system loader, in order.
     pub file_names: &'static [&'static str],
+    /// Directories tried, in order, before the system loader.
+    pub dirs: &'static [SearchDir],
     /// Entry points a file must export to count as this library.
     pub core_symbols: &'static [&'static str],
     /// What to install when nothing is found.
@@ -43,6 +55,7 @@ pub const HIP_RUNTIME: LibrarySpec = LibrarySpec {
         "libamdhip64.so.5",
         "libgalaxyhip.so.5",
     ],
+    dirs: STANDARD_DIRS,
     core_symbols: &["hipGetDeviceCount", "hipRuntimeGetVersion"],
     install_hint:
         "on ROCm, set ROCM_PATH or install the runtime (Debian: apt-get install libamdhip64-dev)",
@@ -107,14 +120,19 @@ impl SearchReport {
     }
 }
 
-/// The variables that steer a search for `spec`, in the order they matter.
-pub fn steering_vars(spec: &LibrarySpec) -> [&'static str; 4] {
-    [
-        spec.override_var,
-        "HIP_PATH",
-        "ROCM_PATH",
-        "LD_LIBRARY_PATH",
-    ]
+/// The variables that steer a search for `spec`, in the order they matter: the override, the
+/// install roots its directories name, and `LD_LIBRARY_PATH`.
+pub fn steering_vars(spec: &LibrarySpec) -> Vec<&'static str> {
+    let mut vars = vec![spec.override_var];
+    for dir in spec.dirs {
+        if let SearchDir::Under(var, _) = dir {
+            if !vars.contains(var) {
+                vars.push(var);
+            }
+        }
+    }
+    vars.push("LD_LIBRARY_PATH");
+    vars
 }
 
 /// Non-empty value of a variable.
@@ -125,19 +143,20 @@ fn non_empty(env: &dyn Fn(&str) -> Option<OsString>, var: &str) -> Option<OsStri
 /// The places to try for `spec`, in order, given the environment `env`.
 ///
 /// If the override variable is set (non-empty) its file is the only target: a user who names a
-/// file wants that file or an error, not a silent fallback. Otherwise: each file name in
-/// `$HIP_PATH/lib`, `$ROCM_PATH/lib`, `$ROCM_PATH/hip/lib`, `/opt/dtk/hip/lib`, `/opt/dtk/lib`,
-/// `/opt/rocm/lib` (a directory listed twice is tried once), then each name through the system
-/// loader.
+/// file wants that file or an error, not a silent fallback. Otherwise: each file name in each of
+/// the spec's directories ([`STANDARD_DIRS`] for HIP: `$HIP_PATH/lib`, `$ROCM_PATH/lib`,
+/// `$ROCM_PATH/hip/lib`, `/opt/dtk/hip/lib`, `/opt/dtk/lib`, `/opt/rocm/lib`; a directory listed
+/// twice is tried once), then each name through the system loader.
 pub fn targets(spec: &LibrarySpec, env: &dyn Fn(&str) -> Option<OsString>) -> Vec<Target> {
     if let Some(file) = non_empty(env, spec.override_var) {
         return vec![Target::File(PathBuf::from(file))];
     }
     let mut dirs: Vec<PathBuf> = Vec::new();
-    let env_dirs = ENV_DIRS
-        .iter()
-        .filter_map(|(var, sub)| non_empty(env, var).map(|root| PathBuf::from(root).join(sub)));
-    for dir in env_dirs.chain(FIXED_DIRS.iter().map(PathBuf::from)) {
+    let candidates = spec.dirs.iter().filter_map(|dir| match dir {
+        SearchDir::Under(var, sub) => non_empty(env, var).map(|root| PathBuf::from(root).join(sub)),
+        SearchDir::Fixed(dir) => Some(PathBuf::from(dir)),
+    });
+    for dir in candidates {
         if !dirs.contains(&dir) {
             dirs.push(dir);
         }

@@ -160,6 +160,35 @@ fn blas_absence_does_not_affect_the_runtime() {
     assert_eq!(reports.rocblas.spec.label, "rocBLAS");
 }
 
+#[test]
+fn rccl_absence_does_not_affect_the_runtime() {
+    match hip_sys::rccl::rccl() {
+        Ok(rccl) => {
+            eprintln!("RCCL {} at {}", rccl.version(), rccl.path().display());
+            assert!(rccl.version().major >= 2, "{:?}", rccl.version());
+        }
+        Err(Error::NotFound { report }) => {
+            let text = report.to_string();
+            for needle in [
+                "RCCL library not found",
+                "/opt/dtk/rccl/lib/{",
+                "HIPK_RCCL_LIBRARY",
+            ] {
+                assert!(text.contains(needle), "{needle:?} missing from: {text}");
+            }
+        }
+        Err(e) => panic!("RCCL load failed unexpectedly: {e}"),
+    }
+    // The same outcome again, and the runtime is unaffected.
+    assert_eq!(
+        hip_sys::rccl::rccl().is_ok(),
+        hip_sys::rccl::rccl_search_report().opened().is_some()
+    );
+    if let Some(hip) = real_hip() {
+        assert!(hip.runtime_version().is_ok());
+    }
+}
+
 /// Run `child_load` in a fresh process with `HIPK_HIP_LIBRARY=value`; return its output.
 fn steered_child(value: &str) -> String {
     let exe = std::env::current_exe().unwrap();

@@ -37,6 +37,7 @@ pub const HIPBLAS: LibrarySpec = LibrarySpec {
         "libhipblas.so.1",
         "libhipblas.so.0",
     ],
+    dirs: crate::search::STANDARD_DIRS,
     core_symbols: &["hipblasCreate", "hipblasDestroy"],
     install_hint: "on ROCm, install hipblas (it is not packaged in Debian bookworm)",
 };
@@ -52,6 +53,7 @@ pub const ROCBLAS: LibrarySpec = LibrarySpec {
         "librocblas.so.3",
         "librocblas.so.0",
     ],
+    dirs: crate::search::STANDARD_DIRS,
     core_symbols: &["rocblas_create_handle", "rocblas_destroy_handle"],
     install_hint: "on ROCm, install rocblas (it is not packaged in Debian bookworm)",
 };
