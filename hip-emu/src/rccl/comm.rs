@@ -147,14 +147,16 @@ impl Comm {
         let mut next_liveness = start + Duration::from_millis(100);
         loop {
             let seen = self.region.bell();
-            if ready() {
-                return Ok(());
-            }
+            // An abort wins over readiness: a rank that gave up must not leave the others
+            // completing with its data as if nothing happened.
             if let Some((code, text)) = self.region.aborted() {
                 return Err(RcclFail::new(
                     code,
                     format!("{}: the communicator was aborted ({text})", what()),
                 ));
+            }
+            if ready() {
+                return Ok(());
             }
             let now = Instant::now();
             if now >= next_liveness {

@@ -122,8 +122,17 @@ fn cpath(path: &std::path::Path) -> Result<CString, RcclFail> {
     })
 }
 
-/// True when process `pid` exists (or we may not signal it).
+/// True when process `pid` exists (or we may not signal it) and is not a zombie (an exited
+/// child its parent has not reaped yet, e.g. a rank spawned by another rank).
 pub fn pid_alive(pid: u32) -> bool {
+    if let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        // "pid (comm) S ...": the state follows the last ')'.
+        if let Some(rest) = stat.rsplit_once(')').map(|(_, r)| r.trim_start()) {
+            if rest.starts_with('Z') || rest.starts_with('X') {
+                return false;
+            }
+        }
+    }
     let Ok(pid) = libc::pid_t::try_from(pid) else {
         return false;
     };
@@ -482,4 +491,64 @@ fn file_size(fd: &OwnedFd) -> u64 {
         return 0;
     }
     st.st_size as u64
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A pid that no longer exists (a reaped child).
+    fn dead_pid() -> u32 {
+        let mut child = std::process::Command::new("true").spawn().unwrap();
+        let pid = child.id();
+        child.wait().unwrap();
+        pid
+    }
+
+    fn make_stale(r: &Region) {
+        let dead = dead_pid();
+        r.u32(H_CREATOR).store(dead, Ordering::Relaxed);
+        r.ctrl_u32(0, C_STATE)
+            .store(STATE_JOINED, Ordering::Relaxed);
+        r.ctrl_u32(0, C_PID).store(dead, Ordering::Relaxed);
+    }
+
+    #[test]
+    fn stale_files_are_replaced_or_removed_and_live_ones_checked() {
+        let name = format!("{PREFIX}unit-{}-stale", std::process::id());
+        let path = region_dir().join(&name);
+        let soon = || Instant::now() + Duration::from_secs(2);
+        let first = Region::open(&name, 2, soon()).unwrap();
+        // A live region with another rank count: invalid usage, not a silent mix-up.
+        let Err(err) = Region::open(&name, 3, soon()) else {
+            panic!("a second rank count was accepted")
+        };
+        assert_eq!(err.code, NcclResult::INVALID_USAGE, "{err:?}");
+        assert!(err.message.contains("nranks=3") && err.message.contains("nranks=2"));
+        // Left behind by a dead run: a new rank replaces it instead of waiting on it.
+        make_stale(&first);
+        drop(first);
+        let fresh = Region::open(&name, 3, soon()).unwrap();
+        assert_eq!(fresh.nranks, 3);
+        assert_eq!(fresh.joined().load(Ordering::Relaxed), 0);
+        make_stale(&fresh);
+        drop(fresh);
+        assert!(path.exists());
+        Region::remove_stale_files();
+        assert!(
+            !path.exists(),
+            "a stale file is removed by the next ncclGetUniqueId"
+        );
+    }
+
+    #[test]
+    fn zombies_and_missing_pids_are_dead() {
+        assert!(pid_alive(std::process::id()));
+        assert!(!pid_alive(dead_pid()));
+        let mut child = std::process::Command::new("true").spawn().unwrap();
+        let pid = child.id();
+        std::thread::sleep(Duration::from_millis(100));
+        assert!(!pid_alive(pid), "an exited, unreaped child is not alive");
+        child.wait().unwrap();
+    }
 }
