@@ -64,10 +64,77 @@ pub fn read_f32_tensors(path: &Path) -> Result<BTreeMap<String, HostTensor>> {
     Ok(out)
 }
 
+/// Largest safetensors header read (the format's own limit).
+const HEADER_CAP: u64 = 100_000_000;
+
+/// The tensor names in the header of the safetensors file `path`, read without its data.
+fn header_names(path: &Path) -> Result<Vec<String>> {
+    use std::io::Read;
+    let invalid =
+        |why: String| TrainError::file(path, format!("is not a valid safetensors file: {why}"));
+    let meta = std::fs::metadata(path).map_err(TrainError::io(path))?;
+    if !meta.is_file() {
+        return Err(TrainError::file(path, "is not a regular file"));
+    }
+    let mut f = std::fs::File::open(path).map_err(TrainError::io(path))?;
+    let mut len = [0u8; 8];
+    f.read_exact(&mut len)
+        .map_err(|_| invalid("shorter than the 8-byte header length".into()))?;
+    let n = u64::from_le_bytes(len);
+    if n > HEADER_CAP || n > meta.len().saturating_sub(8) {
+        return Err(invalid(format!(
+            "header length {n} exceeds the file ({} bytes) or the format's limit {HEADER_CAP}",
+            meta.len()
+        )));
+    }
+    let mut header = Vec::new();
+    f.take(n)
+        .read_to_end(&mut header)
+        .map_err(TrainError::io(path))?;
+    let map: serde_json::Map<String, serde_json::Value> =
+        serde_json::from_slice(&header).map_err(|e| invalid(format!("header: {e}")))?;
+    Ok(map
+        .into_iter()
+        .map(|(k, _)| k)
+        .filter(|k| k != "__metadata__")
+        .collect())
+}
+
+/// Compare `n_layer` with the layers the header of `path` names, before any table of
+/// `cfg.layers` entries is built or the tensors are read: a config claiming more layers than the
+/// file holds costs O(header), not O(claim).
+fn check_layers(path: &Path, cfg: &GptConfig) -> Result<()> {
+    let held: BTreeSet<usize> = header_names(path)?
+        .iter()
+        .filter_map(|n| {
+            let short = n.strip_prefix("transformer.").unwrap_or(n);
+            short.strip_prefix("h.")?.split_once('.')?.0.parse().ok()
+        })
+        .collect();
+    if held.len() == cfg.layers {
+        return Ok(());
+    }
+    let range = match (held.first(), held.last()) {
+        (Some(a), Some(b)) => format!(" (h.{a} … h.{b})"),
+        _ => String::new(),
+    };
+    Err(TrainError::file(
+        path,
+        format!(
+            "holds {} layers{range} but {} says `n_layer` = {}; the config and the weights must \
+             describe the same model",
+            held.len(),
+            cfg.path.display(),
+            cfg.layers
+        ),
+    ))
+}
+
 /// Load the parameters of `cfg` from `path`: names with or without `transformer.`, the
 /// `attn.bias` / `attn.masked_bias` buffers ignored, a `lm_head.weight` checked equal to `wte`.
 /// Any missing, unexpected, duplicated, misshapen or non-finite tensor is an error naming it.
 pub fn load_params(path: &Path, cfg: &GptConfig) -> Result<Params<Vec<f32>>> {
+    check_layers(path, cfg)?;
     let mut tensors = BTreeMap::new();
     let mut lm_head = None;
     for (name, t) in read_f32_tensors(path)? {
@@ -95,28 +162,6 @@ pub fn load_params(path: &Path, cfg: &GptConfig) -> Result<Params<Vec<f32>>> {
                 format!("tensor `{short}` is present twice (with and without `transformer.`)"),
             ));
         }
-    }
-    // The layers the file holds, counted before any table of `cfg.layers` entries is built:
-    // a config claiming more layers than the file has tensors costs O(file), not O(claim).
-    let held: BTreeSet<usize> = tensors
-        .keys()
-        .filter_map(|n| n.strip_prefix("h.")?.split_once('.')?.0.parse().ok())
-        .collect();
-    if held.len() != cfg.layers {
-        let range = match (held.first(), held.last()) {
-            (Some(a), Some(b)) => format!(" (h.{a} … h.{b})"),
-            _ => String::new(),
-        };
-        return Err(TrainError::file(
-            path,
-            format!(
-                "holds {} layers{range} but {} says `n_layer` = {}; the config and the weights \
-                 must describe the same model",
-                held.len(),
-                cfg.path.display(),
-                cfg.layers
-            ),
-        ));
     }
     let mut values = Vec::new();
     for spec in specs(cfg) {

@@ -429,6 +429,19 @@ fn a_layer_count_the_weights_do_not_hold_fails_fast_naming_the_key_and_the_file(
             ],
         );
     }
+    // The header decides, before the tensors are read: a file cut short after its header still
+    // reports the layer count, not the truncation.
+    let mut cfg = tiny_config();
+    cfg["n_layer"] = 16_777_216.into();
+    let m = write_model(&s, "cut", &cfg, &tiny_tensors());
+    let w = m.join("model.safetensors");
+    let bytes = std::fs::read(&w).unwrap();
+    std::fs::write(&w, &bytes[..bytes.len() - 1000]).unwrap();
+    assert_says(
+        &expect_error(&s, &m, &tokens(), &[]),
+        1,
+        &["`n_layer` = 16777216", "2 layers"],
+    );
 }
 
 #[test]

@@ -216,3 +216,26 @@ fn an_output_that_is_an_input_is_refused_before_anything_is_written() {
     assert_says(&e, 2, &["--checkpoint-dir", "--model"]);
     assert_eq!(names(&ck), ["step_1"]);
 }
+
+#[test]
+fn the_temporary_naming_scheme_is_recognised_exactly() {
+    use crate::checkpoint::temporary_pid;
+    for (name, want) in [
+        (".step_6.tmp.42", Some(42)),
+        (".step_16.old.42.aB3dE9", Some(42)),
+        (".write-probe.7", Some(7)),
+        (".write-probe.7.x1Y2z3", Some(7)),
+        (".step_6.tmp.42.", None),
+        (".step_6.tmp.42.a-b", None),
+        (".step_6.tmp.42.ab.cd", None),
+        (".step_.tmp.42", None),
+        (".step_6.new.42", None),
+        ("step_6.tmp.42", None),
+        (".step_6.tmp.", None),
+        (".step_6.tmp.x", None),
+        (".write-probe.", None),
+        (".step_6.tmp.99999999999", None),
+    ] {
+        assert_eq!(temporary_pid(name), want, "{name}");
+    }
+}

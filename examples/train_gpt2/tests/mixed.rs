@@ -135,3 +135,30 @@ fn loss_scaler_follows_grad_scaler() {
     }
     assert_eq!((s.scale, s.clean), (8.0, 0));
 }
+
+#[test]
+fn loss_scaler_stays_in_range_and_honours_a_shorter_window() {
+    use crate::trainer_state::LOSS_SCALE_RANGE;
+    assert_eq!(*LOSS_SCALE_RANGE.start(), 2f64.powi(-64));
+    assert_eq!(*LOSS_SCALE_RANGE.end(), 2f64.powi(64));
+    let (lo, hi) = (2f64.powi(-64), 2f64.powi(64));
+    let mut s = LossScaler {
+        scale: lo,
+        clean: 0,
+        window: 1,
+    };
+    s.update(true);
+    assert_eq!(s.scale, lo);
+    s.scale = hi;
+    s.update(false);
+    assert_eq!((s.scale, s.clean), (hi, 0));
+    // A resume with --scale-window 2 after 5 clean steps under a longer window: the next clean
+    // step doubles (it used to wait for a counter that had passed the window).
+    let mut s = LossScaler {
+        scale: 8.0,
+        clean: 5,
+        window: 2,
+    };
+    s.update(false);
+    assert_eq!((s.scale, s.clean), (16.0, 0));
+}
