@@ -28,6 +28,7 @@
 pub mod blas;
 pub mod caching;
 pub mod device;
+mod device_memory;
 pub mod error;
 pub mod event;
 pub mod launch;
