@@ -207,6 +207,9 @@ fn build(
             .include(&shim)
             .include(kernel_dir)
             .flag("-std=c++17")
+            // Line tables in every profile: the race check reports kernel source lines. Release
+            // links keep them only because hip-emu's release profile has line tables too
+            // (workspace Cargo.toml); Cargo strips all debug info otherwise.
             .flag("-g1")
             .flag("-fno-exceptions")
             .flag("-fno-rtti")

@@ -84,9 +84,6 @@ pub fn library() -> (Result<&'static Hip, Error>, LibraryState, Item) {
     match &loaded {
         Ok(hip) => {
             let path = hip.path().display().to_string();
-            let resolved = std::fs::canonicalize(hip.path())
-                .ok()
-                .map(|p| p.display().to_string());
             let flavour = hip.flavour().to_string();
             let (version, item) = match hip.runtime_version() {
                 Ok(v) => {
@@ -109,10 +106,7 @@ pub fn library() -> (Result<&'static Hip, Error>, LibraryState, Item) {
                 .with_fact("version", Json::from(version.as_str()))
                 .with_fact("flavour", Json::from(flavour.as_str()))
                 .with_fact("props_layout", Json::from(hip.props_layout().to_string()));
-            if let Some(real) = resolved.filter(|r| *r != path) {
-                item.detail.push_str(&format!("\nresolves to {real}"));
-                item = item.with_fact("resolved_path", Json::from(real));
-            }
+            item = with_loaded_file(item, &path, hip.loaded_path());
             let evidence = hip.flavour_evidence();
             if let Some(file) = &evidence.dtk_version_file {
                 item.detail
@@ -152,6 +146,18 @@ pub fn library() -> (Result<&'static Hip, Error>, LibraryState, Item) {
     }
 }
 
+/// Adds the file the dynamic loader mapped for a library opened as `path` (asked of the loader,
+/// see [`hip_sys::Hip::loaded_path`], and with links resolved) when it reads differently from
+/// `path`: the report names the file that runs, never one a path check merely found.
+fn with_loaded_file(mut item: Item, path: &str, loaded: &std::path::Path) -> Item {
+    let real = std::fs::canonicalize(loaded).unwrap_or_else(|_| loaded.to_path_buf());
+    let real = real.display().to_string();
+    if real != path {
+        item.detail.push_str(&format!("\nloaded file: {real}"));
+    }
+    item.with_fact("loaded_path", Json::from(real))
+}
+
 /// The hipBLAS and rocBLAS rows. A missing BLAS is a warning here: the runtime works without
 /// it, and the GEMM check says it was skipped.
 pub fn blas_items() -> Vec<Item> {
@@ -163,8 +169,10 @@ pub fn blas_items() -> Vec<Item> {
                 Some(abi) => format!("GemmEx ABI {abi:?}"),
                 None => "no GemmEx entry point".to_string(),
             };
-            Item::pass("hipBLAS", format!("{} ({abi})", b.path().display()))
-                .with_fact("path", Json::from(b.path().display().to_string()))
+            let path = b.path().display().to_string();
+            let item = Item::pass("hipBLAS", format!("{path} ({abi})"))
+                .with_fact("path", Json::from(path.as_str()));
+            with_loaded_file(item, &path, b.loaded_path())
         }
         Err(e) if rocblas.is_ok() => {
             Item::info("hipBLAS", format!("{}; rocBLAS is used instead", short(e)))
@@ -172,8 +180,12 @@ pub fn blas_items() -> Vec<Item> {
         Err(e) => blas_missing("hipBLAS", &hip_sys::blas::hipblas_search_report(), e),
     };
     let rocblas_item = match &rocblas {
-        Ok(b) => Item::pass("rocBLAS", b.path().display().to_string())
-            .with_fact("path", Json::from(b.path().display().to_string())),
+        Ok(b) => {
+            let path = b.path().display().to_string();
+            let item =
+                Item::pass("rocBLAS", path.as_str()).with_fact("path", Json::from(path.as_str()));
+            with_loaded_file(item, &path, b.loaded_path())
+        }
         Err(e) if hipblas.is_ok() => Item::info(
             "rocBLAS",
             format!("{} (not needed: hipBLAS is used)", short(e)),

@@ -81,6 +81,14 @@ pub enum Error {
     /// A caching-allocator failure other than out-of-memory (see `caching::AllocError`).
     #[error(transparent)]
     Caching(std::sync::Arc<crate::caching::AllocError>),
+    /// A memory-statistics or cache call on a device whose allocator is not the caching one.
+    #[error("device {ordinal}: {what} needs the caching allocator, but this Device allocates through another one (Device::get_direct or Device::with_allocator); use Device::get, whose allocator is the device's shared cache")]
+    NotCaching {
+        /// The device ordinal.
+        ordinal: i32,
+        /// The call.
+        what: &'static str,
+    },
     /// The device could not provide the memory.
     #[error("out of memory on device {ordinal}: {requested} bytes requested. {detail}")]
     OutOfMemory {

@@ -30,6 +30,7 @@ pub mod blas;
 pub mod caching;
 pub mod comm;
 pub mod device;
+mod device_memory;
 pub mod emu;
 pub mod error;
 pub mod event;

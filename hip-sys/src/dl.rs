@@ -42,6 +42,9 @@ pub(crate) struct Opened {
     pub library: libloading::Library,
     /// The file actually loaded (resolved through the system loader when it found it).
     pub path: PathBuf,
+    /// The file the loader mapped, asked of the loader itself (`dladdr` on a core symbol);
+    /// `path` when the loader cannot say.
+    pub loaded: PathBuf,
 }
 
 /// The accessors every loaded library type shares (`path`, `api`, `resolve`), for a struct with
@@ -52,6 +55,14 @@ macro_rules! library_accessors {
             /// The file actually loaded.
             pub fn path(&self) -> &std::path::Path {
                 &self.path
+            }
+
+            /// The file the dynamic loader mapped, as the loader itself reports it (`dladdr`
+            /// on one of the library's core symbols): what to show a user as "the file
+            /// loaded". It names the same file as [`Self::path`] (possibly through another
+            /// link); it is `path` where the loader cannot say.
+            pub fn loaded_path(&self) -> &std::path::Path {
+                &self.loaded
             }
 
             #[doc = $api_doc]
@@ -86,17 +97,37 @@ pub(crate) fn find(spec: &LibrarySpec) -> (Result<Opened, Error>, SearchReport) 
             }
         }
     }
-    let result = match found {
-        None => Err(Error::NotFound {
+    let bare = report
+        .attempts
+        .iter()
+        .find_map(|a| match (&a.target, &a.outcome) {
+            (Target::File(path), search::Outcome::NotAFile(why)) if why == search::BARE_NAME => {
+                Some(path.to_string_lossy().into_owned())
+            }
+            _ => None,
+        });
+    let result = match (found, bare) {
+        (_, Some(name)) => Err(Error::BareLibraryName {
+            var: spec.override_var,
+            name,
+        }),
+        (None, None) => Err(Error::NotFound {
             report: Box::new(report.clone()),
         }),
-        Some((target, library)) => validate(spec, target, library),
+        (Some((target, library)), None) => validate(spec, target, library),
     };
     (result, report)
 }
 
-/// Open exactly `path` as `spec`, bypassing the search.
+/// Open exactly `path` as `spec`, bypassing the search. A bare file name is refused, as for
+/// the override variable (see [`search::is_bare_name`]).
 pub(crate) fn open_path(spec: &LibrarySpec, path: &Path) -> Result<Opened, Error> {
+    if search::is_bare_name(path) {
+        return Err(Error::BareLibraryName {
+            var: "the path given to load_from",
+            name: path.to_string_lossy().into_owned(),
+        });
+    }
     let target = Target::File(path.to_path_buf());
     match open_target(&target) {
         Ok(library) => validate(spec, target, library),
@@ -225,16 +256,21 @@ fn validate(
         .copied()
         .filter(|name| symbol_address(&library, name).is_none())
         .collect();
+    let mapped = spec
+        .core_symbols
+        .iter()
+        .find_map(|sym| symbol_address(&library, sym).and_then(file_of_address));
     let path = match &target {
         Target::File(path) => path.clone(),
-        Target::SystemLoader(name) => spec
-            .core_symbols
-            .iter()
-            .find_map(|sym| symbol_address(&library, sym).and_then(file_of_address))
-            .unwrap_or_else(|| PathBuf::from(name)),
+        Target::SystemLoader(name) => mapped.clone().unwrap_or_else(|| PathBuf::from(name)),
     };
     if missing.is_empty() {
-        return Ok(Opened { library, path });
+        let loaded = mapped.unwrap_or_else(|| path.clone());
+        return Ok(Opened {
+            library,
+            path,
+            loaded,
+        });
     }
     // Never dlclose what we opened, even a wrong file (see module docs).
     std::mem::forget(library);

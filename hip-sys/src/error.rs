@@ -40,6 +40,15 @@ pub enum Error {
         missing: Vec<&'static str>,
         override_var: &'static str,
     },
+    /// A library override variable names a bare file name (no `/`). The system loader looks such
+    /// a name up in its own search path, never in the current directory, so the file a check
+    /// of that path would see need not be the file that loads.
+    #[error(
+        "{var}={name} is a bare file name: the system loader would look it up in its own search \
+         path (LD_LIBRARY_PATH, /etc/ld.so.cache, the system directories), not in the current \
+         directory; give a full path, e.g. {var}=/opt/rocm/lib/{name} or {var}=./{name}"
+    )]
+    BareLibraryName { var: &'static str, name: String },
     /// The library is loaded but does not export this function (an older or vendor build).
     #[error(
         "{name} is not exported by {}: this HIP/BLAS build predates it or the vendor (DTK) renamed it; upgrade the library or avoid the feature that needs it",

@@ -16,6 +16,7 @@ pub struct Hip {
     /// Never dropped: dropping would `dlclose` the runtime, which DTK does not survive.
     api: ManuallyDrop<HipApi>,
     path: PathBuf,
+    loaded: PathBuf,
     evidence: FlavourEvidence,
 }
 
@@ -81,6 +82,7 @@ impl Hip {
         Ok(Hip {
             api: ManuallyDrop::new(api),
             path: opened.path,
+            loaded: opened.loaded,
             evidence,
         })
     }

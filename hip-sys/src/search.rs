@@ -216,6 +216,18 @@ pub fn path_problem(path: &Path) -> Option<String> {
     Some(format!("is {kind}, not a library file"))
 }
 
+/// Why a file target given as a bare name (no `/`: only the override variable can give one)
+/// is not tried: `dlopen` would look such a name up in the loader's search path, not at the
+/// path a file check sees (the current directory).
+pub const BARE_NAME: &str = "is a bare file name, which the system loader looks up in its own \
+                             search path, not in the current directory; give a full path";
+
+/// Whether `path` is a bare file name, which `dlopen` resolves through its search path.
+pub fn is_bare_name(path: &Path) -> bool {
+    use std::os::unix::ffi::OsStrExt;
+    !path.as_os_str().as_bytes().contains(&b'/')
+}
+
 /// `ELOOP` on Linux (every architecture but alpha, mips, parisc and sparc, which hip-sys does
 /// not run on).
 const ELOOP: i32 = 40;
@@ -232,6 +244,7 @@ pub fn search<T>(
     let mut found = None;
     for target in targets(spec, env) {
         let outcome = match &target {
+            Target::File(path) if is_bare_name(path) => Outcome::NotAFile(BARE_NAME.into()),
             Target::File(path) if !is_file(path) => Outcome::Absent,
             _ => match open(&target) {
                 Ok(value) => {

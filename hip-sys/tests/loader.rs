@@ -191,11 +191,17 @@ fn rccl_absence_does_not_affect_the_runtime() {
 
 /// Run `child_load` in a fresh process with `HIPK_HIP_LIBRARY=value`; return its output.
 fn steered_child(value: &str) -> String {
+    steered_child_in(value, &std::env::current_dir().unwrap())
+}
+
+/// [`steered_child`] with the child's working directory `cwd`.
+fn steered_child_in(value: &str, cwd: &Path) -> String {
     let exe = std::env::current_exe().unwrap();
     let out = Command::new(exe)
         .args(["child_load", "--exact", "--nocapture", "--test-threads=1"])
         .env(CHILD_VAR, "1")
         .env("HIPK_HIP_LIBRARY", value)
+        .current_dir(cwd)
         .output()
         .unwrap();
     let text = format!(
@@ -225,6 +231,8 @@ fn child_load() {
         (Ok(a), Ok(b)) => {
             assert_eq!(a, b);
             println!("CHILD-LOADED: {a}");
+            let loaded = hip_sys::hip().unwrap().loaded_path().display().to_string();
+            println!("CHILD-LOADED-FILE: {loaded}");
         }
         (a, b) => panic!("first and second load disagree: {a:?} / {b:?}"),
     }
@@ -234,6 +242,7 @@ fn kind(e: &Error) -> &'static str {
     match e {
         Error::NotFound { .. } => "NotFound",
         Error::NotAHipRuntime { .. } => "NotAHipRuntime",
+        Error::BareLibraryName { .. } => "BareLibraryName",
         _ => "other",
     }
 }
@@ -340,4 +349,53 @@ fn override_naming_a_library_for_another_architecture_names_its_machine() {
         )),
         "{out}"
     );
+}
+
+/// A bare file name is looked up by the system loader in its own search path, never in the
+/// current directory: with such a file in the current directory, what a check of that path
+/// sees is not what would load (issue 19, defect 6). It is refused, naming the fix.
+#[test]
+fn override_naming_a_bare_file_name_is_refused() {
+    let dir = temp_dir("bare");
+    std::fs::write(
+        dir.join("libamdhip64.so"),
+        b"not the library the loader would pick",
+    )
+    .unwrap();
+    let out = steered_child_in("libamdhip64.so", &dir);
+    assert!(out.contains("CHILD-ERROR-KIND: BareLibraryName"), "{out}");
+    assert!(
+        out.contains("HIPK_HIP_LIBRARY=libamdhip64.so is a bare file name")
+            && out.contains("give a full path"),
+        "{out}"
+    );
+    // A path with a directory part is opened as that file (glibc: "file too short").
+    let out = steered_child_in("./libamdhip64.so", &dir);
+    assert!(out.contains("CHILD-ERROR-KIND: NotFound"), "{out}");
+    assert!(out.contains("./libamdhip64.so: file too short"), "{out}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The file the loader mapped, asked of the loader (dladdr on a resolved symbol): for an
+/// override through a symbolic link it is that file, whatever the link is called.
+#[test]
+fn loaded_path_is_the_file_the_loader_mapped() {
+    let Some(hip) = real_hip() else { return };
+    let real = std::fs::canonicalize(hip.path()).unwrap();
+    assert!(
+        hip.loaded_path().is_absolute(),
+        "{}",
+        hip.loaded_path().display()
+    );
+    assert_eq!(std::fs::canonicalize(hip.loaded_path()).unwrap(), real);
+    let dir = temp_dir("link");
+    let link = dir.join("hip-runtime-link.so");
+    std::os::unix::fs::symlink(&real, &link).unwrap();
+    let out = steered_child(link.to_str().unwrap());
+    let file = out
+        .lines()
+        .find_map(|l| l.strip_prefix("CHILD-LOADED-FILE: "))
+        .unwrap_or_else(|| panic!("{out}"));
+    assert_eq!(std::fs::canonicalize(file).unwrap(), real, "{out}");
+    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -62,8 +62,8 @@ pub enum ConfigError {
     /// The environment variable is not valid UTF-8.
     #[error("{CONFIG_ENV} is not valid UTF-8; set it to ASCII text like `max_split_size_mb:128`")]
     NotUnicode,
-    /// `set_memory_fraction` outside `[0, 1]`.
-    #[error("invalid memory fraction {0}: expected a number in [0.0, 1.0]")]
+    /// `set_memory_fraction` outside `(0, 1]`.
+    #[error("invalid memory fraction {0}: expected a number greater than 0.0 and at most 1.0 (the share of the device's memory this process may reserve)")]
     InvalidFraction(f64),
 }
 
@@ -124,8 +124,8 @@ impl AllocatorConfig {
                     config.memory_fraction = Some(parse_unit_interval(
                         name,
                         value,
-                        |v| (0.0..=1.0).contains(&v),
-                        "a number in [0.0, 1.0]",
+                        |v| v > 0.0 && v <= 1.0,
+                        "a number greater than 0.0 and at most 1.0",
                     )?);
                 }
             }
@@ -193,7 +193,7 @@ fn parse_unit_interval(
 
 /// Validates a memory fraction for `set_memory_fraction`.
 pub(crate) fn check_fraction(fraction: f64) -> Result<f64, ConfigError> {
-    if (0.0..=1.0).contains(&fraction) {
+    if fraction > 0.0 && fraction <= 1.0 {
         Ok(fraction)
     } else {
         Err(ConfigError::InvalidFraction(fraction))

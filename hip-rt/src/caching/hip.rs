@@ -151,7 +151,7 @@ impl Backend for HipBackend {
 
 /// Maps the allocator's errors onto hip-rt's: out-of-memory keeps its full report, backend
 /// failures are the HIP errors they wrapped.
-fn to_rt_error(e: AllocError, ordinal: i32) -> Error {
+pub(crate) fn to_rt_error(e: AllocError, ordinal: i32) -> Error {
     match e {
         AllocError::OutOfMemory(oom) => Error::OutOfMemory {
             ordinal: oom.device,
@@ -188,5 +188,9 @@ impl DeviceAllocator for CachingAllocator<HipBackend> {
     fn record_stream(&self, allocation: &RawAllocation, stream: RawStream) -> Result<()> {
         self.record_stream_ptr(allocation.ptr, stream)
             .map_err(|e| to_rt_error(e, self.device()))
+    }
+
+    fn caching(&self) -> Option<&CachingAllocator<HipBackend>> {
+        Some(self)
     }
 }

@@ -39,7 +39,11 @@
 //! [`DeviceAllocator`](crate::DeviceAllocator). [`Device::get`](crate::Device::get) uses one
 //! such cache per device (shared by every `Device::get` of it), so every `DeviceBuffer` comes
 //! from the cache by default; `Device::with_allocator(ordinal,
-//! Arc::new(CachingAllocator::new(HipBackend::new(ordinal))?))` makes a private one. [`HostBackend`] (host memory, simulated streams and
+//! Arc::new(CachingAllocator::new(HipBackend::new(ordinal))?))` makes a private one. The
+//! device's cache answers through [`Device`](crate::Device) as `torch.cuda` does:
+//! `memory_stats()`, `reset_peak_memory_stats()`, `empty_cache()`, `set_memory_fraction()`
+//! and `memory_summary()` ([`DeviceAllocator::caching`](crate::DeviceAllocator::caching) is
+//! the hook they use). [`HostBackend`] (host memory, simulated streams and
 //! events) exercises the same policy in tests and benches.
 //!
 //! What has run where: the policy has only run against [`HostBackend`]; [`HipBackend`] has
@@ -49,10 +53,11 @@
 mod backend;
 mod config;
 mod error;
-mod hip;
+pub(crate) mod hip;
 mod host;
 mod policy;
 mod stats;
+mod summary;
 
 use std::fmt;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
@@ -64,6 +69,7 @@ pub use hip::{HipBackend, HipEvent};
 pub use host::{HostBackend, HostBackendError, HostCounters, HostEvent, HostStream};
 pub use policy::{allocation_size, round_size};
 pub use stats::{BlockInfo, BlockState, SegmentInfo, Snapshot, Stat, StatArray, StatType, Stats};
+pub use summary::memory_summary;
 
 use policy::{Policy, NONE};
 
@@ -272,7 +278,9 @@ impl<B: Backend> CachingAllocator<B> {
         self.lock().release_cached_blocks()
     }
 
-    /// Caps reserved memory at `fraction` of the device's capacity (`[0, 1]`).
+    /// Caps reserved memory at `fraction` of the device's capacity (`0 < fraction <= 1`; other
+    /// values are [`ConfigError::InvalidFraction`]). A request that would reserve more fails
+    /// as out-of-memory, and the message names the fraction.
     pub fn set_memory_fraction(&self, fraction: f64) -> Result<(), AllocError> {
         self.lock().set_memory_fraction(fraction)
     }
@@ -280,6 +288,11 @@ impl<B: Backend> CachingAllocator<B> {
     /// The current statistics.
     pub fn stats(&self) -> Stats {
         self.lock().stats()
+    }
+
+    /// The statistics as a text table (see [`memory_summary`]).
+    pub fn memory_summary(&self) -> String {
+        memory_summary(self.shared.device, &self.stats())
     }
 
     /// Sets every peak to its current value.

@@ -168,6 +168,14 @@ impl Stats {
         self.num_device_free = 0;
     }
 
+    /// One value by its PyTorch key, e.g. `stats.get("allocated_bytes.all.current")`; `None`
+    /// for a key PyTorch does not have (or this allocator does not keep).
+    pub fn get(&self, key: &str) -> Option<u64> {
+        self.to_flat()
+            .into_iter()
+            .find_map(|(k, v)| (k == key).then_some(v))
+    }
+
     /// The stats as PyTorch's flat `memory_stats()` dictionary, e.g.
     /// `("allocated_bytes.all.current", 1024)`, sorted by key.
     pub fn to_flat(&self) -> Vec<(String, u64)> {

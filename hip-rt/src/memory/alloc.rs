@@ -75,6 +75,12 @@ pub trait DeviceAllocator: Send + Sync + fmt::Debug {
         let _ = (allocation, stream);
         Ok(())
     }
+
+    /// The caching allocator behind this one, if it is one: what [`crate::Device`]'s memory
+    /// statistics, `empty_cache` and `set_memory_fraction` reach. The default is `None`.
+    fn caching(&self) -> Option<&crate::caching::CachingAllocator<crate::caching::HipBackend>> {
+        None
+    }
 }
 
 /// hipMalloc / hipFree, one call each per buffer.

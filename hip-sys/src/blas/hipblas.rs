@@ -308,6 +308,7 @@ pub enum GemmStridedBatchedEx {
 pub struct HipBlas {
     api: HipBlasApi,
     path: PathBuf,
+    loaded: PathBuf,
     gemm_ex_abi: Option<GemmExAbi>,
 }
 
@@ -317,7 +318,8 @@ impl HipBlas {
         // headers named in the module docs. The library is leaked below, so symbols stay valid.
         let api = unsafe { HipBlasApi::load(&opened.library) };
         std::mem::forget(opened.library);
-        let canonical = std::fs::canonicalize(&opened.path).unwrap_or_else(|_| opened.path.clone());
+        let canonical =
+            std::fs::canonicalize(&opened.loaded).unwrap_or_else(|_| opened.loaded.clone());
         let gemm_ex_abi = GemmExAbi::detect(
             api.hipblasGemmEx_v2.is_ok(),
             api.hipblasGemmEx.is_ok(),
@@ -326,6 +328,7 @@ impl HipBlas {
         HipBlas {
             api,
             path: opened.path,
+            loaded: opened.loaded,
             gemm_ex_abi,
         }
     }

@@ -118,6 +118,7 @@ dynamic_table! {
 pub struct RocBlas {
     api: RocBlasApi,
     path: PathBuf,
+    loaded: PathBuf,
 }
 
 impl RocBlas {
@@ -129,6 +130,7 @@ impl RocBlas {
         RocBlas {
             api,
             path: opened.path,
+            loaded: opened.loaded,
         }
     }
 }

@@ -201,3 +201,25 @@ fn missing_override_file_is_named() {
         "{text}"
     );
 }
+
+#[test]
+fn a_bare_override_name_is_neither_probed_nor_opened() {
+    let is_file = |p: &Path| -> bool { panic!("{} probed", p.display()) };
+    let mut open = |t: &Target| -> Result<(), String> { panic!("{t} opened") };
+    let env = env_of(&[("HIPK_HIP_LIBRARY", "libamdhip64.so")]);
+    let (found, report) = search(&HIP_RUNTIME, &env, &is_file, &mut open);
+    assert!(found.is_none());
+    assert_eq!(report.attempts.len(), 1);
+    assert_eq!(
+        report.attempts[0].outcome,
+        Outcome::NotAFile(BARE_NAME.into())
+    );
+    let text = report.to_string();
+    assert!(
+        text.contains("HIPK_HIP_LIBRARY=libamdhip64.so: is a bare file name"),
+        "{text}"
+    );
+    assert!(is_bare_name(Path::new("libamdhip64.so")));
+    assert!(!is_bare_name(Path::new("./libamdhip64.so")));
+    assert!(!is_bare_name(Path::new("/opt/rocm/lib/libamdhip64.so")));
+}
