@@ -4,7 +4,10 @@
 //!   checked-in files by a single byte.
 //! - `isa-report [--arch gfx906] [--json] [--check BASELINE] [--write-baseline]
 //!   [--verify-markers]`: static ISA figures of every kernel (docs/ISA-REPORT.md).
+//! - `dist`: a release `hip-doctor` linked against glibc 2.17 (cargo-zigbuild), its symbol
+//!   versions checked; prints the file's path last.
 
+mod dist;
 #[path = "../../hip-sys/generator.rs"]
 mod generator;
 mod isa;
@@ -31,6 +34,8 @@ enum Task {
     },
     /// Static ISA report of kernels/*.hip (not measurements).
     IsaReport(isa::IsaArgs),
+    /// Build a portable release hip-doctor (glibc >= 2.17) and print its path last.
+    Dist,
 }
 
 fn main() -> ExitCode {
@@ -38,6 +43,7 @@ fn main() -> ExitCode {
     let result = match &cli.task {
         Task::Bindings { check, include } => bindings(*check, include),
         Task::IsaReport(a) => isa::run(a),
+        Task::Dist => dist::run().map_err(|e| e.to_string()),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
