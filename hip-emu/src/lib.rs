@@ -12,4 +12,5 @@
 
 pub mod blas;
 pub mod exec;
+pub mod rccl;
 pub mod runtime;

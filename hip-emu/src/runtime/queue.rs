@@ -188,6 +188,42 @@ impl Executor {
         self.push(stream, label, Action::Run(work), Vec::new())
     }
 
+    /// Queue `work` on `stream` after the commands `deps` (`(stream, seq)` pairs of this device)
+    /// have completed; returns its seq. The emulated RCCL chains a communicator's operations
+    /// this way, whatever streams they were issued on.
+    pub fn enqueue_after(
+        &self,
+        stream: u64,
+        label: String,
+        work: Work,
+        deps: Vec<(u64, u64)>,
+    ) -> Res<u64> {
+        self.push(stream, label, Action::Run(work), deps)
+    }
+
+    /// Queue a command on `stream` that only waits for `deps`: later work on `stream` is
+    /// ordered after them.
+    pub fn enqueue_marker(&self, stream: u64, label: String, deps: Vec<(u64, u64)>) -> Res<u64> {
+        self.push(stream, label, Action::Marker, deps)
+    }
+
+    /// Seq of the last command queued on `stream` that has not completed, if any.
+    pub fn pending_tail(&self, stream: u64) -> Option<u64> {
+        let st = self.lock();
+        st.streams
+            .get(&stream)
+            .filter(|q| !q.idle())
+            .map(|q| q.enqueued)
+    }
+
+    /// Block until `(stream, seq)` completed, without taking its faults.
+    pub fn wait_done(&self, stream: u64, seq: u64) {
+        let mut st = self.lock();
+        while !Self::done(&st, stream, seq) {
+            st = self.cv.wait(st).unwrap_or_else(|p| p.into_inner());
+        }
+    }
+
     /// Queue a record of `event` on `stream`.
     pub fn record(&self, stream: u64, event: &Arc<EventState>) -> Res<()> {
         let mut st = self.lock();
