@@ -5,7 +5,8 @@
 //! under [`guard::guarded`], so a failure in one becomes a FAIL row and the report still prints.
 //!
 //! Sections, in order: Environment (variables, `/dev/kfd`, groups, the HIP runtime and BLAS
-//! libraries), Embedded kernels, Devices, Checks per device, CPU reference self-check,
+//! libraries), Embedded kernels, Devices, Checks per device, Several devices (RCCL), CPU
+//! reference self-check,
 //! Benchmarks (with `--bench`), Diagnosis.
 
 pub mod account;
@@ -19,6 +20,7 @@ pub mod hip;
 pub mod kernel_bench;
 pub mod kernel_checks;
 pub mod kernels;
+pub mod rccl_checks;
 pub mod report;
 pub mod selfcheck;
 
@@ -49,7 +51,8 @@ Exit status: 0 when every check passed, 1 when a check failed or could not run,
 2 for a usage error.
 
 Variables: HIPK_HIP_LIBRARY (HIP runtime file to load), HIPK_GOLDEN_DIR (extra
-golden-case directories, colon-separated), HIP_VISIBLE_DEVICES.";
+golden-case directories, colon-separated), HIP_VISIBLE_DEVICES, HIPK_RCCL_LIBRARY
+(RCCL file to load), HSA_FORCE_FINE_GRAIN_PCIE.";
 
 /// A parsed command line.
 #[derive(Debug)]
@@ -136,6 +139,13 @@ pub fn run(options: &Options) -> Report {
         mark_emulated_runtime(&mut report.sections[env_index]);
     }
     push_device_checks(&mut report, &devices);
+    let rccl_rows = guarded(rccl_checks::TITLE, || {
+        rccl_checks::section(&devices, options.bench).items
+    });
+    report.push(Section {
+        title: rccl_checks::TITLE.into(),
+        items: rccl_rows,
+    });
 
     let selfcheck = guarded("CPU reference self-check", || {
         with_progress("running the CPU reference on the golden cases", || {

@@ -61,7 +61,8 @@ fn setup() -> Option<Setup> {
     let serial = SERIAL
         .lock()
         .unwrap_or_else(|poisoned| poisoned.into_inner());
-    common::setup(&[]);
+    // Two devices: device 1 only serves the peer-access test.
+    common::setup(&[("HIPK_EMU_DEVICES", "2")]);
     let image = match code_object() {
         Ok(image) => image,
         Err(why) => {
@@ -324,4 +325,42 @@ fn bad_configurations_and_barrier_misuse_are_errors() {
         err.to_string().contains("hipemu_test_barrier_divergence"),
         "{err}"
     );
+}
+
+/// A kernel on device 0 given device 1's memory: refused until device 0 enables peer access to
+/// device 1 (a real device would fault or read garbage), then it runs.
+#[test]
+fn a_pointer_into_another_device_needs_peer_access() {
+    let Some(Setup { stream, module, .. }) = setup() else {
+        return;
+    };
+    let reverse = module.function("hipemu_test_reverse").unwrap();
+    let dev0 = hip_rt::Device::get_direct(0).unwrap();
+    let dev1 = hip_rt::Device::get_direct(1).unwrap();
+    let s1 = Stream::new(&dev1, StreamOptions::default()).unwrap();
+    let input: Vec<i32> = (0..256).collect();
+    let d_in = DeviceBuffer::from_slice(&s1, &input).unwrap();
+    let mut d_out = DeviceBuffer::<i32>::zeroed(&stream, 256).unwrap();
+    // SAFETY: (const int* in, int* out), one block of 256; the input lives on device 1.
+    let launch = |d_out: &mut DeviceBuffer<i32>| unsafe {
+        stream
+            .launch_builder(&reverse)
+            .arg(&d_in)
+            .arg_mut(d_out)
+            .launch(&cfg(1, 256))
+    };
+    let err = launch(&mut d_out).unwrap_err();
+    let text = err.to_string();
+    assert!(
+        text.contains("argument 0")
+            && text.contains("device 1")
+            && text.contains("hipDeviceEnablePeerAccess(1, 0) on device 0"),
+        "{text}"
+    );
+    dev0.enable_peer_access(&dev1).unwrap();
+    launch(&mut d_out).unwrap();
+    let want: Vec<i32> = (0..256).rev().collect();
+    assert_eq!(d_out.to_vec(&stream).unwrap(), want);
+    dev0.disable_peer_access(&dev1).unwrap();
+    assert!(launch(&mut d_out).is_err(), "disabled again");
 }

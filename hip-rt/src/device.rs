@@ -288,6 +288,34 @@ impl Device {
     pub fn same_as(&self, other: &Device) -> bool {
         Arc::ptr_eq(&self.inner, &other.inner)
     }
+
+    /// Whether this device can access `peer`'s memory (`hipDeviceCanAccessPeer`); false for
+    /// itself.
+    pub fn can_access_peer(&self, peer: &Device) -> Result<bool> {
+        result::device::can_access_peer(self.inner.ordinal, peer.ordinal())
+    }
+
+    /// Let kernels on this device use `peer`'s memory (`hipDeviceEnablePeerAccess`, made on
+    /// this device). Enabling twice is not an error. Copies between devices do not need it
+    /// ([`Stream::copy_peer`](crate::Stream::copy_peer)).
+    pub fn enable_peer_access(&self, peer: &Device) -> Result<()> {
+        self.bind_to_thread()?;
+        match result::device::enable_peer_access(peer.ordinal()) {
+            Err(e)
+                if e.hip_code() == Some(hip_sys::hipError_t::hipErrorPeerAccessAlreadyEnabled) =>
+            {
+                Ok(())
+            }
+            other => other,
+        }
+    }
+
+    /// Undo [`Device::enable_peer_access`] (`hipDeviceDisablePeerAccess`); an error if it was
+    /// not enabled.
+    pub fn disable_peer_access(&self, peer: &Device) -> Result<()> {
+        self.bind_to_thread()?;
+        result::device::disable_peer_access(peer.ordinal())
+    }
 }
 
 impl fmt::Debug for Device {

@@ -31,6 +31,17 @@ fn setup() {
     });
 }
 
+/// The tests run one at a time: hip-emu runs each device's queued work in order, so a
+/// collective left waiting for a rank (the failure tests) would stall another test's work on the
+/// same device until its watchdog fires.
+static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    SERIAL
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
 /// The first `n` devices, or a panic saying what the test needs.
 fn devices(n: usize) -> Vec<Device> {
     setup();
@@ -162,7 +173,11 @@ fn round<T: Elem>(comms: &[Comm], streams: &[Stream], coll: Coll, in_place: bool
         .map(|r| {
             let s = &streams[r];
             let send: Vec<T> = host[r].iter().map(|&v| T::of(v)).collect();
-            let main_len = send_len.max(recv_len);
+            let main_len = if in_place {
+                send_len.max(recv_len)
+            } else {
+                recv_len
+            };
             let mut main: Vec<T> = vec![T::of(0.0); main_len];
             if in_place {
                 match coll {
@@ -245,6 +260,7 @@ fn every_collective<T: Elem>(comms: &[Comm], streams: &[Stream]) {
 
 #[test]
 fn every_op_dtype_and_placement_matches_the_cpu_on_2_3_4_devices() {
+    let _serial = serial();
     for world in world_sizes() {
         let devs = devices(world);
         let comms = Comm::init_all(&devs).expect("init_all");
@@ -269,6 +285,7 @@ fn every_op_dtype_and_placement_matches_the_cpu_on_2_3_4_devices() {
 
 #[test]
 fn send_and_recv_swap_buffers_between_two_ranks() {
+    let _serial = serial();
     let devs = devices(2);
     let comms = Comm::init_all(&devs).unwrap();
     let streams: Vec<Stream> = devs.iter().map(stream).collect();
@@ -318,6 +335,7 @@ fn two_process_rank(rank: usize, id: &UniqueId) {
 
 #[test]
 fn two_processes_join_through_a_unique_id() {
+    let _serial = serial();
     if let Ok(hex) = std::env::var(CHILD_VAR) {
         two_process_rank(1, &hex.parse().expect("the parent's id"));
         return;
@@ -349,6 +367,7 @@ fn two_processes_join_through_a_unique_id() {
 
 #[test]
 fn a_buffer_freed_during_a_collective_is_not_reused_before_it_ends() {
+    let _serial = serial();
     let devs = devices(2);
     let comms = Comm::init_all(&devs).unwrap();
     let alloc_stream = stream(&devs[0]);
@@ -389,6 +408,7 @@ fn comm_err(e: Error) -> CommError {
 
 #[test]
 fn bad_lengths_roots_devices_and_sets_are_typed_errors() {
+    let _serial = serial();
     let devs = devices(2);
     let comms = Comm::init_all(&devs).unwrap();
     let s0 = stream(&devs[0]);
@@ -475,6 +495,7 @@ fn bad_lengths_roots_devices_and_sets_are_typed_errors() {
 
 #[test]
 fn a_rank_that_never_joins_times_out_naming_the_collective_and_aborts() {
+    let _serial = serial();
     let devs = devices(2);
     let comms = Comm::init_all(&devs).unwrap();
     let s0 = stream(&devs[0]);
@@ -520,6 +541,7 @@ fn a_rank_that_never_joins_times_out_naming_the_collective_and_aborts() {
 
 #[test]
 fn ranks_that_disagree_on_the_count_get_a_typed_error() {
+    let _serial = serial();
     let devs = devices(2);
     let comms = Comm::init_all(&devs).unwrap();
     let streams: Vec<Stream> = devs.iter().map(stream).collect();

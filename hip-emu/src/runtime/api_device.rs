@@ -138,6 +138,20 @@ hip_exports! {
         // SAFETY: out-parameter per the C API contract.
         unsafe { out(can, c_int::from(ordinal != peer), "canAccessPeer") }
     }
+
+    /// Lets kernels of the current device use `peer`'s memory (checked at every launch).
+    fn hipDeviceEnablePeerAccess(peer: c_int, flags: c_uint) {
+        if flags != 0 {
+            return Err(Fail::invalid(format!("hipDeviceEnablePeerAccess flags must be 0, got {flags}")));
+        }
+        let rt = runtime()?;
+        rt.set_peer_access(rt.current()?.ordinal, peer, true)
+    }
+
+    fn hipDeviceDisablePeerAccess(peer: c_int) {
+        let rt = runtime()?;
+        rt.set_peer_access(rt.current()?.ordinal, peer, false)
+    }
 }
 
 /// `hipGetLastError`: this thread's last status, reset to success.

@@ -157,7 +157,58 @@ fn device_malloc(dev: &Device, size: usize) -> Res<usize> {
     }
 }
 
+/// Check that `[ptr, ptr + bytes)` is memory of device `device` (a peer copy's operand).
+fn check_on_device(ptr: usize, bytes: usize, device: i32, what: &str) -> Res {
+    runtime()?.device(device)?;
+    if bytes == 0 {
+        return Ok(());
+    }
+    let a = memory::check_range(ptr, bytes, what)?;
+    match a.owner {
+        Owner::Device(d) if d == device => Ok(()),
+        _ => Err(Fail::invalid(format!(
+            "{what}: {ptr:#x} is in {}, not on device {device}",
+            a.describe()
+        ))),
+    }
+}
+
+/// A copy between devices: both ranges checked against their devices; peer access need not be
+/// enabled (HIP stages such copies itself).
+#[allow(clippy::too_many_arguments)]
+fn copy_peer(
+    name: &str,
+    dst: usize,
+    dst_device: i32,
+    src: usize,
+    src_device: i32,
+    bytes: usize,
+    stream: hipStream_t,
+    sync: bool,
+) -> Res {
+    check_on_device(dst, bytes, dst_device, &format!("{name} destination"))?;
+    check_on_device(src, bytes, src_device, &format!("{name} source"))?;
+    copy(
+        name,
+        dst,
+        src,
+        bytes,
+        (Side::Device, Side::Device),
+        stream,
+        sync,
+    )
+}
+
 hip_exports! {
+    /// Queued on the current device's null stream and waited for, like hipMemcpy.
+    fn hipMemcpyPeer(dst: *mut c_void, dst_device: c_int, src: *const c_void, src_device: c_int, bytes: usize) {
+        copy_peer("hipMemcpyPeer", dst as usize, dst_device, src as usize, src_device, bytes, std::ptr::null_mut(), true)
+    }
+
+    fn hipMemcpyPeerAsync(dst: *mut c_void, dst_device: c_int, src: *const c_void, src_device: c_int, bytes: usize, stream: hipStream_t) {
+        copy_peer("hipMemcpyPeerAsync", dst as usize, dst_device, src as usize, src_device, bytes, stream, false)
+    }
+
     /// Device memory: a guarded host mapping filled with NaN bytes (see [`memory`]).
     fn hipMalloc(ptr: *mut *mut c_void, size: usize) {
         let rt = runtime()?;

@@ -121,7 +121,12 @@ fn arg_sizes(f: &Function, announced: Option<Vec<usize>>) -> Res<Vec<usize>> {
 ///
 /// # Safety
 /// `params` must point at one pointer per explicit argument, each to `sizes[i]` readable bytes.
-unsafe fn capture(f: &Function, params: *mut *mut c_void, sizes: &[usize]) -> Res<Vec<Vec<u8>>> {
+unsafe fn capture(
+    f: &Function,
+    params: *mut *mut c_void,
+    sizes: &[usize],
+    device: i32,
+) -> Res<Vec<Vec<u8>>> {
     let name = &f.meta.name;
     if params.is_null() && !sizes.is_empty() {
         return Err(Fail::invalid(format!(
@@ -148,6 +153,19 @@ unsafe fn capture(f: &Function, params: *mut *mut c_void, sizes: &[usize]) -> Re
                     arg_label(meta.name.as_deref()),
                     memory::describe_address(addr)
                 )));
+            }
+            if let Some(a) = memory::allocation_at(addr) {
+                if let memory::Owner::Device(owner) = a.owner {
+                    if !super::runtime()?.may_access(device, owner) {
+                        return Err(Fail::invalid(format!(
+                            "kernel `{name}` argument {i}{} points into {}, but the launch is on \
+                             device {device} without peer access to device {owner}: call \
+                             hipDeviceEnablePeerAccess({owner}, 0) on device {device} first",
+                            arg_label(meta.name.as_deref()),
+                            a.describe()
+                        )));
+                    }
+                }
             }
         }
         out.push(bytes);
@@ -241,7 +259,7 @@ hip_exports! {
         check_config(&func, grid, block, shared_mem_bytes as usize)?;
         let sizes = arg_sizes(&func, announced)?;
         // SAFETY: the C API contract: one pointer per argument, each to the argument's bytes.
-        let params = unsafe { capture(&func, kernel_params, &sizes) }?;
+        let params = unsafe { capture(&func, kernel_params, &sizes, dev.ordinal) }?;
         let kernel = func.kernel;
         let meta = (func.meta.group_segment_fixed_size as usize, func.meta.max_flat_workgroup_size as u32);
         let seed = rt.config.seed;

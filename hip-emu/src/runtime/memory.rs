@@ -317,6 +317,11 @@ pub fn check_range(ptr: usize, len: usize, what: &str) -> Res<Allocation> {
     })
 }
 
+/// The live allocation `ptr` lies in (or one past the end of), if any.
+pub fn allocation_at(ptr: usize) -> Option<Allocation> {
+    with_table(|t| containing(&t.live, ptr).cloned())
+}
+
 /// True when `ptr` lies in (or one past the end of) a live allocation.
 pub fn is_live(ptr: usize) -> bool {
     with_table(|t| containing(&t.live, ptr).is_some())

@@ -20,7 +20,7 @@ pub mod module;
 pub mod queue;
 pub mod stats;
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
@@ -36,6 +36,8 @@ pub struct Runtime {
     pub devices: Vec<Device>,
     streams: Mutex<HashMap<usize, StreamInfo>>,
     events: Mutex<HashMap<usize, EventInfo>>,
+    /// `(device, peer)` pairs with peer access enabled (`hipDeviceEnablePeerAccess` on `device`).
+    peers: Mutex<HashSet<(i32, i32)>>,
 }
 
 /// A created stream.
@@ -76,6 +78,7 @@ pub fn runtime() -> Res<&'static Runtime> {
                 devices,
                 streams: Mutex::new(HashMap::new()),
                 events: Mutex::new(HashMap::new()),
+                peers: Mutex::new(HashSet::new()),
             })
         })
         .as_ref()
@@ -148,6 +151,48 @@ impl Runtime {
             .unwrap_or_else(|p| p.into_inner())
             .remove(&(stream as usize));
         Ok(info)
+    }
+
+    /// Enable (`on`) or disable access from `device` to `peer`'s memory. Fails with HIP's codes
+    /// when it is already in the requested state.
+    pub fn set_peer_access(&self, device: i32, peer: i32, on: bool) -> Res {
+        self.device(device)?;
+        self.device(peer)?;
+        if device == peer {
+            return Err(Fail::new(
+                hipError_t::hipErrorInvalidDevice,
+                format!("device {device} cannot be its own peer"),
+            ));
+        }
+        let mut peers = self.peers.lock().unwrap_or_else(|p| p.into_inner());
+        match (on, peers.contains(&(device, peer))) {
+            (true, true) => Err(Fail::new(
+                hipError_t::hipErrorPeerAccessAlreadyEnabled,
+                format!("access from device {device} to device {peer} is already enabled"),
+            )),
+            (false, false) => Err(Fail::new(
+                hipError_t::hipErrorPeerAccessNotEnabled,
+                format!("access from device {device} to device {peer} was not enabled"),
+            )),
+            (true, false) => {
+                peers.insert((device, peer));
+                Ok(())
+            }
+            (false, true) => {
+                peers.remove(&(device, peer));
+                Ok(())
+            }
+        }
+    }
+
+    /// True when work on `device` may touch `owner`'s memory (its own, or an enabled peer's).
+    pub fn may_access(&self, device: i32, owner: i32) -> bool {
+        device == owner
+            || self
+                .peers
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .contains(&(device, owner))
     }
 
     pub fn event(&self, event: hipEvent_t) -> Res<EventInfo> {

@@ -253,7 +253,12 @@ pub fn measure<T: CheckElement>(
     let mut bufs = Vec::with_capacity(world);
     for (r, s) in streams.iter().enumerate().take(world) {
         let send: Vec<T> = host[r].iter().map(|&v| T::from_f64(v)).collect();
-        let mut main = vec![T::from_f64(0.0); send_len.max(recv_len)];
+        let main_len = if in_place {
+            send_len.max(recv_len)
+        } else {
+            recv_len
+        };
+        let mut main = vec![T::from_f64(0.0); main_len];
         if in_place {
             let at = if coll == Collective::AllGather {
                 r * block

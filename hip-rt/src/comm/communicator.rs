@@ -286,10 +286,18 @@ impl Inner {
                     }
                     Ok(false) => break,
                     Err(e) => {
-                        pending.clear();
+                        let failed = first.op;
                         drop(pending);
-                        let _ = self.abort(format!("querying a collective's event failed: {e}"));
-                        return Err(e);
+                        // RCCL's own account of the failure first, if it has one.
+                        self.check_async(failed)?;
+                        let err = CommError::Failed {
+                            op: failed,
+                            rank: self.rank,
+                            world: self.world,
+                            source: Box::new(e),
+                        };
+                        let _ = self.abort(err.to_string());
+                        return Err(err.into());
                     }
                 }
             }

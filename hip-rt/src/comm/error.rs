@@ -63,6 +63,19 @@ pub enum CommError {
         /// The asynchronous status.
         source: hip_sys::Error,
     },
+    /// The stream running a collective reported a failure (e.g. the runtime turned the
+    /// collective's failure into a stream error). The communicator has been aborted.
+    #[error("{op} on rank {rank} of {world} failed on its stream: {source}. The communicator was aborted; create a new one")]
+    Failed {
+        /// The oldest collective not known to have completed.
+        op: &'static str,
+        /// This communicator's rank.
+        rank: usize,
+        /// The communicator's size.
+        world: usize,
+        /// What the runtime said.
+        source: Box<crate::Error>,
+    },
     /// A collective did not complete in time: another rank died, never called it, or called a
     /// different one. The communicator has been aborted.
     #[error("{op} on rank {rank} of {world} did not complete within {timeout:?}: a rank died, never called {op}, or called another collective (with other counts, types or root). The communicator was aborted; raise the timeout (Comm::set_timeout, HIPK_COMM_TIMEOUT_S) if the work is merely slow")]

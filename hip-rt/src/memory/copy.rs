@@ -163,6 +163,47 @@ impl Stream {
     }
 
     /// Check lengths and devices; `Ok(false)` means there is nothing to do (zero length).
+    /// Copy between buffers of two devices (`hipMemcpyPeerAsync` on this stream, which must
+    /// belong to one of them); peer access need not be enabled.
+    ///
+    /// # Host sync
+    /// Waits for the copy (and earlier work on this stream): a buffer's allocator orders frees
+    /// only against streams of the buffer's own device, so the other device's buffer could
+    /// otherwise be reused while the copy still runs.
+    pub fn copy_peer<T: Element>(
+        &self,
+        src: &impl DeviceView<T>,
+        dst: &mut impl DeviceViewMut<T>,
+    ) -> Result<()> {
+        if dst.len() != src.len() {
+            return Err(Error::LengthMismatch {
+                op: "copy_peer",
+                dst: dst.len(),
+                src: src.len(),
+            });
+        }
+        let (s, d) = (src.buffer().device(), dst.buffer().device());
+        if self.check_same_device("buffer", s).is_err() {
+            self.check_same_device("buffer", d)?;
+        }
+        if dst.len() == 0 {
+            return Ok(());
+        }
+        // SAFETY: live views of equal byte length on the devices named; both stay borrowed
+        // until the synchronize below returns, after the copy.
+        unsafe {
+            result::memory::copy_peer_async(
+                dst.device_ptr(),
+                d.ordinal(),
+                src.device_ptr(),
+                s.ordinal(),
+                src.byte_len(),
+                self.raw(),
+            )
+        }?;
+        self.synchronize()
+    }
+
     fn prepare(
         &self,
         op: &'static str,

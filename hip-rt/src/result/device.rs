@@ -68,3 +68,26 @@ pub fn stream_priority_range() -> Result<(i32, i32)> {
     unsafe { f(&mut least, &mut greatest) }.result()?;
     Ok((least, greatest))
 }
+
+/// `hipDeviceCanAccessPeer`: whether device `ordinal` can access `peer`'s memory.
+pub fn can_access_peer(ordinal: i32, peer: i32) -> Result<bool> {
+    let f = hip_fn!(hipDeviceCanAccessPeer)?;
+    let mut can = 0;
+    // SAFETY: `can` is a valid, writable int for the duration of the call.
+    unsafe { f(&mut can, ordinal, peer) }.result()?;
+    Ok(can != 0)
+}
+
+/// `hipDeviceEnablePeerAccess`: let the current device access `peer`'s memory.
+pub fn enable_peer_access(peer: i32) -> Result<()> {
+    let f = hip_fn!(hipDeviceEnablePeerAccess)?;
+    // SAFETY: plain integers; the runtime validates them.
+    Ok(unsafe { f(peer, 0) }.result()?)
+}
+
+/// `hipDeviceDisablePeerAccess`.
+pub fn disable_peer_access(peer: i32) -> Result<()> {
+    let f = hip_fn!(hipDeviceDisablePeerAccess)?;
+    // SAFETY: a plain integer; the runtime validates it.
+    Ok(unsafe { f(peer) }.result()?)
+}

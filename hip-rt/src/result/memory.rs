@@ -108,3 +108,32 @@ pub unsafe fn memset_d8_async(
     // SAFETY: the caller guarantees the device range is valid until completion.
     Ok(unsafe { f(dst.as_raw(), value, bytes, stream) }.result()?)
 }
+
+/// `hipMemcpyPeerAsync` of `bytes` from `src` on device `src_device` to `dst` on `dst_device`.
+///
+/// # Safety
+/// `dst` must be memory of `dst_device` valid for `bytes` writes and `src` memory of
+/// `src_device` valid for `bytes` reads, both until the copy completes on `stream` (null or
+/// live).
+pub unsafe fn copy_peer_async(
+    dst: DevicePtr,
+    dst_device: i32,
+    src: DevicePtr,
+    src_device: i32,
+    bytes: usize,
+    stream: hipStream_t,
+) -> Result<()> {
+    let f = hip_fn!(hipMemcpyPeerAsync)?;
+    // SAFETY: the caller guarantees both ranges and the stream.
+    Ok(unsafe {
+        f(
+            dst.as_raw(),
+            dst_device,
+            src.as_raw(),
+            src_device,
+            bytes,
+            stream,
+        )
+    }
+    .result()?)
+}
