@@ -500,6 +500,36 @@ fn send_recv_ring_and_swaps() {
         hip_ok(sync(streams[r]), "swap");
         assert_eq!(recv[r].read(), data(r ^ 1), "swap: rank {r}");
     }
+    // Many small exchanges queued back to back: any lost wake-up would surface as a watchdog
+    // error (5 s) instead of a pass.
+    let start = std::time::Instant::now();
+    for _ in 0..100 {
+        group(|| {
+            for r in 0..n {
+                let peer = (r ^ 2) as c_int;
+                // SAFETY: 3 f32 on rank r's device.
+                unsafe {
+                    nccl_ok(
+                        ncclSend(send[r].ptr, 3, 7, peer, comms[r], streams[r]),
+                        "send",
+                    );
+                    nccl_ok(
+                        ncclRecv(recv[r].ptr, 3, 7, peer, comms[r], streams[r]),
+                        "recv",
+                    );
+                }
+            }
+        });
+    }
+    for r in 0..n {
+        hip_ok(sync(streams[r]), "many swaps");
+        assert_eq!(
+            recv[r].read()[..12],
+            data(r ^ 2)[..12],
+            "many swaps: rank {r}"
+        );
+    }
+    assert!(start.elapsed() < std::time::Duration::from_secs(5));
     destroy(&comms);
 }
 

@@ -374,7 +374,21 @@ fn run_p2p(comm: &Comm, ops: &[P2pOp]) -> Result<(), RcclFail> {
         reg.ctrl_u64(by, shm::C_ACKED + 8 * from)
             .load(Ordering::Acquire)
     };
+    // The counters that let this rank move: peers' `sent` to us and `acked` from us.
+    let snapshot = |peers: &[usize]| -> Vec<u64> {
+        peers
+            .iter()
+            .flat_map(|&q| [sent(q, me), acked(q, me)])
+            .collect()
+    };
     loop {
+        // Taken before looking, so a change made while we look is not missed by the wait.
+        let peers: Vec<usize> = prog
+            .iter()
+            .filter(|p| !p.finished)
+            .map(|p| p.op.peer)
+            .collect();
+        let before = snapshot(&peers);
         let mut progressed = false;
         for i in 0..prog.len() {
             if prog[i].finished {
@@ -491,8 +505,7 @@ fn run_p2p(comm: &Comm, ops: &[P2pOp]) -> Result<(), RcclFail> {
         if progressed {
             continue;
         }
-        // Nothing could move: sleep until a peer does something (or the watchdog fires).
-        let seen = reg.bell();
+        // Nothing could move: wait until a peer's counters change (or the watchdog fires).
         let pending: Vec<String> = prog
             .iter()
             .filter(|p| !p.finished)
@@ -506,26 +519,6 @@ fn run_p2p(comm: &Comm, ops: &[P2pOp]) -> Result<(), RcclFail> {
                 )
             })
             .collect();
-        let peers: Vec<usize> = prog
-            .iter()
-            .filter(|p| !p.finished)
-            .map(|p| p.op.peer)
-            .collect();
-        let snapshot = |reg: &shm::Region| -> Vec<u64> {
-            peers
-                .iter()
-                .flat_map(|&q| {
-                    [
-                        reg.ctrl_u64(q, shm::C_SENT + 8 * me)
-                            .load(Ordering::Acquire),
-                        reg.ctrl_u64(q, shm::C_ACKED + 8 * me)
-                            .load(Ordering::Acquire),
-                    ]
-                })
-                .collect()
-        };
-        let before = snapshot(reg);
-        let _ = seen;
         comm.wait(
             &|| {
                 format!(
@@ -534,7 +527,7 @@ fn run_p2p(comm: &Comm, ops: &[P2pOp]) -> Result<(), RcclFail> {
                     pending.join(", ")
                 )
             },
-            &|| snapshot(reg) != before,
+            &|| snapshot(&peers) != before,
             &|| peers.clone(),
         )?;
     }
