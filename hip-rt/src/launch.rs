@@ -7,6 +7,8 @@ use std::any::Any;
 use std::ffi::c_void;
 use std::marker::PhantomData;
 
+use smallvec::SmallVec;
+
 /// The default block size of [`LaunchConfig::for_num_elems`]: 256 threads = 4 wavefronts of 64.
 pub const DEFAULT_BLOCK_SIZE: u32 = 256;
 
@@ -369,17 +371,55 @@ unsafe impl<T: DeviceRepr> KernelArg for T {
     }
 }
 
+/// Arguments a launch keeps without touching the heap (hipModuleLaunchKernel takes at most 4 KiB
+/// of arguments; the kernels here take up to 20).
+const INLINE_ARGS: usize = 32;
+
+/// Bytes of by-value arguments kept inline, in 8-byte words (a larger total, e.g. AdamW's tensor
+/// table, spills to one heap allocation).
+const INLINE_VALUE_WORDS: usize = 64;
+
+/// Where one argument's bytes are.
+#[derive(Clone, Copy)]
+enum Slot {
+    /// Borrowed from the caller for `'a`.
+    Borrowed(*mut c_void),
+    /// A value copied into [`KernelArgs`]'s word storage, at this word offset.
+    Inline(usize),
+    /// A value boxed because its alignment exceeds 8 bytes, at this index of `boxed`.
+    Boxed(usize),
+}
+
 /// Kernel arguments in C order, each kept alive until the launch that consumes them.
 ///
 /// Arguments pushed by reference ([`KernelArgs::arg`]) are borrowed for `'a`; values pushed with
-/// [`KernelArgs::value`] are boxed inside the builder so their address is stable. The array
-/// handed to `hipModuleLaunchKernel` is [`KernelArgs::as_param_array`].
-#[derive(Default)]
+/// [`KernelArgs::value`] are copied into the builder. The array handed to `hipModuleLaunchKernel`
+/// is [`KernelArgs::as_param_array`], built when it is asked for.
+///
+/// Queueing a launch allocates nothing on the heap for up to 32 arguments and 512 bytes of
+/// by-value arguments (values aligned beyond 8 bytes are boxed).
 pub struct KernelArgs<'a> {
-    params: Vec<*mut c_void>,
-    sizes: Vec<usize>,
-    owned: Vec<Box<dyn Any + Send>>,
+    slots: SmallVec<[Slot; INLINE_ARGS]>,
+    sizes: SmallVec<[usize; INLINE_ARGS]>,
+    /// By-value arguments' bytes, each starting on an 8-byte boundary.
+    words: SmallVec<[u64; INLINE_VALUE_WORDS]>,
+    boxed: Vec<Box<dyn Any + Send>>,
+    /// The `void**` array, rebuilt by `as_param_array` (inline storage moves with `self`).
+    params: SmallVec<[*mut c_void; INLINE_ARGS]>,
     _borrows: PhantomData<&'a ()>,
+}
+
+impl Default for KernelArgs<'_> {
+    fn default() -> Self {
+        Self {
+            slots: SmallVec::new(),
+            sizes: SmallVec::new(),
+            words: SmallVec::new(),
+            boxed: Vec::new(),
+            params: SmallVec::new(),
+            _borrows: PhantomData,
+        }
+    }
 }
 
 impl<'a> KernelArgs<'a> {
@@ -390,7 +430,7 @@ impl<'a> KernelArgs<'a> {
 
     /// Push the next argument by reference (a scalar, a [`DevicePtr`], or a device buffer/view).
     pub fn arg<A: KernelArg + ?Sized>(&mut self, arg: &'a A) -> &mut Self {
-        self.params.push(arg.arg_ptr().cast_mut());
+        self.slots.push(Slot::Borrowed(arg.arg_ptr().cast_mut()));
         self.sizes.push(arg.arg_size());
         self
     }
@@ -402,18 +442,34 @@ impl<'a> KernelArgs<'a> {
         self.arg(shared)
     }
 
-    /// Push the next argument by value; the builder keeps the value alive.
+    /// Push the next argument by value; the builder keeps a copy of its bytes.
     pub fn value<T: DeviceRepr>(&mut self, value: T) -> &mut Self {
-        let boxed = Box::new(value);
-        self.params.push((&*boxed as *const T).cast_mut().cast());
-        self.sizes.push(std::mem::size_of::<T>());
-        self.owned.push(boxed);
+        let size = std::mem::size_of::<T>();
+        if std::mem::align_of::<T>() > std::mem::align_of::<u64>() {
+            self.slots.push(Slot::Boxed(self.boxed.len()));
+            self.boxed.push(Box::new(value));
+        } else {
+            let offset = self.words.len();
+            self.words.resize(offset + size.div_ceil(8), 0);
+            // SAFETY: `words[offset..]` holds at least `size` bytes just reserved for this value
+            // and is aligned to 8 >= align_of::<T>(); `value` is a live `T` of `size` bytes, and
+            // `DeviceRepr` types are plain bytes (Copy, no padding whose content matters).
+            unsafe {
+                std::ptr::copy_nonoverlapping(
+                    (&value as *const T).cast::<u8>(),
+                    self.words.as_mut_ptr().add(offset).cast::<u8>(),
+                    size,
+                );
+            }
+            self.slots.push(Slot::Inline(offset));
+        }
+        self.sizes.push(size);
         self
     }
 
     /// How many arguments were pushed.
     pub fn len(&self) -> usize {
-        self.params.len()
+        self.slots.len()
     }
 
     /// The size in bytes of each argument, in push order.
@@ -423,12 +479,28 @@ impl<'a> KernelArgs<'a> {
 
     /// True when no argument was pushed.
     pub fn is_empty(&self) -> bool {
-        self.params.is_empty()
+        self.slots.is_empty()
     }
 
     /// The `void**` array of argument pointers, in push order (`kernelParams` of
-    /// `hipModuleLaunchKernel`). Valid while `self` is alive and not pushed to.
+    /// `hipModuleLaunchKernel`). Valid while `self` is alive, not moved and not pushed to.
     pub fn as_param_array(&mut self) -> *mut *mut c_void {
+        self.params.clear();
+        let base = self.words.as_mut_ptr();
+        for slot in &self.slots {
+            let p = match *slot {
+                Slot::Borrowed(p) => p,
+                // SAFETY: `offset` was a valid word offset when pushed and `words` only grows.
+                Slot::Inline(offset) => unsafe { base.add(offset) }.cast::<c_void>(),
+                Slot::Boxed(i) => {
+                    let value: &(dyn Any + Send) = &*self.boxed[i];
+                    (value as *const (dyn Any + Send))
+                        .cast::<c_void>()
+                        .cast_mut()
+                }
+            };
+            self.params.push(p);
+        }
         self.params.as_mut_ptr()
     }
 }

@@ -216,6 +216,45 @@ fn kernel_args_keep_c_order_and_live_values() {
 }
 
 #[test]
+fn kernel_args_hold_large_and_over_aligned_values_across_a_move() {
+    #[derive(Clone, Copy)]
+    #[repr(C, align(16))]
+    struct Wide([u32; 4]);
+    // SAFETY: plain u32s, no padding (16 bytes, aligned 16).
+    unsafe impl DeviceRepr for Wide {}
+    #[derive(Clone, Copy)]
+    #[repr(C)]
+    struct Table([u64; 100]);
+    // SAFETY: plain u64s, no padding.
+    unsafe impl DeviceRepr for Table {}
+
+    let table = Table(std::array::from_fn(|i| i as u64 * 3));
+    let mut args = KernelArgs::new();
+    args.value(1u8)
+        .value(table)
+        .value(Wide([1, 2, 3, 4]))
+        .value(-5i16);
+    // The builder moves (as a LaunchBuilder does when returned); the array is built after.
+    let mut moved = args;
+    assert_eq!(moved.arg_sizes(), &[1, 800, 16, 2]);
+    let raw = moved.as_param_array();
+    // SAFETY: `raw` points at 4 argument pointers, each to a live value of the pushed type.
+    unsafe {
+        assert_eq!(*(*raw).cast::<u8>(), 1);
+        let t = &*(*raw.add(1)).cast::<Table>();
+        assert_eq!((t.0[0], t.0[99]), (0, 297));
+        let w = *raw.add(2);
+        assert_eq!(
+            w as usize % 16,
+            0,
+            "over-aligned values keep their alignment"
+        );
+        assert_eq!((*w.cast::<Wide>()).0, [1, 2, 3, 4]);
+        assert_eq!(*(*raw.add(3)).cast::<i16>(), -5);
+    }
+}
+
+#[test]
 fn device_ptr_round_trips() {
     let p = DevicePtr(4096);
     assert_eq!(DevicePtr::from_raw(p.as_raw()), p);
