@@ -1,9 +1,13 @@
 //! Compiles `kernels/*.hip` with hipcc through `hip-build` and generates
-//! `$OUT_DIR/kernels_gen.rs` for `src/embedded`. Without the `kernels` feature nothing is
-//! compiled (no hipcc needed, no warning).
+//! `$OUT_DIR/kernels_gen.rs` for `src/embedded` and `$OUT_DIR/kernel_names.rs` (a constant per
+//! kernel name, for the launchers). Without the `kernels` feature nothing is
+//! compiled (no hipcc needed, no warning) and the names come
+//! from `kernels/kernel-names.txt`.
 
 fn main() {
-    let builder = hip_build::Builder::new("hip-kernels");
+    // The kernel-name constants (`$OUT_DIR/kernel_names.rs`) come from the compiled code objects,
+    // or from this committed list when the kernels are not compiled.
+    let builder = hip_build::Builder::new("hip-kernels").names_file("kernels/kernel-names.txt");
     if std::env::var_os("CARGO_FEATURE_KERNELS").is_none() {
         builder.skip(
             "hip-kernels was built without its `kernels` feature (on by default; do not pass \

@@ -3,6 +3,8 @@
 //! live in [`crate::detect`], with table tests.
 
 use crate::detect::{self, BuiltSource, ResourceUsage};
+use crate::names::{self, SourceKernels};
+use hip_codeobj::bundle::Bundle;
 use std::collections::hash_map::DefaultHasher;
 use std::env;
 use std::fs;
@@ -33,7 +35,12 @@ pub(crate) struct Job<'a> {
     pub out_file: &'a str,
     /// Why the kernels are required (a panic instead of a warning when they cannot be built).
     pub required: Option<&'a str>,
+    /// The committed names file (absolute), read when the kernels are not compiled.
+    pub names_file: Option<&'a Path>,
 }
+
+/// Name of the generated kernel-name constants in `OUT_DIR` ([`crate::names`]).
+pub const NAMES_OUT_FILE: &str = "kernel_names.rs";
 
 impl Job<'_> {
     /// Compile every `*.hip` of the kernels directory and write the generated file; see
@@ -64,6 +71,14 @@ impl Job<'_> {
         }
         let built = self.compile_all(&hipcc, &archs, &sources);
         self.write_generated(Some(&hipcc_str), &version, &archs, None, &built);
+        let names = compiled_names(name, &archs[0], &built);
+        self.check_names_file(&names);
+        write_names(
+            name,
+            self.out_dir,
+            &format!("the {} code objects", archs[0]),
+            &names,
+        );
         crate::Outcome::Built {
             archs,
             sources: built.into_iter().map(|b| b.name).collect(),
@@ -77,6 +92,7 @@ impl Job<'_> {
         }
         println!("cargo:warning={}: kernels not built: {msg}", self.name);
         self.write_generated(hipcc, version, &[], Some(msg), &[]);
+        write_names_from_file(self.name, self.out_dir, self.names_file);
         crate::Outcome::NotBuilt(msg.to_string())
     }
 
@@ -346,6 +362,83 @@ impl Job<'_> {
         let text = detect::render_generated(hipcc, version, archs, not_built, built);
         write_if_changed(self.name, &self.out_dir.join(self.out_file), &text);
     }
+}
+
+impl Job<'_> {
+    /// A warning when the names file no longer matches the compiled kernels (the build goes on
+    /// with the compiled names; builds without kernels would use the stale file).
+    fn check_names_file(&self, compiled: &[SourceKernels]) {
+        let Some(path) = self.names_file else { return };
+        let committed = fs::read_to_string(path)
+            .map_err(|e| e.to_string())
+            .and_then(|t| names::parse_names_file(&t));
+        if committed.as_deref() != Ok(compiled) {
+            println!(
+                "cargo:warning={}: {} does not list exactly the compiled kernels; rewrite it from \
+                 this build (hip-kernels: `HIPK_BLESS=1 cargo test --test kernels_static`)",
+                self.name,
+                path.display()
+            );
+        }
+    }
+}
+
+/// The kernel symbols of every built bundle's code object for `arch`. A bundle that cannot be
+/// read is a build error (hipcc just wrote it).
+fn compiled_names(crate_name: &str, arch: &str, built: &[BuiltSource]) -> Vec<SourceKernels> {
+    let names = built.iter().map(|b| {
+        let fail = |what: String| -> ! {
+            panic!(
+                "{crate_name}: reading the kernel names of {}: {what}",
+                b.bundle_path.display()
+            )
+        };
+        let bytes = fs::read(&b.bundle_path).unwrap_or_else(|e| fail(e.to_string()));
+        let bundle = Bundle::parse(&bytes).unwrap_or_else(|e| fail(e.to_string()));
+        let entry = bundle
+            .gpu_entries()
+            .find(|e| e.target_id() == Some(arch))
+            .unwrap_or_else(|| fail(format!("no code object for {arch}")));
+        let kernels = entry.kernel_names().unwrap_or_else(|e| fail(e.to_string()));
+        (b.name.clone(), kernels)
+    });
+    names::normalise(names.collect())
+}
+
+/// The names from the committed names file, or none (with a warning if the file is configured
+/// but missing). A malformed file is a build error naming the line.
+pub(crate) fn write_names_from_file(crate_name: &str, out_dir: &Path, file: Option<&Path>) {
+    let Some(path) = file else {
+        return write_names(
+            crate_name,
+            out_dir,
+            "no names file (kernels not built)",
+            &[],
+        );
+    };
+    println!("cargo:rerun-if-changed={}", path.display());
+    let names = match fs::read_to_string(path) {
+        Ok(text) => names::parse_names_file(&text)
+            .unwrap_or_else(|e| panic!("{crate_name}: {}: {e}", path.display())),
+        Err(e) => {
+            println!(
+                "cargo:warning={crate_name}: cannot read the kernel names file {}: {e}; no \
+                 kernel-name constants",
+                path.display()
+            );
+            Vec::new()
+        }
+    };
+    let shown = path.file_name().map_or_else(
+        || path.display().to_string(),
+        |f| f.to_string_lossy().into_owned(),
+    );
+    write_names(crate_name, out_dir, &shown, &names);
+}
+
+fn write_names(crate_name: &str, out_dir: &Path, from: &str, names: &[SourceKernels]) {
+    let text = names::render_names_module(from, names);
+    write_if_changed(crate_name, &out_dir.join(NAMES_OUT_FILE), &text);
 }
 
 /// Reads the per-arch optimization records in `work`; falls back to the text remarks when only

@@ -25,7 +25,9 @@
 //! ```
 //!
 //! The generated file defines `HIPCC`, `HIPCC_VERSION`, `ARCHS`, `NOT_BUILT`, `BUNDLES` and
-//! `RESOURCES` ([`detect::render_generated`]). Without hipcc the build still succeeds: it prints a
+//! `RESOURCES` ([`detect::render_generated`]). A second one, `$OUT_DIR/kernel_names.rs`, holds
+//! a constant per kernel name ([`names`]), read from the compiled code objects (or, without
+//! kernels, from the file given to [`Builder::names_file`]). Without hipcc the build still succeeds: it prints a
 //! `cargo:warning` saying how to get hipcc and `NOT_BUILT` holds the reason (or it panics, with
 //! [`Builder::require`]). [`Builder::skip`] writes the same file without looking for hipcc and
 //! without a warning (for a disabled cargo feature).
@@ -35,7 +37,7 @@
 //! `/opt/rocm` and `PATH`), `HIPK_ARCH` (comma-separated target ids instead of the DCU set
 //! [`detect::DCU_ARCHS`]; every one must be accepted).
 //!
-//! Only `std` is used: build scripts should stay light. The rules (search order, arch lists,
+//! Besides `std`, only the small `hip-codeobj` reader is used: build scripts should stay light. The rules (search order, arch lists,
 //! remark parsing, rendering) are in [`detect`], with table tests that need no hipcc.
 #![deny(unsafe_op_in_unsafe_fn)]
 #![forbid(unsafe_code)]
@@ -44,8 +46,9 @@
 
 mod compile;
 pub mod detect;
+pub mod names;
 
-pub use compile::HIPCC_FLAGS;
+pub use compile::{HIPCC_FLAGS, NAMES_OUT_FILE};
 pub use detect::ResourceUsage;
 
 use std::path::{Path, PathBuf};
@@ -73,6 +76,7 @@ pub struct Builder {
     flags: Vec<String>,
     out_file: String,
     required: Option<String>,
+    names_file: Option<PathBuf>,
 }
 
 impl Builder {
@@ -86,6 +90,7 @@ impl Builder {
             flags: Vec::new(),
             out_file: "kernels_gen.rs".into(),
             required: None,
+            names_file: None,
         }
     }
 
@@ -121,6 +126,16 @@ impl Builder {
         self
     }
 
+    /// The committed kernel-names file (relative paths are under `CARGO_MANIFEST_DIR`; format in
+    /// [`names`]): the generated `$OUT_DIR/kernel_names.rs` ([`NAMES_OUT_FILE`]) takes its names
+    /// from it when the kernels are not compiled, and from the compiled code objects when they
+    /// are (with a warning if the file differs). Without it, a build without kernels has no
+    /// kernel-name constants.
+    pub fn names_file(mut self, path: impl Into<PathBuf>) -> Builder {
+        self.names_file = Some(path.into());
+        self
+    }
+
     /// Compile the kernels and write the generated file. Panics (a build error) when a compile
     /// fails, with the full command and stderr.
     pub fn build(self) -> Outcome {
@@ -129,6 +144,7 @@ impl Builder {
         let kernels_dir = manifest.join(&self.kernels_dir);
         let include_dirs: Vec<PathBuf> =
             self.include_dirs.iter().map(|d| manifest.join(d)).collect();
+        let names_file = self.names_file.as_ref().map(|f| manifest.join(f));
         compile::Job {
             name: &self.name,
             kernels_dir: &kernels_dir,
@@ -137,6 +153,7 @@ impl Builder {
             out_dir: &out_dir,
             out_file: &self.out_file,
             required: self.required.as_deref(),
+            names_file: names_file.as_deref(),
         }
         .run()
     }
@@ -147,6 +164,11 @@ impl Builder {
         let out_dir = PathBuf::from(env_var(&self.name, "OUT_DIR"));
         let text = detect::render_generated(None, "", &[], Some(reason), &[]);
         compile::write_if_changed(&self.name, &Path::new(&out_dir).join(&self.out_file), &text);
+        let names_file = self
+            .names_file
+            .as_ref()
+            .map(|f| PathBuf::from(env_var(&self.name, "CARGO_MANIFEST_DIR")).join(f));
+        compile::write_names_from_file(&self.name, &out_dir, names_file.as_deref());
         Outcome::NotBuilt(reason.to_string())
     }
 }

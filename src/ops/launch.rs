@@ -2,25 +2,34 @@
 
 use super::OpError;
 use crate::embedded::loader;
-use crate::params::DeviceElement;
+use crate::params::{DType, DeviceElement};
 use hip_rt::memory::buffer::DeviceView;
 use hip_rt::{DevicePtr, Function, Stream};
 
-/// The kernel `<op>_<dtype>` of `kernels/<source>.hip` on the stream's device.
+/// The kernel of `kernels/<source>.hip` for `T`, from a generated `[f32, f16, bf16]` triple
+/// (`kernel_names::<source>::<OP>`).
 pub(crate) fn kernel<T: DeviceElement>(
     stream: &Stream,
     source: &'static str,
-    op: &str,
+    names: [&'static str; 3],
 ) -> Result<Function, OpError> {
-    let name = format!("{op}_{}", T::DTYPE.name());
-    Ok(loader::function(stream.device(), source, &name)?)
+    kernel_named(stream, source, dtype_kernel(names, T::DTYPE))
 }
 
-/// The kernel `name` (no dtype suffix added) of `kernels/<source>.hip`.
+/// The entry of a generated `[f32, f16, bf16]` kernel triple for `dtype`.
+pub(crate) const fn dtype_kernel(names: [&'static str; 3], dtype: DType) -> &'static str {
+    match dtype {
+        DType::F32 => names[0],
+        DType::F16 => names[1],
+        DType::BF16 => names[2],
+    }
+}
+
+/// The kernel `name` (a generated `kernel_names` constant) of `kernels/<source>.hip`.
 pub(crate) fn kernel_named(
     stream: &Stream,
     source: &'static str,
-    name: &str,
+    name: &'static str,
 ) -> Result<Function, OpError> {
     Ok(loader::function(stream.device(), source, name)?)
 }

@@ -11,6 +11,7 @@
 //! checked for gfx906, the device tests have not run.
 
 use super::{AdamW, AdamWParams};
+use crate::embedded::kernel_names::adamw as names;
 use crate::ops::launch::{grid_for, kernel, kernel_named, ptr};
 use crate::ops::OpError;
 use crate::params::{check_len, DeviceElement, OnDevice};
@@ -209,7 +210,7 @@ pub fn adamw<T: DeviceElement>(
     if rows.is_empty() {
         return Ok(());
     }
-    let f = kernel::<T>(stream, SOURCE, "adamw")?;
+    let f = kernel::<T>(stream, SOURCE, names::ADAMW)?;
     let s = KernelScalars::new(&a.params);
     for g in groups::<_, ADAMW_TABLE_ROWS>(&rows) {
         let (cfg, mut b) = chunked_launch(stream, &f, g.table, g.count, g.chunks);
@@ -298,7 +299,7 @@ pub fn non_finite<T: DeviceElement>(
     check_len(AdamWParams::OP, "found_inf", 1, found_inf.len())?;
     let out = ptr(stream, "found_inf", &*found_inf)?;
     let rows = tensor_rows(stream, tensors)?;
-    let f = kernel::<T>(stream, SOURCE, "multi_nonfinite")?;
+    let f = kernel::<T>(stream, SOURCE, names::MULTI_NONFINITE)?;
     stream.memset_zero(&mut *found_inf)?;
     for g in groups::<_, REF_TABLE_ROWS>(&rows) {
         let (cfg, mut b) = chunked_launch(stream, &f, g.table, g.count, g.chunks);
@@ -326,8 +327,8 @@ pub fn l2_norm<T: DeviceElement>(
     check_len(AdamWParams::OP, "norm", 1, norm.len())?;
     let out = ptr(stream, "norm", &*norm)?;
     let rows = tensor_rows(stream, tensors)?;
-    let partial_kernel = kernel::<T>(stream, SOURCE, "multi_l2norm")?;
-    let finalize = kernel_named(stream, SOURCE, "multi_l2norm_finalize_f32")?;
+    let partial_kernel = kernel::<T>(stream, SOURCE, names::MULTI_L2NORM)?;
+    let finalize = kernel_named(stream, SOURCE, names::MULTI_L2NORM_FINALIZE_F32)?;
     let groups = groups::<_, REF_TABLE_ROWS>(&rows);
     let total: i64 = groups.iter().map(|g| g.chunks).sum();
     let partials: DeviceBuffer<f32> = DeviceBuffer::alloc(stream, total as usize)?;

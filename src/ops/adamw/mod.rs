@@ -14,7 +14,6 @@ pub use golden::AdamWCase;
 #[cfg(feature = "golden")]
 pub(crate) use golden::GOLDEN;
 
-use crate::embedded::KernelFile;
 use crate::params::{check_len, invalid, opt_numel, ShapeError, Space, TensorLen};
 
 /// AdamW hyper-parameters, with torch.optim.AdamW's meaning (decoupled weight decay), and the
@@ -186,23 +185,6 @@ impl<S: Space, T: hip_rt::Element> AdamW<'_, '_, S, T> {
             .try_for_each(|t| t.validate(self.params.amsgrad))
     }
 }
-
-/// The kernels of `kernels/adamw.hip` the launchers use.
-pub(crate) const KERNELS: KernelFile = KernelFile {
-    source: "adamw",
-    kernels: &[
-        "adamw_f32",
-        "adamw_f16",
-        "adamw_bf16",
-        "multi_nonfinite_f32",
-        "multi_nonfinite_f16",
-        "multi_nonfinite_bf16",
-        "multi_l2norm_f32",
-        "multi_l2norm_f16",
-        "multi_l2norm_bf16",
-        "multi_l2norm_finalize_f32",
-    ],
-};
 
 #[cfg(test)]
 mod tests {

@@ -16,7 +16,8 @@ use super::{
     AttentionBackward, AttentionBackwardStrided, AttentionForward, AttentionForwardStrided,
     AttentionLayout, AttentionParams,
 };
-use crate::ops::launch::{kernel_named, ptr};
+use crate::embedded::kernel_names::attention as names;
+use crate::ops::launch::{dtype_kernel, kernel_named, ptr};
 use crate::ops::OpError;
 use crate::params::{DType, DeviceElement, OnDevice, ShapeError};
 use hip_rt::{DeviceBuffer, DevicePtr, DeviceRepr, LaunchBuilder, LaunchConfig, Stream};
@@ -106,10 +107,51 @@ impl AttentionPlan {
         })
     }
 
-    /// Kernel symbol `attention_<stage>_d<bucket>_<dtype>` (stage `fwd`, `bwd_dkdv`, `bwd_dq`).
-    pub fn kernel(&self, stage: &str, dtype: DType) -> String {
-        format!("attention_{stage}_d{}_{}", self.bucket, dtype.name())
+    /// Kernel symbol `attention_<stage>_d<bucket>_<dtype>`, a generated kernel-name constant.
+    pub fn kernel(&self, stage: AttentionStage, dtype: DType) -> &'static str {
+        const FWD: [[&str; 3]; 4] = [
+            names::ATTENTION_FWD_D32,
+            names::ATTENTION_FWD_D64,
+            names::ATTENTION_FWD_D96,
+            names::ATTENTION_FWD_D128,
+        ];
+        const DKDV: [[&str; 3]; 4] = [
+            names::ATTENTION_BWD_DKDV_D32,
+            names::ATTENTION_BWD_DKDV_D64,
+            names::ATTENTION_BWD_DKDV_D96,
+            names::ATTENTION_BWD_DKDV_D128,
+        ];
+        const DQ: [[&str; 3]; 4] = [
+            names::ATTENTION_BWD_DQ_D32,
+            names::ATTENTION_BWD_DQ_D64,
+            names::ATTENTION_BWD_DQ_D96,
+            names::ATTENTION_BWD_DQ_D128,
+        ];
+        // The smallest bucket holding `self.bucket` (which `new` sets to a bucket).
+        let bucket = match self.bucket {
+            0..=32 => 0,
+            33..=64 => 1,
+            65..=96 => 2,
+            _ => 3,
+        };
+        let by_bucket = match stage {
+            AttentionStage::Forward => FWD,
+            AttentionStage::BackwardDkDv => DKDV,
+            AttentionStage::BackwardDq => DQ,
+        };
+        dtype_kernel(by_bucket[bucket], dtype)
     }
+}
+
+/// An attention kernel with one instance per head-dim bucket (see [`AttentionPlan::kernel`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AttentionStage {
+    /// `attention_fwd_d<bucket>_<dtype>`.
+    Forward,
+    /// `attention_bwd_dkdv_d<bucket>_<dtype>`.
+    BackwardDkDv,
+    /// `attention_bwd_dq_d<bucket>_<dtype>`.
+    BackwardDq,
 }
 
 /// Per-launch pieces of a batch or head range: `(first, count)`, count ≤ the grid limit.
@@ -311,7 +353,11 @@ fn forward<T: DeviceElement>(
     if plan.heads == 0 || shape.tq == 0 {
         return Ok(());
     }
-    let f = kernel_named(stream, SOURCE, &plan.kernel("fwd", T::DTYPE))?;
+    let f = kernel_named(
+        stream,
+        SOURCE,
+        plan.kernel(AttentionStage::Forward, T::DTYPE),
+    )?;
     let stats = Stats {
         heads: shape.heads,
         tq: shape.tq,
@@ -427,7 +473,7 @@ fn backward<T: DeviceElement>(
         let f = kernel_named(
             stream,
             SOURCE,
-            &format!("attention_bwd_dot_{}", dtype.name()),
+            dtype_kernel(names::ATTENTION_BWD_DOT, dtype),
         )?;
         for (b0, h0, cfg) in launches(blocks(shape.tq, DOT_ROWS), shape) {
             let mut b = stream.launch_builder(&f);
@@ -444,8 +490,16 @@ fn backward<T: DeviceElement>(
             unsafe { b.launch(&cfg) }?;
         }
     }
-    let fdkdv = kernel_named(stream, SOURCE, &plan.kernel("bwd_dkdv", dtype))?;
-    let fdq = kernel_named(stream, SOURCE, &plan.kernel("bwd_dq", dtype))?;
+    let fdkdv = kernel_named(
+        stream,
+        SOURCE,
+        plan.kernel(AttentionStage::BackwardDkDv, dtype),
+    )?;
+    let fdq = kernel_named(
+        stream,
+        SOURCE,
+        plan.kernel(AttentionStage::BackwardDq, dtype),
+    )?;
     let shared = |b: &mut LaunchBuilder<'_>, b0: usize, h0: usize| {
         for view in [&q, &k, &v, &dout] {
             view.push::<T>(b, b0, h0);
@@ -520,12 +574,15 @@ mod tests {
             let p = AttentionPlan::new(&shape(7, 9, d)).unwrap();
             assert_eq!(p.bucket, bucket, "head_dim {d}");
             for dtype in DType::ALL {
-                for stage in ["fwd", "bwd_dkdv", "bwd_dq"] {
+                for (stage, prefix) in [
+                    (AttentionStage::Forward, "attention_fwd_d"),
+                    (AttentionStage::BackwardDkDv, "attention_bwd_dkdv_d"),
+                    (AttentionStage::BackwardDq, "attention_bwd_dq_d"),
+                ] {
                     let k = p.kernel(stage, dtype);
-                    assert!(names.contains(&k.as_str()), "{k}");
+                    assert_eq!(k, format!("{prefix}{bucket}_{}", dtype.name()));
+                    assert!(names.contains(&k), "{k}");
                 }
-                let dot = format!("attention_bwd_dot_{}", dtype.name());
-                assert!(names.contains(&dot.as_str()), "{dot}");
             }
         }
     }

@@ -16,7 +16,7 @@ mod strided;
 
 pub use device::{
     attention_backward, attention_backward_strided, attention_forward, attention_forward_strided,
-    AttentionPlan, MAX_HEADS_PER_LAUNCH, MAX_HEAD_DIM, MAX_T,
+    AttentionPlan, AttentionStage, MAX_HEADS_PER_LAUNCH, MAX_HEAD_DIM, MAX_T,
 };
 #[cfg(feature = "golden")]
 pub(crate) use golden::GOLDEN;
@@ -28,7 +28,6 @@ pub use strided::{
     AttentionBackwardStrided, AttentionForwardStrided, AttentionLayout, Qkv, Strided,
 };
 
-use crate::embedded::KernelFile;
 use crate::params::{check_len, checked_len, invalid, ShapeError, Space, TensorLen};
 
 /// Dimensions and hyper-parameters of attention (forward and backward).
@@ -189,52 +188,6 @@ impl<S: Space, T: hip_rt::Element> AttentionBackward<'_, S, T> {
         check_len(op, "dv", p.kv_len()?, self.dv.numel())
     }
 }
-
-/// The kernels of `kernels/attention.hip` the launchers use.
-pub(crate) const KERNELS: KernelFile = KernelFile {
-    source: "attention",
-    kernels: &[
-        "attention_fwd_d32_f32",
-        "attention_fwd_d64_f32",
-        "attention_fwd_d96_f32",
-        "attention_fwd_d128_f32",
-        "attention_bwd_dkdv_d32_f32",
-        "attention_bwd_dq_d32_f32",
-        "attention_bwd_dkdv_d64_f32",
-        "attention_bwd_dq_d64_f32",
-        "attention_bwd_dkdv_d96_f32",
-        "attention_bwd_dq_d96_f32",
-        "attention_bwd_dkdv_d128_f32",
-        "attention_bwd_dq_d128_f32",
-        "attention_bwd_dot_f32",
-        "attention_fwd_d32_f16",
-        "attention_fwd_d64_f16",
-        "attention_fwd_d96_f16",
-        "attention_fwd_d128_f16",
-        "attention_bwd_dkdv_d32_f16",
-        "attention_bwd_dq_d32_f16",
-        "attention_bwd_dkdv_d64_f16",
-        "attention_bwd_dq_d64_f16",
-        "attention_bwd_dkdv_d96_f16",
-        "attention_bwd_dq_d96_f16",
-        "attention_bwd_dkdv_d128_f16",
-        "attention_bwd_dq_d128_f16",
-        "attention_bwd_dot_f16",
-        "attention_fwd_d32_bf16",
-        "attention_fwd_d64_bf16",
-        "attention_fwd_d96_bf16",
-        "attention_fwd_d128_bf16",
-        "attention_bwd_dkdv_d32_bf16",
-        "attention_bwd_dq_d32_bf16",
-        "attention_bwd_dkdv_d64_bf16",
-        "attention_bwd_dq_d64_bf16",
-        "attention_bwd_dkdv_d96_bf16",
-        "attention_bwd_dq_d96_bf16",
-        "attention_bwd_dkdv_d128_bf16",
-        "attention_bwd_dq_d128_bf16",
-        "attention_bwd_dot_bf16",
-    ],
-};
 
 #[cfg(test)]
 mod tests {

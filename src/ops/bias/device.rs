@@ -6,6 +6,7 @@
 //! hip-emu (the CPU-emulated device) only.
 
 use super::{BiasBackward, BiasParams, MatmulBias};
+use crate::embedded::kernel_names::bias as names;
 use crate::ops::launch::{kernel, ptr};
 use crate::ops::matmul::{launch_gemm, BiasEpilogue};
 use crate::ops::OpError;
@@ -112,7 +113,7 @@ pub fn bias_backward<T: DeviceElement>(
     );
     let partial = DeviceBuffer::<f32>::alloc(stream, plan.groups as usize * p.cols)?;
     let part = ptr(stream, "partial", &partial)?;
-    let f = kernel::<T>(stream, SOURCE, "bias_bwd_partial")?;
+    let f = kernel::<T>(stream, SOURCE, names::BIAS_BWD_PARTIAL)?;
     let mut b = stream.launch_builder(&f);
     b.value(dout)
         .value(part)
@@ -123,7 +124,7 @@ pub fn bias_backward<T: DeviceElement>(
     // int64_t rows_per_group): dout holds rows·cols elements (validated), partial
     // groups·cols floats (allocated above); grid (slices, groups) covers every column and row.
     unsafe { b.launch(&cfg((plan.slices, plan.groups as u32), BLOCK)) }?;
-    let f = kernel::<T>(stream, SOURCE, "bias_bwd_final")?;
+    let f = kernel::<T>(stream, SOURCE, names::BIAS_BWD_FINAL)?;
     let mut b = stream.launch_builder(&f);
     b.value(part)
         .value(plan.groups as i64)

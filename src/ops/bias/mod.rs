@@ -14,7 +14,6 @@ pub(crate) use golden::GOLDEN;
 #[cfg(feature = "golden")]
 pub use golden::{BiasBackwardCase, MatmulBiasCase};
 
-use crate::embedded::KernelFile;
 use crate::ops::matmul::MatmulParams;
 use crate::params::{check_len, checked_len, ShapeError, Space, TensorLen};
 
@@ -124,16 +123,3 @@ impl<S: Space, T: hip_rt::Element> BiasBackward<'_, S, T> {
         check_len(BiasParams::OP, "dbias", p.cols, self.dbias.numel())
     }
 }
-
-/// The kernels of `kernels/bias.hip` the launchers use.
-pub(crate) const KERNELS: KernelFile = KernelFile {
-    source: "bias",
-    kernels: &[
-        "bias_bwd_partial_f32",
-        "bias_bwd_final_f32",
-        "bias_bwd_partial_f16",
-        "bias_bwd_final_f16",
-        "bias_bwd_partial_bf16",
-        "bias_bwd_final_bf16",
-    ],
-};

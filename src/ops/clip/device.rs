@@ -6,6 +6,7 @@
 //! hip-emu (the CPU-emulated HIP device, `tests/device_trainops.rs`).
 
 use super::ClipGradScale;
+use crate::embedded::kernel_names::clip as names;
 use crate::ops::launch::{kernel_named, ptr};
 use crate::ops::OpError;
 use crate::params::OnDevice;
@@ -21,7 +22,7 @@ pub fn clip_grad_scale(stream: &Stream, a: ClipGradScale<'_, OnDevice>) -> Resul
         None => DevicePtr::NULL,
     };
     let out = ptr(stream, "grad_scale", &*a.grad_scale)?;
-    let f = kernel_named(stream, "clip", "clip_grad_scale_f32")?;
+    let f = kernel_named(stream, "clip", names::CLIP_GRAD_SCALE_F32)?;
     let mut b = stream.launch_builder(&f);
     b.value(norm)
         .value(scale)

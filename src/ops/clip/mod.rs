@@ -14,7 +14,6 @@ pub use golden::ClipCase;
 #[cfg(feature = "golden")]
 pub(crate) use golden::GOLDEN;
 
-use crate::embedded::KernelFile;
 use crate::params::{check_len, invalid, ShapeError, Space, TensorLen};
 
 /// Added to the norm before dividing, as `clip_grad_norm_` does.
@@ -54,9 +53,3 @@ impl<S: Space> ClipGradScale<'_, S> {
         check_len("clip", "grad_scale", 1, self.grad_scale.numel())
     }
 }
-
-/// The kernel of `kernels/clip.hip` the launcher uses.
-pub(crate) const KERNELS: KernelFile = KernelFile {
-    source: "clip",
-    kernels: &["clip_grad_scale_f32"],
-};

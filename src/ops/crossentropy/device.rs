@@ -11,6 +11,7 @@
 //! hip-emu (the CPU-emulated HIP device, `tests/device_trainops.rs`).
 
 use super::{CrossEntropyParams, SoftmaxCrossEntropy};
+use crate::embedded::kernel_names::crossentropy as names;
 use crate::ops::launch::{grid_for, kernel, kernel_named, ptr};
 use crate::ops::OpError;
 use crate::params::{invalid, DeviceElement, OnDevice, ShapeError};
@@ -73,7 +74,7 @@ pub fn softmax_cross_entropy<T: DeviceElement>(
     let count = ptr(stream, "count", &count_buf)?;
     let rows = p.rows as i64;
 
-    let f = kernel_named(stream, SOURCE, "crossentropy_count_i32")?;
+    let f = kernel_named(stream, SOURCE, names::CROSSENTROPY_COUNT_I32)?;
     let mut b = stream.launch_builder(&f);
     b.value(targets).value(rows).value(count);
     // SAFETY: crossentropy_count_i32(const int* targets, int64_t rows, float* count): targets
@@ -81,7 +82,7 @@ pub fn softmax_cross_entropy<T: DeviceElement>(
     unsafe { b.launch(&config(1)) }?;
 
     if p.rows > 0 {
-        let f = kernel::<T>(stream, SOURCE, "crossentropy")?;
+        let f = kernel::<T>(stream, SOURCE, names::CROSSENTROPY)?;
         let grid = grid_for(
             p.rows as u64,
             1,
@@ -108,7 +109,7 @@ pub fn softmax_cross_entropy<T: DeviceElement>(
     }
 
     if !loss.is_null() {
-        let f = kernel_named(stream, SOURCE, "crossentropy_mean_f32")?;
+        let f = kernel_named(stream, SOURCE, names::CROSSENTROPY_MEAN_F32)?;
         let mut b = stream.launch_builder(&f);
         b.value(losses).value(count).value(rows).value(loss);
         // SAFETY: crossentropy_mean_f32(const float* losses, const float* count, int64_t rows,

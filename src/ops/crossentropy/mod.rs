@@ -14,7 +14,6 @@ pub use golden::CrossEntropyCase;
 #[cfg(feature = "golden")]
 pub(crate) use golden::GOLDEN;
 
-use crate::embedded::KernelFile;
 use crate::params::{check_len, checked_len, invalid, ShapeError, Space, TensorLen};
 
 /// The target value of a row that takes no part in the loss (PyTorch's default `ignore_index`).
@@ -114,15 +113,3 @@ impl<S: Space, T: hip_rt::Element> SoftmaxCrossEntropy<'_, S, T> {
         Ok(())
     }
 }
-
-/// The kernels of `kernels/crossentropy.hip` the launcher uses.
-pub(crate) const KERNELS: KernelFile = KernelFile {
-    source: "crossentropy",
-    kernels: &[
-        "crossentropy_count_i32",
-        "crossentropy_mean_f32",
-        "crossentropy_f32",
-        "crossentropy_f16",
-        "crossentropy_bf16",
-    ],
-};

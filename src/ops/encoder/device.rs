@@ -12,6 +12,7 @@
 //! hip-emu (the CPU-emulated HIP device, `tests/device_trainops.rs`).
 
 use super::{EncoderBackward, EncoderForward, EncoderParams};
+use crate::embedded::kernel_names::encoder as names;
 use crate::ops::launch::{grid_for, kernel, kernel_named, ptr};
 use crate::ops::OpError;
 use crate::params::{invalid, DeviceElement, OnDevice, ShapeError};
@@ -97,7 +98,7 @@ pub fn encoder_forward<T: DeviceElement>(
     if rows == 0 {
         return Ok(());
     }
-    let f = kernel::<T>(stream, SOURCE, "encoder_fwd")?;
+    let f = kernel::<T>(stream, SOURCE, names::ENCODER_FWD)?;
     let packs = rows * (p.channels as u64).div_ceil(pack::<T>());
     let grid = grid_for(
         packs,
@@ -161,7 +162,7 @@ pub fn encoder_backward<T: DeviceElement>(
     let cus = stream.device().compute_units();
     let c = p.channels as u64;
 
-    let links = kernel_named(stream, SOURCE, "encoder_links_i32")?;
+    let links = kernel_named(stream, SOURCE, names::ENCODER_LINKS_I32)?;
     let mut b = stream.launch_builder(&links);
     b.value(tokens)
         .value(rows as i64)
@@ -175,7 +176,7 @@ pub fn encoder_backward<T: DeviceElement>(
     // null). One thread per row (grid·BLOCK ≥ rows; rows ≤ 2^31 − 1).
     unsafe { b.launch(&config((grid, 1), BLOCK)) }?;
 
-    let f = kernel::<T>(stream, SOURCE, "encoder_bwd_dwte")?;
+    let f = kernel::<T>(stream, SOURCE, names::ENCODER_BWD_DWTE)?;
     let mut b = stream.launch_builder(&f);
     b.value(dout)
         .value(tokens)
@@ -190,7 +191,7 @@ pub fn encoder_backward<T: DeviceElement>(
     // index dwte.
     unsafe { b.launch(&config((rows as u32, slices), BLOCK)) }?;
 
-    let f = kernel::<T>(stream, SOURCE, "encoder_bwd_dwpe")?;
+    let f = kernel::<T>(stream, SOURCE, names::ENCODER_BWD_DWPE)?;
     let mut b = stream.launch_builder(&f);
     b.value(dout)
         .value(dwpe)

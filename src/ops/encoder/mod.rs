@@ -13,7 +13,6 @@ pub(crate) use golden::GOLDEN;
 #[cfg(feature = "golden")]
 pub use golden::{EncoderBackwardCase, EncoderForwardCase};
 
-use crate::embedded::KernelFile;
 use crate::params::{check_len, checked_len, invalid, ShapeError, Space, TensorLen};
 
 /// Dimensions of the embedding of `tokens` `[batch, seq]` with `wte` `[vocab, channels]` and
@@ -165,20 +164,3 @@ fn check_error_len(error: &Option<impl TensorLen>) -> Result<(), ShapeError> {
         None => Ok(()),
     }
 }
-
-/// The kernels of `kernels/encoder.hip` the launchers use.
-pub(crate) const KERNELS: KernelFile = KernelFile {
-    source: "encoder",
-    kernels: &[
-        "encoder_links_i32",
-        "encoder_fwd_f32",
-        "encoder_bwd_dwte_f32",
-        "encoder_bwd_dwpe_f32",
-        "encoder_fwd_f16",
-        "encoder_bwd_dwte_f16",
-        "encoder_bwd_dwpe_f16",
-        "encoder_fwd_bf16",
-        "encoder_bwd_dwte_bf16",
-        "encoder_bwd_dwpe_bf16",
-    ],
-};

@@ -6,6 +6,7 @@
 //! hip-emu (the CPU-emulated HIP device, `tests/device_trainops.rs`).
 
 use super::{GeluBackward, GeluForward, ResidualAdd};
+use crate::embedded::kernel_names::gelu as names;
 use crate::ops::launch::{grid_for, kernel, ptr};
 use crate::ops::OpError;
 use crate::params::{DeviceElement, OnDevice};
@@ -19,7 +20,7 @@ const BLOCKS_PER_CU: u32 = 8;
 /// Launch `<op>_<T>(ptrs..., n)` over `n` elements.
 fn launch<T: DeviceElement>(
     stream: &Stream,
-    op: &str,
+    op: [&'static str; 3],
     ptrs: &[DevicePtr],
     n: usize,
 ) -> Result<(), OpError> {
@@ -60,7 +61,7 @@ pub fn gelu_forward<T: DeviceElement>(
 ) -> Result<(), OpError> {
     a.validate()?;
     let ptrs = [ptr(stream, "x", a.x)?, ptr(stream, "out", &*a.out)?];
-    launch::<T>(stream, "gelu_fwd", &ptrs, a.params.len)
+    launch::<T>(stream, names::GELU_FWD, &ptrs, a.params.len)
 }
 
 /// [`GeluBackward`] on `stream` ([`crate::cpu::gelu_backward`]'s semantics, f32 math).
@@ -74,7 +75,7 @@ pub fn gelu_backward<T: DeviceElement>(
         ptr(stream, "dout", a.dout)?,
         ptr(stream, "dx", &*a.dx)?,
     ];
-    launch::<T>(stream, "gelu_bwd", &ptrs, a.params.len)
+    launch::<T>(stream, names::GELU_BWD, &ptrs, a.params.len)
 }
 
 /// [`ResidualAdd`] on `stream` ([`crate::cpu::residual_add`]'s semantics).
@@ -88,5 +89,5 @@ pub fn residual_add<T: DeviceElement>(
         ptr(stream, "b", a.b)?,
         ptr(stream, "out", &*a.out)?,
     ];
-    launch::<T>(stream, "residual_add", &ptrs, a.params.len)
+    launch::<T>(stream, names::RESIDUAL_ADD, &ptrs, a.params.len)
 }

@@ -14,7 +14,6 @@ pub use golden::ElementwiseCase;
 #[cfg(feature = "golden")]
 pub(crate) use golden::GOLDEN;
 
-use crate::embedded::KernelFile;
 use crate::params::{check_len, ShapeError, Space, TensorLen};
 
 /// The one parameter of an elementwise op: the length of every tensor.
@@ -106,19 +105,3 @@ impl<S: Space, T: hip_rt::Element> ResidualAdd<'_, S, T> {
         )
     }
 }
-
-/// The kernels of `kernels/gelu.hip` the launchers use.
-pub(crate) const KERNELS: KernelFile = KernelFile {
-    source: "gelu",
-    kernels: &[
-        "gelu_fwd_f32",
-        "gelu_bwd_f32",
-        "residual_add_f32",
-        "gelu_fwd_f16",
-        "gelu_bwd_f16",
-        "residual_add_f16",
-        "gelu_fwd_bf16",
-        "gelu_bwd_bf16",
-        "residual_add_bf16",
-    ],
-};

@@ -10,6 +10,7 @@
 //! device) only.
 
 use super::{LayerNormBackward, LayerNormForward, LayerNormParams, ResidualLayerNormForward};
+use crate::embedded::kernel_names::layernorm as names;
 use crate::ops::launch::{grid_for, kernel, ptr};
 use crate::ops::OpError;
 use crate::params::{DeviceElement, OnDevice, ShapeError};
@@ -207,7 +208,7 @@ pub fn layernorm_forward<T: DeviceElement>(
     // SAFETY: layernorm_fwd_<T> takes (x, weight, bias, y, mean, rstd) then the row arguments;
     // validate() checked every buffer holds exactly the elements the shape needs, and `ptr`
     // that each lives on the stream's device (the allocator was told the stream uses it).
-    unsafe { launch_forward::<T>(stream, shape, "layernorm_fwd", &ptrs) }
+    unsafe { launch_forward::<T>(stream, shape, names::LAYERNORM_FWD, &ptrs) }
 }
 
 /// Launches `<name>_<T>` (a forward kernel) with `ptrs` followed by `(rows: int64_t, C: int,
@@ -220,7 +221,7 @@ pub fn layernorm_forward<T: DeviceElement>(
 unsafe fn launch_forward<T: DeviceElement>(
     stream: &Stream,
     shape: &LayerNormParams,
-    name: &str,
+    name: [&'static str; 3],
     ptrs: &[DevicePtr],
 ) -> Result<(), OpError> {
     if shape.rows == 0 {
@@ -267,7 +268,7 @@ pub(super) fn residual_forward<T: DeviceElement>(
     // SAFETY: layernorm_fwd_residual_<T> takes (a, b, weight, bias, residual, y, mean, rstd)
     // then the row arguments; the caller's validate() checked every buffer holds exactly the
     // elements the shape needs, and `ptr` that each lives on the stream's device.
-    unsafe { launch_forward::<T>(stream, shape, "layernorm_fwd_residual", &ptrs) }
+    unsafe { launch_forward::<T>(stream, shape, names::LAYERNORM_FWD_RESIDUAL, &ptrs) }
 }
 
 /// [`LayerNormBackward`] on `stream`, from the saved `mean` and `rstd`: writes `dx` and
@@ -301,10 +302,10 @@ pub fn layernorm_backward<T: DeviceElement>(
         wide_layout_ok(shape.cols, std::mem::size_of::<T>(), &addrs)
     });
     let stage1 = match wide {
-        Some(_) => kernel::<T>(stream, SOURCE, "layernorm_bwd_wide")?,
-        None => kernel::<T>(stream, SOURCE, "layernorm_bwd")?,
+        Some(_) => kernel::<T>(stream, SOURCE, names::LAYERNORM_BWD_WIDE)?,
+        None => kernel::<T>(stream, SOURCE, names::LAYERNORM_BWD)?,
     };
-    let stage2 = kernel::<T>(stream, SOURCE, "layernorm_bwd_dwdb")?;
+    let stage2 = kernel::<T>(stream, SOURCE, names::LAYERNORM_BWD_DWDB)?;
     let plan = match wide {
         Some(plan) => plan,
         None => RowPlan::backward(shape, wave, cus, max)?,

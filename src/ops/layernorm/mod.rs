@@ -20,7 +20,6 @@ pub use residual::{
     ResidualLayerNormParams,
 };
 
-use crate::embedded::KernelFile;
 use crate::params::{check_len, checked_len, invalid, ShapeError, Space, TensorLen};
 
 /// Dimensions and hyper-parameters of layer norm (forward and backward).
@@ -150,28 +149,6 @@ impl<S: Space, T: hip_rt::Element> LayerNormBackward<'_, S, T> {
         check_len(op, "dbias", p.cols, self.dbias.numel())
     }
 }
-
-/// The kernels of `kernels/layernorm.hip` the launchers use.
-pub(crate) const KERNELS: KernelFile = KernelFile {
-    source: "layernorm",
-    kernels: &[
-        "layernorm_fwd_f32",
-        "layernorm_fwd_f16",
-        "layernorm_fwd_bf16",
-        "layernorm_fwd_residual_f32",
-        "layernorm_fwd_residual_f16",
-        "layernorm_fwd_residual_bf16",
-        "layernorm_bwd_f32",
-        "layernorm_bwd_f16",
-        "layernorm_bwd_bf16",
-        "layernorm_bwd_wide_f32",
-        "layernorm_bwd_wide_f16",
-        "layernorm_bwd_wide_bf16",
-        "layernorm_bwd_dwdb_f32",
-        "layernorm_bwd_dwdb_f16",
-        "layernorm_bwd_dwdb_bf16",
-    ],
-};
 
 #[cfg(feature = "golden")]
 pub(crate) use golden::GOLDEN;

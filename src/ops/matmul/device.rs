@@ -10,7 +10,8 @@
 //! GPU.
 
 use super::{Matmul, MatmulParams};
-use crate::ops::launch::{kernel_named, ptr};
+use crate::embedded::kernel_names::matmul as names;
+use crate::ops::launch::{dtype_kernel, kernel_named, ptr};
 use crate::ops::OpError;
 use crate::params::{DType, DeviceElement, OnDevice, ShapeError};
 use hip_rt::{DevicePtr, LaunchConfig, Stream};
@@ -41,10 +42,37 @@ impl MatmulTile {
         }
     }
 
-    const fn prefix(self) -> &'static str {
+    /// The generated kernel-name triples of this tile, indexed `[bias epilogue][nn, nt, tn, tt]`.
+    const fn kernels(self) -> [[[&'static str; 3]; 4]; 2] {
         match self {
-            MatmulTile::Big => "matmul_",
-            MatmulTile::Small => "matmul_small_",
+            MatmulTile::Big => [
+                [
+                    names::MATMUL_NN,
+                    names::MATMUL_NT,
+                    names::MATMUL_TN,
+                    names::MATMUL_TT,
+                ],
+                [
+                    names::MATMUL_BIAS_NN,
+                    names::MATMUL_BIAS_NT,
+                    names::MATMUL_BIAS_TN,
+                    names::MATMUL_BIAS_TT,
+                ],
+            ],
+            MatmulTile::Small => [
+                [
+                    names::MATMUL_SMALL_NN,
+                    names::MATMUL_SMALL_NT,
+                    names::MATMUL_SMALL_TN,
+                    names::MATMUL_SMALL_TT,
+                ],
+                [
+                    names::MATMUL_SMALL_BIAS_NN,
+                    names::MATMUL_SMALL_BIAS_NT,
+                    names::MATMUL_SMALL_BIAS_TN,
+                    names::MATMUL_SMALL_BIAS_TT,
+                ],
+            ],
         }
     }
 }
@@ -53,7 +81,9 @@ impl MatmulTile {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct MatmulPlan {
     /// Kernel symbol (an entry of [`crate::ops::kernel_names`]`("matmul")`).
-    pub kernel: String,
+    pub kernel: &'static str,
+    /// The bias-epilogue kernel of the same tile, layout and dtype.
+    bias_kernel: &'static str,
     /// Block tile.
     pub tile: MatmulTile,
     /// Blocks along n and along m.
@@ -105,14 +135,16 @@ impl MatmulPlan {
             ));
         }
         let ab = match (shape.trans_a, shape.trans_b) {
-            (false, false) => "nn",
-            (false, true) => "nt",
-            (true, false) => "tn",
-            (true, true) => "tt",
+            (false, false) => 0, // nn
+            (false, true) => 1,  // nt
+            (true, false) => 2,  // tn
+            (true, true) => 3,   // tt
         };
+        let [plain, bias] = tile.kernels();
         let empty = shape.m == 0 || shape.n == 0 || shape.batch == 0;
         Ok(MatmulPlan {
-            kernel: format!("{}{ab}_{}", tile.prefix(), dtype.name()),
+            kernel: dtype_kernel(plain[ab], dtype),
+            bias_kernel: dtype_kernel(bias[ab], dtype),
             tile,
             grid_xy: (gx as u32, gy as u32),
             batch_per_launch: shape.batch.clamp(1, MAX_GRID_YZ),
@@ -126,9 +158,8 @@ impl MatmulPlan {
 
     /// The bias-epilogue kernel of the same tile, layout and dtype (`matmul_bias_<ab>_<dtype>`
     /// or `matmul_small_bias_<ab>_<dtype>`).
-    pub fn bias_kernel(&self) -> String {
-        let prefix = self.tile.prefix();
-        format!("{prefix}bias_{}", &self.kernel[prefix.len()..])
+    pub fn bias_kernel(&self) -> &'static str {
+        self.bias_kernel
     }
 }
 
@@ -175,9 +206,9 @@ pub(crate) fn launch_gemm<T: DeviceElement>(
     }
     let name = match epilogue {
         Some(_) => plan.bias_kernel(),
-        None => plan.kernel.clone(),
+        None => plan.kernel,
     };
-    let f = kernel_named(stream, SOURCE, &name)?;
+    let f = kernel_named(stream, SOURCE, name)?;
     let (m, n, k) = (shape.m, shape.n, shape.k);
     let lda = if shape.trans_a { m } else { k };
     let ldb = if shape.trans_b { k } else { n };
@@ -247,13 +278,17 @@ mod tests {
             for (ta, tb) in [(false, false), (false, true), (true, false), (true, true)] {
                 for (m, n) in [(4096, 4096), (8192, 64), (1, 1)] {
                     let p = MatmulPlan::new(&shape(1, m, n, 64, ta, tb), dtype, 60).unwrap();
-                    assert!(names.contains(&p.kernel.as_str()), "{}", p.kernel);
+                    assert!(names.contains(&p.kernel), "{}", p.kernel);
                     let bias = p.bias_kernel();
-                    assert!(names.contains(&bias.as_str()), "{bias}");
-                    assert!(
-                        bias.contains("bias_") && bias.ends_with(dtype.name()),
-                        "{bias}"
-                    );
+                    assert!(names.contains(&bias), "{bias}");
+                    let prefix = if p.tile == MatmulTile::Small {
+                        "matmul_small_"
+                    } else {
+                        "matmul_"
+                    };
+                    let ab = ["nn", "nt", "tn", "tt"][usize::from(ta) * 2 + usize::from(tb)];
+                    assert_eq!(p.kernel, format!("{prefix}{ab}_{}", dtype.name()));
+                    assert_eq!(bias, format!("{prefix}bias_{ab}_{}", dtype.name()));
                 }
             }
         }
@@ -264,7 +299,7 @@ mod tests {
         let big =
             MatmulPlan::new(&shape(1, 4096, 4096, 4096, false, false), DType::F32, 60).unwrap();
         assert_eq!(
-            (big.tile, big.grid_xy, big.kernel.as_str()),
+            (big.tile, big.grid_xy, big.kernel),
             (MatmulTile::Big, (32, 32), "matmul_nn_f32")
         );
         let skinny =
@@ -273,7 +308,7 @@ mod tests {
         assert_eq!(skinny.kernel, "matmul_small_nt_bf16");
         let tiny = MatmulPlan::new(&shape(3, 1, 129, 7, true, false), DType::F16, 60).unwrap();
         assert_eq!(
-            (tiny.grid_xy, tiny.launches, tiny.kernel.as_str()),
+            (tiny.grid_xy, tiny.launches, tiny.kernel),
             ((3, 1), 1, "matmul_small_tn_f16")
         );
     }

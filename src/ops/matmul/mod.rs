@@ -14,7 +14,6 @@ pub use golden::MatmulCase;
 #[cfg(feature = "golden")]
 pub(crate) use golden::GOLDEN;
 
-use crate::embedded::KernelFile;
 use crate::params::{check_len, checked_len, invalid, ShapeError, Space, TensorLen};
 
 /// Dimensions and scalars of `out = alpha·op(A)·op(B) + beta·C`, row-major, packed batches.
@@ -119,62 +118,6 @@ impl<S: Space, T: hip_rt::Element> Matmul<'_, S, T> {
         check_len(op, "out", p.out_len()?, self.out.numel())
     }
 }
-
-/// The kernels of `kernels/matmul.hip` the launchers use (plain, and with the bias epilogue for
-/// [`crate::ops::matmul_bias`]).
-pub(crate) const KERNELS: KernelFile = KernelFile {
-    source: "matmul",
-    kernels: &[
-        "matmul_nn_f32",
-        "matmul_nt_f32",
-        "matmul_tn_f32",
-        "matmul_tt_f32",
-        "matmul_nn_f16",
-        "matmul_nt_f16",
-        "matmul_tn_f16",
-        "matmul_tt_f16",
-        "matmul_nn_bf16",
-        "matmul_nt_bf16",
-        "matmul_tn_bf16",
-        "matmul_tt_bf16",
-        "matmul_bias_nn_f32",
-        "matmul_bias_nt_f32",
-        "matmul_bias_tn_f32",
-        "matmul_bias_tt_f32",
-        "matmul_bias_nn_f16",
-        "matmul_bias_nt_f16",
-        "matmul_bias_tn_f16",
-        "matmul_bias_tt_f16",
-        "matmul_bias_nn_bf16",
-        "matmul_bias_nt_bf16",
-        "matmul_bias_tn_bf16",
-        "matmul_bias_tt_bf16",
-        "matmul_small_nn_f32",
-        "matmul_small_nt_f32",
-        "matmul_small_tn_f32",
-        "matmul_small_tt_f32",
-        "matmul_small_nn_f16",
-        "matmul_small_nt_f16",
-        "matmul_small_tn_f16",
-        "matmul_small_tt_f16",
-        "matmul_small_nn_bf16",
-        "matmul_small_nt_bf16",
-        "matmul_small_tn_bf16",
-        "matmul_small_tt_bf16",
-        "matmul_small_bias_nn_f32",
-        "matmul_small_bias_nt_f32",
-        "matmul_small_bias_tn_f32",
-        "matmul_small_bias_tt_f32",
-        "matmul_small_bias_nn_f16",
-        "matmul_small_bias_nt_f16",
-        "matmul_small_bias_tn_f16",
-        "matmul_small_bias_tt_f16",
-        "matmul_small_bias_nn_bf16",
-        "matmul_small_bias_nt_bf16",
-        "matmul_small_bias_tn_bf16",
-        "matmul_small_bias_tt_bf16",
-    ],
-};
 
 #[cfg(test)]
 mod tests {
