@@ -15,13 +15,11 @@ use hip_kernels::ops::{
     SoftmaxCrossEntropy, NO_ERROR,
 };
 use hip_kernels::params::{DeviceElement, OnDevice};
-use hip_rt::caching::{CachingAllocator, HipBackend};
 use hip_rt::{
     Device, DeviceBuffer, DeviceView, DeviceViewMut, PinnedHostBuffer, Stream, StreamOptions,
 };
 use std::cell::RefCell;
 use std::rc::Rc;
-use std::sync::Arc;
 
 /// Token-id tensors checked on the device per micro-batch: the encoder's inputs and the
 /// cross-entropy's targets.
@@ -90,22 +88,20 @@ pub struct DeviceBackend {
     ordinal: i32,
     device: Device,
     stream: Stream,
-    cache: Arc<CachingAllocator<HipBackend>>,
     /// Micro-batches per step (slots for their losses and token-id flags).
     slots: usize,
     state: RefCell<StepState>,
 }
 
 impl DeviceBackend {
-    /// Device `ordinal` with a caching allocator of its own (configured by `HIPK_ALLOC_CONF`,
-    /// as `Device::get`'s shared one; private so that its figures are this trainer's) and one
+    /// Device `ordinal` through [`Device::get`] (the process's shared caching allocator of that
+    /// device, configured by `HIPK_ALLOC_CONF`; its statistics are the `mem_*` figures) and one
     /// stream, for steps of `accum` micro-batches.
     pub fn new(ordinal: usize, accum: usize) -> Result<Self> {
         let ord = i32::try_from(ordinal)
             .map_err(|_| TrainError::Usage(format!("--device {ordinal}: not a device index")))?;
         let at = |e: &dyn std::fmt::Display| dev(format!("--device {ordinal}: {e}"));
-        let cache = Arc::new(CachingAllocator::new(HipBackend::new(ord)).map_err(|e| at(&e))?);
-        let device = Device::with_allocator(ord, cache.clone()).map_err(|e| at(&e))?;
+        let device = Device::get(ord).map_err(|e| at(&e))?;
         let stream = Stream::new(&device, StreamOptions::default()).map_err(|e| at(&e))?;
         let slots = accum.max(1);
         let state = StepState {
@@ -123,7 +119,6 @@ impl DeviceBackend {
             ordinal: ord,
             device,
             stream,
-            cache,
             slots,
             state: RefCell::new(state),
         })
@@ -686,7 +681,7 @@ impl<T: DeviceElement> Backend<T> for DeviceBackend {
     }
 
     fn memory(&self) -> Option<MemStats> {
-        let s = self.cache.stats();
+        let s = self.device.memory_stats().ok()?;
         Some(MemStats {
             allocated: s.allocated_bytes.all().current,
             reserved: s.reserved_bytes.all().current,
@@ -699,6 +694,8 @@ impl<T: DeviceElement> Backend<T> for DeviceBackend {
     }
 
     fn reset_peak_memory(&self) {
-        self.cache.reset_peak_stats();
+        // `Device::get` always allocates through the caching allocator, the one case where this
+        // can fail; a device without one has no peak to reset.
+        let _ = self.device.reset_peak_memory_stats();
     }
 }
