@@ -548,3 +548,60 @@ fn version_and_error_strings() {
         "invalid usage (run with NCCL_DEBUG=WARN for details)"
     );
 }
+
+/// One group holding calls of one communicator on two streams: they run as one command on the
+/// first call's stream, after earlier work of both streams, and later work of the second stream
+/// waits for it.
+#[test]
+fn a_group_spanning_two_streams_of_a_rank_orders_both() {
+    let _serial = setup();
+    let (comms, streams) = init_all(&[0, 1]);
+    let second: Vec<_> = (0..2).map(stream).collect();
+    let a: Vec<Buf> = (0..2).map(|r| Buf::from_bytes(r, &[1u8; 16])).collect();
+    let b: Vec<Buf> = (0..2).map(|r| Buf::from_bytes(r, &[0u8; 16])).collect();
+    let gathered: Vec<Buf> = (0..2).map(|r| Buf::new(r, 32)).collect();
+    // SAFETY: 16-byte buffers (32 for the gather) on each rank's device.
+    unsafe {
+        for r in 0..2 {
+            // Earlier work on the second stream: the grouped command must wait for it.
+            hip_ok(
+                hip_emu::runtime::api_memory::hipMemsetAsync(b[r].ptr, 5 + r as i32, 16, second[r]),
+                "memset",
+            );
+        }
+        group(|| {
+            for r in 0..2 {
+                nccl_ok(
+                    ncclAllReduce(a[r].ptr, a[r].ptr, 16, 1, 0, comms[r], streams[r]),
+                    "ar",
+                );
+                nccl_ok(
+                    ncclAllGather(b[r].ptr, gathered[r].ptr, 16, 1, comms[r], second[r]),
+                    "ag",
+                );
+            }
+        });
+        for r in 0..2 {
+            // Later work on the second stream runs after the grouped command.
+            hip_ok(
+                hip_emu::runtime::api_memory::hipMemsetAsync(b[r].ptr, 0, 16, second[r]),
+                "memset after",
+            );
+        }
+    }
+    for r in 0..2 {
+        hip_ok(sync(second[r]), "second stream");
+        assert_eq!(
+            a[r].read(),
+            vec![2u8; 16],
+            "all-reduce on the first stream, rank {r}"
+        );
+        let want: Vec<u8> = [5u8; 16].into_iter().chain([6u8; 16]).collect();
+        assert_eq!(
+            gathered[r].read(),
+            want,
+            "all-gather on the second stream, rank {r}"
+        );
+    }
+    destroy(&comms);
+}

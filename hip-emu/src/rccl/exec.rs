@@ -254,9 +254,12 @@ fn run_coll(comm: &Comm, c: &CollOp) -> Result<(), RcclFail> {
         let s = *step + 1;
         let consumed = |r: usize| reg.ctrl_u64(r, shm::C_CONSUMED).load(Ordering::Acquire);
         let posted = |r: usize| reg.ctrl_u64(r, shm::C_POSTED).load(Ordering::Acquire);
-        comm.wait(&what, &|| (0..n).all(|r| consumed(r) + 1 >= s), &|| {
-            (0..n).filter(|&r| consumed(r) + 1 < s).collect()
-        })?;
+        comm.wait(
+            Some(c.call),
+            &what,
+            &|| (0..n).all(|r| consumed(r) + 1 >= s),
+            &|| (0..n).filter(|&r| consumed(r) + 1 < s).collect(),
+        )?;
         Desc::of(c, round as u64).write(comm);
         let mine = reg.coll_slot(me);
         // SAFETY (all copies below): device ranges were checked against live allocations of
@@ -284,9 +287,12 @@ fn run_coll(comm: &Comm, c: &CollOp) -> Result<(), RcclFail> {
         }
         reg.ctrl_u64(me, shm::C_POSTED).store(s, Ordering::Release);
         reg.ring();
-        comm.wait(&what, &|| (0..n).all(|r| posted(r) >= s), &|| {
-            (0..n).filter(|&r| posted(r) < s).collect()
-        })?;
+        comm.wait(
+            Some(c.call),
+            &what,
+            &|| (0..n).all(|r| posted(r) >= s),
+            &|| (0..n).filter(|&r| posted(r) < s).collect(),
+        )?;
         let want = Desc::of(c, round as u64);
         let descs: Vec<Desc> = (0..n).map(|r| Desc::read(comm, r)).collect();
         if descs.iter().any(|d| *d != want) {
@@ -520,6 +526,7 @@ fn run_p2p(comm: &Comm, ops: &[P2pOp]) -> Result<(), RcclFail> {
             })
             .collect();
         comm.wait(
+            None,
             &|| {
                 format!(
                     "ncclSend/ncclRecv ({}) waiting to {}",
