@@ -247,12 +247,11 @@ pub fn measure<T: CheckElement>(
     };
     let op = if coll.reduces() { op } else { ReduceOp::Sum };
     let root = world.saturating_sub(1);
-    let host: Vec<Vec<f64>> = (0..world)
-        .map(|r| (0..send_len).map(|i| input(r, i, world, op)).collect())
-        .collect();
     let mut bufs = Vec::with_capacity(world);
     for (r, s) in streams.iter().enumerate().take(world) {
-        let send: Vec<T> = host[r].iter().map(|&v| T::from_f64(v)).collect();
+        let send: Vec<T> = (0..send_len)
+            .map(|i| T::from_f64(input(r, i, world, op)))
+            .collect();
         let main_len = if in_place {
             send_len.max(recv_len)
         } else {
@@ -296,27 +295,26 @@ pub fn measure<T: CheckElement>(
     for c in comms {
         c.wait()?;
     }
-    let reduced: Vec<f64> = (0..send_len)
-        .map(|i| reduce(host.iter().map(|h| h[i]), op, world))
-        .collect();
+    // The expected value at element i of the (whole) reduced or gathered array.
+    let reduced = |i: usize| reduce((0..world).map(|r| input(r, i, world, op)), op, world);
     let mut wrong = 0;
     for (r, (_, main)) in bufs.iter().enumerate() {
         let got = main.to_vec(&streams[r])?;
-        let (at, want): (usize, Vec<f64>) = match coll {
-            Collective::AllReduce => (0, reduced.clone()),
-            Collective::ReduceScatter => (
-                if in_place { r * block } else { 0 },
-                reduced[r * block..(r + 1) * block].to_vec(),
-            ),
-            Collective::AllGather => (0, host.iter().flatten().copied().collect()),
-            Collective::Broadcast => (0, host[root].clone()),
-            Collective::Reduce if r == root => (0, reduced.clone()),
-            Collective::Reduce => (0, Vec::new()),
+        // (where the result starts in `got`, how many elements, expected value of the k-th)
+        let (at, len): (usize, usize) = match coll {
+            Collective::ReduceScatter if in_place => (r * block, block),
+            Collective::ReduceScatter => (0, block),
+            Collective::Reduce if r != root => (0, 0),
+            _ => (0, recv_len),
         };
-        wrong += want
-            .iter()
-            .enumerate()
-            .filter(|&(i, &w)| !got.get(at + i).is_some_and(|&g| matches(g, w, op)))
+        let want = |k: usize| match coll {
+            Collective::AllReduce | Collective::Reduce => reduced(k),
+            Collective::ReduceScatter => reduced(r * block + k),
+            Collective::AllGather => input(k / block.max(1), k % block.max(1), world, op),
+            Collective::Broadcast => input(root, k, world, op),
+        };
+        wrong += (0..len)
+            .filter(|&k| !got.get(at + k).is_some_and(|&g| matches(g, want(k), op)))
             .count();
     }
     // Timed iterations: in place, start from zeros so repeated reductions never overflow.
