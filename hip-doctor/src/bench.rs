@@ -11,7 +11,8 @@ use half::f16;
 use hip_rt::{Blas, Device, DeviceBuffer, Gemm, GemmElement, Stream, StreamOptions};
 
 use super::diagnose::DeviceState;
-use super::guard::{guarded, with_progress};
+use super::guard::{guarded, with_steps};
+use super::progress::Steps;
 use super::report::{Item, Section};
 use crate::report::Json;
 
@@ -106,16 +107,28 @@ pub fn section(devices: &DeviceState) -> Section {
     };
     for d in list {
         let prefix = format!("device {}", d.ordinal);
+        let steps = Steps::new(PER_DEVICE);
         section.items.extend(guarded(&prefix, || {
-            with_progress(&format!("benchmarking {prefix}"), || {
-                device_benches(d.ordinal, &prefix)
+            with_steps(&format!("benchmarking {prefix}"), &steps, |steps| {
+                device_benches(d.ordinal, &prefix, steps)
             })
         }));
     }
     section
 }
 
-fn device_benches(ordinal: usize, prefix: &str) -> Vec<Item> {
+/// Benchmarks per device: the copy, two BLAS GEMMs, and the kernels'.
+const PER_DEVICE: usize = 3 + super::kernel_bench::COUNT;
+
+/// Names the step `name` in `steps`, runs it, and counts it.
+pub(crate) fn step(steps: &Steps, name: &str, run: impl FnOnce() -> Item) -> Item {
+    steps.start(name);
+    let item = run();
+    steps.finish_one();
+    item
+}
+
+fn device_benches(ordinal: usize, prefix: &str, steps: &Steps) -> Vec<Item> {
     let setup = i32::try_from(ordinal)
         .map_err(|e| e.to_string())
         .and_then(|o| Device::get(o).map_err(|e| e.to_string()))
@@ -128,29 +141,29 @@ fn device_benches(ordinal: usize, prefix: &str) -> Vec<Item> {
         Ok(s) => s,
         Err(e) => return vec![Item::fail(format!("{prefix} setup"), e)],
     };
-    let mut rows = vec![copy_bench(&stream, prefix)];
+    let copy = format!("{prefix} device copy {} MiB", COPY_BYTES >> 20);
+    let mut rows = vec![step(steps, &copy, || copy_bench(&stream, &copy))];
     match Blas::new(stream.clone()) {
         Ok(blas) => {
-            rows.push(gemm_bench::<f32>(
-                &blas,
-                &format!("{prefix} BLAS sgemm {GEMM_N}^3"),
-            ));
-            rows.push(gemm_bench::<f16>(
-                &blas,
-                &format!("{prefix} BLAS hgemm {GEMM_N}^3 (f32 acc)"),
-            ));
+            let sgemm = format!("{prefix} BLAS sgemm {GEMM_N}^3");
+            rows.push(step(steps, &sgemm, || gemm_bench::<f32>(&blas, &sgemm)));
+            let hgemm = format!("{prefix} BLAS hgemm {GEMM_N}^3 (f32 acc)");
+            rows.push(step(steps, &hgemm, || gemm_bench::<f16>(&blas, &hgemm)));
         }
-        Err(e) => rows.push(Item::skipped(
-            format!("{prefix} BLAS GEMM"),
-            format!("no BLAS handle: {e}"),
-        )),
+        Err(e) => {
+            rows.push(Item::skipped(
+                format!("{prefix} BLAS GEMM"),
+                format!("no BLAS handle: {e}"),
+            ));
+            steps.finish_one();
+            steps.finish_one();
+        }
     }
-    rows.extend(super::kernel_bench::items(&stream, prefix));
+    rows.extend(super::kernel_bench::items(&stream, prefix, steps));
     rows
 }
 
-fn copy_bench(stream: &Stream, prefix: &str) -> Item {
-    let name = format!("{prefix} device copy {} MiB", COPY_BYTES >> 20);
+fn copy_bench(stream: &Stream, name: &str) -> Item {
     let len = COPY_BYTES / 4;
     let buffers = DeviceBuffer::<f32>::zeroed(stream, len)
         .and_then(|a| Ok((a, DeviceBuffer::<f32>::zeroed(stream, len)?)));
@@ -159,7 +172,7 @@ fn copy_bench(stream: &Stream, prefix: &str) -> Item {
         Err(e) => return Item::fail(name, format!("allocating: {e}")),
     };
     // Read once and write once per copy.
-    bench_item(&name, Work::Bytes(2.0 * COPY_BYTES as f64), || {
+    bench_item(name, Work::Bytes(2.0 * COPY_BYTES as f64), || {
         stream.copy_dtod(&src, &mut dst)?;
         stream.synchronize()
     })

@@ -7,11 +7,11 @@
 //! the message and location so that the row can show them.
 
 use std::cell::RefCell;
-use std::io::{IsTerminal, Write};
+use std::io::IsTerminal;
 use std::panic::{self, AssertUnwindSafe};
-use std::sync::mpsc::{self, RecvTimeoutError};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
+use super::progress::{with_steps_on, Steps, Style};
 use super::report::Item;
 
 thread_local! {
@@ -82,61 +82,44 @@ pub fn check<E: std::fmt::Display>(name: &str, run: impl FnOnce() -> Result<Stri
         .unwrap_or_else(|| Item::fail(name, "the check produced no result"))
 }
 
-/// Shows `label` on stderr if `work` is still running after one second.
-///
-/// On a terminal the line is redrawn with the elapsed time each second and erased at the end;
-/// otherwise one line is printed when the work passes a second and one when it finishes, so logs
-/// stay readable.
+/// Shows `label` on stderr if `work` is still running after one second (see
+/// [`crate::progress`]: a redrawn line on a terminal, plain lines otherwise).
 pub fn with_progress<T>(label: &str, work: impl FnOnce() -> T) -> T {
     with_progress_after(label, Duration::from_secs(1), work)
 }
 
 fn with_progress_after<T>(label: &str, delay: Duration, work: impl FnOnce() -> T) -> T {
-    let (done_tx, done_rx) = mpsc::channel::<()>();
-    let terminal = std::io::stderr().is_terminal();
-    std::thread::scope(|scope| {
-        // Owned by this closure, so that if `work` unwinds the sender is dropped, the watcher
-        // sees the channel close and exits, and the scope's join cannot hang.
-        let done_tx = done_tx;
-        scope.spawn(move || {
-            let start = Instant::now();
-            let mut wait = delay;
-            let mut shown = false;
-            loop {
-                match done_rx.recv_timeout(wait) {
-                    Err(RecvTimeoutError::Timeout) => {
-                        let secs = start.elapsed().as_secs();
-                        let mut err = std::io::stderr().lock();
-                        if terminal {
-                            let _ = write!(err, "\r\x1b[2Khip-doctor: {label} ... {secs} s");
-                        } else if !shown {
-                            let _ = writeln!(err, "hip-doctor: {label} ...");
-                        }
-                        let _ = err.flush();
-                        shown = true;
-                        wait = Duration::from_secs(1);
-                    }
-                    // Finished (or the sender went away because `work` unwound).
-                    Ok(()) | Err(RecvTimeoutError::Disconnected) => {
-                        if shown {
-                            let mut err = std::io::stderr().lock();
-                            if terminal {
-                                let _ = write!(err, "\r\x1b[2K");
-                            } else {
-                                let secs = start.elapsed().as_secs_f64();
-                                let _ = writeln!(err, "hip-doctor: {label} done in {secs:.1} s");
-                            }
-                            let _ = err.flush();
-                        }
-                        return;
-                    }
-                }
-            }
-        });
-        let out = work();
-        let _ = done_tx.send(());
-        out
-    })
+    let style = if std::io::stderr().is_terminal() {
+        Style::Terminal
+    } else {
+        Style::Lines
+    };
+    with_steps_on(
+        std::io::stderr(),
+        style,
+        delay,
+        label,
+        &Steps::new(0),
+        |_| work(),
+    )
+}
+
+/// [`with_progress`] for work of counted steps: `work` names each step as it starts and counts
+/// it when done, and the line shows `[done/total] step`.
+pub fn with_steps<T>(label: &str, steps: &Steps, work: impl FnOnce(&Steps) -> T) -> T {
+    let style = if std::io::stderr().is_terminal() {
+        Style::Terminal
+    } else {
+        Style::Lines
+    };
+    with_steps_on(
+        std::io::stderr(),
+        style,
+        Duration::from_secs(1),
+        label,
+        steps,
+        work,
+    )
 }
 
 #[cfg(test)]

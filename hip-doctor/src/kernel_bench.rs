@@ -4,7 +4,8 @@
 use half::f16;
 use hip_rt::{DeviceBuffer, Stream};
 
-use super::bench::{bench_item, Work};
+use super::bench::{bench_item, step, Work};
+use super::progress::Steps;
 use super::report::Item;
 use hip_kernels::ops::{
     self, AdamW, AdamWParams, AdamWTensor, AttentionForward, AttentionParams, LayerNormForward,
@@ -23,39 +24,40 @@ const ADAMW_LEN: usize = 16 << 20;
 /// Square matmul size, as the BLAS rows.
 const MM_N: usize = super::bench::GEMM_N;
 
-/// One row per kernel benchmark on `stream`'s device.
-pub fn items(stream: &Stream, prefix: &str) -> Vec<Item> {
+/// Kernel benchmarks per device (rows of [`items`]).
+pub const COUNT: usize = 5;
+
+/// One row per kernel benchmark on `stream`'s device, each a step of `steps`.
+pub fn items(stream: &Stream, prefix: &str, steps: &Steps) -> Vec<Item> {
+    let run = |name: String, bench: &dyn Fn() -> Result<Item, String>| {
+        step(steps, &name, || match bench() {
+            Ok(mut item) => {
+                item.name = name.clone();
+                item
+            }
+            Err(e) => Item::fail(&name, e),
+        })
+    };
     vec![
         run(
-            &format!("{prefix} layernorm_forward f32 {}x{}", LN.rows, LN.cols),
-            || layernorm(stream),
+            format!("{prefix} layernorm_forward f32 {}x{}", LN.rows, LN.cols),
+            &|| layernorm(stream),
         ),
         run(
-            &format!("{prefix} adamw f32 {}M params", ADAMW_LEN >> 20),
-            || adamw(stream),
+            format!("{prefix} adamw f32 {}M params", ADAMW_LEN >> 20),
+            &|| adamw(stream),
         ),
-        run(&format!("{prefix} matmul f32 {MM_N}^3"), || {
+        run(format!("{prefix} matmul f32 {MM_N}^3"), &|| {
             matmul::<f32>(stream)
         }),
-        run(&format!("{prefix} matmul f16 {MM_N}^3"), || {
+        run(format!("{prefix} matmul f16 {MM_N}^3"), &|| {
             matmul::<f16>(stream)
         }),
         run(
-            &format!("{prefix} attention_forward f16 T 2048 D 64"),
-            || attention(stream),
+            format!("{prefix} attention_forward f16 T 2048 D 64"),
+            &|| attention(stream),
         ),
     ]
-}
-
-fn run(name: &str, bench: impl FnOnce() -> Result<Item, String>) -> Item {
-    let item = bench();
-    match item {
-        Ok(mut item) => {
-            item.name = name.to_string();
-            item
-        }
-        Err(e) => Item::fail(name, e),
-    }
 }
 
 fn buf<T: hip_rt::Element + Default>(

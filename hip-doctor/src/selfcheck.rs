@@ -9,7 +9,8 @@
 use std::panic::{self, AssertUnwindSafe};
 use std::path::PathBuf;
 
-use super::guard::payload_text;
+use super::guard::{payload_text, with_steps};
+use super::progress::Steps;
 use super::report::{Item, Section};
 use crate::report::Json;
 use hip_kernels::golden::{self, CaseReport, CpuBackend, GoldenError};
@@ -100,15 +101,20 @@ pub fn embedded_cases() -> Vec<CaseSource> {
         .collect()
 }
 
-/// Runs the CPU reference on every case, on a few threads; results in the order given.
-pub fn run_cases(cases: &[CaseSource]) -> Vec<(CaseSource, Result<CaseReport, GoldenError>)> {
-    run_cases_with(cases, CaseSource::run_cpu)
+/// Runs the CPU reference on every case, on a few threads; results in the order given. Each
+/// case done is counted in `steps`.
+pub fn run_cases(
+    cases: &[CaseSource],
+    steps: &Steps,
+) -> Vec<(CaseSource, Result<CaseReport, GoldenError>)> {
+    run_cases_with(cases, steps, CaseSource::run_cpu)
 }
 
 /// [`run_cases`] with any runner. A case whose run panics gives [`GoldenError::Panicked`]
 /// naming it; the worker goes on with its other cases.
 fn run_cases_with(
     cases: &[CaseSource],
+    steps: &Steps,
     run: impl Fn(&CaseSource) -> Result<CaseReport, GoldenError> + Sync,
 ) -> Vec<(CaseSource, Result<CaseReport, GoldenError>)> {
     if cases.is_empty() {
@@ -117,12 +123,14 @@ fn run_cases_with(
     let chunk = cases.len().div_ceil(WORKERS);
     let run = &run;
     let guarded = move |c: &CaseSource| {
-        panic::catch_unwind(AssertUnwindSafe(|| run(c))).unwrap_or_else(|payload| {
+        let result = panic::catch_unwind(AssertUnwindSafe(|| run(c))).unwrap_or_else(|payload| {
             Err(GoldenError::Panicked {
                 path: c.origin(),
                 message: payload_text(payload.as_ref()),
             })
-        })
+        });
+        steps.finish_one();
+        result
     };
     std::thread::scope(|scope| {
         let handles: Vec<_> = cases
@@ -197,7 +205,12 @@ fn section_for(embedded: Vec<CaseSource>, dirs: GoldenDirs) -> Section {
         }
         return section;
     }
-    let results = run_cases(&cases);
+    let steps = Steps::new(cases.len());
+    let results = with_steps(
+        "running the CPU reference on the golden cases",
+        &steps,
+        |steps| run_cases(&cases, steps),
+    );
     if results.len() != cases.len() {
         section.push(Item::fail(
             "golden cases",
@@ -368,7 +381,8 @@ mod tests {
         let files: Vec<CaseSource> = (0..9)
             .map(|i| CaseSource::File(format!("/cases/c{i}.safetensors").into()))
             .collect();
-        let results = run_cases_with(&files, |c| {
+        let steps = Steps::new(files.len());
+        let results = run_cases_with(&files, &steps, |c| {
             if c.name() == "c4" {
                 panic!("boom in the reference");
             }
@@ -387,6 +401,11 @@ mod tests {
             })
             .collect();
         assert_eq!(panicked.len(), 1, "{panicked:?}");
+        assert_eq!(
+            steps.describe(),
+            "[9/9]",
+            "every case counted, the panicking one too"
+        );
         assert!(
             panicked[0].contains("/cases/c4.safetensors")
                 && panicked[0].contains("boom in the reference"),

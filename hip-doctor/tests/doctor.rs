@@ -66,6 +66,11 @@ fn row<'a>(report: &'a Json, section: &str, name: &str) -> Option<(&'a str, &'a 
 
 fn json_report(vars: &[(&str, &str)]) -> (i32, Json) {
     let (code, stdout, stderr) = doctor(&["--json"], vars);
+    // Progress goes to stderr only, as plain `hip-doctor: ...` lines (stderr is not a terminal).
+    assert!(
+        stderr.lines().all(|l| l.starts_with("hip-doctor: ")) && !stderr.contains('\x1b'),
+        "{stderr}"
+    );
     match serde_json::from_str::<Json>(&stdout) {
         Ok(report) => (code, report),
         Err(e) => panic!("--json output does not parse: {e}\n{stdout}\n{stderr}"),
