@@ -6,8 +6,7 @@
 //!
 //! Sections, in order: Environment (variables, `/dev/kfd`, groups, the HIP runtime and BLAS
 //! libraries), Embedded kernels, Devices, Checks per device, Several devices (RCCL), CPU
-//! reference self-check,
-//! Benchmarks (with `--bench`), Diagnosis.
+//! reference self-check, Benchmarks (with `--bench`), Diagnosis.
 
 pub mod account;
 pub mod alloc_check;
