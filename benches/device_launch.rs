@@ -13,7 +13,7 @@ use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion};
 use hip_kernels::ops::{self, ElementwiseParams, GeluForward, ResidualAdd};
 use hip_kernels::params::OnDevice;
 use hip_rt::{Device, DeviceBuffer, Stream, StreamOptions};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 #[path = "device_common/mod.rs"]
 mod device_common;
@@ -43,44 +43,42 @@ fn queue_cost(c: &mut Criterion) {
     s.synchronize().expect("sync");
 
     let mut g = c.benchmark_group(format!("queue_one_op{label}"));
-    g.bench_function(BenchmarkId::new("gelu_forward_f32", N), |b| {
-        b.iter_custom(|iters| {
-            let start = Instant::now();
-            for _ in 0..iters {
-                ops::gelu_forward(
-                    &s,
-                    GeluForward::<OnDevice, f32> {
-                        params,
-                        x: &x,
-                        out: &mut out,
-                    },
-                )
-                .expect("gelu");
-            }
-            let took = start.elapsed();
-            s.synchronize().expect("sync");
-            took
-        })
+    // Each sample queues `iters` ops, stops the clock, then waits for the stream untimed.
+    let mut timed = |name: &str, op: &mut dyn FnMut()| {
+        g.bench_function(BenchmarkId::new(name, N), |b| {
+            b.iter_custom(|iters| {
+                let start = Instant::now();
+                for _ in 0..iters {
+                    op();
+                }
+                let took = start.elapsed();
+                s.synchronize().expect("sync");
+                took
+            })
+        });
+    };
+    timed("gelu_forward_f32", &mut || {
+        ops::gelu_forward(
+            &s,
+            GeluForward::<OnDevice, f32> {
+                params,
+                x: &x,
+                out: &mut out,
+            },
+        )
+        .expect("gelu")
     });
-    g.bench_function(BenchmarkId::new("residual_add_f32", N), |b| {
-        b.iter_custom(|iters| {
-            let start = Instant::now();
-            for _ in 0..iters {
-                ops::residual_add(
-                    &s,
-                    ResidualAdd::<OnDevice, f32> {
-                        params,
-                        a: &x,
-                        b: &y,
-                        out: &mut out,
-                    },
-                )
-                .expect("residual add");
-            }
-            let took: Duration = start.elapsed();
-            s.synchronize().expect("sync");
-            took
-        })
+    timed("residual_add_f32", &mut || {
+        ops::residual_add(
+            &s,
+            ResidualAdd::<OnDevice, f32> {
+                params,
+                a: &x,
+                b: &y,
+                out: &mut out,
+            },
+        )
+        .expect("residual add")
     });
     g.finish();
 }
