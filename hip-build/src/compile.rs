@@ -369,6 +369,7 @@ impl Job<'_> {
     /// with the compiled names; builds without kernels would use the stale file).
     fn check_names_file(&self, compiled: &[SourceKernels]) {
         let Some(path) = self.names_file else { return };
+        println!("cargo:rerun-if-changed={}", path.display());
         let committed = fs::read_to_string(path)
             .map_err(|e| e.to_string())
             .and_then(|t| names::parse_names_file(&t));
