@@ -500,6 +500,36 @@ fn send_recv_ring_and_swaps() {
         hip_ok(sync(streams[r]), "swap");
         assert_eq!(recv[r].read(), data(r ^ 1), "swap: rank {r}");
     }
+    // Many small exchanges queued back to back: any lost wake-up would surface as a watchdog
+    // error (5 s) instead of a pass.
+    let start = std::time::Instant::now();
+    for _ in 0..100 {
+        group(|| {
+            for r in 0..n {
+                let peer = (r ^ 2) as c_int;
+                // SAFETY: 3 f32 on rank r's device.
+                unsafe {
+                    nccl_ok(
+                        ncclSend(send[r].ptr, 3, 7, peer, comms[r], streams[r]),
+                        "send",
+                    );
+                    nccl_ok(
+                        ncclRecv(recv[r].ptr, 3, 7, peer, comms[r], streams[r]),
+                        "recv",
+                    );
+                }
+            }
+        });
+    }
+    for r in 0..n {
+        hip_ok(sync(streams[r]), "many swaps");
+        assert_eq!(
+            recv[r].read()[..12],
+            data(r ^ 2)[..12],
+            "many swaps: rank {r}"
+        );
+    }
+    assert!(start.elapsed() < std::time::Duration::from_secs(5));
     destroy(&comms);
 }
 
@@ -517,4 +547,61 @@ fn version_and_error_strings() {
         s.to_str().unwrap(),
         "invalid usage (run with NCCL_DEBUG=WARN for details)"
     );
+}
+
+/// One group holding calls of one communicator on two streams: they run as one command on the
+/// first call's stream, after earlier work of both streams, and later work of the second stream
+/// waits for it.
+#[test]
+fn a_group_spanning_two_streams_of_a_rank_orders_both() {
+    let _serial = setup();
+    let (comms, streams) = init_all(&[0, 1]);
+    let second: Vec<_> = (0..2).map(stream).collect();
+    let a: Vec<Buf> = (0..2).map(|r| Buf::from_bytes(r, &[1u8; 16])).collect();
+    let b: Vec<Buf> = (0..2).map(|r| Buf::from_bytes(r, &[0u8; 16])).collect();
+    let gathered: Vec<Buf> = (0..2).map(|r| Buf::new(r, 32)).collect();
+    // SAFETY: 16-byte buffers (32 for the gather) on each rank's device.
+    unsafe {
+        for r in 0..2 {
+            // Earlier work on the second stream: the grouped command must wait for it.
+            hip_ok(
+                hip_emu::runtime::api_memory::hipMemsetAsync(b[r].ptr, 5 + r as i32, 16, second[r]),
+                "memset",
+            );
+        }
+        group(|| {
+            for r in 0..2 {
+                nccl_ok(
+                    ncclAllReduce(a[r].ptr, a[r].ptr, 16, 1, 0, comms[r], streams[r]),
+                    "ar",
+                );
+                nccl_ok(
+                    ncclAllGather(b[r].ptr, gathered[r].ptr, 16, 1, comms[r], second[r]),
+                    "ag",
+                );
+            }
+        });
+        for r in 0..2 {
+            // Later work on the second stream runs after the grouped command.
+            hip_ok(
+                hip_emu::runtime::api_memory::hipMemsetAsync(b[r].ptr, 0, 16, second[r]),
+                "memset after",
+            );
+        }
+    }
+    for r in 0..2 {
+        hip_ok(sync(second[r]), "second stream");
+        assert_eq!(
+            a[r].read(),
+            vec![2u8; 16],
+            "all-reduce on the first stream, rank {r}"
+        );
+        let want: Vec<u8> = [5u8; 16].into_iter().chain([6u8; 16]).collect();
+        assert_eq!(
+            gathered[r].read(),
+            want,
+            "all-gather on the second stream, rank {r}"
+        );
+    }
+    destroy(&comms);
 }

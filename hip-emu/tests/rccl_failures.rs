@@ -397,3 +397,59 @@ fn foreign_unique_ids_are_refused() {
     // SAFETY: group calls take no arguments.
     assert_eq!(unsafe { ncclGroupEnd() }, NcclResult::INVALID_USAGE);
 }
+
+/// A rank that has queued the collective but whose stream is still busy with earlier work
+/// (here another communicator's collective, waiting for a late third rank) is waited for
+/// beyond the watchdog time: it is slow, not missing.
+#[test]
+fn a_rank_that_queued_the_collective_is_waited_for_beyond_the_watchdog() {
+    let _serial = setup();
+    // Y has a long watchdog (read when a communicator is created), X the short one.
+    std::env::set_var("HIPK_EMU_RCCL_TIMEOUT_MS", "10000");
+    let (y, ys) = init_all(&[1, 2]);
+    std::env::set_var("HIPK_EMU_RCCL_TIMEOUT_MS", TIMEOUT_MS.to_string());
+    let (x, xs) = init_all(&[0, 1]);
+    let bx: Vec<Buf> = (0..2)
+        .map(|r| Buf::from_bytes(r, &[1u8 + r as u8; 8]))
+        .collect();
+    let by: Vec<Buf> = (1..3)
+        .map(|d| Buf::from_bytes(d, &[10u8 * d as u8; 8]))
+        .collect();
+    let start = Instant::now();
+    // SAFETY: 8 u8 on each rank's device.
+    unsafe {
+        // Device 1's stream: first Y's collective (waits for device 2), then X's.
+        nccl_ok(
+            ncclAllReduce(by[0].ptr, by[0].ptr, 8, 1, 0, y[0], xs[1]),
+            "y rank 0",
+        );
+        nccl_ok(
+            ncclAllReduce(bx[1].ptr, bx[1].ptr, 8, 1, 0, x[1], xs[1]),
+            "x rank 1",
+        );
+        nccl_ok(
+            ncclAllReduce(bx[0].ptr, bx[0].ptr, 8, 1, 0, x[0], xs[0]),
+            "x rank 0",
+        );
+    }
+    // X's rank 0 now waits for rank 1, which queued but cannot run before Y completes.
+    std::thread::sleep(Duration::from_millis(TIMEOUT_MS * 3 / 2));
+    // SAFETY: as above.
+    nccl_ok(
+        unsafe { ncclAllReduce(by[1].ptr, by[1].ptr, 8, 1, 0, y[1], ys[1]) },
+        "y rank 1",
+    );
+    for s in [xs[0], xs[1], ys[1]] {
+        assert_eq!(
+            sync(s),
+            hipError_t::hipSuccess,
+            "{}",
+            last_nccl(std::ptr::null_mut())
+        );
+    }
+    assert!(start.elapsed() > Duration::from_millis(TIMEOUT_MS));
+    assert_eq!(bx[0].read(), vec![3u8; 8]);
+    assert_eq!(by[1].read(), vec![30u8; 8]);
+    destroy(&x);
+    destroy(&y);
+}

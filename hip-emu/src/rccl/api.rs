@@ -158,6 +158,7 @@ fn enqueue(comm: &Arc<Comm>, ops: &[(hipStream_t, Op)]) -> Res {
     let dev = rt.device(comm.device).map_err(hip_fail)?;
     let ex = &dev.executor;
     let mut others: Vec<u64> = ids[1..].iter().copied().filter(|&s| s != main).collect();
+    others.sort_unstable();
     others.dedup();
     let mut h = comm.host();
     let mut deps: Vec<(u64, u64)> = h.last_op.into_iter().collect();

@@ -10,6 +10,10 @@ use std::time::{Duration, Instant};
 use super::shm::{self, Region, MAX_RANKS, STATE_FREE, STATE_JOINED};
 use super::{NcclResult, RcclFail};
 
+/// A rank that has queued the collective others wait in is waited for this many times the
+/// watchdog time: its stream is still running earlier (emulated, slow) work.
+pub const SLOW_FACTOR: u32 = 10;
+
 /// Bytes of `ncclUniqueId`.
 pub const UNIQUE_ID_BYTES: usize = 128;
 /// First bytes of every unique id the emulator hands out.
@@ -136,9 +140,12 @@ impl Comm {
 
     /// Wait until `ready()` holds, sleeping on the region's bell. Fails when the communicator
     /// is aborted, when a rank named by `waiting_for()` belongs to a process that exited, or
-    /// after the watchdog time, with `what` and the ranks `waiting_for()` names.
+    /// after the watchdog time, with `what` and the ranks `waiting_for()` names. For
+    /// collective number `call`, ranks that have queued it (their stream is still busy with
+    /// earlier work) are waited for up to [`SLOW_FACTOR`] times the watchdog time.
     pub fn wait(
         &self,
+        call: Option<u64>,
         what: &dyn Fn() -> String,
         ready: &dyn Fn() -> bool,
         waiting_for: &dyn Fn() -> Vec<usize>,
@@ -179,20 +186,35 @@ impl Comm {
             let elapsed = now.duration_since(start);
             if elapsed >= self.timeout {
                 let missing = waiting_for();
-                let names: Vec<String> = missing.iter().map(|r| self.rank_status(*r)).collect();
-                return Err(RcclFail::new(
-                    NcclResult::REMOTE_ERROR,
-                    format!(
-                        "{}: rank(s) {missing:?} did not arrive within {} ms \
-                         ({}); raise {} if they are only slow",
-                        what(),
-                        self.timeout.as_millis(),
-                        names.join("; "),
-                        super::TIMEOUT_VAR
-                    ),
-                ));
+                let queued = |r: usize| {
+                    self.region
+                        .ctrl_u64(r, shm::C_HOST_CALLS)
+                        .load(Ordering::Acquire)
+                };
+                let coming = call.is_some_and(|c| missing.iter().all(|&r| queued(r) >= c));
+                let limit = self.timeout * SLOW_FACTOR;
+                if !(coming && elapsed < limit) {
+                    let names: Vec<String> = missing.iter().map(|r| self.rank_status(*r)).collect();
+                    let waited = if coming { limit } else { self.timeout };
+                    return Err(RcclFail::new(
+                        NcclResult::REMOTE_ERROR,
+                        format!(
+                            "{}: rank(s) {missing:?} did not arrive within {} ms \
+                             ({}); raise {} if they are only slow",
+                            what(),
+                            waited.as_millis(),
+                            names.join("; "),
+                            super::TIMEOUT_VAR
+                        ),
+                    ));
+                }
             }
-            let left = (self.timeout - elapsed).min(Duration::from_millis(50));
+            let left = if elapsed < self.timeout {
+                self.timeout - elapsed
+            } else {
+                Duration::from_millis(50)
+            }
+            .min(Duration::from_millis(50));
             self.region.sleep(seen, left);
         }
     }
@@ -215,6 +237,7 @@ impl Comm {
         let reg = &self.region;
         let state = |r: usize| reg.ctrl_u32(r, shm::C_STATE).load(Ordering::Acquire);
         let result = self.wait(
+            None,
             &|| format!("ncclCommInitRank ({})", self.describe()),
             &|| reg.joined().load(Ordering::Acquire) as usize >= n,
             &|| (0..n).filter(|&r| state(r) == STATE_FREE).collect(),

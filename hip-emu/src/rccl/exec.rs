@@ -254,9 +254,12 @@ fn run_coll(comm: &Comm, c: &CollOp) -> Result<(), RcclFail> {
         let s = *step + 1;
         let consumed = |r: usize| reg.ctrl_u64(r, shm::C_CONSUMED).load(Ordering::Acquire);
         let posted = |r: usize| reg.ctrl_u64(r, shm::C_POSTED).load(Ordering::Acquire);
-        comm.wait(&what, &|| (0..n).all(|r| consumed(r) + 1 >= s), &|| {
-            (0..n).filter(|&r| consumed(r) + 1 < s).collect()
-        })?;
+        comm.wait(
+            Some(c.call),
+            &what,
+            &|| (0..n).all(|r| consumed(r) + 1 >= s),
+            &|| (0..n).filter(|&r| consumed(r) + 1 < s).collect(),
+        )?;
         Desc::of(c, round as u64).write(comm);
         let mine = reg.coll_slot(me);
         // SAFETY (all copies below): device ranges were checked against live allocations of
@@ -284,9 +287,12 @@ fn run_coll(comm: &Comm, c: &CollOp) -> Result<(), RcclFail> {
         }
         reg.ctrl_u64(me, shm::C_POSTED).store(s, Ordering::Release);
         reg.ring();
-        comm.wait(&what, &|| (0..n).all(|r| posted(r) >= s), &|| {
-            (0..n).filter(|&r| posted(r) < s).collect()
-        })?;
+        comm.wait(
+            Some(c.call),
+            &what,
+            &|| (0..n).all(|r| posted(r) >= s),
+            &|| (0..n).filter(|&r| posted(r) < s).collect(),
+        )?;
         let want = Desc::of(c, round as u64);
         let descs: Vec<Desc> = (0..n).map(|r| Desc::read(comm, r)).collect();
         if descs.iter().any(|d| *d != want) {
@@ -374,7 +380,21 @@ fn run_p2p(comm: &Comm, ops: &[P2pOp]) -> Result<(), RcclFail> {
         reg.ctrl_u64(by, shm::C_ACKED + 8 * from)
             .load(Ordering::Acquire)
     };
+    // The counters that let this rank move: peers' `sent` to us and `acked` from us.
+    let snapshot = |peers: &[usize]| -> Vec<u64> {
+        peers
+            .iter()
+            .flat_map(|&q| [sent(q, me), acked(q, me)])
+            .collect()
+    };
     loop {
+        // Taken before looking, so a change made while we look is not missed by the wait.
+        let peers: Vec<usize> = prog
+            .iter()
+            .filter(|p| !p.finished)
+            .map(|p| p.op.peer)
+            .collect();
+        let before = snapshot(&peers);
         let mut progressed = false;
         for i in 0..prog.len() {
             if prog[i].finished {
@@ -491,8 +511,7 @@ fn run_p2p(comm: &Comm, ops: &[P2pOp]) -> Result<(), RcclFail> {
         if progressed {
             continue;
         }
-        // Nothing could move: sleep until a peer does something (or the watchdog fires).
-        let seen = reg.bell();
+        // Nothing could move: wait until a peer's counters change (or the watchdog fires).
         let pending: Vec<String> = prog
             .iter()
             .filter(|p| !p.finished)
@@ -506,27 +525,8 @@ fn run_p2p(comm: &Comm, ops: &[P2pOp]) -> Result<(), RcclFail> {
                 )
             })
             .collect();
-        let peers: Vec<usize> = prog
-            .iter()
-            .filter(|p| !p.finished)
-            .map(|p| p.op.peer)
-            .collect();
-        let snapshot = |reg: &shm::Region| -> Vec<u64> {
-            peers
-                .iter()
-                .flat_map(|&q| {
-                    [
-                        reg.ctrl_u64(q, shm::C_SENT + 8 * me)
-                            .load(Ordering::Acquire),
-                        reg.ctrl_u64(q, shm::C_ACKED + 8 * me)
-                            .load(Ordering::Acquire),
-                    ]
-                })
-                .collect()
-        };
-        let before = snapshot(reg);
-        let _ = seen;
         comm.wait(
+            None,
             &|| {
                 format!(
                     "ncclSend/ncclRecv ({}) waiting to {}",
@@ -534,7 +534,7 @@ fn run_p2p(comm: &Comm, ops: &[P2pOp]) -> Result<(), RcclFail> {
                     pending.join(", ")
                 )
             },
-            &|| snapshot(reg) != before,
+            &|| snapshot(&peers) != before,
             &|| peers.clone(),
         )?;
     }

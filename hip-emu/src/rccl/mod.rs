@@ -133,3 +133,60 @@ mod tests {
         }
     }
 }
+
+/// The values and sizes of RCCL's `nccl.h` (ROCm/rccl `src/nccl.h.in`), which the exports must
+/// match bit for bit.
+#[cfg(test)]
+mod abi_tests {
+    use super::comm::UniqueId;
+    use super::reduce::{DataType, RedOp};
+    use super::NcclResult;
+
+    #[test]
+    fn enum_values_and_sizes_match_nccl_h() {
+        let types = [
+            (DataType::Int8, 0),
+            (DataType::Uint8, 1),
+            (DataType::Int32, 2),
+            (DataType::Uint32, 3),
+            (DataType::Int64, 4),
+            (DataType::Uint64, 5),
+            (DataType::Float16, 6),
+            (DataType::Float32, 7),
+            (DataType::Float64, 8),
+            (DataType::Bfloat16, 9),
+        ];
+        for (t, v) in types {
+            assert_eq!(t as u32, v, "{t:?}");
+            assert_eq!(DataType::from_raw(v).unwrap(), t);
+        }
+        let ops = [
+            (RedOp::Sum, 0),
+            (RedOp::Prod, 1),
+            (RedOp::Max, 2),
+            (RedOp::Min, 3),
+            (RedOp::Avg, 4),
+        ];
+        for (o, v) in ops {
+            assert_eq!(o as u32, v, "{o:?}");
+        }
+        let results = [
+            NcclResult::SUCCESS,
+            NcclResult::UNHANDLED_CUDA_ERROR,
+            NcclResult::SYSTEM_ERROR,
+            NcclResult::INTERNAL_ERROR,
+            NcclResult::INVALID_ARGUMENT,
+            NcclResult::INVALID_USAGE,
+            NcclResult::REMOTE_ERROR,
+            NcclResult::IN_PROGRESS,
+        ];
+        for (i, r) in results.iter().enumerate() {
+            assert_eq!(r.0 as usize, i);
+        }
+        assert_eq!(std::mem::size_of::<NcclResult>(), 4, "a C enum");
+        assert_eq!(std::mem::size_of::<UniqueId>(), 128);
+        assert_eq!(std::mem::align_of::<UniqueId>(), 1, "char internal[128]");
+        // NCCL >= 2.9 encodes versions as X*10000 + Y*100 + Z; >= 2.10 has ncclAvg.
+        const { assert!(super::VERSION >= 2_10_00) };
+    }
+}

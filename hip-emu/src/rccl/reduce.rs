@@ -234,7 +234,8 @@ unsafe fn reduce_typed<T: Elem>(op: RedOp, inputs: &[*const u8], out: *mut u8, c
 /// `dtype`.
 ///
 /// # Safety
-/// As [`reduce_typed`], for elements of `dtype`.
+/// Every `inputs[r]` is valid for reads of `count` elements of `dtype` and `out` for writes of
+/// `count` (any alignment); `out` may alias an input only element for element (in place).
 pub unsafe fn reduce(dtype: DataType, op: RedOp, inputs: &[*const u8], out: *mut u8, count: usize) {
     if inputs.is_empty() {
         return;
