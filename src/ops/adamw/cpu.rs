@@ -26,7 +26,8 @@ pub fn adamw<T: DeviceElement>(a: AdamW<'_, '_, Host, T>) -> Result<(), ShapeErr
         return Ok(());
     }
     for t in a.tensors.iter_mut() {
-        update(&a.params, inv_scale, t);
+        let hyper = t.hyper(&a.params)?;
+        update(&hyper, inv_scale, t);
     }
     Ok(())
 }
@@ -127,6 +128,8 @@ mod tests {
                 exp_avg_sq,
                 max_exp_avg_sq,
                 master: None,
+                weight_decay: None,
+                lr_scale: None,
             }],
         })
     }
@@ -172,7 +175,17 @@ mod tests {
             ..AdamWParams::default()
         };
         let (mut p, mut m, mut v, mut mx) = ([f16::from_f32(1.5)], [0.25f32], [0.5f32], [2.0f32]);
-        step(&c, None, true, &mut p, &[f16::NAN], &mut m, &mut v, Some(&mut mx)).unwrap();
+        step(
+            &c,
+            None,
+            true,
+            &mut p,
+            &[f16::NAN],
+            &mut m,
+            &mut v,
+            Some(&mut mx),
+        )
+        .unwrap();
         assert_eq!((p[0].to_f32(), m, v, mx), (1.5, [0.25], [0.5], [2.0]));
         step(
             &c,
@@ -229,6 +242,8 @@ mod tests {
                 exp_avg_sq: &mut v,
                 max_exp_avg_sq: None,
                 master: Some(&mut master),
+                weight_decay: None,
+                lr_scale: None,
             }],
         })
         .unwrap();

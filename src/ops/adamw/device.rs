@@ -41,6 +41,10 @@ struct AdamwDesc {
     master: u64,
     numel: i64,
     first_chunk: i64,
+    /// This tensor's `1 − lr·weight_decay` (its own lr and weight decay, rounded from f64).
+    decay: f32,
+    /// This tensor's `lr / (1 − β1^step)`.
+    step_size: f32,
 }
 
 /// A tensor row of the helpers' table (`TensorRef` in `kernels/adamw.hip`).
@@ -61,9 +65,9 @@ struct Table<R, const N: usize> {
     rows: [R; N],
 }
 
-// SAFETY: `#[repr(C)]` arrays of 24 `AdamwDesc` (six u64 device addresses and two i64, 64 bytes,
-// no padding) = the kernel's `struct AdamwTable { AdamwTensor rows[24]; }` (1536 bytes); any bit
-// pattern is valid and nothing in it is a host pointer.
+// SAFETY: `#[repr(C)]` arrays of 24 `AdamwDesc` (six u64 device addresses, two i64 and two f32,
+// 72 bytes, no padding) = the kernel's `struct AdamwTable { AdamwTensor rows[24]; }` (1728
+// bytes); any bit pattern is valid and nothing in it is a host pointer.
 unsafe impl DeviceRepr for Table<AdamwDesc, ADAMW_TABLE_ROWS> {}
 // SAFETY: `#[repr(C)]` arrays of 48 `TensorRef` (one u64 device address and three i64, 32
 // bytes, no padding) = the kernel's `struct RefTable { TensorRef rows[48]; }` (1536 bytes).
@@ -191,6 +195,7 @@ pub fn adamw<T: DeviceElement>(
     let found_inf = scalar("found_inf", a.found_inf)?;
     let mut rows = Vec::with_capacity(a.tensors.len());
     for t in a.tensors.iter().filter(|t| t.param.len() > 0) {
+        let own = KernelScalars::new(&t.hyper(&a.params)?);
         let opt = |what, v: &Option<&mut dyn DeviceViewMut<f32>>| match v {
             Some(v) => ptr(stream, what, &**v).map(|p| p.0),
             None => Ok(0),
@@ -204,6 +209,8 @@ pub fn adamw<T: DeviceElement>(
             master: opt("master", &t.master)?,
             numel: t.param.len() as i64,
             first_chunk: 0,
+            decay: own.decay,
+            step_size: own.step_size,
         });
     }
     if rows.is_empty() {
@@ -219,8 +226,6 @@ pub fn adamw<T: DeviceElement>(
             s.beta2,
             s.one_minus_beta2,
             s.eps,
-            s.decay,
-            s.step_size,
             s.bias2_sqrt,
         ] {
             b.value(v);
@@ -230,7 +235,7 @@ pub fn adamw<T: DeviceElement>(
             .value(grad_scale)
             .value(found_inf);
         // SAFETY: adamw_<T>'s parameters in order (AdamwTable by value, int count, int64_t
-        // total_chunks, int64_t chunk, eight floats, int maximize, int amsgrad, grad_scale and
+        // total_chunks, int64_t chunk, six floats, int maximize, int amsgrad, grad_scale and
         // found_inf pointers or null). The table's first `count` rows point at validated buffers
         // (equal lengths, max_exp_avg_sq present iff amsgrad, all on this device and recorded on
         // this stream) and their chunk ranges tile 0..total_chunks; the rest are zero and never
@@ -332,7 +337,9 @@ pub fn l2_norm<T: DeviceElement>(
     let total: i64 = groups.iter().map(|g| g.chunks).sum();
     let partials: DeviceBuffer<f32> = DeviceBuffer::alloc(stream, total as usize)?;
     for g in groups {
-        let first = partials.device_ptr().byte_add(g.first_global_chunk as usize * 4);
+        let first = partials
+            .device_ptr()
+            .byte_add(g.first_global_chunk as usize * 4);
         let (cfg, mut b) = chunked_launch(stream, &partial_kernel, g.table, g.count, g.chunks);
         b.value(first);
         // SAFETY: multi_l2norm_<T>'s parameters (RefTable by value, int count, int64_t
@@ -376,17 +383,24 @@ mod tests {
             .collect();
         let g = groups::<_, REF_TABLE_ROWS>(&rows);
         assert_eq!(g.len(), 2);
-        assert_eq!((g[0].count, g[0].chunks, g[0].first_global_chunk), (48, 49, 0));
-        assert_eq!((g[1].count, g[1].chunks, g[1].first_global_chunk), (3, 3, 49));
         assert_eq!(
-            [0, 1, 2].map(|i| g[0].table.rows[i].first_chunk),
-            [0, 1, 3]
+            (g[0].count, g[0].chunks, g[0].first_global_chunk),
+            (48, 49, 0)
         );
+        assert_eq!(
+            (g[1].count, g[1].chunks, g[1].first_global_chunk),
+            (3, 3, 49)
+        );
+        assert_eq!([0, 1, 2].map(|i| g[0].table.rows[i].first_chunk), [0, 1, 3]);
         assert_eq!(
             (g[1].table.rows[0].data, g[1].table.rows[0].first_chunk),
             (0x1000 + 48, 0)
         );
-        assert_eq!(g[1].table.rows[3], TensorRef::default(), "unused rows are zero");
+        assert_eq!(
+            g[1].table.rows[3],
+            TensorRef::default(),
+            "unused rows are zero"
+        );
         assert!(groups::<TensorRef, REF_TABLE_ROWS>(&[]).is_empty());
     }
 
@@ -414,11 +428,19 @@ mod tests {
 
     #[test]
     fn tables_have_the_kernels_layout() {
-        assert_eq!(std::mem::size_of::<AdamwDesc>(), 64);
+        assert_eq!(std::mem::size_of::<AdamwDesc>(), 72);
         assert_eq!(std::mem::size_of::<TensorRef>(), 32);
         assert_eq!(std::mem::offset_of!(AdamwDesc, numel), 48);
+        assert_eq!(std::mem::offset_of!(AdamwDesc, decay), 64);
+        assert_eq!(std::mem::offset_of!(AdamwDesc, step_size), 68);
         assert_eq!(std::mem::offset_of!(TensorRef, first_chunk), 16);
-        assert_eq!(std::mem::size_of::<Table<AdamwDesc, ADAMW_TABLE_ROWS>>(), 1536);
-        assert_eq!(std::mem::size_of::<Table<TensorRef, REF_TABLE_ROWS>>(), 1536);
+        assert_eq!(
+            std::mem::size_of::<Table<AdamwDesc, ADAMW_TABLE_ROWS>>(),
+            1728
+        );
+        assert_eq!(
+            std::mem::size_of::<Table<TensorRef, REF_TABLE_ROWS>>(),
+            1536
+        );
     }
 }

@@ -69,6 +69,7 @@ fn parse(r: &mut CaseReader<'_>) -> Result<Case, GoldenError> {
         trans_b,
         alpha,
         beta,
+        layout: crate::ops::MatmulLayout::PACKED,
     };
     let expected = r.expected(&[("out", Want::Case, out_shape)], dtype)?;
     let case = MatmulCase { params, a, b, c };
@@ -114,7 +115,13 @@ impl GoldenCase for MatmulCase {
     }
 
     fn tolerance(&self, output: &str, dtype: DType) -> Tolerance {
-        tolerance(Rule::Reduction, output, dtype, self.a.dtype(), self.params.k)
+        tolerance(
+            Rule::Reduction,
+            output,
+            dtype,
+            self.a.dtype(),
+            self.params.k,
+        )
     }
 
     fn as_any(&self) -> &dyn Any {
