@@ -133,6 +133,8 @@ fn adamw(c: &mut Criterion, rng: &mut Normal) {
                     exp_avg_sq: &mut v,
                     max_exp_avg_sq: Some(&mut vmax),
                     master: None,
+                    weight_decay: None,
+                    lr_scale: None,
                 }],
             })
         })

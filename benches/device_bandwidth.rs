@@ -115,6 +115,7 @@ fn layernorm<T: DeviceElement>(c: &mut Criterion, s: &Stream, label: &str) {
                     dx: &mut dx,
                     dweight: &mut dw,
                     dbias: &mut db,
+                    accumulate: false,
                 };
                 ops::layernorm_backward(s, a).expect("backward");
                 s.synchronize().expect("sync");
@@ -148,6 +149,8 @@ fn adamw(c: &mut Criterion, s: &Stream, label: &str) {
                 exp_avg_sq: &mut v,
                 max_exp_avg_sq: None,
                 master: None,
+                weight_decay: None,
+                lr_scale: None,
             };
             let a = AdamW {
                 params,
@@ -175,6 +178,8 @@ fn adamw(c: &mut Criterion, s: &Stream, label: &str) {
                 exp_avg_sq: &mut v,
                 max_exp_avg_sq: None,
                 master: Some(&mut master),
+                weight_decay: None,
+                lr_scale: None,
             };
             let a = AdamW {
                 params,

@@ -5,9 +5,9 @@
 // hip-emu (the emulated HIP device) in the device tests, against the CPU reference.
 //
 // Multi-tensor launch (like PyTorch's multi_tensor_apply): the table of tensor descriptors is
-// passed by value in the kernel arguments (AdamwTable: 24 rows, RefTable: 48 rows, 1536 bytes
-// each; the launcher splits longer lists over several launches), so a launch needs no host-side
-// copy and no host sync. Tensor i is cut into chunks of `chunk` elements and owns chunks
+// passed by value in the kernel arguments (AdamwTable: 24 rows, 1728 bytes; RefTable: 48 rows,
+// 1536 bytes; the launcher splits longer lists over several launches), so a launch needs no
+// host-side copy and no host sync. Tensor i is cut into chunks of `chunk` elements and owns chunks
 // [first_chunk_i, first_chunk_i + ceil(numel_i / chunk)). Blocks walk the chunks grid-stride and
 // find their tensor by binary search on first_chunk (reads of the kernel-argument segment).
 //
@@ -23,7 +23,9 @@
 // model copy (T) is overwritten with the master rounded to nearest-even (and not read).
 // found_inf (device memory, may be null) != 0 → the kernel returns before touching anything.
 // The host precomputes 1 − lr·wd, 1 − β1, 1 − β2, lr / (1 − β1^t) and √(1 − β2^t) in f64 and
-// passes them rounded to f32.
+// passes them rounded to f32; 1 − lr·wd and lr / (1 − β1^t) are per tensor (table row: each
+// tensor's own weight decay and lr scale, torch's param groups), so a whole model of one dtype
+// is one launch per 24 tensors.
 //
 // multi_nonfinite_<T>: sets *found_inf = 1 if any element of any tensor is NaN or ±inf (it never
 // clears it: the launcher zeroes it first). Every writer stores the same value, so the result is
@@ -57,7 +59,7 @@ constexpr int kBlock = 256;
 /// Elements per thread per step.
 constexpr int kVec = 4;
 
-/// One tensor of an AdamW launch (64 bytes; `AdamwTensor` on the Rust side).
+/// One tensor of an AdamW launch (72 bytes; `AdamwDesc` on the Rust side).
 struct AdamwTensor {
   void* param;            // T: model copy, updated in place (or rewritten from master)
   const void* grad;       // T
@@ -67,6 +69,8 @@ struct AdamwTensor {
   float* master;          // f32 master weights, or null
   int64_t numel;
   int64_t first_chunk;
+  float decay;      // 1 − lr·weight_decay of this tensor
+  float step_size;  // lr / (1 − β1^t) of this tensor
 };
 
 /// One tensor of a non-finite check or L2 norm launch (32 bytes; `TensorRef` on the Rust side).
@@ -81,7 +85,7 @@ struct TensorRef {
 constexpr int kAdamwTableRows = 24;
 constexpr int kRefTableRows = 48;
 
-/// The tensors of one AdamW launch, by value (1536 bytes of kernel arguments).
+/// The tensors of one AdamW launch, by value (1728 bytes of kernel arguments).
 struct AdamwTable {
   AdamwTensor rows[kAdamwTableRows];
 };
@@ -109,7 +113,7 @@ __device__ __forceinline__ int find_tensor(const Desc* table, int count, int64_t
 }
 
 struct AdamwScalars {
-  float beta1, one_minus_beta1, beta2, one_minus_beta2, eps, decay, step_size, bias2_sqrt;
+  float beta1, one_minus_beta1, beta2, one_minus_beta2, eps, bias2_sqrt;
   bool maximize, amsgrad;
 };
 
@@ -144,7 +148,7 @@ __device__ void adamw_impl(const AdamwTensor* __restrict__ table, int count, int
       for (int e = 0; e < kVec; ++e) {
         float ge = g[e] / scale;
         if (s.maximize) ge = -ge;
-        const float pe = p[e] * s.decay;
+        const float pe = p[e] * d.decay;
         m[e] = s.beta1 * m[e] + s.one_minus_beta1 * ge;
         v[e] = s.beta2 * v[e] + s.one_minus_beta2 * ge * ge;
         float vu = v[e];
@@ -154,7 +158,7 @@ __device__ void adamw_impl(const AdamwTensor* __restrict__ table, int count, int
           vmax[e] = vu;
         }
         const float denom = sqrtf(vu) / s.bias2_sqrt + s.eps;
-        p[e] = pe - (s.step_size * m[e]) / denom;
+        p[e] = pe - (d.step_size * m[e]) / denom;
       }
       hipk::store_floats<kVec>(d.exp_avg, i, end, m);
       hipk::store_floats<kVec>(d.exp_avg_sq, i, end, v);
@@ -232,11 +236,10 @@ __device__ void l2norm_finalize_impl(const float* __restrict__ partials, int64_t
 #define ADAMW_KERNELS(suffix, T)                                                               \
   HIPK_KERNEL(adamw_##suffix, kBlock)                                                          \
   (const AdamwTable table, int count, int64_t total_chunks, int64_t chunk, float beta1,     \
-   float one_minus_beta1, float beta2, float one_minus_beta2, float eps, float decay,         \
-   float step_size, float bias2_sqrt, int maximize, int amsgrad, const float* grad_scale,     \
-   const float* found_inf) {                                                                   \
-    const AdamwScalars s{beta1,     one_minus_beta1, beta2,        one_minus_beta2, eps,      \
-                         decay,     step_size,       bias2_sqrt,   maximize != 0,   amsgrad != 0}; \
+   float one_minus_beta1, float beta2, float one_minus_beta2, float eps, float bias2_sqrt,    \
+   int maximize, int amsgrad, const float* grad_scale, const float* found_inf) {               \
+    const AdamwScalars s{beta1, one_minus_beta1, beta2,         one_minus_beta2,              \
+                         eps,   bias2_sqrt,      maximize != 0, amsgrad != 0};                 \
     adamw_impl<T>(table.rows, count, total_chunks, chunk, s, grad_scale, found_inf);           \
   }                                                                                            \
   HIPK_KERNEL(multi_nonfinite_##suffix, kBlock)                                                \

@@ -43,11 +43,19 @@
 // of the weight and of the column sums stay in registers across all the block's rows, g = dy·w
 // of the row goes to LDS (each thread re-reads only its own slots) and xhat stays in registers
 // for the second pass: x and dy are read once and dx written once per element (12.02 B per
-// element for f32 by `cargo xtask isa-report`, minimum 12; the streamed backward moves 44).
-// Its block sum uses ds_swizzle and readlane (no lane-address registers: 57–61 VGPRs, no
+// element for f32 by `cargo xtask isa-report`, minimum 12; the streamed backward moves 44;
+// sizeof(T) more per element when accumulating, see below).
+// Its block sum uses ds_swizzle and readlane (no lane-address registers: 59–61 VGPRs, no
 // spill under the 64 a 1024-thread block allows).
 // Stage 2 (layernorm_bwd_dwdb_<T>): dweight[j] = Σ_group partial[group][0][j], dbias likewise,
-// summed in group order. No float atomics anywhere: for a fixed launch configuration the
+// summed in group order.
+// Accumulate (the last argument of all three, non-zero: `LayerNormBackward::accumulate`): dx,
+// dweight and dbias are read and the new gradient added to them in f32 before the one rounding
+// to T (dx in the store of stage 1, dweight/dbias after the group sum of stage 2); otherwise
+// they are overwritten and never read. The branch is uniform; the static byte figures of
+// `cargo xtask isa-report` count its read of dx (one more sizeof(T) per element: 16.02 B per
+// f32 element for the wide backward, 48 for the streamed one), which the overwriting call does
+// not make (12.02 and 44 there). No float atomics anywhere: for a fixed launch configuration the
 // results are bit-identical run to run.
 //
 // Row loops are wave-uniform: the row index of a wave-mode group comes from
@@ -62,16 +70,16 @@
 //   layernorm_fwd_residual_f32   61     66    128           4 (4)               0       0
 //   layernorm_fwd_residual_f16   59     62    128           4 (4)               0       0
 //   layernorm_fwd_residual_bf16  62     66    128           4 (4)               0       0
-//   layernorm_bwd_f32            52     73    256           4 (4)               0       0
-//   layernorm_bwd_wide_f32       59     49  33024           4                   0       0
+//   layernorm_bwd_f32            53     75    256           4 (4)               0       0
+//   layernorm_bwd_wide_f32       59     51  33024           4                   0       0
 //   layernorm_bwd_dwdb_f32        9     14      0             (10)              0       0
 //   layernorm_fwd_f16            41     58    128           4 (5)               0       0
-//   layernorm_bwd_f16            47     70    256           4 (5)               0       0
-//   layernorm_bwd_wide_f16       60     49  33024           4                   0       0
+//   layernorm_bwd_f16            50     73    256           4 (4)               0       0
+//   layernorm_bwd_wide_f16       61     51  33024           4                   0       0
 //   layernorm_bwd_dwdb_f16        9     14      0             (10)              0       0
 //   layernorm_fwd_bf16           44     60    128           4 (5)               0       0
-//   layernorm_bwd_bf16           48     72    256           4 (5)               0       0
-//   layernorm_bwd_wide_bf16      61     51  33024           4                   0       0
+//   layernorm_bwd_bf16           51     75    256           4 (4)               0       0
+//   layernorm_bwd_wide_bf16      61     53  33024           4                   0       0
 //   layernorm_bwd_dwdb_bf16       8     14      0             (10)              0       0
 // A 1024-thread block is 16 waves, 4 per SIMD: registers that would allow 5 waves still fit
 // only one such block per CU. The wide backward's 33 KiB of LDS allows 1 block (4 waves/SIMD).
@@ -189,6 +197,17 @@ __device__ __forceinline__ void store_slot(T* p, const Group& g, int k, int C,
       hipk::store_from_float(p, j, in[0]);
     }
   }
+}
+
+/// in += slot k of row p (the accumulating backward's dx: the old value, added in f32 before
+/// the one rounding of the store); a slot past C is left alone.
+template <bool kVec, typename T>
+__device__ __forceinline__ void add_slot(const T* p, const Group& g, int k, int C,
+                                         float (&in)[slot_width<kVec>()]) {
+  float old[slot_width<kVec>()];
+  load_slot<kVec>(p, g, k, C, old);
+#pragma unroll
+  for (int e = 0; e < slot_width<kVec>(); ++e) in[e] += old[e];
 }
 
 /// The vector layout is usable: whole slots and every tensor aligned to a slot.
@@ -411,7 +430,8 @@ __device__ void layernorm_bwd_cached(const T* __restrict__ x, const T* __restric
                                      const T* __restrict__ dy, const float* __restrict__ mean_in,
                                      const float* __restrict__ rstd_in, T* __restrict__ dx,
                                      float* __restrict__ pdw, float* __restrict__ pdb,
-                                     int64_t rows, int C, const Group& g, float* lds) {
+                                     int64_t rows, int C, bool accumulate, const Group& g,
+                                     float* lds) {
   constexpr int K = kBwdSlots;
   const float inv_c = 1.0f / static_cast<float>(C);
   float acc_dw[K][V];
@@ -455,6 +475,7 @@ __device__ void layernorm_bwd_cached(const T* __restrict__ x, const T* __restric
       load_slot<true>(weight, g, k, C, w);
 #pragma unroll
       for (int e = 0; e < V; ++e) out[e] = rstd * (dyv[k][e] * w[e] - m1 - xh[k][e] * m2);
+      if (accumulate) add_slot<true>(dx + row * C, g, k, C, out);
       store_slot<true>(dx + row * C, g, k, C, out);
     }
   }
@@ -473,7 +494,8 @@ __device__ void layernorm_bwd_stream(const T* __restrict__ x, const T* __restric
                                      const T* __restrict__ dy, const float* __restrict__ mean_in,
                                      const float* __restrict__ rstd_in, T* __restrict__ dx,
                                      float* __restrict__ pdw, float* __restrict__ pdb,
-                                     int64_t rows, int C, const Group& g, float* lds) {
+                                     int64_t rows, int C, bool accumulate, const Group& g,
+                                     float* lds) {
   const float inv_c = 1.0f / static_cast<float>(C);
   const int slots = slot_count<kVec>(g, C);
   constexpr int W = slot_width<kVec>();
@@ -535,6 +557,7 @@ __device__ void layernorm_bwd_stream(const T* __restrict__ x, const T* __restric
         const float xh = (xv[e] - mean) * rstd;
         out[e] = rstd * (dyv[e] * w[e] - m1 - xh * m2);
       }
+      if (accumulate) add_slot<kVec>(dx + row * C, g, k, C, out);
       store_slot<kVec>(dx + row * C, g, k, C, out);
     }
     if constexpr (kVec) HIPK_HOT_LOOP_END("bwd_stream_pass2");
@@ -601,7 +624,8 @@ __device__ void layernorm_bwd_wide_impl(const T* __restrict__ x, const T* __rest
                                         const T* __restrict__ dy,
                                         const float* __restrict__ mean_in,
                                         const float* __restrict__ rstd_in, T* __restrict__ dx,
-                                        float* __restrict__ partial, int64_t rows, int C) {
+                                        float* __restrict__ partial, int64_t rows, int C,
+                                        bool accumulate) {
   constexpr int K = kWideSlots;
   __shared__ float4 row_g[K * kMaxBlock];
   __shared__ float lds[2 * hipk::kMaxWavesPerBlock];
@@ -671,7 +695,15 @@ __device__ void layernorm_bwd_wide_impl(const T* __restrict__ x, const T* __rest
 #pragma unroll
       for (int e = 0; e < V; ++e) out[e] = rstd * (gw[e] - m1 - xh[k][e] * m2);
       const int j = slot_elem<true>(g, k, 0);
-      if (j < C) hipk::store_vec<V>(at_u32(dxr, j), out);
+      if (j < C) {
+        if (accumulate) {
+          float old[V];
+          hipk::load_vec<V>(at_u32(static_cast<const T*>(dxr), j), old);
+#pragma unroll
+          for (int e = 0; e < V; ++e) out[e] += old[e];
+        }
+        hipk::store_vec<V>(at_u32(dxr, j), out);
+      }
     }
   }
   HIPK_HOT_LOOP_END("bwd_wide_row");
@@ -687,26 +719,29 @@ __device__ void layernorm_bwd_wide_impl(const T* __restrict__ x, const T* __rest
 template <typename T>
 __device__ void layernorm_bwd_impl(const T* x, const T* weight, const T* dy, const float* mean,
                                    const float* rstd, T* dx, float* partial, int64_t rows, int C,
-                                   int row_per_wave) {
+                                   int row_per_wave, bool accumulate) {
   __shared__ float lds[2 * hipk::kMaxWavesPerBlock];
   const Group g = row_group(row_per_wave);
   float* pdw = partial + g.id * 2 * C;  // this group's dweight partial row
   float* pdb = pdw + C;                  // and its dbias partial row
   // The partial rows are f32 at offsets that are multiples of C (C % V == 0 in vector layout).
   if (!vec_ok<T>(C, x, weight, dy, dx) || !hipk::is_aligned(partial, V * sizeof(float))) {
-    layernorm_bwd_stream<false>(x, weight, dy, mean, rstd, dx, pdw, pdb, rows, C, g, lds);
+    layernorm_bwd_stream<false>(x, weight, dy, mean, rstd, dx, pdw, pdb, rows, C, accumulate, g,
+                                lds);
   } else if (slot_count<true>(g, C) <= kBwdSlots) {
-    layernorm_bwd_cached(x, weight, dy, mean, rstd, dx, pdw, pdb, rows, C, g, lds);
+    layernorm_bwd_cached(x, weight, dy, mean, rstd, dx, pdw, pdb, rows, C, accumulate, g, lds);
   } else {
-    layernorm_bwd_stream<true>(x, weight, dy, mean, rstd, dx, pdw, pdb, rows, C, g, lds);
+    layernorm_bwd_stream<true>(x, weight, dy, mean, rstd, dx, pdw, pdb, rows, C, accumulate, g,
+                               lds);
   }
 }
 
-/// Stage 2: dweight[j] = Σ_g partial[g][0][j], dbias[j] = Σ_g partial[g][1][j], g in order.
+/// Stage 2: dweight[j] = Σ_g partial[g][0][j], dbias[j] = Σ_g partial[g][1][j], g in order;
+/// with `accumulate` the old dweight[j] / dbias[j] is added to the f32 sum last (one rounding).
 template <typename T>
 __device__ void layernorm_bwd_dwdb_impl(const float* __restrict__ partial, int64_t groups,
-                                        int C, T* __restrict__ dweight,
-                                        T* __restrict__ dbias) {
+                                        int C, T* __restrict__ dweight, T* __restrict__ dbias,
+                                        bool accumulate) {
   const int j = static_cast<int>(blockIdx.x * blockDim.x + threadIdx.x);
   if (j >= C) return;
   float dw = 0.0f;
@@ -715,6 +750,10 @@ __device__ void layernorm_bwd_dwdb_impl(const float* __restrict__ partial, int64
     const float* p = partial + gi * 2 * C;
     dw += p[j];
     db += p[C + j];
+  }
+  if (accumulate) {
+    dw += hipk::load_as_float(dweight, j);
+    db += hipk::load_as_float(dbias, j);
   }
   hipk::store_from_float(dweight, j, dw);
   hipk::store_from_float(dbias, j, db);
@@ -736,17 +775,19 @@ __device__ void layernorm_bwd_dwdb_impl(const float* __restrict__ partial, int64
   }                                                                                           \
   HIPK_KERNEL(layernorm_bwd_##suffix, kMaxBlock)                                              \
   (const T* x, const T* weight, const T* dy, const float* mean, const float* rstd, T* dx,     \
-   float* partial, int64_t rows, int C, int row_per_wave) {                                   \
-    layernorm_bwd_impl<T>(x, weight, dy, mean, rstd, dx, partial, rows, C, row_per_wave);     \
+   float* partial, int64_t rows, int C, int row_per_wave, int accumulate) {                   \
+    layernorm_bwd_impl<T>(x, weight, dy, mean, rstd, dx, partial, rows, C, row_per_wave,      \
+                          accumulate != 0);                                                   \
   }                                                                                           \
   HIPK_KERNEL(layernorm_bwd_wide_##suffix, kMaxBlock)                                         \
   (const T* x, const T* weight, const T* dy, const float* mean, const float* rstd, T* dx,     \
-   float* partial, int64_t rows, int C) {                                                     \
-    layernorm_bwd_wide_impl<T>(x, weight, dy, mean, rstd, dx, partial, rows, C);              \
+   float* partial, int64_t rows, int C, int accumulate) {                                     \
+    layernorm_bwd_wide_impl<T>(x, weight, dy, mean, rstd, dx, partial, rows, C,               \
+                               accumulate != 0);                                              \
   }                                                                                           \
   HIPK_KERNEL(layernorm_bwd_dwdb_##suffix, 256)                                               \
-  (const float* partial, int64_t groups, int C, T* dweight, T* dbias) {                       \
-    layernorm_bwd_dwdb_impl<T>(partial, groups, C, dweight, dbias);                           \
+  (const float* partial, int64_t groups, int C, T* dweight, T* dbias, int accumulate) {       \
+    layernorm_bwd_dwdb_impl<T>(partial, groups, C, dweight, dbias, accumulate != 0);          \
   }
 
 HIPK_DTYPES(LAYERNORM_KERNELS)

@@ -79,6 +79,7 @@ fn layernorm_backward_matches_finite_differences() {
             dx: &mut dx,
             dweight: &mut dw,
             dbias: &mut db,
+            accumulate: false,
         })
         .unwrap();
         let (w0, b0, x0) = (w.clone(), b.clone(), x.clone());

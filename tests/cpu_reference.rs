@@ -54,6 +54,7 @@ fn matmul_all_dtypes<T: DeviceElement>(rng: &mut Normal) {
             trans_b,
             alpha: 1.5,
             beta: -0.5,
+            layout: hip_kernels::ops::MatmulLayout::PACKED,
         };
         let (a, b, c) = (
             cast::<T>(&rng.vec(s.a_len().unwrap())),
@@ -244,6 +245,7 @@ fn threaded_layernorm_equals_per_row_calls() {
             dx: &mut dx32,
             dweight: &mut dw1,
             dbias: &mut db1,
+            accumulate: false,
         })
         .unwrap();
         cpu::layernorm_backward(LayerNormBackward::<Host, bf16> {
@@ -256,6 +258,7 @@ fn threaded_layernorm_equals_per_row_calls() {
             dx: &mut dx1,
             dweight: &mut vec![bf16::ZERO; s.cols],
             dbias: &mut vec![bf16::ZERO; s.cols],
+            accumulate: false,
         })
         .unwrap();
         assert_eq!(&dx1[..], &d.dx[row], "row {r}");

@@ -104,6 +104,7 @@ fn ln_backward_views<T: DeviceElement>(
             dx: &mut dx.view_mut(),
             dweight: &mut dw.view_mut(),
             dbias: &mut db.view_mut(),
+            accumulate: false,
         },
     )
     .expect("backward on views");
@@ -176,6 +177,7 @@ fn layernorm_random_at<T: DeviceElement>(
         dx: &mut dx,
         dweight: &mut dw,
         dbias: &mut db,
+        accumulate: false,
     })
     .expect("cpu backward");
     // dx is rstd times an f32 bracket: its tolerance grows with each row's rstd (tolerance.rs).
@@ -208,6 +210,142 @@ fn layernorm_matches_the_reference_on_random_shapes_every_dtype() {
             layernorm_random::<f32>(&s, rows, cols, seed);
             layernorm_random::<f16>(&s, rows, cols, seed);
             layernorm_random::<bf16>(&s, rows, cols, seed);
+        }
+    }
+}
+
+/// Two accumulating backward calls (two micro-batches' `dy` over the same saved statistics) into
+/// non-zero `dx`, `dweight`, `dbias` on the device, against the CPU reference doing the same; and
+/// one accumulating call into zeros equals the overwriting call.
+fn layernorm_accumulate<T: DeviceElement>(s: &Stream, rows: usize, cols: usize, seed: u64) {
+    let shape = LayerNormParams {
+        rows,
+        cols,
+        eps: 1e-5,
+    };
+    let n = rows * cols;
+    let mut rng = Rng(seed);
+    let (x, w) = (rng.vec::<T>(n, 1.0), rng.vec::<T>(cols, 1.0));
+    let dys = [rng.vec::<T>(n, 1.0), rng.vec::<T>(n, 1.0)];
+    let (dx0, dw0, db0) = (
+        rng.vec::<T>(n, 1.0),
+        rng.vec::<T>(cols, 1.0),
+        rng.vec::<T>(cols, 1.0),
+    );
+    let (mut y, mut mean, mut rstd) = (x.clone(), vec![0f32; rows], vec![0f32; rows]);
+    cpu::layernorm_forward(LayerNormForward::<Host, T> {
+        params: shape,
+        x: &x,
+        weight: &w,
+        bias: &w,
+        y: &mut y,
+        mean: &mut mean,
+        rstd: &mut rstd,
+    })
+    .expect("cpu forward");
+    let (bx, bw, bm, br) = (
+        upload(s, &x),
+        upload(s, &w),
+        upload(s, &mean),
+        upload(s, &rstd),
+    );
+    let device = |dy: &[&[T]], init: (&[T], &[T], &[T]), accumulate: bool| {
+        let (mut dx, mut dw, mut db) = (upload(s, init.0), upload(s, init.1), upload(s, init.2));
+        for dy in dy {
+            let bdy = upload(s, dy);
+            ops::layernorm_backward(
+                s,
+                LayerNormBackward::<OnDevice, T> {
+                    params: shape,
+                    x: &bx,
+                    weight: &bw,
+                    dy: &bdy,
+                    mean: &bm,
+                    rstd: &br,
+                    dx: &mut dx,
+                    dweight: &mut dw,
+                    dbias: &mut db,
+                    accumulate,
+                },
+            )
+            .expect("device backward");
+        }
+        (download(s, &dx), download(s, &dw), download(s, &db))
+    };
+    // Call by call: each accumulating call into the device's current (non-zero) outputs against
+    // the reference accumulating into the same values. (Comparing only after both calls would
+    // let the bf16 rounding of the first sum, taken at the magnitude of |old| + |gradient|,
+    // differ by a half ulp there and exceed the tolerance of a result that cancels to less.)
+    let dt = T::DTYPE;
+    let mut state = (dx0.clone(), dw0.clone(), db0.clone());
+    let mut dy_so_far: Vec<&[T]> = Vec::new();
+    for (call, dy) in dys.iter().enumerate() {
+        dy_so_far.push(dy);
+        let got = device(&[dy], (&state.0, &state.1, &state.2), true);
+        let (mut dx, mut dw, mut db) = state.clone();
+        cpu::layernorm_backward(LayerNormBackward::<Host, T> {
+            params: shape,
+            x: &x,
+            weight: &w,
+            dy,
+            mean: &mean,
+            rstd: &rstd,
+            dx: &mut dx,
+            dweight: &mut dw,
+            dbias: &mut db,
+            accumulate: true,
+        })
+        .expect("cpu backward");
+        for (r, &rs) in rstd.iter().enumerate() {
+            let tol = layernorm_dx_tolerance(dt, cols, f64::from(rs));
+            let span = r * cols..(r + 1) * cols;
+            let what = format!("accumulated dx call {call} row {r} ({rows}×{cols}, {dt})");
+            assert_close_with(&what, tol, &got.0[span.clone()], &dx[span]);
+        }
+        assert_close(
+            "accumulated dweight",
+            Rule::Reduction,
+            dt,
+            rows,
+            &got.1,
+            &dw,
+        );
+        assert_close("accumulated dbias", Rule::Reduction, dt, rows, &got.2, &db);
+        state = got;
+    }
+    // Both calls on the same device buffers give what the call-by-call chain gave.
+    let both = device(&dy_so_far, (&dx0, &dw0, &db0), true);
+    assert_eq!(
+        (bits(&both.0), bits(&both.1), bits(&both.2)),
+        (bits(&state.0), bits(&state.1), bits(&state.2)),
+        "two calls in a row ({rows}×{cols}, {dt})"
+    );
+    let got = both;
+    // The old values were really added: the result moved away from one call's gradient.
+    let once = device(&[&dys[0]], (&dx0, &dw0, &db0), false);
+    assert_ne!(bits(&once.1), bits(&got.1), "dweight did not accumulate");
+    // Accumulating into zeros is the overwrite (equal values; -0 + 0 may turn a sign).
+    let zero = |len| vec![T::from_f64(0.0); len];
+    let acc = device(&[&dys[0]], (&zero(n), &zero(cols), &zero(cols)), true);
+    let f = |v: &[T]| v.iter().map(|e| e.to_f64()).collect::<Vec<_>>();
+    assert_eq!(
+        (f(&acc.0), f(&acc.1), f(&acc.2)),
+        (f(&once.0), f(&once.1), f(&once.2)),
+        "accumulate into zeros != overwrite ({rows}×{cols}, {dt})"
+    );
+}
+
+#[test]
+fn layernorm_backward_accumulates_into_its_outputs_every_path_and_dtype() {
+    let s = stream();
+    // 3: scalar layout; 768: one wave per row, cached; 4100: the wide backward; 5001: streamed
+    // scalar; 20000: streamed vector. 129 rows: more than one row per group somewhere.
+    for (i, &cols) in [3usize, 768, 4100, 5001, 20000].iter().enumerate() {
+        for (j, &rows) in [1usize, 129].iter().enumerate() {
+            let seed = 900 + (i * 10 + j) as u64;
+            layernorm_accumulate::<f32>(&s, rows, cols, seed);
+            layernorm_accumulate::<bf16>(&s, rows, cols, seed);
+            layernorm_accumulate::<f16>(&s, rows, cols, seed);
         }
     }
 }
@@ -493,6 +631,8 @@ impl<T: DeviceElement> AdamwState<T> {
                 exp_avg_sq: &mut self.v,
                 max_exp_avg_sq: self.vmax.as_deref_mut(),
                 master: self.master.as_deref_mut(),
+                weight_decay: None,
+                lr_scale: None,
             }],
         })
         .expect("cpu adamw");
@@ -529,6 +669,8 @@ impl<T: DeviceElement> DeviceState<T> {
             exp_avg_sq: &mut self.v,
             max_exp_avg_sq: self.vmax.as_mut().map(|b| b as _),
             master: self.master.as_mut().map(|b| b as _),
+            weight_decay: None,
+            lr_scale: None,
         }
     }
 
@@ -605,6 +747,141 @@ fn adamw_multi_matches_the_reference_every_option_every_dtype() {
     adamw_multi_random::<f32>(&s, 11);
     adamw_multi_random::<f16>(&s, 12);
     adamw_multi_random::<bf16>(&s, 13);
+}
+
+/// Per-tensor weight decay and lr scale (torch's param groups) in one `ops::adamw` call: equal
+/// bit for bit to one call per tensor with those hyper-parameters as the call's, close to the
+/// CPU reference (itself equal to its per-tensor calls), in one launch per
+/// `ADAMW_TABLE_ROWS` tensors (counted on hip-emu).
+fn adamw_per_tensor_hyper<T: DeviceElement>(s: &Stream, seed: u64) {
+    let n_tensors = ops::ADAMW_TABLE_ROWS + 6;
+    let mut lens: Vec<usize> = (0..n_tensors).map(|i| 3 + 37 * i).collect();
+    lens[1] = 65_537; // more than one chunk
+    let overrides: Vec<(Option<f64>, Option<f64>)> = (0..n_tensors)
+        .map(|i| {
+            let wd = [None, Some(0.0), Some(0.3)][i % 3];
+            let scale = [None, Some(0.5), Some(0.0), Some(2.0)][i % 4];
+            (wd, scale)
+        })
+        .collect();
+    let c = AdamWParams {
+        lr: 1e-2,
+        weight_decay: 0.1,
+        step: 5,
+        ..AdamWParams::default()
+    };
+    // What torch's param group of tensor i would run with.
+    let own = |i: usize| AdamWParams {
+        lr: overrides[i].1.map_or(c.lr, |sc| c.lr * sc),
+        weight_decay: overrides[i].0.unwrap_or(c.weight_decay),
+        ..c
+    };
+    let mut rng = Rng(seed);
+    let host: Vec<AdamwState<T>> = lens
+        .iter()
+        .map(|&n| AdamwState::random(n, false, false, &mut rng))
+        .collect();
+
+    // One call, the overrides in the table.
+    let mut one: Vec<DeviceState<T>> = host.iter().map(|h| DeviceState::upload(s, h)).collect();
+    let mut tensors: Vec<AdamWTensor<'_, OnDevice, T>> = one
+        .iter_mut()
+        .zip(&overrides)
+        .map(|(d, &(wd, sc))| AdamWTensor {
+            weight_decay: wd,
+            lr_scale: sc,
+            ..d.tensor()
+        })
+        .collect();
+    s.synchronize().expect("sync");
+    let before = hip_rt::emu::stats(hip_rt::emu::StatsScope::Thread);
+    ops::adamw(
+        s,
+        AdamW::<OnDevice, _> {
+            params: c,
+            grad_scale: None,
+            found_inf: None,
+            tensors: &mut tensors,
+        },
+    )
+    .expect("adamw, one call");
+    if let (Some(b), Some(a)) = (before, hip_rt::emu::stats(hip_rt::emu::StatsScope::Thread)) {
+        let launches = a.since(&b).launches;
+        assert_eq!(
+            launches as usize,
+            n_tensors.div_ceil(ops::ADAMW_TABLE_ROWS),
+            "launches of one adamw call over {n_tensors} tensors"
+        );
+    }
+    drop(tensors);
+
+    // One call per tensor, its hyper-parameters as the call's.
+    let mut each: Vec<DeviceState<T>> = host.iter().map(|h| DeviceState::upload(s, h)).collect();
+    for (i, d) in each.iter_mut().enumerate() {
+        ops::adamw(
+            s,
+            AdamW::<OnDevice, _> {
+                params: own(i),
+                grad_scale: None,
+                found_inf: None,
+                tensors: &mut [d.tensor()],
+            },
+        )
+        .expect("adamw, per tensor");
+    }
+
+    for (i, ((o, e), h)) in one.iter().zip(&each).zip(&host).enumerate() {
+        let (o, e) = (o.download(s), e.download(s));
+        assert_eq!(
+            (bits(&o.param), bits(&o.m), bits(&o.v)),
+            (bits(&e.param), bits(&e.m), bits(&e.v)),
+            "tensor {i} ({:?}): one call != per-tensor call",
+            overrides[i]
+        );
+        // The CPU reference: one call with the override equals its own per-tensor call.
+        let (mut a, mut b) = (clone_state(h), clone_state(h));
+        cpu::adamw(AdamW::<Host, T> {
+            params: c,
+            grad_scale: None,
+            found_inf: None,
+            tensors: &mut [AdamWTensor {
+                param: &mut a.param,
+                grad: &a.grad,
+                exp_avg: &mut a.m,
+                exp_avg_sq: &mut a.v,
+                max_exp_avg_sq: None,
+                master: None,
+                weight_decay: overrides[i].0,
+                lr_scale: overrides[i].1,
+            }],
+        })
+        .expect("cpu adamw");
+        b.cpu_step(&own(i), None);
+        assert_eq!(bits(&a.param), bits(&b.param), "cpu tensor {i}");
+        assert_adamw_close(&o, &a);
+    }
+    // The overrides mattered: lr_scale 0 left tensor 2's parameter alone (decay 1 − 0·wd = 1).
+    assert_eq!(bits(&one[2].download(s).param), bits(&host[2].param));
+    assert_ne!(bits(&one[1].download(s).param), bits(&host[1].param));
+}
+
+fn clone_state<T: DeviceElement>(h: &AdamwState<T>) -> AdamwState<T> {
+    AdamwState {
+        param: h.param.clone(),
+        grad: h.grad.clone(),
+        m: h.m.clone(),
+        v: h.v.clone(),
+        vmax: h.vmax.clone(),
+        master: h.master.clone(),
+    }
+}
+
+#[test]
+fn adamw_per_tensor_weight_decay_and_lr_scale_in_one_call_every_dtype() {
+    let s = stream();
+    adamw_per_tensor_hyper::<f32>(&s, 21);
+    adamw_per_tensor_hyper::<f16>(&s, 22);
+    adamw_per_tensor_hyper::<bf16>(&s, 23);
 }
 
 #[test]

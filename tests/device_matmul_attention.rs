@@ -187,6 +187,195 @@ fn matmul_on_misaligned_views_every_dtype() {
     matmul_misaligned_views::<hip_kernels::params::bf16>();
 }
 
+/// `packed` (`[batch, rows, row]`) placed into a buffer of `len` elements filled with `pad`,
+/// row `r` of item `b` at `b·stride + r·ld`.
+#[allow(clippy::too_many_arguments)]
+fn embed<T: DeviceElement>(
+    packed: &[T],
+    (batch, rows, row): (usize, usize, usize),
+    ld: usize,
+    stride: usize,
+    len: usize,
+    pad: T,
+) -> Vec<T> {
+    let mut out = vec![pad; len];
+    for bi in 0..batch {
+        for r in 0..rows {
+            let src = (bi * rows + r) * row;
+            let at = bi * stride + r * ld;
+            out[at..at + row].copy_from_slice(&packed[src..src + row]);
+        }
+    }
+    out
+}
+
+/// Strided and padded operands (a with padded rows and items, out with the items side by side
+/// in each row like the heads of `[T, H, D]`, b broadcast with stride 0) give the packed result:
+/// on the CPU bit for bit, on the device within the op's tolerance of it, and the elements of
+/// `out` outside the layout keep their value.
+fn matmul_strided_equals_packed<T: DeviceElement>() {
+    let s = stream();
+    let mut rng = Rng(0x5eed_0005);
+    let (batch, m, n, k) = (3usize, 33usize, 20usize, 17usize);
+    for (trans_a, trans_b) in [(false, false), (false, true), (true, false), (true, true)] {
+        for (alpha, beta) in [(1.0f32, 0.0f32), (1.5, -0.5)] {
+            let packed = MatmulParams {
+                batch,
+                trans_a,
+                trans_b,
+                alpha,
+                beta,
+                ..MatmulParams::new(m, n, k)
+            };
+            let [(ar, ac), (br, bc), (or, oc)] = packed.stored();
+            let a = rng.vec::<T>(packed.a_len().unwrap(), 1.0);
+            let b_one = rng.vec::<T>(br * bc, 1.0);
+            let b: Vec<T> = (0..batch).flat_map(|_| b_one.clone()).collect();
+            let c: Vec<T> = if beta == 0.0 {
+                vec![T::from_f64(f64::NAN); packed.out_len().unwrap()]
+            } else {
+                rng.vec(packed.out_len().unwrap(), 1.0)
+            };
+            let mut want = c.clone();
+            cpu::matmul(Matmul::<Host, T> {
+                params: packed,
+                a: &a,
+                b: &b,
+                out: &mut want,
+            })
+            .unwrap();
+
+            let (lda, ldb, ldc) = (ac + 3, bc + 2, batch * n + 5);
+            let layout = ops::MatmulLayout {
+                lda: Some(lda),
+                ldb: Some(ldb),
+                ldc: Some(ldc),
+                stride_a: Some(ar * lda + 7),
+                stride_b: Some(0),
+                stride_c: Some(n),
+            };
+            let strided = MatmulParams { layout, ..packed };
+            let r = strided.resolve().unwrap();
+            let pad = T::from_f64(7.0);
+            let sa = embed(&a, (batch, ar, ac), lda, r.stride[0], r.reach[0] + 2, pad);
+            let sb = embed(&b_one, (1, br, bc), ldb, 0, r.reach[1], pad);
+            let sc = embed(&c, (batch, or, oc), ldc, n, r.reach[2] + 1, pad);
+            let expect_out = embed(&want, (batch, or, oc), ldc, n, r.reach[2] + 1, pad);
+            let what = format!("strided {strided:?}");
+
+            let mut cpu_out = sc.clone();
+            cpu::matmul(Matmul::<Host, T> {
+                params: strided,
+                a: &sa,
+                b: &sb,
+                out: &mut cpu_out,
+            })
+            .unwrap();
+            assert_eq!(bits(&cpu_out), bits(&expect_out), "cpu {what}");
+
+            let (da, db) = (upload(&s, &sa), upload(&s, &sb));
+            let mut dout = upload(&s, &sc);
+            ops::matmul(
+                &s,
+                Matmul::<OnDevice, T> {
+                    params: strided,
+                    a: &da,
+                    b: &db,
+                    out: &mut dout,
+                },
+            )
+            .unwrap();
+            let got = download(&s, &dout);
+            let inside: Vec<bool> = {
+                let mut v = vec![false; got.len()];
+                for bi in 0..batch {
+                    for row in 0..m {
+                        let at = bi * n + row * ldc;
+                        v[at..at + n].fill(true);
+                    }
+                }
+                v
+            };
+            let (mut g_in, mut w_in) = (Vec::new(), Vec::new());
+            for (i, &is_in) in inside.iter().enumerate() {
+                if is_in {
+                    g_in.push(got[i]);
+                    w_in.push(expect_out[i]);
+                } else {
+                    assert_eq!(bits(&[got[i]]), bits(&[pad]), "{what}: pad [{i}] written");
+                }
+            }
+            assert_close(&what, Rule::Reduction, T::DTYPE, k, &g_in, &w_in);
+        }
+    }
+}
+
+#[test]
+fn matmul_strided_and_padded_operands_equal_the_packed_result_every_dtype() {
+    matmul_strided_equals_packed::<f32>();
+    matmul_strided_equals_packed::<hip_kernels::params::f16>();
+    matmul_strided_equals_packed::<hip_kernels::params::bf16>();
+}
+
+/// Bad leading dimensions, overlapping output strides and short buffers are typed errors that
+/// name the field, before any launch.
+#[test]
+fn bad_matmul_layouts_are_typed_errors_naming_the_field() {
+    let s = stream();
+    let (a, b) = (upload(&s, &[0f32; 64]), upload(&s, &[0f32; 64]));
+    let mut out = upload(&s, &[0f32; 64]);
+    let base = MatmulParams {
+        batch: 2,
+        ..MatmulParams::new(2, 3, 4)
+    };
+    for (layout, field) in [
+        (
+            ops::MatmulLayout {
+                lda: Some(3), // < k = 4
+                ..ops::MatmulLayout::PACKED
+            },
+            "lda",
+        ),
+        (
+            ops::MatmulLayout {
+                ldc: Some(2), // < n = 3
+                ..ops::MatmulLayout::PACKED
+            },
+            "ldc",
+        ),
+        (
+            ops::MatmulLayout {
+                stride_c: Some(0), // both items on one place
+                ..ops::MatmulLayout::PACKED
+            },
+            "stride_c",
+        ),
+        (
+            ops::MatmulLayout {
+                stride_b: Some(60), // item 1 of b ends at 60 + 12 > 64
+                ..ops::MatmulLayout::PACKED
+            },
+            "b",
+        ),
+    ] {
+        let e = ops::matmul(
+            &s,
+            Matmul::<OnDevice, f32> {
+                params: MatmulParams { layout, ..base },
+                a: &a,
+                b: &b,
+                out: &mut out,
+            },
+        )
+        .unwrap_err();
+        assert!(
+            matches!(&e, ops::OpError::Shape(hip_kernels::params::ShapeError::Invalid { name, .. }) if *name == field),
+            "{field}: {e}"
+        );
+        assert!(e.to_string().contains(field), "{field}: {e}");
+    }
+}
+
 fn check_attention<T: DeviceElement>(s: &Stream, rng: &mut Rng, shape: AttentionParams) {
     let (q, k, v) = (
         rng.vec::<T>(shape.q_len().unwrap(), 1.0),

@@ -141,6 +141,7 @@ pub(crate) fn matmul_params(g: Gemm, beta: f32) -> MatmulParams {
         trans_b: g.trans_b,
         alpha: 1.0,
         beta,
+        layout: hip_kernels::ops::MatmulLayout::PACKED,
     }
 }
 
@@ -340,6 +341,7 @@ impl<T: DeviceElement> Backend<T> for Cpu {
             dx: &mut dx,
             dweight: &mut dw,
             dbias: &mut db,
+            accumulate: false,
         })
         .map_err(op)?;
         for (acc, new) in [(dresidual, &dx), (dweight, &dw), (dbias, &db)] {
@@ -476,6 +478,8 @@ impl<T: DeviceElement> Backend<T> for Cpu {
                 exp_avg_sq,
                 max_exp_avg_sq: None,
                 master: master.map(|m| m.as_mut_slice()),
+                weight_decay: None,
+                lr_scale: None,
             }],
         })
         .map_err(op)

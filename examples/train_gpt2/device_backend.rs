@@ -465,6 +465,7 @@ impl<T: DeviceElement> Backend<T> for DeviceBackend {
                 dx: &mut dx,
                 dweight: &mut dw,
                 dbias: &mut db,
+                accumulate: false,
             },
         )
         .map_err(op)?;
@@ -634,6 +635,8 @@ impl<T: DeviceElement> Backend<T> for DeviceBackend {
                     exp_avg_sq,
                     max_exp_avg_sq: None,
                     master: master.map(|m| m as &mut dyn DeviceViewMut<f32>),
+                    weight_decay: None,
+                    lr_scale: None,
                 }],
             },
         )

@@ -166,6 +166,7 @@ fn gemm_case<T: GemmElement + Element>(blas: &Blas, batch: usize) -> Result<Stri
         trans_b: g.trans_b,
         alpha: g.alpha,
         beta: g.beta,
+        layout: hip_kernels::ops::MatmulLayout::PACKED,
     };
     let to_t = |v: Vec<f32>| v.into_iter().map(T::from_f32).collect::<Vec<T>>();
     let a = to_t(pattern_scaled(batch * g.m * g.k, 0.01));

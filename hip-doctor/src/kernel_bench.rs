@@ -114,6 +114,8 @@ fn adamw(stream: &Stream) -> Result<Item, String> {
                 exp_avg_sq: &mut v,
                 max_exp_avg_sq: None,
                 master: None,
+                weight_decay: None,
+                lr_scale: None,
             }],
         };
         ops::adamw(stream, a).map_err(|e| e.to_string())?;

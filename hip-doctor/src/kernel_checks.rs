@@ -39,6 +39,7 @@ const MM: MatmulParams = MatmulParams {
     trans_b: false,
     alpha: 1.5,
     beta: 0.5,
+    layout: hip_kernels::ops::MatmulLayout::PACKED,
 };
 
 /// The attention case: causal with Tq < Tk (bottom-right aligned), odd lengths, D = 64.

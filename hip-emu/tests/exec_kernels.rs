@@ -104,7 +104,7 @@ fn layernorm_forward_matches_f64_on_odd_and_vector_widths_in_both_modes() {
     }
 }
 
-/// kernels/adamw.hip's AdamwTensor (64 bytes).
+/// kernels/adamw.hip's AdamwTensor (72 bytes: per-tensor `1 − lr·wd` and `lr / (1 − β1^t)`).
 #[repr(C)]
 #[derive(Clone, Copy)]
 struct AdamwTensor {
@@ -116,6 +116,8 @@ struct AdamwTensor {
     master: *mut f32,
     numel: i64,
     first_chunk: i64,
+    decay: f32,
+    step_size: f32,
 }
 
 #[test]
@@ -125,7 +127,9 @@ fn adamw_matches_f64_over_two_tensors_with_tails() {
     }
     let sizes = [1001usize, 37];
     let chunk = 256usize;
-    let (lr, b1, b2, eps, wd, step) = (1e-2f64, 0.9f64, 0.999f64, 1e-8f64, 0.1f64, 3i32);
+    let (b1, b2, eps, step) = (0.9f64, 0.999f64, 1e-8f64, 3i32);
+    // Per tensor (table row): its own lr and weight decay.
+    let (lrs, wds) = ([1e-2f64, 5e-3], [0.1f64, 0.0]);
     let mut p: Vec<Vec<f32>> = sizes
         .iter()
         .enumerate()
@@ -152,6 +156,8 @@ fn adamw_matches_f64_over_two_tensors_with_tails() {
         })
         .collect();
     let (p0, m0, v0) = (p.clone(), m.clone(), v.clone());
+    let bias1 = 1.0 - b1.powi(step);
+    let bias2 = 1.0 - b2.powi(step);
     let mut table = Vec::new();
     let mut first = 0i64;
     for i in 0..sizes.len() {
@@ -164,12 +170,12 @@ fn adamw_matches_f64_over_two_tensors_with_tails() {
             master: std::ptr::null_mut(),
             numel: sizes[i] as i64,
             first_chunk: first,
+            decay: (1.0 - lrs[i] * wds[i]) as f32,
+            step_size: (lrs[i] / bias1) as f32,
         });
         first += sizes[i].div_ceil(chunk) as i64;
     }
-    let bias1 = 1.0 - b1.powi(step);
-    let bias2 = 1.0 - b2.powi(step);
-    // kernels/adamw.hip's AdamwTable: 24 rows by value (1536 bytes of kernel arguments).
+    // kernels/adamw.hip's AdamwTable: 24 rows by value (1728 bytes of kernel arguments).
     let mut by_value = [AdamwTensor {
         param: std::ptr::null_mut(),
         grad: std::ptr::null(),
@@ -179,6 +185,8 @@ fn adamw_matches_f64_over_two_tensors_with_tails() {
         master: std::ptr::null_mut(),
         numel: 0,
         first_chunk: 0,
+        decay: 0.0,
+        step_size: 0.0,
     }; 24];
     by_value[..table.len()].copy_from_slice(&table);
     let args = [
@@ -191,8 +199,6 @@ fn adamw_matches_f64_over_two_tensors_with_tails() {
         arg(b2 as f32),
         arg((1.0 - b2) as f32),
         arg(eps as f32),
-        arg((1.0 - lr * wd) as f32),
-        arg((lr / bias1) as f32),
         arg(bias2.sqrt() as f32),
         arg(0i32),
         arg(0i32),
@@ -222,7 +228,7 @@ fn adamw_matches_f64_over_two_tensors_with_tails() {
             let mm = b1 * m0[i][e] as f64 + (1.0 - b1) * gr;
             let vv = b2 * v0[i][e] as f64 + (1.0 - b2) * gr * gr;
             let denom = vv.sqrt() / bias2.sqrt() + eps;
-            wp[e] = p0[i][e] as f64 * (1.0 - lr * wd) - lr / bias1 * mm / denom;
+            wp[e] = p0[i][e] as f64 * (1.0 - lrs[i] * wds[i]) - lrs[i] / bias1 * mm / denom;
             wm[e] = mm;
             wv[e] = vv;
         }

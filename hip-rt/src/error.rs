@@ -70,6 +70,9 @@ pub enum Error {
         /// The buffer length.
         len: usize,
     },
+    /// `chunks_mut(0)`: a view cannot be cut into chunks of no elements.
+    #[error("chunk size 0: chunks_mut needs at least 1 element per chunk")]
+    ZeroChunk,
     /// An element count whose byte size overflows `usize`.
     #[error("{len} elements of {elem_bytes} bytes overflow the address space")]
     SizeOverflow {

@@ -50,7 +50,7 @@ pub use launch::{
 };
 pub use memory::alloc::{DeviceAllocator, DirectAllocator, RawAllocation, RawStream};
 pub use memory::buffer::{
-    DeviceBuffer, DeviceSlice, DeviceSliceMut, DeviceView, DeviceViewMut, Element,
+    ChunksMut, DeviceBuffer, DeviceSlice, DeviceSliceMut, DeviceView, DeviceViewMut, Element,
 };
 pub use memory::pinned::PinnedHostBuffer;
 pub use module::{Function, LaunchBuilder, Module};

@@ -53,7 +53,7 @@ pub fn layernorm_forward(a: LayerNormForward<'_, Exact, f64>) -> Result<(), Shap
 
 /// f64 layer norm backward from the saved `mean` and `rstd`: with `x̂ = (x − mean)·rstd` and
 /// `g = dy·weight`, `dx = rstd·(g − mean(g) − x̂·mean(g·x̂))`, `dweight = Σ_rows dy·x̂`,
-/// `dbias = Σ_rows dy` (overwritten, not accumulated).
+/// `dbias = Σ_rows dy`, added into the outputs with `accumulate`, else overwriting them.
 pub fn layernorm_backward(a: LayerNormBackward<'_, Exact, f64>) -> Result<(), ShapeError> {
     a.validate()?;
     let LayerNormBackward {
@@ -66,10 +66,13 @@ pub fn layernorm_backward(a: LayerNormBackward<'_, Exact, f64>) -> Result<(), Sh
         dx,
         dweight,
         dbias,
+        accumulate,
     } = a;
     let c = shape.cols;
-    dweight.fill(0.0);
-    dbias.fill(0.0);
+    if !accumulate {
+        dweight.fill(0.0);
+        dbias.fill(0.0);
+    }
     for (((x, dy), m), r) in x.chunks(c).zip(dy.chunks(c)).zip(mean).zip(rstd) {
         for (((dw, db), xv), g) in dweight.iter_mut().zip(dbias.iter_mut()).zip(x).zip(dy) {
             *dw += g * (xv - m) * r;
@@ -93,7 +96,8 @@ pub fn layernorm_backward(a: LayerNormBackward<'_, Exact, f64>) -> Result<(), Sh
             }
             let (mg, mgx) = (mg / c as f64, mgx / c as f64);
             for (((d, xv), g), w) in dx.iter_mut().zip(x).zip(dy).zip(weight) {
-                *d = r * (g * w - mg - (xv - m) * r * mgx);
+                let v = r * (g * w - mg - (xv - m) * r * mgx);
+                *d = if accumulate { *d + v } else { v };
             }
         },
     );

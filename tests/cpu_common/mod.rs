@@ -99,6 +99,7 @@ impl<T: DeviceElement> LayerNormData<T> {
             dx: &mut self.dx,
             dweight: &mut self.dweight,
             dbias: &mut self.dbias,
+            accumulate: false,
         })
     }
 }

@@ -148,7 +148,15 @@ impl<T: Element> DeviceBuffer<T> {
         })
     }
 
-    /// Two disjoint exclusive views: `..mid` and `mid..`.
+    /// Exclusive views of `chunk` elements each, in order (the last one shorter when `chunk`
+    /// does not divide the length), like `<[T]>::chunks_mut`: e.g. one view per layer of a
+    /// gradient buffer. A `chunk` of 0 is [`Error::ZeroChunk`] (std panics).
+    pub fn chunks_mut(&mut self, chunk: usize) -> Result<ChunksMut<'_, T>> {
+        ChunksMut::new(self.ptr, self.len, chunk, self)
+    }
+
+    /// Two disjoint exclusive views: `..mid` and `mid..`. A `mid` past the end is
+    /// [`Error::OutOfBounds`] (std's `split_at_mut` panics; nothing here does on bad input).
     pub fn split_at_mut(
         &mut self,
         mid: usize,
@@ -254,7 +262,92 @@ impl<T: Element> DeviceSliceMut<'_, T> {
             _excl: PhantomData,
         })
     }
+
+    /// Two disjoint exclusive views of this one, `..mid` and `mid..`, borrowing it (like
+    /// `<[T]>::split_at_mut`). A `mid` past the end is [`Error::OutOfBounds`] naming the range
+    /// and the length, as [`DeviceBuffer::split_at_mut`]; std panics there, hip-rt never
+    /// panics on bad input.
+    pub fn split_at_mut(
+        &mut self,
+        mid: usize,
+    ) -> Result<(DeviceSliceMut<'_, T>, DeviceSliceMut<'_, T>)> {
+        resolve_range(..mid, self.len)?;
+        let left = DeviceSliceMut {
+            ptr: self.ptr,
+            len: mid,
+            owner: self.owner,
+            _excl: PhantomData,
+        };
+        let right = DeviceSliceMut {
+            ptr: elem_ptr::<T>(self.ptr, mid),
+            len: self.len - mid,
+            owner: self.owner,
+            _excl: PhantomData,
+        };
+        Ok((left, right))
+    }
+
+    /// Exclusive views of `chunk` elements each, in order, borrowing this one (like
+    /// `<[T]>::chunks_mut`; the last view is shorter when `chunk` does not divide the length).
+    /// A `chunk` of 0 is [`Error::ZeroChunk`] (std panics).
+    pub fn chunks_mut(&mut self, chunk: usize) -> Result<ChunksMut<'_, T>> {
+        ChunksMut::new(self.ptr, self.len, chunk, self.owner)
+    }
 }
+
+/// The iterator of [`DeviceBuffer::chunks_mut`] and [`DeviceSliceMut::chunks_mut`]: disjoint
+/// exclusive views of at most `chunk` elements, front to back.
+pub struct ChunksMut<'a, T: Element> {
+    ptr: DevicePtr,
+    len: usize,
+    chunk: usize,
+    owner: &'a DeviceBuffer<T>,
+    _excl: PhantomData<&'a mut T>,
+}
+
+impl<'a, T: Element> ChunksMut<'a, T> {
+    fn new(ptr: DevicePtr, len: usize, chunk: usize, owner: &'a DeviceBuffer<T>) -> Result<Self> {
+        if chunk == 0 {
+            return Err(Error::ZeroChunk);
+        }
+        Ok(ChunksMut {
+            ptr,
+            len,
+            chunk,
+            owner,
+            _excl: PhantomData,
+        })
+    }
+}
+
+impl<'a, T: Element> Iterator for ChunksMut<'a, T> {
+    type Item = DeviceSliceMut<'a, T>;
+
+    fn next(&mut self) -> Option<DeviceSliceMut<'a, T>> {
+        if self.len == 0 {
+            return None;
+        }
+        let n = self.chunk.min(self.len);
+        // Each view covers elements no other view of this iterator covers, and the iterator
+        // holds the exclusive borrow they came from for 'a: the views are exclusive.
+        let view = DeviceSliceMut {
+            ptr: self.ptr,
+            len: n,
+            owner: self.owner,
+            _excl: PhantomData,
+        };
+        self.ptr = elem_ptr::<T>(self.ptr, n);
+        self.len -= n;
+        Some(view)
+    }
+
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        let n = self.len.div_ceil(self.chunk);
+        (n, Some(n))
+    }
+}
+
+impl<T: Element> ExactSizeIterator for ChunksMut<'_, T> {}
 
 mod sealed {
     pub trait Sealed {}

@@ -207,3 +207,58 @@ fn kernel_args_pass_buffer_addresses() {
         assert_eq!(*(*raw.add(1)).cast::<u64>(), (1 << 20) + 16);
     }
 }
+
+#[test]
+fn views_split_and_chunk_like_slices_with_typed_errors() {
+    let (alloc, _device, stream) = fake(false);
+    let mut buf = DeviceBuffer::<f32>::alloc(&stream, 10).unwrap();
+    let base = buf.device_ptr();
+    {
+        let mut view = buf.slice_mut(1..).unwrap(); // 9 elements at base + 4
+        let (mut a, b) = view.split_at_mut(4).unwrap();
+        assert_eq!((a.device_ptr(), a.len()), (base.byte_add(4), 4));
+        assert_eq!((b.device_ptr(), b.len()), (base.byte_add(20), 5));
+        // A split view splits again; the ends are legal mids.
+        let (l, r) = a.split_at_mut(0).unwrap();
+        assert_eq!((l.len(), r.len(), r.device_ptr()), (0, 4, base.byte_add(4)));
+        let (l, r) = view.split_at_mut(9).unwrap();
+        assert_eq!((l.len(), r.len()), (9, 0));
+        let e = view.split_at_mut(10).err().expect("mid 10 > len 9");
+        assert!(
+            matches!(
+                e,
+                Error::OutOfBounds {
+                    start: 0,
+                    end: 10,
+                    len: 9
+                }
+            ),
+            "{e}"
+        );
+        let got: Vec<(DevicePtr, usize)> = view
+            .chunks_mut(4)
+            .unwrap()
+            .map(|c| (c.device_ptr(), c.len()))
+            .collect();
+        assert_eq!(
+            got,
+            vec![
+                (base.byte_add(4), 4),
+                (base.byte_add(20), 4),
+                (base.byte_add(36), 1)
+            ]
+        );
+        assert_eq!(view.chunks_mut(3).unwrap().len(), 3);
+        let e = view.chunks_mut(0).err().expect("chunk 0 is an error");
+        assert!(matches!(e, Error::ZeroChunk), "{e}");
+        assert!(e.to_string().contains("chunk size 0"), "{e}");
+    }
+    // The buffer's own chunks: every element once, in order; an empty buffer has none.
+    let lens: Vec<usize> = buf.chunks_mut(5).unwrap().map(|c| c.len()).collect();
+    assert_eq!(lens, vec![5, 5]);
+    let mut empty = DeviceBuffer::<f32>::alloc(&stream, 0).unwrap();
+    assert_eq!(empty.chunks_mut(3).unwrap().count(), 0);
+    assert!(matches!(empty.chunks_mut(0), Err(Error::ZeroChunk)));
+    // No HIP or allocator call beyond the two allocations.
+    assert_eq!(alloc.calls(), vec!["alloc 40 on 0"]);
+}

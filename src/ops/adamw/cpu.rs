@@ -26,7 +26,8 @@ pub fn adamw<T: DeviceElement>(a: AdamW<'_, '_, Host, T>) -> Result<(), ShapeErr
         return Ok(());
     }
     for t in a.tensors.iter_mut() {
-        update(&a.params, inv_scale, t);
+        let hyper = t.hyper(&a.params)?;
+        update(&hyper, inv_scale, t);
     }
     Ok(())
 }
@@ -127,6 +128,8 @@ mod tests {
                 exp_avg_sq,
                 max_exp_avg_sq,
                 master: None,
+                weight_decay: None,
+                lr_scale: None,
             }],
         })
     }
@@ -239,6 +242,8 @@ mod tests {
                 exp_avg_sq: &mut v,
                 max_exp_avg_sq: None,
                 master: Some(&mut master),
+                weight_decay: None,
+                lr_scale: None,
             }],
         })
         .unwrap();

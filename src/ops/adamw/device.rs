@@ -42,6 +42,10 @@ struct AdamwDesc {
     master: u64,
     numel: i64,
     first_chunk: i64,
+    /// This tensor's `1 − lr·weight_decay` (its own lr and weight decay, rounded from f64).
+    decay: f32,
+    /// This tensor's `lr / (1 − β1^step)`.
+    step_size: f32,
 }
 
 /// A tensor row of the helpers' table (`TensorRef` in `kernels/adamw.hip`).
@@ -62,9 +66,9 @@ struct Table<R, const N: usize> {
     rows: [R; N],
 }
 
-// SAFETY: `#[repr(C)]` arrays of 24 `AdamwDesc` (six u64 device addresses and two i64, 64 bytes,
-// no padding) = the kernel's `struct AdamwTable { AdamwTensor rows[24]; }` (1536 bytes); any bit
-// pattern is valid and nothing in it is a host pointer.
+// SAFETY: `#[repr(C)]` arrays of 24 `AdamwDesc` (six u64 device addresses, two i64 and two f32,
+// 72 bytes, no padding) = the kernel's `struct AdamwTable { AdamwTensor rows[24]; }` (1728
+// bytes); any bit pattern is valid and nothing in it is a host pointer.
 unsafe impl DeviceRepr for Table<AdamwDesc, ADAMW_TABLE_ROWS> {}
 // SAFETY: `#[repr(C)]` arrays of 48 `TensorRef` (one u64 device address and three i64, 32
 // bytes, no padding) = the kernel's `struct RefTable { TensorRef rows[48]; }` (1536 bytes).
@@ -192,6 +196,7 @@ pub fn adamw<T: DeviceElement>(
     let found_inf = scalar("found_inf", a.found_inf)?;
     let mut rows = Vec::with_capacity(a.tensors.len());
     for t in a.tensors.iter().filter(|t| t.param.len() > 0) {
+        let own = KernelScalars::new(&t.hyper(&a.params)?);
         let opt = |what, v: &Option<&mut dyn DeviceViewMut<f32>>| match v {
             Some(v) => ptr(stream, what, &**v).map(|p| p.0),
             None => Ok(0),
@@ -205,6 +210,8 @@ pub fn adamw<T: DeviceElement>(
             master: opt("master", &t.master)?,
             numel: t.param.len() as i64,
             first_chunk: 0,
+            decay: own.decay,
+            step_size: own.step_size,
         });
     }
     if rows.is_empty() {
@@ -220,8 +227,6 @@ pub fn adamw<T: DeviceElement>(
             s.beta2,
             s.one_minus_beta2,
             s.eps,
-            s.decay,
-            s.step_size,
             s.bias2_sqrt,
         ] {
             b.value(v);
@@ -231,7 +236,7 @@ pub fn adamw<T: DeviceElement>(
             .value(grad_scale)
             .value(found_inf);
         // SAFETY: adamw_<T>'s parameters in order (AdamwTable by value, int count, int64_t
-        // total_chunks, int64_t chunk, eight floats, int maximize, int amsgrad, grad_scale and
+        // total_chunks, int64_t chunk, six floats, int maximize, int amsgrad, grad_scale and
         // found_inf pointers or null). The table's first `count` rows point at validated buffers
         // (equal lengths, max_exp_avg_sq present iff amsgrad, all on this device and recorded on
         // this stream) and their chunk ranges tile 0..total_chunks; the rest are zero and never
@@ -424,13 +429,15 @@ mod tests {
 
     #[test]
     fn tables_have_the_kernels_layout() {
-        assert_eq!(std::mem::size_of::<AdamwDesc>(), 64);
+        assert_eq!(std::mem::size_of::<AdamwDesc>(), 72);
         assert_eq!(std::mem::size_of::<TensorRef>(), 32);
         assert_eq!(std::mem::offset_of!(AdamwDesc, numel), 48);
+        assert_eq!(std::mem::offset_of!(AdamwDesc, decay), 64);
+        assert_eq!(std::mem::offset_of!(AdamwDesc, step_size), 68);
         assert_eq!(std::mem::offset_of!(TensorRef, first_chunk), 16);
         assert_eq!(
             std::mem::size_of::<Table<AdamwDesc, ADAMW_TABLE_ROWS>>(),
-            1536
+            1728
         );
         assert_eq!(
             std::mem::size_of::<Table<TensorRef, REF_TABLE_ROWS>>(),

@@ -135,6 +135,8 @@ impl GoldenCase for AdamWCase {
                     exp_avg_sq: &mut exp_avg_sq,
                     max_exp_avg_sq: max_sq.as_deref_mut(),
                     master: None,
+                    weight_decay: None,
+                    lr_scale: None,
                 }],
             })?;
             Ok(self.outputs(TensorData::from_slice(&param), exp_avg, exp_avg_sq, max_sq))
@@ -160,6 +162,8 @@ impl GoldenCase for AdamWCase {
                     exp_avg_sq: &mut v,
                     max_exp_avg_sq: vmax.as_mut().map(|b| b as _),
                     master: None,
+                    weight_decay: None,
+                    lr_scale: None,
                 }],
             })?;
             let max_sq = vmax.as_ref().map(|b| download_f32(s, b)).transpose()?;

@@ -99,6 +99,11 @@ impl AdamWParams {
 /// The tensors of one parameter in an AdamW step. `max_exp_avg_sq` is given iff `amsgrad`; with
 /// `master` (f32 master weights) the update runs on `master` and `param` (the model copy) is
 /// overwritten with it rounded to `T` (and not read).
+///
+/// `weight_decay` and `lr_scale` override the call's hyper-parameters for this tensor alone, as
+/// torch's param groups do (a group with `weight_decay = 0` for biases and layer norms, a group
+/// with its own `lr`): tensors that differ only in these still go in one [`AdamW`] call, one
+/// launch per [`ADAMW_TABLE_ROWS`] tensors on the device. See [`AdamWTensor::hyper`].
 pub struct AdamWTensor<'a, S: Space, T: hip_rt::Element> {
     /// Parameters (the model copy when `master` is given), updated in place.
     pub param: S::Out<'a, T>,
@@ -112,9 +117,35 @@ pub struct AdamWTensor<'a, S: Space, T: hip_rt::Element> {
     pub max_exp_avg_sq: Option<S::Out<'a, f32>>,
     /// f32 master weights.
     pub master: Option<S::Out<'a, f32>>,
+    /// This tensor's decoupled weight decay (finite, ≥ 0) in place of
+    /// [`AdamWParams::weight_decay`]; `None`: the call's.
+    pub weight_decay: Option<f64>,
+    /// This tensor's learning rate is `lr · lr_scale` (finite, ≥ 0); `None`: 1.
+    pub lr_scale: Option<f64>,
 }
 
 impl<S: Space, T: hip_rt::Element> AdamWTensor<'_, S, T> {
+    /// The hyper-parameters this tensor is updated with: `c` with `lr · lr_scale` and this
+    /// tensor's `weight_decay` when given (exactly `c` when neither is), validated.
+    pub fn hyper(&self, c: &AdamWParams) -> Result<AdamWParams, ShapeError> {
+        let op = AdamWParams::OP;
+        for (name, v) in [
+            ("AdamWTensor::weight_decay", self.weight_decay),
+            ("AdamWTensor::lr_scale", self.lr_scale),
+        ] {
+            if let Some(v) = v.filter(|v| !(v.is_finite() && *v >= 0.0)) {
+                return Err(invalid(op, name, v, "must be finite and >= 0 (or None)"));
+            }
+        }
+        let h = AdamWParams {
+            lr: self.lr_scale.map_or(c.lr, |s| c.lr * s),
+            weight_decay: self.weight_decay.unwrap_or(c.weight_decay),
+            ..*c
+        };
+        h.validate()?;
+        Ok(h)
+    }
+
     /// Check the lengths and the presence of `max_exp_avg_sq` (iff `amsgrad`).
     pub fn validate(&self, amsgrad: bool) -> Result<(), ShapeError> {
         let op = AdamWParams::OP;
@@ -180,9 +211,10 @@ impl<S: Space, T: hip_rt::Element> AdamW<'_, '_, S, T> {
         if let Some(len) = opt_numel(&self.found_inf) {
             check_len(op, "found_inf", 1, len)?;
         }
-        self.tensors
-            .iter()
-            .try_for_each(|t| t.validate(self.params.amsgrad))
+        self.tensors.iter().try_for_each(|t| {
+            t.validate(self.params.amsgrad)?;
+            t.hyper(&self.params).map(|_| ())
+        })
     }
 }
 
@@ -201,7 +233,14 @@ mod tests {
             exp_avg_sq: &mut v,
             max_exp_avg_sq: None,
             master: None,
+            weight_decay: None,
+            lr_scale: Some(-0.5),
         };
+        let e = t.hyper(&AdamWParams::default()).unwrap_err();
+        assert!(
+            e.to_string().contains("AdamWTensor::lr_scale = -0.5"),
+            "{e}"
+        );
         let e = t.validate(true).unwrap_err();
         assert!(
             e.to_string().contains("`max_exp_avg_sq` must be given"),

@@ -32,16 +32,19 @@ pub fn layernorm_forward<T: DeviceElement>(
 }
 
 /// [`LayerNormBackward`] on host slices, from the saved f32 `mean` and `rstd`: writes `dx`
-/// `[rows, cols]` and `dweight`, `dbias` `[cols]` (overwritten, not accumulated). See
-/// [`exact::layernorm_backward`].
+/// `[rows, cols]` and `dweight`, `dbias` `[cols]`, or with `accumulate` adds into them (the
+/// old value widened to f64, the sum rounded once). See [`exact::layernorm_backward`].
 pub fn layernorm_backward<T: DeviceElement>(
     a: LayerNormBackward<'_, Host, T>,
 ) -> Result<(), ShapeError> {
-    let (mut dx64, mut dw64, mut db64) = (
-        vec![0.0; a.dx.len()],
-        vec![0.0; a.dweight.len()],
-        vec![0.0; a.dbias.len()],
-    );
+    let start = |v: &[T]| {
+        if a.accumulate {
+            widen(v)
+        } else {
+            vec![0.0; v.len()]
+        }
+    };
+    let (mut dx64, mut dw64, mut db64) = (start(a.dx), start(a.dweight), start(a.dbias));
     exact::layernorm_backward(LayerNormBackward::<Exact, f64> {
         params: a.params,
         x: &widen(a.x),
@@ -52,6 +55,7 @@ pub fn layernorm_backward<T: DeviceElement>(
         dx: &mut dx64,
         dweight: &mut dw64,
         dbias: &mut db64,
+        accumulate: a.accumulate,
     })?;
     narrow(&dx64, a.dx);
     narrow(&dw64, a.dweight);
@@ -125,9 +129,79 @@ mod tests {
             dx: &mut dx,
             dweight: &mut dw,
             dbias: &mut db,
+            accumulate: false,
         })
         .unwrap();
         assert_eq!((dx, dw, db), ([0.0, 0.0], [0.0], [3.5]));
+    }
+
+    #[test]
+    fn accumulate_adds_into_every_output_and_overwrite_never_reads_them() {
+        let s = LayerNormParams {
+            rows: 2,
+            cols: 4,
+            eps: 1e-5,
+        };
+        let x = [1.0f32, -2.0, 0.5, 3.0, 0.25, 0.0, -1.0, 2.0];
+        let w = [1.5f32, -0.5, 2.0, 1.0];
+        let dys = [
+            [0.5f32, 1.0, -1.0, 2.0, 1.0, -0.5, 0.25, 0.0],
+            [-1.0f32, 0.5, 0.0, 1.0, 2.0, 1.0, -2.0, 0.5],
+        ];
+        let (mut y, mut m, mut r) = ([0.0f32; 8], [0.0f32; 2], [0.0f32; 2]);
+        fwd(s, &x, &w, &w, &mut y, &mut m, &mut r).unwrap();
+        let run = |dy: &[f32], out: (&mut [f32], &mut [f32], &mut [f32]), accumulate| {
+            layernorm_backward(LayerNormBackward::<Host, f32> {
+                params: s,
+                x: &x,
+                weight: &w,
+                dy,
+                mean: &m,
+                rstd: &r,
+                dx: out.0,
+                dweight: out.1,
+                dbias: out.2,
+                accumulate,
+            })
+            .unwrap()
+        };
+        // Overwrite from NaN: the outputs are never read.
+        let mut one = ([f32::NAN; 8], [f32::NAN; 4], [f32::NAN; 4]);
+        let mut two = one;
+        run(&dys[0], (&mut one.0, &mut one.1, &mut one.2), false);
+        run(&dys[1], (&mut two.0, &mut two.1, &mut two.2), false);
+        assert!(one
+            .0
+            .iter()
+            .chain(&one.1)
+            .chain(&one.2)
+            .all(|v| v.is_finite()));
+        // Two accumulating calls into non-zero outputs: init + g1 + g2 (each call rounds once).
+        let init = ([0.5f32; 8], [-1.0f32; 4], [2.0f32; 4]);
+        let mut acc = init;
+        run(&dys[0], (&mut acc.0, &mut acc.1, &mut acc.2), true);
+        run(&dys[1], (&mut acc.0, &mut acc.1, &mut acc.2), true);
+        let sum = |i: &[f32], a: &[f32], b: &[f32]| -> Vec<f32> {
+            i.iter()
+                .zip(a)
+                .zip(b)
+                .map(|((i, a), b)| i + a + b)
+                .collect()
+        };
+        for (got, want) in [
+            (&acc.0[..], sum(&init.0, &one.0, &two.0)),
+            (&acc.1[..], sum(&init.1, &one.1, &two.1)),
+            (&acc.2[..], sum(&init.2, &one.2, &two.2)),
+        ] {
+            for (g, w) in got.iter().zip(&want) {
+                assert!(
+                    (g - w).abs() <= 1e-6 * w.abs().max(1.0),
+                    "{got:?} vs {want:?}"
+                );
+            }
+        }
+        // dbias is Σ dy: exact in f32 here.
+        assert_eq!(acc.2, [4.5, 4.0, -0.75, 5.5]);
     }
 
     #[test]
@@ -158,6 +232,7 @@ mod tests {
             dx: &mut [0.0; 6],
             dweight: &mut [0.0; 3],
             dbias: &mut [0.0; 3],
+            accumulate: false,
         })
         .unwrap_err();
         assert_eq!(

@@ -271,8 +271,8 @@ pub(super) fn residual_forward<T: DeviceElement>(
     unsafe { launch_forward::<T>(stream, shape, names::LAYERNORM_FWD_RESIDUAL, &ptrs) }
 }
 
-/// [`LayerNormBackward`] on `stream`, from the saved `mean` and `rstd`: writes `dx` and
-/// (overwrites) `dweight`, `dbias`. Same semantics and validation as
+/// [`LayerNormBackward`] on `stream`, from the saved `mean` and `rstd`: writes `dx`, `dweight`
+/// and `dbias`, or with `accumulate` adds into them (in f32, one rounding to `T`). Same semantics and validation as
 /// [`crate::cpu::layernorm_backward`]. dweight/dbias are summed in a fixed order (no atomics):
 /// bit-identical run to run on one device. Takes `groups × 2 × cols` f32 of scratch for the
 /// partial sums from the device's allocator (stream-ordered with the caching allocator, the
@@ -328,8 +328,9 @@ pub fn layernorm_backward<T: DeviceElement>(
         if wide.is_none() {
             b.value(i32::from(plan.row_per_wave));
         }
+        b.value(i32::from(a.accumulate));
         // SAFETY: layernorm_bwd_<T>'s parameters in order (x, weight, dy, mean, rstd, dx,
-        // partial: pointers; rows: int64_t; C: int; row_per_wave: int), or
+        // partial: pointers; rows: int64_t; C: int; row_per_wave: int; accumulate: int), or
         // layernorm_bwd_wide_<T>'s (the same without row_per_wave; cols % 4 == 0, every tensor
         // aligned to 4 elements and cols ≤ 8 × block, as it requires); lengths checked above;
         // `partial` holds groups × 2 × cols f32 for the grid's `groups` row groups and stays
@@ -343,9 +344,10 @@ pub fn layernorm_backward<T: DeviceElement>(
         .value(groups as i64)
         .value(shape.cols as i32)
         .value(pdw)
-        .value(pdb);
+        .value(pdb)
+        .value(i32::from(a.accumulate));
     // SAFETY: layernorm_bwd_dwdb_<T>'s parameters (partial: pointer; groups: int64_t; C: int;
-    // dweight, dbias: pointers); `partial` has `groups` rows of 2 × cols, written by stage 1 on
+    // dweight, dbias: pointers; accumulate: int); `partial` has `groups` rows of 2 × cols, written by stage 1 on
     // the same stream; dweight/dbias hold cols elements.
     unsafe { b.launch(&cfg) }?;
     Ok(())

@@ -204,6 +204,7 @@ impl GoldenCase for LayerNormBackwardCase {
                 dx: &mut dx,
                 dweight: &mut dw,
                 dbias: &mut db,
+                accumulate: false,
             })?;
             Ok(vec![
                 ("dx", TensorData::from_slice(&dx)),
@@ -218,9 +219,9 @@ impl GoldenCase for LayerNormBackwardCase {
             let (x, w) = (self.x.typed::<T>(OP, "x")?, self.weight.typed::<T>(OP, "weight")?);
             let (bx, bw, bdy) = (upload(s, x)?, upload(s, w)?, upload(s, self.dy.typed::<T>(OP, "dy")?)?);
             let (bm, br) = (upload(s, &self.mean)?, upload(s, &self.rstd)?);
-            let mut dx = DeviceBuffer::<T>::zeroed(s, x.len())?;
-            let mut dw = DeviceBuffer::<T>::zeroed(s, w.len())?;
-            let mut db = DeviceBuffer::<T>::zeroed(s, w.len())?;
+            // Outputs start as NaN: the overwriting backward must never read them.
+            let nan = |n| upload(s, &vec![<T as crate::params::Element>::from_f64(f64::NAN); n]);
+            let (mut dx, mut dw, mut db) = (nan(x.len())?, nan(w.len())?, nan(w.len())?);
             ops::layernorm_backward(s, LayerNormBackward {
                 params: self.params,
                 x: &bx,
@@ -231,6 +232,7 @@ impl GoldenCase for LayerNormBackwardCase {
                 dx: &mut dx,
                 dweight: &mut dw,
                 dbias: &mut db,
+                accumulate: false,
             })?;
             Ok(vec![
                 ("dx", download(s, &dx)?),

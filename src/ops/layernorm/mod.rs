@@ -109,8 +109,15 @@ impl<S: Space, T: hip_rt::Element> LayerNormForward<'_, S, T> {
 }
 
 /// Layer norm backward from the saved `mean` and `rstd`: with `x̂ = (x − mean)·rstd` and
-/// `g = dy·weight`, `dx = rstd·(g − mean(g) − x̂·mean(g·x̂))`, `dweight = Σ_rows dy·x̂`,
-/// `dbias = Σ_rows dy` (overwritten, not accumulated).
+/// `g = dy·weight`, `dx (+)= rstd·(g − mean(g) − x̂·mean(g·x̂))`, `dweight (+)= Σ_rows dy·x̂`,
+/// `dbias (+)= Σ_rows dy`.
+///
+/// With [`accumulate`](Self::accumulate) all three outputs are added into (the contract of
+/// [`BiasParams::accumulate`](crate::ops::BiasParams::accumulate) and the encoder backward's):
+/// `dx` into the gradient already there (a residual stream's), `dweight`/`dbias` across
+/// micro-batches. The sum is formed at full precision (f32 on the device, f64 in the CPU
+/// reference) and rounded to `T` once. Without it the outputs are overwritten and never read,
+/// so they need no initialisation.
 pub struct LayerNormBackward<'a, S: Space, T: hip_rt::Element> {
     /// Rows, columns (and the forward's `eps`, validated but unused).
     pub params: LayerNormParams,
@@ -130,6 +137,8 @@ pub struct LayerNormBackward<'a, S: Space, T: hip_rt::Element> {
     pub dweight: S::Out<'a, T>,
     /// Gradient of `bias` `[cols]`.
     pub dbias: S::Out<'a, T>,
+    /// Add into `dx`, `dweight` and `dbias` instead of overwriting them.
+    pub accumulate: bool,
 }
 
 impl<S: Space, T: hip_rt::Element> LayerNormBackward<'_, S, T> {

@@ -1,12 +1,15 @@
-//! `out = alpha·op(A)·op(B) + beta·C` (row-major, packed batches), f64 accumulation.
+//! `out = alpha·op(A)·op(B) + beta·C` (row-major; packed or strided, see
+//! [`super::MatmulLayout`]), f64 accumulation.
 
-use super::{Matmul, MatmulParams};
+use super::{Matmul, MatmulLayout, MatmulParams, ResolvedLayout};
 use crate::cpu::par_for_each;
 use crate::params::{DeviceElement, Host, ShapeError};
 
 /// [`Matmul`] on host slices: `out = alpha·op(A)·op(B) + beta·C`, where `out` holds C on entry.
 ///
-/// Layouts are in [`MatmulParams`]. As in BLAS and `torch.addmm`, C is not read when `beta == 0`
+/// Layouts are in [`MatmulParams`]; a strided [`MatmulLayout`] reads and writes through its
+/// leading dimensions and batch strides (elements of `out` outside the layout are untouched).
+/// As in BLAS and `torch.addmm`, C is not read when `beta == 0`
 /// (a NaN there does not propagate). Products and sums are exact-widened to f64; each output is
 /// rounded once.
 pub fn matmul<T: DeviceElement>(args: Matmul<'_, Host, T>) -> Result<(), ShapeError> {
@@ -18,11 +21,69 @@ pub fn matmul<T: DeviceElement>(args: Matmul<'_, Host, T>) -> Result<(), ShapeEr
         out,
     } = args;
     let (alpha, beta) = (f64::from(shape.alpha), f64::from(shape.beta));
-    products(&shape, a, b, out, |_, acc, o: &mut T| {
+    let epilogue = |_, acc, o: &mut T| {
         let c = if beta == 0.0 { 0.0 } else { beta * o.to_f64() };
         *o = T::from_f64(alpha * acc + c);
+    };
+    if shape.layout == MatmulLayout::PACKED {
+        products(&shape, a, b, out, epilogue);
+        return Ok(());
+    }
+    // Strided: gather every operand packed, run the packed product, scatter `out` back.
+    let r = shape.resolve()?;
+    let [sa, sb, so] = shape.stored();
+    let (pa, pb) = (
+        gather(a, &r, 0, sa, shape.batch),
+        gather(b, &r, 1, sb, shape.batch),
+    );
+    let mut po = gather(out, &r, 2, so, shape.batch);
+    let packed = MatmulParams {
+        layout: MatmulLayout::PACKED,
+        ..shape
+    };
+    products(&packed, &pa, &pb, &mut po, epilogue);
+    for_each_row(&r, 2, so, shape.batch, |packed_at, at, len| {
+        out[at..at + len].copy_from_slice(&po[packed_at..packed_at + len]);
     });
     Ok(())
+}
+
+/// `f(packed offset, strided offset, row length)` for every stored row of operand `which`
+/// (0 a, 1 b, 2 out) of `batch` items of `rows × row` elements.
+fn for_each_row(
+    r: &ResolvedLayout,
+    which: usize,
+    (rows, row): (usize, usize),
+    batch: usize,
+    mut f: impl FnMut(usize, usize, usize),
+) {
+    if row == 0 {
+        return;
+    }
+    for bi in 0..batch {
+        for ri in 0..rows {
+            f(
+                (bi * rows + ri) * row,
+                bi * r.stride[which] + ri * r.ld[which],
+                row,
+            );
+        }
+    }
+}
+
+/// Operand `which` copied out of its strided layout into a packed `[batch, rows, row]` vector.
+fn gather<T: Copy>(
+    src: &[T],
+    r: &ResolvedLayout,
+    which: usize,
+    dims: (usize, usize),
+    batch: usize,
+) -> Vec<T> {
+    let mut out = Vec::with_capacity(batch * dims.0 * dims.1);
+    for_each_row(r, which, dims, batch, |_, at, len| {
+        out.extend_from_slice(&src[at..at + len])
+    });
+    out
 }
 
 /// The f64 products `op(A)·op(B)` of validated params (alpha and beta not applied), handed per
@@ -93,6 +154,7 @@ pub(crate) fn products<T: DeviceElement, U: Send>(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::ops::MatmulLayout;
     use half::bf16;
 
     fn mm<T: DeviceElement>(
@@ -102,6 +164,60 @@ mod tests {
         out: &mut [T],
     ) -> Result<(), ShapeError> {
         matmul(Matmul::<Host, T> { params, a, b, out })
+    }
+
+    /// Strided operands (padded rows and items of a, b broadcast with stride 0, out items side by
+    /// side in each row) give the packed product bit for bit, and leave the padding alone.
+    #[test]
+    fn strided_operands_equal_the_packed_product() {
+        let (batch, m, n, k) = (2usize, 3usize, 2usize, 4usize);
+        for (trans_a, trans_b) in [(false, false), (true, true)] {
+            let packed = MatmulParams {
+                batch,
+                trans_a,
+                trans_b,
+                alpha: 1.5,
+                beta: 0.5,
+                ..MatmulParams::new(m, n, k)
+            };
+            let val = |i: usize| ((i * 37 + 11) % 17) as f32 - 8.0;
+            let a: Vec<f32> = (0..batch * m * k).map(val).collect();
+            let b1: Vec<f32> = (0..k * n).map(|i| val(i + 5)).collect();
+            let b: Vec<f32> = [b1.clone(), b1.clone()].concat();
+            let c: Vec<f32> = (0..batch * m * n).map(|i| val(i + 9)).collect();
+            let mut want = c.clone();
+            mm(packed, &a, &b, &mut want).unwrap();
+            let [(ar, ac), (br, bc), _] = packed.stored();
+            let (lda, ldb, ldc) = (ac + 1, bc + 2, batch * n + 1);
+            let strided = MatmulParams {
+                layout: MatmulLayout {
+                    lda: Some(lda),
+                    ldb: Some(ldb),
+                    ldc: Some(ldc),
+                    stride_a: Some(ar * lda + 3),
+                    stride_b: Some(0),
+                    stride_c: Some(n),
+                },
+                ..packed
+            };
+            let r = strided.resolve().unwrap();
+            let place = |src: &[f32], (rows, row): (usize, usize), which: usize, items, len| {
+                let mut v = vec![-99.0f32; len];
+                for bi in 0..items {
+                    for ri in 0..rows {
+                        let at = bi * r.stride[which] + ri * r.ld[which];
+                        let from = (bi * rows + ri) * row;
+                        v[at..at + row].copy_from_slice(&src[from..from + row]);
+                    }
+                }
+                v
+            };
+            let sa = place(&a, (ar, ac), 0, batch, r.reach[0] + 1);
+            let sb = place(&b1, (br, bc), 1, 1, r.reach[1]);
+            let mut out = place(&c, (m, n), 2, batch, r.reach[2] + 2);
+            mm(strided, &sa, &sb, &mut out).unwrap();
+            assert_eq!(out, place(&want, (m, n), 2, batch, r.reach[2] + 2));
+        }
     }
 
     #[test]

@@ -1,6 +1,6 @@
 //! Matmul on the device (`kernels/matmul.hip`), with the CPU reference's name and argument
 //! struct ([`crate::cpu::matmul`]) plus the stream: `out = alpha·op(A)·op(B) + beta·out`, row-major,
-//! packed batches, f32 accumulation.
+//! packed or strided batches ([`super::MatmulLayout`]), f32 accumulation.
 //!
 //! The same launcher runs the bias-epilogue kernels (`matmul_bias_*`, `matmul_small_bias_*`) for
 //! [`crate::ops::matmul_bias`].
@@ -9,7 +9,7 @@
 //! checked for gfx906, and the device tests ran on hip-emu (the CPU-emulated device), not on a
 //! GPU.
 
-use super::{Matmul, MatmulParams};
+use super::{Matmul, MatmulParams, ResolvedLayout};
 use crate::embedded::kernel_names::matmul as names;
 use crate::ops::launch::{dtype_kernel, kernel_named, ptr};
 use crate::ops::OpError;
@@ -210,9 +210,13 @@ pub(crate) fn launch_gemm<T: DeviceElement>(
     };
     let f = kernel_named(stream, SOURCE, name)?;
     let (m, n, k) = (shape.m, shape.n, shape.k);
-    let lda = if shape.trans_a { m } else { k };
-    let ldb = if shape.trans_b { k } else { n };
-    let (sa, sb, so) = (m * k, k * n, m * n); // validate() proved these products fit
+    // Leading dimensions and batch strides (packed unless the caller's layout says otherwise);
+    // validate() checked them against the buffers, so every offset below stays inside.
+    let ResolvedLayout {
+        ld: [lda, ldb, ldc],
+        stride: [sa, sb, so],
+        ..
+    } = shape.resolve()?;
     let elem = std::mem::size_of::<T>();
     for launch in 0..plan.launches {
         let first = launch * plan.batch_per_launch;
@@ -227,7 +231,7 @@ pub(crate) fn launch_gemm<T: DeviceElement>(
             .value(m as i32)
             .value(n as i32)
             .value(k as i32);
-        for v in [lda, ldb, n, n, sa, sb, so, so] {
+        for v in [lda, ldb, ldc, ldc, sa, sb, so, so] {
             builder.value(v as i64);
         }
         builder.value(alpha).value(beta);
@@ -248,8 +252,10 @@ pub(crate) fn launch_gemm<T: DeviceElement>(
         // pointers, c = out; M, N, K: int; lda, ldb, ldc, ldo, stride_a, stride_b, stride_c,
         // stride_o: int64_t; alpha, beta: float), and for matmul_*bias_*_<T> then bias, pre_gelu
         // (device pointers, pre_gelu null or laid out as out) and gelu (int). The callers
-        // validated that a, b and out (and pre_gelu) hold exactly batch·m·k, batch·k·n and
-        // batch·m·n elements and bias n, so items `first..first + items` lie inside them;
+        // validated that a, b and out (and pre_gelu) reach every element of their layouts
+        // (packed: exactly batch·m·k, batch·k·n and batch·m·n elements; strided: at least
+        // MatmulParams::resolve's reach, outputs not overlapping) and bias n, so items
+        // `first..first + items` lie inside them; ld and strides fit an int64_t;
         // m, n, k ≤ MAX_DIM fit an int; the buffers live on the stream's device and the
         // allocator was told the stream uses them.
         unsafe { builder.launch(&config) }?;

@@ -69,6 +69,7 @@ fn parse(r: &mut CaseReader<'_>) -> Result<Case, GoldenError> {
         trans_b,
         alpha,
         beta,
+        layout: crate::ops::MatmulLayout::PACKED,
     };
     let expected = r.expected(&[("out", Want::Case, out_shape)], dtype)?;
     let case = MatmulCase { params, a, b, c };
