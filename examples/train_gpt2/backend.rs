@@ -77,6 +77,23 @@ pub struct AdamWStep {
     pub step: u64,
 }
 
+/// One tensor of a fused AdamW call.
+pub struct AdamWSlot<'a, Buf, Stat> {
+    /// f32 master weights (low-precision training), updated in place.
+    pub master: Option<&'a mut Stat>,
+    /// The parameters, updated in place.
+    pub param: &'a mut Buf,
+    /// Their gradients.
+    pub grad: &'a Buf,
+    /// First moment.
+    pub exp_avg: &'a mut Stat,
+    /// Second moment.
+    pub exp_avg_sq: &'a mut Stat,
+    /// `true`: the step's weight decay applies (2-D weights); `false`: none (biases, layer
+    /// norms).
+    pub decay: bool,
+}
+
 /// The host-visible results of one step, read once at its end.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct StepRead {
@@ -254,6 +271,18 @@ pub trait Backend<T: DeviceElement> {
     /// rewritten as their rounding), the gradient scaled as `scaling` says with the norm taken
     /// from `scalars` (on the backend, no host read); nothing changes when that norm is not
     /// finite.
+    ///
+    /// All `tensors` in one fused call (one launch per table of tensors on a device), each with
+    /// `hyper`'s weight decay or none ([`AdamWSlot::decay`]).
+    fn adamw_all(
+        &self,
+        hyper: &AdamWStep,
+        scaling: GradScaling,
+        scalars: &Self::Scalars,
+        tensors: &mut [AdamWSlot<'_, Self::Buf, Self::Stat>],
+    ) -> Result<()>;
+    /// [`Backend::adamw_all`] of one tensor with `hyper`'s weight decay (the tests' entry).
+    #[cfg(test)]
     #[allow(clippy::too_many_arguments)]
     fn adamw(
         &self,
@@ -265,7 +294,17 @@ pub trait Backend<T: DeviceElement> {
         grad: &Self::Buf,
         exp_avg: &mut Self::Stat,
         exp_avg_sq: &mut Self::Stat,
-    ) -> Result<()>;
+    ) -> Result<()> {
+        let slot = AdamWSlot {
+            master,
+            param,
+            grad,
+            exp_avg,
+            exp_avg_sq,
+            decay: true,
+        };
+        self.adamw_all(hyper, scaling, scalars, &mut [slot])
+    }
     /// The step's loss and gradient norm: the one host read of a step.
     fn read_step(&self, scalars: &Self::Scalars) -> Result<StepRead>;
     /// The allocator's figures now (`None` on the CPU, which has no device allocator).

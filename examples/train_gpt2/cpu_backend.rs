@@ -1,7 +1,7 @@
 //! The CPU backend: every op is the crate's CPU reference (`hip_kernels::cpu`, f64 inside, each
 //! output rounded once to its storage type: f32, bf16 or f16). The oracle, not a fast path.
 
-use crate::backend::{AdamWStep, Backend, Dims, Gemm, GradScaling, StepRead};
+use crate::backend::{AdamWSlot, AdamWStep, Backend, Dims, Gemm, GradScaling, StepRead};
 use crate::error::{Result, TrainError};
 use hip_kernels::cpu;
 use hip_kernels::ops::{
@@ -323,14 +323,7 @@ impl<T: DeviceElement> Backend<T> for Cpu {
         dweight: &mut Vec<T>,
         dbias: &mut Vec<T>,
     ) -> Result<()> {
-        // The reference overwrites its outputs: compute into scratch, then add once (one
-        // rounding of the sum, as a fused kernel's `+=` of its f32 result).
-        let zero = T::from_f32(0.0);
-        let (mut dx, mut dw, mut db) = (
-            vec![zero; x.len()],
-            vec![zero; weight.len()],
-            vec![zero; weight.len()],
-        );
+        // Accumulates into the step's gradients (f64 sum, one rounding to T).
         cpu::layernorm_backward(LayerNormBackward::<Host, T> {
             params: d.ln(),
             x,
@@ -338,18 +331,12 @@ impl<T: DeviceElement> Backend<T> for Cpu {
             dy,
             mean,
             rstd,
-            dx: &mut dx,
-            dweight: &mut dw,
-            dbias: &mut db,
-            accumulate: false,
+            dx: dresidual,
+            dweight,
+            dbias,
+            accumulate: true,
         })
-        .map_err(op)?;
-        for (acc, new) in [(dresidual, &dx), (dweight, &dw), (dbias, &db)] {
-            for (a, n) in acc.iter_mut().zip(new.iter()) {
-                *a = T::from_f64(a.to_f64() + n.to_f64());
-            }
-        }
-        Ok(())
+        .map_err(op)
     }
 
     fn add(&self, a: &Vec<T>, b: &Vec<T>, out: &mut Vec<T>) -> Result<()> {
@@ -427,16 +414,12 @@ impl<T: DeviceElement> Backend<T> for Cpu {
         Ok(())
     }
 
-    fn adamw(
+    fn adamw_all(
         &self,
         hyper: &AdamWStep,
         scaling: GradScaling,
         scalars: &CpuScalars,
-        master: Option<&mut Vec<f32>>,
-        param: &mut Vec<T>,
-        grad: &Vec<T>,
-        exp_avg: &mut Vec<f32>,
-        exp_avg_sq: &mut Vec<f32>,
+        tensors: &mut [AdamWSlot<'_, Vec<T>, Vec<f32>>],
     ) -> Result<()> {
         // One-element f32 tensors, as a device step keeps them in device memory.
         let found_inf = [if scalars.norm.is_finite() {
@@ -471,16 +454,19 @@ impl<T: DeviceElement> Backend<T> for Cpu {
             params,
             grad_scale: (grad_scale[0] != 1.0).then_some(&grad_scale[..]),
             found_inf: Some(&found_inf),
-            tensors: &mut [AdamWTensor {
-                param,
-                grad,
-                exp_avg,
-                exp_avg_sq,
-                max_exp_avg_sq: None,
-                master: master.map(|m| m.as_mut_slice()),
-                weight_decay: None,
-                lr_scale: None,
-            }],
+            tensors: &mut tensors
+                .iter_mut()
+                .map(|t| AdamWTensor {
+                    param: t.param.as_mut_slice(),
+                    grad: t.grad.as_slice(),
+                    exp_avg: t.exp_avg.as_mut_slice(),
+                    exp_avg_sq: t.exp_avg_sq.as_mut_slice(),
+                    max_exp_avg_sq: None,
+                    master: t.master.as_deref_mut().map(|m| m.as_mut_slice()),
+                    weight_decay: (!t.decay).then_some(0.0),
+                    lr_scale: None,
+                })
+                .collect::<Vec<_>>(),
         })
         .map_err(op)
     }

@@ -5,7 +5,7 @@
 //!
 //! Has run on hip-emu (the CPU-emulated HIP device, `cargo build -p hip-emu`), never on a GPU.
 
-use crate::backend::{AdamWStep, Backend, Dims, Gemm, GradScaling, MemStats, StepRead};
+use crate::backend::{AdamWSlot, AdamWStep, Backend, Dims, Gemm, GradScaling, MemStats, StepRead};
 use crate::cpu_backend::{matmul_params, op};
 use crate::error::{Result, TrainError};
 use hip_kernels::ops::{
@@ -444,17 +444,10 @@ impl<T: DeviceElement> Backend<T> for DeviceBackend {
         dweight: &mut DeviceBuffer<T>,
         dbias: &mut DeviceBuffer<T>,
     ) -> Result<()> {
-        // The launcher overwrites its outputs: compute into scratch, then add each into its
-        // accumulator through a fresh buffer that replaces it (stream-ordered, no copy back).
-        let s = &self.stream;
-        let scratch = |len| DeviceBuffer::<T>::alloc(s, len).map_err(dev);
-        let (mut dx, mut dw, mut db) = (
-            scratch(x.len())?,
-            scratch(weight.len())?,
-            scratch(weight.len())?,
-        );
+        // Accumulates into the step's gradients in place (f32 sums, one rounding to T): no
+        // scratch, no add-back launches.
         ops::layernorm_backward(
-            s,
+            &self.stream,
             LayerNormBackward::<OnDevice, T> {
                 params: d.ln(),
                 x,
@@ -462,19 +455,13 @@ impl<T: DeviceElement> Backend<T> for DeviceBackend {
                 dy,
                 mean,
                 rstd,
-                dx: &mut dx,
-                dweight: &mut dw,
-                dbias: &mut db,
-                accumulate: false,
+                dx: dresidual,
+                dweight,
+                dbias,
+                accumulate: true,
             },
         )
-        .map_err(op)?;
-        for (acc, new) in [(dresidual, &dx), (dweight, &dw), (dbias, &db)] {
-            let mut sum = scratch(acc.len())?;
-            <Self as Backend<T>>::add(self, acc, new, &mut sum)?;
-            std::mem::swap(acc, &mut sum);
-        }
-        Ok(())
+        .map_err(op)
     }
 
     fn add(
@@ -586,16 +573,12 @@ impl<T: DeviceElement> Backend<T> for DeviceBackend {
         Ok(())
     }
 
-    fn adamw(
+    fn adamw_all(
         &self,
         hyper: &AdamWStep,
         scaling: GradScaling,
         scalars: &DeviceScalars,
-        master: Option<&mut DeviceBuffer<f32>>,
-        param: &mut DeviceBuffer<T>,
-        grad: &DeviceBuffer<T>,
-        exp_avg: &mut DeviceBuffer<f32>,
-        exp_avg_sq: &mut DeviceBuffer<f32>,
+        tensors: &mut [AdamWSlot<'_, DeviceBuffer<T>, DeviceBuffer<f32>>],
     ) -> Result<()> {
         let mut cached = scalars.update.borrow_mut();
         match cached.as_ref() {
@@ -628,16 +611,22 @@ impl<T: DeviceElement> Backend<T> for DeviceBackend {
                 params,
                 grad_scale: u.grad_scale.as_ref().map(|b| b as &dyn DeviceView<f32>),
                 found_inf: Some(&u.found_inf),
-                tensors: &mut [AdamWTensor {
-                    param,
-                    grad,
-                    exp_avg,
-                    exp_avg_sq,
-                    max_exp_avg_sq: None,
-                    master: master.map(|m| m as &mut dyn DeviceViewMut<f32>),
-                    weight_decay: None,
-                    lr_scale: None,
-                }],
+                tensors: &mut tensors
+                    .iter_mut()
+                    .map(|t| AdamWTensor {
+                        param: &mut *t.param as &mut dyn DeviceViewMut<T>,
+                        grad: &*t.grad as &dyn DeviceView<T>,
+                        exp_avg: &mut *t.exp_avg as &mut dyn DeviceViewMut<f32>,
+                        exp_avg_sq: &mut *t.exp_avg_sq as &mut dyn DeviceViewMut<f32>,
+                        max_exp_avg_sq: None,
+                        master: t
+                            .master
+                            .as_deref_mut()
+                            .map(|m| m as &mut dyn DeviceViewMut<f32>),
+                        weight_decay: (!t.decay).then_some(0.0),
+                        lr_scale: None,
+                    })
+                    .collect::<Vec<_>>(),
             },
         )
         .map_err(op)

@@ -1,6 +1,6 @@
 //! GPT-2 forward and backward, written once over [`Backend`].
 
-use crate::backend::{AdamWStep, Backend, Dims, Gemm, GradScaling};
+use crate::backend::{AdamWSlot, AdamWStep, Backend, Dims, Gemm, GradScaling};
 use crate::config::GptConfig;
 use crate::error::Result;
 use crate::params::{specs, Params};
@@ -411,28 +411,29 @@ impl<'b, T: DeviceElement, B: Backend<T>> Gpt2<'b, T, B> {
         scaling: GradScaling,
         scalars: &B::Scalars,
     ) -> Result<()> {
-        let no_decay = AdamWStep {
-            weight_decay: 0.0,
-            ..*hyper
-        };
         let mut masters = self.master.as_mut().map(|m| m.iter_mut().into_iter());
         let params = self.params.iter_mut();
         let grads = self.grads.iter();
         let ms = self.exp_avg.iter_mut();
         let vs = self.exp_avg_sq.iter_mut();
-        for ((((p, g), m), v), &decays) in params
+        let mut slots: Vec<AdamWSlot<'_, B::Buf, B::Stat>> = params
             .into_iter()
             .zip(grads)
             .zip(ms)
             .zip(vs)
             .zip(&self.decays)
-        {
-            let h = if decays { hyper } else { &no_decay };
-            let master = masters.as_mut().and_then(|it| it.next());
-            self.backend
-                .adamw(h, scaling, scalars, master, p, g, m, v)?;
-        }
-        Ok(())
+            .map(
+                |((((param, grad), exp_avg), exp_avg_sq), &decay)| AdamWSlot {
+                    master: masters.as_mut().and_then(|it| it.next()),
+                    param,
+                    grad,
+                    exp_avg,
+                    exp_avg_sq,
+                    decay,
+                },
+            )
+            .collect();
+        self.backend.adamw_all(hyper, scaling, scalars, &mut slots)
     }
 
     /// f32 parameters (the master weights when there are) and moments on the host.
