@@ -215,6 +215,22 @@ pub trait Backend<T: DeviceElement> {
         mean: &mut Self::Stat,
         rstd: &mut Self::Stat,
     ) -> Result<()>;
+    /// The residual add fused with the next layer norm (one launch on a device): writes
+    /// `residual = a + b` (rounded to `T`) and the layer norm of that stored residual into `y`,
+    /// `mean`, `rstd`; the same values as [`Backend::add`] then [`Backend::layernorm_forward`].
+    #[allow(clippy::too_many_arguments)]
+    fn residual_layernorm_forward(
+        &self,
+        d: &Dims,
+        a: &Self::Buf,
+        b: &Self::Buf,
+        weight: &Self::Buf,
+        bias: &Self::Buf,
+        residual: &mut Self::Buf,
+        y: &mut Self::Buf,
+        mean: &mut Self::Stat,
+        rstd: &mut Self::Stat,
+    ) -> Result<()>;
     /// Layer norm backward: accumulates `dx` into `dresidual`, and `dweight`, `dbias`.
     #[allow(clippy::too_many_arguments)]
     fn layernorm_backward(

@@ -9,7 +9,8 @@ use hip_kernels::ops::{
     AttentionLayout, AttentionParams, BiasBackward, BiasParams, ClipGradScale, ClipParams,
     CrossEntropyParams, ElementwiseParams, EncoderBackward, EncoderForward, EncoderParams,
     GeluBackward, LayerNormBackward, LayerNormForward, LayerNormParams, Matmul, MatmulBias,
-    MatmulBiasParams, MatmulParams, Qkv, ResidualAdd, SoftmaxCrossEntropy, Strided,
+    MatmulBiasParams, MatmulParams, Qkv, ResidualAdd, ResidualLayerNormForward,
+    SoftmaxCrossEntropy, Strided,
 };
 use hip_kernels::params::{DeviceElement, Host, Space};
 
@@ -304,6 +305,32 @@ impl<T: DeviceElement> Backend<T> for Cpu {
             x,
             weight,
             bias,
+            y,
+            mean,
+            rstd,
+        })
+        .map_err(op)
+    }
+
+    fn residual_layernorm_forward(
+        &self,
+        d: &Dims,
+        a: &Vec<T>,
+        b: &Vec<T>,
+        weight: &Vec<T>,
+        bias: &Vec<T>,
+        residual: &mut Vec<T>,
+        y: &mut Vec<T>,
+        mean: &mut Vec<f32>,
+        rstd: &mut Vec<f32>,
+    ) -> Result<()> {
+        cpu::residual_layernorm_forward(ResidualLayerNormForward::<Host, T> {
+            params: d.ln(),
+            a,
+            b,
+            weight,
+            bias,
+            residual,
             y,
             mean,
             rstd,

@@ -12,7 +12,7 @@ use hip_kernels::ops::{
     self, AdamW, AdamWParams, AdamWTensor, BiasBackward, BiasParams, ClipGradScale, ClipParams,
     CrossEntropyParams, ElementwiseParams, EncoderBackward, EncoderForward, GeluBackward,
     LayerNormBackward, LayerNormForward, Matmul, MatmulBias, MatmulBiasParams, ResidualAdd,
-    SoftmaxCrossEntropy, NO_ERROR,
+    ResidualLayerNormForward, SoftmaxCrossEntropy, NO_ERROR,
 };
 use hip_kernels::params::{DeviceElement, OnDevice};
 use hip_rt::{
@@ -424,6 +424,35 @@ impl<T: DeviceElement> Backend<T> for DeviceBackend {
                 x,
                 weight,
                 bias,
+                y,
+                mean,
+                rstd,
+            },
+        )
+        .map_err(op)
+    }
+
+    fn residual_layernorm_forward(
+        &self,
+        d: &Dims,
+        a: &DeviceBuffer<T>,
+        b: &DeviceBuffer<T>,
+        weight: &DeviceBuffer<T>,
+        bias: &DeviceBuffer<T>,
+        residual: &mut DeviceBuffer<T>,
+        y: &mut DeviceBuffer<T>,
+        mean: &mut DeviceBuffer<f32>,
+        rstd: &mut DeviceBuffer<f32>,
+    ) -> Result<()> {
+        ops::residual_layernorm_forward(
+            &self.stream,
+            ResidualLayerNormForward::<OnDevice, T> {
+                params: d.ln(),
+                a,
+                b,
+                weight,
+                bias,
+                residual,
                 y,
                 mean,
                 rstd,

@@ -2,7 +2,7 @@
 
 use crate::backend::{AdamWSlot, AdamWStep, Backend, Dims, Gemm, GradScaling};
 use crate::config::GptConfig;
-use crate::error::Result;
+use crate::error::{Result, TrainError};
 use crate::params::{specs, Params};
 use hip_kernels::params::{DType, DeviceElement};
 use std::marker::PhantomData;
@@ -189,19 +189,27 @@ impl<'b, T: DeviceElement, B: Backend<T>> Gpt2<'b, T, B> {
         let (be, d, p, a) = (self.backend, self.dims, &self.params, &mut self.acts);
         let (n, c, f) = (d.rows(), d.channels, d.inner);
         be.encoder_forward(&d, inputs, &p.wte, &p.wpe, &mut a.encoded)?;
-        for l in 0..self.layers {
-            let (done, rest) = a.layers.split_at_mut(l);
-            let x = done.last().map_or(&a.encoded, |prev| &prev.resid_out);
-            let (w, s) = (&p.layers[l], &mut rest[0]);
+        // The first layer norm reads the embeddings; every later one is fused with the residual
+        // add before it (the next layer's ln_1, or ln_f after the last layer).
+        if let Some(s) = a.layers.first_mut() {
+            let w = &p.layers[0];
             be.layernorm_forward(
                 &d,
-                x,
+                &a.encoded,
                 &w.ln1_w,
                 &w.ln1_b,
                 &mut s.ln1,
                 &mut s.ln1_mean,
                 &mut s.ln1_rstd,
             )?;
+        }
+        for l in 0..self.layers {
+            let (done, rest) = a.layers.split_at_mut(l);
+            let x = done.last().map_or(&a.encoded, |prev| &prev.resid_out);
+            let (s, later) = rest
+                .split_first_mut()
+                .ok_or_else(|| TrainError::Op(format!("layer {l} has no activations")))?;
+            let w = &p.layers[l];
             be.matmul_bias(
                 mm(n, 3 * c, c, false, false),
                 &s.ln1,
@@ -219,12 +227,13 @@ impl<'b, T: DeviceElement, B: Backend<T>> Gpt2<'b, T, B> {
                 &mut a.branch,
                 None,
             )?;
-            be.add(x, &a.branch, &mut s.resid_mid)?;
-            be.layernorm_forward(
+            be.residual_layernorm_forward(
                 &d,
-                &s.resid_mid,
+                x,
+                &a.branch,
                 &w.ln2_w,
                 &w.ln2_b,
+                &mut s.resid_mid,
                 &mut s.ln2,
                 &mut s.ln2_mean,
                 &mut s.ln2_rstd,
@@ -245,18 +254,48 @@ impl<'b, T: DeviceElement, B: Backend<T>> Gpt2<'b, T, B> {
                 &mut a.branch,
                 None,
             )?;
-            be.add(&s.resid_mid, &a.branch, &mut s.resid_out)?;
+            let (ln_w, ln_b, y, mean, rstd) = match later.first_mut() {
+                Some(next) => {
+                    let nw = &p.layers[l + 1];
+                    (
+                        &nw.ln1_w,
+                        &nw.ln1_b,
+                        &mut next.ln1,
+                        &mut next.ln1_mean,
+                        &mut next.ln1_rstd,
+                    )
+                }
+                None => (
+                    &p.lnf_w,
+                    &p.lnf_b,
+                    &mut a.lnf,
+                    &mut a.lnf_mean,
+                    &mut a.lnf_rstd,
+                ),
+            };
+            be.residual_layernorm_forward(
+                &d,
+                &s.resid_mid,
+                &a.branch,
+                ln_w,
+                ln_b,
+                &mut s.resid_out,
+                y,
+                mean,
+                rstd,
+            )?;
         }
-        let x = a.layers.last().map_or(&a.encoded, |s| &s.resid_out);
-        be.layernorm_forward(
-            &d,
-            x,
-            &p.lnf_w,
-            &p.lnf_b,
-            &mut a.lnf,
-            &mut a.lnf_mean,
-            &mut a.lnf_rstd,
-        )?;
+        if self.layers == 0 {
+            be.layernorm_forward(
+                &d,
+                &a.encoded,
+                &p.lnf_w,
+                &p.lnf_b,
+                &mut a.lnf,
+                &mut a.lnf_mean,
+                &mut a.lnf_rstd,
+            )?;
+        }
         be.matmul(
             mm(n, d.vocab, c, false, true),
             &a.lnf,
