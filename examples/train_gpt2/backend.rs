@@ -245,8 +245,6 @@ pub trait Backend<T: DeviceElement> {
         dweight: &mut Self::Buf,
         dbias: &mut Self::Buf,
     ) -> Result<()>;
-    /// Writes `out = a + b`.
-    fn add(&self, a: &Self::Buf, b: &Self::Buf, out: &mut Self::Buf) -> Result<()>;
     /// Causal attention reading q, k, v from `qkv` `[B, T, 3, H, D]`: writes `out` `[B, T, H, D]`
     /// and `lse` `[B, H, T]`.
     fn attention_forward(
@@ -298,7 +296,8 @@ pub trait Backend<T: DeviceElement> {
         tensors: &mut [AdamWSlot<'_, Self::Buf, Self::Stat>],
     ) -> Result<()>;
     /// [`Backend::adamw_all`] of one tensor with `hyper`'s weight decay (the tests' entry).
-    #[cfg(test)]
+    /// Only the device tests call it.
+    #[cfg(all(test, feature = "device"))]
     #[allow(clippy::too_many_arguments)]
     fn adamw(
         &self,

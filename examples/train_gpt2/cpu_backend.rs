@@ -9,8 +9,7 @@ use hip_kernels::ops::{
     AttentionLayout, AttentionParams, BiasBackward, BiasParams, ClipGradScale, ClipParams,
     CrossEntropyParams, ElementwiseParams, EncoderBackward, EncoderForward, EncoderParams,
     GeluBackward, LayerNormBackward, LayerNormForward, LayerNormParams, Matmul, MatmulBias,
-    MatmulBiasParams, MatmulParams, Qkv, ResidualAdd, ResidualLayerNormForward,
-    SoftmaxCrossEntropy, Strided,
+    MatmulBiasParams, MatmulParams, Qkv, ResidualLayerNormForward, SoftmaxCrossEntropy, Strided,
 };
 use hip_kernels::params::{DeviceElement, Host, Space};
 
@@ -364,11 +363,6 @@ impl<T: DeviceElement> Backend<T> for Cpu {
             accumulate: true,
         })
         .map_err(op)
-    }
-
-    fn add(&self, a: &Vec<T>, b: &Vec<T>, out: &mut Vec<T>) -> Result<()> {
-        let params = ElementwiseParams { len: a.len() };
-        cpu::residual_add(ResidualAdd::<Host, T> { params, a, b, out }).map_err(op)
     }
 
     fn attention_forward(

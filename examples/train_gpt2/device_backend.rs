@@ -11,7 +11,7 @@ use crate::error::{Result, TrainError};
 use hip_kernels::ops::{
     self, AdamW, AdamWParams, AdamWTensor, BiasBackward, BiasParams, ClipGradScale, ClipParams,
     CrossEntropyParams, ElementwiseParams, EncoderBackward, EncoderForward, GeluBackward,
-    LayerNormBackward, LayerNormForward, Matmul, MatmulBias, MatmulBiasParams, ResidualAdd,
+    LayerNormBackward, LayerNormForward, Matmul, MatmulBias, MatmulBiasParams,
     ResidualLayerNormForward, SoftmaxCrossEntropy, NO_ERROR,
 };
 use hip_kernels::params::{DeviceElement, OnDevice};
@@ -493,24 +493,6 @@ impl<T: DeviceElement> Backend<T> for DeviceBackend {
         .map_err(op)
     }
 
-    fn add(
-        &self,
-        a: &DeviceBuffer<T>,
-        b: &DeviceBuffer<T>,
-        out: &mut DeviceBuffer<T>,
-    ) -> Result<()> {
-        ops::residual_add(
-            &self.stream,
-            ResidualAdd::<OnDevice, T> {
-                params: ElementwiseParams { len: a.len() },
-                a,
-                b,
-                out,
-            },
-        )
-        .map_err(op)
-    }
-
     fn attention_forward(
         &self,
         d: &Dims,
@@ -644,7 +626,7 @@ impl<T: DeviceElement> Backend<T> for DeviceBackend {
                     .iter_mut()
                     .map(|t| AdamWTensor {
                         param: &mut *t.param as &mut dyn DeviceViewMut<T>,
-                        grad: &*t.grad as &dyn DeviceView<T>,
+                        grad: t.grad as &dyn DeviceView<T>,
                         exp_avg: &mut *t.exp_avg as &mut dyn DeviceViewMut<f32>,
                         exp_avg_sq: &mut *t.exp_avg_sq as &mut dyn DeviceViewMut<f32>,
                         max_exp_avg_sq: None,

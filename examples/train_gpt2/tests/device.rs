@@ -120,9 +120,14 @@ fn run_ops<T: DeviceElement, B: Backend<T>>(
     be.matmul(gemm(c, c, n, true, false), &y, &m2, &mut dw, true)?;
     outs.push(("matmul tn accumulate", be.download(&dw)?));
 
-    let mut r = be.zeros(n * c)?;
-    be.add(&enc, &m2, &mut r)?;
-    outs.push(("add", be.download(&r)?));
+    let (mut r, mut ry) = (be.zeros(n * c)?, be.zeros(n * c)?);
+    let (mut rmean, mut rrstd) = (be.zeros_stat(n)?, be.zeros_stat(n)?);
+    be.residual_layernorm_forward(
+        &d, &enc, &m2, &lnw, &lnb, &mut r, &mut ry, &mut rmean, &mut rrstd,
+    )?;
+    outs.push(("residual_layernorm_forward residual", be.download(&r)?));
+    outs.push(("residual_layernorm_forward y", be.download(&ry)?));
+    outs.push(("residual_layernorm_forward rstd", be.download_stat(&rrstd)?));
     let mut db = up(c, 11, 1.0)?;
     be.bias_backward(n, &r, &mut db)?;
     outs.push(("bias_backward accumulate", be.download(&db)?));
