@@ -1,6 +1,8 @@
 //! Shared by hip-emu's tests (each test crate uses a part):
-//! - runtime tests (`runtime_*.rs`, through hip-sys / hip-rt): [`setup`] points the loader at the
-//!   freshly built libhip_emu.so, [`last_message`] reads its detailed error;
+//! - runtime tests (`runtime_*.rs`, `rccl_dlopen.rs`, through hip-sys / hip-rt; they live in the
+//!   `hip-emu-client-tests` package, hip-emu/client-tests/, which includes this file by path):
+//!   [`setup`] points the loader at the freshly built libhip_emu.so, [`last_message`] reads its
+//!   detailed error;
 //! - executor tests (`exec_*.rs`, the registry kernels on host buffers): [`launch`] /
 //!   [`launch1`] with arguments from [`arg`] / [`ptr`], [`available`], [`Guarded`] buffers and
 //!   [`within_a_minute`].
@@ -14,7 +16,9 @@ use std::sync::Once;
 // Runtime tests
 // ---------------------------------------------------------------------------------------------
 
-/// target/<profile>/libhip_emu.so, found from the test binary (target/<profile>/deps/<test>).
+/// libhip_emu.so, found from the test binary (target/<profile>/deps/<test>): first next to it in
+/// deps/ (where cargo builds hip-emu as a dependency, e.g. for hip-emu-client-tests), then in
+/// target/<profile>/ (`cargo build -p hip-emu`, `cargo test -p hip-emu`).
 pub fn emu_library() -> PathBuf {
     let exe = std::env::current_exe().expect("the test binary's own path");
     let candidates: Vec<PathBuf> = exe

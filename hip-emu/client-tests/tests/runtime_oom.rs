@@ -1,6 +1,7 @@
 //! Capacity accounting with a small `HIPK_EMU_MEMORY` and two devices (own process: the library
 //! reads its environment once).
 
+#[path = "../../tests/common/mod.rs"]
 mod common;
 
 use std::sync::Arc;

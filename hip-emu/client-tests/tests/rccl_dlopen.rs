@@ -3,6 +3,7 @@
 //! types (the 128-byte `ncclUniqueId` by value, 4-byte enums as `int`), HIP through hip-rt
 //! loaded from the same file. Everything ran on the CPU emulation.
 
+#[path = "../../tests/common/mod.rs"]
 mod common;
 
 use std::ffi::{c_char, c_int, c_void};

@@ -5,6 +5,7 @@
 //! Needs hipcc (to build the code object) and the kernels' host build (clang++ >= 15); without
 //! either it prints why and checks nothing else (a fresh clone without ROCm still passes).
 
+#[path = "../../tests/common/mod.rs"]
 mod common;
 
 use std::path::Path;
@@ -22,7 +23,7 @@ fn code_object() -> Result<Vec<u8>, String> {
 fn build_code_object() -> Result<Vec<u8>, String> {
     hip_emu::exec::host_build_available()
         .map_err(|e| format!("hip-emu has no host build of the kernels: {e}"))?;
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/kernels/checks.hip");
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/kernels/checks.hip");
     let out = std::env::temp_dir().join(format!(
         "hip-emu-runtime-launch-{}.hsaco",
         std::process::id()

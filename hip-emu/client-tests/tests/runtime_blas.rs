@@ -2,6 +2,7 @@
 //! strided batches, f32/f16/bf16) against a CPU loop, plus the legacy GemmEx ABI and BLAS
 //! errors through raw calls. Computed on the CPU emulation: no figure is a GPU figure.
 
+#[path = "../../tests/common/mod.rs"]
 mod common;
 
 use std::sync::Arc;

@@ -2,6 +2,7 @@
 //! copies between devices (hip-rt's `Stream::copy_peer` and the synchronous `hipMemcpyPeer`),
 //! each device's own streams and memory. Everything here ran on the CPU emulation.
 
+#[path = "../../tests/common/mod.rs"]
 mod common;
 
 use hip_rt::{DeviceBuffer, Stream, StreamOptions};

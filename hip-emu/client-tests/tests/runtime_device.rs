@@ -1,6 +1,7 @@
 //! hip-emu through hip-sys and hip-rt: devices, memory, copies, streams, events, errors.
 //! Everything here ran on the CPU emulation; no figure is a GPU figure.
 
+#[path = "../../tests/common/mod.rs"]
 mod common;
 
 use hip_rt::{DeviceBuffer, Event, EventOptions, Stream, StreamOptions};

@@ -1,5 +1,6 @@
 //! A bad `HIPK_EMU_MEMORY` is a clear error on the first call (own process).
 
+#[path = "../../tests/common/mod.rs"]
 mod common;
 
 #[test]

@@ -3,6 +3,7 @@
 //! the hint names the memory stranded on the other stream instead of suggesting
 //! `max_split_size_mb`. Own process: the library reads `HIPK_EMU_MEMORY` once.
 
+#[path = "../../tests/common/mod.rs"]
 mod common;
 
 use std::sync::Arc;
