@@ -46,9 +46,10 @@
 //! the hook they use). [`HostBackend`] (host memory, simulated streams and
 //! events) exercises the same policy in tests and benches.
 //!
-//! What has run where: the policy has only run against [`HostBackend`]; [`HipBackend`] has
-//! only run up to the runtime's "no device" answer (no DCU was available). The device test
-//! (`tests/caching_device.rs`, `--features device`) compiles but has never run.
+//! What has run where: the policy runs against [`HostBackend`] in the unit tests, and
+//! [`HipBackend`] on hip-emu, the CPU-emulated HIP device, in the device tests
+//! (`tests/caching_device.rs`, `tests/device_memory_stats.rs`, `--features device`). Neither has
+//! run on a GPU.
 
 mod backend;
 mod config;
