@@ -21,9 +21,10 @@
 //! # What has run where
 //! No GPU was available while this crate was written. The pure modules ([`module::bundle`],
 //! [`module::elf`], [`launch`], range/length checks, error mapping) are unit-tested. Every path
-//! that needs a device (allocation, copies, streams, events, module load, launch, BLAS) has only
-//! ever run up to the runtime's hipErrorNoDevice answer (Debian's ROCm 5.2 `libamdhip64`, no
-//! GPU). The device tests (`--features device`) compile but have never run on hardware.
+//! that needs a device (allocation, copies, streams, events, module load, launch, BLAS, peer
+//! copies, collectives) runs in the device tests (`--features device`) on hip-emu, the
+//! CPU-emulated HIP device with its emulated RCCL; against a real runtime it has only run up to
+//! Debian's ROCm 5.2 `libamdhip64` answering hipErrorNoDevice. Nothing has run on hardware.
 #![deny(unsafe_op_in_unsafe_fn)]
 
 pub mod blas;
