@@ -91,7 +91,12 @@ fn cfg(grid: u32, block: u32) -> LaunchConfig {
 
 #[test]
 fn metadata_attributes_and_a_correct_launch() {
-    let Some(Setup { stream, module, .. }) = setup() else {
+    let Some(Setup {
+        stream,
+        module,
+        _serial,
+    }) = setup()
+    else {
         return;
     };
     assert_eq!(module.target_ids(), &["gfx906".to_owned()]);
@@ -124,7 +129,12 @@ fn metadata_attributes_and_a_correct_launch() {
 
 #[test]
 fn wrong_argument_count_size_and_freed_pointers_name_the_kernel() {
-    let Some(Setup { stream, module, .. }) = setup() else {
+    let Some(Setup {
+        stream,
+        module,
+        _serial,
+    }) = setup()
+    else {
         return;
     };
     let reverse = module.function("hipemu_test_reverse").unwrap();
@@ -193,7 +203,12 @@ fn wrong_argument_count_size_and_freed_pointers_name_the_kernel() {
 
 #[test]
 fn out_of_bounds_writes_and_reads_fault_at_the_next_synchronize() {
-    let Some(Setup { stream, module, .. }) = setup() else {
+    let Some(Setup {
+        stream,
+        module,
+        _serial,
+    }) = setup()
+    else {
         return;
     };
     let ids = module.function("hipemu_test_ids").unwrap();
@@ -256,7 +271,12 @@ fn out_of_bounds_writes_and_reads_fault_at_the_next_synchronize() {
 
 #[test]
 fn bad_configurations_and_barrier_misuse_are_errors() {
-    let Some(Setup { stream, module, .. }) = setup() else {
+    let Some(Setup {
+        stream,
+        module,
+        _serial,
+    }) = setup()
+    else {
         return;
     };
     let d = DeviceBuffer::<i32>::zeroed(&stream, 4096).unwrap();
@@ -332,7 +352,12 @@ fn bad_configurations_and_barrier_misuse_are_errors() {
 /// device 1 (a real device would fault or read garbage), then it runs.
 #[test]
 fn a_pointer_into_another_device_needs_peer_access() {
-    let Some(Setup { stream, module, .. }) = setup() else {
+    let Some(Setup {
+        stream,
+        module,
+        _serial,
+    }) = setup()
+    else {
         return;
     };
     let reverse = module.function("hipemu_test_reverse").unwrap();
