@@ -18,10 +18,8 @@ use std::time::{Duration, Instant};
 
 use half::{bf16, f16};
 use hip_rt::comm::{CommElement, GroupGuard};
-use hip_rt::ddp::{
-    self, Averaging, DdpError, GradReducer, ReducerOptions, RendezvousError, ShardPlan,
-};
-use hip_rt::{Comm, Device, DeviceBuffer, PinnedHostBuffer, Stream, StreamOptions};
+use hip_rt::ddp::{self, Averaging, DdpError, GradReducer, ReducerOptions, ShardPlan};
+use hip_rt::{Comm, Device, DeviceBuffer, DeviceView, PinnedHostBuffer, Stream, StreamOptions};
 
 fn setup() {
     static ONCE: Once = Once::new();
@@ -222,9 +220,9 @@ fn reducer_on_threads<T: Elem>(world: usize, averaging: Averaging) {
 }
 
 #[test]
-fn the_reducer_averages_in_buckets_on_2_and_4_devices_whatever_the_readiness_order() {
+fn the_reducer_averages_in_buckets_on_1_2_and_4_devices_whatever_the_readiness_order() {
     let _serial = serial();
-    for world in [2, 4] {
+    for world in [1, 2, 4] {
         reducer_on_threads::<f32>(world, Averaging::Avg);
     }
     reducer_on_threads::<f32>(2, Averaging::Sum);
@@ -298,6 +296,8 @@ fn reducer_misuse_is_a_typed_error() {
     let comms = Comm::init_all(&devs).unwrap();
     let comm = Arc::new(comms.into_iter().next().unwrap());
     let compute = stream(&devs[0]);
+    // hip-emu's emulated RCCL reports 2.18, which has ncclAvg.
+    assert_eq!(Averaging::best_for(&comm), Averaging::Avg);
     // A stream of another device.
     let e = GradReducer::<f32>::new(
         comm.clone(),
@@ -708,6 +708,16 @@ fn a_missing_rank_or_a_mismatched_world_size_fails_every_process_without_hanging
         out.contains("DDP-ERROR") && out.contains("got no unique id from rank 0"),
         "{out}"
     );
+    // LOCAL_RANK names a device that is not there: refused before the rendezvous.
+    let count = Device::count().unwrap();
+    let past = count as usize;
+    let child = spawn_rank(test, past, past + 1, free_port(), &short);
+    let (_, out, _) = finish_rank(child, Duration::from_secs(60));
+    assert!(
+        out.contains("DDP-ERROR")
+            && out.contains(&format!("LOCAL_RANK={past} selects device {past}")),
+        "{out}"
+    );
     // Rank 1 thinks the world is 3.
     let port = free_port();
     let rank0 = spawn_rank(test, 0, 2, port, &short);
@@ -724,8 +734,65 @@ fn a_missing_rank_or_a_mismatched_world_size_fails_every_process_without_hanging
         out1.contains("DDP-ERROR") && out1.contains("rank 1 has WORLD_SIZE=3"),
         "{out1}"
     );
-    let _ = RendezvousError::Stray {
-        rank: 0,
-        peer: String::new(),
-    };
+}
+
+#[test]
+fn a_post_scale_hook_runs_after_each_buckets_sum_with_factor_1_over_w() {
+    let _serial = serial();
+    let world = 2;
+    let devs = devices(world);
+    let comms: Vec<Arc<Comm>> = Comm::init_all(&devs)
+        .unwrap()
+        .into_iter()
+        .map(Arc::new)
+        .collect();
+    /// Per rank: buckets, the hook's (length, factor) calls, the result.
+    type Seen = (usize, Vec<(usize, f32)>, Vec<f32>);
+    let calls: Vec<Seen> = std::thread::scope(|scope| {
+        let hs: Vec<_> = comms
+            .iter()
+            .map(|c| {
+                let c = c.clone();
+                scope.spawn(move || {
+                    let d = c.device().clone();
+                    let compute = stream(&d);
+                    let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
+                    let log = seen.clone();
+                    let mut reducer = GradReducer::<f32>::new(
+                        c.clone(),
+                        stream(&d),
+                        &tensors(),
+                        LEN,
+                        options(Averaging::Sum),
+                    )
+                    .unwrap();
+                    // The "scale" zeroes the range: zeros at the end prove it ran after the
+                    // sum (had it run before, the sum would have overwritten them).
+                    reducer.set_post_scale(Box::new(move |view, factor, s| {
+                        log.lock().unwrap().push((view.len(), factor));
+                        s.memset_zero(view)
+                    }));
+                    let host: Vec<f32> = (0..LEN).map(|j| grad(c.rank(), 0, j) as f32).collect();
+                    let mut grads = DeviceBuffer::from_slice(&compute, &host).unwrap();
+                    for i in order(c.rank(), tensors().len()) {
+                        reducer.mark_ready(i, &mut grads, &compute).unwrap();
+                    }
+                    reducer.finish(&compute).unwrap();
+                    let out = grads.to_vec(&compute).unwrap();
+                    c.wait().unwrap();
+                    let buckets = reducer.plan().buckets().len();
+                    let seen = seen.lock().unwrap().clone();
+                    (buckets, seen, out)
+                })
+            })
+            .collect();
+        hs.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    for (r, (buckets, seen, out)) in calls.iter().enumerate() {
+        let ranges: usize = seen.len();
+        assert!(ranges >= *buckets, "rank {r}: {seen:?}");
+        assert_eq!(seen.iter().map(|(n, _)| n).sum::<usize>(), LEN, "rank {r}");
+        assert!(seen.iter().all(|(_, f)| *f == 0.5), "rank {r}: {seen:?}");
+        assert!(out.iter().all(|v| *v == 0.0), "rank {r}: {:?}", &out[..8]);
+    }
 }

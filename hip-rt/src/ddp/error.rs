@@ -169,7 +169,7 @@ pub enum RendezvousError {
         source: std::io::Error,
     },
     /// Rank 0 cannot listen on the rendezvous port.
-    #[error("rendezvous: rank 0 cannot listen on {addr}: {source}. Is another job (or torchrun's own store) using the port? Pick another MASTER_PORT")]
+    #[error("rendezvous: rank 0 cannot listen on {addr}: {source}. Is another job (or torchrun's own store) using the port? Pick another MASTER_PORT, or set HIPK_RDZV_PORT to a free port on every rank")]
     Bind {
         /// The address.
         addr: String,

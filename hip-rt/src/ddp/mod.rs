@@ -41,7 +41,9 @@
 //! Which averaging: [`Averaging::Avg`] (the default) uses RCCL's `ncclAvg` (NCCL 2.10 and
 //! later based releases; hip-emu's emulated RCCL has it), for f32, f16 and bf16 alike;
 //! [`Averaging::Sum`] is the plain sum, the mean when each rank has already scaled its
-//! gradients by 1/W. hip-rt ships no kernels, so it cannot scale after a sum itself.
+//! gradients by 1/W, or when a [`ScaleFn`] (the caller's scale kernel) runs after each bucket's
+//! sum. hip-rt ships no kernels, so it cannot scale after a sum by itself.
+//! [`Averaging::best_for`] picks `Avg` when the loaded RCCL has it.
 //!
 //! Run on hip-emu's emulated RCCL only (several emulated devices in one process, and several
 //! processes on one machine); never on real devices.
@@ -62,7 +64,7 @@ use std::time::Duration;
 pub use buckets::{Bucket, BucketPlan, DEFAULT_BUCKET_BYTES};
 pub use env::LaunchEnv;
 pub use error::{DdpError, EnvError, RendezvousError};
-pub use reducer::{Averaging, GradReducer, ReducerOptions};
+pub use reducer::{Averaging, GradReducer, ReducerOptions, ScaleFn};
 pub use rendezvous::{
     default_timeout, fetch_id, RendezvousOptions, Server, DEFAULT_TIMEOUT, VERSION,
 };
@@ -78,8 +80,10 @@ use crate::device::Device;
 pub const PORT_VAR: &str = "HIPK_RDZV_PORT";
 
 /// The port rank 0 listens on for the rendezvous: `HIPK_RDZV_PORT` when set, else
-/// `MASTER_PORT + 1` when `TORCHELASTIC_USE_AGENT_STORE` is `True` (torchrun's agent then keeps
-/// its own store listening on `MASTER_PORT`), else `MASTER_PORT`. `lookup` reads a variable
+/// `MASTER_PORT + 1` when `TORCHELASTIC_USE_AGENT_STORE` is `True` (torchrun then tells its
+/// workers that its agent on node 0 already hosts a store at `MASTER_ADDR:MASTER_PORT`, so that
+/// port is taken), else `MASTER_PORT`. Every rank computes the same port from the same
+/// variables. `lookup` reads a variable
 /// (`|v| std::env::var(v).ok()`).
 pub fn rendezvous_port(
     env: &LaunchEnv,

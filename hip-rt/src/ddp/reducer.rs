@@ -10,7 +10,7 @@ use super::error::DdpError;
 use crate::comm::{group, Comm, CommElement, ReduceOp};
 use crate::error::Error;
 use crate::event::{Event, EventOptions};
-use crate::memory::buffer::DeviceBuffer;
+use crate::memory::buffer::{DeviceBuffer, DeviceSliceMut};
 use crate::stream::Stream;
 
 /// How the reduced gradients become the mean over ranks.
@@ -28,6 +28,16 @@ pub enum Averaging {
 }
 
 impl Averaging {
+    /// [`Averaging::Avg`] when `comm`'s RCCL has `ncclAvg`, else [`Averaging::Sum`] (then
+    /// pre-scale the gradients, or give the reducer a [`ScaleFn`]).
+    pub fn best_for(comm: &Comm) -> Averaging {
+        if comm.inner.rccl.check_op(ReduceOp::Avg.raw()).is_ok() {
+            Averaging::Avg
+        } else {
+            Averaging::Sum
+        }
+    }
+
     /// The reduction it runs.
     pub fn op(self) -> ReduceOp {
         match self {
@@ -36,6 +46,12 @@ impl Averaging {
         }
     }
 }
+
+/// Scales a reduced range by a factor on a stream (a kernel the caller provides: hip-rt ships
+/// none). Given to [`GradReducer::set_post_scale`], it runs on the communication stream after
+/// each bucket's sum, with factor 1/W.
+pub type ScaleFn<T> =
+    Box<dyn FnMut(&mut DeviceSliceMut<'_, T>, f32, &Stream) -> crate::Result<()> + Send>;
 
 /// How a [`GradReducer`] buckets and averages.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -68,7 +84,10 @@ impl Default for ReducerOptions {
 ///
 /// Buckets are launched in plan order on every rank, whatever order the tensors are marked in,
 /// so the ranks' collectives always match. Every rank must build its reducer with the same
-/// ranges and options.
+/// ranges and options. Mark a tensor only once its gradient is complete: a gradient that two
+/// parts of the model accumulate into (a tied embedding) is ready after the later one, and with
+/// gradient accumulation over micro-batches, mark only during the last micro-batch's backward
+/// (what PyTorch's `no_sync` does for the earlier ones).
 ///
 /// One thread driving several devices (`Comm::init_all`): RCCL needs the collectives of one
 /// step on all devices in one group, so either drive each device's reducer from its own thread,
@@ -116,6 +135,8 @@ pub struct GradReducer<T: CommElement> {
     waiting: Vec<usize>,
     /// Buckets launched this step (always a prefix of the plan).
     launched: usize,
+    /// Run on each reduced range after a sum (see [`ScaleFn`]).
+    post_scale: Option<ScaleFn<T>>,
     _elem: PhantomData<fn() -> T>,
 }
 
@@ -164,6 +185,7 @@ impl<T: CommElement> GradReducer<T> {
             done,
             waiting,
             launched: 0,
+            post_scale: None,
             _elem: PhantomData,
         })
     }
@@ -236,6 +258,14 @@ impl<T: CommElement> GradReducer<T> {
         self.launched = 0;
     }
 
+    /// With [`Averaging::Sum`]: after each bucket's all-reduce, call `scale` on every reduced
+    /// range with factor 1/W, on the communication stream, so that `finish` yields the mean.
+    /// (With `Averaging::Avg` the factor passed is 1/W too, which would scale twice: use it
+    /// with `Sum` only.)
+    pub fn set_post_scale(&mut self, scale: ScaleFn<T>) {
+        self.post_scale = Some(scale);
+    }
+
     /// The bucket plan.
     pub fn plan(&self) -> &BucketPlan {
         &self.plan
@@ -289,6 +319,12 @@ impl<T: CommElement> GradReducer<T> {
                     }
                     Ok(())
                 })?;
+            }
+            if let Some(scale) = self.post_scale.as_mut() {
+                let factor = 1.0 / self.comm.world() as f32;
+                for range in &bucket.ranges {
+                    scale(&mut grads.slice_mut(range.clone())?, factor, &self.stream)?;
+                }
             }
             self.launched += 1;
         }
