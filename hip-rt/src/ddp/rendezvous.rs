@@ -137,8 +137,8 @@ impl Server {
     /// Wait until ranks `1..world` have all said hello, then send each `id`.
     ///
     /// # Host wait
-    /// Blocks for at most `timeout` (plus one hello wait of at most 5 s); past it, refuses the
-    /// ranks that did connect and returns [`RendezvousError::MissingRanks`].
+    /// Blocks for at most about `timeout`; past it, refuses the ranks that did connect and
+    /// returns [`RendezvousError::MissingRanks`].
     pub fn serve(&self, world: usize, id: &UniqueId, timeout: Duration) -> Result<(), DdpError> {
         let start = Instant::now();
         let deadline = start + timeout;
@@ -156,36 +156,39 @@ impl Server {
         let mut joined = 1; // rank 0 itself
         let mut strays = 0usize;
         while joined < world {
+            // Checked before every accept, so that a stream of strays cannot hold rank 0 here.
+            let remaining = deadline.saturating_duration_since(Instant::now());
+            if remaining.is_zero() {
+                let missing: Vec<usize> = (1..world).filter(|r| peers[*r].is_none()).collect();
+                refuse_all(&mut peers, status::TIMEOUT, missing.len(), world);
+                return Err(RendezvousError::MissingRanks {
+                    addr,
+                    world,
+                    missing,
+                    waited: start.elapsed(),
+                    strays: if strays == 0 {
+                        String::new()
+                    } else {
+                        format!(" ({strays} stray connection(s) refused)")
+                    },
+                }
+                .into());
+            }
             let (mut stream, peer) = match self.listener.accept() {
                 Ok(s) => s,
                 Err(e)
                     if e.kind() == ErrorKind::WouldBlock || e.kind() == ErrorKind::Interrupted =>
                 {
-                    if Instant::now() >= deadline {
-                        let missing: Vec<usize> =
-                            (1..world).filter(|r| peers[*r].is_none()).collect();
-                        refuse_all(&mut peers, status::TIMEOUT, missing.len(), world);
-                        return Err(RendezvousError::MissingRanks {
-                            addr,
-                            world,
-                            missing,
-                            waited: start.elapsed(),
-                            strays: if strays == 0 {
-                                String::new()
-                            } else {
-                                format!(" ({strays} stray connection(s) refused)")
-                            },
-                        }
-                        .into());
-                    }
-                    std::thread::sleep(Duration::from_millis(10));
+                    std::thread::sleep(Duration::from_millis(10).min(remaining));
                     continue;
                 }
                 Err(e) => return Err(io("accept on", addr, e).into()),
             };
+            // A peer has until the deadline (at most HELLO_WAIT) to say hello.
+            let hello_wait = HELLO_WAIT.min(remaining).max(Duration::from_millis(1));
             let hello = stream
                 .set_nonblocking(false)
-                .and_then(|()| stream.set_read_timeout(Some(HELLO_WAIT)))
+                .and_then(|()| stream.set_read_timeout(Some(hello_wait)))
                 .and_then(|()| stream.set_write_timeout(Some(HELLO_WAIT)))
                 .and_then(|()| {
                     let mut buf = [0u8; HELLO_LEN];

@@ -514,3 +514,21 @@ fn a_taken_port_is_a_bind_error_naming_it() {
         "{text}"
     );
 }
+
+#[test]
+fn silent_stray_connections_do_not_keep_rank_0_past_its_timeout() {
+    let (s, port) = server();
+    // Three connections that never say anything, all waiting in the accept queue.
+    let silent: Vec<TcpStream> = (0..3)
+        .map(|_| TcpStream::connect(("127.0.0.1", port)).unwrap())
+        .collect();
+    let start = Instant::now();
+    let e = s.serve(2, &test_id(7), SHORT).unwrap_err();
+    let took = start.elapsed();
+    drop(silent);
+    assert!(
+        took < Duration::from_secs(3),
+        "rank 0 waited {took:?} with a timeout of {SHORT:?}"
+    );
+    assert!(e.to_string().contains("never connected"), "{e}");
+}
