@@ -40,18 +40,8 @@ mod status {
     pub const ABORTED: u8 = 6;
 }
 
-/// The rendezvous timeout when `HIPK_COMM_TIMEOUT_S` is unset (as for collectives).
-pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(300);
-
-/// `HIPK_COMM_TIMEOUT_S` (seconds, fractions allowed), else [`DEFAULT_TIMEOUT`]: the same
-/// variable that bounds hip-rt's collectives.
-pub fn default_timeout() -> Duration {
-    std::env::var("HIPK_COMM_TIMEOUT_S")
-        .ok()
-        .and_then(|v| v.trim().parse::<f64>().ok())
-        .filter(|s| s.is_finite() && *s > 0.0)
-        .map_or(DEFAULT_TIMEOUT, Duration::from_secs_f64)
-}
+/// The rendezvous waits as long as collectives do: `HIPK_COMM_TIMEOUT_S`, else 300 s.
+pub use crate::comm::{default_timeout, DEFAULT_TIMEOUT};
 
 /// How the rendezvous runs.
 #[derive(Debug, Clone, PartialEq, Eq)]
