@@ -53,6 +53,8 @@ use crate::params::{DeviceElement, OnDevice};
 pub const ENV_MODE: &str = "HIPK_GEMM_TUNING";
 /// The environment variable naming the results file (default [`DEFAULT_FILE`]).
 pub const ENV_FILE: &str = "HIPK_GEMM_TUNING_FILE";
+/// This crate's version (part of the results file's [`MachineKey`]).
+pub const HIP_KERNELS_VERSION: &str = env!("CARGO_PKG_VERSION");
 /// The results file when [`ENV_FILE`] is not set (in the working directory).
 pub const DEFAULT_FILE: &str = "hipk-gemm-tuning.txt";
 

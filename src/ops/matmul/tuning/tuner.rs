@@ -122,7 +122,12 @@ impl GemmTuner {
     /// The winner recorded for `shape` in `dtype` (from the file or tuned in this process),
     /// as far as a device has been seen whose key matches the results.
     pub fn winner(&self, key: &ShapeKey) -> Option<String> {
-        self.lock().results.get(key).map(|e| e.winner.clone())
+        self.entry(key).map(|e| e.winner)
+    }
+
+    /// The whole entry for `key` (winner and every candidate's timing), as [`Self::winner`].
+    pub fn entry(&self, key: &ShapeKey) -> Option<Entry> {
+        self.lock().results.get(key).cloned()
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {
@@ -237,7 +242,7 @@ impl GemmTuner {
             compute_units: device.compute_units(),
             hip_runtime: runtime_id()?,
             blas: blas_id,
-            hip_kernels: env!("CARGO_PKG_VERSION").to_string(),
+            hip_kernels: super::HIP_KERNELS_VERSION.to_string(),
         };
         let usable = match (&st.results_key, st.loaded.take()) {
             (Some(results_key), _) => {
