@@ -1,7 +1,7 @@
 //! GEMM tuning: the fastest correct GEMM per shape, measured on the device once and remembered
 //! in a results file (in the spirit of PyTorch's TunableOp).
 //!
-//! [`crate::ops::matmul`] runs this crate's kernel (the tile [`super::MatmulPlan::new`] picks)
+//! [`crate::ops::matmul()`] runs this crate's kernel (the tile [`super::MatmulPlan::new`] picks)
 //! unless tuning is on. A [`GemmTuner`] knows several *candidates* per call (this crate's two
 //! tiles, hipBLAS when it is loaded and the operands are packed) and works in one of three
 //! [`GemmTuningMode`]s:
@@ -24,7 +24,7 @@
 //! trusted (in tune mode it is replaced by this machine's results). A malformed file is
 //! [`TuningError::Corrupt`], naming the line. Writes go to a temporary file renamed over the old.
 //!
-//! The process-wide tuner that [`crate::ops::matmul`] consults comes from the environment on
+//! The process-wide tuner that [`crate::ops::matmul()`] consults comes from the environment on
 //! first use (`HIPK_GEMM_TUNING=off|tune|use`, `HIPK_GEMM_TUNING_FILE=<path>`, see
 //! [`TuningConfig::from_env`]) or from [`set_gemm_tuner`]. Warnings go to stderr and to
 //! [`TuningStats::warnings`].
@@ -266,7 +266,7 @@ fn global_lock() -> std::sync::MutexGuard<'static, Option<Arc<GemmTuner>>> {
     GLOBAL.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-/// Install `tuner` as the one [`crate::ops::matmul`] consults (`None`: off), replacing the
+/// Install `tuner` as the one [`crate::ops::matmul()`] consults (`None`: off), replacing the
 /// environment's; returns the previous one.
 pub fn set_gemm_tuner(tuner: Option<GemmTuner>) -> Option<Arc<GemmTuner>> {
     let mut g = global_lock();
@@ -278,7 +278,7 @@ pub fn set_gemm_tuner(tuner: Option<GemmTuner>) -> Option<Arc<GemmTuner>> {
     previous
 }
 
-/// The tuner [`crate::ops::matmul`] consults (reading the environment if no call did yet);
+/// The tuner [`crate::ops::matmul()`] consults (reading the environment if no call did yet);
 /// `None` when tuning is off.
 pub fn gemm_tuner() -> Result<Option<Arc<GemmTuner>>, TuningError> {
     if STATE.load(Ordering::Acquire) == UNSET {
@@ -302,7 +302,7 @@ fn init_from_env() -> Result<(), TuningError> {
     Ok(())
 }
 
-/// Whether [`crate::ops::matmul`] goes through the process-wide tuner.
+/// Whether [`crate::ops::matmul()`] goes through the process-wide tuner.
 pub(crate) fn global_active() -> Result<bool, TuningError> {
     match STATE.load(Ordering::Acquire) {
         OFF => Ok(false),
@@ -314,7 +314,7 @@ pub(crate) fn global_active() -> Result<bool, TuningError> {
     }
 }
 
-/// [`crate::ops::matmul`] through the process-wide tuner.
+/// [`crate::ops::matmul()`] through the process-wide tuner.
 pub(crate) fn global_matmul<T: DeviceElement>(
     stream: &Stream,
     args: Matmul<'_, OnDevice, T>,

@@ -136,7 +136,7 @@ impl GemmTuner {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// [`crate::ops::matmul`] with the GEMM this tuner picks for the shape.
+    /// [`crate::ops::matmul()`] with the GEMM this tuner picks for the shape.
     ///
     /// # Host sync
     /// In tune mode the first call of each shape waits for the device (verification copies and
@@ -392,7 +392,7 @@ impl GemmTuner {
     }
 }
 
-/// This crate's kernel, as [`crate::ops::matmul`] runs it with tuning off.
+/// This crate's kernel, as [`crate::ops::matmul()`] runs it with tuning off.
 pub(crate) fn run_default<T: DeviceElement>(
     stream: &Stream,
     args: Matmul<'_, OnDevice, T>,
