@@ -47,25 +47,23 @@ pub(crate) struct Candidate<T: DeviceElement> {
     pub run: RunFn<T>,
 }
 
+impl<T: DeviceElement> Candidate<T> {
+    const fn new(
+        name: &'static str,
+        applies: fn(&Applicability<'_>) -> bool,
+        run: RunFn<T>,
+    ) -> Self {
+        Candidate { name, applies, run }
+    }
+}
+
 /// Every candidate, in the order they are tried. The first that applies and succeeds is the
-/// reference the others' results are checked against.
-pub(crate) fn candidates<T: DeviceElement>() -> [Candidate<T>; 3] {
-    [
-        Candidate {
-            name: "hipk-big",
-            applies: |_| true,
-            run: ours_big::<T>,
-        },
-        Candidate {
-            name: "hipk-small",
-            applies: |_| true,
-            run: ours_small::<T>,
-        },
-        Candidate {
-            name: "hipblas",
-            applies: blas_applies,
-            run: hipblas::<T>,
-        },
+/// reference the others' results are checked against. One line per candidate.
+pub(crate) fn candidates<T: DeviceElement>() -> Vec<Candidate<T>> {
+    vec![
+        Candidate::new("hipk-big", |_| true, ours_big::<T>),
+        Candidate::new("hipk-small", |_| true, ours_small::<T>),
+        Candidate::new("hipblas", blas_applies, hipblas::<T>),
     ]
 }
 
