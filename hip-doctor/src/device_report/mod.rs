@@ -177,6 +177,10 @@ pub struct DeviceFacts {
     /// CUs × 64 lanes × 2 FLOPs (one FMA) × clock.
     pub peak_fp32_tflops: f64,
     pub emulated: bool,
+    /// The HIP runtime's version and flavour (DTK or ROCm).
+    pub hip_runtime: String,
+    /// The BLAS library the hipBLAS figures come from, or why there is none.
+    pub blas: String,
 }
 
 impl DeviceFacts {
@@ -195,8 +199,21 @@ impl DeviceFacts {
             peak_bandwidth_gbs: peak_bandwidth_gbs(memory_clock_mhz, bus),
             peak_fp32_tflops: peak_fp32_tflops(device.compute_units(), clock_mhz),
             emulated: device.is_emulated(),
+            hip_runtime: match hip_sys::hip().and_then(|h| Ok((h.runtime_version()?, h.flavour())))
+            {
+                Ok((v, flavour)) => format!("{v} ({flavour})"),
+                Err(e) => format!("unknown: {e}"),
+            },
+            blas: String::new(),
         }
     }
+}
+
+fn file_name(p: &Path) -> String {
+    p.file_name().map_or_else(
+        || p.display().to_string(),
+        |n| n.to_string_lossy().into_owned(),
+    )
 }
 
 /// Peak memory bandwidth (GB/s): 2 transfers per clock × memory clock × bus width ÷ 8.
@@ -276,7 +293,23 @@ pub fn run(dir: &Path, small: bool) -> Result<(DeviceReport, Vec<PathBuf>), Stri
     };
     let stream =
         Arc::new(Stream::new(&device, StreamOptions::default()).map_err(|e| e.to_string())?);
-    let blas = Blas::new(stream.clone()).ok();
+    let blas = Blas::new(stream.clone());
+    let mut facts = facts;
+    facts.blas = match &blas {
+        Ok(b) => {
+            let path = match b.backend() {
+                hip_rt::BlasBackend::HipBlas => {
+                    hip_sys::blas::hipblas().map(|l| file_name(l.loaded_path()))
+                }
+                hip_rt::BlasBackend::RocBlas => {
+                    hip_sys::blas::rocblas().map(|l| file_name(l.loaded_path()))
+                }
+            };
+            format!("{:?} {}", b.backend(), path.unwrap_or_default())
+        }
+        Err(e) => format!("none (no hipBLAS figures): {e}"),
+    };
+    let blas = blas.ok();
     let s = &*stream;
     let mut rows = benches::bandwidth_rows(s, &dims, effort);
     rows.extend(benches::matmul_bias_rows(s, blas.as_ref(), &dims, effort));
@@ -503,6 +536,8 @@ mod tests {
             peak_bandwidth_gbs: 0.0,
             peak_fp32_tflops: 0.0,
             emulated: true,
+            hip_runtime: "5.2.0 (ROCm)".into(),
+            blas: "HipBlas x".into(),
         };
         facts.peak_bandwidth_gbs = peak_bandwidth_gbs(facts.memory_clock_mhz, 8);
         let report = DeviceReport {

@@ -77,6 +77,8 @@ pub fn markdown(r: &DeviceReport) -> String {
     );
     let _ = writeln!(s, "## Device\n");
     let _ = writeln!(s, "| property | value |\n|---|---|");
+    let _ = writeln!(s, "| HIP runtime | {} |", d.hip_runtime);
+    let _ = writeln!(s, "| BLAS | {} |", d.blas.replace('|', "/"));
     let _ = writeln!(s, "| compute units | {} |", d.compute_units);
     let _ = writeln!(s, "| clock | {:.0} MHz |", d.clock_mhz);
     let _ = writeln!(
