@@ -1,7 +1,7 @@
 //! The rows of the device report: each op at the model's training shapes, timed on one stream,
 //! with the hipBLAS figure of the same GEMM(s) beside the GEMM-shaped ones.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use half::bf16;
 use hip_kernels::ops::{
@@ -11,31 +11,37 @@ use hip_kernels::ops::{
     MatmulBiasParams, MatmulParams, SoftmaxCrossEntropy, TuningConfig,
 };
 use hip_kernels::params::OnDevice;
-use hip_rt::{Batch, Blas, DeviceBuffer, Gemm, Stream};
+use hip_rt::{Batch, Blas, DeviceBuffer, Event, EventOptions, Gemm, Stream};
 
 use super::{Dims, Effort, Row};
 
-/// The median time of `once` (which queues work) over `effort.runs` runs after
-/// `effort.warmup` untimed ones; each run is followed by a stream synchronisation.
+/// The mean time of one call of `once` (which queues work on `stream`): `effort.warmup`
+/// untimed calls, then `effort.runs` calls back to back between two HIP events (no host sync
+/// between calls, so launch gaps are what a training step sees).
 pub fn time_it(
     stream: &Stream,
     effort: Effort,
     mut once: impl FnMut() -> Result<(), String>,
 ) -> Result<Duration, String> {
-    let sync = || stream.synchronize().map_err(|e| e.to_string());
+    let err = |e: hip_rt::Error| e.to_string();
     for _ in 0..effort.warmup {
         once()?;
     }
-    sync()?;
-    let mut times = Vec::with_capacity(effort.runs.max(1));
-    for _ in 0..effort.runs.max(1) {
-        let start = Instant::now();
+    stream.synchronize().map_err(err)?;
+    let device = stream.device();
+    let start = Event::new(device, EventOptions::TIMING).map_err(err)?;
+    let end = Event::new(device, EventOptions::TIMING).map_err(err)?;
+    let runs = effort.runs.max(1);
+    start.record(stream).map_err(err)?;
+    for _ in 0..runs {
         once()?;
-        sync()?;
-        times.push(start.elapsed());
     }
-    times.sort_unstable();
-    Ok(times[times.len() / 2])
+    end.record(stream).map_err(err)?;
+    end.synchronize().map_err(err)?;
+    let ms = start.elapsed_ms(&end).map_err(err)?;
+    Ok(Duration::from_secs_f64(
+        f64::from(ms.max(0.0)) / 1e3 / runs as f64,
+    ))
 }
 
 fn buf<T: hip_rt::Element>(s: &Stream, len: usize, v: T) -> Result<DeviceBuffer<T>, String> {

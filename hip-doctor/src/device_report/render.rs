@@ -72,7 +72,7 @@ pub fn markdown(r: &DeviceReport) -> String {
     let _ = writeln!(
         s,
         "Written by `hip-doctor --report` (hip-kernels {}) in {:.1} s. Shapes: {}. Each row: \
-         median of {} runs after {} warm-up runs, host-timed around a stream synchronisation.\n",
+         mean of {} back-to-back calls after {} warm-up calls, timed with HIP events.\n",
         r.hip_kernels_version, r.elapsed_s, r.dims.name, r.effort.runs, r.effort.warmup
     );
     let _ = writeln!(s, "## Device\n");
