@@ -7,7 +7,8 @@
 //!   through plain `ops::matmul` without timing anything;
 //! - a file from another arch or crate version is ignored with a warning (use mode: default
 //!   kernel; tune mode: tuned again and replaced);
-//! - a corrupt file is an error naming its line;
+//! - a corrupt file is an error naming its line (also from plain `ops::matmul` in a second
+//!   process whose environment names the file), and so is a bad `HIPK_GEMM_TUNING` value;
 //! - every result (our tiles, hipBLAS on hip-emu) matches the CPU reference.
 #![cfg(feature = "device")]
 
@@ -176,6 +177,93 @@ fn child_body() {
     println!("child: {stats:?}");
 }
 
+/// Runs this test binary again with only `test` selected and `env` set (plus [`CHILD`]), and
+/// returns its stdout after checking that it passed.
+fn run_child(test: &str, env: &[(&str, &std::ffi::OsStr)]) -> String {
+    let me = std::env::current_exe().unwrap();
+    let mut cmd = std::process::Command::new(me);
+    cmd.args(["--exact", test, "--nocapture", "--test-threads=1"])
+        .env(CHILD, "1");
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let out = cmd.output().unwrap();
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    assert!(
+        out.status.success() && stdout.contains("1 passed") && stdout.contains("child: "),
+        "second process failed:\n{stdout}\n{stderr}"
+    );
+    stdout.into_owned()
+}
+
+/// The error `ops::matmul` returns with the environment the parent set.
+fn child_error() -> String {
+    let s = stream();
+    let p = MatmulParams::new(4, 4, 4);
+    let (a, b, mut out) = (
+        upload(&s, &[1.0f32; 16]),
+        upload(&s, &[1.0f32; 16]),
+        upload(&s, &[0.0f32; 16]),
+    );
+    let e = ops::matmul(
+        &s,
+        Matmul::<OnDevice, f32> {
+            params: p,
+            a: &a,
+            b: &b,
+            out: &mut out,
+        },
+    )
+    .expect_err("the environment is bad");
+    assert!(matches!(e, OpError::Tuning(_)), "{e}");
+    e.to_string()
+}
+
+#[test]
+fn a_bad_mode_in_the_environment_is_an_error_from_ops_matmul() {
+    if std::env::var_os(CHILD).is_some() {
+        let e = child_error();
+        assert!(
+            e.contains("HIPK_GEMM_TUNING=\"fast\"") && e.contains("off, tune or use"),
+            "{e}"
+        );
+        println!("child: {e}");
+        return;
+    }
+    run_child(
+        "a_bad_mode_in_the_environment_is_an_error_from_ops_matmul",
+        &[(ENV_MODE, "fast".as_ref())],
+    );
+}
+
+#[test]
+fn a_corrupt_file_named_in_the_environment_is_an_error_naming_the_line() {
+    if let Some(line) = std::env::var_os(CHILD).and(std::env::var_os("HIPK_TEST_LINE")) {
+        let e = child_error();
+        let line = line.to_string_lossy();
+        assert!(
+            e.contains(&format!("bad.txt:{line}: corrupt GEMM tuning results")),
+            "{e}"
+        );
+        println!("child: {e}");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("bad.txt");
+    std::fs::write(&file, "# comment\nhipk-gemm-tuning 1\nkey arch\n").unwrap();
+    run_child(
+        "a_corrupt_file_named_in_the_environment_is_an_error_naming_the_line",
+        &[
+            (ENV_MODE, "use".as_ref()),
+            (ENV_FILE, file.as_os_str()),
+            ("HIPK_TEST_LINE", "3".as_ref()),
+        ],
+    );
+}
+
 #[test]
 fn a_tuned_file_is_written_and_a_second_process_uses_it_without_timing() {
     if std::env::var_os(CHILD).is_some() {
@@ -224,26 +312,9 @@ fn a_tuned_file_is_written_and_a_second_process_uses_it_without_timing() {
     );
     println!("{text}");
 
-    let me = std::env::current_exe().unwrap();
-    let out = std::process::Command::new(me)
-        .args([
-            "--exact",
-            "a_tuned_file_is_written_and_a_second_process_uses_it_without_timing",
-            "--nocapture",
-            "--test-threads=1",
-        ])
-        .env(CHILD, "1")
-        .env(ENV_MODE, "use")
-        .env(ENV_FILE, &file)
-        .output()
-        .unwrap();
-    let (stdout, stderr) = (
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr),
-    );
-    assert!(
-        out.status.success() && stdout.contains("1 passed") && stdout.contains("child: "),
-        "second process failed:\n{stdout}\n{stderr}"
+    run_child(
+        "a_tuned_file_is_written_and_a_second_process_uses_it_without_timing",
+        &[(ENV_MODE, "use".as_ref()), (ENV_FILE, file.as_os_str())],
     );
 }
 
