@@ -12,6 +12,7 @@ pub mod account;
 pub mod alloc_check;
 pub mod bench;
 pub mod device_checks;
+pub mod device_report;
 pub mod diagnose;
 pub mod env;
 pub mod guard;
@@ -29,7 +30,7 @@ use guard::{guarded, with_progress};
 use report::{Report, Section, Status};
 
 /// What the command line asked for.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::Parser)]
+#[derive(Debug, Clone, PartialEq, Eq, Default, clap::Parser)]
 #[command(
     name = "hip-doctor",
     version,
@@ -43,6 +44,15 @@ pub struct Options {
     /// Also run short microbenchmarks (needs a device).
     #[arg(long)]
     pub bench: bool,
+    /// Instead of the checks: the first-run device report. Every kernel at GPT-2 124M's
+    /// training shapes beside hipBLAS, bandwidth against the device's peak, attention against
+    /// its static estimate, and GEMM tuning; writes device-report.json, device-report.md and
+    /// gemm-tuning.txt into DIR. Small shapes on an emulated device.
+    #[arg(long, value_name = "DIR")]
+    pub report: Option<std::path::PathBuf>,
+    /// With --report: small shapes on a real device too (a smoke run).
+    #[arg(long, requires = "report")]
+    pub small: bool,
 }
 
 /// What `--help` prints after the options.
@@ -253,9 +263,19 @@ mod tests {
             args(&["--json", "--bench"]),
             Ok(Command::Run(Options {
                 json: true,
-                bench: true
+                bench: true,
+                report: None,
+                small: false,
             }))
         ));
+        let Ok(Command::Run(o)) = args(&["--report", "out", "--small"]) else {
+            panic!("--report DIR --small parses")
+        };
+        assert_eq!(
+            (o.report.as_deref(), o.small),
+            (Some(std::path::Path::new("out")), true)
+        );
+        assert!(args(&["--small"]).is_err(), "--small needs --report");
         let Ok(Command::Print(help)) = args(&["--json", "--help"]) else {
             panic!("--help prints the usage")
         };

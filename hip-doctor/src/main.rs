@@ -21,6 +21,9 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    if let Some(dir) = &options.report {
+        return report_command(dir, options.small);
+    }
     // `run` guards each check itself; this is the net under the renderers.
     let outcome = std::panic::catch_unwind(|| {
         let report = doctor::run(&options);
@@ -40,6 +43,50 @@ fn main() -> ExitCode {
             let _ = writeln!(
                 std::io::stderr(),
                 "hip-doctor: internal error while building the report; please report it"
+            );
+            ExitCode::from(1)
+        }
+    }
+}
+
+/// `--report DIR`: the device report; exits 0 when every row ran, 1 otherwise.
+fn report_command(dir: &std::path::Path, small: bool) -> ExitCode {
+    let outcome = std::panic::catch_unwind(|| doctor::device_report::run(dir, small));
+    match outcome {
+        Ok(Ok((report, written))) => {
+            let mut text = String::new();
+            for path in &written {
+                text.push_str(&format!("wrote {}\n", path.display()));
+            }
+            let failed = report.rows.iter().filter(|r| r.error.is_some()).count()
+                + report
+                    .tuning
+                    .shapes
+                    .iter()
+                    .filter(|s| s.error.is_some())
+                    .count();
+            text.push_str(&format!(
+                "{} rows, {} GEMM shapes tuned, {failed} failed [{}] in {:.1} s\n",
+                report.rows.len(),
+                report.tuning.shapes.len(),
+                report.label,
+                report.elapsed_s
+            ));
+            print_out(&text);
+            if report.all_ran() {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::from(1)
+            }
+        }
+        Ok(Err(e)) => {
+            let _ = writeln!(std::io::stderr(), "hip-doctor --report: {e}");
+            ExitCode::from(1)
+        }
+        Err(_) => {
+            let _ = writeln!(
+                std::io::stderr(),
+                "hip-doctor --report: internal error; please report it"
             );
             ExitCode::from(1)
         }

@@ -9,6 +9,7 @@ mod common;
 use std::sync::Arc;
 
 use half::{bf16, f16};
+use hip_rt::memory::buffer::{DeviceView, DeviceViewMut};
 use hip_rt::{
     Batch, Blas, Device, DeviceBuffer, Error, Event, EventOptions, Gemm, GemmElement, LaunchConfig,
     Module, PinnedHostBuffer, Stream, StreamOptions,
@@ -367,6 +368,55 @@ fn strided_batched_gemm_matches_cpu() {
         .gemm(&Gemm::new(16, 24, 41), &da, &db, &mut dc)
         .unwrap_err();
     assert!(matches!(e, Error::BlasShape(_)), "{e}");
+}
+
+#[test]
+fn strided_batched_gemm_on_a_borrowed_stream_through_unsized_views() {
+    // A caller holding only `&Stream` and `&dyn` views (hip-kernels' GEMM tuner): the handle is
+    // bound to that stream for the call, then back to its own, which still works afterwards.
+    let d = device();
+    let (blas, s) = blas(&d);
+    let other = stream(&d);
+    let g = Gemm {
+        trans_a: true,
+        beta: 0.5,
+        ..Gemm::new(9, 13, 21)
+    };
+    let batch = Batch::packed(&g, 3);
+    let (a, b, c0) = (
+        small_values(9 * 21 * 3, 6),
+        small_values(21 * 13 * 3, 7),
+        small_values(9 * 13 * 3, 8),
+    );
+    let (da, db) = (
+        DeviceBuffer::from_slice(&other, &a).unwrap(),
+        DeviceBuffer::from_slice(&other, &b).unwrap(),
+    );
+    let mut dc = DeviceBuffer::from_slice(&other, &c0).unwrap();
+    let (va, vb): (&dyn DeviceView<f32>, &dyn DeviceView<f32>) = (&da, &db);
+    let vc: &mut dyn DeviceViewMut<f32> = &mut dc;
+    blas.gemm_strided_batched_on(&other, &g, &batch, va, vb, vc)
+        .unwrap();
+    let got = dc.to_vec(&other).unwrap();
+    for i in 0..3 {
+        let (sa, sb, sc) = (9 * 21, 21 * 13, 9 * 13);
+        let want = cpu_gemm(
+            &g,
+            &a[i * sa..(i + 1) * sa],
+            &b[i * sb..(i + 1) * sb],
+            &c0[i * sc..(i + 1) * sc],
+        );
+        for (j, w) in want.iter().enumerate() {
+            let v = got[i * sc + j];
+            assert!(
+                (v - w).abs() <= 1e-4 + 1e-6 * w.abs(),
+                "batch {i} C[{j}] = {v}, want {w}"
+            );
+        }
+    }
+    // Back on the handle's own stream.
+    check_gemm::<f32>(&blas, &s, |x| x, |x| x, 1e-6);
+    d.check_err().unwrap();
 }
 
 #[test]

@@ -20,6 +20,10 @@ pub enum OpError {
     /// A HIP call failed (allocation, copy, launch), or a buffer is on another device.
     #[error(transparent)]
     Hip(#[from] hip_rt::Error),
+    /// GEMM tuning failed: a bad `HIPK_GEMM_TUNING*` value, a corrupt results file, a file
+    /// that could not be written, or no candidate ran ([`crate::ops::matmul::tuning`]).
+    #[error(transparent)]
+    Tuning(#[from] crate::ops::matmul::TuningError),
     /// The op has a CPU reference but no device kernel yet.
     #[error("{op}: no device kernel yet ({reason}); use the CPU reference (hip_kernels::cpu)")]
     NoKernel {

@@ -3,7 +3,7 @@
 use half::{bf16, f16};
 
 /// Storage type of a tensor.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum DType {
     /// IEEE binary32.
     F32,

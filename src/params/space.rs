@@ -4,9 +4,10 @@
 
 use hip_rt::memory::buffer::{DeviceView, DeviceViewMut};
 
-/// A storage type the kernels support (f32, f16, bf16) that device buffers can hold.
-pub trait DeviceElement: super::Element + hip_rt::Element {}
-impl<T: super::Element + hip_rt::Element> DeviceElement for T {}
+/// A storage type the kernels support (f32, f16, bf16) that device buffers can hold and
+/// hipBLAS multiplies (the GEMM tuner's hipBLAS candidate, [`crate::ops::GemmTuner`]).
+pub trait DeviceElement: super::Element + hip_rt::GemmElement {}
+impl<T: super::Element + hip_rt::GemmElement> DeviceElement for T {}
 
 /// The number of elements of a tensor argument, whatever its space.
 pub trait TensorLen {

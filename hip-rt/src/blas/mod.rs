@@ -120,29 +120,38 @@ impl Blas {
         Ok(blas)
     }
 
-    /// Bind the handle to the stream and select host pointers for alpha/beta.
+    /// Bind the handle to its own stream and select host pointers for alpha/beta.
     fn configure(&self) -> Result<()> {
-        let stream = self.stream.raw();
+        self.bind(&self.stream)?;
         match self.handle {
             Handle::Hip(lib, h) => {
-                let (set_stream, set_mode) = (
-                    hip_sys::sym!(lib, hipblasSetStream)?,
-                    hip_sys::sym!(lib, hipblasSetPointerMode)?,
-                );
-                // SAFETY: `h` is the live handle owned by self; the stream is kept alive by the Arc.
-                unsafe { set_stream(h, stream) }.result()?;
-                // SAFETY: as above; the mode is a valid enum value.
+                let set_mode = hip_sys::sym!(lib, hipblasSetPointerMode)?;
+                // SAFETY: `h` is the live handle owned by self; the mode is a valid enum value.
                 unsafe { set_mode(h, hipblasPointerMode_t::HIPBLAS_POINTER_MODE_HOST) }.result()?;
             }
             Handle::Roc(lib, h) => {
-                let (set_stream, set_mode) = (
-                    hip_sys::sym!(lib, rocblas_set_stream)?,
-                    hip_sys::sym!(lib, rocblas_set_pointer_mode)?,
-                );
-                // SAFETY: `h` is the live handle owned by self; the stream is kept alive by the Arc.
-                unsafe { set_stream(h, stream) }.result()?;
-                // SAFETY: as above; the mode is a valid enum value.
+                let set_mode = hip_sys::sym!(lib, rocblas_set_pointer_mode)?;
+                // SAFETY: `h` is the live handle owned by self; the mode is a valid enum value.
                 unsafe { set_mode(h, rocblas_pointer_mode::rocblas_pointer_mode_host) }.result()?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Queue the handle's next calls on `stream` (a live stream the caller keeps alive until
+    /// the handle is bound elsewhere or the queued work is done).
+    fn bind(&self, stream: &Stream) -> Result<()> {
+        let stream = stream.raw();
+        match self.handle {
+            Handle::Hip(lib, h) => {
+                let set_stream = hip_sys::sym!(lib, hipblasSetStream)?;
+                // SAFETY: `h` is the live handle owned by self; the caller keeps the stream alive.
+                unsafe { set_stream(h, stream) }.result()?;
+            }
+            Handle::Roc(lib, h) => {
+                let set_stream = hip_sys::sym!(lib, rocblas_set_stream)?;
+                // SAFETY: `h` is the live handle owned by self; the caller keeps the stream alive.
+                unsafe { set_stream(h, stream) }.result()?;
             }
         }
         Ok(())
@@ -165,11 +174,11 @@ impl Blas {
     pub fn gemm<T: GemmElement>(
         &self,
         gemm: &Gemm,
-        a: &impl DeviceView<T>,
-        b: &impl DeviceView<T>,
-        c: &mut impl DeviceViewMut<T>,
+        a: &(impl DeviceView<T> + ?Sized),
+        b: &(impl DeviceView<T> + ?Sized),
+        c: &mut (impl DeviceViewMut<T> + ?Sized),
     ) -> Result<()> {
-        self.run(gemm, None, a, b, c)
+        self.run(&self.stream, gemm, None, a, b, c)
     }
 
     /// Queue `batch.count` row-major GEMMs over strided A, B, C (see [`Batch`]).
@@ -177,28 +186,48 @@ impl Blas {
         &self,
         gemm: &Gemm,
         batch: &Batch,
-        a: &impl DeviceView<T>,
-        b: &impl DeviceView<T>,
-        c: &mut impl DeviceViewMut<T>,
+        a: &(impl DeviceView<T> + ?Sized),
+        b: &(impl DeviceView<T> + ?Sized),
+        c: &mut (impl DeviceViewMut<T> + ?Sized),
     ) -> Result<()> {
-        self.run(gemm, Some(batch), a, b, c)
+        self.run(&self.stream, gemm, Some(batch), a, b, c)
+    }
+
+    /// [`gemm_strided_batched`](Self::gemm_strided_batched) queued on `stream` (a stream of
+    /// the handle's device) instead of the handle's own stream: the handle is bound to `stream`
+    /// for this call and bound back to its own stream afterwards (also when the call fails).
+    /// For callers that hold a stream by reference only.
+    pub fn gemm_strided_batched_on<T: GemmElement>(
+        &self,
+        stream: &Stream,
+        gemm: &Gemm,
+        batch: &Batch,
+        a: &(impl DeviceView<T> + ?Sized),
+        b: &(impl DeviceView<T> + ?Sized),
+        c: &mut (impl DeviceViewMut<T> + ?Sized),
+    ) -> Result<()> {
+        self.stream.check_same_device("stream", stream.device())?;
+        self.bind(stream)?;
+        let result = self.run(stream, gemm, Some(batch), a, b, c);
+        let rebound = self.bind(&self.stream);
+        result.and(rebound)
     }
 
     fn run<T: GemmElement>(
         &self,
+        stream: &Stream,
         gemm: &Gemm,
         batch: Option<&Batch>,
-        a: &impl DeviceView<T>,
-        b: &impl DeviceView<T>,
-        c: &mut impl DeviceViewMut<T>,
+        a: &(impl DeviceView<T> + ?Sized),
+        b: &(impl DeviceView<T> + ?Sized),
+        c: &mut (impl DeviceViewMut<T> + ?Sized),
     ) -> Result<()> {
         let Some(call) = plan(gemm, batch, a.len(), b.len(), c.len())? else {
             return Ok(());
         };
         for buf in [a.buffer(), b.buffer(), c.buffer()] {
-            self.stream
-                .check_same_device("GEMM operand", buf.device())?;
-            buf.record_stream(&self.stream)?;
+            stream.check_same_device("GEMM operand", buf.device())?;
+            buf.record_stream(stream)?;
         }
         let ptrs = Operands {
             first: b.device_ptr().as_raw(),

@@ -56,7 +56,7 @@ impl Stream {
     /// Queue a device-to-device copy (returns without waiting).
     pub fn copy_dtod<T: Element>(
         &self,
-        src: &impl DeviceView<T>,
+        src: &(impl DeviceView<T> + ?Sized),
         dst: &mut impl DeviceViewMut<T>,
     ) -> Result<()> {
         let devices = [src.buffer().device(), dst.buffer().device()];

@@ -111,6 +111,17 @@ impl MatmulPlan {
         dtype: DType,
         compute_units: u32,
     ) -> Result<MatmulPlan, ShapeError> {
+        Self::with_tile(shape, dtype, compute_units, None)
+    }
+
+    /// [`MatmulPlan::new`] with the tile forced (`None`: `new`'s choice); the GEMM tuner times
+    /// both tiles.
+    pub fn with_tile(
+        shape: &MatmulParams,
+        dtype: DType,
+        compute_units: u32,
+        forced: Option<MatmulTile>,
+    ) -> Result<MatmulPlan, ShapeError> {
         for (name, v) in [("m", shape.m), ("n", shape.n), ("k", shape.k)] {
             if v > MAX_DIM {
                 return Err(invalid(name, v, "must be below 2^31 - 256 on the device"));
@@ -121,10 +132,10 @@ impl MatmulPlan {
         let big_blocks = bm.saturating_mul(bn).saturating_mul(shape.batch);
         let wanted = 2 * compute_units.max(1) as usize;
         let small_fits = blocks(MatmulTile::Small).0 <= MAX_GRID_YZ;
-        let tile = if big_blocks < wanted && small_fits {
-            MatmulTile::Small
-        } else {
-            MatmulTile::Big
+        let tile = match forced {
+            Some(tile) => tile,
+            None if big_blocks < wanted && small_fits => MatmulTile::Small,
+            None => MatmulTile::Big,
         };
         let (gy, gx) = blocks(tile);
         if gy > MAX_GRID_YZ || gx > u32::MAX as usize {
@@ -166,12 +177,19 @@ impl MatmulPlan {
 /// [`Matmul`] on `stream`: `out = alpha·op(a)·op(b) + beta·out` (out doubles as C, read only
 /// when `beta != 0`, so it may hold anything when `beta == 0`). Same semantics and validation as
 /// [`crate::cpu::matmul`]; f32 accumulation (the reference uses f64). Queues the work; no host
-/// sync.
+/// sync, unless GEMM tuning is on ([`super::tuning`]; off by default).
+///
+/// # Host sync
+/// With `HIPK_GEMM_TUNING=tune` (or a tuner installed by [`super::set_gemm_tuner`]), the first
+/// call of each shape times every candidate and waits for the device; later calls queue only.
 pub fn matmul<T: DeviceElement>(
     stream: &Stream,
     args: Matmul<'_, OnDevice, T>,
 ) -> Result<(), OpError> {
     args.validate()?;
+    if super::tuning::global_active()? {
+        return super::tuning::global_matmul(stream, args);
+    }
     let (pa, pb, po) = (
         ptr(stream, "a", args.a)?,
         ptr(stream, "b", args.b)?,
@@ -199,8 +217,19 @@ pub(crate) fn launch_gemm<T: DeviceElement>(
     [pa, pb, po]: [DevicePtr; 3],
     epilogue: Option<BiasEpilogue>,
 ) -> Result<(), OpError> {
+    launch_gemm_tiled::<T>(stream, shape, [pa, pb, po], epilogue, None)
+}
+
+/// [`launch_gemm`] with the tile forced (`None`: [`MatmulPlan::new`]'s choice).
+pub(crate) fn launch_gemm_tiled<T: DeviceElement>(
+    stream: &Stream,
+    shape: &MatmulParams,
+    [pa, pb, po]: [DevicePtr; 3],
+    epilogue: Option<BiasEpilogue>,
+    tile: Option<MatmulTile>,
+) -> Result<(), OpError> {
     let (alpha, beta) = (shape.alpha, shape.beta);
-    let plan = MatmulPlan::new(shape, T::DTYPE, stream.device().compute_units())?;
+    let plan = MatmulPlan::with_tile(shape, T::DTYPE, stream.device().compute_units(), tile)?;
     if plan.launches == 0 {
         return Ok(());
     }

@@ -6,6 +6,7 @@ pub(crate) mod cpu;
 mod device;
 #[cfg(feature = "golden")]
 mod golden;
+pub mod tuning;
 
 pub(crate) use device::{launch_gemm, BiasEpilogue};
 pub use device::{matmul, MatmulPlan, MatmulTile, MAX_DIM, MAX_GRID_YZ};
@@ -13,6 +14,10 @@ pub use device::{matmul, MatmulPlan, MatmulTile, MAX_DIM, MAX_GRID_YZ};
 pub use golden::MatmulCase;
 #[cfg(feature = "golden")]
 pub(crate) use golden::GOLDEN;
+pub use tuning::{
+    gemm_tuner, set_gemm_tuner, GemmTuner, GemmTuningMode, TuningClock, TuningConfig, TuningError,
+    TuningStats,
+};
 
 use crate::params::{check_len, checked_len, invalid, ShapeError, Space, TensorLen};
 
