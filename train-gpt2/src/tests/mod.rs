@@ -20,7 +20,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 /// The test data directory.
 fn data_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/train_gpt2")
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/data/train_gpt2")
 }
 
 /// The checked-in common and per-variant flags (tests/data/train_gpt2/variants.json).

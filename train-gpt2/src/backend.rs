@@ -1,11 +1,11 @@
 //! What the model needs from a compute backend: buffers and the ops of a GPT-2 training step,
 //! with llm.c's accumulate-into-gradient semantics, for one storage type `T` of weights,
 //! activations and gradients (f32, bf16, f16); statistics, master weights and optimizer moments
-//! are f32. The model ([`crate::model`]) is written once
-//! against this trait; [`crate::cpu_backend`] implements it with the CPU reference
-//! (`hip_kernels::cpu`); [`crate::device_backend`] implements the same methods with the launchers
-//! of `hip_kernels::ops` on a `hip_rt` stream and a caching allocator: every method only queues
-//! work, and the trainer's one host read per step is [`Backend::read_step`].
+//! are f32. The model ([`crate::model`]) is written once against this trait, and the trait is
+//! implemented once, in [`crate::exec`], over the two places ops run: [`crate::cpu_backend`] (the
+//! CPU reference, `hip_kernels::cpu`) and [`crate::device_backend`] (the launchers of
+//! `hip_kernels::ops` on a `hip_rt` stream and a caching allocator: every method only queues
+//! work, and the trainer's one host read per step is [`Backend::read_step`]).
 
 use crate::error::Result;
 use hip_kernels::params::DeviceElement;
@@ -217,7 +217,7 @@ pub trait Backend<T: DeviceElement> {
     ) -> Result<()>;
     /// The residual add fused with the next layer norm (one launch on a device): writes
     /// `residual = a + b` (rounded to `T`) and the layer norm of that stored residual into `y`,
-    /// `mean`, `rstd`; the same values as [`Backend::add`] then [`Backend::layernorm_forward`].
+    /// `mean`, `rstd`; the same values as an add then [`Backend::layernorm_forward`].
     #[allow(clippy::too_many_arguments)]
     fn residual_layernorm_forward(
         &self,
