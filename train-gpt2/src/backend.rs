@@ -8,7 +8,11 @@
 //! work, and the trainer's one host read per step is [`Backend::read_step`]).
 
 use crate::error::Result;
-use hip_kernels::params::DeviceElement;
+
+/// A storage type the trainer supports (f32, bf16, f16): the kernels have it, and RCCL can
+/// sum it across ranks.
+pub trait TrainElement: hip_kernels::params::DeviceElement + hip_rt::CommElement {}
+impl<T: hip_kernels::params::DeviceElement + hip_rt::CommElement> TrainElement for T {}
 
 /// Dimensions of one micro-batch's activations.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -132,7 +136,7 @@ pub struct MemStats {
 ///
 /// "Accumulates" means the result is added to what the output holds (gradient accumulation over
 /// micro-batches starts from zeroed gradients); "writes" means the output is overwritten.
-pub trait Backend<T: DeviceElement> {
+pub trait Backend<T: TrainElement> {
     /// A tensor of `T`.
     type Buf;
     /// An f32 tensor.
@@ -319,6 +323,22 @@ pub trait Backend<T: DeviceElement> {
             decay: true,
         };
         self.adamw_all(hyper, scaling, scalars, &mut [slot])
+    }
+    /// Data parallel: `grads` are final for this step (their last contribution is queued).
+    /// Starts their sum across ranks on a communication stream, ordered after that work by an
+    /// event, while the rest of the backward pass runs. Nothing on one device.
+    fn grads_ready(&self, grads: &mut [&mut Self::Buf]) -> Result<()> {
+        let _ = grads;
+        Ok(())
+    }
+    /// Data parallel: makes the work queued from now on wait (on the device) for every sum
+    /// started by [`Backend::grads_ready`]. Nothing on one device.
+    fn grads_reduced(&self) -> Result<()> {
+        Ok(())
+    }
+    /// Ranks the gradients are summed over (1 without data parallelism).
+    fn world(&self) -> usize {
+        1
     }
     /// The step's loss and gradient norm: the one host read of a step.
     fn read_step(&self, scalars: &Self::Scalars) -> Result<StepRead>;

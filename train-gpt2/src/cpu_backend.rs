@@ -2,6 +2,7 @@
 //! output rounded once to its storage type: f32, bf16 or f16). The oracle, not a fast path.
 //! Its argument structs are built in [`crate::exec`], shared with the device backend.
 
+use crate::backend::TrainElement;
 use crate::backend::{Dims, GradScaling, StepRead};
 use crate::error::{op, Result};
 use crate::exec::{cross_entropy_args, encoder_forward_args, Exec, UpdateScalars};
@@ -11,7 +12,7 @@ use hip_kernels::ops::{
     ClipParams, EncoderBackward, GeluBackward, LayerNormBackward, LayerNormForward, Matmul,
     MatmulBias, ResidualLayerNormForward,
 };
-use hip_kernels::params::{DType, DeviceElement, Host};
+use hip_kernels::params::{DType, Host};
 
 /// The CPU reference as a [`crate::backend::Backend`].
 #[derive(Debug, Default, Clone, Copy)]
@@ -26,15 +27,15 @@ pub struct CpuScalars {
 
 impl Exec for Cpu {
     type Space = Host;
-    type Buf<T: DeviceElement> = Vec<T>;
+    type Buf<T: TrainElement> = Vec<T>;
     type Ids = Vec<i32>;
     type Scalars = CpuScalars;
 
-    fn view<T: DeviceElement>(buf: &Vec<T>) -> &[T] {
+    fn view<T: TrainElement>(buf: &Vec<T>) -> &[T] {
         buf
     }
 
-    fn view_mut<T: DeviceElement>(buf: &mut Vec<T>) -> &mut [T] {
+    fn view_mut<T: TrainElement>(buf: &mut Vec<T>) -> &mut [T] {
         buf
     }
 
@@ -42,7 +43,7 @@ impl Exec for Cpu {
         ids
     }
 
-    fn len<T: DeviceElement>(buf: &Vec<T>) -> usize {
+    fn len<T: TrainElement>(buf: &Vec<T>) -> usize {
         buf.len()
     }
 
@@ -50,19 +51,19 @@ impl Exec for Cpu {
         format!("cpu ({dtype}, hip_kernels::cpu reference)")
     }
 
-    fn zeros<T: DeviceElement>(&self, len: usize) -> Result<Vec<T>> {
+    fn zeros<T: TrainElement>(&self, len: usize) -> Result<Vec<T>> {
         Ok(vec![T::from_f32(0.0); len])
     }
 
-    fn upload<T: DeviceElement>(&self, host: &[f32]) -> Result<Vec<T>> {
+    fn upload<T: TrainElement>(&self, host: &[f32]) -> Result<Vec<T>> {
         Ok(host.iter().map(|&x| T::from_f32(x)).collect())
     }
 
-    fn download<T: DeviceElement>(&self, buf: &Vec<T>) -> Result<Vec<f32>> {
+    fn download<T: TrainElement>(&self, buf: &Vec<T>) -> Result<Vec<f32>> {
         Ok(buf.iter().map(|x| x.to_f32()).collect())
     }
 
-    fn fill_zero<T: DeviceElement>(&self, buf: &mut Vec<T>) -> Result<()> {
+    fn fill_zero<T: TrainElement>(&self, buf: &mut Vec<T>) -> Result<()> {
         buf.fill(T::from_f32(0.0));
         Ok(())
     }
@@ -75,7 +76,7 @@ impl Exec for Cpu {
         Ok(CpuScalars::default())
     }
 
-    fn encoder_forward<T: DeviceElement>(
+    fn encoder_forward<T: TrainElement>(
         &self,
         d: &Dims,
         tokens: &Vec<i32>,
@@ -93,7 +94,7 @@ impl Exec for Cpu {
         .map_err(op)
     }
 
-    fn cross_entropy<T: DeviceElement>(
+    fn cross_entropy<T: TrainElement>(
         &self,
         d: &Dims,
         logits: &mut Vec<T>,
@@ -117,69 +118,66 @@ impl Exec for Cpu {
         Ok(())
     }
 
-    fn run_encoder_backward<T: DeviceElement>(
-        &self,
-        a: EncoderBackward<'_, Host, T>,
-    ) -> Result<()> {
+    fn run_encoder_backward<T: TrainElement>(&self, a: EncoderBackward<'_, Host, T>) -> Result<()> {
         cpu::encoder_backward(a).map_err(op)
     }
 
-    fn run_matmul<T: DeviceElement>(&self, a: Matmul<'_, Host, T>) -> Result<()> {
+    fn run_matmul<T: TrainElement>(&self, a: Matmul<'_, Host, T>) -> Result<()> {
         cpu::matmul(a).map_err(op)
     }
 
-    fn run_matmul_bias<T: DeviceElement>(&self, a: MatmulBias<'_, Host, T>) -> Result<()> {
+    fn run_matmul_bias<T: TrainElement>(&self, a: MatmulBias<'_, Host, T>) -> Result<()> {
         cpu::matmul_bias(a).map_err(op)
     }
 
-    fn run_bias_backward<T: DeviceElement>(&self, a: BiasBackward<'_, Host, T>) -> Result<()> {
+    fn run_bias_backward<T: TrainElement>(&self, a: BiasBackward<'_, Host, T>) -> Result<()> {
         cpu::bias_backward(a).map_err(op)
     }
 
-    fn run_layernorm_forward<T: DeviceElement>(
+    fn run_layernorm_forward<T: TrainElement>(
         &self,
         a: LayerNormForward<'_, Host, T>,
     ) -> Result<()> {
         cpu::layernorm_forward(a).map_err(op)
     }
 
-    fn run_residual_layernorm_forward<T: DeviceElement>(
+    fn run_residual_layernorm_forward<T: TrainElement>(
         &self,
         a: ResidualLayerNormForward<'_, Host, T>,
     ) -> Result<()> {
         cpu::residual_layernorm_forward(a).map_err(op)
     }
 
-    fn run_layernorm_backward<T: DeviceElement>(
+    fn run_layernorm_backward<T: TrainElement>(
         &self,
         a: LayerNormBackward<'_, Host, T>,
     ) -> Result<()> {
         cpu::layernorm_backward(a).map_err(op)
     }
 
-    fn run_attention_forward<T: DeviceElement>(
+    fn run_attention_forward<T: TrainElement>(
         &self,
         a: AttentionForwardStrided<'_, Host, T>,
     ) -> Result<()> {
         cpu::attention_forward_strided(a).map_err(op)
     }
 
-    fn run_attention_backward<T: DeviceElement>(
+    fn run_attention_backward<T: TrainElement>(
         &self,
         a: AttentionBackwardStrided<'_, Host, T>,
     ) -> Result<()> {
         cpu::attention_backward_strided(a).map_err(op)
     }
 
-    fn run_gelu_backward<T: DeviceElement>(&self, a: GeluBackward<'_, Host, T>) -> Result<()> {
+    fn run_gelu_backward<T: TrainElement>(&self, a: GeluBackward<'_, Host, T>) -> Result<()> {
         cpu::gelu_backward(a).map_err(op)
     }
 
-    fn run_adamw<T: DeviceElement>(&self, a: AdamW<'_, '_, Host, T>) -> Result<()> {
+    fn run_adamw<T: TrainElement>(&self, a: AdamW<'_, '_, Host, T>) -> Result<()> {
         cpu::adamw(a).map_err(op)
     }
 
-    fn grad_norm<T: DeviceElement>(
+    fn grad_norm<T: TrainElement>(
         &self,
         grads: &[&Vec<T>],
         scalars: &mut CpuScalars,

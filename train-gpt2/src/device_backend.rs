@@ -5,6 +5,7 @@
 //!
 //! Has run on hip-emu (the CPU-emulated HIP device, `cargo build -p hip-emu`), never on a GPU.
 
+use crate::backend::TrainElement;
 use crate::backend::{Dims, GradScaling, MemStats, StepRead};
 use crate::error::{dev, op, Result, TrainError};
 use crate::exec::{cross_entropy_args, encoder_forward_args, Exec, UpdateScalars};
@@ -13,9 +14,10 @@ use hip_kernels::ops::{
     ClipParams, EncoderBackward, GeluBackward, LayerNormBackward, LayerNormForward, Matmul,
     MatmulBias, ResidualLayerNormForward, NO_ERROR,
 };
-use hip_kernels::params::{DType, DeviceElement, OnDevice};
+use hip_kernels::params::{DType, OnDevice};
 use hip_rt::{
-    Device, DeviceBuffer, DeviceView, DeviceViewMut, PinnedHostBuffer, Stream, StreamOptions,
+    Comm, Device, DeviceBuffer, DeviceView, DeviceViewMut, Event, EventOptions, PinnedHostBuffer,
+    ReduceOp, Stream, StreamOptions,
 };
 use std::cell::RefCell;
 use std::rc::Rc;
@@ -68,7 +70,21 @@ pub struct DeviceScalars {
     divisors: Vec<usize>,
 }
 
-/// One HIP device as a [`crate::backend::Backend`] (through [`Exec`]).
+/// One rank of a data-parallel run: its communicator and a communication stream, ordered
+/// against the compute stream by events only (the host never waits for a sum).
+struct Ddp {
+    comm: Comm,
+    stream: Stream,
+    /// Recorded on the compute stream when a bucket's gradients are final; the communication
+    /// stream waits on that record before summing them.
+    ready: Event,
+    /// Recorded on the communication stream after a step's last bucket; the compute stream
+    /// waits on it before the gradient norm and the update.
+    done: Event,
+}
+
+/// One HIP device as a [`crate::backend::Backend`] (through [`Exec`]), alone or as one rank of
+/// a data-parallel run ([`DeviceBackend::with_comm`]).
 pub struct DeviceBackend {
     ordinal: i32,
     device: Device,
@@ -76,6 +92,7 @@ pub struct DeviceBackend {
     /// Micro-batches per step (slots for their losses and token-id flags).
     slots: usize,
     state: RefCell<StepState>,
+    ddp: Option<Ddp>,
 }
 
 impl DeviceBackend {
@@ -85,8 +102,32 @@ impl DeviceBackend {
     pub fn new(ordinal: usize, accum: usize) -> Result<Self> {
         let ord = i32::try_from(ordinal)
             .map_err(|_| TrainError::Usage(format!("--device {ordinal}: not a device index")))?;
-        let at = |e: &dyn std::fmt::Display| dev(format!("--device {ordinal}: {e}"));
-        let device = Device::get(ord).map_err(|e| at(&e))?;
+        let device = Device::get(ord).map_err(|e| dev(format!("--device {ordinal}: {e}")))?;
+        Self::on(device, accum, None)
+    }
+
+    /// Rank `comm.rank()` of a data-parallel run on `comm`'s device: as [`DeviceBackend::new`],
+    /// plus a communication stream on which each bucket of final gradients is summed across
+    /// ranks while the backward pass goes on; the loss is averaged over ranks and the f16 skip
+    /// decision taken by all of them together.
+    pub fn with_comm(comm: Comm, accum: usize) -> Result<Self> {
+        let device = comm.device().clone();
+        let rank = comm.rank();
+        let at = |e: &dyn std::fmt::Display| {
+            dev(format!("rank {rank} (device {}): {e}", device.ordinal()))
+        };
+        let ddp = Ddp {
+            stream: Stream::new(&device, StreamOptions::default()).map_err(|e| at(&e))?,
+            ready: Event::new(&device, EventOptions::NO_TIMING).map_err(|e| at(&e))?,
+            done: Event::new(&device, EventOptions::NO_TIMING).map_err(|e| at(&e))?,
+            comm,
+        };
+        Self::on(device.clone(), accum, Some(ddp))
+    }
+
+    fn on(device: Device, accum: usize, ddp: Option<Ddp>) -> Result<Self> {
+        let ord = device.ordinal();
+        let at = |e: &dyn std::fmt::Display| dev(format!("device {ord}: {e}"));
         let stream = Stream::new(&device, StreamOptions::default()).map_err(|e| at(&e))?;
         let slots = accum.max(1);
         let state = StepState {
@@ -107,6 +148,7 @@ impl DeviceBackend {
             stream,
             slots,
             state: RefCell::new(state),
+            ddp,
         })
     }
 
@@ -161,15 +203,15 @@ impl DeviceBackend {
 
 impl Exec for DeviceBackend {
     type Space = OnDevice;
-    type Buf<T: DeviceElement> = DeviceBuffer<T>;
+    type Buf<T: TrainElement> = DeviceBuffer<T>;
     type Ids = DeviceIds;
     type Scalars = DeviceScalars;
 
-    fn view<T: DeviceElement>(buf: &DeviceBuffer<T>) -> &dyn DeviceView<T> {
+    fn view<T: TrainElement>(buf: &DeviceBuffer<T>) -> &dyn DeviceView<T> {
         buf
     }
 
-    fn view_mut<T: DeviceElement>(buf: &mut DeviceBuffer<T>) -> &mut dyn DeviceViewMut<T> {
+    fn view_mut<T: TrainElement>(buf: &mut DeviceBuffer<T>) -> &mut dyn DeviceViewMut<T> {
         buf
     }
 
@@ -177,7 +219,7 @@ impl Exec for DeviceBackend {
         &ids.ids
     }
 
-    fn len<T: DeviceElement>(buf: &DeviceBuffer<T>) -> usize {
+    fn len<T: TrainElement>(buf: &DeviceBuffer<T>) -> usize {
         buf.len()
     }
 
@@ -195,22 +237,22 @@ impl Exec for DeviceBackend {
         )
     }
 
-    fn zeros<T: DeviceElement>(&self, len: usize) -> Result<DeviceBuffer<T>> {
+    fn zeros<T: TrainElement>(&self, len: usize) -> Result<DeviceBuffer<T>> {
         DeviceBuffer::zeroed(&self.stream, len).map_err(dev)
     }
 
     /// A host wait (a synchronous copy): used when the model is set up, not in a step.
-    fn upload<T: DeviceElement>(&self, host: &[f32]) -> Result<DeviceBuffer<T>> {
+    fn upload<T: TrainElement>(&self, host: &[f32]) -> Result<DeviceBuffer<T>> {
         let data: Vec<T> = host.iter().map(|&x| T::from_f32(x)).collect();
         DeviceBuffer::from_slice(&self.stream, &data).map_err(dev)
     }
 
-    fn download<T: DeviceElement>(&self, buf: &DeviceBuffer<T>) -> Result<Vec<f32>> {
+    fn download<T: TrainElement>(&self, buf: &DeviceBuffer<T>) -> Result<Vec<f32>> {
         let data = buf.to_vec(&self.stream).map_err(dev)?;
         Ok(data.iter().map(|x| x.to_f32()).collect())
     }
 
-    fn fill_zero<T: DeviceElement>(&self, buf: &mut DeviceBuffer<T>) -> Result<()> {
+    fn fill_zero<T: TrainElement>(&self, buf: &mut DeviceBuffer<T>) -> Result<()> {
         self.stream.memset_zero(buf).map_err(dev)
     }
 
@@ -228,7 +270,7 @@ impl Exec for DeviceBackend {
         })
     }
 
-    fn encoder_forward<T: DeviceElement>(
+    fn encoder_forward<T: TrainElement>(
         &self,
         d: &Dims,
         tokens: &DeviceIds,
@@ -243,7 +285,7 @@ impl Exec for DeviceBackend {
         })
     }
 
-    fn cross_entropy<T: DeviceElement>(
+    fn cross_entropy<T: TrainElement>(
         &self,
         d: &Dims,
         logits: &mut DeviceBuffer<T>,
@@ -277,73 +319,80 @@ impl Exec for DeviceBackend {
         Ok(())
     }
 
-    fn run_encoder_backward<T: DeviceElement>(
+    fn run_encoder_backward<T: TrainElement>(
         &self,
         a: EncoderBackward<'_, OnDevice, T>,
     ) -> Result<()> {
         ops::encoder_backward(&self.stream, a).map_err(op)
     }
 
-    fn run_matmul<T: DeviceElement>(&self, a: Matmul<'_, OnDevice, T>) -> Result<()> {
+    fn run_matmul<T: TrainElement>(&self, a: Matmul<'_, OnDevice, T>) -> Result<()> {
         ops::matmul(&self.stream, a).map_err(op)
     }
 
-    fn run_matmul_bias<T: DeviceElement>(&self, a: MatmulBias<'_, OnDevice, T>) -> Result<()> {
+    fn run_matmul_bias<T: TrainElement>(&self, a: MatmulBias<'_, OnDevice, T>) -> Result<()> {
         ops::matmul_bias(&self.stream, a).map_err(op)
     }
 
-    fn run_bias_backward<T: DeviceElement>(&self, a: BiasBackward<'_, OnDevice, T>) -> Result<()> {
+    fn run_bias_backward<T: TrainElement>(&self, a: BiasBackward<'_, OnDevice, T>) -> Result<()> {
         ops::bias_backward(&self.stream, a).map_err(op)
     }
 
-    fn run_layernorm_forward<T: DeviceElement>(
+    fn run_layernorm_forward<T: TrainElement>(
         &self,
         a: LayerNormForward<'_, OnDevice, T>,
     ) -> Result<()> {
         ops::layernorm_forward(&self.stream, a).map_err(op)
     }
 
-    fn run_residual_layernorm_forward<T: DeviceElement>(
+    fn run_residual_layernorm_forward<T: TrainElement>(
         &self,
         a: ResidualLayerNormForward<'_, OnDevice, T>,
     ) -> Result<()> {
         ops::residual_layernorm_forward(&self.stream, a).map_err(op)
     }
 
-    fn run_layernorm_backward<T: DeviceElement>(
+    fn run_layernorm_backward<T: TrainElement>(
         &self,
         a: LayerNormBackward<'_, OnDevice, T>,
     ) -> Result<()> {
         ops::layernorm_backward(&self.stream, a).map_err(op)
     }
 
-    fn run_attention_forward<T: DeviceElement>(
+    fn run_attention_forward<T: TrainElement>(
         &self,
         a: AttentionForwardStrided<'_, OnDevice, T>,
     ) -> Result<()> {
         ops::attention_forward_strided(&self.stream, a).map_err(op)
     }
 
-    fn run_attention_backward<T: DeviceElement>(
+    fn run_attention_backward<T: TrainElement>(
         &self,
         a: AttentionBackwardStrided<'_, OnDevice, T>,
     ) -> Result<()> {
         ops::attention_backward_strided(&self.stream, a).map_err(op)
     }
 
-    fn run_gelu_backward<T: DeviceElement>(&self, a: GeluBackward<'_, OnDevice, T>) -> Result<()> {
+    fn run_gelu_backward<T: TrainElement>(&self, a: GeluBackward<'_, OnDevice, T>) -> Result<()> {
         ops::gelu_backward(&self.stream, a).map_err(op)
     }
 
-    fn run_adamw<T: DeviceElement>(&self, a: AdamW<'_, '_, OnDevice, T>) -> Result<()> {
+    fn run_adamw<T: TrainElement>(&self, a: AdamW<'_, '_, OnDevice, T>) -> Result<()> {
         ops::adamw(&self.stream, a).map_err(op)
     }
 
-    fn grad_norm<T: DeviceElement>(
+    fn grad_norm<T: TrainElement>(
         &self,
         grads: &[&DeviceBuffer<T>],
         scalars: &mut DeviceScalars,
     ) -> Result<()> {
+        if let Some(d) = &self.ddp {
+            // The micro-batch losses summed over ranks (divided by W at the read).
+            let mut losses = scalars.values.slice_mut(0..self.slots).map_err(dev)?;
+            d.comm
+                .all_reduce_in_place(&mut losses, ReduceOp::Sum, &self.stream)
+                .map_err(dev)?;
+        }
         let views: Vec<&dyn DeviceView<T>> =
             grads.iter().map(|g| *g as &dyn DeviceView<T>).collect();
         let mut norm = scalars
@@ -365,6 +414,13 @@ impl Exec for DeviceBackend {
             .map_err(dev)?;
         let mut found_inf = DeviceBuffer::<f32>::alloc(s, 1).map_err(dev)?;
         ops::non_finite::<f32>(s, &[&norm], &mut found_inf).map_err(op)?;
+        if let Some(d) = &self.ddp {
+            // Skip on every rank when any rank saw a non-finite gradient (the sums make the
+            // norms agree already; this makes the decision itself agreed).
+            d.comm
+                .all_reduce_in_place(&mut found_inf, ReduceOp::Max, s)
+                .map_err(dev)?;
+        }
         let loss_scale = match scaling.loss_scale {
             1.0 => None,
             x => {
@@ -441,11 +497,39 @@ impl Exec for DeviceBackend {
             .iter()
             .zip(&values)
             .map(|(&k, &l)| f64::from(l) / k as f64)
-            .sum();
+            .sum::<f64>()
+            / Exec::world(self) as f64;
         Ok(StepRead {
             loss,
             grad_norm: f64::from(values[self.slots]),
         })
+    }
+
+    fn grads_ready<T: TrainElement>(&self, grads: &mut [&mut DeviceBuffer<T>]) -> Result<()> {
+        let Some(d) = &self.ddp else {
+            return Ok(());
+        };
+        d.ready.record(&self.stream).map_err(dev)?;
+        d.stream.wait(&d.ready).map_err(dev)?;
+        hip_rt::comm::group(|| {
+            grads.iter_mut().try_for_each(|g| {
+                d.comm
+                    .all_reduce_in_place(&mut **g, ReduceOp::Sum, &d.stream)
+            })
+        })
+        .map_err(dev)
+    }
+
+    fn grads_reduced(&self) -> Result<()> {
+        let Some(d) = &self.ddp else {
+            return Ok(());
+        };
+        d.done.record(&d.stream).map_err(dev)?;
+        self.stream.wait(&d.done).map_err(dev)
+    }
+
+    fn world(&self) -> usize {
+        self.ddp.as_ref().map_or(1, |d| d.comm.world())
     }
 
     fn memory(&self) -> Option<MemStats> {

@@ -4,6 +4,7 @@
 //! `hip_kernels::cpu`, [`crate::cpu_backend`]) and [`hip_kernels::params::OnDevice`] (run by the
 //! launchers of `hip_kernels::ops` on a stream, [`crate::device_backend`]) alike.
 
+use crate::backend::TrainElement;
 use crate::backend::{AdamWSlot, AdamWStep, Backend, Dims, Gemm, GradScaling, MemStats, StepRead};
 use crate::error::Result;
 use hip_kernels::ops::{
@@ -13,7 +14,7 @@ use hip_kernels::ops::{
     LayerNormBackward, LayerNormForward, LayerNormParams, Matmul, MatmulBias, MatmulBiasParams,
     MatmulLayout, MatmulParams, Qkv, ResidualLayerNormForward, SoftmaxCrossEntropy, Strided,
 };
-use hip_kernels::params::{DType, DeviceElement, Space};
+use hip_kernels::params::{DType, Space};
 
 /// A tensor an op of executor `E` reads.
 pub type In<'a, E, T> = <<E as Exec>::Space as Space>::In<'a, T>;
@@ -27,38 +28,38 @@ pub trait Exec {
     /// Where the op structs' tensors live.
     type Space: Space;
     /// A buffer of `T`.
-    type Buf<T: DeviceElement>;
+    type Buf<T: TrainElement>;
     /// Token ids (i32), with whatever the backend keeps to report a bad one.
     type Ids;
     /// Per-step scalars kept until [`Backend::read_step`].
     type Scalars;
 
     /// `buf` as an op's input.
-    fn view<T: DeviceElement>(buf: &Self::Buf<T>) -> In<'_, Self, T>;
+    fn view<T: TrainElement>(buf: &Self::Buf<T>) -> In<'_, Self, T>;
     /// `buf` as an op's output.
-    fn view_mut<T: DeviceElement>(buf: &mut Self::Buf<T>) -> Out<'_, Self, T>;
+    fn view_mut<T: TrainElement>(buf: &mut Self::Buf<T>) -> Out<'_, Self, T>;
     /// The ids as an op's input.
     fn ids_view(ids: &Self::Ids) -> In<'_, Self, i32>;
     /// Elements in `buf`.
-    fn len<T: DeviceElement>(buf: &Self::Buf<T>) -> usize;
+    fn len<T: TrainElement>(buf: &Self::Buf<T>) -> usize;
 
     /// Human-readable name for the progress output, for storage type `dtype`.
     fn describe(&self, dtype: DType) -> String;
     /// A zero-filled buffer.
-    fn zeros<T: DeviceElement>(&self, len: usize) -> Result<Self::Buf<T>>;
+    fn zeros<T: TrainElement>(&self, len: usize) -> Result<Self::Buf<T>>;
     /// A buffer holding `host` rounded to `T`.
-    fn upload<T: DeviceElement>(&self, host: &[f32]) -> Result<Self::Buf<T>>;
+    fn upload<T: TrainElement>(&self, host: &[f32]) -> Result<Self::Buf<T>>;
     /// The contents of `buf` widened to f32 (a host wait on a device).
-    fn download<T: DeviceElement>(&self, buf: &Self::Buf<T>) -> Result<Vec<f32>>;
+    fn download<T: TrainElement>(&self, buf: &Self::Buf<T>) -> Result<Vec<f32>>;
     /// Set every element to 0.
-    fn fill_zero<T: DeviceElement>(&self, buf: &mut Self::Buf<T>) -> Result<()>;
+    fn fill_zero<T: TrainElement>(&self, buf: &mut Self::Buf<T>) -> Result<()>;
     /// Token ids on the backend.
     fn ids(&self, host: &[i32]) -> Result<Self::Ids>;
     /// Fresh per-step scalars.
     fn scalars(&self) -> Result<Self::Scalars>;
 
     /// Runs [`EncoderForward`] (the device also range-checks the ids: see `error`).
-    fn encoder_forward<T: DeviceElement>(
+    fn encoder_forward<T: TrainElement>(
         &self,
         d: &Dims,
         tokens: &Self::Ids,
@@ -68,7 +69,7 @@ pub trait Exec {
     ) -> Result<()>;
     /// Runs [`SoftmaxCrossEntropy`] of one of `accum` micro-batches (built by
     /// [`cross_entropy_args`]) and adds its mean loss / `accum` to the step's loss.
-    fn cross_entropy<T: DeviceElement>(
+    fn cross_entropy<T: TrainElement>(
         &self,
         d: &Dims,
         logits: &mut Self::Buf<T>,
@@ -78,54 +79,50 @@ pub trait Exec {
         scalars: &mut Self::Scalars,
     ) -> Result<()>;
     /// Runs [`EncoderBackward`].
-    fn run_encoder_backward<T: DeviceElement>(
+    fn run_encoder_backward<T: TrainElement>(
         &self,
         a: EncoderBackward<'_, Self::Space, T>,
     ) -> Result<()>;
     /// Runs [`Matmul`].
-    fn run_matmul<T: DeviceElement>(&self, a: Matmul<'_, Self::Space, T>) -> Result<()>;
+    fn run_matmul<T: TrainElement>(&self, a: Matmul<'_, Self::Space, T>) -> Result<()>;
     /// Runs [`MatmulBias`].
-    fn run_matmul_bias<T: DeviceElement>(&self, a: MatmulBias<'_, Self::Space, T>) -> Result<()>;
+    fn run_matmul_bias<T: TrainElement>(&self, a: MatmulBias<'_, Self::Space, T>) -> Result<()>;
     /// Runs [`BiasBackward`].
-    fn run_bias_backward<T: DeviceElement>(
-        &self,
-        a: BiasBackward<'_, Self::Space, T>,
-    ) -> Result<()>;
+    fn run_bias_backward<T: TrainElement>(&self, a: BiasBackward<'_, Self::Space, T>)
+        -> Result<()>;
     /// Runs [`LayerNormForward`].
-    fn run_layernorm_forward<T: DeviceElement>(
+    fn run_layernorm_forward<T: TrainElement>(
         &self,
         a: LayerNormForward<'_, Self::Space, T>,
     ) -> Result<()>;
     /// Runs [`ResidualLayerNormForward`].
-    fn run_residual_layernorm_forward<T: DeviceElement>(
+    fn run_residual_layernorm_forward<T: TrainElement>(
         &self,
         a: ResidualLayerNormForward<'_, Self::Space, T>,
     ) -> Result<()>;
     /// Runs [`LayerNormBackward`].
-    fn run_layernorm_backward<T: DeviceElement>(
+    fn run_layernorm_backward<T: TrainElement>(
         &self,
         a: LayerNormBackward<'_, Self::Space, T>,
     ) -> Result<()>;
     /// Runs [`AttentionForwardStrided`].
-    fn run_attention_forward<T: DeviceElement>(
+    fn run_attention_forward<T: TrainElement>(
         &self,
         a: AttentionForwardStrided<'_, Self::Space, T>,
     ) -> Result<()>;
     /// Runs [`AttentionBackwardStrided`].
-    fn run_attention_backward<T: DeviceElement>(
+    fn run_attention_backward<T: TrainElement>(
         &self,
         a: AttentionBackwardStrided<'_, Self::Space, T>,
     ) -> Result<()>;
     /// Runs [`GeluBackward`].
-    fn run_gelu_backward<T: DeviceElement>(
-        &self,
-        a: GeluBackward<'_, Self::Space, T>,
-    ) -> Result<()>;
+    fn run_gelu_backward<T: TrainElement>(&self, a: GeluBackward<'_, Self::Space, T>)
+        -> Result<()>;
     /// Runs [`AdamW`].
-    fn run_adamw<T: DeviceElement>(&self, a: AdamW<'_, '_, Self::Space, T>) -> Result<()>;
+    fn run_adamw<T: TrainElement>(&self, a: AdamW<'_, '_, Self::Space, T>) -> Result<()>;
 
     /// Stores the global L2 norm of `grads` in `scalars`.
-    fn grad_norm<T: DeviceElement>(
+    fn grad_norm<T: TrainElement>(
         &self,
         grads: &[&Self::Buf<T>],
         scalars: &mut Self::Scalars,
@@ -137,8 +134,21 @@ pub trait Exec {
         scaling: GradScaling,
         scalars: &Self::Scalars,
     ) -> Result<UpdateScalars<Self::Buf<f32>>>;
-    /// The step's loss and gradient norm: the one host read of a step.
+    /// The step's loss (the mean over ranks) and gradient norm: the one host read of a step.
     fn read_step(&self, scalars: &Self::Scalars) -> Result<StepRead>;
+    /// See [`Backend::grads_ready`].
+    fn grads_ready<T: TrainElement>(&self, grads: &mut [&mut Self::Buf<T>]) -> Result<()> {
+        let _ = grads;
+        Ok(())
+    }
+    /// See [`Backend::grads_reduced`].
+    fn grads_reduced(&self) -> Result<()> {
+        Ok(())
+    }
+    /// See [`Backend::world`].
+    fn world(&self) -> usize {
+        1
+    }
     /// The allocator's figures (`None` without a device allocator).
     fn memory(&self) -> Option<MemStats> {
         None
@@ -221,7 +231,7 @@ pub fn matmul_params(shape: Gemm, beta: f32) -> MatmulParams {
 }
 
 /// The embedding forward: `out[b,t,:] = wte[tokens[b,t],:] + wpe[t,:]`, ids flagged in `error`.
-pub fn encoder_forward_args<'a, S: Space, T: DeviceElement>(
+pub fn encoder_forward_args<'a, S: Space, T: TrainElement>(
     d: &Dims,
     tokens: S::In<'a, i32>,
     [wte, wpe]: [S::In<'a, T>; 2],
@@ -241,7 +251,7 @@ pub fn encoder_forward_args<'a, S: Space, T: DeviceElement>(
 /// The fused softmax cross-entropy of a micro-batch: `logits` overwritten by their gradient
 /// times `dloss`, per-row losses in `losses`, their mean in `loss` (when given), bad targets
 /// flagged in `error`.
-pub fn cross_entropy_args<'a, S: Space, T: DeviceElement>(
+pub fn cross_entropy_args<'a, S: Space, T: TrainElement>(
     d: &Dims,
     dloss: f32,
     logits: S::Out<'a, T>,
@@ -277,14 +287,14 @@ fn adamw_params(hyper: &AdamWStep) -> AdamWParams {
     }
 }
 
-impl<T: DeviceElement, E: Exec> Backend<T> for E {
+impl<T: TrainElement, E: Exec> Backend<T> for E {
     type Buf = E::Buf<T>;
     type Stat = E::Buf<f32>;
     type Ids = E::Ids;
     type Scalars = E::Scalars;
 
     fn name(&self) -> String {
-        self.describe(T::DTYPE)
+        self.describe(<T as hip_kernels::params::Element>::DTYPE)
     }
 
     fn zeros(&self, len: usize) -> Result<Self::Buf> {
@@ -602,6 +612,18 @@ impl<T: DeviceElement, E: Exec> Backend<T> for E {
 
     fn read_step(&self, scalars: &E::Scalars) -> Result<StepRead> {
         Exec::read_step(self, scalars)
+    }
+
+    fn grads_ready(&self, grads: &mut [&mut Self::Buf]) -> Result<()> {
+        Exec::grads_ready(self, grads)
+    }
+
+    fn grads_reduced(&self) -> Result<()> {
+        Exec::grads_reduced(self)
+    }
+
+    fn world(&self) -> usize {
+        Exec::world(self)
     }
 
     fn memory(&self) -> Option<MemStats> {

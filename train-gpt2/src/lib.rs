@@ -21,6 +21,7 @@ pub mod error;
 pub mod exec;
 pub mod model;
 pub mod outputs;
+pub mod parallel;
 pub mod params;
 pub mod train;
 pub mod trainer_state;

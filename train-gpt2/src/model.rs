@@ -1,10 +1,11 @@
 //! GPT-2 forward and backward, written once over [`Backend`].
 
+use crate::backend::TrainElement;
 use crate::backend::{AdamWSlot, AdamWStep, Backend, Dims, Gemm, GradScaling};
 use crate::config::GptConfig;
 use crate::error::{Result, TrainError};
 use crate::params::{specs, Params};
-use hip_kernels::params::{DType, DeviceElement};
+use hip_kernels::params::DType;
 use std::marker::PhantomData;
 
 /// Saved activations of one layer (`N = B·T` rows): `T` tensors, `S` f32 statistics.
@@ -45,7 +46,7 @@ struct Acts<T, S> {
 
 /// A GPT-2 on a backend with storage type `T`: parameters, their gradients, f32 master weights
 /// (when `T` is not f32), f32 AdamW moments and activations.
-pub struct Gpt2<'b, T: DeviceElement, B: Backend<T>> {
+pub struct Gpt2<'b, T: TrainElement, B: Backend<T>> {
     backend: &'b B,
     /// Dimensions of a micro-batch.
     pub dims: Dims,
@@ -76,7 +77,7 @@ fn mm(m: usize, n: usize, k: usize, trans_a: bool, trans_b: bool) -> Gemm {
     }
 }
 
-impl<'b, T: DeviceElement, B: Backend<T>> Gpt2<'b, T, B> {
+impl<'b, T: TrainElement, B: Backend<T>> Gpt2<'b, T, B> {
     /// Upload `[params, exp_avg, exp_avg_sq]` for micro-batches of `batch × seq`.
     pub fn new(
         backend: &'b B,
@@ -140,7 +141,7 @@ impl<'b, T: DeviceElement, B: Backend<T>> Gpt2<'b, T, B> {
             dims,
             layers: cfg.layers,
             params: params.try_map(up)?,
-            master: match T::DTYPE {
+            master: match <T as hip_kernels::params::Element>::DTYPE {
                 DType::F32 => None,
                 _ => Some(params.try_map(up_stat)?),
             },
@@ -162,7 +163,10 @@ impl<'b, T: DeviceElement, B: Backend<T>> Gpt2<'b, T, B> {
     }
 
     /// Forward and backward of one of `accum` micro-batches: the mean loss / `accum` is added to
-    /// `scalars`, the gradients of that times `loss_scale` accumulate.
+    /// `scalars`, the gradients of that times `loss_scale` accumulate. With data parallelism
+    /// (`backend.world()` W > 1) the gradients are of the mean over ranks (each rank's share
+    /// scaled by 1/W, summed across ranks), and `last` (the step's last micro-batch) hands each
+    /// layer's gradients to the backend's all-reduce as soon as the backward has produced them.
     pub fn forward_backward(
         &mut self,
         inputs: &B::Ids,
@@ -170,19 +174,22 @@ impl<'b, T: DeviceElement, B: Backend<T>> Gpt2<'b, T, B> {
         accum: usize,
         loss_scale: f64,
         scalars: &mut B::Scalars,
+        last: bool,
     ) -> Result<()> {
         self.forward(inputs)?;
         let be = self.backend;
         let d = self.dims;
-        be.cross_entropy(
-            &d,
-            &mut self.acts.logits,
-            targets,
-            accum,
-            loss_scale,
-            scalars,
-        )?;
-        self.backward(inputs)
+        // W = 1: exactly `loss_scale` (no rounding added to one device's figures).
+        let share = match be.world() {
+            1 => loss_scale,
+            w => loss_scale / w as f64,
+        };
+        be.cross_entropy(&d, &mut self.acts.logits, targets, accum, share, scalars)?;
+        self.backward(inputs, last)?;
+        if last {
+            be.grads_reduced()?;
+        }
+        Ok(())
     }
 
     fn forward(&mut self, inputs: &B::Ids) -> Result<()> {
@@ -305,7 +312,7 @@ impl<'b, T: DeviceElement, B: Backend<T>> Gpt2<'b, T, B> {
         )
     }
 
-    fn backward(&mut self, inputs: &B::Ids) -> Result<()> {
+    fn backward(&mut self, inputs: &B::Ids, last: bool) -> Result<()> {
         let (be, d, p, g, a) = (
             self.backend,
             self.dims,
@@ -342,6 +349,9 @@ impl<'b, T: DeviceElement, B: Backend<T>> Gpt2<'b, T, B> {
             &mut g.lnf_w,
             &mut g.lnf_b,
         )?;
+        if last {
+            be.grads_ready(&mut [&mut g.lnf_w, &mut g.lnf_b])?;
+        }
         for l in (0..self.layers).rev() {
             let (done, rest) = a.layers.split_at(l);
             let x = done.last().map_or(&a.encoded, |prev| &prev.resid_out);
@@ -432,8 +442,16 @@ impl<'b, T: DeviceElement, B: Backend<T>> Gpt2<'b, T, B> {
                 &mut gw.ln1_w,
                 &mut gw.ln1_b,
             )?;
+            if last {
+                // Layer l's twelve gradients are final: one bucket.
+                be.grads_ready(&mut gw.iter_mut())?;
+            }
         }
-        be.encoder_backward(&d, inputs, &a.dres, &mut g.wte, &mut g.wpe)
+        be.encoder_backward(&d, inputs, &a.dres, &mut g.wte, &mut g.wpe)?;
+        if last {
+            be.grads_ready(&mut [&mut g.wte, &mut g.wpe])?;
+        }
+        Ok(())
     }
 
     /// Store the global gradient norm in `scalars`.

@@ -8,6 +8,7 @@ mod corrupt_checkpoint;
 mod device;
 mod files_on_disk;
 mod mixed;
+mod parallel;
 mod reference;
 mod resume;
 
@@ -49,8 +50,27 @@ fn args_with(model: &Path, data: &Path, extra: &[String]) -> Args {
     Args::try_parse_from(argv).unwrap()
 }
 
+/// On hip-emu (`HIPK_HIP_LIBRARY` names libhip_emu.so): four emulated devices and hip-emu's
+/// emulated RCCL, unless set otherwise. Called before any device is touched (hip-emu reads
+/// `HIPK_EMU_DEVICES` once, when it starts).
+fn emu_setup() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        let hip = std::env::var("HIPK_HIP_LIBRARY").unwrap_or_default();
+        if hip.ends_with("libhip_emu.so") {
+            if std::env::var_os("HIPK_EMU_DEVICES").is_none() {
+                std::env::set_var("HIPK_EMU_DEVICES", "4");
+            }
+            if std::env::var_os("HIPK_RCCL_LIBRARY").is_none() {
+                std::env::set_var("HIPK_RCCL_LIBRARY", &hip);
+            }
+        }
+    });
+}
+
 /// Run the tiny model with `extra` flags.
 fn run_tiny(extra: &[String]) -> Result<Vec<StepLog>, TrainError> {
+    emu_setup();
     let d = data_dir();
     run(&args_with(&d.join("model"), &d.join("tokens.bin"), extra))
 }
