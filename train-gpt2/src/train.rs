@@ -397,7 +397,7 @@ fn train<T: TrainElement, B: Backend<T>>(
     let tokens_per_step = args.batch * args.seq * args.grad_accum * world;
     let on = match world {
         1 => backend.name(),
-        w => format!("{} and {} more ranks ({w} in all)", backend.name(), w - 1),
+        w => format!("{}, rank 0 of {w}", backend.name()),
     };
     if role.primary() {
         println!(
