@@ -42,6 +42,8 @@ fn variant_flags(name: &str) -> Vec<String> {
 
 /// Args for the tiny model and data plus `extra` flags.
 fn args_with(model: &Path, data: &Path, extra: &[String]) -> Args {
+    // Every run of the tests is built here: set hip-emu up before any of them starts it.
+    emu_setup();
     let mut argv: Vec<String> = ["train_gpt2", "--model"].map(String::from).to_vec();
     argv.push(model.display().to_string());
     argv.push("--data".into());

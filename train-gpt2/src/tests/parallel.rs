@@ -217,51 +217,127 @@ mod on_devices {
         assert!(err.to_string().contains("2 ranks × --batch 4 = 8"), "{err}");
     }
 
-    /// The child side of [`two_processes_through_the_launcher_variables`].
+    /// The child side of [`two_processes_through_the_launcher_variables`] and
+    /// [`a_killed_rank_makes_the_other_exit_naming_it`]: its `--log` (empty: none).
     const CHILD_LOG: &str = "TRAIN_GPT2_TEST_CHILD_LOG";
+    /// The child's `--steps` (default [`STEPS`]).
+    const CHILD_STEPS: &str = "TRAIN_GPT2_TEST_CHILD_STEPS";
+
+    /// Start rank `rank` of 2 as a child running test `name` with the launcher variables.
+    fn spawn_rank(
+        name: &str,
+        rank: usize,
+        port: u16,
+        log: &str,
+        steps: &str,
+    ) -> std::process::Child {
+        std::process::Command::new(std::env::current_exe().unwrap())
+            .args([name, "--exact", "--test-threads=1", "--nocapture"])
+            .env(CHILD_LOG, log)
+            .env(CHILD_STEPS, steps)
+            .env("RANK", rank.to_string())
+            .env("LOCAL_RANK", rank.to_string())
+            .env("WORLD_SIZE", "2")
+            .env("MASTER_ADDR", "127.0.0.1")
+            .env("MASTER_PORT", port.to_string())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("spawn a rank")
+    }
+
+    /// A child rank: the tiny model with `--batch 2` and the parent's `--log` and `--steps`.
+    /// Returns false in the parent (the variables are not set there).
+    fn child_rank() -> bool {
+        let Ok(log) = std::env::var(CHILD_LOG) else {
+            return false;
+        };
+        let steps = std::env::var(CHILD_STEPS).unwrap_or_else(|_| STEPS.into());
+        let mut f = flags(2, &["--steps", &steps]);
+        if !log.is_empty() {
+            f.extend(["--log".to_string(), log]);
+        }
+        run_tiny(&f).unwrap();
+        true
+    }
+
+    fn free_port() -> u16 {
+        std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .unwrap()
+            .port()
+    }
+
+    #[test]
+    fn a_killed_rank_makes_the_other_exit_naming_it() {
+        const NAME: &str =
+            "tests::parallel::on_devices::a_killed_rank_makes_the_other_exit_naming_it";
+        if child_rank() {
+            return;
+        }
+        let _s = serial();
+        emu_setup();
+        let port = free_port();
+        let mut rank1 = spawn_rank(NAME, 1, port, "", "1000");
+        let mut rank0 = spawn_rank(NAME, 0, port, "", "1000");
+        // Wait for rank 0's second step, then kill rank 1.
+        let out0 = rank0.stdout.take().unwrap();
+        let mut lines = std::io::BufRead::lines(std::io::BufReader::new(out0));
+        let mut seen = String::new();
+        for line in lines.by_ref() {
+            let line = line.unwrap();
+            seen += &line;
+            seen.push('\n');
+            if line.starts_with("step 2/") {
+                break;
+            }
+        }
+        assert!(
+            seen.contains("step 2/"),
+            "rank 0 never reached step 2:\n{seen}"
+        );
+        rank1.kill().unwrap();
+        let _ = rank1.wait();
+        let t0 = std::time::Instant::now();
+        let rest: Vec<String> = lines.map_while(|l| l.ok()).collect();
+        let status = rank0.wait().unwrap();
+        let mut err = String::new();
+        std::io::Read::read_to_string(&mut rank0.stderr.take().unwrap(), &mut err).unwrap();
+        assert!(
+            !status.success(),
+            "rank 0 finished 1000 steps without rank 1"
+        );
+        assert!(
+            t0.elapsed() < std::time::Duration::from_secs(60),
+            "rank 0 took {:?} to notice",
+            t0.elapsed()
+        );
+        let all = format!("{seen}{}\n{err}", rest.join("\n"));
+        assert!(
+            all.contains("rank 1"),
+            "rank 0's error does not name rank 1:\n{all}"
+        );
+    }
 
     #[test]
     fn two_processes_through_the_launcher_variables() {
-        if let Ok(log) = std::env::var(CHILD_LOG) {
-            // A rank started by the parent below, with RANK etc. set.
-            let mut f = flags(2, &[]);
-            if !log.is_empty() {
-                f.extend(["--log".to_string(), log]);
-            }
-            run_tiny(&f).unwrap();
+        const NAME: &str =
+            "tests::parallel::on_devices::two_processes_through_the_launcher_variables";
+        if child_rank() {
             return;
         }
         let _s = serial();
         emu_setup();
         let s = Scratch::new("ddp-procs");
         let log = s.path("rank0.jsonl");
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .and_then(|l| l.local_addr())
-            .unwrap()
-            .port();
+        let port = free_port();
         let children: Vec<_> = (0..2)
             .map(|rank| {
                 let child_log = match rank {
                     0 => log.display().to_string(),
                     _ => String::new(),
                 };
-                std::process::Command::new(std::env::current_exe().unwrap())
-                    .args([
-                        "tests::parallel::on_devices::two_processes_through_the_launcher_variables",
-                        "--exact",
-                        "--test-threads=1",
-                        "--nocapture",
-                    ])
-                    .env(CHILD_LOG, child_log)
-                    .env("RANK", rank.to_string())
-                    .env("LOCAL_RANK", rank.to_string())
-                    .env("WORLD_SIZE", "2")
-                    .env("MASTER_ADDR", "127.0.0.1")
-                    .env("MASTER_PORT", port.to_string())
-                    .stdout(std::process::Stdio::piped())
-                    .stderr(std::process::Stdio::piped())
-                    .spawn()
-                    .expect("spawn a rank")
+                spawn_rank(NAME, rank, port, &child_log, STEPS)
             })
             .collect();
         for (rank, c) in children.into_iter().enumerate() {
