@@ -148,6 +148,8 @@ pub trait Backend<T: TrainElement> {
 
     /// Human-readable name for the progress output.
     fn name(&self) -> String;
+    /// Elements in `buf`.
+    fn len_of(&self, buf: &Self::Buf) -> usize;
     /// A zero-filled buffer of `len` elements.
     fn zeros(&self, len: usize) -> Result<Self::Buf>;
     /// A zero-filled f32 buffer of `len` elements.
@@ -339,6 +341,21 @@ pub trait Backend<T: TrainElement> {
     /// Ranks the gradients are summed over (1 without data parallelism).
     fn world(&self) -> usize {
         1
+    }
+    /// This backend's rank (0 without data parallelism).
+    fn rank(&self) -> usize {
+        0
+    }
+    /// Data parallel: every `(buffer, root)` becomes rank `root`'s contents on every rank
+    /// (one group of broadcasts on the compute stream). Nothing on one device.
+    fn broadcast(&self, bufs: &mut [(&mut Self::Buf, usize)]) -> Result<()> {
+        let _ = bufs;
+        Ok(())
+    }
+    /// [`Backend::broadcast`] of f32 buffers.
+    fn broadcast_stat(&self, bufs: &mut [(&mut Self::Stat, usize)]) -> Result<()> {
+        let _ = bufs;
+        Ok(())
     }
     /// The step's loss and gradient norm: the one host read of a step.
     fn read_step(&self, scalars: &Self::Scalars) -> Result<StepRead>;

@@ -92,6 +92,9 @@ pub struct Args {
     /// variables, one process per device).
     #[arg(long, value_delimiter = ',')]
     pub devices: Option<Vec<usize>>,
+    /// ZeRO stage: 0 (off) or 1 (each rank keeps the AdamW state of its share of the tensors).
+    #[arg(long, default_value_t = 0)]
+    pub zero: u8,
     /// Storage type.
     #[arg(long, value_enum, default_value_t = Precision::F32)]
     pub dtype: Precision,
@@ -188,6 +191,12 @@ impl Args {
                     ));
                 }
             }
+        }
+        if self.zero > 1 {
+            return bad(format!(
+                "--zero {}: only stages 0 (off) and 1 (sharded optimizer state) exist",
+                self.zero
+            ));
         }
         if self.save_every > 0 && self.checkpoint_dir.is_none() {
             return bad(format!(

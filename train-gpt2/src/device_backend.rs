@@ -532,6 +532,21 @@ impl Exec for DeviceBackend {
         self.ddp.as_ref().map_or(1, |d| d.comm.world())
     }
 
+    fn rank(&self) -> usize {
+        self.ddp.as_ref().map_or(0, |d| d.comm.rank())
+    }
+
+    fn broadcast<T: TrainElement>(&self, bufs: &mut [(&mut DeviceBuffer<T>, usize)]) -> Result<()> {
+        let Some(d) = &self.ddp else {
+            return Ok(());
+        };
+        hip_rt::comm::group(|| {
+            bufs.iter_mut()
+                .try_for_each(|(b, root)| d.comm.broadcast_in_place(&mut **b, *root, &self.stream))
+        })
+        .map_err(dev)
+    }
+
     fn memory(&self) -> Option<MemStats> {
         let s = self.device.memory_stats().ok()?;
         Some(MemStats {

@@ -149,6 +149,15 @@ pub trait Exec {
     fn world(&self) -> usize {
         1
     }
+    /// See [`Backend::rank`].
+    fn rank(&self) -> usize {
+        0
+    }
+    /// See [`Backend::broadcast`].
+    fn broadcast<T: TrainElement>(&self, bufs: &mut [(&mut Self::Buf<T>, usize)]) -> Result<()> {
+        let _ = bufs;
+        Ok(())
+    }
     /// The allocator's figures (`None` without a device allocator).
     fn memory(&self) -> Option<MemStats> {
         None
@@ -295,6 +304,10 @@ impl<T: TrainElement, E: Exec> Backend<T> for E {
 
     fn name(&self) -> String {
         self.describe(<T as hip_kernels::params::Element>::DTYPE)
+    }
+
+    fn len_of(&self, buf: &Self::Buf) -> usize {
+        E::len(buf)
     }
 
     fn zeros(&self, len: usize) -> Result<Self::Buf> {
@@ -624,6 +637,18 @@ impl<T: TrainElement, E: Exec> Backend<T> for E {
 
     fn world(&self) -> usize {
         Exec::world(self)
+    }
+
+    fn rank(&self) -> usize {
+        Exec::rank(self)
+    }
+
+    fn broadcast(&self, bufs: &mut [(&mut Self::Buf, usize)]) -> Result<()> {
+        Exec::broadcast(self, bufs)
+    }
+
+    fn broadcast_stat(&self, bufs: &mut [(&mut Self::Stat, usize)]) -> Result<()> {
+        Exec::broadcast(self, bufs)
     }
 
     fn memory(&self) -> Option<MemStats> {

@@ -10,8 +10,8 @@
 use super::{run_tiny, strs};
 use crate::error::TrainError;
 
-/// `--device N` with `--devices`, a device listed twice and an empty list are usage errors
-/// (exit status 2), found before any device is touched.
+/// `--device N` with `--devices`, a device listed twice and a ZeRO stage other than 0 or 1
+/// are usage errors (exit status 2), found before any device is touched.
 #[test]
 fn device_and_devices_together_are_usage_errors() {
     for (flags, needle) in [
@@ -20,6 +20,10 @@ fn device_and_devices_together_are_usage_errors() {
             "--device 0 with --devices 0,1",
         ),
         (&["--devices", "1,1"][..], "device 1 is listed twice"),
+        (
+            &["--devices", "0,1", "--zero", "2"][..],
+            "--zero 2: only stages 0",
+        ),
     ] {
         let mut f = strs(&["--seq", "16", "--steps", "1"]);
         f.extend(strs(flags));
@@ -215,6 +219,62 @@ mod on_devices {
         f.extend(strs(&["--devices", "0,1"]));
         let err = run_tiny(&f).unwrap_err();
         assert!(err.to_string().contains("2 ranks × --batch 4 = 8"), "{err}");
+    }
+
+    #[test]
+    fn zero_1_gives_the_same_steps_and_checkpoints_with_less_memory_per_rank() {
+        let _s = serial();
+        let sc = Scratch::new("ddp-zero");
+        for dtype in ["f32", "bf16"] {
+            let (plain_dir, zero_dir) = (
+                sc.path(&format!("plain-{dtype}")),
+                sc.path(&format!("zero-{dtype}")),
+            );
+            let (p, z) = (
+                plain_dir.display().to_string(),
+                zero_dir.display().to_string(),
+            );
+            let common = ["--dtype", dtype, "--save-every", "2", "--checkpoint-dir"];
+            let plain = ranks(2, 2, &[&common[..], &[p.as_str()]].concat());
+            let zero = ranks(2, 2, &[&common[..], &[z.as_str(), "--zero", "1"]].concat());
+            assert_ranks_agree(&format!("--zero 1 {dtype}"), &zero);
+            // The owner of each tensor runs the same update: the same figures, bit for bit,
+            // the same parameters, and the same checkpoint files.
+            let key = |l: &StepLog| (l.loss.to_bits(), l.grad_norm.to_bits());
+            let (a, b): (Vec<_>, Vec<_>) = (
+                plain[0].logs.iter().map(key).collect(),
+                zero[0].logs.iter().map(key).collect(),
+            );
+            assert_eq!(a, b, "{dtype}: --zero 1 changed the steps");
+            assert_eq!(
+                plain[0].params, zero[0].params,
+                "{dtype}: --zero 1 changed the parameters"
+            );
+            for f in ["model.safetensors", "optimizer.safetensors"] {
+                let read = |d: &std::path::Path| std::fs::read(d.join("step_4").join(f)).unwrap();
+                assert!(
+                    read(&plain_dir) == read(&zero_dir),
+                    "{dtype}: {f} differs with --zero 1"
+                );
+            }
+            // Each rank holds about half of the AdamW moments (and, in bf16, master weights).
+            let per_param = if dtype == "f32" { 8 } else { 12 };
+            let state = 29568 * per_param;
+            let mem =
+                |o: &[RankOutcome], r: usize| o[r].logs.last().unwrap().mem.unwrap().allocated;
+            for r in 0..2 {
+                let drop = mem(&plain, r) as f64 - mem(&zero, r) as f64;
+                eprintln!(
+                    "{dtype} rank {r}: mem_allocated {} without --zero, {} with --zero 1 (drop {drop} of {state} bytes of state)",
+                    mem(&plain, r),
+                    mem(&zero, r)
+                );
+                assert!(
+                    (0.25..=0.75).contains(&(drop / state as f64)),
+                    "{dtype} rank {r}: dropped {drop} of {state} bytes"
+                );
+            }
+        }
     }
 
     /// The child side of [`two_processes_through_the_launcher_variables`] and
