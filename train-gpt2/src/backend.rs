@@ -329,44 +329,25 @@ pub trait Backend<T: TrainElement> {
     /// Data parallel: `grads` are final for this step (their last contribution is queued).
     /// Starts their sum across ranks on a communication stream, ordered after that work by an
     /// event, while the rest of the backward pass runs. Nothing on one device.
-    fn grads_ready(&self, grads: &mut [&mut Self::Buf]) -> Result<()> {
-        let _ = grads;
-        Ok(())
-    }
+    fn grads_ready(&self, grads: &mut [&mut Self::Buf]) -> Result<()>;
     /// Data parallel: makes the work queued from now on wait (on the device) for every sum
     /// started by [`Backend::grads_ready`]. Nothing on one device.
-    fn grads_reduced(&self) -> Result<()> {
-        Ok(())
-    }
+    fn grads_reduced(&self) -> Result<()>;
     /// Ranks the gradients are summed over (1 without data parallelism).
-    fn world(&self) -> usize {
-        1
-    }
+    fn world(&self) -> usize;
     /// This backend's rank (0 without data parallelism).
-    fn rank(&self) -> usize {
-        0
-    }
+    fn rank(&self) -> usize;
     /// Data parallel: every `(buffer, root)` becomes rank `root`'s contents on every rank
     /// (one group of broadcasts on the compute stream). Nothing on one device.
-    fn broadcast(&self, bufs: &mut [(&mut Self::Buf, usize)]) -> Result<()> {
-        let _ = bufs;
-        Ok(())
-    }
+    fn broadcast(&self, bufs: &mut [(&mut Self::Buf, usize)]) -> Result<()>;
     /// [`Backend::broadcast`] of f32 buffers.
-    fn broadcast_stat(&self, bufs: &mut [(&mut Self::Stat, usize)]) -> Result<()> {
-        let _ = bufs;
-        Ok(())
-    }
+    fn broadcast_stat(&self, bufs: &mut [(&mut Self::Stat, usize)]) -> Result<()>;
     /// The step's loss and gradient norm: the one host read of a step.
     fn read_step(&self, scalars: &Self::Scalars) -> Result<StepRead>;
     /// The allocator's figures now (`None` on the CPU, which has no device allocator).
-    fn memory(&self) -> Option<MemStats> {
-        None
-    }
+    fn memory(&self) -> Option<MemStats>;
     /// Whether the backend is an emulated device (hip-emu): its timings are no performance figure.
-    fn emulated(&self) -> bool {
-        false
-    }
+    fn emulated(&self) -> bool;
     /// Start a new peak for [`MemStats::peak`] (nothing on the CPU).
-    fn reset_peak_memory(&self) {}
+    fn reset_peak_memory(&self);
 }

@@ -136,9 +136,8 @@ pub trait Exec {
     ) -> Result<UpdateScalars<Self::Buf<f32>>>;
     /// The step's loss (the mean over ranks) and gradient norm: the one host read of a step.
     fn read_step(&self, scalars: &Self::Scalars) -> Result<StepRead>;
-    /// See [`Backend::grads_ready`].
-    fn grads_ready<T: TrainElement>(&self, grads: &mut [&mut Self::Buf<T>]) -> Result<()> {
-        let _ = grads;
+    /// See [`Backend::grads_ready`] (one device: nothing to do).
+    fn grads_ready<T: TrainElement>(&self, _grads: &mut [&mut Self::Buf<T>]) -> Result<()> {
         Ok(())
     }
     /// See [`Backend::grads_reduced`].
@@ -154,8 +153,7 @@ pub trait Exec {
         0
     }
     /// See [`Backend::broadcast`].
-    fn broadcast<T: TrainElement>(&self, bufs: &mut [(&mut Self::Buf<T>, usize)]) -> Result<()> {
-        let _ = bufs;
+    fn broadcast<T: TrainElement>(&self, _bufs: &mut [(&mut Self::Buf<T>, usize)]) -> Result<()> {
         Ok(())
     }
     /// The allocator's figures (`None` without a device allocator).
