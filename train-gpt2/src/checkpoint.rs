@@ -208,6 +208,7 @@ pub fn save(dir: &Path, snap: &Snapshot<'_>) -> Result<PathBuf> {
 }
 
 /// What [`load`] restores.
+#[derive(Debug, Clone)]
 pub struct Restored {
     /// Parameters.
     pub params: Params<Vec<f32>>,

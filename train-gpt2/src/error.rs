@@ -76,6 +76,16 @@ impl TrainError {
     }
 }
 
+/// An op's error (its arguments rejected) as a [`TrainError::Op`].
+pub fn op(e: impl std::fmt::Display) -> TrainError {
+    TrainError::Op(e.to_string())
+}
+
+/// A device or runtime error as a [`TrainError::Device`].
+pub fn dev(e: impl std::fmt::Display) -> TrainError {
+    TrainError::Device(e.to_string())
+}
+
 /// Result of the trainer.
 pub type Result<T, E = TrainError> = std::result::Result<T, E>;
 

@@ -8,6 +8,7 @@ mod corrupt_checkpoint;
 mod device;
 mod files_on_disk;
 mod mixed;
+mod parallel;
 mod reference;
 mod resume;
 
@@ -20,7 +21,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 /// The test data directory.
 fn data_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/train_gpt2")
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/data/train_gpt2")
 }
 
 /// The checked-in common and per-variant flags (tests/data/train_gpt2/variants.json).
@@ -41,6 +42,8 @@ fn variant_flags(name: &str) -> Vec<String> {
 
 /// Args for the tiny model and data plus `extra` flags.
 fn args_with(model: &Path, data: &Path, extra: &[String]) -> Args {
+    // Every run of the tests is built here: set hip-emu up before any of them starts it.
+    emu_setup();
     let mut argv: Vec<String> = ["train_gpt2", "--model"].map(String::from).to_vec();
     argv.push(model.display().to_string());
     argv.push("--data".into());
@@ -49,8 +52,27 @@ fn args_with(model: &Path, data: &Path, extra: &[String]) -> Args {
     Args::try_parse_from(argv).unwrap()
 }
 
+/// On hip-emu (`HIPK_HIP_LIBRARY` names libhip_emu.so): four emulated devices and hip-emu's
+/// emulated RCCL, unless set otherwise. Called before any device is touched (hip-emu reads
+/// `HIPK_EMU_DEVICES` once, when it starts).
+fn emu_setup() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        let hip = std::env::var("HIPK_HIP_LIBRARY").unwrap_or_default();
+        if hip.ends_with("libhip_emu.so") {
+            if std::env::var_os("HIPK_EMU_DEVICES").is_none() {
+                std::env::set_var("HIPK_EMU_DEVICES", "4");
+            }
+            if std::env::var_os("HIPK_RCCL_LIBRARY").is_none() {
+                std::env::set_var("HIPK_RCCL_LIBRARY", &hip);
+            }
+        }
+    });
+}
+
 /// Run the tiny model with `extra` flags.
 fn run_tiny(extra: &[String]) -> Result<Vec<StepLog>, TrainError> {
+    emu_setup();
     let d = data_dir();
     run(&args_with(&d.join("model"), &d.join("tokens.bin"), extra))
 }

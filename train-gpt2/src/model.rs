@@ -1,10 +1,11 @@
 //! GPT-2 forward and backward, written once over [`Backend`].
 
+use crate::backend::TrainElement;
 use crate::backend::{AdamWSlot, AdamWStep, Backend, Dims, Gemm, GradScaling};
 use crate::config::GptConfig;
 use crate::error::{Result, TrainError};
 use crate::params::{specs, Params};
-use hip_kernels::params::{DType, DeviceElement};
+use hip_kernels::params::DType;
 use std::marker::PhantomData;
 
 /// Saved activations of one layer (`N = B·T` rows): `T` tensors, `S` f32 statistics.
@@ -45,7 +46,7 @@ struct Acts<T, S> {
 
 /// A GPT-2 on a backend with storage type `T`: parameters, their gradients, f32 master weights
 /// (when `T` is not f32), f32 AdamW moments and activations.
-pub struct Gpt2<'b, T: DeviceElement, B: Backend<T>> {
+pub struct Gpt2<'b, T: TrainElement, B: Backend<T>> {
     backend: &'b B,
     /// Dimensions of a micro-batch.
     pub dims: Dims,
@@ -62,6 +63,9 @@ pub struct Gpt2<'b, T: DeviceElement, B: Backend<T>> {
     pub exp_avg_sq: Params<B::Stat>,
     /// Weight decay applies (2-D tensors), in canonical order.
     decays: Vec<bool>,
+    /// ZeRO stage 1: the rank that keeps each tensor's AdamW state (and f32 master weights)
+    /// and updates it, in canonical order; `None`: every rank keeps and updates all.
+    owners: Option<Vec<usize>>,
     acts: Acts<B::Buf, B::Stat>,
     _t: PhantomData<T>,
 }
@@ -76,15 +80,24 @@ fn mm(m: usize, n: usize, k: usize, trans_a: bool, trans_b: bool) -> Gemm {
     }
 }
 
-impl<'b, T: DeviceElement, B: Backend<T>> Gpt2<'b, T, B> {
-    /// Upload `[params, exp_avg, exp_avg_sq]` for micro-batches of `batch × seq`.
+impl<'b, T: TrainElement, B: Backend<T>> Gpt2<'b, T, B> {
+    /// Upload `[params, exp_avg, exp_avg_sq]` for micro-batches of `batch × seq`. With `zero`
+    /// (ZeRO stage 1) and several ranks, this rank keeps the moments and master weights of its
+    /// share of the tensors only ([`zero_owners`]); the others are empty.
     pub fn new(
         backend: &'b B,
         cfg: &GptConfig,
         [params, exp_avg, exp_avg_sq]: [&Params<Vec<f32>>; 3],
         batch: usize,
         seq: usize,
+        zero: bool,
     ) -> Result<Self> {
+        let owners = (zero && backend.world() > 1).then(|| {
+            let lens: Vec<usize> = params.iter().iter().map(|t| t.len()).collect();
+            zero_owners(&lens, backend.world())
+        });
+        let rank = backend.rank();
+        let mine = |i: usize| owners.as_ref().map_or(true, |o| o[i] == rank);
         let dims = Dims {
             batch,
             seq,
@@ -96,7 +109,10 @@ impl<'b, T: DeviceElement, B: Backend<T>> Gpt2<'b, T, B> {
             eps: cfg.eps as f32,
         };
         let up = |_: usize, t: &Vec<f32>| backend.upload(t);
-        let up_stat = |_: usize, t: &Vec<f32>| backend.upload_stat(t);
+        let up_stat = |i: usize, t: &Vec<f32>| match mine(i) {
+            true => backend.upload_stat(t),
+            false => backend.zeros_stat(0),
+        };
         let zero = |_: usize, t: &Vec<f32>| backend.zeros(t.len());
         let (n, c, f) = (dims.rows(), dims.channels, dims.inner);
         let z = |len: usize| backend.zeros(len);
@@ -140,7 +156,7 @@ impl<'b, T: DeviceElement, B: Backend<T>> Gpt2<'b, T, B> {
             dims,
             layers: cfg.layers,
             params: params.try_map(up)?,
-            master: match T::DTYPE {
+            master: match <T as hip_kernels::params::Element>::DTYPE {
                 DType::F32 => None,
                 _ => Some(params.try_map(up_stat)?),
             },
@@ -148,6 +164,7 @@ impl<'b, T: DeviceElement, B: Backend<T>> Gpt2<'b, T, B> {
             exp_avg: exp_avg.try_map(up_stat)?,
             exp_avg_sq: exp_avg_sq.try_map(up_stat)?,
             decays: specs(cfg).iter().map(|s| s.decays()).collect(),
+            owners,
             acts,
             _t: PhantomData,
         })
@@ -162,7 +179,10 @@ impl<'b, T: DeviceElement, B: Backend<T>> Gpt2<'b, T, B> {
     }
 
     /// Forward and backward of one of `accum` micro-batches: the mean loss / `accum` is added to
-    /// `scalars`, the gradients of that times `loss_scale` accumulate.
+    /// `scalars`, the gradients of that times `loss_scale` accumulate. With data parallelism
+    /// (`backend.world()` W > 1) the gradients are of the mean over ranks (each rank's share
+    /// scaled by 1/W, summed across ranks), and `last` (the step's last micro-batch) hands each
+    /// layer's gradients to the backend's all-reduce as soon as the backward has produced them.
     pub fn forward_backward(
         &mut self,
         inputs: &B::Ids,
@@ -170,19 +190,22 @@ impl<'b, T: DeviceElement, B: Backend<T>> Gpt2<'b, T, B> {
         accum: usize,
         loss_scale: f64,
         scalars: &mut B::Scalars,
+        last: bool,
     ) -> Result<()> {
         self.forward(inputs)?;
         let be = self.backend;
         let d = self.dims;
-        be.cross_entropy(
-            &d,
-            &mut self.acts.logits,
-            targets,
-            accum,
-            loss_scale,
-            scalars,
-        )?;
-        self.backward(inputs)
+        // W = 1: exactly `loss_scale` (no rounding added to one device's figures).
+        let share = match be.world() {
+            1 => loss_scale,
+            w => loss_scale / w as f64,
+        };
+        be.cross_entropy(&d, &mut self.acts.logits, targets, accum, share, scalars)?;
+        self.backward(inputs, last)?;
+        if last {
+            be.grads_reduced()?;
+        }
+        Ok(())
     }
 
     fn forward(&mut self, inputs: &B::Ids) -> Result<()> {
@@ -305,7 +328,7 @@ impl<'b, T: DeviceElement, B: Backend<T>> Gpt2<'b, T, B> {
         )
     }
 
-    fn backward(&mut self, inputs: &B::Ids) -> Result<()> {
+    fn backward(&mut self, inputs: &B::Ids, last: bool) -> Result<()> {
         let (be, d, p, g, a) = (
             self.backend,
             self.dims,
@@ -342,6 +365,9 @@ impl<'b, T: DeviceElement, B: Backend<T>> Gpt2<'b, T, B> {
             &mut g.lnf_w,
             &mut g.lnf_b,
         )?;
+        if last {
+            be.grads_ready(&mut [&mut g.lnf_w, &mut g.lnf_b])?;
+        }
         for l in (0..self.layers).rev() {
             let (done, rest) = a.layers.split_at(l);
             let x = done.last().map_or(&a.encoded, |prev| &prev.resid_out);
@@ -432,8 +458,16 @@ impl<'b, T: DeviceElement, B: Backend<T>> Gpt2<'b, T, B> {
                 &mut gw.ln1_w,
                 &mut gw.ln1_b,
             )?;
+            if last {
+                // Layer l's twelve gradients are final: one bucket.
+                be.grads_ready(&mut gw.iter_mut())?;
+            }
         }
-        be.encoder_backward(&d, inputs, &a.dres, &mut g.wte, &mut g.wpe)
+        be.encoder_backward(&d, inputs, &a.dres, &mut g.wte, &mut g.wpe)?;
+        if last {
+            be.grads_ready(&mut [&mut g.wte, &mut g.wpe])?;
+        }
+        Ok(())
     }
 
     /// Store the global gradient norm in `scalars`.
@@ -455,6 +489,8 @@ impl<'b, T: DeviceElement, B: Backend<T>> Gpt2<'b, T, B> {
         let grads = self.grads.iter();
         let ms = self.exp_avg.iter_mut();
         let vs = self.exp_avg_sq.iter_mut();
+        let rank = self.backend.rank();
+        let owners = self.owners.as_deref();
         let mut slots: Vec<AdamWSlot<'_, B::Buf, B::Stat>> = params
             .into_iter()
             .zip(grads)
@@ -471,13 +507,47 @@ impl<'b, T: DeviceElement, B: Backend<T>> Gpt2<'b, T, B> {
                     decay,
                 },
             )
+            .enumerate()
+            .filter(|(i, _)| owners.map_or(true, |o| o[*i] == rank))
+            .map(|(_, slot)| slot)
             .collect();
-        self.backend.adamw_all(hyper, scaling, scalars, &mut slots)
+        self.backend
+            .adamw_all(hyper, scaling, scalars, &mut slots)?;
+        drop(slots);
+        if let Some(o) = owners {
+            // Each tensor's owner updated it: hand the new values to every rank.
+            let mut bufs: Vec<_> = self
+                .params
+                .iter_mut()
+                .into_iter()
+                .zip(o.iter().copied())
+                .collect();
+            self.backend.broadcast(&mut bufs)?;
+        }
+        Ok(())
     }
 
-    /// f32 parameters (the master weights when there are) and moments on the host.
+    /// f32 parameters (the master weights when there are) and moments on the host. With ZeRO
+    /// every rank must call it at the same point: each tensor's state comes from its owner.
     pub fn download(&self) -> Result<[Params<Vec<f32>>; 3]> {
         let be = self.backend;
+        if let Some(o) = &self.owners {
+            let lens: Vec<usize> = self.params.iter().iter().map(|t| be.len_of(t)).collect();
+            let gather = |p: &Params<B::Stat>| -> Result<Params<Vec<f32>>> {
+                let mut full = p.try_map(|i, t| match o[i] == be.rank() {
+                    true => be.download_stat(t).and_then(|h| be.upload_stat(&h)),
+                    false => be.zeros_stat(lens[i]),
+                })?;
+                let mut bufs: Vec<_> = full.iter_mut().into_iter().zip(o.iter().copied()).collect();
+                be.broadcast_stat(&mut bufs)?;
+                full.try_map(|_, t| be.download_stat(t))
+            };
+            let params = match &self.master {
+                Some(m) => gather(m)?,
+                None => self.params.try_map(|_, t| be.download(t))?,
+            };
+            return Ok([params, gather(&self.exp_avg)?, gather(&self.exp_avg_sq)?]);
+        }
         let stat = |_: usize, t: &B::Stat| be.download_stat(t);
         let params = match &self.master {
             Some(m) => m.try_map(stat)?,
@@ -489,4 +559,19 @@ impl<'b, T: DeviceElement, B: Backend<T>> Gpt2<'b, T, B> {
             self.exp_avg_sq.try_map(stat)?,
         ])
     }
+}
+
+/// ZeRO stage 1's owner of each tensor (lengths `lens` in canonical order) among `world` ranks:
+/// the tensors in order, cut into `world` runs of about equal element counts (a tensor belongs
+/// to the rank whose share holds its middle element).
+pub fn zero_owners(lens: &[usize], world: usize) -> Vec<usize> {
+    let total: usize = lens.iter().sum::<usize>().max(1);
+    let mut start = 0usize;
+    lens.iter()
+        .map(|&n| {
+            let mid = start as u128 * 2 + n as u128;
+            start += n;
+            ((mid * world as u128 / (2 * total as u128)) as usize).min(world.saturating_sub(1))
+        })
+        .collect()
 }

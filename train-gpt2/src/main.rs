@@ -1,28 +1,10 @@
-//! Train a GPT-2 with hip-kernels' ops, matching PyTorch step for step
-//! (docs/TRAIN-GPT2.md): `cargo run --release --example train_gpt2 -- --model DIR --data FILE`.
+//! `train_gpt2`: train a GPT-2 with hip-kernels' ops, matching PyTorch step for step
+//! (docs/TRAIN-GPT2.md): `cargo run --release --bin train_gpt2 -- --model DIR --data FILE`.
 //!
 //! Exit status: 0 done, 1 failed at run time, 2 bad usage.
 
-mod backend;
-mod checkpoint;
-mod cli;
-mod config;
-mod cpu_backend;
-mod data;
-mod device_attention;
-mod device_backend;
-mod error;
-mod model;
-mod outputs;
-mod params;
-mod train;
-mod trainer_state;
-mod weights;
-
-#[cfg(test)]
-mod tests;
-
 use clap::Parser;
+use hipk_train_gpt2::{cli, train};
 use std::process::ExitCode;
 
 fn main() -> ExitCode {

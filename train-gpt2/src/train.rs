@@ -1,5 +1,6 @@
 //! The training loop: load, check, train, log, checkpoint.
 
+use crate::backend::TrainElement;
 use crate::backend::{AdamWStep, Backend, GradScaling, MemStats};
 use crate::checkpoint::{self, Snapshot, TrainerState};
 use crate::cli::{Args, Device, Precision};
@@ -13,7 +14,7 @@ use crate::outputs;
 use crate::trainer_state::LOSS_SCALE_RANGE;
 use crate::weights::{load_params, model_paths};
 use half::{bf16, f16};
-use hip_kernels::params::DeviceElement;
+use hip_rt::ddp::LaunchEnv;
 use std::io::Write;
 use std::time::Instant;
 
@@ -32,8 +33,11 @@ pub struct StepLog {
     pub tokens_per_s: f64,
     /// f16: the loss scale the step's backward used, and whether the step was skipped.
     pub scaler: Option<(f64, bool)>,
-    /// On a device: the caching allocator's figures after the step (peak: during the step).
+    /// On a device: the caching allocator's figures after the step (peak: during the step);
+    /// rank 0's with data parallelism.
     pub mem: Option<MemStats>,
+    /// Ranks (devices) the step ran on.
+    pub world_size: usize,
 }
 
 /// `torch.amp.GradScaler`'s dynamic loss scale: halve and reset on a non-finite gradient,
@@ -88,6 +92,7 @@ pub fn json_line(l: &StepLog) -> String {
         "lr": l.lr,
         "grad_norm": l.grad_norm,
         "tokens_per_s": l.tokens_per_s,
+        "world_size": l.world_size,
     });
     if let Some(o) = v.as_object_mut() {
         if let Some(m) = l.mem {
@@ -104,14 +109,36 @@ pub fn json_line(l: &StepLog) -> String {
 }
 
 /// Everything loaded and checked before the first step.
-struct Setup {
+#[derive(Clone)]
+pub(crate) struct Setup {
     cfg: GptConfig,
     tokens: Tokens,
     loader: Loader,
     restored: checkpoint::Restored,
 }
 
-fn setup(args: &Args) -> Result<Setup> {
+/// Where this process's (or thread's) rank sits in the run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Role {
+    /// Rank, `0..world`.
+    pub rank: usize,
+    /// Ranks in all.
+    pub world: usize,
+}
+
+impl Role {
+    /// One device, or the CPU.
+    pub const SINGLE: Role = Role { rank: 0, world: 1 };
+
+    /// Rank 0 prints, logs and checkpoints.
+    pub fn primary(&self) -> bool {
+        self.rank == 0
+    }
+}
+
+/// Load and check what a run of `world` ranks reads; the loader takes `world × --batch` rows
+/// per micro-batch (every rank then keeps its own `--batch` rows).
+fn setup(args: &Args, world: usize) -> Result<Setup> {
     let (model_dir, weights) = model_paths(&args.model);
     let cfg_path = model_dir.join("config.json");
     let cfg = GptConfig::load(&cfg_path)?;
@@ -125,7 +152,10 @@ fn setup(args: &Args) -> Result<Setup> {
         ));
     }
     let tokens = Tokens::load(&args.data, cfg.vocab)?;
-    let mut loader = Loader::new(&args.data, &tokens, args.batch, args.seq)?;
+    let global_batch = args.batch.checked_mul(world).ok_or_else(|| {
+        TrainError::Usage(format!("--batch {} × {world} ranks overflows", args.batch))
+    })?;
+    let mut loader = Loader::new(&args.data, &tokens, global_batch, args.seq)?;
     let restored = match &args.resume {
         None => {
             let params = load_params(&weights, &cfg)?;
@@ -134,20 +164,29 @@ fn setup(args: &Args) -> Result<Setup> {
                 params,
                 exp_avg: zeros.clone(),
                 exp_avg_sq: zeros,
-                state: new_state(args, 0, 0, tokens.ids.len()),
+                state: new_state(args, global_batch, 0, 0, tokens.ids.len()),
             }
         }
         Some(dir) => {
             let r = checkpoint::load(dir, &cfg)?;
             let s = &r.state;
+            // `batch` in a checkpoint is the global batch (ranks × --batch): a checkpoint
+            // resumes on another number of devices when the global batch agrees.
             let same = (s.batch, s.seq, s.grad_accum, s.dtype)
-                == (args.batch, args.seq, args.grad_accum, args.dtype);
+                == (global_batch, args.seq, args.grad_accum, args.dtype);
             if !same {
+                let ranks = match world {
+                    1 => String::new(),
+                    w => format!(
+                        " (here {w} ranks × --batch {} = {global_batch})",
+                        args.batch
+                    ),
+                };
                 return Err(TrainError::file(
                     dir,
                     format!(
-                        "checkpoint was trained with --batch {} --seq {} --grad-accum {} --dtype {:?}; \
-                         resume with the same flags",
+                        "checkpoint was trained with --batch {} --seq {} --grad-accum {} --dtype {:?} \
+                         (batch: rows per micro-batch over all ranks){ranks}; resume with the same flags",
                         s.batch, s.seq, s.grad_accum, s.dtype
                     ),
                 ));
@@ -185,7 +224,13 @@ fn setup(args: &Args) -> Result<Setup> {
     })
 }
 
-fn new_state(args: &Args, step: u64, loader_pos: usize, data_tokens: usize) -> TrainerState {
+fn new_state(
+    args: &Args,
+    global_batch: usize,
+    step: u64,
+    loader_pos: usize,
+    data_tokens: usize,
+) -> TrainerState {
     TrainerState {
         format: checkpoint::FORMAT.into(),
         step,
@@ -197,7 +242,7 @@ fn new_state(args: &Args, step: u64, loader_pos: usize, data_tokens: usize) -> T
         },
         scale_clean_steps: 0,
         adam_steps: step,
-        batch: args.batch,
+        batch: global_batch,
         seq: args.seq,
         grad_accum: args.grad_accum,
         dtype: args.dtype,
@@ -215,19 +260,83 @@ fn new_state(args: &Args, step: u64, loader_pos: usize, data_tokens: usize) -> T
     }
 }
 
-/// Run the trainer as the command line says; returns what every step logged.
+/// Run the trainer as the command line (and torchrun's variables) say; returns what every step
+/// logged (rank 0's figures with data parallelism).
 pub fn run(args: &Args) -> Result<Vec<StepLog>> {
     args.validate()?;
+    let launched = LaunchEnv::from_env().map_err(|e| TrainError::Usage(e.to_string()))?;
+    match (launched, &args.devices) {
+        (Some(_), Some(list)) => Err(TrainError::Usage(format!(
+            "--devices {} with the launcher variables (RANK, WORLD_SIZE, ...) set: use one \
+             process per device (the variables) or one process for all (--devices), not both",
+            crate::cli::device_list(list)
+        ))),
+        (Some(env), None) => crate::parallel::run_launched(args, env),
+        (None, Some(list)) => Ok(crate::parallel::run_devices(args, list, false)?
+            .into_iter()
+            .next()
+            .map(|r| r.logs)
+            .unwrap_or_default()),
+        (None, None) => {
+            let setup = prepare(args, 1)?;
+            match args.device {
+                Device::Cpu => train_as(&Cpu, args, setup, Role::SINGLE),
+                Device::Gpu(n) => train_as(
+                    &DeviceBackend::new(n, args.grad_accum)?,
+                    args,
+                    setup,
+                    Role::SINGLE,
+                ),
+            }
+        }
+    }
+}
+
+/// Rank 0's checks of its outputs, the setup, and the checkpoint directory made ready.
+fn prepare(args: &Args, world: usize) -> Result<Setup> {
     outputs::check_log(args)?;
-    let setup = setup(args)?;
+    let setup = setup(args, world)?;
     outputs::check_checkpoint_dir(args, first_step(&setup.restored.state)?)?;
     if let Some(dir) = &args.checkpoint_dir {
         checkpoint::prepare_dir(dir)?;
     }
-    match args.device {
-        Device::Cpu => train_as(&Cpu, args, setup),
-        Device::Gpu(n) => train_as(&DeviceBackend::new(n, args.grad_accum)?, args, setup),
-    }
+    Ok(setup)
+}
+
+/// What one rank of a data-parallel run ends with.
+#[derive(Debug, Clone)]
+pub struct RankOutcome {
+    /// Its step figures (the same on every rank).
+    pub logs: Vec<StepLog>,
+    /// Its final f32 parameters, when asked for (to compare ranks).
+    pub params: Option<crate::params::Params<Vec<f32>>>,
+}
+
+/// A data-parallel rank's run on `backend`: [`prepare`] on rank 0 (the others only read), then
+/// [`train_as`]. `keep_params`: download the final parameters.
+pub(crate) fn run_rank(
+    backend: &DeviceBackend,
+    args: &Args,
+    role: Role,
+    setup: Option<Setup>,
+    keep_params: bool,
+) -> Result<RankOutcome> {
+    let setup = match setup {
+        Some(s) => s,
+        None if role.primary() => prepare(args, role.world)?,
+        None => self::setup(args, role.world)?,
+    };
+    let (logs, params) = match args.dtype {
+        Precision::F32 => train_keep::<f32>(backend, args, setup, role, keep_params)?,
+        Precision::Bf16 => train_keep::<bf16>(backend, args, setup, role, keep_params)?,
+        Precision::F16 => train_keep::<f16>(backend, args, setup, role, keep_params)?,
+    };
+    Ok(RankOutcome { logs, params })
+}
+
+/// Load the setup for `world` ranks once (rank 0's checks included), to hand to every thread.
+pub(crate) fn prepare_shared(args: &Args, world: usize) -> Result<Setup> {
+    prepare(args, world)
 }
 
 /// The first step to run after `state` (checked: a corrupt counter must not overflow).
@@ -239,15 +348,28 @@ fn first_step(state: &TrainerState) -> Result<u64> {
 }
 
 /// [`train`] with the storage type `--dtype` names.
-fn train_as<B>(backend: &B, args: &Args, setup: Setup) -> Result<Vec<StepLog>>
+fn train_as<B>(backend: &B, args: &Args, setup: Setup, role: Role) -> Result<Vec<StepLog>>
 where
     B: Backend<f32> + Backend<bf16> + Backend<f16>,
 {
-    match args.dtype {
-        Precision::F32 => train::<f32, _>(backend, args, setup),
-        Precision::Bf16 => train::<bf16, _>(backend, args, setup),
-        Precision::F16 => train::<f16, _>(backend, args, setup),
-    }
+    let out = match args.dtype {
+        Precision::F32 => train::<f32, _>(backend, args, setup, role, false)?,
+        Precision::Bf16 => train::<bf16, _>(backend, args, setup, role, false)?,
+        Precision::F16 => train::<f16, _>(backend, args, setup, role, false)?,
+    };
+    Ok(out.0)
+}
+
+type Trained = (Vec<StepLog>, Option<crate::params::Params<Vec<f32>>>);
+
+fn train_keep<T: TrainElement>(
+    backend: &DeviceBackend,
+    args: &Args,
+    setup: Setup,
+    role: Role,
+    keep_params: bool,
+) -> Result<Trained> {
+    train::<T, _>(backend, args, setup, role, keep_params)
 }
 
 /// `12.3 MiB`.
@@ -255,11 +377,13 @@ fn mib(bytes: u64) -> String {
     format!("{:.1} MiB", bytes as f64 / (1u64 << 20) as f64)
 }
 
-fn train<T: DeviceElement, B: Backend<T>>(
+fn train<T: TrainElement, B: Backend<T>>(
     backend: &B,
     args: &Args,
     mut s: Setup,
-) -> Result<Vec<StepLog>> {
+    role: Role,
+    keep_params: bool,
+) -> Result<Trained> {
     let r = &s.restored;
     let mut model = Gpt2::new(
         backend,
@@ -267,21 +391,28 @@ fn train<T: DeviceElement, B: Backend<T>>(
         [&r.params, &r.exp_avg, &r.exp_avg_sq],
         args.batch,
         args.seq,
+        args.zero == 1,
     )?;
     let first = first_step(&r.state)?;
-    println!(
-        "train_gpt2 on {}: {} | {} parameters | steps {first}..={} | {} tokens/step",
-        backend.name(),
-        s.cfg.describe(),
-        r.params.iter().iter().map(|t| t.len()).sum::<usize>(),
-        args.steps,
-        args.batch * args.seq * args.grad_accum
-    );
-    let mut log = match &args.log {
-        None => None,
-        Some(p) => Some(std::io::BufWriter::new(
+    let world = role.world;
+    let tokens_per_step = args.batch * args.seq * args.grad_accum * world;
+    let on = match world {
+        1 => backend.name(),
+        w => format!("{}, rank 0 of {w}", backend.name()),
+    };
+    if role.primary() {
+        println!(
+            "train_gpt2 on {on}: {} | {} parameters | steps {first}..={} | {tokens_per_step} tokens/step",
+            s.cfg.describe(),
+            r.params.iter().iter().map(|t| t.len()).sum::<usize>(),
+            args.steps,
+        );
+    }
+    let mut log = match (&args.log, role.primary()) {
+        (Some(p), true) => Some(std::io::BufWriter::new(
             std::fs::File::create(p).map_err(TrainError::io(p))?,
         )),
+        _ => None,
     };
     let clip = (args.grad_clip > 0.0).then_some(args.grad_clip);
     // A skipped (non-finite) step does not count for AdamW's bias corrections, as in torch.
@@ -291,7 +422,10 @@ fn train<T: DeviceElement, B: Backend<T>>(
         clean: r.state.scale_clean_steps,
         window: args.scale_window,
     });
-    let tokens_per_step = (args.batch * args.seq * args.grad_accum) as f64;
+    let tokens_per_step = tokens_per_step as f64;
+    // This rank's rows of each micro-batch of `world × --batch` rows.
+    let rows = args.batch * args.seq;
+    let mine = role.rank * rows..(role.rank + 1) * rows;
     // Timings on hip-emu (a CPU emulating the device) are no performance figure: say so.
     let tok_note = if backend.emulated() {
         " (emulated)"
@@ -304,11 +438,15 @@ fn train<T: DeviceElement, B: Backend<T>>(
         backend.reset_peak_memory();
         let mut scalars = backend.scalars()?;
         model.zero_grads()?;
-        for _ in 0..args.grad_accum {
+        for micro in 0..args.grad_accum {
             let b = s.loader.next(&s.tokens);
-            let (x, y) = (backend.ids(&b.inputs)?, backend.ids(&b.targets)?);
+            let (x, y) = (
+                backend.ids(&b.inputs[mine.clone()])?,
+                backend.ids(&b.targets[mine.clone()])?,
+            );
             let loss_scale = scaler.map_or(1.0, |sc| sc.scale);
-            model.forward_backward(&x, &y, args.grad_accum, loss_scale, &mut scalars)?;
+            let last = micro + 1 == args.grad_accum;
+            model.forward_backward(&x, &y, args.grad_accum, loss_scale, &mut scalars, last)?;
         }
         model.grad_norm(&mut scalars)?;
         let lr = args.lr_at(step);
@@ -341,6 +479,7 @@ fn train<T: DeviceElement, B: Backend<T>>(
             tokens_per_s: tokens_per_step / t0.elapsed().as_secs_f64().max(1e-9),
             scaler: scaler.map(|sc| (sc.scale, skipped)),
             mem: backend.memory(),
+            world_size: world,
         };
         if let Some(sc) = scaler.as_mut() {
             sc.update(skipped);
@@ -361,7 +500,8 @@ fn train<T: DeviceElement, B: Backend<T>>(
                 mib(m.peak)
             )
         });
-        println!(
+        if role.primary() {
+            println!(
             "step {}/{} | loss {:.6} | lr {} | norm {:.4} | {:.0} tok/s{tok_note}{scale_note}{mem_note}",
             l.step,
             args.steps,
@@ -370,6 +510,7 @@ fn train<T: DeviceElement, B: Backend<T>>(
             l.grad_norm,
             l.tokens_per_s
         );
+        }
         if let (Some(w), Some(p)) = (log.as_mut(), &args.log) {
             writeln!(w, "{}", json_line(&l))
                 .and_then(|()| w.flush())
@@ -377,9 +518,15 @@ fn train<T: DeviceElement, B: Backend<T>>(
         }
         out.push(l);
         let due = args.save_every > 0 && (step % args.save_every == 0 || step == args.steps);
-        if let (true, Some(dir)) = (due, &args.checkpoint_dir) {
+        // With ZeRO every rank takes part in gathering the state rank 0 saves.
+        let gathers = role.primary() || (args.zero == 1 && world > 1);
+        if let (true, true, Some(dir)) = (due, gathers, &args.checkpoint_dir) {
             let [params, exp_avg, exp_avg_sq] = model.download()?;
-            let mut state = new_state(args, step, s.loader.pos, s.tokens.ids.len());
+            if !role.primary() {
+                continue;
+            }
+            let global_batch = args.batch * world;
+            let mut state = new_state(args, global_batch, step, s.loader.pos, s.tokens.ids.len());
             if let Some(sc) = scaler {
                 (state.loss_scale, state.scale_clean_steps) = (sc.scale, sc.clean);
             }
@@ -397,5 +544,12 @@ fn train<T: DeviceElement, B: Backend<T>>(
             println!("saved {}", path.display());
         }
     }
-    Ok(out)
+    let params =
+        match keep_params {
+            true => Some(model.download()?.into_iter().next().ok_or_else(|| {
+                TrainError::Op("the model's download returned no parameters".into())
+            })?),
+            false => None,
+        };
+    Ok((out, params))
 }

@@ -1,14 +1,18 @@
 //! What the model needs from a compute backend: buffers and the ops of a GPT-2 training step,
 //! with llm.c's accumulate-into-gradient semantics, for one storage type `T` of weights,
 //! activations and gradients (f32, bf16, f16); statistics, master weights and optimizer moments
-//! are f32. The model ([`crate::model`]) is written once
-//! against this trait; [`crate::cpu_backend`] implements it with the CPU reference
-//! (`hip_kernels::cpu`); [`crate::device_backend`] implements the same methods with the launchers
-//! of `hip_kernels::ops` on a `hip_rt` stream and a caching allocator: every method only queues
-//! work, and the trainer's one host read per step is [`Backend::read_step`].
+//! are f32. The model ([`crate::model`]) is written once against this trait, and the trait is
+//! implemented once, in [`crate::exec`], over the two places ops run: [`crate::cpu_backend`] (the
+//! CPU reference, `hip_kernels::cpu`) and [`crate::device_backend`] (the launchers of
+//! `hip_kernels::ops` on a `hip_rt` stream and a caching allocator: every method only queues
+//! work, and the trainer's one host read per step is [`Backend::read_step`]).
 
 use crate::error::Result;
-use hip_kernels::params::DeviceElement;
+
+/// A storage type the trainer supports (f32, bf16, f16): the kernels have it, and RCCL can
+/// sum it across ranks.
+pub trait TrainElement: hip_kernels::params::DeviceElement + hip_rt::CommElement {}
+impl<T: hip_kernels::params::DeviceElement + hip_rt::CommElement> TrainElement for T {}
 
 /// Dimensions of one micro-batch's activations.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -132,7 +136,7 @@ pub struct MemStats {
 ///
 /// "Accumulates" means the result is added to what the output holds (gradient accumulation over
 /// micro-batches starts from zeroed gradients); "writes" means the output is overwritten.
-pub trait Backend<T: DeviceElement> {
+pub trait Backend<T: TrainElement> {
     /// A tensor of `T`.
     type Buf;
     /// An f32 tensor.
@@ -144,6 +148,8 @@ pub trait Backend<T: DeviceElement> {
 
     /// Human-readable name for the progress output.
     fn name(&self) -> String;
+    /// Elements in `buf`.
+    fn len_of(&self, buf: &Self::Buf) -> usize;
     /// A zero-filled buffer of `len` elements.
     fn zeros(&self, len: usize) -> Result<Self::Buf>;
     /// A zero-filled f32 buffer of `len` elements.
@@ -217,7 +223,7 @@ pub trait Backend<T: DeviceElement> {
     ) -> Result<()>;
     /// The residual add fused with the next layer norm (one launch on a device): writes
     /// `residual = a + b` (rounded to `T`) and the layer norm of that stored residual into `y`,
-    /// `mean`, `rstd`; the same values as [`Backend::add`] then [`Backend::layernorm_forward`].
+    /// `mean`, `rstd`; the same values as an add then [`Backend::layernorm_forward`].
     #[allow(clippy::too_many_arguments)]
     fn residual_layernorm_forward(
         &self,
@@ -320,16 +326,28 @@ pub trait Backend<T: DeviceElement> {
         };
         self.adamw_all(hyper, scaling, scalars, &mut [slot])
     }
+    /// Data parallel: `grads` are final for this step (their last contribution is queued).
+    /// Starts their sum across ranks on a communication stream, ordered after that work by an
+    /// event, while the rest of the backward pass runs. Nothing on one device.
+    fn grads_ready(&self, grads: &mut [&mut Self::Buf]) -> Result<()>;
+    /// Data parallel: makes the work queued from now on wait (on the device) for every sum
+    /// started by [`Backend::grads_ready`]. Nothing on one device.
+    fn grads_reduced(&self) -> Result<()>;
+    /// Ranks the gradients are summed over (1 without data parallelism).
+    fn world(&self) -> usize;
+    /// This backend's rank (0 without data parallelism).
+    fn rank(&self) -> usize;
+    /// Data parallel: every `(buffer, root)` becomes rank `root`'s contents on every rank
+    /// (one group of broadcasts on the compute stream). Nothing on one device.
+    fn broadcast(&self, bufs: &mut [(&mut Self::Buf, usize)]) -> Result<()>;
+    /// [`Backend::broadcast`] of f32 buffers.
+    fn broadcast_stat(&self, bufs: &mut [(&mut Self::Stat, usize)]) -> Result<()>;
     /// The step's loss and gradient norm: the one host read of a step.
     fn read_step(&self, scalars: &Self::Scalars) -> Result<StepRead>;
     /// The allocator's figures now (`None` on the CPU, which has no device allocator).
-    fn memory(&self) -> Option<MemStats> {
-        None
-    }
+    fn memory(&self) -> Option<MemStats>;
     /// Whether the backend is an emulated device (hip-emu): its timings are no performance figure.
-    fn emulated(&self) -> bool {
-        false
-    }
+    fn emulated(&self) -> bool;
     /// Start a new peak for [`MemStats::peak`] (nothing on the CPU).
-    fn reset_peak_memory(&self) {}
+    fn reset_peak_memory(&self);
 }

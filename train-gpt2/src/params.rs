@@ -118,7 +118,8 @@ impl<T> Layer<T> {
         ]
     }
 
-    fn iter_mut(&mut self) -> [&mut T; 12] {
+    /// The layer's tensors, mutably (ln_1 first, mlp.c_proj last).
+    pub fn iter_mut(&mut self) -> [&mut T; 12] {
         [
             &mut self.ln1_w,
             &mut self.ln1_b,

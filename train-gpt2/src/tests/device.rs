@@ -8,12 +8,12 @@
 //! - the allocator's figures in the log.
 
 use super::{data_dir, run_tiny, strs, variant_flags, Scratch};
+use crate::backend::TrainElement;
 use crate::backend::{AdamWStep, Backend, Dims, Gemm, GradScaling};
 use crate::cpu_backend::Cpu;
 use crate::device_backend::DeviceBackend;
 use crate::error::{Result, TrainError};
 use crate::train::StepLog;
-use hip_kernels::params::DeviceElement;
 
 /// Relative loss difference allowed on the device (issue 14): the kernels accumulate in f32
 /// (the CPU reference in f64), which moves 20-step losses by far less than this.
@@ -29,6 +29,7 @@ const OP_RTOL: f64 = 1e-4;
 const OP_ATOL: f64 = 2e-5;
 
 fn device() -> DeviceBackend {
+    super::emu_setup();
     DeviceBackend::new(0, 1).expect("the device suite needs HIP device 0 (hip-emu in CI)")
 }
 
@@ -69,7 +70,7 @@ fn gemm(m: usize, n: usize, k: usize, trans_a: bool, trans_b: bool) -> Gemm {
 
 /// Every method of a training step on `be`, on fixed inputs; returns each output by name.
 /// `attention` includes the two attention methods.
-fn run_ops<T: DeviceElement, B: Backend<T>>(
+fn run_ops<T: TrainElement, B: Backend<T>>(
     be: &B,
     attention: bool,
 ) -> Result<Vec<(&'static str, Vec<f32>)>> {

@@ -88,6 +88,13 @@ pub struct Args {
     /// `cpu` or a HIP device index.
     #[arg(long, default_value = "cpu")]
     pub device: Device,
+    /// Data parallel in one process: HIP devices `0,1,…`, one rank each (see also torchrun's
+    /// variables, one process per device).
+    #[arg(long, value_delimiter = ',')]
+    pub devices: Option<Vec<usize>>,
+    /// ZeRO stage: 0 (off) or 1 (each rank keeps the AdamW state of its share of the tensors).
+    #[arg(long, default_value_t = 0)]
+    pub zero: u8,
     /// Storage type.
     #[arg(long, value_enum, default_value_t = Precision::F32)]
     pub dtype: Precision,
@@ -109,6 +116,14 @@ pub struct Args {
     /// Clean steps before the loss scale doubles (f16).
     #[arg(long, default_value_t = 2000)]
     pub scale_window: u64,
+}
+
+/// `0,1,2`: a `--devices` list as written.
+pub fn device_list(list: &[usize]) -> String {
+    list.iter()
+        .map(|d| d.to_string())
+        .collect::<Vec<_>>()
+        .join(",")
 }
 
 impl Args {
@@ -157,6 +172,31 @@ impl Args {
         }
         if self.scale_window == 0 {
             return bad("--scale-window 0: must be at least 1".into());
+        }
+        if let Some(list) = &self.devices {
+            if let Device::Gpu(n) = self.device {
+                return bad(format!(
+                    "--device {n} with --devices {}: give one or the other",
+                    device_list(list)
+                ));
+            }
+            if list.is_empty() {
+                return bad("--devices: give at least one device index".into());
+            }
+            for (i, d) in list.iter().enumerate() {
+                if list[..i].contains(d) {
+                    return bad(format!(
+                        "--devices {}: device {d} is listed twice (one rank per device)",
+                        device_list(list)
+                    ));
+                }
+            }
+        }
+        if self.zero > 1 {
+            return bad(format!(
+                "--zero {}: only stages 0 (off) and 1 (sharded optimizer state) exist",
+                self.zero
+            ));
         }
         if self.save_every > 0 && self.checkpoint_dir.is_none() {
             return bad(format!(

@@ -1,0 +1,568 @@
+//! The device backend (`--device N`): every op is a launcher of `hip_kernels::ops` queued on one
+//! `hip_rt` stream, every buffer comes from a caching allocator (PyTorch's policy, stream-ordered
+//! frees). Methods only queue work; the one host wait of a step is [`crate::backend::Backend::read_step`], which
+//! reads the step's losses, gradient norm and token-id flags.
+//!
+//! Has run on hip-emu (the CPU-emulated HIP device, `cargo build -p hip-emu`), never on a GPU.
+
+use crate::backend::TrainElement;
+use crate::backend::{Dims, GradScaling, MemStats, StepRead};
+use crate::error::{dev, op, Result, TrainError};
+use crate::exec::{cross_entropy_args, encoder_forward_args, Exec, UpdateScalars};
+use hip_kernels::ops::{
+    self, AdamW, AttentionBackwardStrided, AttentionForwardStrided, BiasBackward, ClipGradScale,
+    ClipParams, EncoderBackward, GeluBackward, LayerNormBackward, LayerNormForward, Matmul,
+    MatmulBias, ResidualLayerNormForward, NO_ERROR,
+};
+use hip_kernels::params::{DType, OnDevice};
+use hip_rt::{
+    Comm, Device, DeviceBuffer, DeviceView, DeviceViewMut, Event, EventOptions, PinnedHostBuffer,
+    ReduceOp, Stream, StreamOptions,
+};
+use std::cell::RefCell;
+use std::rc::Rc;
+
+/// Token-id tensors checked on the device per micro-batch: the encoder's inputs and the
+/// cross-entropy's targets.
+const CHECKS_PER_MICRO_BATCH: usize = 2;
+
+/// Token ids on the device, with the host copy they were uploaded from (to name a bad id that
+/// the device flags).
+pub struct DeviceIds {
+    ids: DeviceBuffer<i32>,
+    host: Rc<[i32]>,
+}
+
+/// A token-id tensor whose range check the device reports in a flag slot.
+struct Check {
+    what: &'static str,
+    host: Rc<[i32]>,
+    seq: usize,
+    vocab: usize,
+}
+
+/// What the backend keeps between the calls of a step.
+struct StepState {
+    /// Pinned staging of token-id uploads, reused step after step; `next` is the first one not
+    /// used in this step.
+    staging: Vec<PinnedHostBuffer<i32>>,
+    next: usize,
+    /// Pinned staging of the loss scale (f16) for AdamW's device-side grad scale. Rewritten only
+    /// when no copy from it is queued: `scale_queued` says whether one may be (set by an upload,
+    /// cleared by the step's read, which waits); a second upload in one step waits first.
+    scale_staging: PinnedHostBuffer<f32>,
+    scale_queued: bool,
+    /// One flag per checked tensor of the step: the first bad row, or [`NO_ERROR`].
+    flags: DeviceBuffer<u32>,
+    /// Pinned read-back of `flags` and of the step's scalars (`DeviceScalars::values`):
+    /// both copies are queued, then one wait covers both.
+    flag_readback: PinnedHostBuffer<u32>,
+    value_readback: PinnedHostBuffer<f32>,
+    /// What each used flag slot checks, in slot order.
+    checks: Vec<Check>,
+}
+
+/// Per-step scalars, on the device until [`crate::backend::Backend::read_step`].
+pub struct DeviceScalars {
+    /// `[slots + 1]`: micro-batch i's mean loss at i, the gradient norm at `slots`.
+    values: DeviceBuffer<f32>,
+    /// The divisor (`accum`) of each micro-batch's loss, in slot order.
+    divisors: Vec<usize>,
+}
+
+/// One rank of a data-parallel run: its communicator and a communication stream, ordered
+/// against the compute stream by events only (the host never waits for a sum).
+struct Ddp {
+    comm: Comm,
+    stream: Stream,
+    /// Recorded on the compute stream when a bucket's gradients are final; the communication
+    /// stream waits on that record before summing them.
+    ready: Event,
+    /// Recorded on the communication stream after a step's last bucket; the compute stream
+    /// waits on it before the gradient norm and the update.
+    done: Event,
+}
+
+/// One HIP device as a [`crate::backend::Backend`] (through [`Exec`]), alone or as one rank of
+/// a data-parallel run ([`DeviceBackend::with_comm`]).
+pub struct DeviceBackend {
+    ordinal: i32,
+    device: Device,
+    stream: Stream,
+    /// Micro-batches per step (slots for their losses and token-id flags).
+    slots: usize,
+    state: RefCell<StepState>,
+    ddp: Option<Ddp>,
+}
+
+impl DeviceBackend {
+    /// Device `ordinal` through [`Device::get`] (the process's shared caching allocator of that
+    /// device, configured by `HIPK_ALLOC_CONF`; its statistics are the `mem_*` figures) and one
+    /// stream, for steps of `accum` micro-batches.
+    pub fn new(ordinal: usize, accum: usize) -> Result<Self> {
+        let ord = i32::try_from(ordinal)
+            .map_err(|_| TrainError::Usage(format!("--device {ordinal}: not a device index")))?;
+        let device = Device::get(ord).map_err(|e| dev(format!("--device {ordinal}: {e}")))?;
+        Self::on(device, accum, None)
+    }
+
+    /// Rank `comm.rank()` of a data-parallel run on `comm`'s device: as [`DeviceBackend::new`],
+    /// plus a communication stream on which each bucket of final gradients is summed across
+    /// ranks while the backward pass goes on; the loss is averaged over ranks and the f16 skip
+    /// decision taken by all of them together.
+    pub fn with_comm(comm: Comm, accum: usize) -> Result<Self> {
+        let device = comm.device().clone();
+        let rank = comm.rank();
+        let at = |e: &dyn std::fmt::Display| {
+            dev(format!("rank {rank} (device {}): {e}", device.ordinal()))
+        };
+        let ddp = Ddp {
+            stream: Stream::new(&device, StreamOptions::default()).map_err(|e| at(&e))?,
+            ready: Event::new(&device, EventOptions::NO_TIMING).map_err(|e| at(&e))?,
+            done: Event::new(&device, EventOptions::NO_TIMING).map_err(|e| at(&e))?,
+            comm,
+        };
+        Self::on(device.clone(), accum, Some(ddp))
+    }
+
+    fn on(device: Device, accum: usize, ddp: Option<Ddp>) -> Result<Self> {
+        let ord = device.ordinal();
+        let at = |e: &dyn std::fmt::Display| dev(format!("device {ord}: {e}"));
+        let stream = Stream::new(&device, StreamOptions::default()).map_err(|e| at(&e))?;
+        let slots = accum.max(1);
+        let state = StepState {
+            staging: Vec::new(),
+            next: 0,
+            scale_staging: PinnedHostBuffer::new(&device, 1).map_err(|e| at(&e))?,
+            scale_queued: false,
+            flags: DeviceBuffer::alloc(&stream, CHECKS_PER_MICRO_BATCH * slots)
+                .map_err(|e| at(&e))?,
+            flag_readback: PinnedHostBuffer::new(&device, CHECKS_PER_MICRO_BATCH * slots)
+                .map_err(|e| at(&e))?,
+            value_readback: PinnedHostBuffer::new(&device, slots + 1).map_err(|e| at(&e))?,
+            checks: Vec::new(),
+        };
+        Ok(Self {
+            ordinal: ord,
+            device,
+            stream,
+            slots,
+            state: RefCell::new(state),
+            ddp,
+        })
+    }
+
+    /// Queue the upload of `host` through a pinned staging buffer (no host wait: the staging
+    /// buffer is reused only after the step's read has waited for its copy).
+    fn upload_ids(&self, host: &[i32]) -> Result<DeviceBuffer<i32>> {
+        let mut st = self.state.borrow_mut();
+        let i = st.next;
+        st.next += 1;
+        if st.staging.get(i).map_or(true, |b| b.len() != host.len()) {
+            let fresh = PinnedHostBuffer::new(&self.device, host.len()).map_err(dev)?;
+            match st.staging.get_mut(i) {
+                Some(slot) => *slot = fresh,
+                None => st.staging.push(fresh),
+            }
+        }
+        let staging = &mut st.staging[i];
+        staging.as_mut_slice().map_err(dev)?.copy_from_slice(host);
+        let mut ids = DeviceBuffer::alloc(&self.stream, host.len()).map_err(dev)?;
+        self.stream
+            .copy_htod_async(staging, &mut ids)
+            .map_err(dev)?;
+        Ok(ids)
+    }
+
+    /// Run `f` with the next flag slot of the step, which will check `ids` (`what`).
+    fn with_flag<R>(
+        &self,
+        what: &'static str,
+        ids: &DeviceIds,
+        d: &Dims,
+        f: impl FnOnce(&mut dyn DeviceViewMut<u32>) -> Result<R>,
+    ) -> Result<R> {
+        let mut st = self.state.borrow_mut();
+        let slot = st.checks.len();
+        if slot >= st.flags.len() {
+            return Err(TrainError::Op(format!(
+                "the device backend was made for {} micro-batches per step; a step ran more",
+                self.slots
+            )));
+        }
+        st.checks.push(Check {
+            what,
+            host: ids.host.clone(),
+            seq: d.seq,
+            vocab: d.vocab,
+        });
+        let mut flag = st.flags.slice_mut(slot..slot + 1).map_err(dev)?;
+        f(&mut flag)
+    }
+}
+
+impl Exec for DeviceBackend {
+    type Space = OnDevice;
+    type Buf<T: TrainElement> = DeviceBuffer<T>;
+    type Ids = DeviceIds;
+    type Scalars = DeviceScalars;
+
+    fn view<T: TrainElement>(buf: &DeviceBuffer<T>) -> &dyn DeviceView<T> {
+        buf
+    }
+
+    fn view_mut<T: TrainElement>(buf: &mut DeviceBuffer<T>) -> &mut dyn DeviceViewMut<T> {
+        buf
+    }
+
+    fn ids_view(ids: &DeviceIds) -> &dyn DeviceView<i32> {
+        &ids.ids
+    }
+
+    fn len<T: TrainElement>(buf: &DeviceBuffer<T>) -> usize {
+        buf.len()
+    }
+
+    fn describe(&self, dtype: DType) -> String {
+        let emu = if self.device.is_emulated() {
+            format!("; {}", hip_rt::EMULATED_FIGURE_LABEL)
+        } else {
+            String::new()
+        };
+        format!(
+            "device {} ({}, {dtype}, {} CUs{emu})",
+            self.ordinal,
+            self.device.name(),
+            self.device.compute_units()
+        )
+    }
+
+    fn zeros<T: TrainElement>(&self, len: usize) -> Result<DeviceBuffer<T>> {
+        DeviceBuffer::zeroed(&self.stream, len).map_err(dev)
+    }
+
+    /// A host wait (a synchronous copy): used when the model is set up, not in a step.
+    fn upload<T: TrainElement>(&self, host: &[f32]) -> Result<DeviceBuffer<T>> {
+        let data: Vec<T> = host.iter().map(|&x| T::from_f32(x)).collect();
+        DeviceBuffer::from_slice(&self.stream, &data).map_err(dev)
+    }
+
+    fn download<T: TrainElement>(&self, buf: &DeviceBuffer<T>) -> Result<Vec<f32>> {
+        let data = buf.to_vec(&self.stream).map_err(dev)?;
+        Ok(data.iter().map(|x| x.to_f32()).collect())
+    }
+
+    fn fill_zero<T: TrainElement>(&self, buf: &mut DeviceBuffer<T>) -> Result<()> {
+        self.stream.memset_zero(buf).map_err(dev)
+    }
+
+    fn ids(&self, host: &[i32]) -> Result<DeviceIds> {
+        Ok(DeviceIds {
+            ids: self.upload_ids(host)?,
+            host: host.into(),
+        })
+    }
+
+    fn scalars(&self) -> Result<DeviceScalars> {
+        Ok(DeviceScalars {
+            values: DeviceBuffer::zeroed(&self.stream, self.slots + 1).map_err(dev)?,
+            divisors: Vec::with_capacity(self.slots),
+        })
+    }
+
+    fn encoder_forward<T: TrainElement>(
+        &self,
+        d: &Dims,
+        tokens: &DeviceIds,
+        wte: &DeviceBuffer<T>,
+        wpe: &DeviceBuffer<T>,
+        out: &mut DeviceBuffer<T>,
+    ) -> Result<()> {
+        self.with_flag("input token", tokens, d, |flag| {
+            let args =
+                encoder_forward_args::<OnDevice, T>(d, &tokens.ids, [wte, wpe], out, Some(flag));
+            ops::encoder_forward(&self.stream, args).map_err(op)
+        })
+    }
+
+    fn cross_entropy<T: TrainElement>(
+        &self,
+        d: &Dims,
+        logits: &mut DeviceBuffer<T>,
+        targets: &DeviceIds,
+        dloss: f32,
+        accum: usize,
+        scalars: &mut DeviceScalars,
+    ) -> Result<()> {
+        let slot = scalars.divisors.len();
+        if slot >= self.slots {
+            return Err(TrainError::Op(format!(
+                "the device backend was made for {} micro-batches per step; a step ran more",
+                self.slots
+            )));
+        }
+        let mut losses = DeviceBuffer::<f32>::alloc(&self.stream, d.rows()).map_err(dev)?;
+        let mut loss = scalars.values.slice_mut(slot..slot + 1).map_err(dev)?;
+        self.with_flag("target token", targets, d, |flag| {
+            let args = cross_entropy_args::<OnDevice, T>(
+                d,
+                dloss,
+                logits,
+                &targets.ids,
+                &mut losses,
+                Some(&mut loss),
+                Some(flag),
+            );
+            ops::softmax_cross_entropy(&self.stream, args).map_err(op)
+        })?;
+        scalars.divisors.push(accum);
+        Ok(())
+    }
+
+    fn run_encoder_backward<T: TrainElement>(
+        &self,
+        a: EncoderBackward<'_, OnDevice, T>,
+    ) -> Result<()> {
+        ops::encoder_backward(&self.stream, a).map_err(op)
+    }
+
+    fn run_matmul<T: TrainElement>(&self, a: Matmul<'_, OnDevice, T>) -> Result<()> {
+        ops::matmul(&self.stream, a).map_err(op)
+    }
+
+    fn run_matmul_bias<T: TrainElement>(&self, a: MatmulBias<'_, OnDevice, T>) -> Result<()> {
+        ops::matmul_bias(&self.stream, a).map_err(op)
+    }
+
+    fn run_bias_backward<T: TrainElement>(&self, a: BiasBackward<'_, OnDevice, T>) -> Result<()> {
+        ops::bias_backward(&self.stream, a).map_err(op)
+    }
+
+    fn run_layernorm_forward<T: TrainElement>(
+        &self,
+        a: LayerNormForward<'_, OnDevice, T>,
+    ) -> Result<()> {
+        ops::layernorm_forward(&self.stream, a).map_err(op)
+    }
+
+    fn run_residual_layernorm_forward<T: TrainElement>(
+        &self,
+        a: ResidualLayerNormForward<'_, OnDevice, T>,
+    ) -> Result<()> {
+        ops::residual_layernorm_forward(&self.stream, a).map_err(op)
+    }
+
+    fn run_layernorm_backward<T: TrainElement>(
+        &self,
+        a: LayerNormBackward<'_, OnDevice, T>,
+    ) -> Result<()> {
+        ops::layernorm_backward(&self.stream, a).map_err(op)
+    }
+
+    fn run_attention_forward<T: TrainElement>(
+        &self,
+        a: AttentionForwardStrided<'_, OnDevice, T>,
+    ) -> Result<()> {
+        ops::attention_forward_strided(&self.stream, a).map_err(op)
+    }
+
+    fn run_attention_backward<T: TrainElement>(
+        &self,
+        a: AttentionBackwardStrided<'_, OnDevice, T>,
+    ) -> Result<()> {
+        ops::attention_backward_strided(&self.stream, a).map_err(op)
+    }
+
+    fn run_gelu_backward<T: TrainElement>(&self, a: GeluBackward<'_, OnDevice, T>) -> Result<()> {
+        ops::gelu_backward(&self.stream, a).map_err(op)
+    }
+
+    fn run_adamw<T: TrainElement>(&self, a: AdamW<'_, '_, OnDevice, T>) -> Result<()> {
+        ops::adamw(&self.stream, a).map_err(op)
+    }
+
+    fn grad_norm<T: TrainElement>(
+        &self,
+        grads: &[&DeviceBuffer<T>],
+        scalars: &mut DeviceScalars,
+    ) -> Result<()> {
+        if let Some(d) = &self.ddp {
+            // The micro-batch losses summed over ranks (divided by W at the read).
+            let mut losses = scalars.values.slice_mut(0..self.slots).map_err(dev)?;
+            d.comm
+                .all_reduce_in_place(&mut losses, ReduceOp::Sum, &self.stream)
+                .map_err(dev)?;
+        }
+        let views: Vec<&dyn DeviceView<T>> =
+            grads.iter().map(|g| *g as &dyn DeviceView<T>).collect();
+        let mut norm = scalars
+            .values
+            .slice_mut(self.slots..self.slots + 1)
+            .map_err(dev)?;
+        ops::l2_norm(&self.stream, &views, &mut norm).map_err(op)
+    }
+
+    fn update_scalars(
+        &self,
+        scaling: GradScaling,
+        scalars: &DeviceScalars,
+    ) -> Result<UpdateScalars<DeviceBuffer<f32>>> {
+        let s = &self.stream;
+        let norm = scalars
+            .values
+            .slice(self.slots..self.slots + 1)
+            .map_err(dev)?;
+        let mut found_inf = DeviceBuffer::<f32>::alloc(s, 1).map_err(dev)?;
+        ops::non_finite::<f32>(s, &[&norm], &mut found_inf).map_err(op)?;
+        if let Some(d) = &self.ddp {
+            // Skip on every rank when any rank saw a non-finite gradient (the sums make the
+            // norms agree already; this makes the decision itself agreed).
+            d.comm
+                .all_reduce_in_place(&mut found_inf, ReduceOp::Max, s)
+                .map_err(dev)?;
+        }
+        let loss_scale = match scaling.loss_scale {
+            1.0 => None,
+            x => {
+                let mut st = self.state.borrow_mut();
+                if st.scale_queued {
+                    // A second update in one step (tests do this; the trainer never does):
+                    // the first upload from the staging buffer may still be queued.
+                    s.synchronize().map_err(dev)?;
+                }
+                st.scale_staging.as_mut_slice().map_err(dev)?[0] = x as f32;
+                let mut buf = DeviceBuffer::<f32>::alloc(s, 1).map_err(dev)?;
+                s.copy_htod_async(&st.scale_staging, &mut buf)
+                    .map_err(dev)?;
+                st.scale_queued = true;
+                Some(buf)
+            }
+        };
+        let grad_scale = match scaling.clip {
+            None => loss_scale,
+            Some(max_norm) => {
+                let mut g = DeviceBuffer::<f32>::alloc(s, 1).map_err(dev)?;
+                ops::clip_grad_scale(
+                    s,
+                    ClipGradScale::<OnDevice> {
+                        params: ClipParams {
+                            max_norm: max_norm as f32,
+                        },
+                        norm: &norm,
+                        loss_scale: loss_scale.as_ref().map(|b| b as &dyn DeviceView<f32>),
+                        grad_scale: &mut g,
+                    },
+                )
+                .map_err(op)?;
+                Some(g)
+            }
+        };
+        Ok(UpdateScalars {
+            grad_scale,
+            found_inf,
+        })
+    }
+
+    /// The step's one host wait: queues the copies of the token-id flags and of the losses and
+    /// norm into pinned memory, then waits once (for the later copy: the stream runs them in
+    /// order, so the flags are complete by then and reading them does not wait again).
+    fn read_step(&self, scalars: &DeviceScalars) -> Result<StepRead> {
+        let mut guard = self.state.borrow_mut();
+        let st = &mut *guard;
+        st.next = 0;
+        let checks = std::mem::take(&mut st.checks);
+        self.stream
+            .copy_dtoh_async(&st.flags, &mut st.flag_readback)
+            .map_err(dev)?;
+        self.stream
+            .copy_dtoh_async(&scalars.values, &mut st.value_readback)
+            .map_err(dev)?;
+        let values = st.value_readback.as_slice().map_err(dev)?.to_vec();
+        st.scale_queued = false;
+        let flags = st.flag_readback.as_slice().map_err(dev)?;
+        for (c, &row) in checks.iter().zip(flags) {
+            if row != NO_ERROR {
+                let i = row as usize;
+                return Err(TrainError::BadToken {
+                    what: c.what,
+                    b: i / c.seq.max(1),
+                    t: i % c.seq.max(1),
+                    value: c.host.get(i).copied().unwrap_or(-1),
+                    vocab: c.vocab,
+                });
+            }
+        }
+        let loss = scalars
+            .divisors
+            .iter()
+            .zip(&values)
+            .map(|(&k, &l)| f64::from(l) / k as f64)
+            .sum::<f64>()
+            / Exec::world(self) as f64;
+        Ok(StepRead {
+            loss,
+            grad_norm: f64::from(values[self.slots]),
+        })
+    }
+
+    fn grads_ready<T: TrainElement>(&self, grads: &mut [&mut DeviceBuffer<T>]) -> Result<()> {
+        let Some(d) = &self.ddp else {
+            return Ok(());
+        };
+        d.ready.record(&self.stream).map_err(dev)?;
+        d.stream.wait(&d.ready).map_err(dev)?;
+        hip_rt::comm::group(|| {
+            grads.iter_mut().try_for_each(|g| {
+                d.comm
+                    .all_reduce_in_place(&mut **g, ReduceOp::Sum, &d.stream)
+            })
+        })
+        .map_err(dev)
+    }
+
+    fn grads_reduced(&self) -> Result<()> {
+        let Some(d) = &self.ddp else {
+            return Ok(());
+        };
+        d.done.record(&d.stream).map_err(dev)?;
+        self.stream.wait(&d.done).map_err(dev)
+    }
+
+    fn world(&self) -> usize {
+        self.ddp.as_ref().map_or(1, |d| d.comm.world())
+    }
+
+    fn rank(&self) -> usize {
+        self.ddp.as_ref().map_or(0, |d| d.comm.rank())
+    }
+
+    fn broadcast<T: TrainElement>(&self, bufs: &mut [(&mut DeviceBuffer<T>, usize)]) -> Result<()> {
+        let Some(d) = &self.ddp else {
+            return Ok(());
+        };
+        hip_rt::comm::group(|| {
+            bufs.iter_mut()
+                .try_for_each(|(b, root)| d.comm.broadcast_in_place(&mut **b, *root, &self.stream))
+        })
+        .map_err(dev)
+    }
+
+    fn memory(&self) -> Option<MemStats> {
+        let s = self.device.memory_stats().ok()?;
+        Some(MemStats {
+            allocated: s.allocated_bytes.all().current,
+            reserved: s.reserved_bytes.all().current,
+            peak: s.allocated_bytes.all().peak,
+        })
+    }
+
+    fn emulated(&self) -> bool {
+        self.device.is_emulated()
+    }
+
+    fn reset_peak_memory(&self) {
+        // `Device::get` always allocates through the caching allocator, the one case where this
+        // can fail; a device without one has no peak to reset.
+        let _ = self.device.reset_peak_memory_stats();
+    }
+}
