@@ -66,7 +66,7 @@ typedef short bf16x4 __attribute__((ext_vector_type(4)));
 typedef float f32x4 __attribute__((ext_vector_type(4)));
 typedef short bf16x2 __attribute__((ext_vector_type(2)));
 
-#ifndef HIPK_MC_MMAC_BF16X4
+#if (HIPK_MC_ARCH == 3 || HIPK_MC_ARCH == 4) && !defined(HIPK_MC_MMAC_BF16X4)
 typedef __bf16 mmac_bf16x4 __attribute__((ext_vector_type(4)));
 #define HIPK_MC_MMAC_BF16X4 ::hipk::mc::mmac_bf16x4
 #endif

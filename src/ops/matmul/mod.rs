@@ -6,13 +6,15 @@ pub(crate) mod cpu;
 mod device;
 #[cfg(feature = "golden")]
 mod golden;
+mod mc;
 
 pub(crate) use device::{launch_gemm, BiasEpilogue};
-pub use device::{matmul, MatmulPlan, MatmulTile, MAX_DIM, MAX_GRID_YZ};
+pub use device::{matmul, matmul_with, MatmulPlan, MatmulTile, MAX_DIM, MAX_GRID_YZ};
 #[cfg(feature = "golden")]
 pub use golden::MatmulCase;
 #[cfg(feature = "golden")]
 pub(crate) use golden::GOLDEN;
+pub use mc::{arch_has_matrix_cores, MatmulKernel, McPlan, MC_TILE};
 
 use crate::params::{check_len, checked_len, invalid, ShapeError, Space, TensorLen};
 
