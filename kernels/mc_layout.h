@@ -17,7 +17,8 @@
 // Accumulators (4 f32 per lane), two variants:
 //   MFMA (CDNA gfx908 / gfx90a / gfx94x, verified against public sources):
 //        lane l, value e  ->  row m = 4 * (l / 16) + e,  column n = l % 16
-//   MMAC (Hygon gfx926 / gfx928 / gfx936 / gfx938): ASSUMED, NOT CONFIRMED ON A CARD.
+//   MMAC (Hygon gfx926 / gfx928 / gfx92a / gfx936 / gfx938 / gfx946): ASSUMED, NOT CONFIRMED
+//   ON A CARD.
 //        lane l, value e  ->  row m = l % 16,  column n = l / 16 + 4 * e
 //
 // Where these come from (facts, in our words; no code was copied):
@@ -72,7 +73,8 @@ constexpr int kLayoutMmac = 1;
 
 /// The accumulator layout of the arch being compiled: MMAC on Hygon's matrix-core archs, MFMA
 /// everywhere else (CDNA, and hip-emu, which emulates the verified MFMA layout).
-#if defined(__gfx926__) || defined(__gfx928__) || defined(__gfx936__) || defined(__gfx938__)
+#if defined(__gfx926__) || defined(__gfx928__) || defined(__gfx92a__) || defined(__gfx936__) || \
+    defined(__gfx938__) || defined(__gfx946__)
 using AccLayout = MmacAcc;
 constexpr int kArchLayout = kLayoutMmac;
 #else

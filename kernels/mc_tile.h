@@ -14,22 +14,23 @@
 //   gfx908               the f16 and f32 forms; bf16 as two _16x16x8bf16 (2 values per lane
 //                        each: the first takes values 0-1, the second 2-3 of every lane; the
 //                        sum over k is the same). gfx908 rejects bf16_1k ("Cannot select").
-//   gfx928, gfx936       __builtin_hcu_mmac_f32_16x16x16_f16 / _bf16 (newer DTK) or
-//                        __builtin_amdgcn_mmac_f32_16x16x16f16 / bf16 (older DTK), chosen with
-//                        __has_builtin; f32: __builtin_hcu_mmac_16x16x4_f32 or
-//                        __builtin_amdgcn_mmac_f32_16x16x4f32.
-//   gfx938               the `_lit_lts` forms with both modifiers 0, else as gfx936.
+//   gfx928, gfx92a,      __builtin_hcu_mmac_f32_16x16x16_f16 (half4) / _16x16x16_bf16 (short4
+//   gfx936, gfx938,      of raw bf16 bits) when the compiler has them (__has_builtin), else the
+//   gfx946               older DTK spelling __builtin_amdgcn_mmac_f32_16x16x16f16 / bf16; f32:
+//                        __builtin_hcu_mmac_16x16x4_f32, else __builtin_amdgcn_mmac_f32_16x16x4f32.
+//                        gfx938's `_lit_lts` variants (extra modifiers) are not used.
 //   gfx926               f32 16x16x4 only (no f16/bf16 tile: HIPK_MC_HAVE_F16 is 0).
 //   hip-emu (host build) hipemu::mma_tile (hip-emu/shim/hip/hipemu_mma.h): every lane's
 //                        operands are gathered at one wave-level exchange, the tile is
 //                        computed per element in f32 and every lane gets its 4 accumulators,
 //                        with the MFMA accumulator layout.
-// The MMAC names and their arch guards follow Hygon's public composable_kernel fork
-// (include/ck/utility/hcu_mmac.hpp: f16/bf16 16x16x16 from gfx928, f32 16x16x4 from gfx926)
-// and public DCU code; no DTK compiler is available here, so none of the MMAC lines has been
-// compiled: the first DTK build is their first check. The bf16 operand type DTK's builtin
-// takes is not published: HIPK_MC_MMAC_BF16X4 (default: 4 x __bf16) is an assumption, bit-cast
-// from the raw bits.
+// The MMAC names, operand types and arch guards follow Hygon's public composable_kernel fork
+// (HYGON-AI/composable_kernel-das, include/ck/utility/hcu_mmac.hpp: f16/bf16 16x16x16 on
+// gfx928, gfx92a, gfx936, gfx938, gfx946 with half4 / int16x4 operands; f32 16x16x4 from
+// gfx926) and public DCU code for the older spelling. No DTK compiler is available here, so
+// none of the MMAC lines has been compiled: the first DTK build is their first check. The
+// operand type of the older `__builtin_amdgcn_mmac_f32_16x16x16bf16` is not published:
+// HIPK_MC_MMAC_OLD_BF16X4 (default: 4 x __bf16, bit-cast from the raw bits) is an assumption.
 #pragma once
 
 #include "mc_layout.h"
@@ -38,10 +39,9 @@
 #define HIPK_MC_ARCH 1  // CDNA2/3 MFMA
 #elif defined(__gfx908__)
 #define HIPK_MC_ARCH 2  // CDNA1 MFMA (no bf16_1k)
-#elif defined(__gfx928__) || defined(__gfx936__)
+#elif defined(__gfx928__) || defined(__gfx92a__) || defined(__gfx936__) || defined(__gfx938__) || \
+    defined(__gfx946__)
 #define HIPK_MC_ARCH 3  // Hygon MMAC
-#elif defined(__gfx938__)
-#define HIPK_MC_ARCH 4  // Hygon MMAC, _lit_lts forms
 #elif defined(__gfx926__)
 #define HIPK_MC_ARCH 5  // Hygon MMAC, f32 only
 #elif defined(HIPEMU)
@@ -66,19 +66,18 @@ typedef short bf16x4 __attribute__((ext_vector_type(4)));
 typedef float f32x4 __attribute__((ext_vector_type(4)));
 typedef short bf16x2 __attribute__((ext_vector_type(2)));
 
-#if (HIPK_MC_ARCH == 3 || HIPK_MC_ARCH == 4) && !defined(HIPK_MC_MMAC_BF16X4)
-typedef __bf16 mmac_bf16x4 __attribute__((ext_vector_type(4)));
-#define HIPK_MC_MMAC_BF16X4 ::hipk::mc::mmac_bf16x4
+#if HIPK_MC_ARCH == 3 && !__has_builtin(__builtin_hcu_mmac_f32_16x16x16_bf16) && \
+    !defined(HIPK_MC_MMAC_OLD_BF16X4)
+typedef __bf16 mmac_old_bf16x4 __attribute__((ext_vector_type(4)));
+#define HIPK_MC_MMAC_OLD_BF16X4 ::hipk::mc::mmac_old_bf16x4
 #endif
 
 /// D = C + A·B over a 16x16x16 f16 tile (wave-level; layout in mc_layout.h).
 __device__ __forceinline__ f32x4 tile_f16(f16x4 a, f16x4 b, f32x4 c) {
 #if HIPK_MC_ARCH == 1 || HIPK_MC_ARCH == 2
   return __builtin_amdgcn_mfma_f32_16x16x16f16(a, b, c, 0, 0, 0);
-#elif HIPK_MC_ARCH == 3 || HIPK_MC_ARCH == 4
-#if HIPK_MC_ARCH == 4 && __has_builtin(__builtin_hcu_mmac_f32_16x16x16_f16_lit_lts)
-  return __builtin_hcu_mmac_f32_16x16x16_f16_lit_lts(a, b, c, false, false);
-#elif __has_builtin(__builtin_hcu_mmac_f32_16x16x16_f16)
+#elif HIPK_MC_ARCH == 3
+#if __has_builtin(__builtin_hcu_mmac_f32_16x16x16_f16)
   return __builtin_hcu_mmac_f32_16x16x16_f16(a, b, c);
 #else
   return __builtin_amdgcn_mmac_f32_16x16x16f16(a, b, c);
@@ -106,15 +105,12 @@ __device__ __forceinline__ f32x4 tile_bf16(bf16x4 a, bf16x4 b, f32x4 c) {
 #elif HIPK_MC_ARCH == 2
   c = __builtin_amdgcn_mfma_f32_16x16x8bf16(bf16x2{a[0], a[1]}, bf16x2{b[0], b[1]}, c, 0, 0, 0);
   return __builtin_amdgcn_mfma_f32_16x16x8bf16(bf16x2{a[2], a[3]}, bf16x2{b[2], b[3]}, c, 0, 0, 0);
-#elif HIPK_MC_ARCH == 3 || HIPK_MC_ARCH == 4
-  const auto ma = __builtin_bit_cast(HIPK_MC_MMAC_BF16X4, a);
-  const auto mb = __builtin_bit_cast(HIPK_MC_MMAC_BF16X4, b);
-#if HIPK_MC_ARCH == 4 && __has_builtin(__builtin_hcu_mmac_f32_16x16x16_bf16_lit_lts)
-  return __builtin_hcu_mmac_f32_16x16x16_bf16_lit_lts(ma, mb, c, false, false);
-#elif __has_builtin(__builtin_hcu_mmac_f32_16x16x16_bf16)
-  return __builtin_hcu_mmac_f32_16x16x16_bf16(ma, mb, c);
+#elif HIPK_MC_ARCH == 3
+#if __has_builtin(__builtin_hcu_mmac_f32_16x16x16_bf16)
+  return __builtin_hcu_mmac_f32_16x16x16_bf16(a, b, c);
 #else
-  return __builtin_amdgcn_mmac_f32_16x16x16bf16(ma, mb, c);
+  return __builtin_amdgcn_mmac_f32_16x16x16bf16(__builtin_bit_cast(HIPK_MC_MMAC_OLD_BF16X4, a),
+                                                __builtin_bit_cast(HIPK_MC_MMAC_OLD_BF16X4, b), c);
 #endif
 #elif HIPK_MC_ARCH == 6
   float av[4], bv[4], cv[4] = {c[0], c[1], c[2], c[3]};
@@ -136,7 +132,7 @@ __device__ __forceinline__ f32x4 tile_bf16(bf16x4 a, bf16x4 b, f32x4 c) {
 __device__ __forceinline__ f32x4 tile_f32(float a, float b, f32x4 c) {
 #if HIPK_MC_ARCH == 1 || HIPK_MC_ARCH == 2
   return __builtin_amdgcn_mfma_f32_16x16x4f32(a, b, c, 0, 0, 0);
-#elif HIPK_MC_ARCH >= 3 && HIPK_MC_ARCH <= 5
+#elif HIPK_MC_ARCH == 3 || HIPK_MC_ARCH == 5
 #if __has_builtin(__builtin_hcu_mmac_16x16x4_f32)
   return __builtin_hcu_mmac_16x16x4_f32(a, b, c);
 #else

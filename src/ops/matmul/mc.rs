@@ -35,13 +35,23 @@ pub enum MatmulKernel {
 }
 
 /// Archs whose matrix cores have the 16x16x16 f16/bf16 tile the kernels use: CDNA's MFMA
-/// (gfx908, gfx90a, gfx940-942) and Hygon's MMAC (gfx928, gfx936, gfx938). gfx926 has only an
-/// f32 tile; gfx906 has none. `arch` may carry target features (`gfx90a:sramecc+:xnack-`).
+/// (gfx908, gfx90a, gfx940-942) and Hygon's MMAC (gfx928, gfx92a, gfx936, gfx938, gfx946, as
+/// Hygon's public composable_kernel fork guards it). gfx926 has only an f32 tile; gfx906 has
+/// none. `arch` may carry target features (`gfx90a:sramecc+:xnack-`).
 pub fn arch_has_matrix_cores(arch: &str) -> bool {
     let base = arch.split(':').next().unwrap_or("");
     matches!(
         base,
-        "gfx908" | "gfx90a" | "gfx940" | "gfx941" | "gfx942" | "gfx928" | "gfx936" | "gfx938"
+        "gfx908"
+            | "gfx90a"
+            | "gfx940"
+            | "gfx941"
+            | "gfx942"
+            | "gfx928"
+            | "gfx92a"
+            | "gfx936"
+            | "gfx938"
+            | "gfx946"
     )
 }
 
@@ -56,7 +66,7 @@ pub(crate) fn refusal(dtype: DType, arch: &str, emulated: bool) -> Option<&'stat
     if !emulated && !arch_has_matrix_cores(arch) {
         return Some(
             "this device's arch has no 16x16x16 f16/bf16 matrix unit (gfx908, gfx90a, gfx94x, \
-             gfx928, gfx936, gfx938 have one): use MatmulKernel::Auto or Plain",
+             gfx928, gfx92a, gfx936, gfx938, gfx946 have one): use MatmulKernel::Auto or Plain",
         );
     }
     None
