@@ -19,6 +19,23 @@ use hip_rt::module::bundle::Bundle;
 /// The arch whose figures gate the build (the one Debian's hipcc, and so CI, can compile).
 const GATE_ARCH: &str = "gfx906";
 
+/// Extra code objects of one source (build.rs: `hip_build::Builder::source_archs`): the
+/// matrix-core matmul is also built for CDNA's gfx90a when the compiler accepts it.
+const EXTRA_ARCHS: &[(&str, &str)] = &[("matmul_mc", "gfx90a")];
+
+/// The extra archs of `source` present in its bundle.
+fn extra_archs_of(source: &str, bundle: &Bundle<'_>) -> Vec<&'static str> {
+    EXTRA_ARCHS
+        .iter()
+        .filter(|(s, a)| {
+            *s == source
+                && !kernels::archs().contains(a)
+                && bundle.gpu_entries().any(|e| e.target_id() == Some(*a))
+        })
+        .map(|(_, a)| *a)
+        .collect()
+}
+
 /// Minimum waves per SIMD a kernel must allow on the gate arch.
 fn min_occupancy(kernel: &str) -> u32 {
     if kernel.starts_with("matmul_") || kernel.starts_with("attention_") {
@@ -111,7 +128,8 @@ fn manifest_every_bundle_has_every_arch_and_the_listed_kernels() {
         });
         let bundle = Bundle::parse(b.bytes)
             .unwrap_or_else(|e| panic!("{}: embedded bundle does not parse: {e}", b.source));
-        for arch in kernels::archs() {
+        let extra = extra_archs_of(b.source, &bundle);
+        for arch in kernels::archs().iter().chain(&extra) {
             let entries: Vec<_> = bundle
                 .gpu_entries()
                 .filter(|e| e.target_id() == Some(*arch))
@@ -138,7 +156,7 @@ fn manifest_every_bundle_has_every_arch_and_the_listed_kernels() {
         }
         assert_eq!(
             bundle.gpu_entries().count(),
-            kernels::archs().len(),
+            kernels::archs().len() + extra.len(),
             "{}: code objects for archs that were not selected: {:?}",
             b.source,
             bundle.target_ids()
@@ -243,8 +261,51 @@ fn every_kernel_has_figures_for_every_arch() {
                 let r = kernels::resource(name, arch)
                     .unwrap_or_else(|| panic!("{name} has no resource figures for {arch}"));
                 assert_eq!(r.source, file.source);
-                assert!(r.usage.vgprs > 0 && r.usage.occupancy > 0, "{r:?}");
+                // The matrix-core kernels only trap (no registers) on archs without the unit.
+                let trap_only =
+                    file.source == "matmul_mc" && !hip_kernels::ops::arch_has_matrix_cores(arch);
+                assert!(
+                    (r.usage.vgprs > 0 || trap_only) && r.usage.occupancy > 0,
+                    "{r:?}"
+                );
             }
         }
     }
+}
+
+/// The matrix-core matmul's gfx90a code object (Debian's hipcc compiles it; CI requires it):
+/// present in the embedded bundle, every kernel with 0 scratch, 0 spills and at least 2 waves
+/// per SIMD. Static only: nothing here has run on a gfx90a.
+#[test]
+fn matrix_core_matmul_is_built_clean_for_gfx90a() {
+    if !built() {
+        return;
+    }
+    let Ok(b) = kernels::bundle("matmul_mc") else {
+        panic!("kernels/matmul_mc.hip was not built");
+    };
+    let bundle = Bundle::parse(b.bytes).expect("embedded bundle parses");
+    if extra_archs_of("matmul_mc", &bundle).is_empty() && !kernels::archs().contains(&"gfx90a") {
+        assert!(
+            std::env::var_os("HIPK_REQUIRE_KERNELS").is_none(),
+            "HIPK_REQUIRE_KERNELS is set but matmul_mc has no gfx90a code object (the compiler \
+             rejected gfx90a?)"
+        );
+        eprintln!("no gfx90a code object (compiler without gfx90a): skipped");
+        return;
+    }
+    let names = kernel_names("matmul_mc").expect("matmul_mc in the name table");
+    assert_eq!(names.len(), 16, "{names:?}");
+    let mut failures = Vec::new();
+    for &name in names {
+        let Some(r) = kernels::resource(name, "gfx90a") else {
+            failures.push(format!("{name}: no gfx90a resource figures"));
+            continue;
+        };
+        let u = r.usage;
+        if u.scratch_bytes != 0 || u.vgpr_spills != 0 || u.sgpr_spills != 0 || u.occupancy < 2 {
+            failures.push(format!("{name} (gfx90a): {u:?}"));
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
 }

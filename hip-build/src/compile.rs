@@ -37,6 +37,8 @@ pub(crate) struct Job<'a> {
     pub required: Option<&'a str>,
     /// The committed names file (absolute), read when the kernels are not compiled.
     pub names_file: Option<&'a Path>,
+    /// Extra archs per source stem ([`crate::Builder::source_archs`]).
+    pub source_archs: &'a [(String, Vec<String>)],
 }
 
 /// Name of the generated kernel-name constants in `OUT_DIR` ([`crate::names`]).
@@ -69,7 +71,8 @@ impl Job<'_> {
             );
             return self.not_built(Some(&hipcc_str), &version, &msg);
         }
-        let built = self.compile_all(&hipcc, &archs, &sources);
+        let extra = self.extra_archs(&hipcc, &version, &archs);
+        let built = self.compile_all(&hipcc, &archs, &extra, &sources);
         self.write_generated(Some(&hipcc_str), &version, &archs, None, &built);
         let names = compiled_names(name, &archs[0], &built);
         self.check_names_file(&names);
@@ -263,9 +266,55 @@ fn first_error_line(stderr: &str) -> String {
 }
 
 impl Job<'_> {
-    /// Compiles every source (in parallel, up to NUM_JOBS at once); panics listing every failed
-    /// compile with its full command and stderr.
-    fn compile_all(&self, hipcc: &Path, archs: &[String], sources: &[PathBuf]) -> Vec<BuiltSource> {
+    /// The accepted extra archs of each source named in `source_archs` (not already among the
+    /// common `archs`); a warning for each one the compiler rejects.
+    fn extra_archs(
+        &self,
+        hipcc: &Path,
+        version: &str,
+        archs: &[String],
+    ) -> Vec<(String, Vec<String>)> {
+        let mut wanted: Vec<String> = Vec::new();
+        for (_, list) in self.source_archs {
+            for a in list {
+                if !archs.contains(a) && !wanted.contains(a) {
+                    wanted.push(a.clone());
+                }
+            }
+        }
+        if wanted.is_empty() {
+            return Vec::new();
+        }
+        let probed = probe_archs(self.name, hipcc, version, self.out_dir, &wanted);
+        let mut accepted = Vec::new();
+        for (arch, r) in wanted.iter().zip(probed) {
+            match r {
+                Ok(()) => accepted.push(arch.clone()),
+                Err(why) => println!(
+                    "cargo:warning={}: extra arch {arch} dropped: {} does not accept it ({why})",
+                    self.name,
+                    hipcc.display()
+                ),
+            }
+        }
+        self.source_archs
+            .iter()
+            .map(|(src, list)| {
+                let ok = list.iter().filter(|a| accepted.contains(a)).cloned();
+                (src.clone(), ok.collect())
+            })
+            .collect()
+    }
+
+    /// Compiles every source (in parallel, up to NUM_JOBS at once), each for the common archs
+    /// plus its extra ones; panics listing every failed compile with its full command and stderr.
+    fn compile_all(
+        &self,
+        hipcc: &Path,
+        archs: &[String],
+        extra: &[(String, Vec<String>)],
+        sources: &[PathBuf],
+    ) -> Vec<BuiltSource> {
         let jobs = env::var("NUM_JOBS")
             .ok()
             .and_then(|j| j.parse::<usize>().ok())
@@ -277,7 +326,14 @@ impl Job<'_> {
                 s.spawn(|| loop {
                     let i = next.fetch_add(1, Ordering::SeqCst);
                     let Some(src) = sources.get(i) else { break };
-                    let r = self.compile_one(hipcc, archs, src);
+                    let stem = src.file_stem().map(|s| s.to_string_lossy().into_owned());
+                    let mut all = archs.to_vec();
+                    for (source, list) in extra {
+                        if stem.as_deref() == Some(source.as_str()) {
+                            all.extend(list.iter().filter(|a| !archs.contains(a)).cloned());
+                        }
+                    }
+                    let r = self.compile_one(hipcc, &all, src);
                     if let Ok(mut v) = results.lock() {
                         v.push((i, r));
                     }

@@ -77,6 +77,7 @@ pub struct Builder {
     out_file: String,
     required: Option<String>,
     names_file: Option<PathBuf>,
+    source_archs: Vec<(String, Vec<String>)>,
 }
 
 impl Builder {
@@ -91,6 +92,7 @@ impl Builder {
             out_file: "kernels_gen.rs".into(),
             required: None,
             names_file: None,
+            source_archs: Vec::new(),
         }
     }
 
@@ -136,6 +138,18 @@ impl Builder {
         self
     }
 
+    /// Also compile `<kernels_dir>/<source>.hip` for `archs` (target ids), besides the common
+    /// archs: for a kernel that only some archs run (hip-kernels' matrix-core matmul on CDNA's
+    /// gfx90a, which Debian's hipcc compiles, so that its code object is built and checked). Each
+    /// extra arch is probed like the common ones and dropped with a `cargo:warning` when the
+    /// compiler rejects it; that source's bundle then holds one more code object per accepted
+    /// arch, and its resource rows name that arch.
+    pub fn source_archs(mut self, source: &str, archs: &[&str]) -> Builder {
+        let archs = archs.iter().map(|a| a.to_string()).collect();
+        self.source_archs.push((source.to_string(), archs));
+        self
+    }
+
     /// Compile the kernels and write the generated file. Panics (a build error) when a compile
     /// fails, with the full command and stderr.
     pub fn build(self) -> Outcome {
@@ -154,6 +168,7 @@ impl Builder {
             out_file: &self.out_file,
             required: self.required.as_deref(),
             names_file: names_file.as_deref(),
+            source_archs: &self.source_archs,
         }
         .run()
     }

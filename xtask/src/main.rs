@@ -4,6 +4,8 @@
 //!   checked-in files by a single byte.
 //! - `isa-report [--arch gfx906] [--json] [--check BASELINE] [--write-baseline]
 //!   [--verify-markers]`: static ISA figures of every kernel (docs/ISA-REPORT.md).
+//! - `isa-mc [--check] [--no-mca]`: static figures of the matrix-core matmul for gfx90a
+//!   (matrix-unit busy fraction of its interior loop; docs/ISA-REPORT.md).
 //! - `dist`: a release `hip-doctor` linked against glibc 2.17 (cargo-zigbuild), its symbol
 //!   versions checked; prints the file's path last.
 
@@ -34,6 +36,8 @@ enum Task {
     },
     /// Static ISA report of kernels/*.hip (not measurements).
     IsaReport(isa::IsaArgs),
+    /// Static figures of the matrix-core matmul for gfx90a (not measurements).
+    IsaMc(isa::mc::McArgs),
     /// Build a portable release hip-doctor (glibc >= 2.17) and print its path last.
     Dist,
 }
@@ -43,6 +47,7 @@ fn main() -> ExitCode {
     let result = match &cli.task {
         Task::Bindings { check, include } => bindings(*check, include),
         Task::IsaReport(a) => isa::run(a),
+        Task::IsaMc(a) => isa::mc::run(a),
         Task::Dist => dist::run().map_err(|e| e.to_string()),
     };
     match result {

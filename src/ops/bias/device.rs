@@ -8,7 +8,7 @@
 use super::{BiasBackward, BiasParams, MatmulBias};
 use crate::embedded::kernel_names::bias as names;
 use crate::ops::launch::{kernel, ptr};
-use crate::ops::matmul::{launch_gemm, BiasEpilogue};
+use crate::ops::matmul::{launch_gemm, BiasEpilogue, MatmulKernel};
 use crate::ops::OpError;
 use crate::params::{invalid, DeviceElement, OnDevice};
 use hip_rt::memory::buffer::DeviceBuffer;
@@ -34,6 +34,16 @@ pub fn matmul_bias<T: DeviceElement>(
     stream: &Stream,
     a: MatmulBias<'_, OnDevice, T>,
 ) -> Result<(), OpError> {
+    matmul_bias_with(stream, a, MatmulKernel::Auto)
+}
+
+/// [`matmul_bias`] with an explicit kernel family ([`MatmulKernel`], as
+/// [`crate::ops::matmul_with`]). Queues the work; no host sync.
+pub fn matmul_bias_with<T: DeviceElement>(
+    stream: &Stream,
+    a: MatmulBias<'_, OnDevice, T>,
+    kernel: MatmulKernel,
+) -> Result<(), OpError> {
     a.validate()?;
     let p = a.params;
     let m = p.matmul();
@@ -50,7 +60,7 @@ pub fn matmul_bias<T: DeviceElement>(
         },
         gelu: p.gelu,
     };
-    launch_gemm::<T>(stream, &m, pointers, Some(epilogue))
+    launch_gemm::<T>(stream, &m, pointers, Some(epilogue), kernel)
 }
 
 /// How [`bias_backward`] splits the rows: `groups` blocks of rows per column slice, each

@@ -8,7 +8,7 @@ mod device;
 #[cfg(feature = "golden")]
 mod golden;
 
-pub use device::{bias_backward, matmul_bias, BiasPlan};
+pub use device::{bias_backward, matmul_bias, matmul_bias_with, BiasPlan};
 #[cfg(feature = "golden")]
 pub(crate) use golden::GOLDEN;
 #[cfg(feature = "golden")]

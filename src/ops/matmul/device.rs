@@ -9,6 +9,7 @@
 //! checked for gfx906, and the device tests ran on hip-emu (the CPU-emulated device), not on a
 //! GPU.
 
+use super::mc::{self, MatmulKernel};
 use super::{Matmul, MatmulParams, ResolvedLayout};
 use crate::embedded::kernel_names::matmul as names;
 use crate::ops::launch::{dtype_kernel, kernel_named, ptr};
@@ -195,7 +196,24 @@ pub fn matmul<T: DeviceElement>(
         ptr(stream, "b", args.b)?,
         ptr(stream, "out", args.out)?,
     );
-    launch_gemm::<T>(stream, &args.params, [pa, pb, po], None)
+    launch_gemm::<T>(stream, &args.params, [pa, pb, po], None, MatmulKernel::Auto)
+}
+
+/// [`matmul`] with an explicit kernel family ([`MatmulKernel`]): `MatrixCore` runs the
+/// matrix-core kernels (f16/bf16; on an arch with matrix cores or on hip-emu, else a typed
+/// error), `Plain` the FMA kernels, `Auto` what [`matmul`] picks. Queues the work; no host sync.
+pub fn matmul_with<T: DeviceElement>(
+    stream: &Stream,
+    args: Matmul<'_, OnDevice, T>,
+    kernel: MatmulKernel,
+) -> Result<(), OpError> {
+    args.validate()?;
+    let (pa, pb, po) = (
+        ptr(stream, "a", args.a)?,
+        ptr(stream, "b", args.b)?,
+        ptr(stream, "out", args.out)?,
+    );
+    launch_gemm::<T>(stream, &args.params, [pa, pb, po], None, kernel)
 }
 
 /// The bias epilogue of the `matmul_bias_*` / `matmul_small_bias_*` kernels: `bias` (`[n]`,
@@ -216,28 +234,48 @@ pub(crate) fn launch_gemm<T: DeviceElement>(
     shape: &MatmulParams,
     [pa, pb, po]: [DevicePtr; 3],
     epilogue: Option<BiasEpilogue>,
+    kernel: MatmulKernel,
 ) -> Result<(), OpError> {
-    launch_gemm_tiled::<T>(stream, shape, [pa, pb, po], epilogue, None)
+    launch_gemm_tiled::<T>(stream, shape, [pa, pb, po], epilogue, kernel, None)
 }
 
-/// [`launch_gemm`] with the tile forced (`None`: [`MatmulPlan::new`]'s choice).
+/// [`launch_gemm`] with the plain kernel's tile forced (`None`: [`MatmulPlan::new`]'s choice).
+/// A forced tile runs the plain (FMA) kernel whatever `kernel` says.
 pub(crate) fn launch_gemm_tiled<T: DeviceElement>(
     stream: &Stream,
     shape: &MatmulParams,
     [pa, pb, po]: [DevicePtr; 3],
     epilogue: Option<BiasEpilogue>,
+    kernel: MatmulKernel,
     tile: Option<MatmulTile>,
 ) -> Result<(), OpError> {
     let (alpha, beta) = (shape.alpha, shape.beta);
-    let plan = MatmulPlan::with_tile(shape, T::DTYPE, stream.device().compute_units(), tile)?;
-    if plan.launches == 0 {
+    // The kernel family (src/ops/matmul/mc.rs): launches, grid and names of either plan.
+    let device = stream.device();
+    let (source, [plain, bias], grid_xy, batch_per_launch, launches) =
+        if tile.is_none() && mc::use_matrix_cores(kernel, T::DTYPE, device.arch()) {
+            if let Some(reason) = mc::refusal(T::DTYPE, device.arch(), device.is_emulated()) {
+                return Err(OpError::NoKernel {
+                    op: MatmulParams::OP,
+                    reason,
+                });
+            }
+            let p = mc::McPlan::new(shape, T::DTYPE)?;
+            let names = [p.kernel, p.bias_kernel];
+            (mc::SOURCE, names, p.grid_xy, p.batch_per_launch, p.launches)
+        } else {
+            let p = MatmulPlan::with_tile(shape, T::DTYPE, device.compute_units(), tile)?;
+            let names = [p.kernel, p.bias_kernel()];
+            (SOURCE, names, p.grid_xy, p.batch_per_launch, p.launches)
+        };
+    if launches == 0 {
         return Ok(());
     }
     let name = match epilogue {
-        Some(_) => plan.bias_kernel(),
-        None => plan.kernel,
+        Some(_) => bias,
+        None => plain,
     };
-    let f = kernel_named(stream, SOURCE, name)?;
+    let f = kernel_named(stream, source, name)?;
     let (m, n, k) = (shape.m, shape.n, shape.k);
     // Leading dimensions and batch strides (packed unless the caller's layout says otherwise);
     // validate() checked them against the buffers, so every offset below stays inside.
@@ -247,9 +285,9 @@ pub(crate) fn launch_gemm_tiled<T: DeviceElement>(
         ..
     } = shape.resolve()?;
     let elem = std::mem::size_of::<T>();
-    for launch in 0..plan.launches {
-        let first = launch * plan.batch_per_launch;
-        let items = (shape.batch - first).min(plan.batch_per_launch);
+    for launch in 0..launches {
+        let first = launch * batch_per_launch;
+        let items = (shape.batch - first).min(batch_per_launch);
         let mut builder = stream.launch_builder(&f);
         let c_and_out = po.byte_add(first * so * elem);
         builder
@@ -273,11 +311,12 @@ pub(crate) fn launch_gemm_tiled<T: DeviceElement>(
             builder.value(e.bias).value(pre).value(i32::from(e.gelu));
         }
         let config = LaunchConfig {
-            grid: (plan.grid_xy.0, plan.grid_xy.1, items as u32),
+            grid: (grid_xy.0, grid_xy.1, items as u32),
             block: (BLOCK, 1, 1),
             shared_mem_bytes: 0,
         };
-        // SAFETY: the arguments are those of matmul_*_<T> in order (a, b, c, out: device
+        // SAFETY: the arguments are those of matmul_*_<T> (and of matmul_mc_*_<T>, which take
+        // the same list) in order (a, b, c, out: device
         // pointers, c = out; M, N, K: int; lda, ldb, ldc, ldo, stride_a, stride_b, stride_c,
         // stride_o: int64_t; alpha, beta: float), and for matmul_*bias_*_<T> then bias, pre_gelu
         // (device pointers, pre_gelu null or laid out as out) and gelu (int). The callers

@@ -6,14 +6,16 @@ pub(crate) mod cpu;
 mod device;
 #[cfg(feature = "golden")]
 mod golden;
+mod mc;
 pub mod tuning;
 
 pub(crate) use device::{launch_gemm, BiasEpilogue};
-pub use device::{matmul, MatmulPlan, MatmulTile, MAX_DIM, MAX_GRID_YZ};
+pub use device::{matmul, matmul_with, MatmulPlan, MatmulTile, MAX_DIM, MAX_GRID_YZ};
 #[cfg(feature = "golden")]
 pub use golden::MatmulCase;
 #[cfg(feature = "golden")]
 pub(crate) use golden::GOLDEN;
+pub use mc::{arch_has_matrix_cores, MatmulKernel, McPlan, MC_TILE};
 pub use tuning::{
     gemm_tuner, set_gemm_tuner, GemmTuner, GemmTuningMode, TuningClock, TuningConfig, TuningError,
     TuningStats,

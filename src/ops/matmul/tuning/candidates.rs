@@ -6,9 +6,12 @@ use hip_rt::memory::buffer::{DeviceView, DeviceViewMut};
 use hip_rt::{Blas, Stream};
 
 use crate::ops::launch::ptr;
-use crate::ops::matmul::{device::launch_gemm_tiled, MatmulLayout, MatmulParams, MatmulTile};
+use crate::ops::matmul::{
+    arch_has_matrix_cores, device::launch_gemm_tiled, MatmulKernel, MatmulLayout, MatmulParams,
+    MatmulTile,
+};
 use crate::ops::OpError;
-use crate::params::DeviceElement;
+use crate::params::{DType, DeviceElement};
 
 /// What decides whether a candidate can run a call.
 pub(crate) struct Applicability<'a> {
@@ -16,9 +19,8 @@ pub(crate) struct Applicability<'a> {
     pub params: &'a MatmulParams,
     /// hipBLAS (or rocBLAS) is loaded on the stream's device.
     pub has_blas: bool,
-    /// The device's arch, without target features (`gfx906`): for candidates that need
-    /// matrix units (none in this list yet).
-    #[allow(dead_code)]
+    /// The device's arch (`gfx906`, `gfx90a:sramecc+:xnack-`): for candidates that need
+    /// matrix units.
     pub arch: &'a str,
 }
 
@@ -64,6 +66,7 @@ pub(crate) fn candidates<T: DeviceElement>() -> Vec<Candidate<T>> {
         Candidate::new("hipk-big", |_| true, ours_big::<T>),
         Candidate::new("hipk-small", |_| true, ours_small::<T>),
         Candidate::new("hipblas", blas_applies, hipblas::<T>),
+        Candidate::new("hipk-mc", |c| mc_applies(T::DTYPE, c), ours_mc::<T>),
     ]
 }
 
@@ -82,7 +85,24 @@ fn ours<T: DeviceElement>(
 ) -> Result<(), OpError> {
     let s = cx.stream;
     let ptrs = [ptr(s, "a", a)?, ptr(s, "b", b)?, ptr(s, "out", &*out)?];
-    launch_gemm_tiled::<T>(s, params, ptrs, None, Some(tile))
+    launch_gemm_tiled::<T>(s, params, ptrs, None, MatmulKernel::Plain, Some(tile))
+}
+
+/// The matrix-core kernel: f16/bf16 on an arch with a 16x16x16 matrix unit.
+fn mc_applies(dtype: DType, c: &Applicability<'_>) -> bool {
+    dtype != DType::F32 && arch_has_matrix_cores(c.arch)
+}
+
+fn ours_mc<T: DeviceElement>(
+    cx: &Context<'_>,
+    params: &MatmulParams,
+    a: &dyn DeviceView<T>,
+    b: &dyn DeviceView<T>,
+    out: &mut dyn DeviceViewMut<T>,
+) -> Result<(), OpError> {
+    let s = cx.stream;
+    let ptrs = [ptr(s, "a", a)?, ptr(s, "b", b)?, ptr(s, "out", &*out)?];
+    launch_gemm_tiled::<T>(s, params, ptrs, None, MatmulKernel::MatrixCore, None)
 }
 
 fn ours_big<T: DeviceElement>(
