@@ -15,6 +15,12 @@ tensors only) steps.
 Usage: python3 tools/train_ref.py --model DIR --data FILE [--batch 4] [--seq 64] [--steps 20]
            [--lr 1e-3] [--beta1 0.9] [--beta2 0.999] [--eps 1e-8] [--weight-decay 0]
            [--grad-clip 0] [--warmup 0] [--lr-min M] [--grad-accum 1] [--log FILE]
+           [--lora-rank R [--lora-alpha A] [--lora-targets LIST] [--lora-init FILE | --seed N]
+            [--save-lora-init FILE [--lora-init-b-std S]] [--merged-out DIR]]
+
+LoRA (--lora-rank > 0): every target's output gains (a/r)·(x @ Aᵀ) @ Bᵀ, only the adapters train
+(AdamW with weight decay: they are 2-D), grad_norm and clipping cover the adapters only, and the
+base weights stay frozen (autograd computes no gradient for them).
 """
 import argparse
 import json
@@ -89,7 +95,19 @@ def gelu_tanh(u):
     return 0.5 * u * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * (u + 0.044715 * u**3)))
 
 
-def forward(p, cfg, idx, targets):
+LORA_TARGETS = ("attn.c_attn", "attn.c_proj", "mlp.c_fc", "mlp.c_proj")
+
+
+def proj(p, lora, name, x):
+    """Conv1D `x @ W + b`, plus the LoRA path `scale * (x @ A^T) @ B^T` when `name` has adapters."""
+    y = x @ p[name + ".weight"] + p[name + ".bias"]
+    if lora is not None and name + ".lora_A" in lora["adapters"]:
+        a, bm = lora["adapters"][name + ".lora_A"], lora["adapters"][name + ".lora_B"]
+        y = y + lora["scale"] * ((x @ a.T) @ bm.T)
+    return y
+
+
+def forward(p, cfg, idx, targets, lora=None):
     b, t = idx.shape
     c, h, n_layer = cfg["n_embd"], cfg["n_head"], cfg["n_layer"]
     d = c // h
@@ -99,19 +117,80 @@ def forward(p, cfg, idx, targets):
     for l in range(n_layer):
         pre = f"h.{l}."
         a = layer_norm(x, p[pre + "ln_1.weight"], p[pre + "ln_1.bias"], eps)
-        a = a @ p[pre + "attn.c_attn.weight"] + p[pre + "attn.c_attn.bias"]
+        a = proj(p, lora, pre + "attn.c_attn", a)
         q, k, v = a.split(c, dim=-1)
         q, k, v = (z.view(b, t, h, d).transpose(1, 2) for z in (q, k, v))
         s = (q @ k.transpose(-1, -2)) * (1.0 / math.sqrt(d))
         s = s.masked_fill(~mask, float("-inf"))
         y = (s.softmax(dim=-1) @ v).transpose(1, 2).reshape(b, t, c)
-        x = x + y @ p[pre + "attn.c_proj.weight"] + p[pre + "attn.c_proj.bias"]
+        x = x + proj(p, lora, pre + "attn.c_proj", y)
         m = layer_norm(x, p[pre + "ln_2.weight"], p[pre + "ln_2.bias"], eps)
-        m = gelu_tanh(m @ p[pre + "mlp.c_fc.weight"] + p[pre + "mlp.c_fc.bias"])
-        x = x + m @ p[pre + "mlp.c_proj.weight"] + p[pre + "mlp.c_proj.bias"]
+        m = gelu_tanh(proj(p, lora, pre + "mlp.c_fc", m))
+        x = x + proj(p, lora, pre + "mlp.c_proj", m)
     x = layer_norm(x, p["ln_f.weight"], p["ln_f.bias"], eps)
     logits = x @ p["wte.weight"].T
     return F.cross_entropy(logits.view(b * t, -1), targets.reshape(-1))
+
+
+def make_lora(args, cfg, params):
+    """The spec's adapters (None without --lora-rank): {"adapters": {name: tensor}, "scale": a/r}.
+
+    `h.{l}.{t}.lora_A` is [r, in], `h.{l}.{t}.lora_B` is [out, r]. Without --lora-init, A is uniform
+    in +-1/sqrt(in) and B is 0 (B is N(0, --lora-init-b-std) instead when that test-only knob is
+    set, so that a committed init file exercises every adapter from step 1)."""
+    r = args.lora_rank
+    if r <= 0:
+        return None
+    alpha = float(args.lora_alpha) if args.lora_alpha is not None else float(r)
+    targets = [t.strip() for t in args.lora_targets.split(",") if t.strip()]
+    for t in targets:
+        if t not in LORA_TARGETS:
+            sys.exit(f"--lora-targets: {t!r} is not one of {', '.join(LORA_TARGETS)}")
+    shapes = {}
+    for l in range(cfg["n_layer"]):
+        for t in targets:
+            n_in, n_out = params[f"h.{l}.{t}.weight"].shape
+            shapes[f"h.{l}.{t}.lora_A"] = (r, n_in)
+            shapes[f"h.{l}.{t}.lora_B"] = (n_out, r)
+    if args.lora_init:
+        raw = load_file(args.lora_init)
+        if set(raw) != set(shapes):
+            sys.exit(f"{args.lora_init}: tensors {sorted(raw)} != expected {sorted(shapes)}")
+        adapters = {}
+        for name, shape in shapes.items():
+            if tuple(raw[name].shape) != shape:
+                sys.exit(f"{args.lora_init}: {name} is {tuple(raw[name].shape)}, expected {shape}")
+            adapters[name] = raw[name].to(F64)
+    else:
+        gen = torch.Generator().manual_seed(args.seed)
+        adapters = {}
+        for name, shape in shapes.items():
+            if name.endswith("lora_A"):
+                bound = 1.0 / math.sqrt(shape[1])
+                adapters[name] = (torch.rand(shape, generator=gen, dtype=F64) * 2 - 1) * bound
+            elif args.lora_init_b_std > 0:
+                adapters[name] = torch.randn(shape, generator=gen, dtype=F64) * args.lora_init_b_std
+            else:
+                adapters[name] = torch.zeros(shape, dtype=F64)
+    return {"adapters": adapters, "scale": alpha / r, "alpha": alpha, "targets": targets}
+
+
+def write_merged(path, cfg, params, lora):
+    """A full model dir with W' = W + (a/r) * A^T @ B^T for every adapted target (f32)."""
+    from safetensors.torch import save_file
+
+    os.makedirs(path, exist_ok=True)
+    merged = {}
+    for name, t in params.items():
+        t = t.detach()
+        base = name[: -len(".weight")]
+        if lora is not None and base + ".lora_A" in lora["adapters"]:
+            a, bm = lora["adapters"][base + ".lora_A"].detach(), lora["adapters"][base + ".lora_B"].detach()
+            t = t + lora["scale"] * (a.T @ bm.T)
+        merged[name] = t.to(torch.float32).contiguous()
+    save_file(merged, os.path.join(path, "model.safetensors"))
+    with open(os.path.join(path, "config.json"), "w") as f:
+        json.dump(cfg, f, indent=2)
 
 
 def lr_at(s, args):
@@ -140,6 +219,14 @@ def main():
     ap.add_argument("--lr-min", type=float, default=None)
     ap.add_argument("--grad-accum", type=int, default=1)
     ap.add_argument("--log")
+    ap.add_argument("--lora-rank", type=int, default=0)
+    ap.add_argument("--lora-alpha", type=float, default=None)
+    ap.add_argument("--lora-targets", default="attn.c_attn")
+    ap.add_argument("--lora-init")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--lora-init-b-std", type=float, default=0.0, help="test-only: B ~ N(0, std)")
+    ap.add_argument("--save-lora-init", help="write the initial adapters (f32) to this file")
+    ap.add_argument("--merged-out", help="after the last step, write the merged model here")
     args = ap.parse_args()
 
     torch.use_deterministic_algorithms(True)
@@ -150,10 +237,25 @@ def main():
     if int(tokens.max()) >= cfg["vocab_size"]:
         sys.exit(f"token id {int(tokens.max())} >= vocab_size {cfg['vocab_size']}")
     loader = Loader(tokens, args.batch, args.seq)
-    for t in params.values():
+    lora = make_lora(args, cfg, params)
+    if lora is not None and args.save_lora_init:
+        from safetensors.torch import save_file
+
+        save_file({k: v.to(torch.float32).contiguous() for k, v in lora["adapters"].items()},
+                  args.save_lora_init)
+        # Train from exactly the adapters written (f32), as the Rust trainer will read them.
+        lora["adapters"] = {k: v.to(torch.float32).to(F64) for k, v in lora["adapters"].items()}
+    # Trainable tensors: every parameter, or (LoRA) only the adapters; the base stays frozen.
+    trainable = list(params.values()) if lora is None else list(lora["adapters"].values())
+    for t in trainable:
         t.requires_grad_(True)
-    decay = [t for t in params.values() if t.dim() == 2]
-    no_decay = [t for t in params.values() if t.dim() != 2]
+    if lora is not None:
+        n_train = sum(t.numel() for t in trainable)
+        n_all = n_train + sum(t.numel() for t in params.values())
+        print(f"lora r={args.lora_rank} alpha={lora['alpha']} targets={','.join(lora['targets'])}"
+              f" | trainable {n_train} of {n_all} parameters")
+    decay = [t for t in trainable if t.dim() == 2]
+    no_decay = [t for t in trainable if t.dim() != 2]
     opt = torch.optim.AdamW(
         [
             {"params": decay, "weight_decay": args.weight_decay},
@@ -171,13 +273,13 @@ def main():
         loss_sum = 0.0
         for _ in range(args.grad_accum):
             x, y = loader.next()
-            loss = forward(params, cfg, x, y) / args.grad_accum
+            loss = forward(params, cfg, x, y, lora) / args.grad_accum
             loss.backward()
             loss_sum += loss.item()
-        grads = [t.grad for t in params.values()]
+        grads = [t.grad for t in trainable]
         norm = torch.sqrt(sum((g * g).sum() for g in grads)).item()
         if args.grad_clip > 0:
-            torch.nn.utils.clip_grad_norm_(list(params.values()), args.grad_clip)
+            torch.nn.utils.clip_grad_norm_(trainable, args.grad_clip)
         lr = lr_at(s, args)
         for g in opt.param_groups:
             g["lr"] = lr
@@ -189,6 +291,8 @@ def main():
             log.write(json.dumps(rec) + "\n")
     if log:
         log.close()
+    if args.merged_out:
+        write_merged(args.merged_out, cfg, params, lora)
 
 
 if __name__ == "__main__":

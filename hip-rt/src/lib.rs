@@ -7,7 +7,8 @@
 //!   [`Event`], [`DeviceBuffer`] with borrow-checked views, [`PinnedHostBuffer`], [`Module`] /
 //!   [`Function`] with a checked [`LaunchConfig`] and an unsafe argument builder, and [`Blas`]
 //!   (hipBLAS, rocBLAS as fallback) for row-major GEMM, and [`Comm`] (RCCL collectives across
-//!   devices, with a completion timeout).
+//!   devices, with a completion timeout), and [`ddp`] (data parallel on top of it: launcher
+//!   variables, the unique-id rendezvous, the bucketed gradient reducer, ZeRO-1 shards).
 //! - Pure logic usable without a GPU: [`module::bundle`] / [`module::elf`] (code-object
 //!   inspection), [`launch`] (launch geometry and validation).
 //!
@@ -30,6 +31,7 @@
 pub mod blas;
 pub mod caching;
 pub mod comm;
+pub mod ddp;
 pub mod device;
 mod device_memory;
 pub mod emu;

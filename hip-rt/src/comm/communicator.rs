@@ -18,10 +18,11 @@ use crate::event::{Event, EventOptions};
 use crate::stream::Stream;
 
 /// The default completion timeout when `HIPK_COMM_TIMEOUT_S` is unset.
-const DEFAULT_TIMEOUT: Duration = Duration::from_secs(300);
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(300);
 
-/// The timeout from `HIPK_COMM_TIMEOUT_S` (seconds, fractions allowed), else the default.
-fn default_timeout() -> Duration {
+/// The timeout from `HIPK_COMM_TIMEOUT_S` (seconds, fractions allowed), else [`DEFAULT_TIMEOUT`]:
+/// it bounds collectives and the data-parallel rendezvous ([`crate::ddp`]).
+pub fn default_timeout() -> Duration {
     std::env::var("HIPK_COMM_TIMEOUT_S")
         .ok()
         .and_then(|v| v.trim().parse::<f64>().ok())

@@ -33,7 +33,7 @@ mod error;
 mod group;
 mod id;
 
-pub use communicator::Comm;
+pub use communicator::{default_timeout, Comm, DEFAULT_TIMEOUT};
 pub use error::CommError;
 pub use group::{group, GroupGuard};
 pub use id::UniqueId;
