@@ -109,6 +109,8 @@ struct Setup {
     tokens: Tokens,
     loader: Loader,
     restored: checkpoint::Restored,
+    /// LoRA's adapters (and their moments), when `--lora-rank` > 0.
+    lora: Option<crate::lora::HostAdapters>,
 }
 
 fn setup(args: &Args) -> Result<Setup> {
@@ -126,7 +128,16 @@ fn setup(args: &Args) -> Result<Setup> {
     }
     let tokens = Tokens::load(&args.data, cfg.vocab)?;
     let mut loader = Loader::new(&args.data, &tokens, args.batch, args.seq)?;
+    let lora_cfg = crate::lora::LoraConfig::from_args(args)?;
+    let mut lora = None;
     let restored = match &args.resume {
+        None if lora_cfg.is_some() => {
+            let params = load_params(&weights, &cfg)?;
+            let state = new_state(args, 0, 0, tokens.ids.len());
+            let (adapters, r) = crate::lora::start(args, lora_cfg.as_ref(), &cfg, params, state)?;
+            lora = Some(adapters);
+            r
+        }
         None => {
             let params = load_params(&weights, &cfg)?;
             let zeros = params.try_map(|_, t| Ok::<_, TrainError>(vec![0.0; t.len()]))?;
@@ -138,7 +149,15 @@ fn setup(args: &Args) -> Result<Setup> {
             }
         }
         Some(dir) => {
-            let r = checkpoint::load(dir, &cfg)?;
+            let r = match &lora_cfg {
+                Some(lc) => {
+                    let (adapters, r) =
+                        crate::lora::resume(dir, lc, &cfg, load_params(&weights, &cfg)?)?;
+                    lora = Some(adapters);
+                    r
+                }
+                None => checkpoint::load(dir, &cfg)?,
+            };
             let s = &r.state;
             let same = (s.batch, s.seq, s.grad_accum, s.dtype)
                 == (args.batch, args.seq, args.grad_accum, args.dtype);
@@ -182,6 +201,7 @@ fn setup(args: &Args) -> Result<Setup> {
         tokens,
         loader,
         restored,
+        lora,
     })
 }
 
@@ -261,19 +281,24 @@ fn train<T: DeviceElement, B: Backend<T>>(
     mut s: Setup,
 ) -> Result<Vec<StepLog>> {
     let r = &s.restored;
-    let mut model = Gpt2::new(
-        backend,
-        &s.cfg,
-        [&r.params, &r.exp_avg, &r.exp_avg_sq],
-        args.batch,
-        args.seq,
-    )?;
+    let mut model = match &s.lora {
+        Some(adapters) => {
+            Gpt2::with_lora(backend, &s.cfg, &r.params, adapters, args.batch, args.seq)?
+        }
+        None => Gpt2::new(
+            backend,
+            &s.cfg,
+            [&r.params, &r.exp_avg, &r.exp_avg_sq],
+            args.batch,
+            args.seq,
+        )?,
+    };
     let first = first_step(&r.state)?;
     println!(
         "train_gpt2 on {}: {} | {} parameters | steps {first}..={} | {} tokens/step",
         backend.name(),
         s.cfg.describe(),
-        r.params.iter().iter().map(|t| t.len()).sum::<usize>(),
+        crate::lora::describe_parameters(&r.params, s.lora.as_ref(), &s.cfg),
         args.steps,
         args.batch * args.seq * args.grad_accum
     );
@@ -378,12 +403,17 @@ fn train<T: DeviceElement, B: Backend<T>>(
         out.push(l);
         let due = args.save_every > 0 && (step % args.save_every == 0 || step == args.steps);
         if let (true, Some(dir)) = (due, &args.checkpoint_dir) {
-            let [params, exp_avg, exp_avg_sq] = model.download()?;
             let mut state = new_state(args, step, s.loader.pos, s.tokens.ids.len());
             if let Some(sc) = scaler {
                 (state.loss_scale, state.scale_clean_steps) = (sc.scale, sc.clean);
             }
             state.adam_steps = adam_steps;
+            if let Some(lo) = &model.lora {
+                let path = crate::lora::save(dir, args, &s.cfg, &r.params, lo, backend, &state)?;
+                println!("saved {}", path.display());
+                continue;
+            }
+            let [params, exp_avg, exp_avg_sq] = model.download()?;
             let path = checkpoint::save(
                 dir,
                 &Snapshot {

@@ -1,0 +1,206 @@
+//! LoRA checkpoints `DIR/step_<s>/`, in PEFT's naming where PEFT has one:
+//! `adapter_model.safetensors` (the adapters `h.{l}.{t}.lora_A` / `lora_B`, f32),
+//! `adapter_config.json` (PEFT's keys `r`, `lora_alpha`, `target_modules`, …),
+//! `optimizer.safetensors` (`exp_avg.<adapter>`, `exp_avg_sq.<adapter>`) and `trainer.json` (as
+//! a full checkpoint's). With `--merge-on-save` also `model.safetensors` + `config.json` of the
+//! merged model, loadable with `--model`. Written atomically like every checkpoint
+//! ([`crate::checkpoint::save_files`]). The base model is not saved: `--resume` reads it from
+//! `--model` again.
+
+use super::{HostAdapters, LoraConfig};
+use crate::checkpoint::{save_files, TrainerState};
+use crate::config::GptConfig;
+use crate::error::{read_regular, Result, TrainError};
+use crate::params::Params;
+use crate::weights::{params_to_safetensors, read_f32_tensors, to_safetensors};
+use serde_json::{json, Value};
+use std::path::{Path, PathBuf};
+
+/// The adapters' file.
+pub const ADAPTER_MODEL: &str = "adapter_model.safetensors";
+/// PEFT's config file.
+pub const ADAPTER_CONFIG: &str = "adapter_config.json";
+/// The adapters' AdamW moments.
+pub const OPTIMIZER: &str = "optimizer.safetensors";
+
+/// What a LoRA checkpoint holds (host copies).
+pub struct LoraSnapshot<'a> {
+    /// Model config.
+    pub config: &'a GptConfig,
+    /// The adapters and their moments.
+    pub adapters: &'a HostAdapters,
+    /// Trainer state.
+    pub state: &'a TrainerState,
+    /// `--model` as given (PEFT's `base_model_name_or_path`, recorded, not checked).
+    pub base_model: &'a Path,
+    /// With `--merge-on-save`: the merged model.
+    pub merged: Option<&'a Params<Vec<f32>>>,
+}
+
+/// adapter_config.json's content.
+fn adapter_config(lora: &LoraConfig, base_model: &Path) -> Value {
+    json!({
+        "peft_type": "LORA",
+        "task_type": "CAUSAL_LM",
+        "base_model_name_or_path": base_model.display().to_string(),
+        "r": lora.rank,
+        "lora_alpha": lora.alpha,
+        "target_modules": lora.targets.iter().map(|t| t.name()).collect::<Vec<_>>(),
+        "lora_dropout": 0.0,
+        "bias": "none",
+        // GPT-2's modules are Conv1D (weights [in, out]).
+        "fan_in_fan_out": true,
+    })
+}
+
+fn to_json(v: &impl serde::Serialize, name: &str) -> Result<Vec<u8>> {
+    serde_json::to_vec_pretty(v).map_err(|e| TrainError::Op(format!("serializing {name}: {e}")))
+}
+
+/// Write `dir/step_<s>/` atomically; returns its path.
+pub fn save(dir: &Path, snap: &LoraSnapshot<'_>) -> Result<PathBuf> {
+    let a = snap.adapters;
+    let specs = a.cfg.specs(snap.config);
+    let named = |prefix: &str, tensors: &[Vec<f32>]| -> Result<Vec<u8>> {
+        let list: Vec<_> = specs
+            .iter()
+            .zip(tensors)
+            .map(|(s, t)| (format!("{prefix}{}", s.name), s.shape.clone(), t.as_slice()))
+            .collect();
+        to_safetensors(&list)
+    };
+    let mut moments: Vec<_> = specs
+        .iter()
+        .zip(&a.exp_avg)
+        .map(|(s, t)| (format!("exp_avg.{}", s.name), s.shape.clone(), t.as_slice()))
+        .collect();
+    moments.extend(specs.iter().zip(&a.exp_avg_sq).map(|(s, t)| {
+        (
+            format!("exp_avg_sq.{}", s.name),
+            s.shape.clone(),
+            t.as_slice(),
+        )
+    }));
+    let mut files = vec![
+        (ADAPTER_MODEL, named("", &a.params)?),
+        (
+            ADAPTER_CONFIG,
+            to_json(&adapter_config(&a.cfg, snap.base_model), ADAPTER_CONFIG)?,
+        ),
+        (OPTIMIZER, to_safetensors(&moments)?),
+        ("trainer.json", to_json(snap.state, "trainer.json")?),
+    ];
+    if let Some(m) = snap.merged {
+        files.push(("config.json", to_json(&snap.config.raw, "config.json")?));
+        files.push(("model.safetensors", params_to_safetensors(m, snap.config)?));
+    }
+    save_files(dir, snap.state.step, &files)
+}
+
+/// Check adapter_config.json against the flags: rank, alpha and targets must agree.
+fn check_config(path: &Path, lora: &LoraConfig) -> Result<()> {
+    let raw: Value = serde_json::from_slice(&read_regular(path, 1 << 20)?)
+        .map_err(|e| TrainError::file(path, format!("is not valid JSON: {e}")))?;
+    let r = raw.get("r").and_then(Value::as_u64);
+    let alpha = raw.get("lora_alpha").and_then(Value::as_f64);
+    let targets: Option<Vec<&str>> = raw
+        .get("target_modules")
+        .and_then(Value::as_array)
+        .and_then(|a| a.iter().map(Value::as_str).collect());
+    let want: Vec<&str> = lora.targets.iter().map(|t| t.name()).collect();
+    let (Some(r), Some(alpha), Some(mut targets)) = (r, alpha, targets) else {
+        return Err(TrainError::file(
+            path,
+            "needs `r` (an integer), `lora_alpha` (a number) and `target_modules` (a list of names)",
+        ));
+    };
+    targets.sort_by_key(|n| super::Target::parse(n));
+    if r != lora.rank as u64 || alpha != lora.alpha || targets != want {
+        return Err(TrainError::file(
+            path,
+            format!(
+                "the checkpoint has r = {r}, lora_alpha = {alpha}, target_modules = {}; resume \
+                 with --lora-rank {r} --lora-alpha {alpha} --lora-targets {} (the flags give \
+                 {} / {} / {})",
+                targets.join(","),
+                targets.join(","),
+                lora.rank,
+                lora.alpha,
+                want.join(",")
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// Read the adapters, their moments and the trainer state of a checkpoint written by [`save`]
+/// for the flags `lora` on model `cfg`.
+pub fn load(
+    dir: &Path,
+    lora: &LoraConfig,
+    cfg: &GptConfig,
+) -> Result<(HostAdapters, TrainerState)> {
+    if !dir.is_dir() {
+        return Err(TrainError::file(
+            dir,
+            "--resume needs a checkpoint directory DIR/step_<s>",
+        ));
+    }
+    let cfg_path = dir.join(ADAPTER_CONFIG);
+    if !cfg_path.exists() {
+        return Err(TrainError::file(
+            dir,
+            format!(
+                "has no {ADAPTER_CONFIG}: not a LoRA checkpoint (resume a full fine-tuning \
+                 checkpoint without --lora-rank)"
+            ),
+        ));
+    }
+    check_config(&cfg_path, lora)?;
+    let state_path = dir.join("trainer.json");
+    let state = TrainerState::from_json(&state_path, &read_regular(&state_path, 1 << 20)?)?;
+    let specs = lora.specs(cfg);
+    let model_path = dir.join(ADAPTER_MODEL);
+    let params = super::init::take_adapters(
+        &model_path,
+        read_f32_tensors(&model_path)?,
+        "",
+        &specs,
+        lora,
+    )?;
+    let opt_path = dir.join(OPTIMIZER);
+    let mut opt = read_f32_tensors(&opt_path)?;
+    let mut first = std::collections::BTreeMap::new();
+    let keys: Vec<String> = opt.keys().cloned().collect();
+    for k in keys {
+        if k.starts_with("exp_avg.") {
+            if let Some(t) = opt.remove(&k) {
+                first.insert(k, t);
+            }
+        }
+    }
+    let exp_avg = super::init::take_adapters(&opt_path, first, "exp_avg.", &specs, lora)?;
+    let exp_avg_sq = super::init::take_adapters(&opt_path, opt, "exp_avg_sq.", &specs, lora)?;
+    if let Some((i, x)) = exp_avg_sq
+        .iter()
+        .flatten()
+        .enumerate()
+        .find(|(_, x)| **x < 0.0)
+    {
+        return Err(TrainError::file(
+            &opt_path,
+            format!(
+                "a second moment holds {x} (flat index {i} over all adapters); it must be >= 0"
+            ),
+        ));
+    }
+    Ok((
+        HostAdapters {
+            cfg: lora.clone(),
+            params,
+            exp_avg,
+            exp_avg_sq,
+        },
+        state,
+    ))
+}
