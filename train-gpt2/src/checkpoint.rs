@@ -238,6 +238,13 @@ pub fn load(dir: &Path, cfg: &GptConfig) -> Result<Restored> {
             "--resume needs a checkpoint directory DIR/step_<s>",
         ));
     }
+    if dir.join("adapter_config.json").exists() {
+        return Err(TrainError::file(
+            dir,
+            "is a LoRA checkpoint (adapter_config.json): resume it with its --lora-rank, \
+             --lora-alpha and --lora-targets",
+        ));
+    }
     let ckpt_cfg = GptConfig::load(&dir.join("config.json"))?;
     if !ckpt_cfg.same_model(cfg) {
         return Err(TrainError::file(

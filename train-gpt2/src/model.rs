@@ -533,7 +533,7 @@ impl<'b, T: DeviceElement, B: Backend<T>> Gpt2<'b, T, B> {
                 lo.backward(be, l, Target::CAttn, &s.ln1, &a.dqkv, &mut a.branch)?;
             }
             let (dw, db) = ln_grads(
-                gw.as_deref_mut().map(|g| (&mut g.ln1_w, &mut g.ln1_b)),
+                gw.map(|g| (&mut g.ln1_w, &mut g.ln1_b)),
                 frozen.as_deref_mut(),
             )?;
             be.layernorm_backward(
