@@ -508,3 +508,19 @@ fn a_lora_resume_with_other_flags_names_the_adapter_config() {
         "{text}"
     );
 }
+
+#[test]
+fn the_log_may_not_overwrite_the_adapter_file() {
+    let s = Scratch::new("lora-log");
+    let init = s.path("init.safetensors");
+    std::fs::copy(lora_dir().join("init.safetensors"), &init).unwrap();
+    let before = std::fs::read(&init).unwrap();
+    let mut f = lora_flags(true, &["--steps", "1", "--log"]);
+    f.push(init.display().to_string());
+    let i = f.iter().position(|x| x == "--lora-init").unwrap();
+    f[i + 1] = init.display().to_string();
+    let err = run_tiny(&f).unwrap_err();
+    assert_eq!(err.exit_code(), 2, "{err}");
+    assert!(err.to_string().contains("--lora-init"), "{err}");
+    assert_eq!(std::fs::read(&init).unwrap(), before);
+}
