@@ -99,7 +99,7 @@ impl<T: DeviceElement, B: Backend<T>> Adapters<T, B> {
         })
     }
 
-    /// Whether layer `l`'s target `t` carries adapters.
+    /// Whether target `t` carries adapters (in every layer).
     pub fn adapts(&self, t: Target) -> bool {
         self.cfg.targets.contains(&t)
     }

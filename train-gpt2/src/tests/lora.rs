@@ -362,6 +362,15 @@ fn bf16_and_f16_lora_train_close_to_f32() {
     }
 }
 
+#[test]
+fn lora_grad_accum_matches_the_full_batch() {
+    // `--batch 2 --grad-accum 2` reads the tokens of `--batch 4`: the LoRA reference's losses.
+    let f = lora_flags(true, &["--batch", "2", "--grad-accum", "2", "--steps", "6"]);
+    let ours = run_tiny(&f).unwrap();
+    let (l, n) = compare(&ours, &reference("ref_lora.jsonl")[..6], LOSS_RTOL);
+    println!("lora --grad-accum 2: 6 steps, max rel diff loss {l:.3e}, grad_norm {n:.3e}");
+}
+
 /// The error of a run with `extra` LoRA flags.
 fn lora_error(extra: &[String]) -> TrainError {
     run_tiny(extra).unwrap_err()

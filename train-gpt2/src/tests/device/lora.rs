@@ -21,17 +21,21 @@ fn lora_on_the_device_matches_pytorch_every_step() {
 }
 
 #[test]
-fn bf16_lora_on_the_device_trains_close_to_the_cpu_backend() {
-    let dev = on_device(&["--dtype", "bf16", "--steps", "3"]);
-    let cpu = run_tiny(&lora_flags(true, &["--dtype", "bf16", "--steps", "3"])).unwrap();
-    // As for full fine-tuning (device.rs): both round to bf16 at different places.
-    let d = dev
-        .iter()
-        .zip(&cpu)
-        .map(|(a, b)| (a.loss - b.loss).abs() / b.loss)
-        .fold(0.0f64, f64::max);
-    println!("device lora bf16, 3 steps: max rel loss diff {d:.3e} vs the CPU backend in bf16");
-    assert!(d <= 4e-3, "{d}");
+fn bf16_and_f16_lora_on_the_device_train_close_to_the_cpu_backend() {
+    for dtype in ["bf16", "f16"] {
+        let dev = on_device(&["--dtype", dtype, "--steps", "3"]);
+        let cpu = run_tiny(&lora_flags(true, &["--dtype", dtype, "--steps", "3"])).unwrap();
+        // As for full fine-tuning (device.rs): both round to 8 (bf16) or 11 (f16) bits at
+        // different places.
+        let d = dev
+            .iter()
+            .zip(&cpu)
+            .map(|(a, b)| (a.loss - b.loss).abs() / b.loss)
+            .fold(0.0f64, f64::max);
+        println!("device lora {dtype}, 3 steps: max rel loss diff {d:.3e} vs the CPU backend");
+        assert!(d <= 4e-3, "{dtype}: {d}");
+        assert!(dev.iter().all(|l| l.scaler.is_some() == (dtype == "f16")));
+    }
 }
 
 #[test]
