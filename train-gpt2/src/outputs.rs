@@ -26,6 +26,7 @@ fn inputs(args: &Args) -> Vec<(&'static str, PathBuf)> {
             "trainer.json",
             "adapter_model.safetensors",
             "adapter_config.json",
+            "base_model.json",
         ] {
             v.push(("--resume", dir.join(f)));
         }

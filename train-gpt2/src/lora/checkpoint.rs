@@ -22,6 +22,56 @@ pub const ADAPTER_MODEL: &str = "adapter_model.safetensors";
 pub const ADAPTER_CONFIG: &str = "adapter_config.json";
 /// The adapters' AdamW moments.
 pub const OPTIMIZER: &str = "optimizer.safetensors";
+/// A fingerprint of the frozen base model the adapters were trained on (per tensor: the f64 sum
+/// and sum of squares of its f32 values, as hexadecimal bit patterns), checked on `--resume`.
+pub const BASE_MODEL: &str = "base_model.json";
+
+/// The fingerprint of `base`: `{name: [sum, sum of squares]}` (f64 bits in hexadecimal).
+fn fingerprint(base: &Params<Vec<f32>>, cfg: &GptConfig) -> serde_json::Map<String, Value> {
+    crate::params::specs(cfg)
+        .into_iter()
+        .zip(base.iter())
+        .map(|(s, t)| {
+            let (sum, sq) = t.iter().fold((0.0f64, 0.0f64), |(a, b), &x| {
+                let x = f64::from(x);
+                (a + x, b + x * x)
+            });
+            // As bit patterns: exact through JSON (serde_json's float parsing may be an ulp off).
+            let hex = |x: f64| format!("{:016x}", x.to_bits());
+            (s.name, json!([hex(sum), hex(sq)]))
+        })
+        .collect()
+}
+
+/// Refuse to resume on another base model than the checkpoint's (`path`: its base_model.json).
+fn check_base(path: &Path, base: &Params<Vec<f32>>, cfg: &GptConfig) -> Result<()> {
+    let raw: Value = serde_json::from_slice(&read_regular(path, 16 << 20)?)
+        .map_err(|e| TrainError::file(path, format!("is not valid JSON: {e}")))?;
+    let saved = raw
+        .as_object()
+        .ok_or_else(|| TrainError::file(path, "must hold a JSON object"))?;
+    let now = fingerprint(base, cfg);
+    for (name, v) in &now {
+        if saved.get(name) != Some(v) {
+            return Err(TrainError::file(
+                path,
+                format!(
+                    "the adapters were trained on another base model: tensor `{name}` of \
+                     --model differs (checksums {v} here, {} in the checkpoint); resume with the \
+                     --model they were trained on",
+                    saved.get(name).map_or("none".into(), Value::to_string)
+                ),
+            ));
+        }
+    }
+    if let Some(extra) = saved.keys().find(|k| !now.contains_key(*k)) {
+        return Err(TrainError::file(
+            path,
+            format!("names tensor `{extra}`, which --model does not have: another base model"),
+        ));
+    }
+    Ok(())
+}
 
 /// What a LoRA checkpoint holds (host copies).
 pub struct LoraSnapshot<'a> {
@@ -35,6 +85,8 @@ pub struct LoraSnapshot<'a> {
     pub base_model: &'a Path,
     /// With `--merge-on-save`: the merged model.
     pub merged: Option<&'a Params<Vec<f32>>>,
+    /// The frozen base model (only its fingerprint is saved).
+    pub base: &'a Params<Vec<f32>>,
 }
 
 /// adapter_config.json's content.
@@ -89,6 +141,10 @@ pub fn save(dir: &Path, snap: &LoraSnapshot<'_>) -> Result<PathBuf> {
         ),
         (OPTIMIZER, to_safetensors(&moments)?),
         ("trainer.json", to_json(snap.state, "trainer.json")?),
+        (
+            BASE_MODEL,
+            to_json(&fingerprint(snap.base, snap.config), BASE_MODEL)?,
+        ),
     ];
     if let Some(m) = snap.merged {
         files.push(("config.json", to_json(&snap.config.raw, "config.json")?));
@@ -134,11 +190,13 @@ fn check_config(path: &Path, lora: &LoraConfig) -> Result<()> {
 }
 
 /// Read the adapters, their moments and the trainer state of a checkpoint written by [`save`]
-/// for the flags `lora` on model `cfg`.
+/// for the flags `lora` on model `cfg` with the frozen weights `base` (which must be the ones the
+/// checkpoint was trained on).
 pub fn load(
     dir: &Path,
     lora: &LoraConfig,
     cfg: &GptConfig,
+    base: &Params<Vec<f32>>,
 ) -> Result<(HostAdapters, TrainerState)> {
     if !dir.is_dir() {
         return Err(TrainError::file(
@@ -157,6 +215,7 @@ pub fn load(
         ));
     }
     check_config(&cfg_path, lora)?;
+    check_base(&dir.join(BASE_MODEL), base, cfg)?;
     let state_path = dir.join("trainer.json");
     let state = TrainerState::from_json(&state_path, &read_regular(&state_path, 1 << 20)?)?;
     let specs = lora.specs(cfg);

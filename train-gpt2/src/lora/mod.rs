@@ -275,7 +275,7 @@ pub fn resume(
     cfg: &GptConfig,
     params: Params<Vec<f32>>,
 ) -> Result<(HostAdapters, crate::checkpoint::Restored)> {
-    let (adapters, state) = checkpoint::load(dir, lora, cfg)?;
+    let (adapters, state) = checkpoint::load(dir, lora, cfg, &params)?;
     Ok((adapters, frozen_restored(params, state)?))
 }
 
@@ -332,6 +332,7 @@ pub fn save<T: DeviceElement, B: Backend<T>>(
             state,
             base_model: &args.model,
             merged: merged.as_ref(),
+            base,
         },
     )
 }

@@ -291,6 +291,7 @@ fn lora_checkpoints_are_peft_named_and_resume_bit_identically() {
         [
             "adapter_config.json",
             "adapter_model.safetensors",
+            "base_model.json",
             "optimizer.safetensors",
             "trainer.json"
         ],
@@ -508,6 +509,25 @@ fn a_lora_resume_with_other_flags_names_the_adapter_config() {
         text.contains("adapter_config.json") && text.contains("--lora-rank 4"),
         "{text}"
     );
+    // Another base model (one weight nudged) under the same flags: named, with the tensor.
+    let mut tensors = super::bad_input::tiny_tensors();
+    tensors
+        .get_mut("transformer.h.1.mlp.c_fc.weight")
+        .unwrap()
+        .1[7] += 1e-3;
+    let other =
+        super::bad_input::write_model(&s, "other", &super::bad_input::tiny_config(), &tensors);
+    let mut f = lora_flags(true, &["--steps", "3", "--resume", &step1]);
+    let i = f.iter().position(|x| x == "--lora-init").unwrap();
+    f.drain(i..i + 2);
+    let err = run(&args_with(&other, &data_dir().join("tokens.bin"), &f)).unwrap_err();
+    let text = err.to_string();
+    assert!(
+        text.contains("base_model.json") && text.contains("`h.1.mlp.c_fc.weight`"),
+        "{text}"
+    );
+    // The same flags on the right model resume.
+    run_tiny(&f).unwrap();
     // A LoRA checkpoint is no full checkpoint, and a full run's checkpoint no LoRA one.
     let text = run_tiny(&lora_flags(false, &["--steps", "3", "--resume", &step1]))
         .unwrap_err()
