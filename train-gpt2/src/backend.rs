@@ -196,6 +196,19 @@ pub trait Backend<T: TrainElement> {
         out: &mut Self::Buf,
         accumulate: bool,
     ) -> Result<()>;
+    /// `out = alpha·op(A)·op(B) + beta·out` (LoRA's scaled adapter products, folded into the
+    /// target's output or gradient with `beta = 1`).
+    fn matmul_scaled(
+        &self,
+        shape: Gemm,
+        a: &Self::Buf,
+        b: &Self::Buf,
+        out: &mut Self::Buf,
+        alpha: f32,
+        beta: f32,
+    ) -> Result<()>;
+    /// Writes `out = gelu_tanh(x)` (the MLP's activation when LoRA adds to its input first).
+    fn gelu_forward(&self, x: &Self::Buf, out: &mut Self::Buf) -> Result<()>;
     /// Writes `out = A·B + bias`; with `pre_gelu`, writes the sum there and `gelu_tanh` of it
     /// to `out`.
     fn matmul_bias(

@@ -167,23 +167,33 @@ fn temp_dir(dir: &Path, step: u64, kind: &str) -> Result<tempfile::TempDir> {
 /// Write `dir/step_<s>/` atomically; returns its path. On any failure the temporary directory
 /// is removed and an earlier `step_<s>` stays as it was.
 pub fn save(dir: &Path, snap: &Snapshot<'_>) -> Result<PathBuf> {
-    let step = snap.state.step;
-    let final_dir = dir.join(format!("step_{step}"));
-    let tmp = temp_dir(dir, step, "tmp")?;
     let config = serde_json::to_vec_pretty(&snap.config.raw)
         .map_err(|e| TrainError::Op(format!("serializing config.json: {e}")))?;
     let state = serde_json::to_vec_pretty(snap.state)
         .map_err(|e| TrainError::Op(format!("serializing trainer.json: {e}")))?;
-    write_synced(&tmp.path().join("config.json"), &config)?;
-    write_synced(
-        &tmp.path().join("model.safetensors"),
-        &params_to_safetensors(snap.params, snap.config)?,
-    )?;
-    write_synced(
-        &tmp.path().join("optimizer.safetensors"),
-        &moments_to_safetensors(snap)?,
-    )?;
-    write_synced(&tmp.path().join("trainer.json"), &state)?;
+    save_files(
+        dir,
+        snap.state.step,
+        &[
+            ("config.json", config),
+            (
+                "model.safetensors",
+                params_to_safetensors(snap.params, snap.config)?,
+            ),
+            ("optimizer.safetensors", moments_to_safetensors(snap)?),
+            ("trainer.json", state),
+        ],
+    )
+}
+
+/// Write `files` (name, bytes) as `dir/step_<step>/` atomically, as [`save`] does; returns its
+/// path.
+pub fn save_files(dir: &Path, step: u64, files: &[(&str, Vec<u8>)]) -> Result<PathBuf> {
+    let final_dir = dir.join(format!("step_{step}"));
+    let tmp = temp_dir(dir, step, "tmp")?;
+    for (name, bytes) in files {
+        write_synced(&tmp.path().join(name), bytes)?;
+    }
     if final_dir.symlink_metadata().is_ok() {
         // Never a half-written checkpoint under the final name: the old one moves aside whole
         // (into a temporary directory that removes it when dropped), and back on failure.
@@ -227,6 +237,13 @@ pub fn load(dir: &Path, cfg: &GptConfig) -> Result<Restored> {
         return Err(TrainError::file(
             dir,
             "--resume needs a checkpoint directory DIR/step_<s>",
+        ));
+    }
+    if dir.join("adapter_config.json").exists() {
+        return Err(TrainError::file(
+            dir,
+            "is a LoRA checkpoint (adapter_config.json): resume it with its --lora-rank, \
+             --lora-alpha and --lora-targets",
         ));
     }
     let ckpt_cfg = GptConfig::load(&dir.join("config.json"))?;

@@ -116,6 +116,25 @@ pub struct Args {
     /// Clean steps before the loss scale doubles (f16).
     #[arg(long, default_value_t = 2000)]
     pub scale_window: u64,
+    /// LoRA rank r (> 0: train low-rank adapters only, the base model frozen).
+    #[arg(long, default_value_t = 0)]
+    pub lora_rank: usize,
+    /// LoRA alpha: the adapter path is scaled by alpha / r (default r).
+    #[arg(long)]
+    pub lora_alpha: Option<f64>,
+    /// Comma-separated adapted modules, from attn.c_attn, attn.c_proj, mlp.c_fc, mlp.c_proj
+    /// (default attn.c_attn).
+    #[arg(long)]
+    pub lora_targets: Option<String>,
+    /// safetensors file holding every adapter (`h.{l}.{t}.lora_A` / `lora_B`) to start from.
+    #[arg(long)]
+    pub lora_init: Option<PathBuf>,
+    /// Seed of the adapters' initialisation (default 0).
+    #[arg(long)]
+    pub seed: Option<u64>,
+    /// With each checkpoint, also write the merged model (model.safetensors + config.json).
+    #[arg(long)]
+    pub merge_on_save: bool,
 }
 
 /// `0,1,2`: a `--devices` list as written.
@@ -204,6 +223,7 @@ impl Args {
                 self.save_every
             ));
         }
+        crate::lora::LoraConfig::from_args(self)?;
         if self
             .batch
             .checked_mul(self.seq)

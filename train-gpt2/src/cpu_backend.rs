@@ -9,8 +9,8 @@ use crate::exec::{cross_entropy_args, encoder_forward_args, Exec, UpdateScalars}
 use hip_kernels::cpu;
 use hip_kernels::ops::{
     AdamW, AttentionBackwardStrided, AttentionForwardStrided, BiasBackward, ClipGradScale,
-    ClipParams, EncoderBackward, GeluBackward, LayerNormBackward, LayerNormForward, Matmul,
-    MatmulBias, ResidualLayerNormForward,
+    ClipParams, EncoderBackward, GeluBackward, GeluForward, LayerNormBackward, LayerNormForward,
+    Matmul, MatmulBias, ResidualLayerNormForward,
 };
 use hip_kernels::params::{DType, Host};
 
@@ -167,6 +167,10 @@ impl Exec for Cpu {
         a: AttentionBackwardStrided<'_, Host, T>,
     ) -> Result<()> {
         cpu::attention_backward_strided(a).map_err(op)
+    }
+
+    fn run_gelu_forward<T: TrainElement>(&self, a: GeluForward<'_, Host, T>) -> Result<()> {
+        cpu::gelu_forward(a).map_err(op)
     }
 
     fn run_gelu_backward<T: TrainElement>(&self, a: GeluBackward<'_, Host, T>) -> Result<()> {

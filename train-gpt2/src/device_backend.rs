@@ -11,8 +11,8 @@ use crate::error::{dev, op, Result, TrainError};
 use crate::exec::{cross_entropy_args, encoder_forward_args, Exec, UpdateScalars};
 use hip_kernels::ops::{
     self, AdamW, AttentionBackwardStrided, AttentionForwardStrided, BiasBackward, ClipGradScale,
-    ClipParams, EncoderBackward, GeluBackward, LayerNormBackward, LayerNormForward, Matmul,
-    MatmulBias, ResidualLayerNormForward, NO_ERROR,
+    ClipParams, EncoderBackward, GeluBackward, GeluForward, LayerNormBackward, LayerNormForward,
+    Matmul, MatmulBias, ResidualLayerNormForward, NO_ERROR,
 };
 use hip_kernels::params::{DType, OnDevice};
 use hip_rt::{
@@ -371,6 +371,10 @@ impl Exec for DeviceBackend {
         a: AttentionBackwardStrided<'_, OnDevice, T>,
     ) -> Result<()> {
         ops::attention_backward_strided(&self.stream, a).map_err(op)
+    }
+
+    fn run_gelu_forward<T: TrainElement>(&self, a: GeluForward<'_, OnDevice, T>) -> Result<()> {
+        ops::gelu_forward(&self.stream, a).map_err(op)
     }
 
     fn run_gelu_backward<T: TrainElement>(&self, a: GeluBackward<'_, OnDevice, T>) -> Result<()> {

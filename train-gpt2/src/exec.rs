@@ -10,7 +10,7 @@ use crate::error::Result;
 use hip_kernels::ops::{
     AdamW, AdamWParams, AdamWTensor, AttentionBackwardStrided, AttentionForwardStrided,
     AttentionLayout, AttentionParams, BiasBackward, BiasParams, CrossEntropyParams,
-    ElementwiseParams, EncoderBackward, EncoderForward, EncoderParams, GeluBackward,
+    ElementwiseParams, EncoderBackward, EncoderForward, EncoderParams, GeluBackward, GeluForward,
     LayerNormBackward, LayerNormForward, LayerNormParams, Matmul, MatmulBias, MatmulBiasParams,
     MatmulLayout, MatmulParams, Qkv, ResidualLayerNormForward, SoftmaxCrossEntropy, Strided,
 };
@@ -115,6 +115,8 @@ pub trait Exec {
         &self,
         a: AttentionBackwardStrided<'_, Self::Space, T>,
     ) -> Result<()>;
+    /// Runs [`GeluForward`].
+    fn run_gelu_forward<T: TrainElement>(&self, a: GeluForward<'_, Self::Space, T>) -> Result<()>;
     /// Runs [`GeluBackward`].
     fn run_gelu_backward<T: TrainElement>(&self, a: GeluBackward<'_, Self::Space, T>)
         -> Result<()>;
@@ -387,6 +389,34 @@ impl<T: TrainElement, E: Exec> Backend<T> for E {
             params: matmul_params(shape, beta),
             a: E::view(a),
             b: E::view(b),
+            out: E::view_mut(out),
+        })
+    }
+
+    fn matmul_scaled(
+        &self,
+        shape: Gemm,
+        a: &Self::Buf,
+        b: &Self::Buf,
+        out: &mut Self::Buf,
+        alpha: f32,
+        beta: f32,
+    ) -> Result<()> {
+        self.run_matmul(Matmul::<E::Space, T> {
+            params: MatmulParams {
+                alpha,
+                ..matmul_params(shape, beta)
+            },
+            a: E::view(a),
+            b: E::view(b),
+            out: E::view_mut(out),
+        })
+    }
+
+    fn gelu_forward(&self, x: &Self::Buf, out: &mut Self::Buf) -> Result<()> {
+        self.run_gelu_forward(GeluForward::<E::Space, T> {
+            params: ElementwiseParams { len: E::len(x) },
+            x: E::view(x),
             out: E::view_mut(out),
         })
     }

@@ -19,6 +19,7 @@ pub mod data;
 pub mod device_backend;
 pub mod error;
 pub mod exec;
+pub mod lora;
 pub mod model;
 pub mod outputs;
 pub mod parallel;

@@ -4,6 +4,8 @@ use crate::backend::TrainElement;
 use crate::backend::{AdamWSlot, AdamWStep, Backend, Dims, Gemm, GradScaling};
 use crate::config::GptConfig;
 use crate::error::{Result, TrainError};
+use crate::lora::adapters::Adapters;
+use crate::lora::{HostAdapters, Target};
 use crate::params::{specs, Params};
 use hip_kernels::params::DType;
 use std::marker::PhantomData;
@@ -55,12 +57,17 @@ pub struct Gpt2<'b, T: TrainElement, B: Backend<T>> {
     pub params: Params<B::Buf>,
     /// f32 master weights, when `T` is not f32.
     pub master: Option<Params<B::Stat>>,
-    /// Gradients, accumulated over the micro-batches of a step.
-    pub grads: Params<B::Buf>,
-    /// AdamW first moments.
-    pub exp_avg: Params<B::Stat>,
-    /// AdamW second moments.
-    pub exp_avg_sq: Params<B::Stat>,
+    /// Gradients, accumulated over the micro-batches of a step (`None`: the base is frozen, LoRA).
+    pub grads: Option<Params<B::Buf>>,
+    /// AdamW first moments (`None` when frozen).
+    pub exp_avg: Option<Params<B::Stat>>,
+    /// AdamW second moments (`None` when frozen).
+    pub exp_avg_sq: Option<Params<B::Stat>>,
+    /// LoRA's adapters, the only trainable tensors when present.
+    pub lora: Option<Adapters<T, B>>,
+    /// With a frozen base: where the layer norms' unused weight gradients go (`[C]` each; the
+    /// op always writes them).
+    frozen_ln: Option<[B::Buf; 2]>,
     /// Weight decay applies (2-D tensors), in canonical order.
     decays: Vec<bool>,
     /// ZeRO stage 1: the rank that keeps each tensor's AdamW state (and f32 master weights)
@@ -90,6 +97,47 @@ impl<'b, T: TrainElement, B: Backend<T>> Gpt2<'b, T, B> {
         [params, exp_avg, exp_avg_sq]: [&Params<Vec<f32>>; 3],
         batch: usize,
         seq: usize,
+        zero: bool,
+    ) -> Result<Self> {
+        Self::build(
+            backend,
+            cfg,
+            params,
+            Some([exp_avg, exp_avg_sq]),
+            None,
+            [batch, seq],
+            zero,
+        )
+    }
+
+    /// Upload the frozen base `params` (no gradients, no optimizer state) and LoRA's `adapters`
+    /// for micro-batches of `batch × seq`.
+    pub fn with_lora(
+        backend: &'b B,
+        cfg: &GptConfig,
+        params: &Params<Vec<f32>>,
+        adapters: &HostAdapters,
+        batch: usize,
+        seq: usize,
+    ) -> Result<Self> {
+        Self::build(
+            backend,
+            cfg,
+            params,
+            None,
+            Some(adapters),
+            [batch, seq],
+            false,
+        )
+    }
+
+    fn build(
+        backend: &'b B,
+        cfg: &GptConfig,
+        params: &Params<Vec<f32>>,
+        moments: Option<[&Params<Vec<f32>>; 2]>,
+        adapters: Option<&HostAdapters>,
+        [batch, seq]: [usize; 2],
         zero: bool,
     ) -> Result<Self> {
         let owners = (zero && backend.world() > 1).then(|| {
@@ -151,18 +199,27 @@ impl<'b, T: TrainElement, B: Backend<T>> Gpt2<'b, T, B> {
             dfc_pre: z(n * f)?,
             datty: z(n * c)?,
         };
+        let trains_base = moments.is_some();
         Ok(Self {
             backend,
             dims,
             layers: cfg.layers,
             params: params.try_map(up)?,
-            master: match <T as hip_kernels::params::Element>::DTYPE {
-                DType::F32 => None,
+            master: match (<T as hip_kernels::params::Element>::DTYPE, trains_base) {
+                (DType::F32, _) | (_, false) => None,
                 _ => Some(params.try_map(up_stat)?),
             },
-            grads: params.try_map(zero)?,
-            exp_avg: exp_avg.try_map(up_stat)?,
-            exp_avg_sq: exp_avg_sq.try_map(up_stat)?,
+            grads: trains_base.then(|| params.try_map(zero)).transpose()?,
+            exp_avg: moments.map(|[m, _]| m.try_map(up_stat)).transpose()?,
+            exp_avg_sq: moments.map(|[_, v]| v.try_map(up_stat)).transpose()?,
+            lora: adapters
+                .map(|h| Adapters::new(backend, cfg, h, n))
+                .transpose()?,
+            frozen_ln: if trains_base {
+                None
+            } else {
+                Some([z(c)?, z(c)?])
+            },
             decays: specs(cfg).iter().map(|s| s.decays()).collect(),
             owners,
             acts,
@@ -172,10 +229,16 @@ impl<'b, T: TrainElement, B: Backend<T>> Gpt2<'b, T, B> {
 
     /// Set every gradient to zero (start of a step).
     pub fn zero_grads(&mut self) -> Result<()> {
-        for g in self.grads.iter_mut() {
+        for g in self.grads.iter_mut().flat_map(|g| g.iter_mut()) {
             self.backend.fill_zero(g)?;
         }
-        Ok(())
+        for g in self.frozen_ln.iter_mut().flatten() {
+            self.backend.fill_zero(g)?;
+        }
+        match self.lora.as_mut() {
+            Some(lo) => lo.zero_grads(self.backend),
+            None => Ok(()),
+        }
     }
 
     /// Forward and backward of one of `accum` micro-batches: the mean loss / `accum` is added to
@@ -210,6 +273,7 @@ impl<'b, T: TrainElement, B: Backend<T>> Gpt2<'b, T, B> {
 
     fn forward(&mut self, inputs: &B::Ids) -> Result<()> {
         let (be, d, p, a) = (self.backend, self.dims, &self.params, &mut self.acts);
+        let mut lora = self.lora.as_mut();
         let (n, c, f) = (d.rows(), d.channels, d.inner);
         be.encoder_forward(&d, inputs, &p.wte, &p.wpe, &mut a.encoded)?;
         // The first layer norm reads the embeddings; every later one is fused with the residual
@@ -241,6 +305,9 @@ impl<'b, T: TrainElement, B: Backend<T>> Gpt2<'b, T, B> {
                 &mut s.qkv,
                 None,
             )?;
+            if let Some(lo) = lora.as_deref_mut() {
+                lo.forward(be, l, Target::CAttn, &s.ln1, &mut s.qkv)?;
+            }
             be.attention_forward(&d, &s.qkv, &mut s.atty, &mut s.lse)?;
             be.matmul_bias(
                 mm(n, c, c, false, false),
@@ -250,6 +317,9 @@ impl<'b, T: TrainElement, B: Backend<T>> Gpt2<'b, T, B> {
                 &mut a.branch,
                 None,
             )?;
+            if let Some(lo) = lora.as_deref_mut() {
+                lo.forward(be, l, Target::AttnProj, &s.atty, &mut a.branch)?;
+            }
             be.residual_layernorm_forward(
                 &d,
                 x,
@@ -261,14 +331,30 @@ impl<'b, T: TrainElement, B: Backend<T>> Gpt2<'b, T, B> {
                 &mut s.ln2_mean,
                 &mut s.ln2_rstd,
             )?;
-            be.matmul_bias(
-                mm(n, f, c, false, false),
-                &s.ln2,
-                &w.fc_w,
-                &w.fc_b,
-                &mut s.fc_gelu,
-                Some(&mut s.fc_pre),
-            )?;
+            match lora.as_deref_mut().filter(|lo| lo.adapts(Target::CFc)) {
+                // The adapter adds to GELU's input: the bias GEMM writes it, the adapter
+                // accumulates into it, then GELU.
+                Some(lo) => {
+                    be.matmul_bias(
+                        mm(n, f, c, false, false),
+                        &s.ln2,
+                        &w.fc_w,
+                        &w.fc_b,
+                        &mut s.fc_pre,
+                        None,
+                    )?;
+                    lo.forward(be, l, Target::CFc, &s.ln2, &mut s.fc_pre)?;
+                    be.gelu_forward(&s.fc_pre, &mut s.fc_gelu)?;
+                }
+                None => be.matmul_bias(
+                    mm(n, f, c, false, false),
+                    &s.ln2,
+                    &w.fc_w,
+                    &w.fc_b,
+                    &mut s.fc_gelu,
+                    Some(&mut s.fc_pre),
+                )?,
+            }
             be.matmul_bias(
                 mm(n, c, f, false, false),
                 &s.fc_gelu,
@@ -277,6 +363,9 @@ impl<'b, T: TrainElement, B: Backend<T>> Gpt2<'b, T, B> {
                 &mut a.branch,
                 None,
             )?;
+            if let Some(lo) = lora.as_deref_mut() {
+                lo.forward(be, l, Target::MlpProj, &s.fc_gelu, &mut a.branch)?;
+            }
             let (ln_w, ln_b, y, mean, rstd) = match later.first_mut() {
                 Some(next) => {
                     let nw = &p.layers[l + 1];
@@ -329,22 +418,23 @@ impl<'b, T: TrainElement, B: Backend<T>> Gpt2<'b, T, B> {
     }
 
     fn backward(&mut self, inputs: &B::Ids, last: bool) -> Result<()> {
-        let (be, d, p, g, a) = (
-            self.backend,
-            self.dims,
-            &self.params,
-            &mut self.grads,
-            &mut self.acts,
-        );
+        let (be, d, p, a) = (self.backend, self.dims, &self.params, &mut self.acts);
+        // `None` with a frozen base (LoRA): no weight gradient is computed, only the input
+        // gradients the adapters need.
+        let mut g = self.grads.as_mut();
+        let mut lora = self.lora.as_mut();
+        let mut frozen = self.frozen_ln.as_mut();
         let (n, c, f, v) = (d.rows(), d.channels, d.inner, d.vocab);
         // logits = lnf · wteᵀ; `a.logits` now holds dlogits.
-        be.matmul(
-            mm(v, c, n, true, false),
-            &a.logits,
-            &a.lnf,
-            &mut g.wte,
-            true,
-        )?;
+        if let Some(g) = g.as_deref_mut() {
+            be.matmul(
+                mm(v, c, n, true, false),
+                &a.logits,
+                &a.lnf,
+                &mut g.wte,
+                true,
+            )?;
+        }
         be.matmul(
             mm(n, c, v, false, false),
             &a.logits,
@@ -354,6 +444,10 @@ impl<'b, T: TrainElement, B: Backend<T>> Gpt2<'b, T, B> {
         )?;
         be.fill_zero(&mut a.dres)?;
         let x_last = a.layers.last().map_or(&a.encoded, |s| &s.resid_out);
+        let (dw, db) = ln_grads(
+            g.as_deref_mut().map(|g| (&mut g.lnf_w, &mut g.lnf_b)),
+            frozen.as_deref_mut(),
+        )?;
         be.layernorm_backward(
             &d,
             x_last,
@@ -362,25 +456,28 @@ impl<'b, T: TrainElement, B: Backend<T>> Gpt2<'b, T, B> {
             &a.lnf_mean,
             &a.lnf_rstd,
             &mut a.dres,
-            &mut g.lnf_w,
-            &mut g.lnf_b,
+            dw,
+            db,
         )?;
-        if last {
+        if let (true, Some(g)) = (last, g.as_deref_mut()) {
             be.grads_ready(&mut [&mut g.lnf_w, &mut g.lnf_b])?;
         }
         for l in (0..self.layers).rev() {
             let (done, rest) = a.layers.split_at(l);
             let x = done.last().map_or(&a.encoded, |prev| &prev.resid_out);
-            let (w, gw, s) = (&p.layers[l], &mut g.layers[l], &rest[0]);
+            let (w, s) = (&p.layers[l], &rest[0]);
+            let mut gw = g.as_deref_mut().map(|g| &mut g.layers[l]);
             // MLP: resid_out = resid_mid + gelu(ln2·Wfc + bfc)·Wmproj + bmproj.
-            be.matmul(
-                mm(f, c, n, true, false),
-                &s.fc_gelu,
-                &a.dres,
-                &mut gw.mproj_w,
-                true,
-            )?;
-            be.bias_backward(n, &a.dres, &mut gw.mproj_b)?;
+            if let Some(gw) = gw.as_deref_mut() {
+                be.matmul(
+                    mm(f, c, n, true, false),
+                    &s.fc_gelu,
+                    &a.dres,
+                    &mut gw.mproj_w,
+                    true,
+                )?;
+                be.bias_backward(n, &a.dres, &mut gw.mproj_b)?;
+            }
             be.matmul(
                 mm(n, f, c, false, true),
                 &a.dres,
@@ -388,21 +485,33 @@ impl<'b, T: TrainElement, B: Backend<T>> Gpt2<'b, T, B> {
                 &mut a.dfc_gelu,
                 false,
             )?;
+            if let Some(lo) = lora.as_deref_mut() {
+                lo.backward(be, l, Target::MlpProj, &s.fc_gelu, &a.dres, &mut a.dfc_gelu)?;
+            }
             be.gelu_backward(&s.fc_pre, &a.dfc_gelu, &mut a.dfc_pre)?;
-            be.matmul(
-                mm(c, f, n, true, false),
-                &s.ln2,
-                &a.dfc_pre,
-                &mut gw.fc_w,
-                true,
-            )?;
-            be.bias_backward(n, &a.dfc_pre, &mut gw.fc_b)?;
+            if let Some(gw) = gw.as_deref_mut() {
+                be.matmul(
+                    mm(c, f, n, true, false),
+                    &s.ln2,
+                    &a.dfc_pre,
+                    &mut gw.fc_w,
+                    true,
+                )?;
+                be.bias_backward(n, &a.dfc_pre, &mut gw.fc_b)?;
+            }
             be.matmul(
                 mm(n, c, f, false, true),
                 &a.dfc_pre,
                 &w.fc_w,
                 &mut a.branch,
                 false,
+            )?;
+            if let Some(lo) = lora.as_deref_mut() {
+                lo.backward(be, l, Target::CFc, &s.ln2, &a.dfc_pre, &mut a.branch)?;
+            }
+            let (dw, db) = ln_grads(
+                gw.as_deref_mut().map(|g| (&mut g.ln2_w, &mut g.ln2_b)),
+                frozen.as_deref_mut(),
             )?;
             be.layernorm_backward(
                 &d,
@@ -412,18 +521,20 @@ impl<'b, T: TrainElement, B: Backend<T>> Gpt2<'b, T, B> {
                 &s.ln2_mean,
                 &s.ln2_rstd,
                 &mut a.dres,
-                &mut gw.ln2_w,
-                &mut gw.ln2_b,
+                dw,
+                db,
             )?;
             // Attention: resid_mid = x + attn(ln1·Wqkv + bqkv)·Wproj + bproj.
-            be.matmul(
-                mm(c, c, n, true, false),
-                &s.atty,
-                &a.dres,
-                &mut gw.proj_w,
-                true,
-            )?;
-            be.bias_backward(n, &a.dres, &mut gw.proj_b)?;
+            if let Some(gw) = gw.as_deref_mut() {
+                be.matmul(
+                    mm(c, c, n, true, false),
+                    &s.atty,
+                    &a.dres,
+                    &mut gw.proj_w,
+                    true,
+                )?;
+                be.bias_backward(n, &a.dres, &mut gw.proj_b)?;
+            }
             be.matmul(
                 mm(n, c, c, false, true),
                 &a.dres,
@@ -431,21 +542,33 @@ impl<'b, T: TrainElement, B: Backend<T>> Gpt2<'b, T, B> {
                 &mut a.datty,
                 false,
             )?;
+            if let Some(lo) = lora.as_deref_mut() {
+                lo.backward(be, l, Target::AttnProj, &s.atty, &a.dres, &mut a.datty)?;
+            }
             be.attention_backward(&d, &s.qkv, &s.atty, &a.datty, &s.lse, &mut a.dqkv)?;
-            be.matmul(
-                mm(c, 3 * c, n, true, false),
-                &s.ln1,
-                &a.dqkv,
-                &mut gw.qkv_w,
-                true,
-            )?;
-            be.bias_backward(n, &a.dqkv, &mut gw.qkv_b)?;
+            if let Some(gw) = gw.as_deref_mut() {
+                be.matmul(
+                    mm(c, 3 * c, n, true, false),
+                    &s.ln1,
+                    &a.dqkv,
+                    &mut gw.qkv_w,
+                    true,
+                )?;
+                be.bias_backward(n, &a.dqkv, &mut gw.qkv_b)?;
+            }
             be.matmul(
                 mm(n, c, 3 * c, false, true),
                 &a.dqkv,
                 &w.qkv_w,
                 &mut a.branch,
                 false,
+            )?;
+            if let Some(lo) = lora.as_deref_mut() {
+                lo.backward(be, l, Target::CAttn, &s.ln1, &a.dqkv, &mut a.branch)?;
+            }
+            let (dw, db) = ln_grads(
+                gw.as_deref_mut().map(|g| (&mut g.ln1_w, &mut g.ln1_b)),
+                frozen.as_deref_mut(),
             )?;
             be.layernorm_backward(
                 &d,
@@ -455,24 +578,31 @@ impl<'b, T: TrainElement, B: Backend<T>> Gpt2<'b, T, B> {
                 &s.ln1_mean,
                 &s.ln1_rstd,
                 &mut a.dres,
-                &mut gw.ln1_w,
-                &mut gw.ln1_b,
+                dw,
+                db,
             )?;
-            if last {
+            if let (true, Some(gw)) = (last, gw) {
                 // Layer l's twelve gradients are final: one bucket.
                 be.grads_ready(&mut gw.iter_mut())?;
             }
         }
-        be.encoder_backward(&d, inputs, &a.dres, &mut g.wte, &mut g.wpe)?;
-        if last {
-            be.grads_ready(&mut [&mut g.wte, &mut g.wpe])?;
+        if let Some(g) = g {
+            be.encoder_backward(&d, inputs, &a.dres, &mut g.wte, &mut g.wpe)?;
+            if last {
+                be.grads_ready(&mut [&mut g.wte, &mut g.wpe])?;
+            }
         }
+        // Frozen embeddings (LoRA): the residual gradient ends here.
         Ok(())
     }
 
     /// Store the global gradient norm in `scalars`.
     pub fn grad_norm(&self, scalars: &mut B::Scalars) -> Result<()> {
-        self.backend.grad_norm(&self.grads.iter(), scalars)
+        match (&self.lora, &self.grads) {
+            (Some(lo), _) => self.backend.grad_norm(&lo.grad_refs(), scalars),
+            (None, Some(g)) => self.backend.grad_norm(&g.iter(), scalars),
+            (None, None) => Err(TrainError::Op("nothing trains: no gradients".into())),
+        }
     }
 
     /// One AdamW step over every parameter with `hyper` (its weight decay on 2-D tensors only),
@@ -484,11 +614,21 @@ impl<'b, T: TrainElement, B: Backend<T>> Gpt2<'b, T, B> {
         scaling: GradScaling,
         scalars: &B::Scalars,
     ) -> Result<()> {
+        if let Some(lo) = self.lora.as_mut() {
+            return lo.update(self.backend, hyper, scaling, scalars);
+        }
+        let (Some(grads), Some(ms), Some(vs)) = (
+            self.grads.as_ref(),
+            self.exp_avg.as_mut(),
+            self.exp_avg_sq.as_mut(),
+        ) else {
+            return Err(TrainError::Op("nothing trains: no optimizer state".into()));
+        };
         let mut masters = self.master.as_mut().map(|m| m.iter_mut().into_iter());
         let params = self.params.iter_mut();
-        let grads = self.grads.iter();
-        let ms = self.exp_avg.iter_mut();
-        let vs = self.exp_avg_sq.iter_mut();
+        let grads = grads.iter();
+        let ms = ms.iter_mut();
+        let vs = vs.iter_mut();
         let rank = self.backend.rank();
         let owners = self.owners.as_deref();
         let mut slots: Vec<AdamWSlot<'_, B::Buf, B::Stat>> = params
@@ -531,6 +671,11 @@ impl<'b, T: TrainElement, B: Backend<T>> Gpt2<'b, T, B> {
     /// every rank must call it at the same point: each tensor's state comes from its owner.
     pub fn download(&self) -> Result<[Params<Vec<f32>>; 3]> {
         let be = self.backend;
+        let (Some(exp_avg), Some(exp_avg_sq)) = (&self.exp_avg, &self.exp_avg_sq) else {
+            return Err(TrainError::Op(
+                "the base is frozen (LoRA): it has no optimizer state to download".into(),
+            ));
+        };
         if let Some(o) = &self.owners {
             let lens: Vec<usize> = self.params.iter().iter().map(|t| be.len_of(t)).collect();
             let gather = |p: &Params<B::Stat>| -> Result<Params<Vec<f32>>> {
@@ -546,18 +691,29 @@ impl<'b, T: TrainElement, B: Backend<T>> Gpt2<'b, T, B> {
                 Some(m) => gather(m)?,
                 None => self.params.try_map(|_, t| be.download(t))?,
             };
-            return Ok([params, gather(&self.exp_avg)?, gather(&self.exp_avg_sq)?]);
+            return Ok([params, gather(exp_avg)?, gather(exp_avg_sq)?]);
         }
         let stat = |_: usize, t: &B::Stat| be.download_stat(t);
         let params = match &self.master {
             Some(m) => m.try_map(stat)?,
             None => self.params.try_map(|_, t| be.download(t))?,
         };
-        Ok([
-            params,
-            self.exp_avg.try_map(stat)?,
-            self.exp_avg_sq.try_map(stat)?,
-        ])
+        Ok([params, exp_avg.try_map(stat)?, exp_avg_sq.try_map(stat)?])
+    }
+}
+
+/// Where a layer norm's weight and bias gradients go: the model's gradients, or with a frozen
+/// base the scratch pair nobody reads.
+fn ln_grads<'x, U>(
+    trained: Option<(&'x mut U, &'x mut U)>,
+    frozen: Option<&'x mut [U; 2]>,
+) -> Result<(&'x mut U, &'x mut U)> {
+    match (trained, frozen) {
+        (Some(t), _) => Ok(t),
+        (None, Some([w, b])) => Ok((w, b)),
+        (None, None) => Err(TrainError::Op(
+            "a layer norm's weight gradients have no buffer".into(),
+        )),
     }
 }
 

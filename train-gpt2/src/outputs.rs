@@ -24,9 +24,15 @@ fn inputs(args: &Args) -> Vec<(&'static str, PathBuf)> {
             "model.safetensors",
             "optimizer.safetensors",
             "trainer.json",
+            "adapter_model.safetensors",
+            "adapter_config.json",
+            "base_model.json",
         ] {
             v.push(("--resume", dir.join(f)));
         }
+    }
+    if let Some(p) = &args.lora_init {
+        v.push(("--lora-init", p.clone()));
     }
     v
 }

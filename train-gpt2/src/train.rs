@@ -115,6 +115,8 @@ pub(crate) struct Setup {
     tokens: Tokens,
     loader: Loader,
     restored: checkpoint::Restored,
+    /// LoRA's adapters (and their moments), when `--lora-rank` > 0.
+    lora: Option<crate::lora::HostAdapters>,
 }
 
 /// Where this process's (or thread's) rank sits in the run.
@@ -156,7 +158,24 @@ fn setup(args: &Args, world: usize) -> Result<Setup> {
         TrainError::Usage(format!("--batch {} × {world} ranks overflows", args.batch))
     })?;
     let mut loader = Loader::new(&args.data, &tokens, global_batch, args.seq)?;
+    let lora_cfg = crate::lora::LoraConfig::from_args(args)?;
+    if lora_cfg.is_some() && world > 1 {
+        return Err(TrainError::Usage(format!(
+            "--lora-rank {} with {world} ranks: LoRA does not run data parallel yet (its \
+             adapter gradients are not all-reduced); train LoRA on one device (--device N) or \
+             drop --lora-rank",
+            args.lora_rank
+        )));
+    }
+    let mut lora = None;
     let restored = match &args.resume {
+        None if lora_cfg.is_some() => {
+            let params = load_params(&weights, &cfg)?;
+            let state = new_state(args, global_batch, 0, 0, tokens.ids.len());
+            let (adapters, r) = crate::lora::start(args, lora_cfg.as_ref(), &cfg, params, state)?;
+            lora = Some(adapters);
+            r
+        }
         None => {
             let params = load_params(&weights, &cfg)?;
             let zeros = params.try_map(|_, t| Ok::<_, TrainError>(vec![0.0; t.len()]))?;
@@ -168,7 +187,15 @@ fn setup(args: &Args, world: usize) -> Result<Setup> {
             }
         }
         Some(dir) => {
-            let r = checkpoint::load(dir, &cfg)?;
+            let r = match &lora_cfg {
+                Some(lc) => {
+                    let (adapters, r) =
+                        crate::lora::resume(dir, lc, &cfg, load_params(&weights, &cfg)?)?;
+                    lora = Some(adapters);
+                    r
+                }
+                None => checkpoint::load(dir, &cfg)?,
+            };
             let s = &r.state;
             // `batch` in a checkpoint is the global batch (ranks × --batch): a checkpoint
             // resumes on another number of devices when the global batch agrees.
@@ -221,6 +248,7 @@ fn setup(args: &Args, world: usize) -> Result<Setup> {
         tokens,
         loader,
         restored,
+        lora,
     })
 }
 
@@ -385,14 +413,19 @@ fn train<T: TrainElement, B: Backend<T>>(
     keep_params: bool,
 ) -> Result<Trained> {
     let r = &s.restored;
-    let mut model = Gpt2::new(
-        backend,
-        &s.cfg,
-        [&r.params, &r.exp_avg, &r.exp_avg_sq],
-        args.batch,
-        args.seq,
-        args.zero == 1,
-    )?;
+    let mut model = match &s.lora {
+        Some(adapters) => {
+            Gpt2::with_lora(backend, &s.cfg, &r.params, adapters, args.batch, args.seq)?
+        }
+        None => Gpt2::new(
+            backend,
+            &s.cfg,
+            [&r.params, &r.exp_avg, &r.exp_avg_sq],
+            args.batch,
+            args.seq,
+            args.zero == 1,
+        )?,
+    };
     let first = first_step(&r.state)?;
     let world = role.world;
     let tokens_per_step = args.batch * args.seq * args.grad_accum * world;
@@ -404,7 +437,7 @@ fn train<T: TrainElement, B: Backend<T>>(
         println!(
             "train_gpt2 on {on}: {} | {} parameters | steps {first}..={} | {tokens_per_step} tokens/step",
             s.cfg.describe(),
-            r.params.iter().iter().map(|t| t.len()).sum::<usize>(),
+            crate::lora::describe_parameters(&r.params, s.lora.as_ref(), &s.cfg),
             args.steps,
         );
     }
@@ -521,16 +554,21 @@ fn train<T: TrainElement, B: Backend<T>>(
         // With ZeRO every rank takes part in gathering the state rank 0 saves.
         let gathers = role.primary() || (args.zero == 1 && world > 1);
         if let (true, true, Some(dir)) = (due, gathers, &args.checkpoint_dir) {
-            let [params, exp_avg, exp_avg_sq] = model.download()?;
-            if !role.primary() {
-                continue;
-            }
             let global_batch = args.batch * world;
             let mut state = new_state(args, global_batch, step, s.loader.pos, s.tokens.ids.len());
             if let Some(sc) = scaler {
                 (state.loss_scale, state.scale_clean_steps) = (sc.scale, sc.clean);
             }
             state.adam_steps = adam_steps;
+            if let Some(lo) = &model.lora {
+                let path = crate::lora::save(dir, args, &s.cfg, &r.params, lo, backend, &state)?;
+                println!("saved {}", path.display());
+                continue;
+            }
+            let [params, exp_avg, exp_avg_sq] = model.download()?;
+            if !role.primary() {
+                continue;
+            }
             let path = checkpoint::save(
                 dir,
                 &Snapshot {

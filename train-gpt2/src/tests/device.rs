@@ -7,6 +7,8 @@
 //! - a bad token id flagged by the device and reported at the step's read;
 //! - the allocator's figures in the log.
 
+mod lora;
+
 use super::{data_dir, run_tiny, strs, variant_flags, Scratch};
 use crate::backend::TrainElement;
 use crate::backend::{AdamWStep, Backend, Dims, Gemm, GradScaling};

@@ -1,0 +1,238 @@
+//! The adapters on a backend: parameters (storage type `T`, f32 master weights when `T` is not
+//! f32), gradients, AdamW moments, and the small products beside each adapted GEMM.
+//!
+//! Forward of a target with input `x` `[N, in]` and output `y` `[N, out]` (already `x @ W + b`):
+//! `u = x @ Aᵀ` `[N, r]` (kept for the backward), then `y += s · u @ Bᵀ` — the second product
+//! accumulates into the target's output through the GEMM's `beta = 1` (no extra buffer, no add
+//! kernel). Backward with the output gradient `dy`, after the base GEMM wrote `dx = dy @ Wᵀ`:
+//! `dB += s · dyᵀ @ u`, `du = s · dy @ B`, `dA += duᵀ @ x`, `dx += du @ A` (again `beta = 1`).
+//! The frozen weight's gradient `xᵀ @ dy` is never computed.
+
+use super::{HostAdapters, LoraConfig, Target};
+use crate::backend::{AdamWSlot, AdamWStep, Backend, Gemm, GradScaling};
+use crate::config::GptConfig;
+use crate::error::{Result, TrainError};
+use crate::backend::TrainElement;
+use hip_kernels::params::DType;
+use std::marker::PhantomData;
+
+fn mm(m: usize, n: usize, k: usize, trans_a: bool, trans_b: bool) -> Gemm {
+    Gemm {
+        m,
+        n,
+        k,
+        trans_a,
+        trans_b,
+    }
+}
+
+/// The adapters of a GPT-2 on backend `B` with storage type `T`.
+pub struct Adapters<T: TrainElement, B: Backend<T>> {
+    /// Rank, alpha, targets.
+    pub cfg: LoraConfig,
+    /// `(in, out)` of each target.
+    dims: Vec<(Target, usize, usize)>,
+    /// Rows N of a micro-batch.
+    rows: usize,
+    /// `lora_A`, `lora_B`, … in [`LoraConfig::specs`]' order, in `T`.
+    pub params: Vec<B::Buf>,
+    /// f32 master weights, when `T` is not f32.
+    pub master: Option<Vec<B::Stat>>,
+    /// Gradients, accumulated over a step's micro-batches.
+    pub grads: Vec<B::Buf>,
+    /// AdamW first moments.
+    pub exp_avg: Vec<B::Stat>,
+    /// AdamW second moments.
+    pub exp_avg_sq: Vec<B::Stat>,
+    /// `u = x @ Aᵀ` `[N, r]` of every adapted module (saved for the backward), one per `lora_A`.
+    saved: Vec<B::Buf>,
+    /// Scratch `du` `[N, r]`.
+    du: B::Buf,
+    _t: PhantomData<T>,
+}
+
+impl<T: TrainElement, B: Backend<T>> Adapters<T, B> {
+    /// Upload `host` for micro-batches of `rows` positions.
+    pub fn new(be: &B, gpt: &GptConfig, host: &HostAdapters, rows: usize) -> Result<Self> {
+        let cfg = host.cfg.clone();
+        let r = cfg.rank;
+        let specs = cfg.specs(gpt);
+        if host.params.len() != specs.len() {
+            return Err(TrainError::Op(format!(
+                "{} adapter tensors for {} adapters",
+                host.params.len(),
+                specs.len()
+            )));
+        }
+        let up = |v: &Vec<f32>| be.upload(v);
+        let up_stat = |v: &Vec<f32>| be.upload_stat(v);
+        let size = rows
+            .checked_mul(r)
+            .ok_or_else(|| TrainError::Op(format!("{rows} rows × rank {r} overflows")))?;
+        Ok(Self {
+            dims: cfg
+                .targets
+                .iter()
+                .map(|&t| {
+                    let (i, o) = t.dims(gpt);
+                    (t, i, o)
+                })
+                .collect(),
+            rows,
+            params: host.params.iter().map(up).collect::<Result<_>>()?,
+            master: match T::DTYPE {
+                DType::F32 => None,
+                _ => Some(host.params.iter().map(up_stat).collect::<Result<_>>()?),
+            },
+            grads: host
+                .params
+                .iter()
+                .map(|p| be.zeros(p.len()))
+                .collect::<Result<_>>()?,
+            exp_avg: host.exp_avg.iter().map(up_stat).collect::<Result<_>>()?,
+            exp_avg_sq: host.exp_avg_sq.iter().map(up_stat).collect::<Result<_>>()?,
+            saved: (0..specs.len() / 2)
+                .map(|_| be.zeros(size))
+                .collect::<Result<_>>()?,
+            du: be.zeros(size)?,
+            cfg,
+            _t: PhantomData,
+        })
+    }
+
+    /// Whether target `t` carries adapters (in every layer).
+    pub fn adapts(&self, t: Target) -> bool {
+        self.cfg.targets.contains(&t)
+    }
+
+    /// `(index of lora_A, in, out)` of layer `l`, target `t`.
+    fn slot(&self, l: usize, t: Target) -> Option<(usize, usize, usize)> {
+        let i = self.cfg.index(l, t)?;
+        let &(_, n_in, n_out) = self.dims.iter().find(|d| d.0 == t)?;
+        Some((i, n_in, n_out))
+    }
+
+    /// Adds `s · (x @ Aᵀ) @ Bᵀ` to `y` (nothing when `t` is not adapted).
+    pub fn forward(
+        &mut self,
+        be: &B,
+        l: usize,
+        t: Target,
+        x: &B::Buf,
+        y: &mut B::Buf,
+    ) -> Result<()> {
+        let Some((i, n_in, n_out)) = self.slot(l, t) else {
+            return Ok(());
+        };
+        let (n, r, s) = (self.rows, self.cfg.rank, self.cfg.scale() as f32);
+        let u = &mut self.saved[i / 2];
+        be.matmul(mm(n, r, n_in, false, true), x, &self.params[i], u, false)?;
+        be.matmul_scaled(
+            mm(n, n_out, r, false, true),
+            u,
+            &self.params[i + 1],
+            y,
+            s,
+            1.0,
+        )
+    }
+
+    /// The adapters' part of the backward of layer `l`'s target `t` with input `x` and output
+    /// gradient `dy`: accumulates `dA`, `dB`, and adds the adapter path's input gradient to
+    /// `dx` (which holds `dy @ Wᵀ`). Nothing when `t` is not adapted.
+    pub fn backward(
+        &mut self,
+        be: &B,
+        l: usize,
+        t: Target,
+        x: &B::Buf,
+        dy: &B::Buf,
+        dx: &mut B::Buf,
+    ) -> Result<()> {
+        let Some((i, n_in, n_out)) = self.slot(l, t) else {
+            return Ok(());
+        };
+        let (n, r, s) = (self.rows, self.cfg.rank, self.cfg.scale() as f32);
+        let u = &self.saved[i / 2];
+        let (ga, gb) = self.grads.split_at_mut(i + 1);
+        // dB [out, r] += s · dyᵀ @ u.
+        be.matmul_scaled(mm(n_out, r, n, true, false), dy, u, &mut gb[0], s, 1.0)?;
+        // du [N, r] = s · dy @ B.
+        be.matmul_scaled(
+            mm(n, r, n_out, false, false),
+            dy,
+            &self.params[i + 1],
+            &mut self.du,
+            s,
+            0.0,
+        )?;
+        // dA [r, in] += duᵀ @ x.
+        be.matmul(mm(r, n_in, n, true, false), &self.du, x, &mut ga[i], true)?;
+        // dx [N, in] += du @ A.
+        be.matmul(
+            mm(n, n_in, r, false, false),
+            &self.du,
+            &self.params[i],
+            dx,
+            true,
+        )
+    }
+
+    /// Zero the gradients (start of a step).
+    pub fn zero_grads(&mut self, be: &B) -> Result<()> {
+        for g in &mut self.grads {
+            be.fill_zero(g)?;
+        }
+        Ok(())
+    }
+
+    /// The gradients, for the norm.
+    pub fn grad_refs(&self) -> Vec<&B::Buf> {
+        self.grads.iter().collect()
+    }
+
+    /// One AdamW step of every adapter (all 2-D: the step's weight decay applies).
+    pub fn update(
+        &mut self,
+        be: &B,
+        hyper: &AdamWStep,
+        scaling: GradScaling,
+        scalars: &B::Scalars,
+    ) -> Result<()> {
+        let mut masters = self.master.as_mut().map(|m| m.iter_mut());
+        let mut slots: Vec<AdamWSlot<'_, B::Buf, B::Stat>> = self
+            .params
+            .iter_mut()
+            .zip(&self.grads)
+            .zip(self.exp_avg.iter_mut().zip(self.exp_avg_sq.iter_mut()))
+            .map(|((param, grad), (exp_avg, exp_avg_sq))| AdamWSlot {
+                master: masters.as_mut().and_then(|it| it.next()),
+                param,
+                grad,
+                exp_avg,
+                exp_avg_sq,
+                decay: true,
+            })
+            .collect();
+        be.adamw_all(hyper, scaling, scalars, &mut slots)
+    }
+
+    /// The adapters (f32: the master weights when there are) and their moments on the host.
+    pub fn download(&self, be: &B) -> Result<HostAdapters> {
+        let stat = |t: &B::Stat| be.download_stat(t);
+        let params = match &self.master {
+            Some(m) => m.iter().map(stat).collect::<Result<_>>()?,
+            None => self
+                .params
+                .iter()
+                .map(|t| be.download(t))
+                .collect::<Result<_>>()?,
+        };
+        Ok(HostAdapters {
+            cfg: self.cfg.clone(),
+            params,
+            exp_avg: self.exp_avg.iter().map(stat).collect::<Result<_>>()?,
+            exp_avg_sq: self.exp_avg_sq.iter().map(stat).collect::<Result<_>>()?,
+        })
+    }
+}
