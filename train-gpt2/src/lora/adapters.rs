@@ -9,10 +9,10 @@
 //! The frozen weight's gradient `xᵀ @ dy` is never computed.
 
 use super::{HostAdapters, LoraConfig, Target};
+use crate::backend::TrainElement;
 use crate::backend::{AdamWSlot, AdamWStep, Backend, Gemm, GradScaling};
 use crate::config::GptConfig;
 use crate::error::{Result, TrainError};
-use crate::backend::TrainElement;
 use hip_kernels::params::DType;
 use std::marker::PhantomData;
 
@@ -80,7 +80,7 @@ impl<T: TrainElement, B: Backend<T>> Adapters<T, B> {
                 .collect(),
             rows,
             params: host.params.iter().map(up).collect::<Result<_>>()?,
-            master: match T::DTYPE {
+            master: match <T as hip_kernels::params::Element>::DTYPE {
                 DType::F32 => None,
                 _ => Some(host.params.iter().map(up_stat).collect::<Result<_>>()?),
             },

@@ -17,12 +17,12 @@ pub mod init;
 pub mod merge;
 
 use crate::backend::Backend;
+use crate::backend::TrainElement;
 use crate::checkpoint::TrainerState;
 use crate::cli::Args;
 use crate::config::GptConfig;
 use crate::error::{Result, TrainError};
 use crate::params::{Params, Spec};
-use crate::backend::TrainElement;
 use std::path::{Path, PathBuf};
 
 /// A layer's Conv1D that can carry adapters.

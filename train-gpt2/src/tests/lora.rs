@@ -228,7 +228,7 @@ fn the_base_stays_frozen_with_no_gradient_or_optimizer_state() {
         model.zero_grads().unwrap();
         let b = loader.next(&tokens);
         model
-            .forward_backward(&b.inputs, &b.targets, 1, 1.0, &mut scalars)
+            .forward_backward(&b.inputs, &b.targets, 1, 1.0, &mut scalars, true)
             .unwrap();
         model.grad_norm(&mut scalars).unwrap();
         let hyper = crate::backend::AdamWStep {

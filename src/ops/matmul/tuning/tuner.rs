@@ -10,7 +10,7 @@ use super::candidates::{by_name, candidates, Applicability, Context};
 use super::file::{Entry, MachineKey, ResultsFile, ShapeKey, Timing};
 use super::{EventClock, GemmTuningMode, TuningClock, TuningConfig, TuningError};
 use crate::ops::launch::ptr;
-use crate::ops::matmul::{launch_gemm, Matmul, MatmulParams};
+use crate::ops::matmul::{launch_gemm, Matmul, MatmulKernel, MatmulParams};
 use crate::ops::OpError;
 use crate::params::{DeviceElement, OnDevice};
 use crate::tolerance::{tolerance, Rule, Tolerance};
@@ -402,7 +402,7 @@ pub(crate) fn run_default<T: DeviceElement>(
         ptr(stream, "b", args.b)?,
         ptr(stream, "out", args.out)?,
     ];
-    launch_gemm::<T>(stream, &args.params, ptrs, None)
+    launch_gemm::<T>(stream, &args.params, ptrs, None, MatmulKernel::Auto)
 }
 
 /// Two f32-accumulating GEMMs may each be off by the reduction rule's tolerance from the exact
