@@ -224,6 +224,17 @@ impl Args {
             ));
         }
         crate::lora::LoraConfig::from_args(self)?;
+        if let (true, Some(list)) = (self.lora_rank > 0, &self.devices) {
+            if list.len() > 1 {
+                return bad(format!(
+                    "--lora-rank {} with --devices {}: LoRA does not run data parallel yet (its \
+                     adapter gradients are not all-reduced); train LoRA on one device (--device N) \
+                     or drop --lora-rank",
+                    self.lora_rank,
+                    device_list(list)
+                ));
+            }
+        }
         if self
             .batch
             .checked_mul(self.seq)

@@ -10,8 +10,8 @@
 use super::{run_tiny, strs};
 use crate::error::TrainError;
 
-/// `--device N` with `--devices`, a device listed twice and a ZeRO stage other than 0 or 1
-/// are usage errors (exit status 2), found before any device is touched.
+/// `--device N` with `--devices`, a device listed twice, a ZeRO stage other than 0 or 1 and
+/// LoRA on several devices are usage errors (exit status 2), found before any device is touched.
 #[test]
 fn device_and_devices_together_are_usage_errors() {
     for (flags, needle) in [
@@ -23,6 +23,10 @@ fn device_and_devices_together_are_usage_errors() {
         (
             &["--devices", "0,1", "--zero", "2"][..],
             "--zero 2: only stages 0",
+        ),
+        (
+            &["--devices", "0,1", "--lora-rank", "4"][..],
+            "LoRA does not run data parallel yet",
         ),
     ] {
         let mut f = strs(&["--seq", "16", "--steps", "1"]);
