@@ -3,6 +3,7 @@
 //! live in [`crate::detect`], with table tests.
 
 use crate::detect::{self, BuiltSource, ResourceUsage};
+use crate::emu_build::EmuBuild;
 use crate::names::{self, SourceKernels};
 use hip_codeobj::bundle::Bundle;
 use std::collections::hash_map::DefaultHasher;
@@ -32,6 +33,8 @@ pub(crate) struct Job<'a> {
     pub include_dirs: &'a [PathBuf],
     pub flags: &'a [String],
     pub out_dir: &'a Path,
+    /// The crate's root: `__FILE__` and hip-emu's reports name sources relative to it.
+    pub manifest_dir: &'a Path,
     pub out_file: &'a str,
     /// Why the kernels are required (a panic instead of a warning when they cannot be built).
     pub required: Option<&'a str>,
@@ -69,7 +72,11 @@ impl Job<'_> {
             );
             return self.not_built(Some(&hipcc_str), &version, &msg);
         }
-        let built = self.compile_all(&hipcc, &archs, &sources);
+        let mut includes = vec![self.kernels_dir.to_path_buf()];
+        includes.extend(self.include_dirs.iter().cloned());
+        let emu = EmuBuild::new(name, self.out_dir, self.manifest_dir, &includes);
+        let built = self.compile_all(&hipcc, &archs, &sources, &emu);
+        emu.finish();
         self.write_generated(Some(&hipcc_str), &version, &archs, None, &built);
         let names = compiled_names(name, &archs[0], &built);
         self.check_names_file(&names);
@@ -265,7 +272,13 @@ fn first_error_line(stderr: &str) -> String {
 impl Job<'_> {
     /// Compiles every source (in parallel, up to NUM_JOBS at once); panics listing every failed
     /// compile with its full command and stderr.
-    fn compile_all(&self, hipcc: &Path, archs: &[String], sources: &[PathBuf]) -> Vec<BuiltSource> {
+    fn compile_all(
+        &self,
+        hipcc: &Path,
+        archs: &[String],
+        sources: &[PathBuf],
+        emu: &EmuBuild,
+    ) -> Vec<BuiltSource> {
         let jobs = env::var("NUM_JOBS")
             .ok()
             .and_then(|j| j.parse::<usize>().ok())
@@ -278,6 +291,9 @@ impl Job<'_> {
                     let i = next.fetch_add(1, Ordering::SeqCst);
                     let Some(src) = sources.get(i) else { break };
                     let r = self.compile_one(hipcc, archs, src);
+                    if let Ok(b) = &r {
+                        emu.add(src, &b.bundle_path);
+                    }
                     if let Ok(mut v) = results.lock() {
                         v.push((i, r));
                     }

@@ -46,10 +46,13 @@
 
 mod compile;
 pub mod detect;
+mod emu_build;
+pub mod host;
 pub mod names;
 
 pub use compile::{HIPCC_FLAGS, NAMES_OUT_FILE};
 pub use detect::ResourceUsage;
+pub use emu_build::HOST_DIR;
 
 use std::path::{Path, PathBuf};
 
@@ -151,6 +154,7 @@ impl Builder {
             include_dirs: &include_dirs,
             flags: &self.flags,
             out_dir: &out_dir,
+            manifest_dir: &manifest,
             out_file: &self.out_file,
             required: self.required.as_deref(),
             names_file: names_file.as_deref(),

@@ -90,6 +90,26 @@ pub fn stats(scope: StatsScope) -> Option<EmuStats> {
     (available >= counters.len()).then(|| EmuStats::from_counters(&counters))
 }
 
+/// `hipemuAddKernelDir(dir) -> 0 | 1`.
+type AddKernelDirFn = unsafe extern "C" fn(*const std::ffi::c_char) -> i32;
+
+/// Tells hip-emu to look for host builds of kernels (`<key>.so`, made by hip-build's `host`
+/// module) in `dir` too; for code objects compiled while the program runs. Returns false when
+/// the loaded runtime is not hip-emu (nothing to do there) or `dir` is not UTF-8.
+pub fn add_kernel_dir(dir: &std::path::Path) -> bool {
+    static ADD: OnceLock<Option<AddKernelDirFn>> = OnceLock::new();
+    // SAFETY: hip-emu defines `hipemuAddKernelDir` with exactly this prototype.
+    let Some(f) = *ADD.get_or_init(|| unsafe { symbol::<AddKernelDirFn>(b"hipemuAddKernelDir\0") })
+    else {
+        return false;
+    };
+    let Some(c) = dir.to_str().and_then(|d| std::ffi::CString::new(d).ok()) else {
+        return false;
+    };
+    // SAFETY: a NUL-terminated string that outlives the call (hip-emu copies it).
+    unsafe { f(c.as_ptr()) == 0 }
+}
+
 /// A symbol of hip-emu's own C ABI from the HIP runtime hip-sys loaded, or `None` there (a real
 /// runtime) and when no runtime loads.
 ///
