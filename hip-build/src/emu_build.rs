@@ -46,7 +46,7 @@ impl EmuBuild {
         } else {
             match HostCompiler::find() {
                 Ok(cxx) => {
-                    let mut opts = HostOptions::new(out_dir.join("hipemu-cache"));
+                    let mut opts = HostOptions::new(crate::cache::root(out_dir).join("hipemu"));
                     opts.source_root = Some(source_root.to_path_buf());
                     opts.include_dirs = includes.to_vec();
                     Plan::On {
