@@ -41,28 +41,33 @@ fn a_downstream_crates_own_kernel_runs_on_hip_emu_with_every_check() {
     }
     let lib = common::emu_library();
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-    let out = Command::new(cargo)
-        .args(["test", "--offline", "--manifest-path"])
-        .arg(fixture.join("Cargo.toml"))
-        .env("CARGO_TARGET_DIR", root.join("target/downstream-fixture"))
-        .env("HIPK_HIP_LIBRARY", &lib)
-        .env("HIPK_HIPBLAS_LIBRARY", &lib)
-        .env("HIPK_ROCBLAS_LIBRARY", &lib)
-        // Kernel sources that hip-emu cannot compile must fail the fixture's build here.
-        .env("HIPK_EMU_HOST_BUILD", "1")
-        .env_remove("HIPK_EMU_KERNELS")
-        .output()
-        .expect("running cargo");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        out.status.success(),
-        "the fixture's tests failed\nstdout:\n{stdout}\nstderr:\n{stderr}"
-    );
-    let passed: usize = stdout
-        .lines()
-        .filter_map(|l| l.strip_prefix("test result: ok. "))
-        .filter_map(|l| l.split(' ').next()?.parse::<usize>().ok())
-        .sum();
-    assert!(passed >= 3, "only {passed} fixture tests ran\n{stdout}");
+    // Twice: as built by default, then with the race check's instrumentation (hip-build's
+    // caches make the second build cheap).
+    for race in ["0", "1"] {
+        let out = Command::new(&cargo)
+            .args(["test", "--offline", "--manifest-path"])
+            .arg(fixture.join("Cargo.toml"))
+            .env("CARGO_TARGET_DIR", root.join("target/downstream-fixture"))
+            .env("HIPK_HIP_LIBRARY", &lib)
+            .env("HIPK_HIPBLAS_LIBRARY", &lib)
+            .env("HIPK_ROCBLAS_LIBRARY", &lib)
+            .env("HIPK_EMU_RACE_CHECK", race)
+            // Kernel sources that hip-emu cannot compile must fail the fixture's build here.
+            .env("HIPK_EMU_HOST_BUILD", "1")
+            .env_remove("HIPK_EMU_KERNELS")
+            .output()
+            .expect("running cargo");
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            out.status.success(),
+            "the fixture's tests failed (race check {race})\nstdout:\n{stdout}\nstderr:\n{stderr}"
+        );
+        let passed: usize = stdout
+            .lines()
+            .filter_map(|l| l.strip_prefix("test result: ok. "))
+            .filter_map(|l| l.split(' ').next()?.parse::<usize>().ok())
+            .sum();
+        assert!(passed >= 5, "only {passed} fixture tests ran\n{stdout}");
+    }
 }
