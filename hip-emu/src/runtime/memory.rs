@@ -13,7 +13,7 @@
 //!
 //! Poisoning (like AddressSanitizer's manual poisoning API): a sub-allocator that carves blocks
 //! out of one allocation (hip-rt's caching allocator) marks the bytes that belong to no live
-//! block as poisoned ([`poison`], [`unpoison`]; exported as `hipemuPoison`). Pages wholly
+//! block as poisoned ([`set_poison`]; exported as `hipemuPoison` and `hipemuPoisonAsync`). Pages wholly
 //! poisoned are made PROT_NONE (an access faults at once); poisoned bytes of the other pages
 //! hold canaries, checked after every launch like the slack. Either way the report names the
 //! live block the access ran past, as for an allocation of its own (see [`describe_address`]).
