@@ -3,7 +3,7 @@
 // THE one description of the lane layout of the 16x16xK tile multiply-accumulate
 // (D = C + A·B, A 16 x K, B K x 16, C and D 16 x 16, f32 accumulators) of kernels/mc_tile.h.
 // The matrix-core matmul (kernels/matmul_mc.hip), hip-emu's emulation of the tile instruction
-// (hip-emu/shim/hip/hipemu_mma.h) and the tests (hip-emu's tile test kernel) all read it from
+// (hip-build/shim/hip/hipemu_mma.h) and the tests (hip-emu's tile test kernel) all read it from
 // here. Plain constexpr C++: no HIP builtin, usable on the device and on the host.
 //
 // Operands (K = 16: 4 values per lane, f16 or bf16; K = 4: 1 f32 value per lane):

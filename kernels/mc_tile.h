@@ -20,7 +20,7 @@
 //                        __builtin_hcu_mmac_16x16x4_f32, else __builtin_amdgcn_mmac_f32_16x16x4f32.
 //                        gfx938's `_lit_lts` variants (extra modifiers) are not used.
 //   gfx926               f32 16x16x4 only (no f16/bf16 tile: HIPK_MC_HAVE_F16 is 0).
-//   hip-emu (host build) hipemu::mma_tile (hip-emu/shim/hip/hipemu_mma.h): every lane's
+//   hip-emu (host build) hipemu::mma_tile (hip-build/shim/hip/hipemu_mma.h): every lane's
 //                        operands are gathered at one wave-level exchange, the tile is
 //                        computed per element in f32 and every lane gets its 4 accumulators,
 //                        with the MFMA accumulator layout.

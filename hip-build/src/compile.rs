@@ -3,6 +3,7 @@
 //! live in [`crate::detect`], with table tests.
 
 use crate::detect::{self, BuiltSource, ResourceUsage};
+use crate::emu_build::EmuBuild;
 use crate::names::{self, SourceKernels};
 use hip_codeobj::bundle::Bundle;
 use std::collections::hash_map::DefaultHasher;
@@ -32,6 +33,8 @@ pub(crate) struct Job<'a> {
     pub include_dirs: &'a [PathBuf],
     pub flags: &'a [String],
     pub out_dir: &'a Path,
+    /// The crate's root: `__FILE__` and hip-emu's reports name sources relative to it.
+    pub manifest_dir: &'a Path,
     pub out_file: &'a str,
     /// Why the kernels are required (a panic instead of a warning when they cannot be built).
     pub required: Option<&'a str>,
@@ -39,6 +42,8 @@ pub(crate) struct Job<'a> {
     pub names_file: Option<&'a Path>,
     /// Extra archs per source stem ([`crate::Builder::source_archs`]).
     pub source_archs: &'a [(String, Vec<String>)],
+    /// First line of `hipcc --version` (set by `run`; part of the cache key).
+    pub version: String,
 }
 
 /// Name of the generated kernel-name constants in `OUT_DIR` ([`crate::names`]).
@@ -47,12 +52,15 @@ pub const NAMES_OUT_FILE: &str = "kernel_names.rs";
 impl Job<'_> {
     /// Compile every `*.hip` of the kernels directory and write the generated file; see
     /// [`crate::Builder::build`].
-    pub fn run(&self) -> crate::Outcome {
+    pub fn run(&mut self) -> crate::Outcome {
         for var in detect::ENV_VARS {
             println!("cargo:rerun-if-env-changed={var}");
         }
         let name = self.name;
         let sources = self.kernel_sources();
+        for dir in self.include_dirs {
+            println!("cargo:rerun-if-changed={}", dir.display());
+        }
         let hipcc = match detect::find_hipcc(&|k| env::var_os(k), &|p| p.is_file()) {
             Ok((path, _origin)) => path,
             Err(e @ detect::HipccError::ExplicitMissing { .. }) => panic!("{name}: {e}"),
@@ -62,6 +70,7 @@ impl Job<'_> {
         };
         let hipcc_str = hipcc.display().to_string();
         let version = hipcc_version(name, &hipcc);
+        self.version = version.clone();
         let archs = select_archs(name, &hipcc, &version, self.out_dir);
         if archs.is_empty() {
             let msg = format!(
@@ -72,7 +81,11 @@ impl Job<'_> {
             return self.not_built(Some(&hipcc_str), &version, &msg);
         }
         let extra = self.extra_archs(&hipcc, &version, &archs);
-        let built = self.compile_all(&hipcc, &archs, &extra, &sources);
+        let mut includes = vec![self.kernels_dir.to_path_buf()];
+        includes.extend(self.include_dirs.iter().cloned());
+        let emu = EmuBuild::new(name, self.out_dir, self.manifest_dir, &includes);
+        let built = self.compile_all(&hipcc, &archs, &extra, &sources, &emu);
+        emu.finish();
         self.write_generated(Some(&hipcc_str), &version, &archs, None, &built);
         let names = compiled_names(name, &archs[0], &built);
         self.check_names_file(&names);
@@ -161,11 +174,17 @@ fn select_archs(name: &str, hipcc: &Path, version: &str, out_dir: &Path) -> Vec<
             list.join("\n")
         );
     }
-    for (arch, why) in &rejected {
+    if !rejected.is_empty() {
+        // One warning for all of them (cargo replays it on every build of this crate).
+        let names: Vec<&str> = rejected.iter().map(|(a, _)| a.as_str()).collect();
         println!(
-            "cargo:warning={name}: {arch} dropped: {} does not accept it ({why}); set \
-             HIPK_ARCH or use DTK's hipcc to build it",
-            hipcc.display()
+            "cargo:warning={name}: kernels built for {}; dropped {} ({} does not accept them: \
+             {}); use DTK's hipcc to build them, or set HIPK_ARCH={} to build only those",
+            accepted.join(","),
+            names.join(", "),
+            hipcc.display(),
+            rejected[0].1,
+            accepted.join(",")
         );
     }
     accepted
@@ -179,7 +198,7 @@ fn probe_archs(
     out_dir: &Path,
     archs: &[String],
 ) -> Vec<Result<(), String>> {
-    let probe_dir = out_dir.join("arch-probe");
+    let probe_dir = crate::cache::root(out_dir).join("arch-probe");
     fs::create_dir_all(&probe_dir).unwrap_or_else(|e| panic!("{name}: {e}"));
     let probe = "#include <hip/hip_runtime.h>\n\
                  extern \"C\" __global__ void hipk_probe(float* x) { x[threadIdx.x] = 1.0f; }\n";
@@ -314,6 +333,7 @@ impl Job<'_> {
         archs: &[String],
         extra: &[(String, Vec<String>)],
         sources: &[PathBuf],
+        emu: &EmuBuild,
     ) -> Vec<BuiltSource> {
         let jobs = env::var("NUM_JOBS")
             .ok()
@@ -334,6 +354,9 @@ impl Job<'_> {
                         }
                     }
                     let r = self.compile_one(hipcc, &all, src);
+                    if let Ok(b) = &r {
+                        emu.add(src, &b.bundle_path);
+                    }
                     if let Ok(mut v) = results.lock() {
                         v.push((i, r));
                     }
@@ -372,10 +395,28 @@ impl Job<'_> {
             .file_stem()
             .map(|s| s.to_string_lossy().into_owned())
             .unwrap_or_default();
+        let bundle_path = out_dir.join(format!("{name}.hsaco"));
+        let cache_root = crate::cache::root(out_dir);
+        let mut compiler = vec![hipcc.display().to_string(), self.version.clone()];
+        compiler.extend(archs.iter().cloned());
+        compiler.extend(HIPCC_FLAGS.iter().map(|f| f.to_string()));
+        compiler.extend(self.flags.iter().cloned());
+        let mut dirs: Vec<&Path> = vec![self.kernels_dir];
+        dirs.extend(self.include_dirs.iter().map(PathBuf::as_path));
+        let key = crate::cache::key(src, &dirs, &compiler);
+        if let Some((resources, warnings)) = crate::cache::load(&cache_root, &key, &bundle_path) {
+            for w in warnings {
+                println!("cargo:warning={}: {name}: {w}", self.name);
+            }
+            return Ok(BuiltSource {
+                name,
+                bundle_path,
+                resources,
+            });
+        }
         let work = out_dir.join("kernel-build").join(&name);
         let _ = fs::remove_dir_all(&work);
         fs::create_dir_all(&work).map_err(|e| format!("cannot create {}: {e}", work.display()))?;
-        let bundle_path = out_dir.join(format!("{name}.hsaco"));
         let mut cmd = Command::new(hipcc);
         cmd.current_dir(&work).args(HIPCC_FLAGS).args(self.flags);
         for arch in archs {
@@ -396,10 +437,18 @@ impl Job<'_> {
                 out.status
             ));
         }
-        for line in stderr.lines().filter(|l| l.contains("warning:")).take(20) {
+        let warnings: Vec<String> = stderr
+            .lines()
+            .filter(|l| l.contains("warning:"))
+            .take(20)
+            .map(String::from)
+            .collect();
+        for line in &warnings {
             println!("cargo:warning={}: {name}: {line}", self.name);
         }
         let resources = collect_resources(self.name, &name, archs, &work, &stderr);
+        crate::cache::store(&cache_root, &key, &bundle_path, &resources, &warnings);
+        let _ = fs::remove_dir_all(&work);
         Ok(BuiltSource {
             name,
             bundle_path,

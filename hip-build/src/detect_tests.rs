@@ -343,4 +343,15 @@ fn generated_file_embeds_bundles_and_rows() {
         none.contains("pub const BUNDLES: &[Bundle] = &[\n];"),
         "{none}"
     );
+    // Included in a private module, an item the crate does not read must not warn.
+    for t in [&text, &none] {
+        let lines: Vec<&str> = t.lines().collect();
+        for (i, l) in lines
+            .iter()
+            .enumerate()
+            .filter(|(_, l)| l.starts_with("pub const"))
+        {
+            assert_eq!(lines[i - 1], "#[allow(dead_code)]", "{l}");
+        }
+    }
 }

@@ -24,15 +24,39 @@
 //! // my_kernels::NOT_BUILT says why there are none.
 //! ```
 //!
-//! The generated file defines `HIPCC`, `HIPCC_VERSION`, `ARCHS`, `NOT_BUILT`, `BUNDLES` and
-//! `RESOURCES` ([`detect::render_generated`]). A second one, `$OUT_DIR/kernel_names.rs`, holds
-//! a constant per kernel name ([`names`]), read from the compiled code objects (or, without
-//! kernels, from the file given to [`Builder::names_file`]). Without hipcc the build still succeeds: it prints a
-//! `cargo:warning` saying how to get hipcc and `NOT_BUILT` holds the reason (or it panics, with
-//! [`Builder::require`]). [`Builder::skip`] writes the same file without looking for hipcc and
-//! without a warning (for a disabled cargo feature).
+//! The generated file defines `HIPCC` (`Option<&str>`: the hipcc used, `None` without one),
+//! `HIPCC_VERSION` (`&str`), `ARCHS`, `NOT_BUILT` (`Option<&str>`: why there are no kernels),
+//! `BUNDLES` and `RESOURCES` ([`detect::render_generated`]); every item is `#[allow(dead_code)]`,
+//! so including it in a private module warns about nothing. A second one,
+//! `$OUT_DIR/kernel_names.rs`, holds a constant per kernel name ([`names`]), read from the
+//! compiled code objects (or, without kernels, from the file given to [`Builder::names_file`]).
+//! Without hipcc the build still succeeds: it prints a `cargo:warning` saying how to get hipcc and
+//! `NOT_BUILT` holds the reason (or it panics, with [`Builder::require`]). [`Builder::skip`]
+//! writes the same file without looking for hipcc and without a warning (for a disabled cargo
+//! feature). Archs the compiler rejects are dropped with one warning for the build.
 //!
-//! Environment ([`detect::ENV_VARS`], each a `rerun-if-env-changed`): `HIPK_HIPCC` (the hipcc
+//! **hip-emu.** Each source is also compiled for the host ([`host`]: clang++ >= 15 against a shim
+//! shipped in this crate) and installed as `$OUT_DIR/hipemu/<key>.so`, where hip-emu (the
+//! emulated HIP device) finds it when the program loads that bundle: the crate's own kernels run
+//! on hip-emu with no further step. Without a clang++ the kernels still build for the GPU.
+//!
+//! **Cache.** Compiles are cached by content (the source, every file of the kernels and include
+//! directories, the flags, the archs, the compiler) in `<target dir>/hip-build-cache`
+//! (`HIPK_BUILD_CACHE` overrides): a profile change or a rebuild with the same inputs copies the
+//! cached bundle instead of running hipcc.
+//!
+//! **Downstream `Cargo.toml`.** hip-kernels' CPU reference (`hip_kernels::cpu`, the oracle of
+//! device tests) is slow unoptimised; the project builds it with opt-level 1 in the dev profile,
+//! and a crate that tests against it should do the same (Cargo takes profile settings from the
+//! top-level workspace only, so hip-kernels' own setting does not reach you):
+//!
+//! ```toml
+//! [profile.dev.package.hip-kernels]
+//! opt-level = 1
+//! ```
+//!
+//! Environment ([`detect::ENV_VARS`] and [`host::ENV_VARS`], each a `rerun-if-env-changed`;
+//! `HIPK_BUILD_CACHE` is read as it is): `HIPK_HIPCC` (the hipcc
 //! to use), `HIPCC`, `ROCM_PATH`, `HIP_PATH` (searched in that order, then `/opt/dtk`,
 //! `/opt/rocm` and `PATH`), `HIPK_ARCH` (comma-separated target ids instead of the DCU set
 //! [`detect::DCU_ARCHS`]; every one must be accepted).
@@ -44,12 +68,16 @@
 // The crate example is a whole build.rs, `fn main` included.
 #![allow(clippy::needless_doctest_main)]
 
+mod cache;
 mod compile;
 pub mod detect;
+mod emu_build;
+pub mod host;
 pub mod names;
 
 pub use compile::{HIPCC_FLAGS, NAMES_OUT_FILE};
 pub use detect::ResourceUsage;
+pub use emu_build::HOST_DIR;
 
 use std::path::{Path, PathBuf};
 
@@ -165,10 +193,12 @@ impl Builder {
             include_dirs: &include_dirs,
             flags: &self.flags,
             out_dir: &out_dir,
+            manifest_dir: &manifest,
             out_file: &self.out_file,
             required: self.required.as_deref(),
             names_file: names_file.as_deref(),
             source_archs: &self.source_archs,
+            version: String::new(),
         }
         .run()
     }

@@ -3,7 +3,8 @@
 //! - [`bundle`]: clang offload bundles (one code object per offload target), and
 //!   [`bundle::CodeObjects`], which takes a bundle or a bare code object alike;
 //! - [`elf`]: the few ELF64 fields of an AMDGPU code object needed to diagnose it (its
-//!   processor, its kernel symbols).
+//!   processor, its kernel symbols);
+//! - [`emu`]: the key that ties a code object to its host build for the emulated device.
 //!
 //! Every read is bounds-checked: malformed or truncated input is an error
 //! ([`bundle::BundleError`], [`elf::ElfError`]), never a panic. `hip-rt` re-exports both modules
@@ -15,3 +16,4 @@
 
 pub mod bundle;
 pub mod elf;
+pub mod emu;

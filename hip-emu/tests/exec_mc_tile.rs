@@ -1,5 +1,5 @@
 //! hip-emu's emulation of the matrix-core tile multiply-accumulate (kernels/mc_tile.h on the
-//! host build, hip-emu/shim/hip/hipemu_mma.h) against a direct per-element definition,
+//! host build, hip-build/shim/hip/hipemu_mma.h) against a direct per-element definition,
 //! D[m][n] = C[m][n] + Σ_k A[m][k]·B[k][n], and the lane layout of kernels/mc_layout.h against
 //! the published MFMA layout. Test-only kernels: tests/kernels/mc_tile.hip.
 

@@ -90,6 +90,79 @@ pub fn stats(scope: StatsScope) -> Option<EmuStats> {
     (available >= counters.len()).then(|| EmuStats::from_counters(&counters))
 }
 
+/// `hipemuAddKernelDir(dir) -> 0 | 1`.
+type AddKernelDirFn = unsafe extern "C" fn(*const std::ffi::c_char) -> i32;
+
+/// Tells hip-emu to look for host builds of kernels (`<key>.so`, made by hip-build's `host`
+/// module) in `dir` too; for code objects compiled while the program runs. Returns false when
+/// the loaded runtime is not hip-emu (nothing to do there) or `dir` is not UTF-8.
+pub fn add_kernel_dir(dir: &std::path::Path) -> bool {
+    static ADD: OnceLock<Option<AddKernelDirFn>> = OnceLock::new();
+    // SAFETY: hip-emu defines `hipemuAddKernelDir` with exactly this prototype.
+    let Some(f) = *ADD.get_or_init(|| unsafe { symbol::<AddKernelDirFn>(b"hipemuAddKernelDir\0") })
+    else {
+        return false;
+    };
+    let Some(c) = dir.to_str().and_then(|d| std::ffi::CString::new(d).ok()) else {
+        return false;
+    };
+    // SAFETY: a NUL-terminated string that outlives the call (hip-emu copies it).
+    unsafe { f(c.as_ptr()) == 0 }
+}
+
+/// `hipemuPoison(ptr, bytes, live)`.
+type PoisonFn = unsafe extern "C" fn(*mut std::ffi::c_void, usize, i32) -> hip_sys::hipError_t;
+/// `hipemuPoisonAsync(ptr, bytes, live, stream)`.
+type PoisonAsyncFn = unsafe extern "C" fn(
+    *mut std::ffi::c_void,
+    usize,
+    i32,
+    hip_sys::hipStream_t,
+) -> hip_sys::hipError_t;
+
+/// Tells hip-emu that `[ptr, ptr + bytes)`, inside one device allocation, holds a live block
+/// (`live`) or belongs to none (freed or never handed out), the way AddressSanitizer's manual
+/// poisoning lets a custom allocator describe its blocks: hip-emu then reports an access outside
+/// every live block as it reports one past a `hipMalloc` allocation. With `stream`, in that
+/// stream's order (work queued before still sees the old state); without, at once. Returns
+/// false when the loaded runtime is not hip-emu (a real device: nothing to do) or hip-emu
+/// refused the range.
+///
+/// The caching allocator calls this for every segment and block; a sub-allocator of your own
+/// can do the same.
+pub fn mark_block(
+    ptr: crate::DevicePtr,
+    bytes: usize,
+    live: bool,
+    stream: Option<hip_sys::hipStream_t>,
+) -> bool {
+    static NOW: OnceLock<Option<PoisonFn>> = OnceLock::new();
+    static ASYNC: OnceLock<Option<PoisonAsyncFn>> = OnceLock::new();
+    let p = ptr.0 as usize as *mut std::ffi::c_void;
+    let status = match stream {
+        None => {
+            // SAFETY: hip-emu defines `hipemuPoison` with exactly this prototype.
+            let Some(f) = *NOW.get_or_init(|| unsafe { symbol::<PoisonFn>(b"hipemuPoison\0") })
+            else {
+                return false;
+            };
+            // SAFETY: plain values; hip-emu checks the range against its allocations.
+            unsafe { f(p, bytes, i32::from(live)) }
+        }
+        Some(s) => {
+            // SAFETY: hip-emu defines `hipemuPoisonAsync` with exactly this prototype.
+            let Some(f) =
+                *ASYNC.get_or_init(|| unsafe { symbol::<PoisonAsyncFn>(b"hipemuPoisonAsync\0") })
+            else {
+                return false;
+            };
+            // SAFETY: as above; `s` is a stream handle of this runtime (or null).
+            unsafe { f(p, bytes, i32::from(live), s) }
+        }
+    };
+    status == hip_sys::hipError_t::hipSuccess
+}
+
 /// A symbol of hip-emu's own C ABI from the HIP runtime hip-sys loaded, or `None` there (a real
 /// runtime) and when no runtime loads.
 ///

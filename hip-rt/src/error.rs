@@ -9,7 +9,7 @@ use crate::module::bundle::BundleError;
 
 /// Everything hip-rt can fail with. Each variant's text says what happened, the values
 /// involved, and what to do.
-#[derive(Debug, Clone, thiserror::Error)]
+#[derive(Clone, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
     /// The loader, a missing symbol, or a HIP/BLAS status code (see [`Error::hip_code`]).
@@ -201,6 +201,15 @@ impl ErrorLog {
     }
 }
 
+/// The Debug form is the Display text (what happened, the values, and the hint), so that
+/// `fn main() -> Result<(), Box<dyn std::error::Error>>` and `.unwrap()` print the whole
+/// message rather than the bare fields.
+impl std::fmt::Debug for Error {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{self}")
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -211,6 +220,18 @@ mod tests {
             end: start + 1,
             len: 0,
         }
+    }
+
+    #[test]
+    fn the_debug_form_keeps_the_hint_even_through_box_dyn_error() {
+        // What `fn main() -> Result<(), Box<dyn std::error::Error>>` prints on failure.
+        let e = Error::from(hip_sys::Error::Hip(hip_sys::HipError::new(
+            hipError_t::hipErrorNoDevice,
+        )));
+        let boxed: Box<dyn std::error::Error> = Box::new(e.clone());
+        let debug = format!("{boxed:?}");
+        assert!(debug.contains("Hint: no HIP device found"), "{debug}");
+        assert_eq!(debug, e.to_string());
     }
 
     #[test]

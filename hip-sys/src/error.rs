@@ -10,7 +10,7 @@ use crate::search::SearchReport;
 
 /// Everything hip-sys can fail with. Cloneable: the loader caches its outcome and hands the same
 /// error to every caller.
-#[derive(Debug, Clone, thiserror::Error)]
+#[derive(Clone, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
     /// No candidate file could be opened. `report` lists every path tried and why it failed.
@@ -272,6 +272,15 @@ pub fn builtin_strings(code: hipError_t) -> (&'static str, &'static str) {
         hipErrorUnknown => "unknown error",
         hipErrorRuntimeMemory => "HSA runtime memory call returned an error",
         hipErrorRuntimeOther => "HSA runtime call returned an error",
+    }
+}
+
+/// The Debug form is the Display text (what happened, the values, and the hint), so that
+/// `fn main() -> Result<(), Box<dyn std::error::Error>>` and `.unwrap()` print the whole
+/// message rather than the bare fields.
+impl std::fmt::Debug for Error {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{self}")
     }
 }
 

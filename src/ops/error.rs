@@ -5,7 +5,7 @@ use crate::params::ShapeError;
 
 /// Why a launcher did not (fully) run. Shape, dtype, length and device checks all happen before
 /// anything is launched.
-#[derive(Debug, thiserror::Error)]
+#[derive(thiserror::Error)]
 pub enum OpError {
     /// Bad shape, length or hyper-parameter: the same error the CPU reference gives.
     #[error(transparent)]
@@ -40,5 +40,14 @@ impl From<LoadError> for OpError {
             LoadError::NotBuilt(n) => OpError::KernelsNotBuilt(n),
             other => OpError::Load(other),
         }
+    }
+}
+
+/// The Debug form is the Display text (what happened, the values, and the hint), so that
+/// `fn main() -> Result<(), Box<dyn std::error::Error>>` and `.unwrap()` print the whole
+/// message rather than the bare fields.
+impl std::fmt::Debug for OpError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{self}")
     }
 }

@@ -21,8 +21,8 @@ fn code_object() -> Result<Vec<u8>, String> {
 }
 
 fn build_code_object() -> Result<Vec<u8>, String> {
-    hip_emu::exec::host_build_available()
-        .map_err(|e| format!("hip-emu has no host build of the kernels: {e}"))?;
+    let cxx = hip_build::host::HostCompiler::find()
+        .map_err(|e| format!("the kernels cannot be built for hip-emu: {e}"))?;
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/kernels/checks.hip");
     let out = std::env::temp_dir().join(format!(
         "hip-emu-runtime-launch-{}.hsaco",
@@ -45,6 +45,17 @@ fn build_code_object() -> Result<Vec<u8>, String> {
     }
     let bytes = std::fs::read(&out).map_err(|e| e.to_string())?;
     let _ = std::fs::remove_file(&out);
+    // The host build hip-emu runs, under the code object's key, in a directory it is told about.
+    let base = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
+    let mut opts = hip_build::host::HostOptions::new(base.join("hipemu-host"));
+    opts.source_root = Some(common::repo_root());
+    opts.race = true;
+    let object = cxx.compile(&src, &opts).map_err(|e| e.to_string())?;
+    let dir = base.join("hipemu-keys");
+    hip_build::host::install(&object.path, &bytes, &dir).map_err(|e| e.to_string())?;
+    if !hip_rt::emu::add_kernel_dir(&dir) {
+        return Err("the loaded HIP runtime is not hip-emu".into());
+    }
     Ok(bytes)
 }
 

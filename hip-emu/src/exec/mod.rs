@@ -1,24 +1,24 @@
-//! Kernel execution: the host build of kernels/*.hip, its registry and the fibre scheduler.
+//! Kernel execution: host builds of kernels (shared objects hip-build compiles against its
+//! shim, loaded by [`host`]) and the fibre scheduler.
 //!
-//! build.rs compiles the kernels as host C++ against `shim/` (see README-exec.md); `kernels()`
-//! lists them. `execute` runs one launch: it checks the configuration as a device would
+//! See README-exec.md. `execute` runs one launch: it checks the configuration as a device would
 //! (block size, LDS), then runs the blocks one after another (in a shuffled order with a
 //! seed), each GPU thread as a corosensei fibre on a pooled, guarded stack. Launches are
 //! serialised process-wide (one executor lock): static `__shared__` variables live once in the
-//! `hipemu_lds_<n>` section of their kernel file, refilled with 0xFF bytes (a NaN in every
+//! `hipemu_lds_0` section of their kernel file's host build, refilled with 0xFF bytes (a NaN in every
 //! float format) before every block.
 
 mod error;
 mod fault;
+pub mod host;
 mod race;
-mod registry;
 mod sched;
 
 use std::ffi::c_void;
 use std::sync::Mutex;
 
 pub use error::{Dim3, ExecError};
-pub use registry::{host_build_available, kernels, lookup, KernelInfo};
+pub use host::{HostModule, KernelInfo};
 
 use race::Race;
 use sched::{Launch, StackPool};
@@ -51,8 +51,8 @@ pub struct LaunchSpec<'a> {
     pub block_order_seed: Option<u64>,
 }
 
-/// Shared state of the shim (shim/hip/hip_runtime.h: hipemu_state_t).
-#[cfg(hipemu_kernels)]
+/// Shared state of the shim (hip-build's shim/hip/hip_runtime.h: hipemu_state_t), one per host
+/// build.
 mod ffi {
     #[repr(C)]
     pub struct State {
@@ -63,32 +63,6 @@ mod ffi {
         pub dynamic_lds: *mut std::ffi::c_void,
         pub block_threads: u32,
     }
-    extern "C" {
-        pub static mut hipemu_state: State;
-    }
-}
-
-/// Stand-in when no kernel was built: the scheduler still compiles (and is never reached).
-#[cfg(not(hipemu_kernels))]
-mod ffi {
-    #[repr(C)]
-    pub struct State {
-        pub thread_idx: [u32; 3],
-        pub block_idx: [u32; 3],
-        pub block_dim: [u32; 3],
-        pub grid_dim: [u32; 3],
-        pub dynamic_lds: *mut std::ffi::c_void,
-        pub block_threads: u32,
-    }
-    #[allow(non_upper_case_globals)] // the C name
-    pub static mut hipemu_state: State = State {
-        thread_idx: [0; 3],
-        block_idx: [0; 3],
-        block_dim: [0; 3],
-        grid_dim: [0; 3],
-        dynamic_lds: std::ptr::null_mut(),
-        block_threads: 0,
-    };
 }
 
 /// The process-wide executor: fibre stacks and the dynamic LDS buffer, behind the launch lock.
@@ -120,20 +94,17 @@ pub fn execute(spec: &LaunchSpec<'_>) -> Result<(), ExecError> {
     let args: Vec<*const c_void> = spec.params.iter().map(|p| p.as_ptr().cast()).collect();
     let dyn_ptr = ex.dynamic.region(spec.dynamic_lds);
     let (lds_begin, lds_end) = spec.kernel.lds;
-    // SAFETY: the launch lock is held: no other launch reads or writes the shim's state.
+    let state = spec.kernel.rt.state;
+    // SAFETY: the launch lock is held: no other launch reads or writes the shim's state, which
+    // lives in the kernel's host build (never unloaded).
     unsafe {
-        let st = &mut *std::ptr::addr_of_mut!(ffi::hipemu_state);
+        let st = &mut *state;
         st.block_dim = spec.block;
         st.grid_dim = spec.grid;
         st.dynamic_lds = dyn_ptr.cast();
         st.block_threads = spec.block.iter().product();
     }
-    let max_static = kernels()
-        .iter()
-        .map(|k| k.lds.1 - k.lds.0)
-        .max()
-        .unwrap_or(0);
-    let mut race = Race::begin_launch((lds_begin, lds_end), ex.dynamic.bounds(), max_static)
+    let mut race = Race::begin_launch(spec.kernel.rt, (lds_begin, lds_end), ex.dynamic.bounds())
         .map_err(|reason| ExecError::Resources { kernel, reason })?;
     let total: u64 = spec.grid.iter().map(|&g| u64::from(g)).product();
     let order = BlockOrder::new(total, spec.block_order_seed);
@@ -154,11 +125,12 @@ pub fn execute(spec: &LaunchSpec<'_>) -> Result<(), ExecError> {
                 std::ptr::write_bytes(lds_begin as *mut u8, LDS_FILL, lds_end - lds_begin);
             }
             std::ptr::write_bytes(dyn_ptr, LDS_FILL, spec.dynamic_lds);
-            (*std::ptr::addr_of_mut!(ffi::hipemu_state)).block_idx = block;
+            (*state).block_idx = block;
         }
         let mut launch = Launch {
             kernel,
             trampoline: spec.kernel.trampoline,
+            state,
             args: args.as_ptr(),
             block,
             stacks: &mut ex.stacks,

@@ -1,16 +1,15 @@
 //! The race check's executor side (shim/hipemu_race.cpp holds the shadow memory and the
 //! instrumentation callbacks): synchronisation epochs, the running thread, and the report.
 //!
-//! Kernels built with the instrumentation (the test kernels always; kernels/*.hip when hip-emu
-//! is built with HIPK_EMU_RACE_CHECK=1) report every LDS access; others never call in, so the
-//! bookkeeping here costs a few stores per fibre switch and nothing else.
+//! Kernels built with the instrumentation (hip-build with HIPK_EMU_RACE_CHECK=1; hip-emu's test
+//! kernels always) report every LDS access; others never call in, so the bookkeeping here costs
+//! a few stores per fibre switch and nothing else. Every host build has its own race state.
 
-use super::error::ExecError;
-#[cfg(hipemu_kernels)]
-use {super::error::Dim3, std::ffi::c_void};
+use super::error::{Dim3, ExecError};
+use super::host::ModuleRt;
+use std::ffi::c_void;
 
-#[cfg(hipemu_kernels)]
-mod ffi {
+pub(crate) mod ffi {
     use std::ffi::c_void;
 
     /// `hipemu_race_found` of shim/hipemu_race.cpp.
@@ -42,67 +41,65 @@ mod ffi {
         pub shadow_cells: usize,
         pub found: Found,
     }
-
-    extern "C" {
-        pub static mut hipemu_race: State;
-        pub fn hipemu_race_alloc(cells: usize) -> i32;
-    }
 }
 
-/// Access to the shim's race state; every method requires the executor lock (held by
-/// `execute` for the whole launch), which is what makes the `static mut` accesses sound.
-pub(crate) struct Race(());
+/// Access to a host build's race state; every method requires the executor lock (held by
+/// `execute` for the whole launch), which is what makes the accesses sound.
+pub(crate) struct Race {
+    rt: ModuleRt,
+}
 
-#[cfg(hipemu_kernels)]
 impl Race {
-    fn state() -> &'static mut ffi::State {
-        // SAFETY: only reached through a `Race`, which exists only under the executor lock; no
-        // fibre runs while the executor side touches the state (they alternate on one thread).
-        unsafe { &mut *std::ptr::addr_of_mut!(ffi::hipemu_race) }
+    fn state(&mut self) -> &mut ffi::State {
+        // SAFETY: a `Race` exists only under the executor lock; the state lives in a host build
+        // that is never unloaded; no fibre runs while the executor side touches the state (they
+        // alternate on one thread).
+        unsafe { &mut *self.rt.race }
     }
 
-    /// Starts a launch whose LDS is `static_lds` (the kernel file's hipemu_lds_<n> section) and
-    /// `dynamic_lds` (the whole dynamic buffer). Maps the shadow on first use, for
-    /// `max_static` bytes of static LDS (the largest section of any kernel).
+    /// Starts a launch of a kernel of the host build `rt` whose LDS is `static_lds` (the kernel
+    /// file's hipemu_lds_0 section) and `dynamic_lds` (the whole dynamic buffer). Maps the
+    /// shadow on first use.
     pub fn begin_launch(
+        rt: ModuleRt,
         static_lds: (usize, usize),
         dynamic_lds: (usize, usize),
-        max_static: usize,
     ) -> Result<Race, String> {
-        let s = Self::state();
-        let cells = max_static.max(static_lds.1 - static_lds.0) + (dynamic_lds.1 - dynamic_lds.0);
+        let mut race = Race { rt };
+        let s = race.state();
+        let cells = (static_lds.1 - static_lds.0) + (dynamic_lds.1 - dynamic_lds.0);
         if s.shadow.is_null() || s.shadow_cells < cells {
             // SAFETY: maps fresh memory for the shadow (the old one, if any, is too small and
-            // leaked: the section and the buffer never grow, so this happens once).
-            if unsafe { ffi::hipemu_race_alloc(cells) } != 0 {
+            // leaked: the section and the buffer never grow, so this happens once per build).
+            if unsafe { (rt.race_alloc)(cells) } != 0 {
                 return Err("cannot map the race check's shadow memory".into());
             }
         }
         (s.static_lo, s.static_hi) = static_lds;
         (s.dynamic_lo, s.dynamic_hi) = dynamic_lds;
         s.enabled = 1;
-        Ok(Race(()))
+        Ok(race)
     }
 
     /// A new block: a fresh barrier epoch (older shadow cells never match again).
     pub fn begin_block(&mut self) {
-        let s = Self::state();
+        let s = self.state();
         s.epoch = s.epoch.wrapping_add(1).max(1);
         s.wave_epoch = [0; 16];
         s.found.found = 0;
     }
 
     pub fn set_thread(&mut self, linear: u32) {
-        Self::state().tid = linear;
+        self.state().tid = linear;
     }
 
     pub fn barrier(&mut self) {
-        let s = Self::state();
+        let s = self.state();
         s.epoch = s.epoch.wrapping_add(1).max(1);
     }
 
     pub fn wave(&mut self, w: usize) {
-        let s = Self::state();
+        let s = self.state();
         s.wave_epoch[w.min(15)] = s.wave_epoch[w.min(15)].wrapping_add(1);
     }
 
@@ -113,7 +110,8 @@ impl Race {
         block: [u32; 3],
         dim: [u32; 3],
     ) -> Option<ExecError> {
-        let f = Self::state().found;
+        let f = self.state().found;
+        let root = self.rt.source_root;
         if f.found == 0 {
             return None;
         }
@@ -122,7 +120,7 @@ impl Race {
             format!(
                 "thread {} ({kind} at {})",
                 Dim3(tid3(tid, dim)),
-                source_line(pc)
+                source_line(pc, root)
             )
         };
         Some(ExecError::Race {
@@ -135,46 +133,26 @@ impl Race {
     }
 }
 
-#[cfg(hipemu_kernels)]
 impl Drop for Race {
     fn drop(&mut self) {
-        Self::state().enabled = 0;
+        self.state().enabled = 0;
     }
 }
 
-/// Without host kernels nothing is instrumented: the same interface, doing nothing.
-#[cfg(not(hipemu_kernels))]
-impl Race {
-    pub fn begin_launch(_: (usize, usize), _: (usize, usize), _: usize) -> Result<Race, String> {
-        Ok(Race(()))
-    }
-    pub fn begin_block(&mut self) {}
-    pub fn set_thread(&mut self, _: u32) {}
-    pub fn barrier(&mut self) {}
-    pub fn wave(&mut self, _: usize) {}
-    pub fn take(&mut self, _: &'static str, _: [u32; 3], _: [u32; 3]) -> Option<ExecError> {
-        None
-    }
-}
-
-#[cfg(hipemu_kernels)]
 fn tid3(t: u32, [x, y, _]: [u32; 3]) -> [u32; 3] {
     [t % x, (t / x) % y, t / (x * y)]
 }
 
-#[cfg(hipemu_kernels)]
 /// file:line of the instruction before return address `pc` (the instrumented access), from
 /// the kernels' DWARF line tables; the innermost inlined location.
-fn source_line(pc: *const c_void) -> String {
+fn source_line(pc: *const c_void, root: &str) -> String {
     let mut out = None;
     let addr = (pc as usize).wrapping_sub(1) as *mut c_void;
     backtrace::resolve(addr, |sym| {
         if out.is_none() {
             if let (Some(file), Some(line)) = (sym.filename(), sym.lineno()) {
                 let file = file.display().to_string();
-                let file = file
-                    .strip_prefix(env!("HIPEMU_SOURCE_ROOT"))
-                    .unwrap_or(&file);
+                let file = file.strip_prefix(root).unwrap_or(&file);
                 out = Some(format!("{file}:{line}"));
             }
         }

@@ -18,8 +18,8 @@ use corosensei::{Coroutine, CoroutineResult, Yielder};
 
 use super::error::{describe_sites, ranges, Dim3, ExecError, Site};
 use super::fault::{self, End, Running};
+use super::host::Trampoline;
 use super::race::Race;
-use super::registry::Trampoline;
 
 /// Lanes per wave (gfx906 and every DCU: wave64).
 pub(crate) const WAVE: usize = 64;
@@ -78,15 +78,13 @@ fn suspend(ev: Event, fallback: u64) -> u64 {
     r
 }
 
-/// Block barrier (shim: __syncthreads).
-#[no_mangle]
-pub extern "C" fn hipemu_barrier(file: *const c_char, line: u32) {
+/// Block barrier (shim: __syncthreads; handed to host builds by `host`).
+pub(crate) extern "C" fn hipemu_barrier(file: *const c_char, line: u32) {
     let _ = catch_unwind(|| suspend(Event::Barrier(Site { file, line }), 0));
 }
 
 /// Wave operation (shim: shuffles, DPP, ballot, readfirstlane, wave barrier).
-#[no_mangle]
-pub extern "C" fn hipemu_wave_op(
+pub(crate) extern "C" fn hipemu_wave_op(
     kind: u32,
     value: u64,
     src: i32,
@@ -108,6 +106,8 @@ pub extern "C" fn hipemu_wave_op(
 pub(crate) struct Launch<'a> {
     pub kernel: &'static str,
     pub trampoline: Trampoline,
+    /// The shim state of the kernel's host build.
+    pub state: *mut super::ffi::State,
     pub args: *const *const c_void,
     pub block: [u32; 3],
     pub stacks: &'a mut StackPool,
@@ -248,7 +248,7 @@ impl Block<'_, '_> {
         // SAFETY: the executor holds the launch lock; nothing else reads or writes the shim's
         // state while a block runs.
         unsafe {
-            let st = &mut *std::ptr::addr_of_mut!(super::ffi::hipemu_state);
+            let st = &mut *self.l.state;
             st.thread_idx = tid;
         }
         self.l.race.set_thread(t as u32);

@@ -74,7 +74,10 @@ fn copy(
         (Side::Device, Side::Device) => Some(Counter::BytesDtoD),
         (Side::Host, Side::Host) => None,
     };
+    let name_owned = name.to_owned();
     let work = move || {
+        memory::check_unpoisoned(dst, bytes, &format!("{name_owned} destination"))?;
+        memory::check_unpoisoned(src, bytes, &format!("{name_owned} source"))?;
         if bytes > 0 {
             // SAFETY: device ranges were checked to lie in live allocations (which hipFree
             // cannot unmap while work is queued: it waits for the device first); host ranges
@@ -118,7 +121,9 @@ fn memset(
         ))
     })?;
     check_side(dst, bytes, Side::Device, &format!("{name} destination"))?;
+    let what = format!("{name} destination");
     let work = move || {
+        memory::check_unpoisoned(dst, bytes, &what)?;
         if width == 1 {
             // SAFETY: as below; byte fills need no alignment.
             unsafe { std::ptr::write_bytes(dst as *mut u8, value as u8, count) };
@@ -207,6 +212,22 @@ hip_exports! {
 
     fn hipMemcpyPeerAsync(dst: *mut c_void, dst_device: c_int, src: *const c_void, src_device: c_int, bytes: usize, stream: hipStream_t) {
         copy_peer("hipMemcpyPeerAsync", dst as usize, dst_device, src as usize, src_device, bytes, stream, false)
+    }
+
+    /// hip-emu only: marks `[ptr, ptr + bytes)`, inside one device allocation, as belonging to
+    /// no live block (`live` 0) or to a live block again (`live` 1), at once. Sub-allocators
+    /// (hip-rt's caching allocator) call it so that an access outside every live block faults as
+    /// it would past a `hipMalloc` allocation (see [`memory`]).
+    fn hipemuPoison(ptr: *mut c_void, bytes: usize, live: c_int) {
+        runtime()?;
+        memory::set_poison(ptr as usize, bytes, live != 0)
+    }
+
+    /// hip-emu only: `hipemuPoison` queued on `stream` (a block freed or handed out in stream
+    /// order: work queued before it still sees the old state).
+    fn hipemuPoisonAsync(ptr: *mut c_void, bytes: usize, live: c_int, stream: hipStream_t) {
+        let (p, live) = (ptr as usize, live != 0);
+        submit("hipemuPoisonAsync", stream, false, Box::new(move || memory::set_poison(p, bytes, live)))
     }
 
     /// Device memory: a guarded host mapping filled with NaN bytes (see [`memory`]).

@@ -10,6 +10,13 @@
 //! New allocations are filled with 0xFF bytes, a NaN in f16, bf16, f32 and f64. A freed
 //! allocation is made inaccessible (PROT_NONE, its pages released) and kept in a bounded
 //! quarantine, so a use after free faults and is reported as such.
+//!
+//! Poisoning (like AddressSanitizer's manual poisoning API): a sub-allocator that carves blocks
+//! out of one allocation (hip-rt's caching allocator) marks the bytes that belong to no live
+//! block as poisoned ([`set_poison`]; exported as `hipemuPoison` and `hipemuPoisonAsync`). Pages wholly
+//! poisoned are made PROT_NONE (an access faults at once); poisoned bytes of the other pages
+//! hold canaries, checked after every launch like the slack. Either way the report names the
+//! live block the access ran past, as for an allocation of its own (see [`describe_address`]).
 
 use std::collections::{BTreeMap, VecDeque};
 use std::ffi::c_void;
@@ -94,6 +101,10 @@ fn canary(addr: usize) -> u8 {
 #[derive(Default)]
 struct Table {
     live: BTreeMap<usize, Allocation>,
+    /// Poisoned ranges (start -> end), disjoint and merged, each inside a live allocation.
+    poisoned: BTreeMap<usize, usize>,
+    /// Pages made PROT_NONE because they are wholly poisoned.
+    none_pages: std::collections::BTreeSet<usize>,
     /// Freed, still mapped PROT_NONE, oldest first.
     quarantine: VecDeque<Allocation>,
     quarantine_bytes: usize,
@@ -206,6 +217,7 @@ pub fn free(ptr: usize, pinned: bool) -> Res<Allocation> {
             None => return Err(Fail::invalid(describe_unknown(t, ptr, "free"))),
         }
         let alloc = t.live.remove(&ptr).expect("checked above");
+        drop_poison(t, alloc.map_base, alloc.map_base + alloc.map_len);
         let data = alloc.map_base + page_size();
         let data_len = alloc.map_len - 2 * page_size();
         // SAFETY: the data pages belong to this allocation, which was just removed from the live
@@ -263,6 +275,9 @@ fn freed_containing(t: &Table, ptr: usize) -> Option<&Allocation> {
 /// What `addr` is, for fault messages: inside/near a live allocation, in a freed one, or unknown.
 pub fn describe_address(addr: usize) -> String {
     with_table(|t| {
+        if let Some(text) = describe_poisoned(t, addr) {
+            return text;
+        }
         let near = t
             .live
             .range(..=addr.saturating_add(2 * page_size()))
@@ -331,6 +346,31 @@ pub fn is_live(ptr: usize) -> bool {
 pub fn corrupted_canaries() -> Vec<(Allocation, usize)> {
     with_table(|t| {
         let mut bad = Vec::new();
+        let page = page_size();
+        let ranges: Vec<(usize, usize)> = t.poisoned.iter().map(|(&s, &e)| (s, e)).collect();
+        for (s, e) in ranges {
+            // Pages wholly inside [s, e) are PROT_NONE: only the partial first and last pages
+            // hold canaries.
+            let head = (s, e.min(s.next_multiple_of(page)));
+            let tail = ((e / page * page).max(head.1), e);
+            for (lo, hi) in [head, tail] {
+                if lo >= hi || t.none_pages.contains(&(lo / page * page)) {
+                    continue;
+                }
+                // SAFETY: the page is mapped read-write (not in none_pages) and lies in a live
+                // allocation (poisoned ranges are dropped when their allocation is freed).
+                let hit = (lo..hi).find(|&addr| unsafe { *(addr as *const u8) } != canary(addr));
+                if let Some(addr) = hit {
+                    if let Some(a) = containing(&t.live, addr) {
+                        bad.push((a.clone(), addr));
+                    }
+                    for addr in lo..hi {
+                        // SAFETY: as above.
+                        unsafe { *(addr as *mut u8) = canary(addr) };
+                    }
+                }
+            }
+        }
         for a in t.live.values() {
             let hit = a.slack().into_iter().find_map(|(lo, hi)| {
                 // SAFETY: the slack lies in the read-write part of a live allocation's mapping.
@@ -349,6 +389,197 @@ pub fn corrupted_canaries() -> Vec<(Allocation, usize)> {
         }
         bad
     })
+}
+
+/// Err when `[ptr, ptr + len)` reaches poisoned memory (checked when a queued copy or memset
+/// runs: poisoning is stream-ordered).
+pub fn check_unpoisoned(ptr: usize, len: usize, what: &str) -> Res {
+    with_table(|t| match first_poisoned(t, ptr, ptr.saturating_add(len)) {
+        None => Ok(()),
+        Some(bad) => Err(Fail::new(
+            hipError_t::hipErrorIllegalAddress,
+            format!(
+                "{what}: {len} bytes at {ptr:#x} reach memory outside every live block: {}",
+                describe_poisoned(t, bad).unwrap_or_default()
+            ),
+        )),
+    })
+}
+
+/// The first poisoned address in `[lo, hi)`, if any.
+fn first_poisoned(t: &Table, lo: usize, hi: usize) -> Option<usize> {
+    if let Some((_, &e)) = t.poisoned.range(..=lo).next_back() {
+        if e > lo {
+            return Some(lo);
+        }
+    }
+    t.poisoned.range(lo..hi).next().map(|(&s, _)| s)
+}
+
+/// "addr is N bytes past the end of allocation (a live block of M bytes at ..., inside
+/// allocation #k ...)" when `addr` is poisoned.
+fn describe_poisoned(t: &Table, addr: usize) -> Option<String> {
+    let (&s, &e) = t.poisoned.range(..=addr).next_back()?;
+    if addr >= e {
+        return None;
+    }
+    let a = containing(&t.live, addr)?;
+    // The live block before this poisoned range: from the previous range's end (or the
+    // allocation's start) to `s`.
+    let block_start = t
+        .poisoned
+        .range(..s)
+        .next_back()
+        .map_or(a.start, |(_, &pe)| pe)
+        .max(a.start);
+    if s > a.start && block_start < s {
+        return Some(format!(
+            "{addr:#x} is {} bytes past the end of allocation (a live block of {} bytes at {block_start:#x} that a caching allocator handed out of {})",
+            addr - s,
+            s - block_start,
+            a.describe()
+        ));
+    }
+    if e < a.end() {
+        let next_end = t.poisoned.range(e..).next().map_or(a.end(), |(&ns, _)| ns);
+        return Some(format!(
+            "{addr:#x} is {} bytes before the start of allocation (a live block of {} bytes at {e:#x} that a caching allocator handed out of {})",
+            e - addr,
+            next_end - e,
+            a.describe()
+        ));
+    }
+    Some(format!(
+        "{addr:#x} is in a part of {} that holds no live block (a freed block of a caching allocator: use after free?)",
+        a.describe()
+    ))
+}
+
+/// Forgets the poisoning inside `[lo, hi)` (an allocation being freed).
+fn drop_poison(t: &mut Table, lo: usize, hi: usize) {
+    let keys: Vec<usize> = t.poisoned.range(lo..hi).map(|(&s, _)| s).collect();
+    for k in keys {
+        t.poisoned.remove(&k);
+    }
+    let pages: Vec<usize> = t.none_pages.range(lo..hi).copied().collect();
+    for p in pages {
+        t.none_pages.remove(&p);
+    }
+}
+
+/// Marks `[ptr, ptr + len)` (inside one live device allocation) as poisoned (`live` false) or
+/// as a live block again (`live` true); see the module docs.
+pub fn set_poison(ptr: usize, len: usize, live: bool) -> Res {
+    if len == 0 {
+        return Ok(());
+    }
+    with_table(|t| {
+        let Some(a) = containing(&t.live, ptr).cloned() else {
+            return Err(Fail::invalid(format!(
+                "hipemuPoison: {ptr:#x} is not in a live allocation"
+            )));
+        };
+        let end = ptr
+            .checked_add(len)
+            .filter(|&e| e <= a.end())
+            .ok_or_else(|| {
+                Fail::invalid(format!(
+                    "hipemuPoison: {len} bytes at {ptr:#x} run past the end of {}",
+                    a.describe()
+                ))
+            })?;
+        // Remove [ptr, end) from the set, keeping the parts of overlapping ranges outside it.
+        let mut overlapping: Vec<(usize, usize)> = t
+            .poisoned
+            .range(..end)
+            .rev()
+            .take_while(|(_, &e)| e >= ptr)
+            .map(|(&s, &e)| (s, e))
+            .collect();
+        overlapping.retain(|&(s, e)| e > ptr || (!live && e == ptr) || s >= ptr);
+        let (mut lo, mut hi) = (ptr, end);
+        for &(s, e) in &overlapping {
+            t.poisoned.remove(&s);
+            if live {
+                if s < ptr {
+                    t.poisoned.insert(s, ptr);
+                }
+                if e > end {
+                    t.poisoned.insert(end, e);
+                }
+            } else {
+                lo = lo.min(s);
+                hi = hi.max(e);
+            }
+        }
+        if !live {
+            // Merge with a range starting right at the end.
+            if let Some(e2) = t.poisoned.remove(&hi) {
+                hi = e2;
+            }
+            t.poisoned.insert(lo, hi);
+        }
+        reprotect(t, &a, ptr, end);
+        Ok(())
+    })
+}
+
+/// Page protections and canaries of the pages overlapping `[lo, hi)` after a change.
+fn reprotect(t: &mut Table, a: &Allocation, lo: usize, hi: usize) {
+    let page = page_size();
+    let data_lo = a.map_base + page;
+    let data_hi = a.map_base + a.map_len - page;
+    let mut p = (lo / page * page).max(data_lo);
+    while p < hi.next_multiple_of(page).min(data_hi) {
+        let covered = first_unpoisoned(t, p, p + page).is_none();
+        let was_none = t.none_pages.contains(&p);
+        if covered && !was_none {
+            // SAFETY: a page of this live allocation's data, wholly poisoned: no live block
+            // uses it.
+            unsafe { libc::mprotect(p as *mut c_void, page, libc::PROT_NONE) };
+            t.none_pages.insert(p);
+        } else if !covered {
+            if was_none {
+                // SAFETY: a page of this live allocation's data that holds live bytes again.
+                unsafe {
+                    libc::mprotect(p as *mut c_void, page, libc::PROT_READ | libc::PROT_WRITE)
+                };
+                t.none_pages.remove(&p);
+            }
+            let parts: Vec<(usize, usize)> = t
+                .poisoned
+                .range(..p + page)
+                .rev()
+                .take_while(|(_, &e)| e > p)
+                .map(|(&s, &e)| (s.max(p), e.min(p + page)))
+                .collect();
+            for (s, e) in parts {
+                for addr in s..e {
+                    // SAFETY: read-write page of a live allocation; poisoned bytes belong to
+                    // no live block.
+                    unsafe { *(addr as *mut u8) = canary(addr) };
+                }
+            }
+        }
+        p += page;
+    }
+}
+
+/// The first byte of `[lo, hi)` that is not poisoned, if any.
+fn first_unpoisoned(t: &Table, lo: usize, hi: usize) -> Option<usize> {
+    let mut at = lo;
+    if let Some((_, &e)) = t.poisoned.range(..=at).next_back() {
+        if e > at {
+            at = e;
+        }
+    }
+    while at < hi {
+        match t.poisoned.get(&at) {
+            Some(&e) => at = e,
+            None => return Some(at),
+        }
+    }
+    None
 }
 
 #[cfg(test)]
@@ -389,6 +620,54 @@ mod tests {
             .unwrap_err()
             .message
             .contains("freed"));
+    }
+
+    #[test]
+    fn poisoned_bytes_are_reported_past_the_live_block_before_them() {
+        let page = page_size();
+        let a = allocate(3 * page, Owner::Device(0)).unwrap();
+        set_poison(a.start, a.size, false).unwrap();
+        set_poison(a.start, 1000, true).unwrap();
+        let protected = |p: usize| with_table(|t| t.none_pages.contains(&p));
+        assert!(
+            !protected(a.start),
+            "the page of the live block stays accessible"
+        );
+        assert!(protected(a.start + page) && protected(a.start + 2 * page));
+        // A write 10 bytes past the block lands on a canary of its page.
+        // SAFETY: byte 1010 is poisoned but on a read-write page of the live allocation.
+        unsafe { *((a.start + 1010) as *mut u8) = 0 };
+        let hits = corrupted_canaries();
+        assert!(hits
+            .iter()
+            .any(|(b, addr)| b.id == a.id && *addr == a.start + 1010));
+        let text = describe_address(a.start + page + 96);
+        assert!(
+            text.contains(&format!(
+                "{} bytes past the end of allocation",
+                page + 96 - 1000
+            )) && text.contains("a live block of 1000 bytes"),
+            "{text}"
+        );
+        assert!(check_unpoisoned(a.start, 1000, "copy").is_ok());
+        let err = check_unpoisoned(a.start + 900, 101, "copy").unwrap_err();
+        assert!(err.message.contains("0 bytes past the end"), "{err}");
+        // A second block in the middle page makes that page accessible again.
+        set_poison(a.start + page, 100, true).unwrap();
+        assert!(!protected(a.start + page) && protected(a.start + 2 * page));
+        // SAFETY: the new live block's bytes are mapped read-write.
+        unsafe { *((a.start + page + 50) as *mut u8) = 7 };
+        assert!(describe_address(a.start + page + 150).contains("50 bytes past the end"));
+        // Freed again: wholly poisoned, protected; merged with its poisoned neighbours.
+        set_poison(a.start + page, 100, false).unwrap();
+        assert!(protected(a.start + page));
+        with_table(|t| {
+            let inside: Vec<_> = t.poisoned.range(a.start..a.end()).collect();
+            assert_eq!(inside, [(&(a.start + 1000), &a.end())]);
+        });
+        assert!(set_poison(a.start, a.size + 1, false).is_err());
+        free(a.start, false).unwrap();
+        with_table(|t| assert!(t.poisoned.range(a.start..a.end()).next().is_none()));
     }
 
     #[test]

@@ -1,6 +1,7 @@
 //! Modules and functions: `hipModuleLoadData`, `hipModuleGetFunction`, `hipModuleUnload`,
 //! `hipFuncGetAttribute`. A function exists only if its name is both in the module's gfx906
-//! code object (its metadata) and in the host build's registry (`crate::exec`).
+//! code object (its metadata) and in the code object's host build (`crate::exec::host`, found
+//! by the code object's content key).
 
 use std::collections::HashMap;
 use std::ffi::{c_char, c_int, c_uint, c_void, CStr};
@@ -20,6 +21,8 @@ pub struct Module {
     pub device: i32,
     pub target: String,
     pub kernels: Vec<KernelMeta>,
+    /// The host-build key of the image (or why it has none).
+    pub host_key: Result<String, String>,
 }
 
 /// A function of a loaded module.
@@ -69,11 +72,13 @@ unsafe fn load(out_module: *mut hipModule_t, image: *const c_void) -> Res {
     // those bytes are readable.
     let bytes = unsafe { std::slice::from_raw_parts(image.cast::<u8>(), len) };
     let code = metadata::parse_image(bytes, GCN_ARCH_NAME)?;
+    let host_key = hip_codeobj::emu::host_key(bytes).map_err(|e| e.to_string());
     let handle = new_handle();
     let m = Module {
         device: dev,
         target: code.target,
         kernels: code.kernels,
+        host_key,
     };
     with_tables(|t| t.modules.insert(handle, Arc::new(m)));
     // SAFETY: out-parameter per the C API contract.
@@ -93,12 +98,19 @@ fn get_function(m: hipModule_t, name: &str) -> Res<usize> {
             ),
         ));
     };
-    let kernel = exec::lookup(name).ok_or_else(|| {
-        let why = match exec::host_build_available() {
-            Ok(()) => "is not in hip-emu's host build of kernels/*.hip (only those kernels can run on the emulator)".to_owned(),
-            Err(reason) => format!("cannot run: hip-emu was built without its kernels ({reason})"),
-        };
-        Fail::new(hipError_t::hipErrorNotFound, format!("kernel `{name}` {why}"))
+    let not_found = |why: String| {
+        Fail::new(
+            hipError_t::hipErrorNotFound,
+            format!("kernel `{name}` cannot run on hip-emu: {why}"),
+        )
+    };
+    let key = module.host_key.clone().map_err(not_found)?;
+    let host = exec::host::load_for_key(&key).map_err(not_found)?;
+    let kernel = host.lookup(name).ok_or_else(|| {
+        not_found(format!(
+            "its host build {} does not define it (a stale build? rebuild the crate)",
+            host.path.display()
+        ))
     })?;
     let handle = new_handle();
     let f = Function {

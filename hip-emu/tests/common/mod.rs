@@ -3,7 +3,8 @@
 //!   `hip-emu-client-tests` package, hip-emu/client-tests/, which includes this file by path):
 //!   [`setup`] points the loader at the freshly built libhip_emu.so, [`last_message`] reads its
 //!   detailed error;
-//! - executor tests (`exec_*.rs`, the registry kernels on host buffers): [`launch`] /
+//! - executor tests (`exec_*.rs`, kernels compiled for the host here with hip-build's host
+//!   build, on host buffers): [`kernel`] / [`host_module`], [`launch`] /
 //!   [`launch1`] with arguments from [`arg`] / [`ptr`], [`available`], [`Guarded`] buffers and
 //!   [`within_a_minute`].
 #![allow(dead_code)]
@@ -109,7 +110,67 @@ pub struct Opts {
     pub seed: Option<u64>,
 }
 
-/// Runs `name` from the registry.
+/// The repository's root (the first ancestor of the test's package holding Cargo.lock): sources
+/// are named relative to it.
+pub fn repo_root() -> PathBuf {
+    let manifest = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    manifest
+        .ancestors()
+        .find(|d| d.join("Cargo.lock").is_file())
+        .unwrap_or_else(|| panic!("no Cargo.lock above {}", manifest.display()))
+        .to_path_buf()
+}
+
+/// The host build of the kernel source `rel` (relative to the repository root), compiled once
+/// per content (cached under Cargo's target tmp dir) and loaded. `race`: with the race check's
+/// instrumentation.
+pub fn host_module(rel: &str, race: bool) -> &'static exec::HostModule {
+    use std::collections::HashMap;
+    use std::sync::Mutex;
+    static BUILT: Mutex<Option<HashMap<(String, bool), &'static exec::HostModule>>> =
+        Mutex::new(None);
+    let mut guard = BUILT.lock().unwrap_or_else(|p| p.into_inner());
+    let map = guard.get_or_insert_with(HashMap::new);
+    if let Some(m) = map.get(&(rel.to_string(), race)) {
+        return m;
+    }
+    let cxx = hip_build::host::HostCompiler::find().expect("a clang++ >= 15 (see available())");
+    let root = repo_root();
+    let mut opts = hip_build::host::HostOptions::new(
+        PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("hipemu-host"),
+    );
+    opts.source_root = Some(root.clone());
+    opts.race = race;
+    let object = cxx
+        .compile(&root.join(rel), &opts)
+        .unwrap_or_else(|e| panic!("host build of {rel}: {e}"));
+    let m = exec::host::load(&object.path).unwrap_or_else(|e| panic!("loading {rel}: {e}"));
+    map.insert((rel.to_string(), race), m);
+    m
+}
+
+/// The kernel `name`: `hipemu_test_mc_*` from tests/kernels/mc_tile.hip and the other
+/// `hipemu_test_*` from tests/kernels/checks.hip (always race-checked),
+/// `hipk_test_*` from hip-rt's test kernels, else `<first word>_...` from kernels/<first
+/// word>.hip (race-checked with HIPK_EMU_RACE_CHECK=1).
+pub fn kernel(name: &str) -> &'static exec::KernelInfo {
+    let race_env = std::env::var("HIPK_EMU_RACE_CHECK").is_ok_and(|v| v == "1");
+    let (rel, race) = if name.starts_with("hipemu_test_mc_") {
+        ("hip-emu/tests/kernels/mc_tile.hip".to_string(), true)
+    } else if name.starts_with("hipemu_test_") {
+        ("hip-emu/tests/kernels/checks.hip".to_string(), true)
+    } else if name.starts_with("hipk_test_") {
+        ("hip-rt/kernels/test_kernels.hip".to_string(), race_env)
+    } else {
+        let family = name.split('_').next().unwrap_or(name);
+        (format!("kernels/{family}.hip"), race_env)
+    };
+    host_module(&rel, race)
+        .lookup(name)
+        .unwrap_or_else(|| panic!("{name} is not in the host build of {rel}"))
+}
+
+/// Runs `name` ([`kernel`]).
 pub fn launch(
     name: &str,
     grid: [u32; 3],
@@ -117,7 +178,7 @@ pub fn launch(
     args: &[Vec<u8>],
     o: Opts,
 ) -> Result<(), ExecError> {
-    let kernel = exec::lookup(name).unwrap_or_else(|| panic!("{name} is not in the host registry"));
+    let kernel = kernel(name);
     let params: Vec<&[u8]> = args.iter().map(|a| a.as_slice()).collect();
     exec::execute(&LaunchSpec {
         kernel,
@@ -147,10 +208,11 @@ pub fn within_a_minute<R: Send + 'static>(f: impl FnOnce() -> R + Send + 'static
         .expect("the launch hung")
 }
 
-/// True when the kernels were compiled for the host; else prints why the test is skipped.
+/// True when kernels can be compiled for the host (a clang++ >= 15); else prints why the test
+/// is skipped.
 pub fn available() -> bool {
-    match exec::host_build_available() {
-        Ok(()) => true,
+    match hip_build::host::HostCompiler::find() {
+        Ok(_) => true,
         Err(why) => {
             if std::env::var("HIPK_REQUIRE_KERNELS").is_ok_and(|v| v == "1") {
                 panic!("HIPK_REQUIRE_KERNELS=1 but hip-emu has no host kernels: {why}");

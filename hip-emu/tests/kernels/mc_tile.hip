@@ -1,5 +1,5 @@
 // hip-emu/tests/kernels/mc_tile.hip — TEST-ONLY kernels: hip-emu's emulation of the matrix-core
-// tile multiply-accumulate (kernels/mc_tile.h, hip-emu/shim/hip/hipemu_mma.h), driven with the
+// tile multiply-accumulate (kernels/mc_tile.h, hip-build/shim/hip/hipemu_mma.h), driven with the
 // lane layout of kernels/mc_layout.h. Launched by tests/exec_mc_tile.rs with one block.
 #include <hip/hip_runtime.h>
 #include <stdint.h>

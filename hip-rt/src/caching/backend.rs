@@ -65,6 +65,15 @@ pub trait Backend: Send + 'static {
     /// Blocks the host until all work on the device has completed.
     fn synchronize_device(&mut self) -> Result<(), BackendError>;
 
+    /// Tells the device which bytes of a segment hold a live block (`live`) and which belong
+    /// to none, for a memory checker (hip-emu: an access outside every live block is reported
+    /// as an out-of-bounds access). `stream`: in the order of that stream's work (a block
+    /// freed or handed out for it); `None`: at once (a fresh segment). The default does
+    /// nothing; a failure is ignored (it only weakens the check).
+    fn mark(&mut self, ptr: DevicePtr, size: usize, live: bool, stream: Option<Self::Stream>) {
+        let _ = (ptr, size, live, stream);
+    }
+
     /// Takes back an event the policy no longer needs (it has completed), e.g. into a pool
     /// for the next `record_event`. The default drops it.
     fn recycle_event(&mut self, event: Self::Event) {

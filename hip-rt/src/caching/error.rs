@@ -7,7 +7,7 @@ use super::config::ConfigError;
 use super::{KLARGE_BUFFER, MIB};
 
 /// Any failure of the caching allocator.
-#[derive(Debug, thiserror::Error)]
+#[derive(thiserror::Error)]
 pub enum AllocError {
     /// The request did not fit even after releasing the cache and retrying.
     #[error(transparent)]
@@ -353,5 +353,14 @@ impl OutOfMemory {
                  batch size / working set"
             ),
         }
+    }
+}
+
+/// The Debug form is the Display text (what happened, the values, and the hint), so that
+/// `fn main() -> Result<(), Box<dyn std::error::Error>>` and `.unwrap()` print the whole
+/// message rather than the bare fields.
+impl std::fmt::Debug for AllocError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{self}")
     }
 }

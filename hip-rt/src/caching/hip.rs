@@ -103,6 +103,15 @@ impl Backend for HipBackend {
         self.on_device(|| unsafe { result::memory::free(ptr) })
     }
 
+    /// On hip-emu, the emulator's poisoning (`hip_rt::emu::mark_block`); elsewhere nothing.
+    fn mark(&mut self, ptr: DevicePtr, size: usize, live: bool, stream: Option<RawStream>) {
+        let _ = self.on_device(|| {
+            let stream = stream.map(|s| s.0 as hip_sys::hipStream_t);
+            crate::emu::mark_block(ptr, size, live, stream);
+            Ok(())
+        });
+    }
+
     fn mem_info(&mut self) -> std::result::Result<MemInfo, BackendError> {
         let (free, total) = self.on_device(result::device::mem_info)?;
         Ok(MemInfo { free, total })

@@ -50,6 +50,12 @@
 //! [`HipBackend`] on hip-emu, the CPU-emulated HIP device, in the device tests
 //! (`tests/caching_device.rs`, `tests/device_memory_stats.rs`, `--features device`). Neither has
 //! run on a GPU.
+//!
+//! Memory checking: the policy tells its backend which bytes of a segment hold a live block
+//! ([`Backend::mark`]: a new segment is all free; a handed-out block's requested bytes are live,
+//! its rounding slack is not; a freed block is not, in its stream's order). [`HipBackend`]
+//! passes this to hip-emu (`hip_rt::emu::mark_block`; nothing on a real runtime), which then
+//! reports an access past a cached block as it reports one past a `hipMalloc` allocation.
 
 mod backend;
 mod config;

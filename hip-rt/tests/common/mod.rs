@@ -45,5 +45,36 @@ pub fn build_bundle(archs: &[&str]) -> Result<Vec<u8>, String> {
         )),
     };
     let _ = std::fs::remove_dir_all(&dir);
+    if let Ok(image) = &result {
+        host_build_for_emu(image)?;
+    }
     result
+}
+
+/// The host build of the test kernels for hip-emu, installed under the key of `image` in a
+/// directory hip-emu is told about (nothing happens on a real runtime, or without a clang++ >=
+/// 15: then hip-emu's error names what is missing).
+pub fn host_build_for_emu(image: &[u8]) -> Result<(), String> {
+    use hip_build::host::{install, HostCompiler, HostOptions};
+    let Ok(cxx) = HostCompiler::find() else {
+        return Ok(());
+    };
+    let manifest = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    let base = option_env!("CARGO_TARGET_TMPDIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| manifest.join("../target/tmp"));
+    let mut opts = HostOptions::new(base.join("hipemu-host"));
+    opts.source_root = Some(manifest.clone());
+    let object = cxx
+        .compile(&manifest.join("kernels/test_kernels.hip"), &opts)
+        .map_err(|e| e.to_string())?;
+    let dir = base.join("hipemu-keys");
+    match install(&object.path, image, &dir) {
+        Ok(_) => {}
+        // No gfx906 code object: nothing hip-emu could load.
+        Err(hip_build::host::HostError::Key(_)) => return Ok(()),
+        Err(e) => return Err(e.to_string()),
+    }
+    hip_rt::emu::add_kernel_dir(&dir);
+    Ok(())
 }

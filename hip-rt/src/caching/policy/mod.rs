@@ -290,6 +290,8 @@ impl<B: Backend> Policy<B> {
         let b = &mut self.blocks[id as usize];
         b.indexed = indexed;
         let ptr = DevicePtr(b.addr);
+        // Exactly the requested bytes are live: the rounding slack stays poisoned.
+        self.backend.mark(ptr, size, true, Some(stream));
         if indexed {
             self.by_addr.insert(ptr.0, id);
         }
@@ -391,6 +393,8 @@ impl<B: Backend> Policy<B> {
             });
         }
         self.total_reserved += size;
+        // No block of the new segment is live yet.
+        self.backend.mark(ptr, size, false, None);
         let ty = if small {
             StatType::SmallPool
         } else {
@@ -602,6 +606,9 @@ impl<B: Backend> Policy<B> {
 
     /// Puts a block back into its pool, merging it with free neighbours.
     fn free_block(&mut self, id: u32) {
+        let b = &self.blocks[id as usize];
+        let (addr, size, stream) = (DevicePtr(b.addr), b.size, self.streams[b.stream as usize]);
+        self.backend.mark(addr, size, false, Some(stream));
         let b = &self.blocks[id as usize];
         let (ty, original, requested) = (b.stat_type(), b.size as u64, b.requested as u64);
         let mut net_count: i64 = 0;

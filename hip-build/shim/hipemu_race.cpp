@@ -1,8 +1,8 @@
 // hip-emu race check: the ThreadSanitizer instrumentation callbacks, implemented here as an LDS
 // shadow-memory checker (no TSan runtime is linked).
 //
-// Kernels compiled with -fsanitize=thread (build.rs: the test kernels always, kernels/*.hip with
-// HIPK_EMU_RACE_CHECK=1) call __tsan_readN/__tsan_writeN before every memory access. Accesses
+// Kernels compiled with -fsanitize=thread (hip-build's host build with HIPK_EMU_RACE_CHECK=1,
+// and hip-emu's own test kernels always) call __tsan_readN/__tsan_writeN before every memory access. Accesses
 // outside LDS (the hipemu_lds section of static __shared__ variables and the dynamic LDS buffer)
 // return at once. For LDS, one shadow cell per byte records the last writer and the last
 // reader(s) with the synchronisation epoch they accessed it in: the block's barrier epoch (bumped

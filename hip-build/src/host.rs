@@ -1,0 +1,514 @@
+//! The host build of HIP kernels for hip-emu, the emulated HIP device on the CPU.
+//!
+//! [`HostCompiler::compile`] compiles one kernel source as ordinary host C++ (clang++ >= 15,
+//! C++17, `-O2`) against the shim in `shim/` (shipped inside this crate: [`SHIM_FILES`]), which
+//! replaces the HIP device builtins (`__syncthreads`, shuffles, DPP, `__shared__`, ...) with
+//! calls into hip-emu's executor. The result is one shared object per source: every
+//! `extern "C" __global__` function of the preprocessed source gets a trampoline and its
+//! parameter sizes (deduced from its C++ type), and the object exports one entry point,
+//! `hipemu_module_init` (`shim/hipemu_registry.h`). No list of kernel names is kept anywhere.
+//!
+//! [`install`] then names a copy after the [`host key`](hip_codeobj::emu::host_key) of the
+//! code object hipcc built from the same source. At `hipModuleLoadData`, hip-emu computes the
+//! same key from the image and loads `<key>.so` from its search path (hip-emu's README: the
+//! `OUT_DIR`s of the running program's Cargo target directory, `HIPK_EMU_KERNELS`). So any
+//! crate's kernels run on hip-emu, with the same checks as hip-kernels' own.
+//!
+//! [`crate::Builder::build`] does all of this for every source it compiles with hipcc, when a
+//! clang++ >= 15 is found ([`ENV_VARS`] control it). Compiles are cached by content (the
+//! preprocessed source, the flags, the compiler and the shim): a rebuild with the same inputs
+//! copies the cached object.
+
+use hip_codeobj::emu::{fnv1a64, host_key, KeyError};
+use std::fmt::Write as _;
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+/// Environment variables of the host build (each a `rerun-if-env-changed` of a [`crate::Builder`]):
+/// `HIPK_EMU_CXX` (the clang++ to use), `HIPK_EMU_HOST_BUILD` (`0`: no host build; `1`: a
+/// missing compiler or a failed host compile is a build error instead of a warning),
+/// `HIPK_EMU_RACE_CHECK` (`1`: instrument the kernels for hip-emu's LDS race check, about 2×
+/// slower kernels), `HIPK_EMU_NO_FMA` (`1`: no `-mfma`).
+pub const ENV_VARS: &[&str] = &[
+    "HIPK_EMU_CXX",
+    "HIPK_EMU_HOST_BUILD",
+    "HIPK_EMU_RACE_CHECK",
+    "HIPK_EMU_NO_FMA",
+];
+
+/// The shim, as `(relative path, text)`: written next to each host build (it ships inside this
+/// crate, so a downstream build needs nothing from hip-emu's sources).
+pub const SHIM_FILES: &[(&str, &str)] = &[
+    (
+        "hip/hip_runtime.h",
+        include_str!("../shim/hip/hip_runtime.h"),
+    ),
+    ("hip/hip_fp16.h", include_str!("../shim/hip/hip_fp16.h")),
+    (
+        "hipemu_registry.h",
+        include_str!("../shim/hipemu_registry.h"),
+    ),
+    ("hipemu_state.cpp", include_str!("../shim/hipemu_state.cpp")),
+    ("hipemu_race.cpp", include_str!("../shim/hipemu_race.cpp")),
+];
+
+/// Flags of every host compile, besides include dirs, `-mfma` and the race instrumentation.
+pub const HOST_FLAGS: &[&str] = &[
+    "-std=c++17",
+    "-O2",
+    // Line tables: the race check reports kernel source lines.
+    "-g1",
+    "-fPIC",
+    "-fvisibility=hidden",
+    "-fno-exceptions",
+    "-fno-rtti",
+    "-fno-strict-aliasing",
+    // Frames over a page probe every page, so a fibre's stack overflow always lands on its
+    // guard page.
+    "-fstack-clash-protection",
+    "-Wno-pass-failed",
+    "-Wno-unknown-pragmas",
+];
+
+/// Why a host build failed.
+#[derive(Debug, thiserror::Error)]
+pub enum HostError {
+    /// No usable clang++.
+    #[error("no clang++ >= 15 found (tried {tried}); install clang-15 (Debian: apt-get install clang-15) or set HIPK_EMU_CXX")]
+    NoCompiler {
+        /// The names tried.
+        tried: String,
+    },
+    /// `HIPK_EMU_CXX` names something that is not a clang++ >= 15.
+    #[error("HIPK_EMU_CXX={cxx} is {what}; set it to a clang++ >= 15")]
+    BadCompiler {
+        /// The value.
+        cxx: String,
+        /// What it is instead.
+        what: String,
+    },
+    /// A file could not be read or written.
+    #[error("{path}: {source}")]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// The error.
+        source: std::io::Error,
+    },
+    /// The compiler failed.
+    #[error("the host build of {source_file} failed (a HIP builtin hip-emu's shim lacks?)\ncommand: {command}\nstderr:\n{stderr}")]
+    Compile {
+        /// The kernel source.
+        source_file: PathBuf,
+        /// The command line.
+        command: String,
+        /// What the compiler printed.
+        stderr: String,
+    },
+    /// The code object given to [`install`] has no key.
+    #[error("no host key for this image: {0}")]
+    Key(#[from] KeyError),
+}
+
+fn io(path: &Path) -> impl FnOnce(std::io::Error) -> HostError + '_ {
+    move |source| HostError::Io {
+        path: path.to_path_buf(),
+        source,
+    }
+}
+
+/// A clang++ >= 15 for host builds.
+#[derive(Clone, Debug)]
+pub struct HostCompiler {
+    cxx: PathBuf,
+    version: String,
+}
+
+/// How to compile: see the field docs; [`HostOptions::new`] gives the defaults.
+#[derive(Clone, Debug)]
+pub struct HostOptions {
+    /// Where compiled objects are cached, by content.
+    pub cache_dir: PathBuf,
+    /// More include directories (the source's own directory is always on the path).
+    pub include_dirs: Vec<PathBuf>,
+    /// `__FILE__` and race reports name sources relative to this directory.
+    pub source_root: Option<PathBuf>,
+    /// Instrument the kernels for hip-emu's LDS race check.
+    pub race: bool,
+    /// Use FMA instructions for `fmaf` (else a correctly rounded libm call: same results).
+    pub fma: bool,
+}
+
+impl HostOptions {
+    /// Cache in `cache_dir`; race check from `HIPK_EMU_RACE_CHECK=1`; FMA when this machine
+    /// has it, builds for itself (build scripts: `HOST` = `TARGET`) and `HIPK_EMU_NO_FMA` is
+    /// not `1`.
+    pub fn new(cache_dir: impl Into<PathBuf>) -> HostOptions {
+        let var_is_1 = |k: &str| std::env::var(k).is_ok_and(|v| v == "1");
+        let cross = std::env::var("HOST").ok() != std::env::var("TARGET").ok();
+        HostOptions {
+            cache_dir: cache_dir.into(),
+            include_dirs: Vec::new(),
+            source_root: None,
+            race: var_is_1("HIPK_EMU_RACE_CHECK"),
+            fma: !var_is_1("HIPK_EMU_NO_FMA") && !cross && host_has_fma(),
+        }
+    }
+}
+
+fn host_has_fma() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        std::arch::is_x86_feature_detected!("fma")
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        false
+    }
+}
+
+/// One compiled source.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct HostObject {
+    /// The shared object (in the cache directory).
+    pub path: PathBuf,
+    /// Its kernels, in source order.
+    pub kernels: Vec<String>,
+}
+
+impl HostCompiler {
+    /// `HIPK_EMU_CXX` if set, else the first clang++ >= 15 among `clang++`, `clang++-20` ..
+    /// `clang++-15` and `/usr/lib/llvm-<v>/bin/clang++`.
+    pub fn find() -> Result<HostCompiler, HostError> {
+        if let Some(cxx) = std::env::var_os("HIPK_EMU_CXX").filter(|v| !v.is_empty()) {
+            let p = PathBuf::from(&cxx);
+            return match clang_version(&p) {
+                Some((v, text)) if v >= 15 => Ok(HostCompiler {
+                    cxx: p,
+                    version: text,
+                }),
+                Some((v, _)) => Err(HostError::BadCompiler {
+                    cxx: p.display().to_string(),
+                    what: format!("clang {v}"),
+                }),
+                None => Err(HostError::BadCompiler {
+                    cxx: p.display().to_string(),
+                    what: "not a runnable clang++".into(),
+                }),
+            };
+        }
+        let mut candidates = vec![PathBuf::from("clang++")];
+        for v in (15..=20).rev() {
+            candidates.push(PathBuf::from(format!("clang++-{v}")));
+            candidates.push(PathBuf::from(format!("/usr/lib/llvm-{v}/bin/clang++")));
+        }
+        for c in &candidates {
+            if let Some((v, text)) = clang_version(c) {
+                if v >= 15 {
+                    return Ok(HostCompiler {
+                        cxx: c.clone(),
+                        version: text,
+                    });
+                }
+            }
+        }
+        Err(HostError::NoCompiler {
+            tried: "clang++, clang++-20..15, /usr/lib/llvm-*/bin/clang++".into(),
+        })
+    }
+
+    /// The compiler's path.
+    pub fn path(&self) -> &Path {
+        &self.cxx
+    }
+
+    /// Compiles `src` (or returns the cached object of identical inputs).
+    pub fn compile(&self, src: &Path, opts: &HostOptions) -> Result<HostObject, HostError> {
+        fs::create_dir_all(&opts.cache_dir).map_err(io(&opts.cache_dir))?;
+        let shim = write_shim(&opts.cache_dir)?;
+        let text = fs::read_to_string(src).map_err(io(src))?;
+        let src_dir = src.parent().unwrap_or(Path::new(".")).to_path_buf();
+        let mut flags: Vec<String> = HOST_FLAGS.iter().map(|s| s.to_string()).collect();
+        if opts.fma {
+            flags.push("-mfma".into());
+        }
+        if let Some(root) = &opts.source_root {
+            flags.push(format!("-fmacro-prefix-map={}/=", root.display()));
+        }
+        for dir in [&shim, &src_dir].into_iter().chain(&opts.include_dirs) {
+            flags.push("-I".into());
+            flags.push(dir.display().to_string());
+        }
+        // `extern __shared__ T name[];` cannot be a macro: compile a rewritten copy (same line
+        // count; #line keeps the kernel's own file name in every message).
+        let stem = src
+            .file_stem()
+            .map_or("kernels".into(), |s| s.to_string_lossy());
+        let input = if text.contains("extern __shared__") {
+            let copy = opts
+                .cache_dir
+                .join(format!("{stem}-{:016x}.hip", fnv1a64(text.as_bytes())));
+            let rewritten = format!(
+                "#line 1 \"{}\"\n{}",
+                src.display(),
+                rewrite_extern_shared(&text)
+            );
+            write_if_changed(&copy, &rewritten)?;
+            copy
+        } else {
+            src.to_path_buf()
+        };
+        let pre = self.run(
+            src,
+            Command::new(&self.cxx)
+                .args(["-x", "c++", "-E"])
+                .args(&flags)
+                .arg(&input),
+        )?;
+        let kernels = kernel_names(&pre);
+        let mut key_text = format!(
+            "abi 1\n{}\n{}\n{}\n",
+            self.cxx.display(),
+            self.version,
+            opts.race
+        );
+        for f in &flags {
+            let _ = writeln!(key_text, "{f}");
+        }
+        for (name, t) in SHIM_FILES {
+            let _ = writeln!(key_text, "{name} {:016x}", fnv1a64(t.as_bytes()));
+        }
+        key_text.push_str(&pre);
+        let key = format!("{:016x}", fnv1a64(key_text.as_bytes()));
+        let out = opts.cache_dir.join(format!("{stem}-{key}.so"));
+        if out.is_file() {
+            return Ok(HostObject { path: out, kernels });
+        }
+
+        // Unique per process and call: concurrent builds of the same key each get their own.
+        static CALLS: AtomicUsize = AtomicUsize::new(0);
+        let call = CALLS.fetch_add(1, Ordering::Relaxed);
+        let work = opts
+            .cache_dir
+            .join(format!("work-{stem}-{key}-{}-{call}", std::process::id()));
+        fs::create_dir_all(&work).map_err(io(&work))?;
+        let tu = work.join("module.cpp");
+        write_if_changed(&tu, &render_tu(&input, &kernels, opts))?;
+        let support = [shim.join("hipemu_state.cpp"), shim.join("hipemu_race.cpp")];
+        let tmp = work.join("module.so");
+        let result = (|| {
+            let mut link = Command::new(&self.cxx);
+            link.args(&flags).arg("-shared").arg("-o").arg(&tmp);
+            if opts.race {
+                let obj = work.join("module.o");
+                self.run(
+                    src,
+                    Command::new(&self.cxx)
+                        .args(&flags)
+                        .args(["-fsanitize=thread", "-DHIPEMU_RACE_CHECK=1", "-c"])
+                        .arg(&tu)
+                        .arg("-o")
+                        .arg(&obj),
+                )?;
+                link.arg(&obj);
+            } else {
+                link.arg(&tu);
+            }
+            self.run(src, link.args(&support))?;
+            fs::rename(&tmp, &out).map_err(io(&out))
+        })();
+        let _ = fs::remove_dir_all(&work);
+        result.map(|()| HostObject { path: out, kernels })
+    }
+
+    fn run(&self, src: &Path, cmd: &mut Command) -> Result<String, HostError> {
+        let output = cmd.output().map_err(io(&self.cxx))?;
+        if !output.status.success() {
+            return Err(HostError::Compile {
+                source_file: src.to_path_buf(),
+                command: format!("{cmd:?}"),
+                stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
+            });
+        }
+        Ok(String::from_utf8_lossy(&output.stdout).into_owned())
+    }
+}
+
+/// Copies `object` to `<dir>/<key>.so`, `key` being the host key of `image` (the bundle or code
+/// object hipcc built from the same source): the name hip-emu looks for when it loads `image`.
+pub fn install(object: &Path, image: &[u8], dir: &Path) -> Result<PathBuf, HostError> {
+    let key = host_key(image)?;
+    fs::create_dir_all(dir).map_err(io(dir))?;
+    let dest = dir.join(format!("{key}.so"));
+    static CALLS: AtomicUsize = AtomicUsize::new(0);
+    let call = CALLS.fetch_add(1, Ordering::Relaxed);
+    let tmp = dir.join(format!(".{key}.so.{}-{call}", std::process::id()));
+    fs::copy(object, &tmp).map_err(io(object))?;
+    fs::rename(&tmp, &dest).map_err(io(&dest))?;
+    Ok(dest)
+}
+
+/// Writes the shim into `<dir>/shim-<hash>/` (once per shim version) and returns that directory.
+fn write_shim(dir: &Path) -> Result<PathBuf, HostError> {
+    let mut all = String::new();
+    for (name, text) in SHIM_FILES {
+        let _ = write!(all, "{name}\n{text}");
+    }
+    let shim = dir.join(format!("shim-{:016x}", fnv1a64(all.as_bytes())));
+    for (name, text) in SHIM_FILES {
+        let path = shim.join(name);
+        if let Some(parent) = path.parent() {
+            fs::create_dir_all(parent).map_err(io(parent))?;
+        }
+        write_if_changed(&path, text)?;
+    }
+    Ok(shim)
+}
+
+/// Writes `text` unless the file holds it already; through a temporary file and a rename, so
+/// a concurrent build never reads a half-written file.
+fn write_if_changed(path: &Path, text: &str) -> Result<(), HostError> {
+    if fs::read_to_string(path).is_ok_and(|old| old == text) {
+        return Ok(());
+    }
+    let mut tmp = path.as_os_str().to_owned();
+    static CALLS: AtomicUsize = AtomicUsize::new(0);
+    let call = CALLS.fetch_add(1, Ordering::Relaxed);
+    tmp.push(format!(".tmp{}-{call}", std::process::id()));
+    fs::write(&tmp, text).map_err(io(path))?;
+    fs::rename(&tmp, path).map_err(io(path))
+}
+
+/// The generated translation unit: the source, one `HIPEMU_ENTRY` per kernel, the module table.
+fn render_tu(input: &Path, kernels: &[String], opts: &HostOptions) -> String {
+    let mut tu = String::from("// Generated by hip-build's host build for hip-emu: do not edit.\n");
+    // The file's static __shared__ variables live in their own section (its bounds are the
+    // linker's __start_/__stop_ symbols, weak: a file without __shared__ has none).
+    tu.push_str("#define HIPEMU_LDS_SECTION \"hipemu_lds_0\"\n");
+    let _ = writeln!(tu, "#include \"{}\"", input.display());
+    for (edge, macro_name) in [("start", "HIPEMU_LDS_BEGIN"), ("stop", "HIPEMU_LDS_END")] {
+        let _ = writeln!(
+            tu,
+            "extern \"C\" char __{edge}_hipemu_lds_0[] __attribute__((weak, visibility(\"hidden\")));\n\
+             #define {macro_name} __{edge}_hipemu_lds_0"
+        );
+    }
+    tu.push_str("#include \"hipemu_registry.h\"\n");
+    for k in kernels {
+        let _ = writeln!(tu, "HIPEMU_ENTRY({k})");
+    }
+    tu.push_str("static const hipemu_entry* const hipemu_entries[] = {\n");
+    for k in kernels {
+        let _ = writeln!(tu, "  &hipemu_entry_{k},");
+    }
+    tu.push_str("  nullptr};\n");
+    let root = opts
+        .source_root
+        .as_ref()
+        .map(|r| format!("{}/", r.display()))
+        .unwrap_or_default();
+    let _ = writeln!(
+        tu,
+        "HIPEMU_MODULE(hipemu_entries, {}, {}, {root:?})",
+        kernels.len(),
+        u32::from(opts.race)
+    );
+    tu
+}
+
+/// `clang version N...` of `cxx --version`: (N, first line).
+fn clang_version(cxx: &Path) -> Option<(u32, String)> {
+    let out = Command::new(cxx).arg("--version").output().ok()?;
+    if !out.status.success() {
+        return None;
+    }
+    let text = String::from_utf8_lossy(&out.stdout);
+    let rest = &text[text.find("clang version ")? + "clang version ".len()..];
+    let major = rest.split('.').next()?.trim().parse().ok()?;
+    Some((major, text.lines().next().unwrap_or("").to_string()))
+}
+
+/// Names of the `extern "C" __global__` functions in preprocessed text (the shim defines
+/// `__global__` as an annotate attribute that survives preprocessing).
+pub fn kernel_names(preprocessed: &str) -> Vec<String> {
+    const MARK: &str = "extern \"C\" __attribute__((annotate(\"hipemu_kernel\")))";
+    let mut names = Vec::new();
+    let mut rest = preprocessed;
+    while let Some(at) = rest.find(MARK) {
+        rest = &rest[at + MARK.len()..];
+        let Some(after) = rest.trim_start().strip_prefix("void") else {
+            continue;
+        };
+        let name: String = after
+            .trim_start()
+            .chars()
+            .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+            .collect();
+        if !name.is_empty() && !names.contains(&name) {
+            names.push(name);
+        }
+    }
+    names
+}
+
+/// `extern __shared__ <type> <name>[];` -> `HIPEMU_EXTERN_SHARED(<type>, <name>);` on the same
+/// line (the dynamic LDS buffer of the launch).
+pub fn rewrite_extern_shared(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(at) = rest.find("extern __shared__") {
+        out.push_str(&rest[..at]);
+        let decl_start = at + "extern __shared__".len();
+        let Some(semi) = rest[decl_start..].find(';') else {
+            out.push_str(&rest[at..]);
+            return out;
+        };
+        let decl = rest[decl_start..decl_start + semi].trim();
+        let head = decl.split('[').next().unwrap_or(decl).trim();
+        let split = head
+            .rfind(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+            .map_or(0, |i| i + 1);
+        let (ty, name) = head.split_at(split);
+        let ty = strip_align(ty);
+        let _ = write!(out, "HIPEMU_EXTERN_SHARED({}, {});", ty.trim(), name.trim());
+        rest = &rest[decl_start + semi + 1..];
+    }
+    out.push_str(rest);
+    out
+}
+
+/// `__align__(16) float` -> `float` (the dynamic LDS buffer is 16-byte aligned anyway).
+fn strip_align(ty: &str) -> String {
+    let mut out = ty.to_string();
+    while let Some(at) = out.find("__align__(") {
+        let end = out[at..].find(')').map_or(out.len(), |e| at + e + 1);
+        out.replace_range(at..end, "");
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn extern_shared_becomes_the_dynamic_buffer_on_the_same_line() {
+        let src = "a\nextern __shared__ __align__(16) float smem[];\nb";
+        assert_eq!(
+            rewrite_extern_shared(src),
+            "a\nHIPEMU_EXTERN_SHARED(float, smem);\nb"
+        );
+        assert_eq!(rewrite_extern_shared("no shared"), "no shared");
+    }
+
+    #[test]
+    fn kernel_names_come_from_the_annotation_once_each() {
+        let pre = "extern \"C\" __attribute__((annotate(\"hipemu_kernel\"))) void k_f32(float* x) {}\n\
+                   static void helper() {}\n\
+                   extern \"C\" __attribute__((annotate(\"hipemu_kernel\"))) void k_bf16(short* x) {}\n\
+                   extern \"C\" __attribute__((annotate(\"hipemu_kernel\"))) void k_f32(float* x);\n";
+        assert_eq!(kernel_names(pre), ["k_f32", "k_bf16"]);
+    }
+}
