@@ -33,29 +33,39 @@
 //       grid (ceil(Tq / QROWS), H, B), block 256; QROWS = 256 / G_BWD.
 // causal is 0 or 1. No dynamic LDS. H, B <= 65535 per launch (grid.y, grid.z).
 //
-// Work layout ("lane groups"): G consecutive lanes own one row (a query in fwd/dq, a key in
-// dkdv). Lane g of a group holds 4-wide chunks c*G + g of the row (c < DB / (4G)), so the G
-// lanes of a group read 4G consecutive floats of an LDS row: no bank conflicts, and all groups of
-// a wave read the same LDS row at the same time (broadcast). A dot product is a per-lane partial
-// sum plus a G-lane butterfly (DPP: quad permutes inside 4 lanes, row_half_mirror for 8), after which
-// every lane of the group holds the full value, so the softmax bookkeeping needs no further
-// communication. Wave-size agnostic: G divides 32 and 64.
+// Work layout ("lane groups"): G consecutive lanes own one row (a key in dkdv, a query in dq;
+// the forward's groups own QPT queries, below). Lane g of a group holds 4-wide chunks c*G + g of
+// the row (c < DB / (4G)), so the G lanes of a group read 4G consecutive floats of an LDS row: no
+// bank conflicts, and all groups of a wave read the same LDS row at the same time (broadcast).
+// In the backward a dot product is a per-lane partial sum plus a G-lane butterfly (DPP: quad
+// permutes inside 4 lanes, row_half_mirror for 8), after which every lane of the group holds the
+// full value, so the softmax bookkeeping needs no further communication. Wave-size agnostic: G
+// divides 32 and 64 (DPP row operations stay inside 16 lanes).
 //
-// Forward: each lane group owns QPT = 2 consecutive queries (G = 4 lanes for db <= 64, so 128
-// queries per block; G = 8 above, 64 queries), held pre-scaled by scale * log2 e with their
-// output accumulators in registers. It walks the key/value tiles (BKV x DB of K and of V in LDS
-// as f32) in steps of KC keys: scores, one online-softmax update, then p * V. Every float4 read
-// from LDS feeds QPT * 4 FMAs (one per query), and the reads are streamed two ahead of their
-// use (stream_lds: 2 LDS reads in flight at every wait). The running max m is a lazy reference
-// (raised only when a score passes it by 8 in log2 units), so the rescale of l and the
-// accumulators is skipped on most steps; out is normalised once at the end; lse = ln 2 *
-// (m + log2 l). K/V tile t+1 is loaded (raw words; a scalar-base global_load with 32-bit
+// Forward: each lane group of G lanes owns QPT consecutive queries (d32: G 4, QPT 2; d64: 8, 4;
+// d96: 8, 2; d128: 16, 4: 8 columns per lane, 12 at d96; 128 queries per block up to db 64, 64
+// above), held pre-scaled by scale * log2 e with their output accumulators in registers. Every
+// float4 read from LDS feeds QPT * 4 FMAs (one per query: 4 FMAs per LDS float at d64/d128).
+// The scores are spread over the group instead of being repeated in every lane (Spread): lane g
+// holds its queries in a permuted order (slot r = row r ^ tq(g)) and reads the keys of a step in
+// a permuted order (u ^ tk(g)), so that a DPP reduce-scatter (per key over the query levels as
+// soon as the key's partial sums are complete, then over the key levels) leaves each lane
+// N / G complete scores of its own (N = QPT * KC per step); the exp and the mask are paid once
+// per score, and a DPP all-gather returns every lane all N probabilities for p * V. Each K/V
+// tile (BKV x DB of K and of V in LDS as f32) takes two passes of KC-key steps: pass 1 computes
+// the scores and keeps each lane's own ones in its private column of sc_lds with their running
+// max; then, once per tile, the online softmax (m = max(m, tile max) for every query, acc and l
+// rescaled: no branch); pass 2 turns the kept scores into p and accumulates p * V. Both passes
+// read one float4 ahead, across steps too (the last item of a step reads the next step's first
+// item; the tile and sc_lds carry one step of padding for the read past the last step), and
+// pass 1 stores a step's scores during the next step's stream, ahead of that read-ahead (LDS
+// waits count in order): no LDS wait is exposed. out is normalised once at the end; lse =
+// ln 2 * (m + log2 l). K/V tile t+1 is loaded (raw words; a scalar-base global_load with 32-bit
 // offsets when the tile is whole, D = db, rows aligned and seq * sizeof(T) * rows < 2^32) before
-// tile t is used and written to LDS after it: the global latency
-// hides behind a tile of math. Tiles every query of the block sees whole skip the per-key mask
-// (a separate loop). No Tq x Tk matrix exists anywhere. With causal, the tiles past the block's
-// last visible key are never loaded (for Tq = Tk about half of them); heavy query tiles start
-// first.
+// tile t is used and written to LDS after it: the global latency hides behind a tile of math.
+// Tiles every query of the block sees whole skip the per-key mask (a separate loop). No Tq x Tk
+// matrix exists anywhere. With causal, the tiles past the block's last visible key are never
+// loaded (for Tq = Tk about half of them); heavy query tiles start first.
 // Backward (deterministic, no atomics): the dot pre-pass computes delta = rowsum(dout * out);
 // the dkdv kernel owns KROWS keys (k, v, dk, dv in registers) and walks the query tiles (q and
 // dout staged in LDS, with lse and delta) recomputing p = exp(s - lse); the dq kernel owns
@@ -64,31 +74,27 @@
 // see its keys, the dq kernel stops after the last key tile its queries can see.
 //
 // Tiles and LDS (256 threads = 4 wave64):
-//   fwd      G = 4 (db <= 64) or 8, QPT = 2; BKV = 64 (db 32) or 16; KC = 8 (4 at db 128).
+//   fwd      G / QPT as above; BKV = 16 (8 at db 128); KC = 8 (db 32) or 4.
 //   dkdv     G = 4 (db <= 64) or 8; query tile 64 / 32 / 16 / 16 rows (db 32 / 64 / 96 / 128).
 //   dq       G as dkdv; key tile 64 / 64 / 16 / 32 rows (db 96: 16, for 3 blocks per CU).
 // Every kernel keeps LDS <= 32 KiB and VGPRs <= 128 (__launch_bounds__(256, 2)), i.e. at
 // least 2 blocks = 2 waves per SIMD on a 64 KiB CU.
-// gfx906 resource figures (hipcc 5.2 / clang 15, -O3, -Rpass-analysis=kernel-resource-usage),
-// f32 (f16 / bf16 within -8..+1 VGPRs); all 39 kernels: scratch 0, SGPR and VGPR spills 0.
-// Reading through strides cost 0-3 VGPRs (fwd) and up to 32 SGPRs (the per-tensor strides;
-// SGPRs do not limit occupancy here); every hot loop kept its VALU, FMA, LDS and blocking-wait
-// figures (cargo xtask isa-report; at most +-1 instruction, bwd_dkdv d96 one more non-blocking
-// wait), and every kernel its occupancy:
+// gfx906 resource figures (cargo xtask isa-report, hipcc 5.2 / clang 15, -O3; docs/ISA-REPORT.md
+// has every dtype), f32 (f16 / bf16 within -8..+1 VGPRs); every kernel: scratch 0, spills 0:
 //   kernel      d32               d64               d96               d128
-//   fwd         100 V 16384 B  2  128 V  8192 B  2  115 V 12288 B  2  128 V 16384 B  2
+//   fwd         84 V  21504 B  3  121 V 21504 B  2  114 V 19968 B  2  126 V 14336 B  2
 //   bwd_dkdv    69 V  16896 B  3  119 V 16640 B  2  94 V  12416 B  2  119 V 16512 B  2
 //   bwd_dq      55 V  16384 B  4  96 V  32768 B  2  73 V  12288 B  3  96 V  32768 B  2
 //   bwd_dot     29 V, no LDS, occupancy 8
 // (V = VGPRs, B = LDS bytes per block, last = occupancy in waves/SIMD.)
-// Static hot-loop figures of the forward (`cargo xtask isa-report`, loop fwd_step = one KC-key
-// step of an unmasked tile, rescale branch included; docs/ISA-REPORT.md), all dtypes:
-//   issue-bound estimate of FMA peak d32 58.0 %, d64 71.7 %, d96 64.6 %, d128 64.5 %;
-//   LDS 2.0 B per FMA (at the LDS bandwidth bound of the report's model); 1 blocking wait per
-//   step (the step's first K read; 0.5-1 point in the model).
-// What remains is the lane-group layout's own cost: each of the G lanes of a group repeats the
-// group's softmax (max, exp, sum: v_exp_f32 issues at quarter rate) and the log2(G) DPP adds
-// of every score. Performance: never measured; the figures are static.
+// Static hot-loop figures of the forward (loops fwd_qk = pass 1 and fwd_pv = pass 2 of one
+// KC-key step of an unmasked tile), issue-bound estimate of the FMA peak, all dtypes:
+//   fwd_qk  d32 85.9 %, d64 87.7 %, d96 87.3 %, d128 82.1 %
+//   fwd_pv  d32 75.3 %, d64 81.5 %, d96 84.2 %, d128 81.0 %
+// LDS bytes per FMA 1.00 (qk) and 1.06 / 1.03 (pv: the read-back of the owned scores) at d64 /
+// d128, i.e. 4 FMAs per K or V float; 2.0-2.1 at d32 / d96 (QPT = 2). No blocking LDS wait (d32
+// pv: one). What remains: the DPP reduce-scatter and all-gather (about one DPP per score per
+// lane each way) against 8 FMAs per score per lane and pass. Performance: never measured.
 
 #include "common.h"
 #include "tile_io.h"
@@ -265,13 +271,14 @@ template <typename T> __device__ __forceinline__ bool vec4_ok(const T* x, Stride
 }
 
 template <int DB> struct FwdCfg {
-  static constexpr int QPT = 2;                    // queries per lane group
-  static constexpr int G = DB <= 64 ? 4 : 8;       // lanes per group
+  // Lanes per group: 8 columns of each query per lane (d96: 12).
+  static constexpr int G = DB == 32 ? 4 : (DB == 128 ? 16 : 8);
+  static constexpr int QPT = DB == 64 || DB == 128 ? 4 : 2;  // queries per lane group
   static constexpr int ROWS = kThreads / G * QPT;  // queries per block: 128 (db <= 64) or 64
   // Keys per LDS tile: the next tile waits in registers (BKV * DB * 2 / 256 f32 words per
   // thread), so it stays small.
-  static constexpr int BKV = DB == 32 ? 64 : 16;
-  static constexpr int KC = DB == 128 ? 4 : 8;     // keys per online-softmax step (d128: 8 spills)
+  static constexpr int BKV = DB == 128 ? 8 : 16;
+  static constexpr int KC = DB == 32 ? 8 : 4;  // keys per online-softmax step
 };
 
 template <int DB> struct BwdCfg {
@@ -361,122 +368,313 @@ template <int ROWS, int DB, typename T> struct TileStager {
 // Forward
 // ---------------------------------------------------------------------------------------------
 
-/// Streams N float4 LDS reads through `use(i, value)` in order, with the read of item i + L
-/// issued before item i is used (L reads in flight while one is consumed). The scheduling
-/// barriers keep exactly that order: left alone, the scheduler hoists every read of the
-/// unrolled loop and runs out of registers.
-template <int N, int L, typename Addr, typename Use>
-__device__ __forceinline__ void stream_lds(Addr addr, Use use) {
-  float4 buf[L + 1];
-#pragma unroll
-  for (int i = 0; i < L && i < N; ++i) buf[i] = *addr(i);
+/// Streams N float4 LDS reads through `use(i, value)` in order, the read of item i + 1 issued
+/// before item i is used. Item 0 comes in `carry` (read earlier, by the previous step), and the
+/// last item's turn reads `*next` (item 0 of the next step) into `carry`: a step never starts
+/// on a read it has just issued. The scheduling barriers keep exactly that order: left alone,
+/// the scheduler hoists every read of the unrolled loop and runs out of registers.
+template <int N, typename Addr, typename Use>
+__device__ __forceinline__ void stream_lds(Addr addr, Use use, float4& carry, const float4* next) {
+  float4 buf[2];
+  buf[0] = carry;
 #pragma unroll
   for (int i = 0; i < N; ++i) {
     hipk::sched_barrier();
-    if (i + L < N) buf[(i + L) % (L + 1)] = *addr(i + L);
-    use(i, buf[i % (L + 1)]);
+    if (i + 1 < N) {
+      buf[(i + 1) % 2] = *addr(i + 1);
+    } else {
+      carry = *next;
+    }
+    use(i, buf[i % 2]);
   }
 }
 
-/// One key/value tile of the forward pass for the QPT queries of this lane group: scores in
-/// steps of KC keys, an online-softmax update per step, then p * V. Each float read from LDS
+constexpr int ilog2(int x) { return x <= 1 ? 0 : 1 + ilog2(x / 2); }
+
+/// Level LV of the exchange inside a lane group: lane g trades with lane g ^ kLevelMask[LV]
+/// (DPP quad_perm [1,0,3,2], quad_perm [2,3,0,1], row_half_mirror, row_mirror). The masks
+/// 1, 2, 7, 15 have their top bits at 0, 1, 2, 3: together they reach every lane of a group of
+/// 2, 4, 8 or 16. Every lane of the wave must be active.
+constexpr int kLevelMask[4] = {1, 2, 7, 15};
+template <int LV> __device__ __forceinline__ float level_xchg(float x) {
+  constexpr int kCtrl[4] = {0xB1, 0x4E, 0x141, 0x140};
+  static_assert(LV >= 0 && LV < 4, "groups of at most 16 lanes");
+  // bound_ctrl: one v_mov_b32_dpp (no `old` operand to initialise; every source is in range).
+  return __int_as_float(__builtin_amdgcn_mov_dpp(__float_as_int(x), kCtrl[LV], 0xF, 0xF, true));
+}
+
+/// How the QPT x KC scores of one step are spread over the G lanes of a group. Each lane
+/// computes partial dot products (over its columns) of all N = QPT * KC scores, in slots
+/// i = r * KC + u; lane g's slot i holds the logical score i ^ tau(g) (query r ^ tq, key
+/// u ^ tk), tau linear with tau(kLevelMask[LV]) = N >> (LV + 1). Then a reduce-scatter (level
+/// LV adds the partner's slot i + N/2^(LV+1) into slot i) leaves each lane the complete scores
+/// of its OWN = N / G slots [0, OWN), which it alone turns into probabilities (the exp is paid
+/// once per score, not once per lane), and an all-gather (the same levels backwards) gives every
+/// lane all N probabilities for p * V. The permutation costs nothing: a lane loads its queries
+/// in the order r ^ tq and reads its keys in the order u ^ tk.
+template <int G, int QPT, int KC> struct Spread {
+  static constexpr int L = ilog2(G);                                // levels
+  static constexpr int N = QPT * KC;                                // scores per step
+  static constexpr int OWN = N / G;                                 // complete per lane
+  static constexpr int LQ = L < ilog2(QPT) ? L : ilog2(QPT);        // levels over queries
+  static constexpr int OQ = QPT / G > 1 ? QPT / G : 1;              // owned query slots
+  static constexpr int KB = KC >> (L - LQ);                         // keys per permuted block
+  static constexpr int NB = KC / KB;                                // permuted key blocks
+  static_assert((1 << L) == G && (1 << ilog2(QPT)) == QPT && OWN >= 1, "powers of two");
+  static_assert(OWN == OQ * KB, "owned slots: OQ queries x KB keys");
+
+  /// tau(g): lane g of the group written in the basis kLevelMask (top bit first).
+  __device__ __forceinline__ static int tau(int g) {
+    int t = 0;
+#pragma unroll
+    for (int lv = L - 1; lv >= 0; --lv) {
+      if (g & (1 << lv)) {
+        g ^= kLevelMask[lv];
+        t ^= N >> (lv + 1);
+      }
+    }
+    return t;
+  }
+
+  // The levels over queries come first (LV < LQ: slot r with r + QPT / 2^(LV+1), the same
+  // key), so they run per key as soon as its partial sums are complete; the levels over keys
+  // (only when G > QPT, then OQ = 1) run on query slot 0's KC scores.
+  template <int LV = 0>
+  __device__ __forceinline__ static void rs_queries(float (&s)[QPT][KC], int u) {
+    if constexpr (LV < LQ) {
+      constexpr int kHalf = QPT >> (LV + 1);
+#pragma unroll
+      for (int r = 0; r < kHalf; ++r) s[r][u] += level_xchg<LV>(s[r + kHalf][u]);
+      rs_queries<LV + 1>(s, u);
+    }
+  }
+  template <int LV = LQ> __device__ __forceinline__ static void rs_keys(float (&s)[QPT][KC]) {
+    if constexpr (LV < L) {
+      constexpr int kHalf = KC >> (LV - LQ + 1);
+#pragma unroll
+      for (int u = 0; u < kHalf; ++u) s[0][u] += level_xchg<LV>(s[0][u + kHalf]);
+      rs_keys<LV + 1>(s);
+    }
+  }
+  template <int LV = L - 1>
+  __device__ __forceinline__ static void ag_keys(float (&s)[QPT][KC]) {
+    if constexpr (LV >= LQ) {
+      constexpr int kHalf = KC >> (LV - LQ + 1);
+#pragma unroll
+      for (int u = 0; u < kHalf; ++u) s[0][u + kHalf] = level_xchg<LV>(s[0][u]);
+      ag_keys<LV - 1>(s);
+    }
+  }
+  template <int LV = LQ - 1>
+  __device__ __forceinline__ static void ag_queries(float (&s)[QPT][KC], int u) {
+    if constexpr (LV >= 0) {
+      constexpr int kHalf = QPT >> (LV + 1);
+#pragma unroll
+      for (int r = 0; r < kHalf; ++r) s[r + kHalf][u] = level_xchg<LV>(s[r][u]);
+      ag_queries<LV - 1>(s, u);
+    }
+  }
+  /// Every slot of every lane complete again (the reduce-scatter undone with the sums).
+  __device__ __forceinline__ static void all_gather(float (&s)[QPT][KC]) {
+    ag_keys(s);
+#pragma unroll
+    for (int u = 0; u < KC; ++u) ag_queries(s, u);
+  }
+  /// From per-lane values of the owned query slots (partial over this lane's keys) to the
+  /// complete value of every query slot of this lane: combine over the key levels (sum, or max
+  /// with kMax), then gather over the query levels.
+  template <bool kMax, int LV = L - 1>
+  __device__ __forceinline__ static void gather_rows(float (&x)[QPT]) {
+    if constexpr (LV >= LQ) {
+      const float y = level_xchg<LV>(x[0]);
+      x[0] = kMax ? fmaxf(x[0], y) : x[0] + y;
+      gather_rows<kMax, LV - 1>(x);
+    } else if constexpr (LV >= 0) {
+      constexpr int kHalf = QPT >> (LV + 1);
+#pragma unroll
+      for (int i = 0; i < kHalf; ++i) x[i + kHalf] = level_xchg<LV>(x[i]);
+      gather_rows<kMax, LV - 1>(x);
+    }
+  }
+};
+
+/// Per-lane state of the forward: its queries (pre-scaled into the exp2 domain), their output
+/// accumulators, the running reference max m of every query slot, the running sum l of its own
+/// probabilities, the last visible key of every query slot and where its permuted keys sit.
+template <int DB, int G, int QPT, int KC> struct FwdLane {
+  using Sp = Spread<G, QPT, KC>;
+  Slice<DB, G> qs[QPT];
+  Slice<DB, G> acc[QPT];
+  float m[QPT];     // lazy reference max (exp2 domain); kNoMax until a key is visible
+  float l[Sp::OQ];  // sum of exp2(s - m) over the probabilities this lane computed
+  int row0;        // the group's first query; slot r holds row0 + (r ^ tq)
+  int tq;          // query permutation of this lane
+  int koff[Sp::NB]; // LDS float offset of key block h: ((h ^ tk / KB) * KB) * DB
+  int tk;           // key permutation of this lane
+};
+
+/// N (1, 2 or 4) floats to / from LDS at p (aligned to N floats) in one access.
+template <int N> __device__ __forceinline__ void store_own(float* p, const float (&x)[N]) {
+  if constexpr (N == 4) {
+    *reinterpret_cast<float4*>(p) = make_float4(x[0], x[1], x[2], x[3]);
+  } else if constexpr (N == 2) {
+    *reinterpret_cast<float2*>(p) = make_float2(x[0], x[1]);
+  } else {
+    static_assert(N == 1, "1, 2 or 4 owned scores");
+    *p = x[0];
+  }
+}
+template <int N> __device__ __forceinline__ void load_own(const float* p, float (&x)[N]) {
+  if constexpr (N == 4) {
+    const float4 v = *reinterpret_cast<const float4*>(p);
+    x[0] = v.x, x[1] = v.y, x[2] = v.z, x[3] = v.w;
+  } else if constexpr (N == 2) {
+    const float2 v = *reinterpret_cast<const float2*>(p);
+    x[0] = v.x, x[1] = v.y;
+  } else {
+    static_assert(N == 1, "1, 2 or 4 owned scores");
+    x[0] = *p;
+  }
+}
+
+/// A reference max below every finite score: -inf would give -inf - -inf = NaN.
+constexpr float kNoMax = -3.0e38f;
+
+/// One key/value tile of the forward pass for the QPT queries of this lane group: steps of KC
+/// keys (scores, spread, one online-softmax update, gather, p * V). Each float read from LDS
 /// feeds QPT FMAs (one per query). MASK: some key of the tile may be invisible to some query
 /// of the block (causal diagonal or past Tk); otherwise no per-key test is made.
 template <bool MASK, int DB, int G, int QPT, int BKV, int KC>
-__device__ __forceinline__ void fwd_tile(const float* k_lds, const float* v_lds,
-                                         const Slice<DB, G> (&qs)[QPT],
-                                         Slice<DB, G> (&acc)[QPT], float (&m)[QPT],
-                                         float (&l)[QPT], const int (&jmax)[QPT], int j0,
-                                         int g) {
+__device__ __forceinline__ void fwd_tile(const float* kv_lds, float* sc_lds,
+                                         FwdLane<DB, G, QPT, KC>& st, int j0, int g, int Tq,
+                                         int Tk, bool causal) {
+  using Sp = Spread<G, QPT, KC>;
   constexpr int NC = Slice<DB, G>::NC;
-  constexpr int kAhead = 2;  // LDS reads in flight
-  const float* k_g = k_lds + Slice<DB, G>::col(0, g);
-  const float* v_g = v_lds + Slice<DB, G>::col(0, g);
-  if constexpr (!MASK) HIPK_HOT_LOOP_BEGIN("fwd_step");  // KC keys x QPT queries
+  constexpr int OWN = Sp::OWN;
+  // Item i of the step at key slot jc: key slot u = i / NC (row jc + (u ^ tk) of the tile),
+  // chunk c = i % NC. V sits BKV rows after K.
+  const float* k_g = kv_lds + Slice<DB, G>::col(0, g);
+  auto item = [&](int jc, int i) __attribute__((always_inline)) {
+    const int u = i / NC;
+    return reinterpret_cast<const float4*>(k_g + st.koff[u / Sp::KB] + (jc + u % Sp::KB) * DB +
+                                           4 * G * (i % NC));
+  };
+  constexpr int kV = BKV * DB / 4;  // float4s from a K item to its V item
+  // Step t's owned scores at slot t + 1 of this thread's column of sc_lds (slot 0 and the last
+  // slot are padding for the pipelining below).
+  float* sc = sc_lds + OWN * static_cast<int>(threadIdx.x);
+  auto slot = [&](int jc) __attribute__((always_inline)) {
+    return sc + (jc / KC + 1) * OWN * kThreads;
+  };
+
+  // Pass 1: the tile's scores. Partial sums per item, each key's query levels reduced as soon
+  // as its sums are complete, then the key levels; each lane keeps its owned scores (masked) in
+  // its own slice of sc_lds (no other thread reads them) and their running max.
+  // Markers beside a scheduling barrier present in both builds: with or without them (see
+  // cargo xtask isa-report --verify-markers) the loops compile the same.
+  float4 carry = *item(0, 0);
+  // The read ahead above the barrier, so the compiler does not merge it with the loop's own
+  // (which would move the read to the top of the step, just before its first use).
+  hipk::sched_barrier();
+  if constexpr (!MASK) HIPK_HOT_LOOP_BEGIN("fwd_qk");  // KC keys x QPT queries
+  float tmax[QPT];
+#pragma unroll
+  for (int r = 0; r < QPT; ++r) tmax[r] = kNegInf;
+  // A step stores the previous step's owned scores early in its stream, ahead of its last read
+  // (the waits count LDS operations in order: a store behind the read-ahead would make the next
+  // step wait for it). The first step stores its zeros to the padding slot.
+  float prev[OWN];
+#pragma unroll
+  for (int o = 0; o < OWN; ++o) prev[o] = 0.0f;
 #pragma unroll 1
   for (int jc = 0; jc < BKV; jc += KC) {
-    // Scores: item i = (key u = i / NC, chunk c = i % NC).
     float s[QPT][KC];
-    float d[QPT];
-    stream_lds<KC * NC, kAhead>(
-        [&](int i) __attribute__((always_inline)) {
-          return reinterpret_cast<const float4*>(k_g + (jc + i / NC) * DB + 4 * G * (i % NC));
-        },
+    stream_lds<KC * NC>(
+        [&](int i) __attribute__((always_inline)) { return item(jc, i); },
         [&](int i, float4 w) __attribute__((always_inline)) {
           const int u = i / NC;
           const int c = i % NC;
 #pragma unroll
           for (int r = 0; r < QPT; ++r) {
-            float x = c == 0 ? 0.0f : d[r];
-            x = __builtin_fmaf(qs[r].x[c][0], w.x, x);
-            x = __builtin_fmaf(qs[r].x[c][1], w.y, x);
-            x = __builtin_fmaf(qs[r].x[c][2], w.z, x);
-            d[r] = __builtin_fmaf(qs[r].x[c][3], w.w, x);
+            float x = c == 0 ? 0.0f : s[r][u];
+            x = __builtin_fmaf(st.qs[r].x[c][0], w.x, x);
+            x = __builtin_fmaf(st.qs[r].x[c][1], w.y, x);
+            x = __builtin_fmaf(st.qs[r].x[c][2], w.z, x);
+            s[r][u] = __builtin_fmaf(st.qs[r].x[c][3], w.w, x);
           }
-          if (c == NC - 1) {
+          if (c == NC - 1) Sp::rs_queries(s, u);
+          if (i == 0) store_own<OWN>(slot(jc) - OWN * kThreads, prev);
+        },
+        carry, item(jc + KC, 0));  // after the last step: V's first rows (unused)
+    Sp::rs_keys(s);
 #pragma unroll
-            for (int r = 0; r < QPT; ++r) {
-              const float dot = group_sum<G>(d[r]);
-              s[r][u] = !MASK || j0 + jc + u <= jmax[r] ? dot : kNegInf;
-            }
-          }
-        });
-    // Online softmax with a lazy reference: m is raised (and l, acc rescaled) only when a score
-    // exceeds it by more than kSlack (log2 units), so p = 2^(s - m) <= 2^kSlack stays far from
-    // overflow, and the rescale (QPT * DB / G multiplies and an exp) is skipped on most steps.
-    // The branch is per lane; the hardware skips it when no lane of the wave takes it. Lanes
-    // of a group hold identical m and s, so they decide alike. Any reference m gives the same
-    // out = acc / l and lse = m + log2 l.
-    constexpr float kSlack = 8.0f;
-    float tile_max[QPT];
-    bool raise = false;
+    for (int r = 0; r < Sp::OQ; ++r) {
 #pragma unroll
-    for (int r = 0; r < QPT; ++r) {
-      tile_max[r] = s[r][0];
-#pragma unroll
-      for (int u = 1; u < KC; ++u) tile_max[r] = fmaxf(tile_max[r], s[r][u]);
-      raise = raise || tile_max[r] > m[r] + kSlack;  // also when m = -inf and a key is visible
-    }
-    if (raise) {
-#pragma unroll
-      for (int r = 0; r < QPT; ++r) {
-        const float m_new = fmaxf(m[r], tile_max[r]);
-        // 0 when m = -inf (also when m_new is: no NaN from -inf - -inf), 1 when unchanged.
-        const float corr = fast_exp2(m[r] - (m_new == kNegInf ? 0.0f : m_new));
-        l[r] *= corr;
-        acc[r].scale(corr);
-        m[r] = m_new;
+      for (int u = 0; u < Sp::KB; ++u) {
+        float x = s[r][u];
+        if constexpr (MASK) {
+          const int row = st.row0 + (r ^ st.tq);
+          const int jmax = row < Tq ? last_key(row, Tq, Tk, causal) : -1;
+          x = j0 + jc + (u ^ st.tk) <= jmax ? x : kNegInf;
+        }
+        tmax[r] = fmaxf(tmax[r], x);
+        prev[r * Sp::KB + u] = x;
       }
     }
+  }
+  if constexpr (!MASK) HIPK_HOT_LOOP_END("fwd_qk");
+  store_own<OWN>(slot(BKV - KC), prev);
+
+  // Online softmax, once per tile: m = max(m, tile max) for every query slot (the same in every
+  // lane holding that query), acc and l rescaled (by 1 when m did not move).
+  Sp::template gather_rows<true>(tmax);
+#pragma unroll
+  for (int r = 0; r < QPT; ++r) {
+    const float m_new = fmaxf(st.m[r], tmax[r]);
+    const float corr = fast_exp2(st.m[r] - m_new);  // 0 from kNoMax, 1 when unchanged
+    st.acc[r].scale(corr);
+    if (r < Sp::OQ) st.l[r < Sp::OQ ? r : 0] *= corr;
+    st.m[r] = m_new;
+  }
+
+  // Pass 2: p = 2^(s - m) for the owned scores, l, gather (key levels now, query levels per
+  // key), out += p * V. The next step's owned scores are read with its first V item.
+  float own[OWN];
+  load_own<OWN>(slot(0), own);
+  carry = *(item(0, 0) + kV);
+  hipk::sched_barrier();
+  if constexpr (!MASK) HIPK_HOT_LOOP_BEGIN("fwd_pv");  // KC keys x QPT queries
+#pragma unroll 1
+  for (int jc = 0; jc < BKV; jc += KC) {
     float p[QPT][KC];
 #pragma unroll
-    for (int r = 0; r < QPT; ++r) {
-      // Nothing visible so far (m = -inf): reference 0 keeps p = 0 without producing NaN.
-      const float m_ref = m[r] == kNegInf ? 0.0f : m[r];
+    for (int r = 0; r < Sp::OQ; ++r) {
 #pragma unroll
-      for (int u = 0; u < KC; ++u) {
-        p[r][u] = fast_exp2(s[r][u] - m_ref);  // 0 for masked keys
-        l[r] += p[r][u];
+      for (int u = 0; u < Sp::KB; ++u) {
+        p[r][u] = fast_exp2(own[r * Sp::KB + u] - st.m[r]);  // 0 for masked keys
+        st.l[r] += p[r][u];
       }
     }
-    // out += p * V: item i = (key u = i / NC, chunk c = i % NC).
-    stream_lds<KC * NC, kAhead>(
-        [&](int i) __attribute__((always_inline)) {
-          return reinterpret_cast<const float4*>(v_g + (jc + i / NC) * DB + 4 * G * (i % NC));
-        },
+    Sp::ag_keys(p);
+    stream_lds<KC * NC>(
+        [&](int i) __attribute__((always_inline)) { return item(jc, i) + kV; },
         [&](int i, float4 w) __attribute__((always_inline)) {
           const int u = i / NC;
           const int c = i % NC;
+          if (c == 0) Sp::ag_queries(p, u);
+          if (i == KC * NC - 1) load_own<OWN>(slot(jc + KC), own);
 #pragma unroll
           for (int r = 0; r < QPT; ++r) {
-            acc[r].x[c][0] = __builtin_fmaf(p[r][u], w.x, acc[r].x[c][0]);
-            acc[r].x[c][1] = __builtin_fmaf(p[r][u], w.y, acc[r].x[c][1]);
-            acc[r].x[c][2] = __builtin_fmaf(p[r][u], w.z, acc[r].x[c][2]);
-            acc[r].x[c][3] = __builtin_fmaf(p[r][u], w.w, acc[r].x[c][3]);
+            const float pr = p[r][u];
+            st.acc[r].x[c][0] = __builtin_fmaf(pr, w.x, st.acc[r].x[c][0]);
+            st.acc[r].x[c][1] = __builtin_fmaf(pr, w.y, st.acc[r].x[c][1]);
+            st.acc[r].x[c][2] = __builtin_fmaf(pr, w.z, st.acc[r].x[c][2]);
+            st.acc[r].x[c][3] = __builtin_fmaf(pr, w.w, st.acc[r].x[c][3]);
           }
-        });
+        },
+        carry, item(jc + KC, 0) + kV);  // after the last step: the padding (unused)
   }
-  if constexpr (!MASK) HIPK_HOT_LOOP_END("fwd_step");
+  if constexpr (!MASK) HIPK_HOT_LOOP_END("fwd_pv");
 }
 
 template <typename T, int DB>
@@ -489,8 +687,12 @@ __device__ __forceinline__ void fwd(const T* __restrict__ q, Strides qst,
   constexpr int G = Cfg::G;
   constexpr int QPT = Cfg::QPT;
   constexpr int BKV = Cfg::BKV;
-  __shared__ float k_lds[BKV * DB];
-  __shared__ float v_lds[BKV * DB];
+  constexpr int KC = Cfg::KC;
+  using Sp = Spread<G, QPT, KC>;
+  // K tile, V tile, then KC rows of padding: the read ahead past a tile's last step lands there.
+  __shared__ float kv_lds[(2 * BKV + KC) * DB];
+  // Each thread's owned scores of every step, and a step of padding (the same read ahead).
+  __shared__ float sc_lds[(BKV / KC + 2) * Sp::OWN * kThreads];
 
   const bool causal = causal_flag != 0;
   const int tid = static_cast<int>(threadIdx.x);
@@ -507,22 +709,25 @@ __device__ __forceinline__ void fwd(const T* __restrict__ q, Strides qst,
   const bool vec_ok =
       vec4_ok(q, qst) && vec4_ok(k, kst_) && vec4_ok(v, vst_) && vec4_ok(out, ost);
 
-  // This group's queries: QPT consecutive rows.
-  Slice<DB, G> qs[QPT];   // q_i * scale * log2(e): scores come out in the exp2 domain
-  Slice<DB, G> acc[QPT];
-  float m[QPT];           // running max of the visible scores (exp2 domain)
-  float l[QPT];           // running sum of exp2(s - m)
-  int jmax[QPT];          // last key visible to the query (-1: none, or the row is past Tq)
+  // This group's queries: QPT consecutive rows; slot r of lane g holds row r ^ tq.
+  FwdLane<DB, G, QPT, KC> st;
+  const int tau = Sp::tau(g);
+  const int tq = tau / KC;
+  st.tq = tq;
+  st.row0 = q0 + (tid / G) * QPT;
+  st.tk = tau % KC;
+#pragma unroll
+  for (int h = 0; h < Sp::NB; ++h) st.koff[h] = ((h ^ (st.tk / Sp::KB)) * Sp::KB) * DB;
 #pragma unroll
   for (int r = 0; r < QPT; ++r) {
-    const int i = q0 + (tid / G) * QPT + r;
+    const int i = q0 + (tid / G) * QPT + (r ^ tq);
     const bool row_ok = i < Tq;
-    qs[r].load(q_bh.row(row_ok ? i : 0), row_ok, D, g, vec_ok, scale * kLog2e);
-    acc[r].zero();
-    m[r] = kNegInf;
-    l[r] = 0.0f;
-    jmax[r] = row_ok ? last_key(i, Tq, Tk, causal) : -1;
+    st.qs[r].load(q_bh.row(row_ok ? i : 0), row_ok, D, g, vec_ok, scale * kLog2e);
+    st.acc[r].zero();
+    st.m[r] = kNoMax;
   }
+#pragma unroll
+  for (int r = 0; r < Sp::OQ; ++r) st.l[r] = 0.0f;
   // Keys any row of the block can see: [0, kv_end). Tiles wholly visible to every query of the
   // block (the first query sees the fewest keys) skip the per-key mask.
   const int kv_end = max(0, last_key(min(q0 + Cfg::ROWS, Tq) - 1, Tq, Tk, causal) + 1);
@@ -543,8 +748,8 @@ __device__ __forceinline__ void fwd(const T* __restrict__ q, Strides qst,
   };
   if (kv_end > 0) {
     load_kv(0);
-    kst.store(k_lds, tid);
-    vst.store(v_lds, tid);
+    kst.store(kv_lds, tid);
+    vst.store(kv_lds + BKV * DB, tid);
   }
   __syncthreads();
   // Tiles [0, j_full) are wholly visible to every query of the block; the rest take the
@@ -558,12 +763,12 @@ __device__ __forceinline__ void fwd(const T* __restrict__ q, Strides qst,
       // Keeps those loads above the tile's LDS reads (the scheduler would sink them to their
       // use, the LDS store below, and expose their latency).
       hipk::sched_fence();
-      fwd_tile<decltype(mask)::value, DB, G, QPT, BKV, Cfg::KC>(k_lds, v_lds, qs, acc, m, l,
-                                                                jmax, j0, g);
+      fwd_tile<decltype(mask)::value, DB, G, QPT, BKV, KC>(kv_lds, sc_lds, st, j0, g, Tq,
+                                                            Tk, causal);
       __syncthreads();  // the tile is no longer read
       if (more) {
-        kst.store(k_lds, tid);
-        vst.store(v_lds, tid);
+        kst.store(kv_lds, tid);
+        vst.store(kv_lds + BKV * DB, tid);
       }
       __syncthreads();
     }
@@ -572,13 +777,19 @@ __device__ __forceinline__ void fwd(const T* __restrict__ q, Strides qst,
   tiles(std::false_type{}, 0, j_full);
   tiles(std::true_type{}, j_full, kv_end);
 
+  // Every lane: the complete l of each of its query slots (all lanes take part).
+  float lq[QPT];
+#pragma unroll
+  for (int r = 0; r < QPT; ++r) lq[r] = r < Sp::OQ ? st.l[r < Sp::OQ ? r : 0] : 0.0f;
+  Sp::template gather_rows<false>(lq);
 #pragma unroll
   for (int r = 0; r < QPT; ++r) {
-    const int i = q0 + (tid / G) * QPT + r;
+    const int i = q0 + (tid / G) * QPT + (r ^ tq);
     if (i < Tq) {
-      const bool any = l[r] > 0.0f;
-      acc[r].store(out_bh.row(i), D, g, vec_ok, any ? 1.0f / l[r] : 0.0f);
-      if (g == 0) lse_bh[i] = any ? (m[r] + __log2f(l[r])) * kLn2 : kNegInf;
+      const bool any = lq[r] > 0.0f;
+      st.acc[r].store(out_bh.row(i), D, g, vec_ok, any ? 1.0f / lq[r] : 0.0f);
+      // Lane 0 of a group holds its queries in order (tau(0) = 0).
+      if (g == 0) lse_bh[i] = any ? (st.m[r] + __log2f(lq[r])) * kLn2 : kNegInf;
     }
   }
 }
