@@ -30,7 +30,7 @@
 //       grid (ceil(Tk / KROWS), H, B), block 256; KROWS = 256 / G_BWD (64 for db <= 64, else 32).
 //   attention_bwd_dq_d<db>_<dtype>(q, qs, k, ks, v, vs, dout, dos, lse, delta, ls, dq, dqs, Tq,
 //                                  Tk, D, scale, causal)
-//       grid (ceil(Tq / QROWS), H, B), block 256; QROWS = 256 / G_BWD.
+//       grid (ceil(Tq / QROWS), H, B), block 256; QROWS = 64 for db <= 64, else 32.
 // causal is 0 or 1. No dynamic LDS. H, B <= 65535 per launch (grid.y, grid.z).
 //
 // Work layout ("lane groups"): G consecutive lanes own one row (a key in dkdv, a query in dq;
@@ -69,14 +69,19 @@
 // Backward (deterministic, no atomics): the dot pre-pass computes delta = rowsum(dout * out);
 // the dkdv kernel owns KROWS keys (k, v, dk, dv in registers) and walks the query tiles (q and
 // dout staged in LDS, with lse and delta) recomputing p = exp(s - lse); the dq kernel owns
-// QROWS queries (q, dout, dq in registers) and walks the key tiles. Each output element is
+// QROWS queries (q, dout, dq in registers) and walks the key tiles. At d64 / d128 the dq
+// kernel's groups own 2 queries each (8 / 16 lanes, 8 columns per lane) and spread the scores
+// and dp like the forward: one step of KC keys streams K (scores), V (dp) and K again
+// (dq += ds k), every float read feeding 2 FMAs, with the exp once per score and no exposed LDS
+// wait; d32 / d96 keep one query per group with the butterfly. Each output element is
 // written once by one thread. Causal: the dkdv kernel starts at the first query tile that can
 // see its keys, the dq kernel stops after the last key tile its queries can see.
 //
 // Tiles and LDS (256 threads = 4 wave64):
 //   fwd      G / QPT as above; BKV = 16 (8 at db 128); KC = 8 (db 32) or 4.
 //   dkdv     G = 4 (db <= 64) or 8; query tile 64 / 32 / 16 / 16 rows (db 32 / 64 / 96 / 128).
-//   dq       G as dkdv; key tile 64 / 64 / 16 / 32 rows (db 96: 16, for 3 blocks per CU).
+//   dq       G = 4 / 8 / 8 / 16, 1 / 2 / 1 / 2 queries per group; key tile 64 / 64 / 16 / 32
+//            rows (db 96: 16, for 3 blocks per CU); KC = G / QPT keys per step at d64 / d128.
 // Every kernel keeps LDS <= 32 KiB and VGPRs <= 128 (__launch_bounds__(256, 2)), i.e. at
 // least 2 blocks = 2 waves per SIMD on a 64 KiB CU.
 // gfx906 resource figures (cargo xtask isa-report, hipcc 5.2 / clang 15, -O3; docs/ISA-REPORT.md
@@ -84,7 +89,7 @@
 //   kernel      d32               d64               d96               d128
 //   fwd         84 V  21504 B  3  121 V 21504 B  2  114 V 19968 B  2  126 V 14336 B  2
 //   bwd_dkdv    69 V  16896 B  3  119 V 16640 B  2  94 V  12416 B  2  119 V 16512 B  2
-//   bwd_dq      55 V  16384 B  4  96 V  32768 B  2  73 V  12288 B  3  96 V  32768 B  2
+//   bwd_dq      55 V  16384 B  4  90 V  32768 B  2  73 V  12288 B  3  116 V 32768 B  2
 //   bwd_dot     29 V, no LDS, occupancy 8
 // (V = VGPRs, B = LDS bytes per block, last = occupancy in waves/SIMD.)
 // Static hot-loop figures of the forward (loops fwd_qk = pass 1 and fwd_pv = pass 2 of one
@@ -94,7 +99,10 @@
 // LDS bytes per FMA 1.00 (qk) and 1.06 / 1.03 (pv: the read-back of the owned scores) at d64 /
 // d128, i.e. 4 FMAs per K or V float; 2.0-2.1 at d32 / d96 (QPT = 2). No blocking LDS wait (d32
 // pv: one). What remains: the DPP reduce-scatter and all-gather (about one DPP per score per
-// lane each way) against 8 FMAs per score per lane and pass. Performance: never measured.
+// lane each way) against 8 FMAs per score per lane and pass.
+// Backward dq (loop dq_step, one KC-key step): d64 82.4 %, d128 83.5 %, 2.0 B of LDS per FMA,
+// no blocking wait (before: 72.2 % / 70.1 %, 2.67 B, 7 blocking waits); dkdv (no marker, the
+// per-query loop): d64 76.5 %, d128 74.7 %. Performance: never measured; all figures static.
 
 #include "common.h"
 #include "tile_io.h"
@@ -902,15 +910,168 @@ __device__ __forceinline__ void bwd_dkdv(const T* __restrict__ q, Strides qst,
   }
 }
 
+/// The dq kernel's lane groups: G lanes own QPT queries (d32: 4, 1; d64: 8, 2; d96: 8, 1;
+/// d128: 16, 2: 8 columns per lane, 12 at d96), so QROWS = 256 / G * QPT = 64 / 64 / 32 / 32.
+/// Scores and dp are spread over the group like the forward's (Spread); KC keys per step.
+template <int DB> struct DqCfg {
+  static constexpr int G = DB == 32 ? 4 : (DB == 128 ? 16 : 8);
+  static constexpr int QPT = DB == 64 || DB == 128 ? 2 : 1;
+  static constexpr int ROWS = kThreads / G * QPT;
+  static constexpr int KC = G / QPT;  // one owned score per lane and step
+  // Keys per LDS tile. d96 takes 16 (12 KiB of LDS) so that 3 blocks fit a CU: 3 waves/SIMD.
+  static constexpr int BKV = DB <= 64 ? 64 : (DB == 96 ? 16 : 32);
+  static_assert(ROWS == BwdCfg<DB>::ROWS, "the launcher's dq rows per block");
+};
+
 template <typename T, int DB>
-__device__ __forceinline__ void bwd_dq(const T* __restrict__ q, Strides qst,
-                                       const T* __restrict__ k, Strides kst,
-                                       const T* __restrict__ v, Strides vst,
-                                       const T* __restrict__ dout, Strides dost,
-                                       const float* __restrict__ lse,
-                                       const float* __restrict__ delta, RowStrides lst,
-                                       T* __restrict__ dq, Strides dqst, int Tq, int Tk, int D,
-                                       float scale, int causal_flag) {
+__device__ __forceinline__ void bwd_dq_spread(const T* __restrict__ q, Strides qst,
+                                              const T* __restrict__ k, Strides kst,
+                                              const T* __restrict__ v, Strides vst,
+                                              const T* __restrict__ dout, Strides dost,
+                                              const float* __restrict__ lse,
+                                              const float* __restrict__ delta, RowStrides lst,
+                                              T* __restrict__ dq, Strides dqst, int Tq,
+                                              int Tk, int D, float scale, int causal_flag) {
+  using Cfg = DqCfg<DB>;
+  constexpr int G = Cfg::G;
+  constexpr int QPT = Cfg::QPT;
+  constexpr int KC = Cfg::KC;
+  constexpr int BKV = Cfg::BKV;
+  using Sp = Spread<G, QPT, KC>;
+  static_assert(Sp::OWN == 1 && Sp::OQ == 1, "one owned score per lane and step");
+  constexpr int NC = Slice<DB, G>::NC;
+  __shared__ float kv_lds[2 * BKV * DB];  // K tile, then V tile
+
+  const bool causal = causal_flag != 0;
+  const int tid = static_cast<int>(threadIdx.x);
+  const int g = tid % G;
+  const int tile = causal ? static_cast<int>(gridDim.x - 1 - blockIdx.x)
+                          : static_cast<int>(blockIdx.x);
+  const int q0 = tile * Cfg::ROWS;
+  const bool vec_ok = vec4_ok(q, qst) && vec4_ok(k, kst) && vec4_ok(v, vst) &&
+                      vec4_ok(dout, dost) && vec4_ok(dq, dqst);
+
+  // Slot r of lane g holds query row0 + (r ^ tq); its keys of a step come in the order u ^ tk.
+  const int tau = Sp::tau(g);
+  const int tq = tau / KC;
+  const int tk = tau % KC;
+  const int row0 = q0 + (tid / G) * QPT;
+  Slice<DB, G> qs[QPT], dos[QPT], dqs[QPT];
+#pragma unroll
+  for (int r = 0; r < QPT; ++r) {
+    const int i = row0 + (r ^ tq);
+    const bool ok = i < Tq;
+    qs[r].load(Rows<const T>(q, qst).row(ok ? i : 0), ok, D, g, vec_ok, scale * kLog2e);
+    dos[r].load(Rows<const T>(dout, dost).row(ok ? i : 0), ok, D, g, vec_ok, 1.0f);
+    dqs[r].zero();
+  }
+  // The owned query slot (0): its statistics and last visible key.
+  const int own_row = row0 + tq;
+  const bool own_ok = own_row < Tq;
+  const float lse2 = own_ok ? stat_rows(lse, lst)[own_row] * kLog2e : kNegInf;
+  const float dlt = own_ok ? stat_rows(delta, lst)[own_row] : 0.0f;
+  const int jmax = own_ok ? last_key(own_row, Tq, Tk, causal) : -1;
+  // The key blocks of a step in this lane's order: LDS float offsets (Sp::NB of them).
+  int koff[Sp::NB];
+#pragma unroll
+  for (int h = 0; h < Sp::NB; ++h) koff[h] = ((h ^ (tk / Sp::KB)) * Sp::KB) * DB;
+
+  const int last = max(0, last_key(min(q0 + Cfg::ROWS, Tq) - 1, Tq, Tk, causal) + 1);
+  const Rows<const T> k_bh(k, kst);
+  const Rows<const T> v_bh(v, vst);
+  const float* k_g = kv_lds + Slice<DB, G>::col(0, g);
+  // Item i of the step at key slot jc: key slot u = (i / NC) % KC, chunk c = i % NC; items
+  // [0, KC NC) read K (scores), [KC NC, 2 KC NC) V (dp), [2 KC NC, 3 KC NC) K again (dq).
+  constexpr int kItems = KC * NC;
+  auto item = [&](int jc, int i) __attribute__((always_inline)) {
+    const int u = (i / NC) % KC;
+    const int tensor = i / kItems == 1 ? BKV * DB : 0;
+    return reinterpret_cast<const float4*>(k_g + tensor + koff[u / Sp::KB] +
+                                           (jc + u % Sp::KB) * DB + 4 * G * (i % NC));
+  };
+  // x[r][u] += this lane's part of a[r] . (item w); the query levels once key u is complete.
+  auto partial = [&](float (&x)[QPT][KC], const Slice<DB, G>(&a)[QPT], int u, int c, float4 w)
+                     __attribute__((always_inline)) {
+#pragma unroll
+    for (int r = 0; r < QPT; ++r) {
+      float y = c == 0 ? 0.0f : x[r][u];
+      y = __builtin_fmaf(a[r].x[c][0], w.x, y);
+      y = __builtin_fmaf(a[r].x[c][1], w.y, y);
+      y = __builtin_fmaf(a[r].x[c][2], w.z, y);
+      x[r][u] = __builtin_fmaf(a[r].x[c][3], w.w, y);
+    }
+    if (c == NC - 1) Sp::rs_queries(x, u);
+  };
+  for (int j0 = 0; j0 < last; j0 += BKV) {
+    __syncthreads();
+    stage_rows<BKV, DB>(kv_lds, k_bh.p, k_bh.seq, Tk, j0, D, vec_ok, tid);
+    stage_rows<BKV, DB>(kv_lds + BKV * DB, v_bh.p, v_bh.seq, Tk, j0, D, vec_ok, tid);
+    __syncthreads();
+    float4 carry = *item(0, 0);
+    hipk::sched_barrier();  // as in fwd_tile: keeps the read ahead, and the marker neutral
+    HIPK_HOT_LOOP_BEGIN("dq_step");  // KC keys x QPT queries
+#pragma unroll 1
+    for (int jc = 0; jc < BKV; jc += KC) {
+      float s[QPT][KC], dp[QPT][KC];
+      // Three streams, each reading the next one's first item ahead: K (scores), V (dp), K
+      // again (dq += ds k); the last one reads the next step's first K item (after the last
+      // step: V's first rows, unused).
+      stream_lds<kItems>(
+          [&](int i) __attribute__((always_inline)) { return item(jc, i); },
+          [&](int i, float4 w) __attribute__((always_inline)) {
+            partial(s, qs, i / NC, i % NC, w);
+          },
+          carry, item(jc, kItems));
+      stream_lds<kItems>(
+          [&](int i) __attribute__((always_inline)) { return item(jc, kItems + i); },
+          [&](int i, float4 w) __attribute__((always_inline)) {
+            partial(dp, dos, i / NC, i % NC, w);
+          },
+          carry, item(jc, 2 * kItems));
+      // The owned score: p = exp(s - lse), ds = p (dp - delta); then every lane's ds.
+      Sp::rs_keys(s);
+      Sp::rs_keys(dp);
+      const float p = recompute_p(s[0][0], lse2, j0 + jc + tk <= jmax);
+      dp[0][0] = p * (dp[0][0] - dlt);
+      Sp::ag_keys(dp);
+      stream_lds<kItems>(
+          [&](int i) __attribute__((always_inline)) { return item(jc, 2 * kItems + i); },
+          [&](int i, float4 w) __attribute__((always_inline)) {
+            const int u = i / NC;
+            const int c = i % NC;
+            if (c == 0) Sp::ag_queries(dp, u);
+#pragma unroll
+            for (int r = 0; r < QPT; ++r) {
+              const float ds = dp[r][u];
+              dqs[r].x[c][0] = __builtin_fmaf(ds, w.x, dqs[r].x[c][0]);
+              dqs[r].x[c][1] = __builtin_fmaf(ds, w.y, dqs[r].x[c][1]);
+              dqs[r].x[c][2] = __builtin_fmaf(ds, w.z, dqs[r].x[c][2]);
+              dqs[r].x[c][3] = __builtin_fmaf(ds, w.w, dqs[r].x[c][3]);
+            }
+          },
+          carry, item(jc + KC, 0));
+    }
+    HIPK_HOT_LOOP_END("dq_step");
+  }
+
+#pragma unroll
+  for (int r = 0; r < QPT; ++r) {
+    const int i = row0 + (r ^ tq);
+    if (i < Tq) dqs[r].store(Rows<T>(dq, dqst).row(i), D, g, vec_ok, scale);
+  }
+}
+
+/// dq for db 32 and 96 (one query per lane group: a spread over the group would leave 4 B of
+/// LDS per FMA there, and cost d96 its third wave per SIMD).
+template <typename T, int DB>
+__device__ __forceinline__ void bwd_dq_rows(const T* __restrict__ q, Strides qst,
+                                            const T* __restrict__ k, Strides kst,
+                                            const T* __restrict__ v, Strides vst,
+                                            const T* __restrict__ dout, Strides dost,
+                                            const float* __restrict__ lse,
+                                            const float* __restrict__ delta, RowStrides lst,
+                                            T* __restrict__ dq, Strides dqst, int Tq, int Tk, int D,
+                                            float scale, int causal_flag) {
   using Cfg = BwdCfg<DB>;
   constexpr int G = Cfg::G;
   constexpr int BKV = Cfg::BKV;
@@ -955,6 +1116,24 @@ __device__ __forceinline__ void bwd_dq(const T* __restrict__ q, Strides qst,
   }
 
   if (row_ok) dqs.store(Rows<T>(dq, dqst).row(i), D, g, vec_ok, scale);
+}
+
+template <typename T, int DB>
+__device__ __forceinline__ void bwd_dq(const T* __restrict__ q, Strides qst,
+                                       const T* __restrict__ k, Strides kst,
+                                       const T* __restrict__ v, Strides vst,
+                                       const T* __restrict__ dout, Strides dost,
+                                       const float* __restrict__ lse,
+                                       const float* __restrict__ delta, RowStrides lst,
+                                       T* __restrict__ dq, Strides dqst, int Tq, int Tk, int D,
+                                       float scale, int causal_flag) {
+  if constexpr (DqCfg<DB>::QPT > 1) {
+    bwd_dq_spread<T, DB>(q, qst, k, kst, v, vst, dout, dost, lse, delta, lst, dq, dqst, Tq, Tk,
+                         D, scale, causal_flag);
+  } else {
+    bwd_dq_rows<T, DB>(q, qst, k, kst, v, vst, dout, dost, lse, delta, lst, dq, dqst, Tq, Tk, D,
+                       scale, causal_flag);
+  }
 }
 
 }  // namespace hipk_attn
