@@ -101,7 +101,7 @@ fn build(
             sources.push(Source { path, race });
         }
     }
-    for header in ["common.h", "tile_io.h"] {
+    for header in ["common.h", "tile_io.h", "attention.h", "gelu.h"] {
         println!(
             "cargo:rerun-if-changed={}",
             kernel_dir.join(header).display()
