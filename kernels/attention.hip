@@ -30,66 +30,81 @@
 //       grid (ceil(Tk / KROWS), H, B), block 256; KROWS = 256 / G_BWD (64 for db <= 64, else 32).
 //   attention_bwd_dq_d<db>_<dtype>(q, qs, k, ks, v, vs, dout, dos, lse, delta, ls, dq, dqs, Tq,
 //                                  Tk, D, scale, causal)
-//       grid (ceil(Tq / QROWS), H, B), block 256; QROWS = 256 / G_BWD.
+//       grid (ceil(Tq / QROWS), H, B), block 256; QROWS = 64 for db <= 64, else 32.
 // causal is 0 or 1. No dynamic LDS. H, B <= 65535 per launch (grid.y, grid.z).
 //
-// Work layout ("lane groups"): G consecutive lanes own one row (a query in fwd/dq, a key in
-// dkdv). Lane g of a group holds 4-wide chunks c*G + g of the row (c < DB / (4G)), so the G
-// lanes of a group read 4G consecutive floats of an LDS row: no bank conflicts, and all groups of
-// a wave read the same LDS row at the same time (broadcast). A dot product is a per-lane partial
-// sum plus a G-lane butterfly (DPP: quad permutes inside 4 lanes, row_half_mirror for 8), after which
-// every lane of the group holds the full value, so the softmax bookkeeping needs no further
-// communication. Wave-size agnostic: G divides 32 and 64.
+// Work layout ("lane groups"): G consecutive lanes own one row (a key in dkdv, a query in dq;
+// the forward's groups own QPT queries, below). Lane g of a group holds 4-wide chunks c*G + g of
+// the row (c < DB / (4G)), so the G lanes of a group read 4G consecutive floats of an LDS row: no
+// bank conflicts, and all groups of a wave read the same LDS row at the same time (broadcast).
+// In the backward a dot product is a per-lane partial sum plus a G-lane butterfly (DPP: quad
+// permutes inside 4 lanes, row_half_mirror for 8), after which every lane of the group holds the
+// full value, so the softmax bookkeeping needs no further communication. Wave-size agnostic: G
+// divides 32 and 64 (DPP row operations stay inside 16 lanes).
 //
-// Forward: each lane group owns QPT = 2 consecutive queries (G = 4 lanes for db <= 64, so 128
-// queries per block; G = 8 above, 64 queries), held pre-scaled by scale * log2 e with their
-// output accumulators in registers. It walks the key/value tiles (BKV x DB of K and of V in LDS
-// as f32) in steps of KC keys: scores, one online-softmax update, then p * V. Every float4 read
-// from LDS feeds QPT * 4 FMAs (one per query), and the reads are streamed two ahead of their
-// use (stream_lds: 2 LDS reads in flight at every wait). The running max m is a lazy reference
-// (raised only when a score passes it by 8 in log2 units), so the rescale of l and the
-// accumulators is skipped on most steps; out is normalised once at the end; lse = ln 2 *
-// (m + log2 l). K/V tile t+1 is loaded (raw words; a scalar-base global_load with 32-bit
+// Forward: each lane group of G lanes owns QPT consecutive queries (d32: G 4, QPT 2; d64: 8, 4;
+// d96: 8, 2; d128: 16, 4: 8 columns per lane, 12 at d96; 128 queries per block up to db 64, 64
+// above), held pre-scaled by scale * log2 e with their output accumulators in registers. Every
+// float4 read from LDS feeds QPT * 4 FMAs (one per query: 4 FMAs per LDS float at d64/d128).
+// The scores are spread over the group instead of being repeated in every lane (Spread): lane g
+// holds its queries in a permuted order (slot r = row r ^ tq(g)) and reads the keys of a step in
+// a permuted order (u ^ tk(g)), so that a DPP reduce-scatter (per key over the query levels as
+// soon as the key's partial sums are complete, then over the key levels) leaves each lane
+// N / G complete scores of its own (N = QPT * KC per step); the exp and the mask are paid once
+// per score, and a DPP all-gather returns every lane all N probabilities for p * V. Each K/V
+// tile (BKV x DB of K and of V in LDS as f32) takes two passes of KC-key steps: pass 1 computes
+// the scores and keeps each lane's own ones in its private column of sc_lds with their running
+// max; then, once per tile, the online softmax (m = max(m, tile max) for every query, acc and l
+// rescaled: no branch); pass 2 turns the kept scores into p and accumulates p * V. Both passes
+// read one float4 ahead, across steps too (the last item of a step reads the next step's first
+// item; the tile and sc_lds carry one step of padding for the read past the last step), and
+// pass 1 stores a step's scores during the next step's stream, ahead of that read-ahead (LDS
+// waits count in order): no LDS wait is exposed. out is normalised once at the end; lse =
+// ln 2 * (m + log2 l). K/V tile t+1 is loaded (raw words; a scalar-base global_load with 32-bit
 // offsets when the tile is whole, D = db, rows aligned and seq * sizeof(T) * rows < 2^32) before
-// tile t is used and written to LDS after it: the global latency
-// hides behind a tile of math. Tiles every query of the block sees whole skip the per-key mask
-// (a separate loop). No Tq x Tk matrix exists anywhere. With causal, the tiles past the block's
-// last visible key are never loaded (for Tq = Tk about half of them); heavy query tiles start
-// first.
+// tile t is used and written to LDS after it: the global latency hides behind a tile of math.
+// Tiles every query of the block sees whole skip the per-key mask (a separate loop). No Tq x Tk
+// matrix exists anywhere. With causal, the tiles past the block's last visible key are never
+// loaded (for Tq = Tk about half of them); heavy query tiles start first.
 // Backward (deterministic, no atomics): the dot pre-pass computes delta = rowsum(dout * out);
 // the dkdv kernel owns KROWS keys (k, v, dk, dv in registers) and walks the query tiles (q and
 // dout staged in LDS, with lse and delta) recomputing p = exp(s - lse); the dq kernel owns
-// QROWS queries (q, dout, dq in registers) and walks the key tiles. Each output element is
+// QROWS queries (q, dout, dq in registers) and walks the key tiles. At d64 / d128 the dq
+// kernel's groups own 2 queries each (8 / 16 lanes, 8 columns per lane) and spread the scores
+// and dp like the forward: one step of KC keys streams K (scores), V (dp) and K again
+// (dq += ds k), every float read feeding 2 FMAs, with the exp once per score and no exposed LDS
+// wait; d32 / d96 keep one query per group with the butterfly. Each output element is
 // written once by one thread. Causal: the dkdv kernel starts at the first query tile that can
 // see its keys, the dq kernel stops after the last key tile its queries can see.
 //
 // Tiles and LDS (256 threads = 4 wave64):
-//   fwd      G = 4 (db <= 64) or 8, QPT = 2; BKV = 64 (db 32) or 16; KC = 8 (4 at db 128).
+//   fwd      G / QPT as above; BKV = 16 (8 at db 128); KC = 8 (db 32) or 4.
 //   dkdv     G = 4 (db <= 64) or 8; query tile 64 / 32 / 16 / 16 rows (db 32 / 64 / 96 / 128).
-//   dq       G as dkdv; key tile 64 / 64 / 16 / 32 rows (db 96: 16, for 3 blocks per CU).
+//   dq       G = 4 / 8 / 8 / 16, 1 / 2 / 1 / 2 queries per group; key tile 64 / 64 / 16 / 32
+//            rows (db 96: 16, for 3 blocks per CU); KC = G / QPT keys per step at d64 / d128.
 // Every kernel keeps LDS <= 32 KiB and VGPRs <= 128 (__launch_bounds__(256, 2)), i.e. at
 // least 2 blocks = 2 waves per SIMD on a 64 KiB CU.
-// gfx906 resource figures (hipcc 5.2 / clang 15, -O3, -Rpass-analysis=kernel-resource-usage),
-// f32 (f16 / bf16 within -8..+1 VGPRs); all 39 kernels: scratch 0, SGPR and VGPR spills 0.
-// Reading through strides cost 0-3 VGPRs (fwd) and up to 32 SGPRs (the per-tensor strides;
-// SGPRs do not limit occupancy here); every hot loop kept its VALU, FMA, LDS and blocking-wait
-// figures (cargo xtask isa-report; at most +-1 instruction, bwd_dkdv d96 one more non-blocking
-// wait), and every kernel its occupancy:
+// gfx906 resource figures (cargo xtask isa-report, hipcc 5.2 / clang 15, -O3; docs/ISA-REPORT.md
+// has every dtype), f32 (f16 / bf16 within -8..+1 VGPRs); every kernel: scratch 0, spills 0:
 //   kernel      d32               d64               d96               d128
-//   fwd         100 V 16384 B  2  128 V  8192 B  2  115 V 12288 B  2  128 V 16384 B  2
+//   fwd         84 V  21504 B  3  121 V 21504 B  2  114 V 19968 B  2  126 V 14336 B  2
 //   bwd_dkdv    69 V  16896 B  3  119 V 16640 B  2  94 V  12416 B  2  119 V 16512 B  2
-//   bwd_dq      55 V  16384 B  4  96 V  32768 B  2  73 V  12288 B  3  96 V  32768 B  2
+//   bwd_dq      55 V  16384 B  4  90 V  32768 B  2  73 V  12288 B  3  116 V 32768 B  2
 //   bwd_dot     29 V, no LDS, occupancy 8
 // (V = VGPRs, B = LDS bytes per block, last = occupancy in waves/SIMD.)
-// Static hot-loop figures of the forward (`cargo xtask isa-report`, loop fwd_step = one KC-key
-// step of an unmasked tile, rescale branch included; docs/ISA-REPORT.md), all dtypes:
-//   issue-bound estimate of FMA peak d32 58.0 %, d64 71.7 %, d96 64.6 %, d128 64.5 %;
-//   LDS 2.0 B per FMA (at the LDS bandwidth bound of the report's model); 1 blocking wait per
-//   step (the step's first K read; 0.5-1 point in the model).
-// What remains is the lane-group layout's own cost: each of the G lanes of a group repeats the
-// group's softmax (max, exp, sum: v_exp_f32 issues at quarter rate) and the log2(G) DPP adds
-// of every score. Performance: never measured; the figures are static.
+// Static hot-loop figures of the forward (loops fwd_qk = pass 1 and fwd_pv = pass 2 of one
+// KC-key step of an unmasked tile), issue-bound estimate of the FMA peak, all dtypes:
+//   fwd_qk  d32 85.9 %, d64 87.7 %, d96 87.3 %, d128 82.1 %
+//   fwd_pv  d32 75.3 %, d64 81.5 %, d96 84.2 %, d128 81.0 %
+// LDS bytes per FMA 1.00 (qk) and 1.06 / 1.03 (pv: the read-back of the owned scores) at d64 /
+// d128, i.e. 4 FMAs per K or V float; 2.0-2.1 at d32 / d96 (QPT = 2). No blocking LDS wait (d32
+// pv: one). What remains: the DPP reduce-scatter and all-gather (about one DPP per score per
+// lane each way) against 8 FMAs per score per lane and pass.
+// Backward dq (loop dq_step, one KC-key step): d64 82.4 %, d128 83.5 %, 2.0 B of LDS per FMA,
+// no blocking wait (before: 72.2 % / 70.1 %, 2.67 B, 7 blocking waits); dkdv (no marker, the
+// per-query loop): d64 76.5 %, d128 74.7 %. Performance: never measured; all figures static.
 
+#include "attention.h"
 #include "common.h"
 #include "tile_io.h"
 
@@ -97,181 +112,15 @@
 
 namespace hipk_attn {
 
-constexpr int kThreads = 256;
-constexpr float kLog2e = 1.4426950408889634f;
-constexpr float kLn2 = 0.6931471805599453f;
-constexpr float kNegInf = -__builtin_huge_valf();
-
-/// 2^x as one v_exp_f32 (about 1 ulp; results below 2^-126 flush to 0). exp2f goes through
-/// ocml, which adds a denormal range fix-up (compare, two selects, a multiply) around it; the
-/// softmax only feeds it arguments <= 0 whose results are summed with at least one 1.0, so
-/// values below 2^-126 do not matter (and exp2(-inf) is still 0).
-__device__ __forceinline__ float fast_exp2(float x) { return __builtin_exp2f(x); }
-
-/// Sum over the G consecutive lanes of a group (G in {1, 2, 4, 8}); all lanes get the result.
-/// Three DPP adds at most (no LDS traffic): after the two quad steps every lane of a quad holds
-/// the quad's sum, so adding the mirrored lane of the other quad completes a group of 8.
-/// Every lane of the wave must be active (no divergent branch around a call).
-template <int G> __device__ __forceinline__ float group_sum(float x) {
-  if constexpr (G >= 2) {  // quad_perm [1, 0, 3, 2]: partner lane ^ 1
-    x += __int_as_float(__builtin_amdgcn_update_dpp(0, __float_as_int(x), 0xB1, 0xF, 0xF, false));
-  }
-  if constexpr (G >= 4) {  // quad_perm [2, 3, 0, 1]: partner lane ^ 2
-    x += __int_as_float(__builtin_amdgcn_update_dpp(0, __float_as_int(x), 0x4E, 0xF, 0xF, false));
-  }
-  if constexpr (G >= 8) {  // row_half_mirror: partner lane 7 - (lane % 8), in the other quad
-    x += __int_as_float(__builtin_amdgcn_update_dpp(0, __float_as_int(x), 0x141, 0xF, 0xF, false));
-  }
-  static_assert(G <= 8, "groups of at most 8 lanes");
-  return x;
-}
-
-/// The slice of one DB-wide row held by lane g of a G-lane group: NC chunks of 4 columns,
-/// chunk c at columns 4 * (c * G + g).
-template <int DB, int G> struct Slice {
-  static constexpr int NC = DB / (4 * G);
-  static_assert(NC * 4 * G == DB, "bucket splits into 4-wide chunks per lane");
-  float x[NC][4];
-
-  __device__ __forceinline__ static int col(int c, int g) { return 4 * (c * G + g); }
-
-  __device__ __forceinline__ void zero() {
-#pragma unroll
-    for (int c = 0; c < NC; ++c) {
-#pragma unroll
-      for (int u = 0; u < 4; ++u) x[c][u] = 0.0f;
-    }
-  }
-  /// Loads columns of `row` (D valid columns; nothing read when !row_ok), times `mul`.
-  template <typename T>
-  __device__ __forceinline__ void load(const T* row, bool row_ok, int D, int g, bool vec_ok,
-                                       float mul) {
-#pragma unroll
-    for (int c = 0; c < NC; ++c) {
-      hipk::load_vec<4>(row + col(c, g), row_ok ? D - col(c, g) : 0, vec_ok, x[c]);
-#pragma unroll
-      for (int u = 0; u < 4; ++u) x[c][u] *= mul;
-    }
-  }
-  /// Stores the first D columns of this slice times `mul` into `row`.
-  template <typename T>
-  __device__ __forceinline__ void store(T* row, int D, int g, bool vec_ok, float mul) const {
-#pragma unroll
-    for (int c = 0; c < NC; ++c) {
-      float y[4];
-#pragma unroll
-      for (int u = 0; u < 4; ++u) y[u] = x[c][u] * mul;
-      hipk::store_vec<4>(row + col(c, g), D - col(c, g), vec_ok, y);
-    }
-  }
-  /// Partial dot product of this slice with the same columns of an LDS row.
-  __device__ __forceinline__ float dot(const float* lds_row, int g) const {
-    float s = 0.0f;
-#pragma unroll
-    for (int c = 0; c < NC; ++c) {
-      const float4 w = *reinterpret_cast<const float4*>(lds_row + col(c, g));
-      s = __builtin_fmaf(x[c][0], w.x, s);
-      s = __builtin_fmaf(x[c][1], w.y, s);
-      s = __builtin_fmaf(x[c][2], w.z, s);
-      s = __builtin_fmaf(x[c][3], w.w, s);
-    }
-    return s;
-  }
-  /// this += a * (the same columns of an LDS row).
-  __device__ __forceinline__ void axpy(float a, const float* lds_row, int g) {
-#pragma unroll
-    for (int c = 0; c < NC; ++c) {
-      const float4 w = *reinterpret_cast<const float4*>(lds_row + col(c, g));
-      x[c][0] = __builtin_fmaf(a, w.x, x[c][0]);
-      x[c][1] = __builtin_fmaf(a, w.y, x[c][1]);
-      x[c][2] = __builtin_fmaf(a, w.z, x[c][2]);
-      x[c][3] = __builtin_fmaf(a, w.w, x[c][3]);
-    }
-  }
-  __device__ __forceinline__ void scale(float a) {
-#pragma unroll
-    for (int c = 0; c < NC; ++c) {
-#pragma unroll
-      for (int u = 0; u < 4; ++u) x[c][u] *= a;
-    }
-  }
-};
-
-/// Copies rows [r0, r0 + ROWS) of a [rows_total, D] tensor (rows `seq` elements apart) into an
-/// LDS tile [ROWS][DB] as f32, zero-filling rows past rows_total and columns past D. All
-/// threads of the block take part.
-template <int ROWS, int DB, typename T>
-__device__ __forceinline__ void stage_rows(float* lds, const T* x, int64_t seq, int rows_total,
-                                           int r0, int D, bool vec_ok, int tid) {
-  constexpr int kSlotsPerRow = DB / 4;
-  constexpr int kSlots = ROWS * kSlotsPerRow;
-  // Not unrolled: the unrolled form issues every load first and spills at d128.
-#pragma unroll 1
-  for (int it = 0; it < (kSlots + kThreads - 1) / kThreads; ++it) {
-    const int s = tid + it * kThreads;
-    if (kSlots % kThreads != 0 && s >= kSlots) break;
-    const int r = s / kSlotsPerRow;
-    const int c = (s % kSlotsPerRow) * 4;
-    const bool ok = r0 + r < rows_total;
-    float w[4];
-    hipk::load_vec<4>(x + static_cast<int64_t>(ok ? r0 + r : 0) * seq + c, ok ? D - c : 0,
-                      vec_ok, w);
-    *reinterpret_cast<float4*>(lds + r * DB + c) = make_float4(w[0], w[1], w[2], w[3]);
-  }
-}
-
-/// Last key index visible to query i (may be < 0: none); Tk - 1 when not causal.
-__device__ __forceinline__ int last_key(int i, int Tq, int Tk, bool causal) {
-  return causal ? min(i + Tk - Tq, Tk - 1) : Tk - 1;
-}
-
-/// Element strides of an attention tensor [B, H, T, D] (head_dim contiguous): row (b, h, t)
-/// starts at b * batch + h * head + t * seq. The launcher passes 0 for a dimension of extent 1
-/// and folds the layout's offset and the launch's first batch/head into the pointer.
-struct Strides {
-  int64_t batch;
-  int64_t head;
-  int64_t seq;
-};
-
-/// Strides of the per-row statistics lse and delta [B, H, Tq] (f32, rows contiguous).
-struct RowStrides {
-  int64_t batch;
-  int64_t head;
-};
-
-/// The rows of this block's (batch, head) = (blockIdx.z, blockIdx.y) of a strided tensor.
-template <typename T> struct Rows {
-  T* p;         // row t = 0
-  int64_t seq;  // elements between rows
-
-  __device__ __forceinline__ Rows(T* base, Strides s)
-      : p(base + static_cast<int64_t>(blockIdx.z) * s.batch +
-          static_cast<int64_t>(blockIdx.y) * s.head),
-        seq(s.seq) {}
-  __device__ __forceinline__ T* row(int t) const { return p + static_cast<int64_t>(t) * seq; }
-};
-
-/// This block's (batch, head) row of lse or delta.
-template <typename T> __device__ __forceinline__ T* stat_rows(T* base, RowStrides s) {
-  return base + static_cast<int64_t>(blockIdx.z) * s.batch +
-         static_cast<int64_t>(blockIdx.y) * s.head;
-}
-
-/// True when every row of a strided tensor at x starts aligned for 4-element vector accesses
-/// (uniform; columns past D never take the vector path of a partial chunk).
-template <typename T> __device__ __forceinline__ bool vec4_ok(const T* x, Strides s) {
-  return hipk::is_aligned(x, 4 * sizeof(T)) && ((s.batch | s.head | s.seq) & 3) == 0;
-}
-
 template <int DB> struct FwdCfg {
-  static constexpr int QPT = 2;                    // queries per lane group
-  static constexpr int G = DB <= 64 ? 4 : 8;       // lanes per group
+  // Lanes per group: 8 columns of each query per lane (d96: 12).
+  static constexpr int G = DB == 32 ? 4 : (DB == 128 ? 16 : 8);
+  static constexpr int QPT = DB == 64 || DB == 128 ? 4 : 2;  // queries per lane group
   static constexpr int ROWS = kThreads / G * QPT;  // queries per block: 128 (db <= 64) or 64
   // Keys per LDS tile: the next tile waits in registers (BKV * DB * 2 / 256 f32 words per
   // thread), so it stays small.
-  static constexpr int BKV = DB == 32 ? 64 : 16;
-  static constexpr int KC = DB == 128 ? 4 : 8;     // keys per online-softmax step (d128: 8 spills)
+  static constexpr int BKV = DB == 128 ? 8 : 16;
+  static constexpr int KC = DB == 32 ? 8 : 4;  // keys per online-softmax step
 };
 
 template <int DB> struct BwdCfg {
@@ -282,201 +131,163 @@ template <int DB> struct BwdCfg {
   static constexpr int BKV = DB <= 64 ? 64 : (DB == 96 ? 16 : 32);
 };
 
-/// A ROWS x DB tile of a [rows_total, D] tensor (rows `seq` elements apart) moved global ->
-/// registers -> LDS (f32), in
-/// slots of 4 consecutive elements of one row (slot s = thread + 256 * it). load_*() keep the
-/// raw words (issued early, waited for only at store()); store() widens them into the LDS
-/// tile. Rows past rows_total and columns past D are zeros.
-template <int ROWS, int DB, typename T> struct TileStager {
-  static constexpr int kSlotsPerRow = DB / 4;
-  static constexpr int kSlots = ROWS * kSlotsPerRow;
-  static constexpr int kIters = (kSlots + kThreads - 1) / kThreads;
-  static constexpr int kWords = 4 * static_cast<int>(sizeof(T)) / 4;  // per slot
-  uint32_t w[kIters][kWords];
-
-  /// Largest row stride whose tile offsets fit 32 bits: ROWS * seq * sizeof(T) < 2^32.
-  static constexpr int64_t kMaxFastSeq =
-      (int64_t{1} << 32) / (ROWS * static_cast<int64_t>(sizeof(T))) - 1;
-  /// Whole tile inside the tensor, D == DB, rows aligned, row stride below kMaxFastSeq
-  /// (uniform): load_fast() may be used.
-  __device__ __forceinline__ static bool fast_ok(int rows_total, int r0, int D, int64_t seq,
-                                                 bool vec_ok) {
-    return vec_ok && D == DB && r0 + ROWS <= rows_total && seq <= kMaxFastSeq &&
-           kSlots % kThreads == 0;
-  }
-  /// Per-thread byte offsets of the slots from the tile origin when D == DB, with rows
-  /// seq_bytes apart (< 2^32, see kMaxFastSeq). Slot s: row s / kSlotsPerRow, 4-column chunk
-  /// s % kSlotsPerRow.
-  __device__ __forceinline__ static uint32_t slot_bytes(int it, int tid, uint32_t seq_bytes) {
-    const int s = tid + it * kThreads;
-    return static_cast<uint32_t>(s / kSlotsPerRow) * seq_bytes +
-           static_cast<uint32_t>((s % kSlotsPerRow) * 4 * static_cast<int>(sizeof(T)));
-  }
-  /// Unchecked load of the tile whose first row starts at `origin` (uniform); see fast_ok().
-  /// Address = uniform base + 32-bit offset: the scalar-base global_load, no 64-bit VALU
-  /// address math.
-  __device__ __forceinline__ void load_fast(const T* origin, int64_t seq, int tid) {
-    const char* base = reinterpret_cast<const char*>(origin);
-    const uint32_t seq_bytes = static_cast<uint32_t>(seq) * static_cast<uint32_t>(sizeof(T));
-#pragma unroll
-    for (int it = 0; it < kIters; ++it) {
-      uint32_t off = slot_bytes(it, tid, seq_bytes);
-      hipk::opaque(off);  // see hipk::opaque: keeps the scalar-base form inside loops
-      hipk::load_raw_vec<kWords>(reinterpret_cast<const T*>(base + off), w[it]);
-    }
-  }
-  /// Bounds-checked load of rows [r0, r0 + ROWS) (tail tiles, D != DB, unaligned rows).
-  __device__ __forceinline__ void load_checked(const T* x, int64_t seq, int rows_total, int r0,
-                                               int D, bool vec_ok, int tid) {
-    hipk::opaque(tid);  // derive the addresses here, not in registers kept across the loop
-#pragma unroll
-    for (int it = 0; it < kIters; ++it) {
-      const int s = tid + it * kThreads;
-      const int r = s / kSlotsPerRow;
-      const int c = (s % kSlotsPerRow) * 4;
-      const bool ok = (kSlots % kThreads == 0 || s < kSlots) && r0 + r < rows_total;
-      hipk::load_raw<4>(x + static_cast<int64_t>(ok ? r0 + r : 0) * seq + c, ok ? D - c : 0,
-                        vec_ok, w[it]);
-    }
-  }
-  __device__ __forceinline__ void store(float* lds, int tid) const {
-#pragma unroll
-    for (int it = 0; it < kIters; ++it) {
-      const int s = tid + it * kThreads;
-      if (kSlots % kThreads != 0 && s >= kSlots) break;
-      float f[4];
-#pragma unroll
-      for (int u = 0; u < 4; ++u) {
-        f[u] = sizeof(T) == 4 ? __uint_as_float(w[it][u])
-                              : hipk::from_bits(static_cast<T*>(nullptr),
-                                                (w[it][u / 2] >> (16 * (u % 2))) & 0xffffu);
-      }
-      // Slot s holds row s / kSlotsPerRow, columns 4 * (s % kSlotsPerRow): offset 4 * s.
-      *reinterpret_cast<float4*>(lds + 4 * s) = make_float4(f[0], f[1], f[2], f[3]);
-    }
-  }
-};
-
 // ---------------------------------------------------------------------------------------------
 // Forward
 // ---------------------------------------------------------------------------------------------
 
-/// Streams N float4 LDS reads through `use(i, value)` in order, with the read of item i + L
-/// issued before item i is used (L reads in flight while one is consumed). The scheduling
-/// barriers keep exactly that order: left alone, the scheduler hoists every read of the
-/// unrolled loop and runs out of registers.
-template <int N, int L, typename Addr, typename Use>
-__device__ __forceinline__ void stream_lds(Addr addr, Use use) {
-  float4 buf[L + 1];
-#pragma unroll
-  for (int i = 0; i < L && i < N; ++i) buf[i] = *addr(i);
-#pragma unroll
-  for (int i = 0; i < N; ++i) {
-    hipk::sched_barrier();
-    if (i + L < N) buf[(i + L) % (L + 1)] = *addr(i + L);
-    use(i, buf[i % (L + 1)]);
-  }
-}
+/// Per-lane state of the forward: its queries (pre-scaled into the exp2 domain), their output
+/// accumulators, the running reference max m of every query slot, the running sum l of its own
+/// probabilities, the last visible key of every query slot and where its permuted keys sit.
+template <int DB, int G, int QPT, int KC> struct FwdLane {
+  using Sp = Spread<G, QPT, KC>;
+  Slice<DB, G> qs[QPT];
+  Slice<DB, G> acc[QPT];
+  float m[QPT];     // lazy reference max (exp2 domain); kNoMax until a key is visible
+  float l[Sp::OQ];  // sum of exp2(s - m) over the probabilities this lane computed
+  int row0;        // the group's first query; slot r holds row0 + (r ^ tq)
+  int tq;          // query permutation of this lane
+  int koff[Sp::NB]; // LDS float offset of key block h: ((h ^ tk / KB) * KB) * DB
+  int tk;           // key permutation of this lane
+};
 
-/// One key/value tile of the forward pass for the QPT queries of this lane group: scores in
-/// steps of KC keys, an online-softmax update per step, then p * V. Each float read from LDS
+/// A reference max below every finite score: -inf would give -inf - -inf = NaN.
+constexpr float kNoMax = -3.0e38f;
+
+/// One key/value tile of the forward pass for the QPT queries of this lane group: steps of KC
+/// keys (scores, spread, one online-softmax update, gather, p * V). Each float read from LDS
 /// feeds QPT FMAs (one per query). MASK: some key of the tile may be invisible to some query
 /// of the block (causal diagonal or past Tk); otherwise no per-key test is made.
 template <bool MASK, int DB, int G, int QPT, int BKV, int KC>
-__device__ __forceinline__ void fwd_tile(const float* k_lds, const float* v_lds,
-                                         const Slice<DB, G> (&qs)[QPT],
-                                         Slice<DB, G> (&acc)[QPT], float (&m)[QPT],
-                                         float (&l)[QPT], const int (&jmax)[QPT], int j0,
-                                         int g) {
+__device__ __forceinline__ void fwd_tile(const float* kv_lds, float* sc_lds,
+                                         FwdLane<DB, G, QPT, KC>& st, int j0, int g, int Tq,
+                                         int Tk, bool causal) {
+  using Sp = Spread<G, QPT, KC>;
   constexpr int NC = Slice<DB, G>::NC;
-  constexpr int kAhead = 2;  // LDS reads in flight
-  const float* k_g = k_lds + Slice<DB, G>::col(0, g);
-  const float* v_g = v_lds + Slice<DB, G>::col(0, g);
-  if constexpr (!MASK) HIPK_HOT_LOOP_BEGIN("fwd_step");  // KC keys x QPT queries
+  constexpr int OWN = Sp::OWN;
+  // Item i of the step at key slot jc: key slot u = i / NC (row jc + (u ^ tk) of the tile),
+  // chunk c = i % NC. V sits BKV rows after K.
+  const float* k_g = kv_lds + Slice<DB, G>::col(0, g);
+  auto item = [&](int jc, int i) __attribute__((always_inline)) {
+    const int u = i / NC;
+    return reinterpret_cast<const float4*>(k_g + st.koff[u / Sp::KB] + (jc + u % Sp::KB) * DB +
+                                           4 * G * (i % NC));
+  };
+  constexpr int kV = BKV * DB / 4;  // float4s from a K item to its V item
+  // Step t's owned scores at slot t + 1 of this thread's column of sc_lds (slot 0 and the last
+  // slot are padding for the pipelining below).
+  float* sc = sc_lds + OWN * static_cast<int>(threadIdx.x);
+  auto slot = [&](int jc) __attribute__((always_inline)) {
+    return sc + (jc / KC + 1) * OWN * kThreads;
+  };
+
+  // Pass 1: the tile's scores. Partial sums per item, each key's query levels reduced as soon
+  // as its sums are complete, then the key levels; each lane keeps its owned scores (masked) in
+  // its own slice of sc_lds (no other thread reads them) and their running max.
+  // Markers beside a scheduling barrier present in both builds: with or without them (see
+  // cargo xtask isa-report --verify-markers) the loops compile the same.
+  float4 carry = *item(0, 0);
+  // The read ahead above the barrier, so the compiler does not merge it with the loop's own
+  // (which would move the read to the top of the step, just before its first use).
+  hipk::sched_barrier();
+  if constexpr (!MASK) HIPK_HOT_LOOP_BEGIN("fwd_qk");  // KC keys x QPT queries
+  float tmax[QPT];
+#pragma unroll
+  for (int r = 0; r < QPT; ++r) tmax[r] = kNegInf;
+  // A step stores the previous step's owned scores early in its stream, ahead of its last read
+  // (the waits count LDS operations in order: a store behind the read-ahead would make the next
+  // step wait for it). The first step stores its zeros to the padding slot.
+  float prev[OWN];
+#pragma unroll
+  for (int o = 0; o < OWN; ++o) prev[o] = 0.0f;
 #pragma unroll 1
   for (int jc = 0; jc < BKV; jc += KC) {
-    // Scores: item i = (key u = i / NC, chunk c = i % NC).
     float s[QPT][KC];
-    float d[QPT];
-    stream_lds<KC * NC, kAhead>(
-        [&](int i) __attribute__((always_inline)) {
-          return reinterpret_cast<const float4*>(k_g + (jc + i / NC) * DB + 4 * G * (i % NC));
-        },
+    stream_lds<KC * NC>(
+        [&](int i) __attribute__((always_inline)) { return item(jc, i); },
         [&](int i, float4 w) __attribute__((always_inline)) {
           const int u = i / NC;
           const int c = i % NC;
 #pragma unroll
           for (int r = 0; r < QPT; ++r) {
-            float x = c == 0 ? 0.0f : d[r];
-            x = __builtin_fmaf(qs[r].x[c][0], w.x, x);
-            x = __builtin_fmaf(qs[r].x[c][1], w.y, x);
-            x = __builtin_fmaf(qs[r].x[c][2], w.z, x);
-            d[r] = __builtin_fmaf(qs[r].x[c][3], w.w, x);
+            float x = c == 0 ? 0.0f : s[r][u];
+            x = __builtin_fmaf(st.qs[r].x[c][0], w.x, x);
+            x = __builtin_fmaf(st.qs[r].x[c][1], w.y, x);
+            x = __builtin_fmaf(st.qs[r].x[c][2], w.z, x);
+            s[r][u] = __builtin_fmaf(st.qs[r].x[c][3], w.w, x);
           }
-          if (c == NC - 1) {
+          if (c == NC - 1) Sp::rs_queries(s, u);
+          if (i == 0) store_own<OWN>(slot(jc) - OWN * kThreads, prev);
+        },
+        carry, item(jc + KC, 0));  // after the last step: V's first rows (unused)
+    Sp::rs_keys(s);
 #pragma unroll
-            for (int r = 0; r < QPT; ++r) {
-              const float dot = group_sum<G>(d[r]);
-              s[r][u] = !MASK || j0 + jc + u <= jmax[r] ? dot : kNegInf;
-            }
-          }
-        });
-    // Online softmax with a lazy reference: m is raised (and l, acc rescaled) only when a score
-    // exceeds it by more than kSlack (log2 units), so p = 2^(s - m) <= 2^kSlack stays far from
-    // overflow, and the rescale (QPT * DB / G multiplies and an exp) is skipped on most steps.
-    // The branch is per lane; the hardware skips it when no lane of the wave takes it. Lanes
-    // of a group hold identical m and s, so they decide alike. Any reference m gives the same
-    // out = acc / l and lse = m + log2 l.
-    constexpr float kSlack = 8.0f;
-    float tile_max[QPT];
-    bool raise = false;
+    for (int r = 0; r < Sp::OQ; ++r) {
 #pragma unroll
-    for (int r = 0; r < QPT; ++r) {
-      tile_max[r] = s[r][0];
-#pragma unroll
-      for (int u = 1; u < KC; ++u) tile_max[r] = fmaxf(tile_max[r], s[r][u]);
-      raise = raise || tile_max[r] > m[r] + kSlack;  // also when m = -inf and a key is visible
-    }
-    if (raise) {
-#pragma unroll
-      for (int r = 0; r < QPT; ++r) {
-        const float m_new = fmaxf(m[r], tile_max[r]);
-        // 0 when m = -inf (also when m_new is: no NaN from -inf - -inf), 1 when unchanged.
-        const float corr = fast_exp2(m[r] - (m_new == kNegInf ? 0.0f : m_new));
-        l[r] *= corr;
-        acc[r].scale(corr);
-        m[r] = m_new;
+      for (int u = 0; u < Sp::KB; ++u) {
+        float x = s[r][u];
+        if constexpr (MASK) {
+          const int row = st.row0 + (r ^ st.tq);
+          const int jmax = row < Tq ? last_key(row, Tq, Tk, causal) : -1;
+          x = j0 + jc + (u ^ st.tk) <= jmax ? x : kNegInf;
+        }
+        tmax[r] = fmaxf(tmax[r], x);
+        prev[r * Sp::KB + u] = x;
       }
     }
+  }
+  if constexpr (!MASK) HIPK_HOT_LOOP_END("fwd_qk");
+  store_own<OWN>(slot(BKV - KC), prev);
+
+  // Online softmax, once per tile: m = max(m, tile max) for every query slot (the same in every
+  // lane holding that query), acc and l rescaled (by 1 when m did not move).
+  Sp::template gather_rows<true>(tmax);
+#pragma unroll
+  for (int r = 0; r < QPT; ++r) {
+    const float m_new = fmaxf(st.m[r], tmax[r]);
+    const float corr = fast_exp2(st.m[r] - m_new);  // 0 from kNoMax, 1 when unchanged
+    st.acc[r].scale(corr);
+    if (r < Sp::OQ) st.l[r < Sp::OQ ? r : 0] *= corr;
+    st.m[r] = m_new;
+  }
+
+  // Pass 2: p = 2^(s - m) for the owned scores, l, gather (key levels now, query levels per
+  // key), out += p * V. The next step's owned scores are read with its first V item.
+  float own[OWN];
+  load_own<OWN>(slot(0), own);
+  carry = *(item(0, 0) + kV);
+  hipk::sched_barrier();
+  if constexpr (!MASK) HIPK_HOT_LOOP_BEGIN("fwd_pv");  // KC keys x QPT queries
+#pragma unroll 1
+  for (int jc = 0; jc < BKV; jc += KC) {
     float p[QPT][KC];
 #pragma unroll
-    for (int r = 0; r < QPT; ++r) {
-      // Nothing visible so far (m = -inf): reference 0 keeps p = 0 without producing NaN.
-      const float m_ref = m[r] == kNegInf ? 0.0f : m[r];
+    for (int r = 0; r < Sp::OQ; ++r) {
 #pragma unroll
-      for (int u = 0; u < KC; ++u) {
-        p[r][u] = fast_exp2(s[r][u] - m_ref);  // 0 for masked keys
-        l[r] += p[r][u];
+      for (int u = 0; u < Sp::KB; ++u) {
+        p[r][u] = fast_exp2(own[r * Sp::KB + u] - st.m[r]);  // 0 for masked keys
+        st.l[r] += p[r][u];
       }
     }
-    // out += p * V: item i = (key u = i / NC, chunk c = i % NC).
-    stream_lds<KC * NC, kAhead>(
-        [&](int i) __attribute__((always_inline)) {
-          return reinterpret_cast<const float4*>(v_g + (jc + i / NC) * DB + 4 * G * (i % NC));
-        },
+    Sp::ag_keys(p);
+    stream_lds<KC * NC>(
+        [&](int i) __attribute__((always_inline)) { return item(jc, i) + kV; },
         [&](int i, float4 w) __attribute__((always_inline)) {
           const int u = i / NC;
           const int c = i % NC;
+          if (c == 0) Sp::ag_queries(p, u);
+          if (i == KC * NC - 1) load_own<OWN>(slot(jc + KC), own);
 #pragma unroll
           for (int r = 0; r < QPT; ++r) {
-            acc[r].x[c][0] = __builtin_fmaf(p[r][u], w.x, acc[r].x[c][0]);
-            acc[r].x[c][1] = __builtin_fmaf(p[r][u], w.y, acc[r].x[c][1]);
-            acc[r].x[c][2] = __builtin_fmaf(p[r][u], w.z, acc[r].x[c][2]);
-            acc[r].x[c][3] = __builtin_fmaf(p[r][u], w.w, acc[r].x[c][3]);
+            const float pr = p[r][u];
+            st.acc[r].x[c][0] = __builtin_fmaf(pr, w.x, st.acc[r].x[c][0]);
+            st.acc[r].x[c][1] = __builtin_fmaf(pr, w.y, st.acc[r].x[c][1]);
+            st.acc[r].x[c][2] = __builtin_fmaf(pr, w.z, st.acc[r].x[c][2]);
+            st.acc[r].x[c][3] = __builtin_fmaf(pr, w.w, st.acc[r].x[c][3]);
           }
-        });
+        },
+        carry, item(jc + KC, 0) + kV);  // after the last step: the padding (unused)
   }
-  if constexpr (!MASK) HIPK_HOT_LOOP_END("fwd_step");
+  if constexpr (!MASK) HIPK_HOT_LOOP_END("fwd_pv");
 }
 
 template <typename T, int DB>
@@ -489,8 +300,12 @@ __device__ __forceinline__ void fwd(const T* __restrict__ q, Strides qst,
   constexpr int G = Cfg::G;
   constexpr int QPT = Cfg::QPT;
   constexpr int BKV = Cfg::BKV;
-  __shared__ float k_lds[BKV * DB];
-  __shared__ float v_lds[BKV * DB];
+  constexpr int KC = Cfg::KC;
+  using Sp = Spread<G, QPT, KC>;
+  // K tile, V tile, then KC rows of padding: the read ahead past a tile's last step lands there.
+  __shared__ float kv_lds[(2 * BKV + KC) * DB];
+  // Each thread's owned scores of every step, and a step of padding (the same read ahead).
+  __shared__ float sc_lds[(BKV / KC + 2) * Sp::OWN * kThreads];
 
   const bool causal = causal_flag != 0;
   const int tid = static_cast<int>(threadIdx.x);
@@ -507,22 +322,25 @@ __device__ __forceinline__ void fwd(const T* __restrict__ q, Strides qst,
   const bool vec_ok =
       vec4_ok(q, qst) && vec4_ok(k, kst_) && vec4_ok(v, vst_) && vec4_ok(out, ost);
 
-  // This group's queries: QPT consecutive rows.
-  Slice<DB, G> qs[QPT];   // q_i * scale * log2(e): scores come out in the exp2 domain
-  Slice<DB, G> acc[QPT];
-  float m[QPT];           // running max of the visible scores (exp2 domain)
-  float l[QPT];           // running sum of exp2(s - m)
-  int jmax[QPT];          // last key visible to the query (-1: none, or the row is past Tq)
+  // This group's queries: QPT consecutive rows; slot r of lane g holds row r ^ tq.
+  FwdLane<DB, G, QPT, KC> st;
+  const int tau = Sp::tau(g);
+  const int tq = tau / KC;
+  st.tq = tq;
+  st.row0 = q0 + (tid / G) * QPT;
+  st.tk = tau % KC;
+#pragma unroll
+  for (int h = 0; h < Sp::NB; ++h) st.koff[h] = ((h ^ (st.tk / Sp::KB)) * Sp::KB) * DB;
 #pragma unroll
   for (int r = 0; r < QPT; ++r) {
-    const int i = q0 + (tid / G) * QPT + r;
+    const int i = q0 + (tid / G) * QPT + (r ^ tq);
     const bool row_ok = i < Tq;
-    qs[r].load(q_bh.row(row_ok ? i : 0), row_ok, D, g, vec_ok, scale * kLog2e);
-    acc[r].zero();
-    m[r] = kNegInf;
-    l[r] = 0.0f;
-    jmax[r] = row_ok ? last_key(i, Tq, Tk, causal) : -1;
+    st.qs[r].load(q_bh.row(row_ok ? i : 0), row_ok, D, g, vec_ok, scale * kLog2e);
+    st.acc[r].zero();
+    st.m[r] = kNoMax;
   }
+#pragma unroll
+  for (int r = 0; r < Sp::OQ; ++r) st.l[r] = 0.0f;
   // Keys any row of the block can see: [0, kv_end). Tiles wholly visible to every query of the
   // block (the first query sees the fewest keys) skip the per-key mask.
   const int kv_end = max(0, last_key(min(q0 + Cfg::ROWS, Tq) - 1, Tq, Tk, causal) + 1);
@@ -543,8 +361,8 @@ __device__ __forceinline__ void fwd(const T* __restrict__ q, Strides qst,
   };
   if (kv_end > 0) {
     load_kv(0);
-    kst.store(k_lds, tid);
-    vst.store(v_lds, tid);
+    kst.store(kv_lds, tid);
+    vst.store(kv_lds + BKV * DB, tid);
   }
   __syncthreads();
   // Tiles [0, j_full) are wholly visible to every query of the block; the rest take the
@@ -558,12 +376,12 @@ __device__ __forceinline__ void fwd(const T* __restrict__ q, Strides qst,
       // Keeps those loads above the tile's LDS reads (the scheduler would sink them to their
       // use, the LDS store below, and expose their latency).
       hipk::sched_fence();
-      fwd_tile<decltype(mask)::value, DB, G, QPT, BKV, Cfg::KC>(k_lds, v_lds, qs, acc, m, l,
-                                                                jmax, j0, g);
+      fwd_tile<decltype(mask)::value, DB, G, QPT, BKV, KC>(kv_lds, sc_lds, st, j0, g, Tq,
+                                                            Tk, causal);
       __syncthreads();  // the tile is no longer read
       if (more) {
-        kst.store(k_lds, tid);
-        vst.store(v_lds, tid);
+        kst.store(kv_lds, tid);
+        vst.store(kv_lds + BKV * DB, tid);
       }
       __syncthreads();
     }
@@ -572,13 +390,19 @@ __device__ __forceinline__ void fwd(const T* __restrict__ q, Strides qst,
   tiles(std::false_type{}, 0, j_full);
   tiles(std::true_type{}, j_full, kv_end);
 
+  // Every lane: the complete l of each of its query slots (all lanes take part).
+  float lq[QPT];
+#pragma unroll
+  for (int r = 0; r < QPT; ++r) lq[r] = r < Sp::OQ ? st.l[r < Sp::OQ ? r : 0] : 0.0f;
+  Sp::template gather_rows<false>(lq);
 #pragma unroll
   for (int r = 0; r < QPT; ++r) {
-    const int i = q0 + (tid / G) * QPT + r;
+    const int i = q0 + (tid / G) * QPT + (r ^ tq);
     if (i < Tq) {
-      const bool any = l[r] > 0.0f;
-      acc[r].store(out_bh.row(i), D, g, vec_ok, any ? 1.0f / l[r] : 0.0f);
-      if (g == 0) lse_bh[i] = any ? (m[r] + __log2f(l[r])) * kLn2 : kNegInf;
+      const bool any = lq[r] > 0.0f;
+      st.acc[r].store(out_bh.row(i), D, g, vec_ok, any ? 1.0f / lq[r] : 0.0f);
+      // Lane 0 of a group holds its queries in order (tau(0) = 0).
+      if (g == 0) lse_bh[i] = any ? (st.m[r] + __log2f(lq[r])) * kLn2 : kNegInf;
     }
   }
 }
@@ -691,15 +515,168 @@ __device__ __forceinline__ void bwd_dkdv(const T* __restrict__ q, Strides qst,
   }
 }
 
+/// The dq kernel's lane groups: G lanes own QPT queries (d32: 4, 1; d64: 8, 2; d96: 8, 1;
+/// d128: 16, 2: 8 columns per lane, 12 at d96), so QROWS = 256 / G * QPT = 64 / 64 / 32 / 32.
+/// Scores and dp are spread over the group like the forward's (Spread); KC keys per step.
+template <int DB> struct DqCfg {
+  static constexpr int G = DB == 32 ? 4 : (DB == 128 ? 16 : 8);
+  static constexpr int QPT = DB == 64 || DB == 128 ? 2 : 1;
+  static constexpr int ROWS = kThreads / G * QPT;
+  static constexpr int KC = G / QPT;  // one owned score per lane and step
+  // Keys per LDS tile. d96 takes 16 (12 KiB of LDS) so that 3 blocks fit a CU: 3 waves/SIMD.
+  static constexpr int BKV = DB <= 64 ? 64 : (DB == 96 ? 16 : 32);
+  static_assert(ROWS == BwdCfg<DB>::ROWS, "the launcher's dq rows per block");
+};
+
 template <typename T, int DB>
-__device__ __forceinline__ void bwd_dq(const T* __restrict__ q, Strides qst,
-                                       const T* __restrict__ k, Strides kst,
-                                       const T* __restrict__ v, Strides vst,
-                                       const T* __restrict__ dout, Strides dost,
-                                       const float* __restrict__ lse,
-                                       const float* __restrict__ delta, RowStrides lst,
-                                       T* __restrict__ dq, Strides dqst, int Tq, int Tk, int D,
-                                       float scale, int causal_flag) {
+__device__ __forceinline__ void bwd_dq_spread(const T* __restrict__ q, Strides qst,
+                                              const T* __restrict__ k, Strides kst,
+                                              const T* __restrict__ v, Strides vst,
+                                              const T* __restrict__ dout, Strides dost,
+                                              const float* __restrict__ lse,
+                                              const float* __restrict__ delta, RowStrides lst,
+                                              T* __restrict__ dq, Strides dqst, int Tq,
+                                              int Tk, int D, float scale, int causal_flag) {
+  using Cfg = DqCfg<DB>;
+  constexpr int G = Cfg::G;
+  constexpr int QPT = Cfg::QPT;
+  constexpr int KC = Cfg::KC;
+  constexpr int BKV = Cfg::BKV;
+  using Sp = Spread<G, QPT, KC>;
+  static_assert(Sp::OWN == 1 && Sp::OQ == 1, "one owned score per lane and step");
+  constexpr int NC = Slice<DB, G>::NC;
+  __shared__ float kv_lds[2 * BKV * DB];  // K tile, then V tile
+
+  const bool causal = causal_flag != 0;
+  const int tid = static_cast<int>(threadIdx.x);
+  const int g = tid % G;
+  const int tile = causal ? static_cast<int>(gridDim.x - 1 - blockIdx.x)
+                          : static_cast<int>(blockIdx.x);
+  const int q0 = tile * Cfg::ROWS;
+  const bool vec_ok = vec4_ok(q, qst) && vec4_ok(k, kst) && vec4_ok(v, vst) &&
+                      vec4_ok(dout, dost) && vec4_ok(dq, dqst);
+
+  // Slot r of lane g holds query row0 + (r ^ tq); its keys of a step come in the order u ^ tk.
+  const int tau = Sp::tau(g);
+  const int tq = tau / KC;
+  const int tk = tau % KC;
+  const int row0 = q0 + (tid / G) * QPT;
+  Slice<DB, G> qs[QPT], dos[QPT], dqs[QPT];
+#pragma unroll
+  for (int r = 0; r < QPT; ++r) {
+    const int i = row0 + (r ^ tq);
+    const bool ok = i < Tq;
+    qs[r].load(Rows<const T>(q, qst).row(ok ? i : 0), ok, D, g, vec_ok, scale * kLog2e);
+    dos[r].load(Rows<const T>(dout, dost).row(ok ? i : 0), ok, D, g, vec_ok, 1.0f);
+    dqs[r].zero();
+  }
+  // The owned query slot (0): its statistics and last visible key.
+  const int own_row = row0 + tq;
+  const bool own_ok = own_row < Tq;
+  const float lse2 = own_ok ? stat_rows(lse, lst)[own_row] * kLog2e : kNegInf;
+  const float dlt = own_ok ? stat_rows(delta, lst)[own_row] : 0.0f;
+  const int jmax = own_ok ? last_key(own_row, Tq, Tk, causal) : -1;
+  // The key blocks of a step in this lane's order: LDS float offsets (Sp::NB of them).
+  int koff[Sp::NB];
+#pragma unroll
+  for (int h = 0; h < Sp::NB; ++h) koff[h] = ((h ^ (tk / Sp::KB)) * Sp::KB) * DB;
+
+  const int last = max(0, last_key(min(q0 + Cfg::ROWS, Tq) - 1, Tq, Tk, causal) + 1);
+  const Rows<const T> k_bh(k, kst);
+  const Rows<const T> v_bh(v, vst);
+  const float* k_g = kv_lds + Slice<DB, G>::col(0, g);
+  // Item i of the step at key slot jc: key slot u = (i / NC) % KC, chunk c = i % NC; items
+  // [0, KC NC) read K (scores), [KC NC, 2 KC NC) V (dp), [2 KC NC, 3 KC NC) K again (dq).
+  constexpr int kItems = KC * NC;
+  auto item = [&](int jc, int i) __attribute__((always_inline)) {
+    const int u = (i / NC) % KC;
+    const int tensor = i / kItems == 1 ? BKV * DB : 0;
+    return reinterpret_cast<const float4*>(k_g + tensor + koff[u / Sp::KB] +
+                                           (jc + u % Sp::KB) * DB + 4 * G * (i % NC));
+  };
+  // x[r][u] += this lane's part of a[r] . (item w); the query levels once key u is complete.
+  auto partial = [&](float (&x)[QPT][KC], const Slice<DB, G>(&a)[QPT], int u, int c, float4 w)
+                     __attribute__((always_inline)) {
+#pragma unroll
+    for (int r = 0; r < QPT; ++r) {
+      float y = c == 0 ? 0.0f : x[r][u];
+      y = __builtin_fmaf(a[r].x[c][0], w.x, y);
+      y = __builtin_fmaf(a[r].x[c][1], w.y, y);
+      y = __builtin_fmaf(a[r].x[c][2], w.z, y);
+      x[r][u] = __builtin_fmaf(a[r].x[c][3], w.w, y);
+    }
+    if (c == NC - 1) Sp::rs_queries(x, u);
+  };
+  for (int j0 = 0; j0 < last; j0 += BKV) {
+    __syncthreads();
+    stage_rows<BKV, DB>(kv_lds, k_bh.p, k_bh.seq, Tk, j0, D, vec_ok, tid);
+    stage_rows<BKV, DB>(kv_lds + BKV * DB, v_bh.p, v_bh.seq, Tk, j0, D, vec_ok, tid);
+    __syncthreads();
+    float4 carry = *item(0, 0);
+    hipk::sched_barrier();  // as in fwd_tile: keeps the read ahead, and the marker neutral
+    HIPK_HOT_LOOP_BEGIN("dq_step");  // KC keys x QPT queries
+#pragma unroll 1
+    for (int jc = 0; jc < BKV; jc += KC) {
+      float s[QPT][KC], dp[QPT][KC];
+      // Three streams, each reading the next one's first item ahead: K (scores), V (dp), K
+      // again (dq += ds k); the last one reads the next step's first K item (after the last
+      // step: V's first rows, unused).
+      stream_lds<kItems>(
+          [&](int i) __attribute__((always_inline)) { return item(jc, i); },
+          [&](int i, float4 w) __attribute__((always_inline)) {
+            partial(s, qs, i / NC, i % NC, w);
+          },
+          carry, item(jc, kItems));
+      stream_lds<kItems>(
+          [&](int i) __attribute__((always_inline)) { return item(jc, kItems + i); },
+          [&](int i, float4 w) __attribute__((always_inline)) {
+            partial(dp, dos, i / NC, i % NC, w);
+          },
+          carry, item(jc, 2 * kItems));
+      // The owned score: p = exp(s - lse), ds = p (dp - delta); then every lane's ds.
+      Sp::rs_keys(s);
+      Sp::rs_keys(dp);
+      const float p = recompute_p(s[0][0], lse2, j0 + jc + tk <= jmax);
+      dp[0][0] = p * (dp[0][0] - dlt);
+      Sp::ag_keys(dp);
+      stream_lds<kItems>(
+          [&](int i) __attribute__((always_inline)) { return item(jc, 2 * kItems + i); },
+          [&](int i, float4 w) __attribute__((always_inline)) {
+            const int u = i / NC;
+            const int c = i % NC;
+            if (c == 0) Sp::ag_queries(dp, u);
+#pragma unroll
+            for (int r = 0; r < QPT; ++r) {
+              const float ds = dp[r][u];
+              dqs[r].x[c][0] = __builtin_fmaf(ds, w.x, dqs[r].x[c][0]);
+              dqs[r].x[c][1] = __builtin_fmaf(ds, w.y, dqs[r].x[c][1]);
+              dqs[r].x[c][2] = __builtin_fmaf(ds, w.z, dqs[r].x[c][2]);
+              dqs[r].x[c][3] = __builtin_fmaf(ds, w.w, dqs[r].x[c][3]);
+            }
+          },
+          carry, item(jc + KC, 0));
+    }
+    HIPK_HOT_LOOP_END("dq_step");
+  }
+
+#pragma unroll
+  for (int r = 0; r < QPT; ++r) {
+    const int i = row0 + (r ^ tq);
+    if (i < Tq) dqs[r].store(Rows<T>(dq, dqst).row(i), D, g, vec_ok, scale);
+  }
+}
+
+/// dq for db 32 and 96 (one query per lane group: a spread over the group would leave 4 B of
+/// LDS per FMA there, and cost d96 its third wave per SIMD).
+template <typename T, int DB>
+__device__ __forceinline__ void bwd_dq_rows(const T* __restrict__ q, Strides qst,
+                                            const T* __restrict__ k, Strides kst,
+                                            const T* __restrict__ v, Strides vst,
+                                            const T* __restrict__ dout, Strides dost,
+                                            const float* __restrict__ lse,
+                                            const float* __restrict__ delta, RowStrides lst,
+                                            T* __restrict__ dq, Strides dqst, int Tq, int Tk, int D,
+                                            float scale, int causal_flag) {
   using Cfg = BwdCfg<DB>;
   constexpr int G = Cfg::G;
   constexpr int BKV = Cfg::BKV;
@@ -744,6 +721,24 @@ __device__ __forceinline__ void bwd_dq(const T* __restrict__ q, Strides qst,
   }
 
   if (row_ok) dqs.store(Rows<T>(dq, dqst).row(i), D, g, vec_ok, scale);
+}
+
+template <typename T, int DB>
+__device__ __forceinline__ void bwd_dq(const T* __restrict__ q, Strides qst,
+                                       const T* __restrict__ k, Strides kst,
+                                       const T* __restrict__ v, Strides vst,
+                                       const T* __restrict__ dout, Strides dost,
+                                       const float* __restrict__ lse,
+                                       const float* __restrict__ delta, RowStrides lst,
+                                       T* __restrict__ dq, Strides dqst, int Tq, int Tk, int D,
+                                       float scale, int causal_flag) {
+  if constexpr (DqCfg<DB>::QPT > 1) {
+    bwd_dq_spread<T, DB>(q, qst, k, kst, v, vst, dout, dost, lse, delta, lst, dq, dqst, Tq, Tk,
+                         D, scale, causal_flag);
+  } else {
+    bwd_dq_rows<T, DB>(q, qst, k, kst, v, vst, dout, dost, lse, delta, lst, dq, dqst, Tq, Tk, D,
+                       scale, causal_flag);
+  }
 }
 
 }  // namespace hipk_attn

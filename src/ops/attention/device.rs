@@ -33,7 +33,8 @@ pub const MAX_T: usize = i32::MAX as usize - 256;
 /// into several launches.
 pub const MAX_HEADS_PER_LAUNCH: usize = 65_535;
 /// Queries per block of the forward kernel for a head-dim bucket (`FwdCfg<DB>::ROWS` in
-/// kernels/attention.hip: two queries per lane group of 4 lanes up to bucket 64, of 8 above).
+/// kernels/attention.hip: 256 / G lane groups of QPT queries; G, QPT = 4, 2 at bucket 32,
+/// 8, 4 at 64, 8, 2 at 96 and 16, 4 at 128).
 const fn fwd_rows(bucket: usize) -> usize {
     if bucket <= 64 {
         128
