@@ -139,75 +139,6 @@ fn matrix_core_matmul_matches_the_reference_bf16() {
     random_shapes::<bf16>(0x3c_0002);
 }
 
-/// `matmul_bias_with(MatrixCore)` against the CPU reference, out (and pre_gelu) starting as NaN.
-fn bias_case<T: DeviceElement>(s: &Stream, p: MatmulBiasParams, pre: bool, off: usize, seed: u64) {
-    let mut rng = Rng(seed);
-    let m = p.matmul();
-    let len = m.out_len().unwrap();
-    let (a, b, bias): (Vec<T>, Vec<T>, Vec<T>) = (
-        rng.vec(m.a_len().unwrap(), 1.0),
-        rng.vec(m.b_len().unwrap(), 1.0),
-        rng.vec(p.n, 1.0),
-    );
-    let (mut want, mut want_pre) = (vec![T::from_f64(0.0); len], vec![T::from_f64(0.0); len]);
-    cpu::matmul_bias(MatmulBias::<Host, T> {
-        params: p,
-        a: &a,
-        b: &b,
-        bias: &bias,
-        out: &mut want,
-        pre_gelu: pre.then_some(&mut want_pre[..]),
-    })
-    .unwrap();
-    let (da, db, dbias) = (
-        Shifted::new(s, &a, off),
-        Shifted::new(s, &b, off),
-        Shifted::new(s, &bias, off),
-    );
-    let nan = vec![T::from_f64(f64::NAN); len];
-    let (mut out, mut pre_buf) = (Shifted::new(s, &nan, off), Shifted::new(s, &nan, off));
-    let mut pre_view = pre_buf.view_mut();
-    ops::matmul_bias_with(
-        s,
-        MatmulBias {
-            params: p,
-            a: &da.view(),
-            b: &db.view(),
-            bias: &dbias.view(),
-            out: &mut out.view_mut(),
-            pre_gelu: if pre { Some(&mut pre_view) } else { None },
-        },
-        MC,
-    )
-    .unwrap();
-    let what = format!("matmul_mc_bias {p:?} pre {pre} offset {off}");
-    let k1 = p.k + 1;
-    assert_close(
-        &format!("out {what}"),
-        Rule::Reduction,
-        T::DTYPE,
-        k1,
-        &out.get(s),
-        &want,
-    );
-    let got_pre = pre_buf.get(s);
-    if pre {
-        assert_close(
-            &format!("pre {what}"),
-            Rule::Reduction,
-            T::DTYPE,
-            k1,
-            &got_pre,
-            &want_pre,
-        );
-    } else {
-        assert!(
-            got_pre.iter().all(|x| x.to_f64().is_nan()),
-            "pre_gelu written: {what}"
-        );
-    }
-}
-
 fn bias_params(
     batch: usize,
     m: usize,
@@ -239,8 +170,8 @@ fn matrix_core_bias_epilogue_matches_the_reference() {
         (bias_params(2, 128, 128, 32, (true, false), true), false, 0),
     ];
     for (i, (p, pre, off)) in cases.into_iter().enumerate() {
-        bias_case::<f16>(&s, p, pre, off, 500 + i as u64);
-        bias_case::<bf16>(&s, p, pre, off, 600 + i as u64);
+        matmul_bias_case::<f16>(&s, p, pre, off, 500 + i as u64, Some(MC));
+        matmul_bias_case::<bf16>(&s, p, pre, off, 600 + i as u64, Some(MC));
     }
 }
 

@@ -10,12 +10,13 @@
 mod device_common;
 
 use device_common::{
-    assert_close, bits, download, run_golden_cases, stream, tokens, up_i32, upload, Rng, Shifted,
+    assert_close, bits, download, matmul_bias_case, run_golden_cases, stream, tokens, up_i32,
+    upload, Rng, Shifted,
 };
 use hip_kernels::ops::{
     self, BiasBackward, BiasParams, ClipGradScale, ClipParams, CrossEntropyParams, DeviceElement,
     ElementwiseParams, EncoderBackward, EncoderForward, EncoderParams, GeluBackward, GeluForward,
-    MatmulBias, MatmulBiasParams, ResidualAdd, SoftmaxCrossEntropy, IGNORE_INDEX, NO_ERROR,
+    MatmulBiasParams, ResidualAdd, SoftmaxCrossEntropy, IGNORE_INDEX, NO_ERROR,
 };
 use hip_kernels::params::{bf16, f16, DType, Host};
 use hip_kernels::{cpu, tolerance::Rule};
@@ -476,82 +477,6 @@ fn a_bad_target_sets_the_error_flag_and_a_nan_row() {
     assert_eq!(g[4], 0.0, "padding column zeroed");
 }
 
-/// `matmul_bias` (one launch, the fused epilogue) against the CPU reference: `pre` asks for
-/// `pre_gelu` (with `p.gelu`); `offset` places every tensor at that element of its buffer.
-fn matmul_bias_case<T: DeviceElement>(
-    s: &Stream,
-    p: MatmulBiasParams,
-    pre: bool,
-    offset: usize,
-    seed: u64,
-) {
-    let mut rng = Rng(seed);
-    let m = p.matmul();
-    let len = m.out_len().unwrap();
-    let (a, b, bias): (Vec<T>, Vec<T>, Vec<T>) = (
-        rng.vec(m.a_len().unwrap(), 1.0),
-        rng.vec(m.b_len().unwrap(), 1.0),
-        rng.vec(p.n, 1.0),
-    );
-    let (mut want, mut want_pre) = (vec![T::from_f64(0.0); len], vec![T::from_f64(0.0); len]);
-    cpu::matmul_bias(MatmulBias::<Host, T> {
-        params: p,
-        a: &a,
-        b: &b,
-        bias: &bias,
-        out: &mut want,
-        pre_gelu: pre.then_some(&mut want_pre[..]),
-    })
-    .unwrap();
-    let (da, dbm, dbias) = (
-        Shifted::new(s, &a, offset),
-        Shifted::new(s, &b, offset),
-        Shifted::new(s, &bias, offset),
-    );
-    // NaN where nothing may be read: the kernel must overwrite every element of out.
-    let nan = vec![T::from_f64(f64::NAN); len];
-    let (mut out, mut pre_buf) = (Shifted::new(s, &nan, offset), Shifted::new(s, &nan, offset));
-    let mut pre_view = pre_buf.view_mut();
-    ops::matmul_bias(
-        s,
-        MatmulBias {
-            params: p,
-            a: &da.view(),
-            b: &dbm.view(),
-            bias: &dbias.view(),
-            out: &mut out.view_mut(),
-            pre_gelu: if pre { Some(&mut pre_view) } else { None },
-        },
-    )
-    .unwrap();
-    let what = format!("{p:?} pre {pre} offset {offset}");
-    // One rounding of (f32 accumulator + bias), GELU in f32: the reduction rule of k + 1 terms.
-    assert_close(
-        &format!("out {what}"),
-        Rule::Reduction,
-        T::DTYPE,
-        p.k + 1,
-        &out.get(s),
-        &want,
-    );
-    let got_pre = pre_buf.get(s);
-    if pre {
-        assert_close(
-            &format!("pre_gelu {what}"),
-            Rule::Reduction,
-            T::DTYPE,
-            p.k + 1,
-            &got_pre,
-            &want_pre,
-        );
-    } else {
-        assert!(
-            got_pre.iter().all(|x| x.to_f64().is_nan()),
-            "pre_gelu not asked for, not written: {what}"
-        );
-    }
-}
-
 /// bias_backward against the reference, twice (bit-identical), on views `off` elements into
 /// their allocations.
 fn bias_backward_random<T: DeviceElement>(
@@ -636,14 +561,14 @@ fn matmul_bias_every_case<T: DeviceElement>(s: &Stream, seed: u64) {
         (bias_params(1, 7, 9, 5, (false, false), false), false, 1),
     ];
     for (i, (p, pre, offset)) in cases.into_iter().enumerate() {
-        matmul_bias_case::<T>(s, p, pre, offset, seed + i as u64);
+        matmul_bias_case::<T>(s, p, pre, offset, seed + i as u64, None);
     }
     // The 128×128 tile (chosen when it gives every CU two blocks): batch 20 of 3 × 2 tiles,
     // edge tiles on both axes, whole interior tiles.
     let big = bias_params(20, 257, 130, 64, (false, true), true);
     let plan = ops::MatmulPlan::new(&big.matmul(), T::DTYPE, s.device().compute_units()).unwrap();
     assert_eq!(plan.tile, ops::MatmulTile::Big, "{plan:?}");
-    matmul_bias_case::<T>(s, big, true, 0, seed + 10);
+    matmul_bias_case::<T>(s, big, true, 0, seed + 10, None);
 }
 
 #[test]

@@ -46,6 +46,7 @@ pub const SHIM_FILES: &[(&str, &str)] = &[
         include_str!("../shim/hip/hip_runtime.h"),
     ),
     ("hip/hip_fp16.h", include_str!("../shim/hip/hip_fp16.h")),
+    ("hip/hipemu_mma.h", include_str!("../shim/hip/hipemu_mma.h")),
     (
         "hipemu_registry.h",
         include_str!("../shim/hipemu_registry.h"),
@@ -510,5 +511,29 @@ mod tests {
                    extern \"C\" __attribute__((annotate(\"hipemu_kernel\"))) void k_bf16(short* x) {}\n\
                    extern \"C\" __attribute__((annotate(\"hipemu_kernel\"))) void k_f32(float* x);\n";
         assert_eq!(kernel_names(pre), ["k_f32", "k_bf16"]);
+    }
+
+    /// Every file under shim/ ships: a header missing from SHIM_FILES fails a downstream host
+    /// build with "file not found" (as hipemu_mma.h once did).
+    #[test]
+    fn every_shim_file_is_in_shim_files() {
+        fn walk(dir: &std::path::Path, root: &std::path::Path, out: &mut Vec<String>) {
+            for e in std::fs::read_dir(dir).expect("shim/ is readable") {
+                let p = e.expect("a shim/ entry").path();
+                if p.is_dir() {
+                    walk(&p, root, out);
+                } else {
+                    let rel = p.strip_prefix(root).expect("below shim/");
+                    out.push(rel.to_string_lossy().replace('\\', "/"));
+                }
+            }
+        }
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("shim");
+        let mut on_disk = Vec::new();
+        walk(&root, &root, &mut on_disk);
+        on_disk.sort();
+        let mut listed: Vec<String> = SHIM_FILES.iter().map(|(p, _)| p.to_string()).collect();
+        listed.sort();
+        assert_eq!(on_disk, listed);
     }
 }

@@ -4,16 +4,17 @@
 //! file uses part of it.
 #![allow(dead_code)]
 
+use hip_kernels::cpu;
 use hip_kernels::golden::{
     case_files, committed_dir, env_dirs, load_case, run_case_with, DeviceBackend, GoldenCase,
     Outputs, TensorData,
 };
 use hip_kernels::ops::{
-    AttentionBackwardCase, AttentionForwardCase, AttentionParams, DeviceElement,
-    LayerNormBackwardCase, LayerNormForwardCase, LayerNormParams, MatmulCase, MatmulParams,
-    OpError,
+    self, AttentionBackwardCase, AttentionForwardCase, AttentionParams, DeviceElement,
+    LayerNormBackwardCase, LayerNormForwardCase, LayerNormParams, MatmulBias, MatmulBiasParams,
+    MatmulCase, MatmulKernel, MatmulParams, OpError,
 };
-use hip_kernels::params::{DType, Element};
+use hip_kernels::params::{DType, Element, Host, OnDevice};
 use hip_kernels::tolerance::{tolerance, Rule, Tolerance};
 use hip_rt::memory::buffer::{DeviceSlice, DeviceSliceMut};
 use hip_rt::{Device, DeviceBuffer, Stream, StreamOptions};
@@ -309,4 +310,83 @@ pub fn run_golden_cases(selected: fn(&str) -> bool, what: &str) {
         failures.len(),
         failures.join("\n")
     );
+}
+
+/// `matmul_bias` (one launch, the fused epilogue; with `kernel`, `matmul_bias_with` that kernel
+/// family) against the CPU reference: `pre` asks for `pre_gelu` (with `p.gelu`); `offset`
+/// places every tensor at that element of its buffer; out and pre_gelu start as NaN.
+pub fn matmul_bias_case<T: DeviceElement>(
+    s: &Stream,
+    p: MatmulBiasParams,
+    pre: bool,
+    offset: usize,
+    seed: u64,
+    kernel: Option<MatmulKernel>,
+) {
+    let mut rng = Rng(seed);
+    let m = p.matmul();
+    let len = m.out_len().unwrap();
+    let (a, b, bias): (Vec<T>, Vec<T>, Vec<T>) = (
+        rng.vec(m.a_len().unwrap(), 1.0),
+        rng.vec(m.b_len().unwrap(), 1.0),
+        rng.vec(p.n, 1.0),
+    );
+    let (mut want, mut want_pre) = (vec![T::from_f64(0.0); len], vec![T::from_f64(0.0); len]);
+    cpu::matmul_bias(MatmulBias::<Host, T> {
+        params: p,
+        a: &a,
+        b: &b,
+        bias: &bias,
+        out: &mut want,
+        pre_gelu: pre.then_some(&mut want_pre[..]),
+    })
+    .unwrap();
+    let (da, dbm, dbias) = (
+        Shifted::new(s, &a, offset),
+        Shifted::new(s, &b, offset),
+        Shifted::new(s, &bias, offset),
+    );
+    // NaN where nothing may be read: the kernel must overwrite every element of out.
+    let nan = vec![T::from_f64(f64::NAN); len];
+    let (mut out, mut pre_buf) = (Shifted::new(s, &nan, offset), Shifted::new(s, &nan, offset));
+    let mut pre_view = pre_buf.view_mut();
+    let args: MatmulBias<'_, OnDevice, T> = MatmulBias {
+        params: p,
+        a: &da.view(),
+        b: &dbm.view(),
+        bias: &dbias.view(),
+        out: &mut out.view_mut(),
+        pre_gelu: if pre { Some(&mut pre_view) } else { None },
+    };
+    match kernel {
+        None => ops::matmul_bias(s, args),
+        Some(k) => ops::matmul_bias_with(s, args, k),
+    }
+    .unwrap();
+    let what = format!("{p:?} kernel {kernel:?} pre {pre} offset {offset}");
+    // One rounding of (f32 accumulator + bias), GELU in f32: the reduction rule of k + 1 terms.
+    assert_close(
+        &format!("out {what}"),
+        Rule::Reduction,
+        T::DTYPE,
+        p.k + 1,
+        &out.get(s),
+        &want,
+    );
+    let got_pre = pre_buf.get(s);
+    if pre {
+        assert_close(
+            &format!("pre_gelu {what}"),
+            Rule::Reduction,
+            T::DTYPE,
+            p.k + 1,
+            &got_pre,
+            &want_pre,
+        );
+    } else {
+        assert!(
+            got_pre.iter().all(|x| x.to_f64().is_nan()),
+            "pre_gelu not asked for, not written: {what}"
+        );
+    }
 }

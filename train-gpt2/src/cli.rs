@@ -224,16 +224,12 @@ impl Args {
             ));
         }
         crate::lora::LoraConfig::from_args(self)?;
-        if let (true, Some(list)) = (self.lora_rank > 0, &self.devices) {
-            if list.len() > 1 {
-                return bad(format!(
-                    "--lora-rank {} with --devices {}: LoRA does not run data parallel yet (its \
-                     adapter gradients are not all-reduced); train LoRA on one device (--device N) \
-                     or drop --lora-rank",
-                    self.lora_rank,
-                    device_list(list)
-                ));
-            }
+        if self.lora_rank > 0 && self.zero > 0 {
+            return bad(format!(
+                "--zero {} with --lora-rank {}: ZeRO shards the base model's optimizer state, \
+                 which LoRA does not have (only the small adapters train); drop --zero",
+                self.zero, self.lora_rank
+            ));
         }
         if self
             .batch

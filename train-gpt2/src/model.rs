@@ -586,6 +586,10 @@ impl<'b, T: TrainElement, B: Backend<T>> Gpt2<'b, T, B> {
                 be.grads_ready(&mut gw.iter_mut())?;
             }
         }
+        if let (true, Some(lo)) = (last, lora) {
+            // LoRA: the adapters' gradients are the only ones to sum across ranks (one bucket).
+            be.grads_ready(&mut lo.grads.iter_mut().collect::<Vec<_>>())?;
+        }
         if let Some(g) = g {
             be.encoder_backward(&d, inputs, &a.dres, &mut g.wte, &mut g.wpe)?;
             if last {

@@ -159,14 +159,6 @@ fn setup(args: &Args, world: usize) -> Result<Setup> {
     })?;
     let mut loader = Loader::new(&args.data, &tokens, global_batch, args.seq)?;
     let lora_cfg = crate::lora::LoraConfig::from_args(args)?;
-    if lora_cfg.is_some() && world > 1 {
-        return Err(TrainError::Usage(format!(
-            "--lora-rank {} with {world} ranks: LoRA does not run data parallel yet (its \
-             adapter gradients are not all-reduced); train LoRA on one device (--device N) or \
-             drop --lora-rank",
-            args.lora_rank
-        )));
-    }
     let mut lora = None;
     let restored = match &args.resume {
         None if lora_cfg.is_some() => {
@@ -583,11 +575,17 @@ fn train<T: TrainElement, B: Backend<T>>(
         }
     }
     let params =
-        match keep_params {
-            true => Some(model.download()?.into_iter().next().ok_or_else(|| {
+        match (keep_params, &model.lora) {
+            (false, _) => None,
+            // LoRA: the model as a merged save would write it (base + every adapter).
+            (true, Some(lo)) => Some(crate::lora::merge::merged(
+                &r.params,
+                &lo.download(backend)?,
+                &s.cfg,
+            )?),
+            (true, None) => Some(model.download()?.into_iter().next().ok_or_else(|| {
                 TrainError::Op("the model's download returned no parameters".into())
             })?),
-            false => None,
         };
     Ok((out, params))
 }

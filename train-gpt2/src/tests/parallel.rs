@@ -11,7 +11,7 @@ use super::{run_tiny, strs};
 use crate::error::TrainError;
 
 /// `--device N` with `--devices`, a device listed twice, a ZeRO stage other than 0 or 1 and
-/// LoRA on several devices are usage errors (exit status 2), found before any device is touched.
+/// ZeRO with LoRA are usage errors (exit status 2), found before any device is touched.
 #[test]
 fn device_and_devices_together_are_usage_errors() {
     for (flags, needle) in [
@@ -25,8 +25,8 @@ fn device_and_devices_together_are_usage_errors() {
             "--zero 2: only stages 0",
         ),
         (
-            &["--devices", "0,1", "--lora-rank", "4"][..],
-            "LoRA does not run data parallel yet",
+            &["--devices", "0,1", "--zero", "1", "--lora-rank", "4"][..],
+            "--zero 1 with --lora-rank 4",
         ),
     ] {
         let mut f = strs(&["--seq", "16", "--steps", "1"]);
@@ -137,7 +137,12 @@ mod on_devices {
     }
 
     fn reference_losses() -> Vec<f64> {
-        std::fs::read_to_string(data_dir().join("ref_base.jsonl"))
+        reference_losses_in("ref_base.jsonl")
+    }
+
+    /// Every step's loss of a PyTorch figures file under tests/data/train_gpt2.
+    fn reference_losses_in(file: &str) -> Vec<f64> {
+        std::fs::read_to_string(data_dir().join(file))
             .unwrap()
             .lines()
             .map(|l| {
@@ -168,6 +173,47 @@ mod on_devices {
             }
             eprintln!("{what} vs one device --batch 4: loss {dl:e}, grad_norm {dn:e}");
         }
+    }
+
+    /// LoRA on 2 devices (only the adapters' gradients are summed across ranks) follows one
+    /// device with the global batch, and PyTorch's LoRA figures (tests/data/train_gpt2/lora:
+    /// rank 4, alpha 8, all four targets, weight decay and clipping). The ranks' merged models
+    /// are compared bit for bit.
+    #[test]
+    fn lora_on_two_devices_reproduces_one_device_with_the_global_batch() {
+        let _s = serial();
+        let init = data_dir().join("lora").join("init.safetensors");
+        let init = init.to_str().expect("a UTF-8 path");
+        let extra = [
+            "--weight-decay",
+            "0.1",
+            "--grad-clip",
+            "0.5",
+            "--lora-rank",
+            "4",
+            "--lora-alpha",
+            "8",
+            "--lora-targets",
+            "attn.c_attn,attn.c_proj,mlp.c_fc,mlp.c_proj",
+            "--lora-init",
+            init,
+        ];
+        let what = "LoRA on 2 devices × --batch 2";
+        let one = single(4, &extra);
+        let outs = ranks(2, 2, &extra);
+        assert_ranks_agree(what, &outs);
+        let (dl, dn) = assert_close(what, &outs[0].logs, &one, DDP_RTOL);
+        let refs = reference_losses_in("lora/ref_lora.jsonl");
+        for l in &outs[0].logs {
+            let r = refs[l.step as usize - 1];
+            assert!(
+                rel(l.loss, r) <= DEVICE_LOSS_RTOL,
+                "{what}: step {} loss {} vs PyTorch {r}",
+                l.step,
+                l.loss
+            );
+        }
+        eprintln!("{what} vs one device --batch 4: loss {dl:e}, grad_norm {dn:e}");
     }
 
     #[test]
