@@ -136,6 +136,40 @@ mod on_devices {
         assert!(outs[0].logs.iter().all(|l| l.world_size == outs.len()));
     }
 
+    /// How the last step's gradients were summed: without ZeRO every rank holds every sum
+    /// (all-reduce); with `--zero 1` each tensor's sum lands on its owner only (a reduce to
+    /// it), so the other rank still holds its own contribution, which differs. The owner's
+    /// buffer is the all-reduced one.
+    fn assert_grads_reduced_to_owners(dtype: &str, plain: &[RankOutcome], zero: &[RankOutcome]) {
+        let grads = |o: &RankOutcome| o.grads.clone().expect("the rank's gradients");
+        let (p0, p1) = (grads(&plain[0]), grads(&plain[1]));
+        assert!(
+            p0 == p1,
+            "{dtype}: all-reduced gradients differ across ranks"
+        );
+        let (z0, z1) = (grads(&zero[0]), grads(&zero[1]));
+        let lens: Vec<usize> = p0.iter().iter().map(|t| t.len()).collect();
+        let owners = crate::model::zero_owners(&lens, 2);
+        assert!(owners.contains(&0) && owners.contains(&1), "{owners:?}");
+        for (i, &owner) in owners.iter().enumerate() {
+            let (mine, other) = match owner {
+                0 => (&z0, &z1),
+                _ => (&z1, &z0),
+            };
+            let (sum, own, other) = (p0.iter()[i], mine.iter()[i], other.iter()[i]);
+            // Booleans: the tensors are too long to print.
+            assert!(
+                own == sum,
+                "{dtype}: tensor {i}: its owner {owner} lacks the sum"
+            );
+            assert!(
+                other != sum,
+                "{dtype}: tensor {i}: the rank that does not own it (owner {owner}) holds the \
+                 sum: the gradient was all-reduced, not reduced to its owner"
+            );
+        }
+    }
+
     fn reference_losses() -> Vec<f64> {
         std::fs::read_to_string(data_dir().join("ref_base.jsonl"))
             .unwrap()
@@ -242,6 +276,7 @@ mod on_devices {
             let plain = ranks(2, 2, &[&common[..], &[p.as_str()]].concat());
             let zero = ranks(2, 2, &[&common[..], &[z.as_str(), "--zero", "1"]].concat());
             assert_ranks_agree(&format!("--zero 1 {dtype}"), &zero);
+            assert_grads_reduced_to_owners(dtype, &plain, &zero);
             // The owner of each tensor runs the same update: the same figures, bit for bit,
             // the same parameters, and the same checkpoint files.
             let key = |l: &StepLog| (l.loss.to_bits(), l.grad_norm.to_bits());
