@@ -245,7 +245,8 @@ impl<'b, T: TrainElement, B: Backend<T>> Gpt2<'b, T, B> {
     /// `scalars`, the gradients of that times `loss_scale` accumulate. With data parallelism
     /// (`backend.world()` W > 1) the gradients are of the mean over ranks (each rank's share
     /// scaled by 1/W, summed across ranks), and `last` (the step's last micro-batch) hands each
-    /// layer's gradients to the backend's all-reduce as soon as the backward has produced them.
+    /// layer's gradients to the backend's all-reduce (with ZeRO stage 1: a reduce to each
+    /// tensor's owner) as soon as the backward has produced them.
     pub fn forward_backward(
         &mut self,
         inputs: &B::Ids,
