@@ -300,6 +300,10 @@ pub trait Backend<T: TrainElement> {
     ) -> Result<()>;
     /// Stores the global L2 norm of `grads` in `scalars` (non-finite iff a gradient is).
     fn grad_norm(&self, grads: &[&Self::Buf], scalars: &mut Self::Scalars) -> Result<()>;
+    /// ZeRO stage 1: [`Backend::grad_norm`] of every rank's gradients when this rank holds the
+    /// summed gradients of `owned` only (its share, see [`Backend::grads_ready`]'s `roots`):
+    /// each rank's norm over its share, combined across ranks (the same value on every rank).
+    fn grad_norm_sharded(&self, owned: &[&Self::Buf], scalars: &mut Self::Scalars) -> Result<()>;
     /// One AdamW update of `param` (through f32 `master` weights when given: `param` is then
     /// rewritten as their rounding), the gradient scaled as `scaling` says with the norm taken
     /// from `scalars` (on the backend, no host read); nothing changes when that norm is not
@@ -341,8 +345,11 @@ pub trait Backend<T: TrainElement> {
     }
     /// Data parallel: `grads` are final for this step (their last contribution is queued).
     /// Starts their sum across ranks on a communication stream, ordered after that work by an
-    /// event, while the rest of the backward pass runs. Nothing on one device.
-    fn grads_ready(&self, grads: &mut [&mut Self::Buf]) -> Result<()>;
+    /// event, while the rest of the backward pass runs. `roots`: `None` sums into every rank
+    /// (all-reduce); ZeRO stage 1 gives each tensor's owner (one per tensor), and the sum lands
+    /// on the owner only (a reduce to it; the other ranks' buffers keep their own
+    /// contribution). Nothing on one device.
+    fn grads_ready(&self, grads: &mut [&mut Self::Buf], roots: Option<&[usize]>) -> Result<()>;
     /// Data parallel: makes the work queued from now on wait (on the device) for every sum
     /// started by [`Backend::grads_ready`]. Nothing on one device.
     fn grads_reduced(&self) -> Result<()>;

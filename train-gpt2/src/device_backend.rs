@@ -406,6 +406,33 @@ impl Exec for DeviceBackend {
         ops::l2_norm(&self.stream, &views, &mut norm).map_err(op)
     }
 
+    fn grad_norm_sharded<T: TrainElement>(
+        &self,
+        owned: &[&DeviceBuffer<T>],
+        scalars: &mut DeviceScalars,
+    ) -> Result<()> {
+        let Some(d) = &self.ddp else {
+            return self.grad_norm(owned, scalars);
+        };
+        // This rank's norm over the tensors it owns (it alone holds their sums), then every
+        // rank's, gathered: √(Σ_r n_r²) is the norm over all tensors, the same on every rank.
+        self.grad_norm(owned, scalars)?;
+        let s = &self.stream;
+        let mut parts = DeviceBuffer::<f32>::alloc(s, d.comm.world()).map_err(dev)?;
+        {
+            let mine = scalars
+                .values
+                .slice(self.slots..self.slots + 1)
+                .map_err(dev)?;
+            d.comm.all_gather(&mine, &mut parts, s).map_err(dev)?;
+        }
+        let mut norm = scalars
+            .values
+            .slice_mut(self.slots..self.slots + 1)
+            .map_err(dev)?;
+        ops::l2_norm::<f32>(s, &[&parts], &mut norm).map_err(op)
+    }
+
     fn update_scalars(
         &self,
         scaling: GradScaling,
@@ -509,17 +536,37 @@ impl Exec for DeviceBackend {
         })
     }
 
-    fn grads_ready<T: TrainElement>(&self, grads: &mut [&mut DeviceBuffer<T>]) -> Result<()> {
+    fn grads_ready<T: TrainElement>(
+        &self,
+        grads: &mut [&mut DeviceBuffer<T>],
+        roots: Option<&[usize]>,
+    ) -> Result<()> {
         let Some(d) = &self.ddp else {
             return Ok(());
         };
+        if roots.is_some_and(|r| r.len() != grads.len()) {
+            return Err(TrainError::Op(format!(
+                "{} gradients handed to the reduction with {} owners",
+                grads.len(),
+                roots.map_or(0, <[usize]>::len)
+            )));
+        }
         d.ready.record(&self.stream).map_err(dev)?;
         d.stream.wait(&d.ready).map_err(dev)?;
         hip_rt::comm::group(|| {
-            grads.iter_mut().try_for_each(|g| {
-                d.comm
-                    .all_reduce_in_place(&mut **g, ReduceOp::Sum, &d.stream)
-            })
+            grads
+                .iter_mut()
+                .enumerate()
+                .try_for_each(|(i, g)| match roots {
+                    // ZeRO-1: only the tensor's owner receives the sum (reduce-scatter at tensor
+                    // granularity); the others keep their own contribution.
+                    Some(r) => d
+                        .comm
+                        .reduce_in_place(&mut **g, ReduceOp::Sum, r[i], &d.stream),
+                    None => d
+                        .comm
+                        .all_reduce_in_place(&mut **g, ReduceOp::Sum, &d.stream),
+                })
         })
         .map_err(dev)
     }

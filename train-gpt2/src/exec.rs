@@ -129,6 +129,14 @@ pub trait Exec {
         grads: &[&Self::Buf<T>],
         scalars: &mut Self::Scalars,
     ) -> Result<()>;
+    /// See [`Backend::grad_norm_sharded`] (one rank owns every tensor: [`Exec::grad_norm`]).
+    fn grad_norm_sharded<T: TrainElement>(
+        &self,
+        owned: &[&Self::Buf<T>],
+        scalars: &mut Self::Scalars,
+    ) -> Result<()> {
+        self.grad_norm(owned, scalars)
+    }
     /// AdamW's one-element `grad_scale` (absent when 1: the loss scale, clipped by the norm in
     /// `scalars`) and `found_inf` (1 when that norm is not finite), computed without a host read.
     fn update_scalars(
@@ -139,7 +147,11 @@ pub trait Exec {
     /// The step's loss (the mean over ranks) and gradient norm: the one host read of a step.
     fn read_step(&self, scalars: &Self::Scalars) -> Result<StepRead>;
     /// See [`Backend::grads_ready`] (one device: nothing to do).
-    fn grads_ready<T: TrainElement>(&self, _grads: &mut [&mut Self::Buf<T>]) -> Result<()> {
+    fn grads_ready<T: TrainElement>(
+        &self,
+        _grads: &mut [&mut Self::Buf<T>],
+        _roots: Option<&[usize]>,
+    ) -> Result<()> {
         Ok(())
     }
     /// See [`Backend::grads_reduced`].
@@ -618,6 +630,10 @@ impl<T: TrainElement, E: Exec> Backend<T> for E {
         Exec::grad_norm(self, grads, scalars)
     }
 
+    fn grad_norm_sharded(&self, owned: &[&Self::Buf], scalars: &mut E::Scalars) -> Result<()> {
+        Exec::grad_norm_sharded(self, owned, scalars)
+    }
+
     fn adamw_all(
         &self,
         hyper: &AdamWStep,
@@ -655,8 +671,8 @@ impl<T: TrainElement, E: Exec> Backend<T> for E {
         Exec::read_step(self, scalars)
     }
 
-    fn grads_ready(&self, grads: &mut [&mut Self::Buf]) -> Result<()> {
-        Exec::grads_ready(self, grads)
+    fn grads_ready(&self, grads: &mut [&mut Self::Buf], roots: Option<&[usize]>) -> Result<()> {
+        Exec::grads_ready(self, grads, roots)
     }
 
     fn grads_reduced(&self) -> Result<()> {

@@ -245,7 +245,8 @@ impl<'b, T: TrainElement, B: Backend<T>> Gpt2<'b, T, B> {
     /// `scalars`, the gradients of that times `loss_scale` accumulate. With data parallelism
     /// (`backend.world()` W > 1) the gradients are of the mean over ranks (each rank's share
     /// scaled by 1/W, summed across ranks), and `last` (the step's last micro-batch) hands each
-    /// layer's gradients to the backend's all-reduce as soon as the backward has produced them.
+    /// layer's gradients to the backend's all-reduce (with ZeRO stage 1: a reduce to each
+    /// tensor's owner) as soon as the backward has produced them.
     pub fn forward_backward(
         &mut self,
         inputs: &B::Ids,
@@ -424,6 +425,9 @@ impl<'b, T: TrainElement, B: Backend<T>> Gpt2<'b, T, B> {
         let mut g = self.grads.as_mut();
         let mut lora = self.lora.as_mut();
         let mut frozen = self.frozen_ln.as_mut();
+        // ZeRO stage 1: the owners of canonical tensors `at..at + k` (where their sums go).
+        let owners = self.owners.as_deref();
+        let roots = |at: usize, k: usize| owners.map(|o| &o[at..at + k]);
         let (n, c, f, v) = (d.rows(), d.channels, d.inner, d.vocab);
         // logits = lnf · wteᵀ; `a.logits` now holds dlogits.
         if let Some(g) = g.as_deref_mut() {
@@ -460,7 +464,8 @@ impl<'b, T: TrainElement, B: Backend<T>> Gpt2<'b, T, B> {
             db,
         )?;
         if let (true, Some(g)) = (last, g.as_deref_mut()) {
-            be.grads_ready(&mut [&mut g.lnf_w, &mut g.lnf_b])?;
+            let at = 2 + 12 * self.layers;
+            be.grads_ready(&mut [&mut g.lnf_w, &mut g.lnf_b], roots(at, 2))?;
         }
         for l in (0..self.layers).rev() {
             let (done, rest) = a.layers.split_at(l);
@@ -583,7 +588,7 @@ impl<'b, T: TrainElement, B: Backend<T>> Gpt2<'b, T, B> {
             )?;
             if let (true, Some(gw)) = (last, gw) {
                 // Layer l's twelve gradients are final: one bucket.
-                be.grads_ready(&mut gw.iter_mut())?;
+                be.grads_ready(&mut gw.iter_mut(), roots(2 + 12 * l, 12))?;
             }
         }
         if let (true, Some(lo)) = (last, lora) {
@@ -593,19 +598,31 @@ impl<'b, T: TrainElement, B: Backend<T>> Gpt2<'b, T, B> {
         if let Some(g) = g {
             be.encoder_backward(&d, inputs, &a.dres, &mut g.wte, &mut g.wpe)?;
             if last {
-                be.grads_ready(&mut [&mut g.wte, &mut g.wpe])?;
+                be.grads_ready(&mut [&mut g.wte, &mut g.wpe], roots(0, 2))?;
             }
         }
         // Frozen embeddings (LoRA): the residual gradient ends here.
         Ok(())
     }
 
-    /// Store the global gradient norm in `scalars`.
+    /// Store the global gradient norm in `scalars`. With ZeRO stage 1 this rank holds the sums
+    /// of the tensors it owns only: the norm combines every rank's norm over its share.
     pub fn grad_norm(&self, scalars: &mut B::Scalars) -> Result<()> {
-        match (&self.lora, &self.grads) {
-            (Some(lo), _) => self.backend.grad_norm(&lo.grad_refs(), scalars),
-            (None, Some(g)) => self.backend.grad_norm(&g.iter(), scalars),
-            (None, None) => Err(TrainError::Op("nothing trains: no gradients".into())),
+        let rank = self.backend.rank();
+        match (&self.lora, &self.grads, &self.owners) {
+            (Some(lo), _, _) => self.backend.grad_norm(&lo.grad_refs(), scalars),
+            (None, Some(g), Some(o)) => {
+                let owned: Vec<&B::Buf> = g
+                    .iter()
+                    .into_iter()
+                    .zip(o)
+                    .filter(|(_, &r)| r == rank)
+                    .map(|(t, _)| t)
+                    .collect();
+                self.backend.grad_norm_sharded(&owned, scalars)
+            }
+            (None, Some(g), None) => self.backend.grad_norm(&g.iter(), scalars),
+            (None, None, _) => Err(TrainError::Op("nothing trains: no gradients".into())),
         }
     }
 
@@ -669,6 +686,17 @@ impl<'b, T: TrainElement, B: Backend<T>> Gpt2<'b, T, B> {
             self.backend.broadcast(&mut bufs)?;
         }
         Ok(())
+    }
+
+    /// This rank's gradient buffers on the host as they stand (after a step: the sums across
+    /// ranks, or with ZeRO stage 1 the sums of the tensors it owns and its own contribution to
+    /// the others); `None` with a frozen base.
+    pub fn download_grads(&self) -> Result<Option<Params<Vec<f32>>>> {
+        let be = self.backend;
+        self.grads
+            .as_ref()
+            .map(|g| g.try_map(|_, t| be.download(t)))
+            .transpose()
     }
 
     /// f32 parameters (the master weights when there are) and moments on the host. With ZeRO

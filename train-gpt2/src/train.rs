@@ -330,6 +330,9 @@ pub struct RankOutcome {
     pub logs: Vec<StepLog>,
     /// Its final f32 parameters, when asked for (to compare ranks).
     pub params: Option<crate::params::Params<Vec<f32>>>,
+    /// Its gradient buffers after the last step, when asked for (with ZeRO stage 1 only the
+    /// tensors it owns hold the sums across ranks).
+    pub grads: Option<crate::params::Params<Vec<f32>>>,
 }
 
 /// A data-parallel rank's run on `backend`: [`prepare`] on rank 0 (the others only read), then
@@ -346,12 +349,16 @@ pub(crate) fn run_rank(
         None if role.primary() => prepare(args, role.world)?,
         None => self::setup(args, role.world)?,
     };
-    let (logs, params) = match args.dtype {
+    let (logs, params, grads) = match args.dtype {
         Precision::F32 => train_keep::<f32>(backend, args, setup, role, keep_params)?,
         Precision::Bf16 => train_keep::<bf16>(backend, args, setup, role, keep_params)?,
         Precision::F16 => train_keep::<f16>(backend, args, setup, role, keep_params)?,
     };
-    Ok(RankOutcome { logs, params })
+    Ok(RankOutcome {
+        logs,
+        params,
+        grads,
+    })
 }
 
 /// Load the setup for `world` ranks once (rank 0's checks included), to hand to every thread.
@@ -380,7 +387,12 @@ where
     Ok(out.0)
 }
 
-type Trained = (Vec<StepLog>, Option<crate::params::Params<Vec<f32>>>);
+/// The step figures, and with `keep_params` the final parameters and gradient buffers.
+type Trained = (
+    Vec<StepLog>,
+    Option<crate::params::Params<Vec<f32>>>,
+    Option<crate::params::Params<Vec<f32>>>,
+);
 
 fn train_keep<T: TrainElement>(
     backend: &DeviceBackend,
@@ -587,5 +599,9 @@ fn train<T: TrainElement, B: Backend<T>>(
                 TrainError::Op("the model's download returned no parameters".into())
             })?),
         };
-    Ok((out, params))
+    let grads = match keep_params {
+        true => model.download_grads()?,
+        false => None,
+    };
+    Ok((out, params, grads))
 }
