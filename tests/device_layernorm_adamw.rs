@@ -986,6 +986,9 @@ fn non_finite_and_l2_norm<T: DeviceElement>(s: &Stream, seed: u64) {
         got.to_bits(),
         "l2 norm is deterministic"
     );
+    // No tensors (a ZeRO rank that owns none): the norm is 0, written, not left as it was.
+    ops::l2_norm::<T>(s, &[], &mut norm).expect("l2_norm of no tensors");
+    assert_eq!(download(s, &norm), [0.0], "l2 norm of no tensors");
     b[2] = T::from_f64(f64::INFINITY);
     let db = upload(s, &b);
     ops::non_finite(s, &[&da, &db], &mut flag).expect("non_finite");

@@ -593,7 +593,7 @@ impl<'b, T: TrainElement, B: Backend<T>> Gpt2<'b, T, B> {
         }
         if let (true, Some(lo)) = (last, lora) {
             // LoRA: the adapters' gradients are the only ones to sum across ranks (one bucket).
-            be.grads_ready(&mut lo.grads.iter_mut().collect::<Vec<_>>())?;
+            be.grads_ready(&mut lo.grads.iter_mut().collect::<Vec<_>>(), None)?;
         }
         if let Some(g) = g {
             be.encoder_backward(&d, inputs, &a.dres, &mut g.wte, &mut g.wpe)?;
