@@ -75,8 +75,9 @@ pub(crate) fn by_name<T: DeviceElement>(name: &str) -> Option<Candidate<T>> {
     candidates::<T>().into_iter().find(|c| c.name == name)
 }
 
+/// Our kernel family `kernel`, with the plain kernel's tile forced when `tile` is given.
 fn ours<T: DeviceElement>(
-    tile: MatmulTile,
+    (kernel, tile): (MatmulKernel, Option<MatmulTile>),
     cx: &Context<'_>,
     params: &MatmulParams,
     a: &dyn DeviceView<T>,
@@ -85,7 +86,7 @@ fn ours<T: DeviceElement>(
 ) -> Result<(), OpError> {
     let s = cx.stream;
     let ptrs = [ptr(s, "a", a)?, ptr(s, "b", b)?, ptr(s, "out", &*out)?];
-    launch_gemm_tiled::<T>(s, params, ptrs, None, MatmulKernel::Plain, Some(tile))
+    launch_gemm_tiled::<T>(s, params, ptrs, None, kernel, tile)
 }
 
 /// The matrix-core kernel: f16/bf16 on an arch with a 16x16x16 matrix unit.
@@ -100,9 +101,7 @@ fn ours_mc<T: DeviceElement>(
     b: &dyn DeviceView<T>,
     out: &mut dyn DeviceViewMut<T>,
 ) -> Result<(), OpError> {
-    let s = cx.stream;
-    let ptrs = [ptr(s, "a", a)?, ptr(s, "b", b)?, ptr(s, "out", &*out)?];
-    launch_gemm_tiled::<T>(s, params, ptrs, None, MatmulKernel::MatrixCore, None)
+    ours((MatmulKernel::MatrixCore, None), cx, params, a, b, out)
 }
 
 fn ours_big<T: DeviceElement>(
@@ -112,7 +111,14 @@ fn ours_big<T: DeviceElement>(
     b: &dyn DeviceView<T>,
     out: &mut dyn DeviceViewMut<T>,
 ) -> Result<(), OpError> {
-    ours(MatmulTile::Big, cx, p, a, b, out)
+    ours(
+        (MatmulKernel::Plain, Some(MatmulTile::Big)),
+        cx,
+        p,
+        a,
+        b,
+        out,
+    )
 }
 
 fn ours_small<T: DeviceElement>(
@@ -122,7 +128,14 @@ fn ours_small<T: DeviceElement>(
     b: &dyn DeviceView<T>,
     out: &mut dyn DeviceViewMut<T>,
 ) -> Result<(), OpError> {
-    ours(MatmulTile::Small, cx, p, a, b, out)
+    ours(
+        (MatmulKernel::Plain, Some(MatmulTile::Small)),
+        cx,
+        p,
+        a,
+        b,
+        out,
+    )
 }
 
 /// hipBLAS takes packed operands only (hip-rt's `Blas` has no leading-dimension arguments).
