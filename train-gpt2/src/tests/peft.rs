@@ -200,3 +200,21 @@ fn a_peft_config_the_flags_or_the_trainer_disagree_with_is_named() {
     let text = with("target_modules", serde_json::json!(["q_proj"]));
     assert!(text.contains("`q_proj`"), "{text}");
 }
+
+#[test]
+fn the_log_may_not_overwrite_a_file_of_the_peft_directory() {
+    let s = Scratch::new("peft-log");
+    let dir = s.path("adapter");
+    std::fs::create_dir_all(&dir).unwrap();
+    for f in ["adapter_model.safetensors", "adapter_config.json"] {
+        std::fs::copy(peft_dir().join(f), dir.join(f)).unwrap();
+    }
+    for f in ["adapter_model.safetensors", "adapter_config.json"] {
+        let before = std::fs::read(dir.join(f)).unwrap();
+        let log = dir.join(f).display().to_string();
+        let err = run_tiny(&flags(&dir, &["--steps", "1", "--log", &log])).unwrap_err();
+        assert_eq!(err.exit_code(), 2, "{err}");
+        assert!(err.to_string().contains("--lora-init"), "{err}");
+        assert_eq!(std::fs::read(dir.join(f)).unwrap(), before, "{f}");
+    }
+}
