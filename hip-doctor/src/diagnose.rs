@@ -210,6 +210,10 @@ fn library_rule(facts: Facts<'_>) -> Vec<Item> {
     }
 }
 
+/// How to run without a GPU, for the hints of the no-device rules.
+const NO_GPU: &str = "run on hip-emu, the CPU emulator of a HIP device in this workspace \
+     (`cargo build -p hip-emu`, then HIPK_HIP_LIBRARY=<full path of target/debug/libhip_emu.so>)";
+
 fn kfd_rule(facts: Facts<'_>) -> Vec<Item> {
     let env = facts.env;
     if facts.devices.all_emulated() {
@@ -221,10 +225,11 @@ fn kfd_rule(facts: Facts<'_>) -> Vec<Item> {
             format!("{KFD} missing"),
             "no GPU kernel driver is loaded, or this container was started without the device nodes",
         )
-        .with_hint(
+        .with_hint(format!(
             "on the host: check the driver (hy-smi on DTK, rocm-smi or `lsmod | grep amdgpu` on ROCm);\n\
-             in a container: pass --device=/dev/kfd --device=/dev/dri (and --device=/dev/mkfd on DTK)",
-        )],
+             in a container: pass --device=/dev/kfd --device=/dev/dri (and --device=/dev/mkfd on DTK);\n\
+             no GPU here: {NO_GPU}",
+        ))],
         KfdAccess::NotPermitted { owner_gid } => {
             let user = env.user.clone().unwrap_or_else(|| "$USER".into());
             let group = owner_gid.and_then(|g| env.group_name(g)).unwrap_or("render").to_string();
@@ -272,10 +277,10 @@ fn no_device_rule(facts: Facts<'_>) -> Vec<Item> {
     if explained {
         return Vec::new();
     }
-    vec![Item::fail("no device visible", message.clone()).with_hint(
+    vec![Item::fail("no device visible", message.clone()).with_hint(format!(
         "check `hy-smi` (DTK) or `rocm-smi` lists the card, that the driver matches the DTK version, \
-         and that no *_VISIBLE_DEVICES variable excludes it",
-    )]
+         and that no *_VISIBLE_DEVICES variable excludes it; no GPU here: {NO_GPU}"
+    ))]
 }
 
 fn arch_rule(facts: Facts<'_>) -> Vec<Item> {
@@ -492,6 +497,7 @@ mod tests {
             .as_deref()
             .unwrap_or("")
             .contains("--device=/dev/kfd"));
+        assert!(s.items[0].hint.as_deref().unwrap_or("").contains("hip-emu"));
 
         e.kfd = KfdAccess::NotPermitted {
             owner_gid: Some(109),
@@ -542,6 +548,12 @@ mod tests {
             &KernelState::NotInBuild,
         );
         assert_eq!(names(&s), vec!["no device visible"]);
+        // Without a GPU, the hint names hip-emu and how to use it.
+        let hint = s.items[0].hint.clone().unwrap_or_default();
+        assert!(
+            hint.contains("hip-emu") && hint.contains("HIPK_HIP_LIBRARY"),
+            "{hint}"
+        );
     }
 
     #[test]

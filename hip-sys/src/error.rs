@@ -192,7 +192,7 @@ fn runtime_strings(hip: &crate::Hip, code: hipError_t) -> Option<(String, String
 pub fn hint(code: hipError_t) -> Option<&'static str> {
     Some(match code {
         hipError_t::hipErrorNoDevice => {
-            "no HIP device found: check that /dev/kfd exists and is readable and writable by you (containers need --device /dev/kfd --device /dev/dri, and /dev/mkfd on DCU), that HIP_VISIBLE_DEVICES does not hide every device, and that your user is in the render and video groups (`groups`)"
+            "no HIP device found: check that /dev/kfd exists and is readable and writable by you (containers need --device /dev/kfd --device /dev/dri, and /dev/mkfd on DCU), that HIP_VISIBLE_DEVICES does not hide every device, and that your user is in the render and video groups (`groups`). To run without a GPU, use hip-emu (the CPU emulator of a HIP device in this workspace): `cargo build -p hip-emu`, then set HIPK_HIP_LIBRARY to target/debug/libhip_emu.so (full path)"
         }
         hipError_t::hipErrorNoBinaryForGpu => {
             "the code object has no ISA for this device: rebuild the kernels for the device's arch (set HIPK_ARCH to its gcnArchName, e.g. gfx906 or gfx928)"
@@ -213,7 +213,7 @@ pub fn hint(code: hipError_t) -> Option<&'static str> {
             "the launch needs more registers or shared memory than a CU has: reduce the block size or the kernel's LDS use"
         }
         hipError_t::hipErrorIllegalAddress => {
-            "a kernel accessed memory out of bounds; the context is unusable: restart the process and check the launch's shapes"
+            "a kernel accessed memory out of bounds: check the launch's shapes. On a GPU the context is now unusable (every later call fails): restart the process. On hip-emu the process goes on (the fault is reported once, by the stream's next synchronising call; later work runs)"
         }
         _ => return None,
     })
@@ -344,6 +344,17 @@ mod tests {
                 "{needle:?} missing: {no_device}"
             );
         }
+        // Without a GPU, hip-emu is the way to run: the hint says how.
+        assert!(
+            no_device.contains("hip-emu") && no_device.contains("HIPK_HIP_LIBRARY"),
+            "{no_device}"
+        );
+        // An out-of-bounds access: a GPU's context is lost, hip-emu goes on; the hint says which.
+        let illegal = HipError::new(hipError_t::hipErrorIllegalAddress).to_string();
+        assert!(
+            illegal.contains("On a GPU") && illegal.contains("On hip-emu"),
+            "{illegal}"
+        );
         let no_binary = HipError::new(hipError_t::hipErrorNoBinaryForGpu).to_string();
         assert!(no_binary.contains("HIPK_ARCH"), "{no_binary}");
         assert!(HipError::new(hipError_t::hipErrorOutOfMemory)

@@ -126,7 +126,8 @@ pub struct Args {
     /// (default attn.c_attn).
     #[arg(long)]
     pub lora_targets: Option<String>,
-    /// safetensors file holding every adapter (`h.{l}.{t}.lora_A` / `lora_B`) to start from.
+    /// safetensors file holding every adapter to start from (PEFT's names or `h.{l}.{t}.lora_A` /
+    /// `lora_B`), or a PEFT adapter directory (`adapter_model.safetensors`, `adapter_config.json`).
     #[arg(long)]
     pub lora_init: Option<PathBuf>,
     /// Seed of the adapters' initialisation (default 0).

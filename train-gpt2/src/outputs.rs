@@ -32,7 +32,14 @@ fn inputs(args: &Args) -> Vec<(&'static str, PathBuf)> {
         }
     }
     if let Some(p) = &args.lora_init {
-        v.push(("--lora-init", p.clone()));
+        // A PEFT adapter directory: the two files read from it.
+        if p.is_dir() {
+            v.push(("--lora-init", p.join("adapter_model.safetensors")));
+            v.push(("--lora-init", p.join("adapter_config.json")));
+        } else {
+            v.push(("--lora-init", p.clone()));
+            v.push(("--lora-init", p.with_file_name("adapter_config.json")));
+        }
     }
     v
 }

@@ -1,13 +1,14 @@
 //! LoRA checkpoints `DIR/step_<s>/`, in PEFT's naming where PEFT has one:
-//! `adapter_model.safetensors` (the adapters `h.{l}.{t}.lora_A` / `lora_B`, f32),
-//! `adapter_config.json` (PEFT's keys `r`, `lora_alpha`, `target_modules`, …),
+//! `adapter_model.safetensors` (the adapters in PEFT's names,
+//! `base_model.model.transformer.h.{l}.{t}.lora_A.weight` / `lora_B.weight`, f32),
+//! `adapter_config.json` (what `peft.PeftModel.from_pretrained` needs: [`peft::config`]),
 //! `optimizer.safetensors` (`exp_avg.<adapter>`, `exp_avg_sq.<adapter>`) and `trainer.json` (as
 //! a full checkpoint's). With `--merge-on-save` also `model.safetensors` + `config.json` of the
 //! merged model, loadable with `--model`. Written atomically like every checkpoint
 //! ([`crate::checkpoint::save_files`]). The base model is not saved: `--resume` reads it from
 //! `--model` again.
 
-use super::{HostAdapters, LoraConfig};
+use super::{peft, HostAdapters, LoraConfig};
 use crate::checkpoint::{save_files, TrainerState};
 use crate::config::GptConfig;
 use crate::error::{read_regular, Result, TrainError};
@@ -89,22 +90,6 @@ pub struct LoraSnapshot<'a> {
     pub base: &'a Params<Vec<f32>>,
 }
 
-/// adapter_config.json's content.
-fn adapter_config(lora: &LoraConfig, base_model: &Path) -> Value {
-    json!({
-        "peft_type": "LORA",
-        "task_type": "CAUSAL_LM",
-        "base_model_name_or_path": base_model.display().to_string(),
-        "r": lora.rank,
-        "lora_alpha": lora.alpha,
-        "target_modules": lora.targets.iter().map(|t| t.name()).collect::<Vec<_>>(),
-        "lora_dropout": 0.0,
-        "bias": "none",
-        // GPT-2's modules are Conv1D (weights [in, out]).
-        "fan_in_fan_out": true,
-    })
-}
-
 fn to_json(v: &impl serde::Serialize, name: &str) -> Result<Vec<u8>> {
     serde_json::to_vec_pretty(v).map_err(|e| TrainError::Op(format!("serializing {name}: {e}")))
 }
@@ -113,14 +98,11 @@ fn to_json(v: &impl serde::Serialize, name: &str) -> Result<Vec<u8>> {
 pub fn save(dir: &Path, snap: &LoraSnapshot<'_>) -> Result<PathBuf> {
     let a = snap.adapters;
     let specs = a.cfg.specs(snap.config);
-    let named = |prefix: &str, tensors: &[Vec<f32>]| -> Result<Vec<u8>> {
-        let list: Vec<_> = specs
-            .iter()
-            .zip(tensors)
-            .map(|(s, t)| (format!("{prefix}{}", s.name), s.shape.clone(), t.as_slice()))
-            .collect();
-        to_safetensors(&list)
-    };
+    let adapters: Vec<_> = specs
+        .iter()
+        .zip(&a.params)
+        .map(|(s, t)| (peft::tensor_name(&s.name), s.shape.clone(), t.as_slice()))
+        .collect();
     let mut moments: Vec<_> = specs
         .iter()
         .zip(&a.exp_avg)
@@ -134,10 +116,10 @@ pub fn save(dir: &Path, snap: &LoraSnapshot<'_>) -> Result<PathBuf> {
         )
     }));
     let mut files = vec![
-        (ADAPTER_MODEL, named("", &a.params)?),
+        (ADAPTER_MODEL, to_safetensors(&adapters)?),
         (
             ADAPTER_CONFIG,
-            to_json(&adapter_config(&a.cfg, snap.base_model), ADAPTER_CONFIG)?,
+            to_json(&peft::config(&a.cfg, snap.base_model), ADAPTER_CONFIG)?,
         ),
         (OPTIMIZER, to_safetensors(&moments)?),
         ("trainer.json", to_json(snap.state, "trainer.json")?),
@@ -151,42 +133,6 @@ pub fn save(dir: &Path, snap: &LoraSnapshot<'_>) -> Result<PathBuf> {
         files.push(("model.safetensors", params_to_safetensors(m, snap.config)?));
     }
     save_files(dir, snap.state.step, &files)
-}
-
-/// Check adapter_config.json against the flags: rank, alpha and targets must agree.
-fn check_config(path: &Path, lora: &LoraConfig) -> Result<()> {
-    let raw: Value = serde_json::from_slice(&read_regular(path, 1 << 20)?)
-        .map_err(|e| TrainError::file(path, format!("is not valid JSON: {e}")))?;
-    let r = raw.get("r").and_then(Value::as_u64);
-    let alpha = raw.get("lora_alpha").and_then(Value::as_f64);
-    let targets: Option<Vec<&str>> = raw
-        .get("target_modules")
-        .and_then(Value::as_array)
-        .and_then(|a| a.iter().map(Value::as_str).collect());
-    let want: Vec<&str> = lora.targets.iter().map(|t| t.name()).collect();
-    let (Some(r), Some(alpha), Some(mut targets)) = (r, alpha, targets) else {
-        return Err(TrainError::file(
-            path,
-            "needs `r` (an integer), `lora_alpha` (a number) and `target_modules` (a list of names)",
-        ));
-    };
-    targets.sort_by_key(|n| super::Target::parse(n));
-    if r != lora.rank as u64 || alpha != lora.alpha || targets != want {
-        return Err(TrainError::file(
-            path,
-            format!(
-                "the checkpoint has r = {r}, lora_alpha = {alpha}, target_modules = {}; resume \
-                 with --lora-rank {r} --lora-alpha {alpha} --lora-targets {} (the flags give \
-                 {} / {} / {})",
-                targets.join(","),
-                targets.join(","),
-                lora.rank,
-                lora.alpha,
-                want.join(",")
-            ),
-        ));
-    }
-    Ok(())
 }
 
 /// Read the adapters, their moments and the trainer state of a checkpoint written by [`save`]
@@ -214,7 +160,7 @@ pub fn load(
             ),
         ));
     }
-    check_config(&cfg_path, lora)?;
+    peft::check_config(&cfg_path, lora)?;
     check_base(&dir.join(BASE_MODEL), base, cfg)?;
     let state_path = dir.join("trainer.json");
     let state = TrainerState::from_json(&state_path, &read_regular(&state_path, 1 << 20)?)?;

@@ -1,6 +1,9 @@
 //! The adapters' first values: seeded (A uniform in ±1/√in, PEFT's kaiming-uniform with
-//! a = √5; B = 0, so the first step's loss is the base model's), or read from `--lora-init`.
+//! a = √5; B = 0, so the first step's loss is the base model's), or read from `--lora-init` (a
+//! file or a PEFT adapter directory, in PEFT's names or the short ones).
 
+use super::checkpoint::{ADAPTER_CONFIG, ADAPTER_MODEL};
+use super::peft::{short_name, tensor_name};
 use super::{LoraConfig, Target};
 use crate::config::GptConfig;
 use crate::error::{Result, TrainError};
@@ -29,19 +32,27 @@ pub fn seeded(lora: &LoraConfig, cfg: &GptConfig, seed: u64) -> Vec<Vec<f32>> {
         .collect()
 }
 
-/// Read every adapter of `lora` from `path`: an adapter missing, misshapen (another rank or
-/// module size), non-finite, or a tensor that is no adapter of these flags is an error naming
-/// the file and the tensor. Names may carry PEFT's `base_model.model.` / `transformer.`
-/// prefixes.
+/// Read every adapter of `lora` from `path`: a safetensors file, or a directory PEFT's
+/// `save_pretrained` wrote (its `adapter_model.safetensors`). An `adapter_config.json` beside the
+/// file is checked against the flags ([`super::peft::check_config`]). An adapter missing,
+/// misshapen (another rank or module size), non-finite, or a tensor that is no adapter of these
+/// flags is an error naming the file and the tensor. Names are PEFT's
+/// (`base_model.model.transformer.h.0.attn.c_attn.lora_A.weight`) or the short ones
+/// (`h.0.attn.c_attn.lora_A`).
 pub fn load(path: &Path, lora: &LoraConfig, cfg: &GptConfig) -> Result<Vec<Vec<f32>>> {
-    let tensors = read_f32_tensors(path)?;
-    take_adapters(path, tensors, "", &lora.specs(cfg), lora)
-}
-
-/// The short name of a stored adapter (PEFT writes `base_model.model.transformer.h.0…`).
-fn short(name: &str) -> &str {
-    let n = name.strip_prefix("base_model.model.").unwrap_or(name);
-    n.strip_prefix("transformer.").unwrap_or(n)
+    let file = if path.is_dir() {
+        path.join(ADAPTER_MODEL)
+    } else {
+        path.to_path_buf()
+    };
+    if file.file_name().is_some_and(|n| n == ADAPTER_MODEL) {
+        let config = file.with_file_name(ADAPTER_CONFIG);
+        if config.exists() {
+            super::peft::check_config(&config, lora)?;
+        }
+    }
+    let tensors = read_f32_tensors(&file)?;
+    take_adapters(&file, tensors, "", &lora.specs(cfg), lora)
 }
 
 /// Take `prefix` + each spec's name out of `tensors` (checked as [`load`] says); anything left
@@ -55,7 +66,7 @@ pub fn take_adapters(
 ) -> Result<Vec<Vec<f32>>> {
     let mut by_short: BTreeMap<String, (String, HostTensor)> = BTreeMap::new();
     for (name, t) in tensors {
-        let key = short(&name).to_string();
+        let key = short_name(&name).to_string();
         if by_short.contains_key(&key) {
             return Err(TrainError::file(
                 path,
@@ -72,8 +83,13 @@ pub fn take_adapters(
             return Err(TrainError::file(
                 path,
                 format!(
-                    "tensor `{want}` (shape {:?}) is missing; --lora-rank {} --lora-targets {} \
+                    "tensor `{want}`{} (shape {:?}) is missing; --lora-rank {} --lora-targets {} \
                      need it",
+                    if prefix.is_empty() {
+                        format!(" (PEFT's name: `{}`)", tensor_name(&want))
+                    } else {
+                        String::new()
+                    },
                     s.shape,
                     lora.rank,
                     targets.join(",")

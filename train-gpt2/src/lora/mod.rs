@@ -1,20 +1,22 @@
 //! LoRA fine-tuning (docs/TRAIN-GPT2.md, "LoRA"): low-rank adapters beside the frozen GPT-2.
 //!
 //! For layer `l` and target `t` (a Conv1D with weight W `[in, out]`), the adapters are
-//! `h.{l}.{t}.lora_A` `[r, in]` and `h.{l}.{t}.lora_B` `[out, r]` (PEFT's Linear layout), and the
-//! target computes `y = x @ W + b + (alpha / r) · (x @ Aᵀ) @ Bᵀ`. Only the adapters train: the
+//! `h.{l}.{t}.lora_A` `[r, in]` and `h.{l}.{t}.lora_B` `[out, r]` (PEFT's Linear layout; files
+//! spell them as PEFT does, [`peft`]), and the target computes `y = x @ W + b + (alpha / r) · (x @ Aᵀ) @ Bᵀ`. Only the adapters train: the
 //! base model has no gradient buffers and no optimizer state.
 //!
 //! - [`LoraConfig`]: the flags (`--lora-rank`, `--lora-alpha`, `--lora-targets`) checked;
 //! - [`init`]: the adapters' first values (seeded, or read from `--lora-init`);
 //! - [`adapters`]: the adapters on a backend, their forward and backward beside the base GEMMs;
 //! - [`checkpoint`]: `adapter_model.safetensors`, `adapter_config.json` and their optimizer state;
-//! - [`merge`]: `W' = W + (alpha / r) · Aᵀ @ Bᵀ` for `--merge-on-save`.
+//! - [`merge`]: `W' = W + (alpha / r) · Aᵀ @ Bᵀ` for `--merge-on-save`;
+//! - [`peft`]: PEFT's tensor names and `adapter_config.json`, written and read.
 
 pub mod adapters;
 pub mod checkpoint;
 pub mod init;
 pub mod merge;
+pub mod peft;
 
 use crate::backend::Backend;
 use crate::backend::TrainElement;

@@ -308,9 +308,10 @@ fn lora_checkpoints_are_peft_named_and_resume_bit_identically() {
     assert_eq!(config["peft_type"], "LORA");
     let adapters = read_f32_tensors(&step3.join("adapter_model.safetensors")).unwrap();
     assert_eq!(adapters.len(), 16);
-    assert_eq!(adapters["h.1.attn.c_attn.lora_A"].0, [4, 32]);
-    assert_eq!(adapters["h.1.attn.c_attn.lora_B"].0, [96, 4]);
-    assert_eq!(adapters["h.0.mlp.c_proj.lora_A"].0, [4, 128]);
+    let peft = crate::lora::peft::tensor_name;
+    assert_eq!(adapters[&peft("h.1.attn.c_attn.lora_A")].0, [4, 32]);
+    assert_eq!(adapters[&peft("h.1.attn.c_attn.lora_B")].0, [96, 4]);
+    assert_eq!(adapters[&peft("h.0.mlp.c_proj.lora_A")].0, [4, 128]);
     let opt = read_f32_tensors(&step3.join("optimizer.safetensors")).unwrap();
     assert_eq!(opt.len(), 32);
     assert!(opt.contains_key("exp_avg_sq.h.0.mlp.c_fc.lora_B"));

@@ -10,6 +10,7 @@ mod files_on_disk;
 mod lora;
 mod mixed;
 mod parallel;
+mod peft;
 mod reference;
 mod resume;
 
