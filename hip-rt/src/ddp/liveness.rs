@@ -5,8 +5,8 @@
 //! After the rendezvous rank 0 keeps one connection to every other rank. On each, both sides
 //! send a heartbeat byte every quarter of the timeout (at most every second). A side that sees
 //! its connection closed without a goodbye (the process exited or was killed: the kernel
-//! closes its sockets), or hears nothing for the whole timeout (the process is stopped or
-//! hung), aborts its communicator (`ncclCommAbort`, which ends its waits) with a reason naming
+//! closes its sockets), or hears nothing for the silence limit ([`super::join_from_env`] uses
+//! half the communicator's timeout; the process is stopped or hung), aborts its communicator (`ncclCommAbort`, which ends its waits) with a reason naming
 //! that rank; rank 0 also tells every other rank which rank was lost. [`Liveness::finish`]
 //! says goodbye: a rank that ends its run normally is not reported.
 
@@ -245,6 +245,6 @@ impl Watch {
 
 fn silent_text(silence: Duration) -> String {
     format!(
-        "sent nothing for {silence:?} (HIPK_COMM_TIMEOUT_S): it is stopped, hung or unreachable"
+        "sent nothing for {silence:?} (half of HIPK_COMM_TIMEOUT_S): it is stopped, hung or unreachable"
     )
 }

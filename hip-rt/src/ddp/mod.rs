@@ -186,7 +186,7 @@ pub struct Joined {
 /// One process per device from torchrun's or Slurm's variables: `Ok(None)` when they are not
 /// set (a single process); else open device `LOCAL_RANK`, run the rendezvous
 /// ([`exchange_id`]), join the communicator ([`Comm::init_rank`]) and start watching the
-/// other ranks ([`Liveness`]).
+/// other ranks ([`Liveness`]: a rank silent for half the timeout is lost).
 ///
 /// # Host wait
 /// Blocks until every rank has joined: the rendezvous for at most the timeout, then
@@ -204,7 +204,10 @@ pub fn join_from_env(options: &RendezvousOptions) -> Result<Option<Joined>, DdpE
     let (id, peers) = exchange_id(&env, options)?;
     let comm = Comm::init_rank(&device, env.world_size, env.rank, &id)?;
     comm.set_timeout(timeout);
-    let liveness = Liveness::start(env.rank, peers, &comm, timeout);
+    // Half the timeout: a stopped rank is named by the watcher before a collective's own
+    // timeout (which cannot say which rank is missing) ends the wait.
+    let silence = (timeout / 2).max(Duration::from_millis(500));
+    let liveness = Liveness::start(env.rank, peers, &comm, silence);
     Ok(Some(Joined {
         env,
         comm,
