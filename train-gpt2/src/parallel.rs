@@ -11,7 +11,7 @@
 //!   `LOCAL_RANK`, `MASTER_ADDR`, `MASTER_PORT`) or Slurm's (`srun`); rank 0 hands the RCCL
 //!   unique id to the others over TCP (`hip_rt::ddp`) once each proved the job's secret and
 //!   showed the same settings (flags, model shape, fingerprints of the initial weights and of
-//!   the data: [`crate::agree`]).
+//!   the data: the `agree` module).
 //!
 //! Only rank 0 prints, logs and checkpoints. A rank that fails aborts the communicator (the
 //! other threads' with `--devices`; with processes, the liveness watcher of the other ranks

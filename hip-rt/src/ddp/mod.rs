@@ -59,6 +59,7 @@ mod reducer;
 mod rendezvous;
 mod scalar;
 mod secret;
+mod settings;
 pub mod slurm;
 mod zero;
 
