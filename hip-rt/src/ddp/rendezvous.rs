@@ -124,6 +124,29 @@ fn display_addr(host: &str, port: u16) -> String {
     }
 }
 
+/// Where to listen for `host`: its addresses, or the unspecified address of their family when
+/// a name (not a literal, not `localhost`) resolves to loopback only.
+fn listen_addrs(host: &str, port: u16) -> Result<Vec<SocketAddr>, RendezvousError> {
+    let addrs = resolve(host, port)?;
+    let name = host.trim_matches(|c| c == '[' || c == ']');
+    let literal = name.parse::<std::net::IpAddr>().is_ok();
+    let loopback_name = name.eq_ignore_ascii_case("localhost") || name.ends_with(".localhost");
+    if literal || loopback_name || !addrs.iter().all(|a| a.ip().is_loopback()) {
+        return Ok(addrs);
+    }
+    let any: std::net::IpAddr = match addrs[0] {
+        SocketAddr::V4(_) => std::net::Ipv4Addr::UNSPECIFIED.into(),
+        SocketAddr::V6(_) => std::net::Ipv6Addr::UNSPECIFIED.into(),
+    };
+    eprintln!(
+        "rendezvous: MASTER_ADDR={host} resolves to {} on rank 0 (a loopback address, as an \
+         /etc/hosts line `127.0.1.1 {host}` makes it) which other nodes cannot reach: listening \
+         on every interface; set MASTER_ADDR to rank 0's network address to listen on it alone",
+        addrs[0].ip()
+    );
+    Ok(vec![SocketAddr::new(any, port)])
+}
+
 /// A joined peer's connection, kept open after the rendezvous (see [`super::Liveness`]).
 pub type PeerStream = (usize, TcpStream);
 
@@ -151,10 +174,15 @@ enum Outcome {
 impl Server {
     /// Listen on `bind`, or on the address `host` resolves to (the interface other ranks reach
     /// it through), at `port`.
+    ///
+    /// One exception: a host *name* that resolves only to loopback addresses on rank 0's
+    /// machine (Debian's `127.0.1.1 <hostname>` line in `/etc/hosts`) while the other nodes
+    /// reach it by its network address. Rank 0 then listens on every interface of that
+    /// family, and says so on stderr.
     pub fn bind(host: &str, port: u16, bind: Option<SocketAddr>) -> Result<Server, DdpError> {
         let addrs = match bind {
             Some(a) => vec![a],
-            None => resolve(host, port)?,
+            None => listen_addrs(host, port)?,
         };
         let mut last = None;
         for addr in addrs {

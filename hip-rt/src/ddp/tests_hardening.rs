@@ -137,6 +137,35 @@ fn rank_0_listens_on_master_addrs_interface_only() {
 }
 
 #[test]
+fn a_host_name_that_resolves_to_loopback_only_listens_on_every_interface() {
+    // `localhost` is a loopback name: kept. A literal: kept.
+    for host in ["localhost", "127.0.0.1"] {
+        let s = Server::bind(host, 0, None).unwrap();
+        assert!(
+            s.local_addr().ip().is_loopback(),
+            "{host}: {}",
+            s.local_addr()
+        );
+    }
+    // This machine's own name, when /etc/hosts maps it to loopback only (Debian's 127.0.1.1).
+    let Ok(name) = std::fs::read_to_string("/etc/hostname") else {
+        return;
+    };
+    let name = name.trim();
+    let resolved: Vec<std::net::SocketAddr> = std::net::ToSocketAddrs::to_socket_addrs(&(name, 0))
+        .map(|a| a.collect())
+        .unwrap_or_default();
+    if !name.is_empty() && !resolved.is_empty() && resolved.iter().all(|a| a.ip().is_loopback()) {
+        let s = Server::bind(name, 0, None).unwrap();
+        assert!(
+            s.local_addr().ip().is_unspecified(),
+            "{name}: {}",
+            s.local_addr()
+        );
+    }
+}
+
+#[test]
 fn a_settings_disagreement_is_refused_naming_the_setting() {
     let (s, port) = server();
     let theirs = Credentials {
