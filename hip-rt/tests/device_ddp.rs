@@ -594,6 +594,7 @@ fn spawn_rank(test: &str, rank: usize, world: usize, port: u16, extra: &[(&str, 
         .env("LOCAL_WORLD_SIZE", world.to_string())
         .env("MASTER_ADDR", "127.0.0.1")
         .env("MASTER_PORT", port.to_string())
+        .env("HIPK_RDZV_SECRET", "device-ddp-tests-secret-0123456789")
         .env_remove("HIPK_RDZV_PORT")
         .env_remove("TORCHELASTIC_USE_AGENT_STORE")
         .stdout(Stdio::piped())

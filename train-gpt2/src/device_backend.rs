@@ -125,6 +125,22 @@ impl DeviceBackend {
         Self::on(device.clone(), accum, Some(ddp))
     }
 
+    /// Before a host wait that may depend on another rank: wait for this rank's queued
+    /// collectives for at most the communicator's timeout (`HIPK_COMM_TIMEOUT_S`), so that a
+    /// dead, stopped or late rank (or an abort by the liveness watcher) ends the wait with an
+    /// error instead of blocking the copy for ever. Nothing without a communicator.
+    fn settle(&self) -> Result<()> {
+        match &self.ddp {
+            Some(d) => d.comm.wait().map_err(dev),
+            None => Ok(()),
+        }
+    }
+
+    /// An aborter of this rank's communicator (none without one).
+    pub fn abort_handle(&self) -> Option<hip_rt::comm::AbortHandle> {
+        self.ddp.as_ref().map(|d| d.comm.abort_handle())
+    }
+
     fn on(device: Device, accum: usize, ddp: Option<Ddp>) -> Result<Self> {
         let ord = device.ordinal();
         let at = |e: &dyn std::fmt::Display| dev(format!("device {ord}: {e}"));
@@ -243,11 +259,13 @@ impl Exec for DeviceBackend {
 
     /// A host wait (a synchronous copy): used when the model is set up, not in a step.
     fn upload<T: TrainElement>(&self, host: &[f32]) -> Result<DeviceBuffer<T>> {
+        self.settle()?;
         let data: Vec<T> = host.iter().map(|&x| T::from_f32(x)).collect();
         DeviceBuffer::from_slice(&self.stream, &data).map_err(dev)
     }
 
     fn download<T: TrainElement>(&self, buf: &DeviceBuffer<T>) -> Result<Vec<f32>> {
+        self.settle()?;
         let data = buf.to_vec(&self.stream).map_err(dev)?;
         Ok(data.iter().map(|x| x.to_f32()).collect())
     }
@@ -459,6 +477,7 @@ impl Exec for DeviceBackend {
                 if st.scale_queued {
                     // A second update in one step (tests do this; the trainer never does):
                     // the first upload from the staging buffer may still be queued.
+                    self.settle()?;
                     s.synchronize().map_err(dev)?;
                 }
                 st.scale_staging.as_mut_slice().map_err(dev)?[0] = x as f32;
@@ -498,6 +517,8 @@ impl Exec for DeviceBackend {
     /// norm into pinned memory, then waits once (for the later copy: the stream runs them in
     /// order, so the flags are complete by then and reading them does not wait again).
     fn read_step(&self, scalars: &DeviceScalars) -> Result<StepRead> {
+        // The step's collectives first, bounded: the pinned read-back below has no timeout.
+        self.settle()?;
         let mut guard = self.state.borrow_mut();
         let st = &mut *guard;
         st.next = 0;

@@ -10,6 +10,7 @@
 //! 2 bad usage.
 #![deny(unsafe_op_in_unsafe_fn)]
 
+mod agree;
 pub mod backend;
 pub mod checkpoint;
 pub mod cli;

@@ -111,12 +111,12 @@ pub fn json_line(l: &StepLog) -> String {
 /// Everything loaded and checked before the first step.
 #[derive(Clone)]
 pub(crate) struct Setup {
-    cfg: GptConfig,
-    tokens: Tokens,
-    loader: Loader,
-    restored: checkpoint::Restored,
+    pub(crate) cfg: GptConfig,
+    pub(crate) tokens: Tokens,
+    pub(crate) loader: Loader,
+    pub(crate) restored: checkpoint::Restored,
     /// LoRA's adapters (and their moments), when `--lora-rank` > 0.
-    lora: Option<crate::lora::HostAdapters>,
+    pub(crate) lora: Option<crate::lora::HostAdapters>,
 }
 
 /// Where this process's (or thread's) rank sits in the run.
@@ -285,6 +285,10 @@ fn new_state(
 pub fn run(args: &Args) -> Result<Vec<StepLog>> {
     args.validate()?;
     let launched = LaunchEnv::from_env().map_err(|e| TrainError::Usage(e.to_string()))?;
+    if launched.is_some() || args.devices.is_some() {
+        // Bounds every wait on another rank: checked before any work.
+        hip_rt::comm::default_timeout().map_err(|e| TrainError::Usage(e.to_string()))?;
+    }
     match (launched, &args.devices) {
         (Some(_), Some(list)) => Err(TrainError::Usage(format!(
             "--devices {} with the launcher variables (RANK, WORLD_SIZE, ...) set: use one \
@@ -364,6 +368,14 @@ pub(crate) fn run_rank(
 /// Load the setup for `world` ranks once (rank 0's checks included), to hand to every thread.
 pub(crate) fn prepare_shared(args: &Args, world: usize) -> Result<Setup> {
     prepare(args, world)
+}
+
+/// This rank's setup: [`prepare`] on rank 0 (which writes), [`setup`] on the others.
+pub(crate) fn prepare_for(args: &Args, role: Role) -> Result<Setup> {
+    match role.primary() {
+        true => prepare(args, role.world),
+        false => setup(args, role.world),
+    }
 }
 
 /// The first step to run after `state` (checked: a corrupt counter must not overflow).

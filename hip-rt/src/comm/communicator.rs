@@ -19,15 +19,42 @@ use crate::stream::Stream;
 
 /// The default completion timeout when `HIPK_COMM_TIMEOUT_S` is unset.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(300);
+/// The variable that sets the completion timeout, in seconds.
+pub const TIMEOUT_VAR: &str = "HIPK_COMM_TIMEOUT_S";
+/// The shortest timeout `HIPK_COMM_TIMEOUT_S` may set.
+pub const MIN_TIMEOUT: Duration = Duration::from_millis(1);
+/// The longest timeout `HIPK_COMM_TIMEOUT_S` may set: one week.
+pub const MAX_TIMEOUT: Duration = Duration::from_secs(7 * 24 * 3600);
 
-/// The timeout from `HIPK_COMM_TIMEOUT_S` (seconds, fractions allowed), else [`DEFAULT_TIMEOUT`]:
-/// it bounds collectives and the data-parallel rendezvous ([`crate::ddp`]).
-pub fn default_timeout() -> Duration {
-    std::env::var("HIPK_COMM_TIMEOUT_S")
-        .ok()
-        .and_then(|v| v.trim().parse::<f64>().ok())
-        .filter(|s| s.is_finite() && *s > 0.0)
-        .map_or(DEFAULT_TIMEOUT, Duration::from_secs_f64)
+/// The timeout from `HIPK_COMM_TIMEOUT_S` (seconds, fractions allowed, in
+/// [`MIN_TIMEOUT`]`..=`[`MAX_TIMEOUT`]), else [`DEFAULT_TIMEOUT`]: it bounds collectives and
+/// the data-parallel rendezvous ([`crate::ddp`]). A value that is not a number in that range is
+/// [`CommError::BadTimeout`] naming it.
+pub fn default_timeout() -> Result<Duration> {
+    match std::env::var_os(TIMEOUT_VAR) {
+        None => Ok(DEFAULT_TIMEOUT),
+        Some(v) => parse_timeout(&v.to_string_lossy()).map_err(Error::from),
+    }
+}
+
+/// Parse a `HIPK_COMM_TIMEOUT_S` value (see [`default_timeout`]); empty means the default.
+pub fn parse_timeout(text: &str) -> std::result::Result<Duration, CommError> {
+    let t = text.trim();
+    if t.is_empty() {
+        return Ok(DEFAULT_TIMEOUT);
+    }
+    let bad = || CommError::BadTimeout {
+        value: text.to_string(),
+        min: MIN_TIMEOUT,
+        max: MAX_TIMEOUT,
+    };
+    let secs = t.parse::<f64>().map_err(|_| bad())?;
+    // Compared as f64 before any conversion: NaN, infinities and huge values never reach
+    // `Duration::from_secs_f64` (which panics) or `Instant + Duration` (which overflows).
+    if !(secs >= MIN_TIMEOUT.as_secs_f64() && secs <= MAX_TIMEOUT.as_secs_f64()) {
+        return Err(bad());
+    }
+    Ok(Duration::from_secs_f64(secs))
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -84,6 +111,7 @@ impl Comm {
                 .into());
             }
         }
+        let timeout = default_timeout()?;
         let lib = rccl(OP, 0)?;
         let f = call(OP, 0, lib.api().ncclCommInitAll())?;
         let ordinals: Vec<c_int> = devices.iter().map(Device::ordinal).collect();
@@ -94,7 +122,6 @@ impl Comm {
         // live for the call; RCCL writes one handle per device.
         let status = unsafe { f(raws.as_mut_ptr(), n, ordinals.as_ptr()) };
         call(OP, 0, status.result())?;
-        let timeout = default_timeout();
         Ok(raws
             .into_iter()
             .zip(devices)
@@ -125,6 +152,7 @@ impl Comm {
             c_int::try_from(v).map_err(|_| CommError::Devices(format!("{OP}: world {v}")))
         };
         let (n, r) = (as_int(world)?, as_int(rank)?);
+        let timeout = default_timeout()?;
         let lib = rccl(OP, rank)?;
         let f = call(OP, rank, lib.api().ncclCommInitRank())?;
         device.bind_to_thread()?;
@@ -132,14 +160,7 @@ impl Comm {
         // SAFETY: `raw` is a valid out-pointer; the id is passed by value as RCCL declares.
         let status = unsafe { f(&mut raw, n, id.0, r) };
         call(OP, rank, status.result())?;
-        Ok(Comm::from_raw(
-            raw,
-            device,
-            rank,
-            world,
-            lib,
-            default_timeout(),
-        ))
+        Ok(Comm::from_raw(raw, device, rank, world, lib, timeout))
     }
 
     fn from_raw(
@@ -241,6 +262,35 @@ impl Comm {
     /// later call returns [`CommError::Aborted`].
     pub fn abort(&self) -> Result<()> {
         self.inner.abort("aborted by the caller".to_string())
+    }
+
+    /// A handle that aborts this communicator from another thread (a watcher of the other
+    /// ranks, or the thread of a failing rank), with a reason every later call reports. It does
+    /// not keep the communicator alive.
+    pub fn abort_handle(&self) -> AbortHandle {
+        AbortHandle(Arc::downgrade(&self.inner))
+    }
+}
+
+/// Aborts a [`Comm`] from any thread ([`Comm::abort_handle`]).
+#[derive(Clone)]
+pub struct AbortHandle(std::sync::Weak<Inner>);
+
+impl AbortHandle {
+    /// `ncclCommAbort` with `reason` (what every later call on the communicator, and a
+    /// [`Comm::wait`] in progress, reports). Nothing when it is gone or already aborted.
+    pub fn abort(&self, reason: impl Into<String>) {
+        if let Some(inner) = self.0.upgrade() {
+            if lock(&inner.aborted).is_none() {
+                let _ = inner.abort(reason.into());
+            }
+        }
+    }
+}
+
+impl std::fmt::Debug for AbortHandle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("AbortHandle")
     }
 }
 
@@ -360,11 +410,13 @@ impl Inner {
 
     /// Wait for all queued collectives (see [`Comm::wait`]).
     pub(crate) fn wait_all(&self) -> Result<()> {
-        if let Some(reason) = lock(&self.aborted).clone() {
-            return Err(self.aborted_error("wait", reason));
-        }
         let mut nap = Duration::from_micros(50);
         loop {
+            // Checked on every round: another thread (a liveness watcher, a failing rank's
+            // thread) may abort the communicator while this one waits.
+            if let Some(reason) = lock(&self.aborted).clone() {
+                return Err(self.aborted_error("wait", reason));
+            }
             if self.poll("wait")? {
                 return Ok(());
             }

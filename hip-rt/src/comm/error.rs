@@ -89,6 +89,16 @@ pub enum CommError {
         /// The timeout that expired.
         timeout: Duration,
     },
+    /// `HIPK_COMM_TIMEOUT_S` is not a number of seconds in the accepted range.
+    #[error("HIPK_COMM_TIMEOUT_S={value:?} is not a number of seconds in {min:?}..={max:?}; set e.g. HIPK_COMM_TIMEOUT_S=600, or unset it for the default of 300 s")]
+    BadTimeout {
+        /// The value.
+        value: String,
+        /// The shortest accepted.
+        min: Duration,
+        /// The longest accepted.
+        max: Duration,
+    },
     /// The communicator was aborted earlier (timeout or asynchronous error).
     #[error(
         "{op} on rank {rank}: the communicator was aborted earlier ({reason}); create a new one"

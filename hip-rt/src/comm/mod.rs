@@ -33,7 +33,10 @@ mod error;
 mod group;
 mod id;
 
-pub use communicator::{default_timeout, Comm, DEFAULT_TIMEOUT};
+pub use communicator::{
+    default_timeout, parse_timeout, AbortHandle, Comm, DEFAULT_TIMEOUT, MAX_TIMEOUT, MIN_TIMEOUT,
+    TIMEOUT_VAR,
+};
 pub use error::CommError;
 pub use group::{group, GroupGuard};
 pub use id::UniqueId;

@@ -12,6 +12,9 @@ pub enum DdpError {
     /// The rendezvous that hands rank 0's unique id to the other ranks failed.
     #[error(transparent)]
     Rendezvous(#[from] RendezvousError),
+    /// The job's secret could not be found or made.
+    #[error(transparent)]
+    Secret(#[from] SecretError),
     /// `LOCAL_RANK` names a device this process cannot open.
     #[error("LOCAL_RANK={local_rank} selects device {local_rank}, which cannot be opened: {source}. Start at most as many processes per node as devices are visible (torchrun --nproc-per-node), or narrow HIP_VISIBLE_DEVICES consistently")]
     Device {
@@ -145,11 +148,39 @@ pub enum EnvError {
         /// `WORLD_SIZE`.
         world: usize,
     },
-    /// `MASTER_PORT` not in 1..=65535.
-    #[error("MASTER_PORT={value:?} is not a TCP port in 1..=65535 (0 means \"any port\", which the ranks cannot agree on); pick a free port, e.g. 29500")]
+    /// `MASTER_PORT` or `HIPK_RDZV_PORT` not in 1..=65535.
+    #[error("{var}={value:?} is not a TCP port in 1..=65535 (0 means \"any port\", which the ranks cannot agree on); pick a free port, e.g. 29500")]
     BadPort {
+        /// The variable.
+        var: &'static str,
         /// Its value.
         value: String,
+    },
+    /// A count past the largest accepted.
+    #[error("{var}={value} is larger than {max}, the most ranks hip-rt accepts; check the launcher's arguments")]
+    TooLarge {
+        /// The variable.
+        var: &'static str,
+        /// Its value.
+        value: String,
+        /// The largest accepted.
+        max: usize,
+    },
+    /// Under Slurm (`SLURM_PROCID` set, no torchrun variables), a variable it needs is not set.
+    #[error("SLURM_PROCID is set (a rank started by srun) but {var}, which gives {why}, is not: start the ranks with srun inside an sbatch/salloc allocation, or set torchrun's variables (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT) instead")]
+    SlurmMissing {
+        /// The variable.
+        var: &'static str,
+        /// What it gives.
+        why: &'static str,
+    },
+    /// A `SLURM_JOB_NODELIST` that is not a Slurm host list.
+    #[error("SLURM_JOB_NODELIST={value:?} is not a Slurm host list ({why}); set MASTER_ADDR to rank 0's host instead")]
+    BadNodeList {
+        /// Its value (the first 200 characters).
+        value: String,
+        /// What is wrong.
+        why: String,
     },
     /// An empty `MASTER_ADDR`.
     #[error("MASTER_ADDR is empty; set it to rank 0's host name or IP address (127.0.0.1 on one machine)")]
@@ -222,6 +253,22 @@ pub enum RendezvousError {
         /// Who said what.
         detail: String,
     },
+    /// The process at rank 0's address failed to prove that it holds the job's secret.
+    #[error("rendezvous: the process at {peer} did not prove that it holds this job's secret, so rank {rank} did not join it. Give every rank the same HIPK_RDZV_SECRET (or HIPK_RDZV_SECRET_FILE), or check that MASTER_ADDR/MASTER_PORT name this job's rank 0")]
+    Unproved {
+        /// This rank.
+        rank: usize,
+        /// The address.
+        peer: String,
+    },
+    /// This rank's run settings differ from rank 0's.
+    #[error("rendezvous: rank 0 refused rank {rank}: {detail}. Start every rank with the same flags and files")]
+    Settings {
+        /// This rank.
+        rank: usize,
+        /// The setting and both values.
+        detail: String,
+    },
     /// Something at rank 0's address that does not speak the rendezvous protocol.
     #[error("rendezvous: {peer} answered rank {rank} with bytes that are not hip-rt's rendezvous; is MASTER_PORT used by another service?")]
     Stray {
@@ -229,5 +276,40 @@ pub enum RendezvousError {
         rank: usize,
         /// The address.
         peer: String,
+    },
+}
+
+/// The job's secret (see [`super::Secret`]) is missing, unsafe or unreadable.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum SecretError {
+    /// A secret too short or too long.
+    #[error("the rendezvous secret from {origin} is {len} bytes long; use 16 to 1024 bytes (e.g. HIPK_RDZV_SECRET=$(head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \\n'))")]
+    Length {
+        /// Where it came from.
+        origin: String,
+        /// Its length.
+        len: usize,
+    },
+    /// A secret file others could read or replace.
+    #[error("the rendezvous secret file {} {why}", path.display())]
+    Unsafe {
+        /// The file.
+        path: std::path::PathBuf,
+        /// What is wrong.
+        why: String,
+    },
+    /// No `HIPK_RDZV_SECRET`, no `HIPK_RDZV_SECRET_FILE` and no `HOME` for the default file.
+    #[error("no rendezvous secret: set HIPK_RDZV_SECRET (the same on every rank) or HIPK_RDZV_SECRET_FILE, or HOME for the default file $HOME/.hipk/rdzv-secret")]
+    NoHome,
+    /// Reading or making a secret file failed.
+    #[error("rendezvous secret: {what} {}: {source}", path.display())]
+    Io {
+        /// The file.
+        path: std::path::PathBuf,
+        /// What was being done.
+        what: &'static str,
+        /// What the OS said.
+        source: std::io::Error,
     },
 }

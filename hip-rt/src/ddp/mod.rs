@@ -1,12 +1,15 @@
 //! Data parallel training across devices: the pieces a trainer needs around [`Comm`].
 //!
 //! - [`LaunchEnv`]: torchrun's variables (`RANK`, `WORLD_SIZE`, `LOCAL_RANK`, `MASTER_ADDR`,
-//!   `MASTER_PORT`, optionally `LOCAL_WORLD_SIZE`), parsed and checked; none set means a single
-//!   process.
+//!   `MASTER_PORT`, optionally `LOCAL_WORLD_SIZE`), or under Slurm `SLURM_PROCID`,
+//!   `SLURM_NTASKS`, `SLURM_LOCALID`, `SLURM_JOB_NODELIST` and `SLURM_JOB_ID`, parsed and
+//!   checked; none set means a single process.
 //! - The rendezvous ([`Server`], [`fetch_id`], [`exchange_id`]): rank 0 makes the RCCL
-//!   [`UniqueId`] and hands it to the other ranks over TCP, with a versioned fixed-size
-//!   exchange that refuses a mismatched peer and never waits past its timeout.
-//!   [`init_from_env`] does all of it and returns this rank's communicator.
+//!   [`UniqueId`] and hands it to the other ranks over TCP, to those that prove they hold the
+//!   job's [`Secret`] (HMAC-SHA256 challenge and response) and share rank 0's [`Settings`];
+//!   bounded in time, connections and bytes. [`join_from_env`] does all of it and returns this
+//!   rank's communicator and a [`Liveness`] watcher that aborts it when another rank dies,
+//!   is killed or stops answering.
 //! - [`GradReducer`]: gradients averaged in buckets on a communication stream while the
 //!   backward pass runs (streams ordered by events only).
 //! - [`ShardPlan`]: ZeRO stage 1 (reduce-scatter gradients into this rank's shard, all-gather
@@ -51,23 +54,34 @@
 mod buckets;
 mod env;
 mod error;
+mod liveness;
 mod reducer;
 mod rendezvous;
 mod scalar;
+mod secret;
+mod settings;
+pub mod slurm;
 mod zero;
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_hardening;
 
 use std::time::Duration;
 
 pub use buckets::{Bucket, BucketPlan, DEFAULT_BUCKET_BYTES};
-pub use env::LaunchEnv;
-pub use error::{DdpError, EnvError, RendezvousError};
+pub use env::{LaunchEnv, Launcher, MAX_WORLD, SLURM_PORT_BASE, SLURM_PORT_SPAN};
+pub use error::{DdpError, EnvError, RendezvousError, SecretError};
+pub use liveness::Liveness;
 pub use reducer::{Averaging, GradReducer, ReducerOptions, ScaleFn};
 pub use rendezvous::{
-    default_timeout, fetch_id, RendezvousOptions, Server, DEFAULT_TIMEOUT, VERSION,
+    default_timeout, fetch_id, Credentials, PeerStream, RendezvousOptions, Server, Settings,
+    DEFAULT_TIMEOUT, MAX_HANDSHAKES, MAX_SETTINGS, VERSION,
 };
+pub use secret::{Secret, SECRET_FILE_VAR, SECRET_VAR};
+
+use crate::comm::MAX_TIMEOUT;
 pub use scalar::{
     any_across_devices, any_across_ranks, any_in_place, mean_across_devices, mean_across_ranks,
 };
@@ -90,10 +104,7 @@ pub fn rendezvous_port(
     mut lookup: impl FnMut(&str) -> Option<String>,
 ) -> Result<u16, EnvError> {
     if let Some(text) = lookup(PORT_VAR) {
-        return match text.trim().parse::<u16>() {
-            Ok(p) if p != 0 => Ok(p),
-            _ => Err(EnvError::BadPort { value: text }),
-        };
+        return env::port(PORT_VAR, &text);
     }
     let agent_store = lookup("TORCHELASTIC_USE_AGENT_STORE")
         .is_some_and(|v| matches!(v.trim(), "True" | "true" | "1"));
@@ -102,6 +113,7 @@ pub fn rendezvous_port(
             .master_port
             .checked_add(1)
             .ok_or_else(|| EnvError::BadPort {
+                var: "MASTER_PORT",
                 value: format!(
                     "{} (the rendezvous would use MASTER_PORT+1; set {PORT_VAR})",
                     env.master_port
@@ -111,51 +123,107 @@ pub fn rendezvous_port(
     Ok(env.master_port)
 }
 
-/// This process's copy of rank 0's unique id: rank 0 creates it (`ncclGetUniqueId`) and serves
-/// it at the rendezvous port until every other rank has it; the others fetch it.
+/// The timeout of `options`, else `HIPK_COMM_TIMEOUT_S`'s (checked), else 300 s.
+pub fn timeout_of(options: &RendezvousOptions) -> Result<std::time::Duration, DdpError> {
+    match options.timeout {
+        Some(t) => Ok(t.min(MAX_TIMEOUT)),
+        None => Ok(default_timeout()?),
+    }
+}
+
+/// This process's copy of rank 0's unique id, and the connections kept for [`Liveness`]:
+/// rank 0 creates the id (`ncclGetUniqueId`) and serves it at the rendezvous port to every
+/// other rank that proves the job's secret; the others fetch it.
 ///
 /// # Host wait
-/// Blocks until every rank has joined, or `options.timeout`.
-pub fn exchange_id(env: &LaunchEnv, options: &RendezvousOptions) -> Result<UniqueId, DdpError> {
+/// Blocks until every rank has joined, or the timeout.
+pub fn exchange_id(
+    env: &LaunchEnv,
+    options: &RendezvousOptions,
+) -> Result<(UniqueId, Vec<PeerStream>), DdpError> {
     let port = rendezvous_port(env, |v| std::env::var(v).ok())?;
+    let timeout = timeout_of(options)?;
+    let secret = match &options.secret {
+        Some(s) => s.clone(),
+        None => Secret::from_env()?,
+    };
+    let creds = Credentials {
+        secret,
+        settings: options.settings.clone(),
+    };
     if env.rank == 0 {
         let id = UniqueId::new()?;
+        let mut peers = Vec::new();
         if env.world_size > 1 {
             let server = Server::bind(&env.master_addr, port, options.bind)?;
-            server.serve(env.world_size, &id, options.timeout)?;
+            peers = server.serve(env.world_size, &id, &creds, timeout)?;
         }
-        Ok(id)
+        Ok((id, peers))
     } else {
-        fetch_id(
+        let (id, stream) = fetch_id(
             &env.master_addr,
             port,
             env.world_size,
             env.rank,
-            options.timeout,
-        )
+            &creds,
+            timeout,
+        )?;
+        Ok((id, vec![(0, stream)]))
     }
 }
 
-/// One process per device from torchrun's variables: `Ok(None)` when they are not set (a
-/// single process); else open device `LOCAL_RANK`, run the rendezvous ([`exchange_id`]) and
-/// join the communicator ([`Comm::init_rank`]).
+/// One rank of a launched job, joined: see [`join_from_env`].
+#[derive(Debug)]
+pub struct Joined {
+    /// The launcher's variables.
+    pub env: LaunchEnv,
+    /// This rank's communicator (its timeout is the rendezvous timeout).
+    pub comm: Comm,
+    /// The watcher of the other ranks: call [`Liveness::finish`] when the run ends normally;
+    /// dropping it otherwise tells the other ranks that this one failed.
+    pub liveness: Liveness,
+}
+
+/// One process per device from torchrun's or Slurm's variables: `Ok(None)` when they are not
+/// set (a single process); else open device `LOCAL_RANK`, run the rendezvous
+/// ([`exchange_id`]), join the communicator ([`Comm::init_rank`]) and start watching the
+/// other ranks ([`Liveness`]: a rank silent for half the timeout is lost).
 ///
 /// # Host wait
-/// Blocks until every rank has joined: the rendezvous for at most `options.timeout`, then
+/// Blocks until every rank has joined: the rendezvous for at most the timeout, then
 /// `ncclCommInitRank` (which has no timeout of its own, but starts only once every rank has
 /// the id).
-pub fn init_from_env(options: &RendezvousOptions) -> Result<Option<(LaunchEnv, Comm)>, DdpError> {
+pub fn join_from_env(options: &RendezvousOptions) -> Result<Option<Joined>, DdpError> {
     let Some(env) = LaunchEnv::from_env()? else {
         return Ok(None);
     };
+    let timeout = timeout_of(options)?;
     let device = Device::get(env.device_ordinal()).map_err(|e| DdpError::Device {
         local_rank: env.local_rank,
         source: Box::new(e),
     })?;
-    let id = exchange_id(&env, options)?;
+    let (id, peers) = exchange_id(&env, options)?;
     let comm = Comm::init_rank(&device, env.world_size, env.rank, &id)?;
-    Ok(Some((env, comm)))
+    comm.set_timeout(timeout);
+    // Half the timeout: a stopped rank is named by the watcher before a collective's own
+    // timeout (which cannot say which rank is missing) ends the wait.
+    let silence = (timeout / 2).max(Duration::from_millis(500));
+    let liveness = Liveness::start(env.rank, peers, &comm, silence);
+    Ok(Some(Joined {
+        env,
+        comm,
+        liveness,
+    }))
 }
 
-/// How long rank 0 waits for a connected peer's hello before dropping it as a stray.
+/// As [`join_from_env`], without the watcher (the other ranks are told this one finished).
+pub fn init_from_env(options: &RendezvousOptions) -> Result<Option<(LaunchEnv, Comm)>, DdpError> {
+    Ok(join_from_env(options)?.map(|j| {
+        j.liveness.finish();
+        (j.env, j.comm)
+    }))
+}
+
+/// How long rank 0 gives a connection to complete its part of the rendezvous (hello, proof)
+/// before dropping it.
 pub const HELLO_WAIT: Duration = Duration::from_secs(5);

@@ -61,6 +61,7 @@ fn all_variables_parse_into_a_launch_env() {
             local_world_size: Some(4),
             master_addr: "node0".into(),
             master_port: 29500,
+            launcher: Launcher::Torchrun,
         }
     );
     assert_eq!(env.device_ordinal(), 1);
@@ -158,17 +159,22 @@ fn bad_values_are_typed_errors_naming_the_variable_and_value() {
         ),
         (
             with(&[("MASTER_PORT", Some("0"))]),
-            EnvError::BadPort { value: "0".into() },
+            EnvError::BadPort {
+                var: "MASTER_PORT",
+                value: "0".into(),
+            },
         ),
         (
             with(&[("MASTER_PORT", Some("70000"))]),
             EnvError::BadPort {
+                var: "MASTER_PORT",
                 value: "70000".into(),
             },
         ),
         (
             with(&[("MASTER_PORT", Some("http"))]),
             EnvError::BadPort {
+                var: "MASTER_PORT",
                 value: "http".into(),
             },
         ),
@@ -302,6 +308,25 @@ fn test_id(seed: u8) -> UniqueId {
     UniqueId::from_bytes(&bytes).unwrap()
 }
 
+/// The test job's credentials: one secret, no settings.
+pub(super) fn creds() -> Credentials {
+    Credentials {
+        secret: Secret::new(b"a test secret of 32 bytes, fixed", "test").unwrap(),
+        settings: Settings::default(),
+    }
+}
+
+/// A rank's fetch with the test credentials; the id alone.
+pub(super) fn fetch(
+    host: &str,
+    port: u16,
+    world: usize,
+    rank: usize,
+    timeout: Duration,
+) -> Result<UniqueId, DdpError> {
+    fetch_id(host, port, world, rank, &creds(), timeout).map(|(id, _)| id)
+}
+
 fn server() -> (Server, u16) {
     let s = Server::bind("127.0.0.1", 0, None).unwrap();
     let port = s.local_addr().port();
@@ -316,10 +341,10 @@ fn every_rank_gets_rank_0s_id() {
     let id = test_id(1);
     let clients: Vec<_> = (1..4)
         .map(|r| {
-            std::thread::spawn(move || fetch_id("127.0.0.1", port, 4, r, Duration::from_secs(20)))
+            std::thread::spawn(move || fetch("127.0.0.1", port, 4, r, Duration::from_secs(20)))
         })
         .collect();
-    s.serve(4, &id, Duration::from_secs(20)).unwrap();
+    s.serve(4, &id, &creds(), Duration::from_secs(20)).unwrap();
     for c in clients {
         assert_eq!(c.join().unwrap().unwrap(), id);
     }
@@ -334,11 +359,11 @@ fn a_rank_that_starts_before_rank_0_retries_until_it_listens() {
         .unwrap()
         .port();
     let client =
-        std::thread::spawn(move || fetch_id("localhost", port, 2, 1, Duration::from_secs(20)));
+        std::thread::spawn(move || fetch("localhost", port, 2, 1, Duration::from_secs(20)));
     std::thread::sleep(Duration::from_millis(300));
     let s = Server::bind("127.0.0.1", port, None).unwrap();
     let id = test_id(2);
-    s.serve(2, &id, Duration::from_secs(20)).unwrap();
+    s.serve(2, &id, &creds(), Duration::from_secs(20)).unwrap();
     assert_eq!(client.join().unwrap().unwrap(), id);
 }
 
@@ -346,9 +371,9 @@ fn a_rank_that_starts_before_rank_0_retries_until_it_listens() {
 fn a_mismatched_world_size_fails_on_both_sides() {
     let (s, port) = server();
     let client =
-        std::thread::spawn(move || fetch_id("127.0.0.1", port, 3, 1, Duration::from_secs(20)));
+        std::thread::spawn(move || fetch("127.0.0.1", port, 3, 1, Duration::from_secs(20)));
     let e = s
-        .serve(2, &test_id(3), Duration::from_secs(20))
+        .serve(2, &test_id(3), &creds(), Duration::from_secs(20))
         .unwrap_err();
     let text = e.to_string();
     assert!(
@@ -370,11 +395,11 @@ fn a_mismatched_world_size_fails_on_both_sides() {
 #[test]
 fn a_repeated_or_out_of_range_rank_is_refused() {
     let (s, port) = server();
-    let a = std::thread::spawn(move || fetch_id("127.0.0.1", port, 3, 1, Duration::from_secs(20)));
+    let a = std::thread::spawn(move || fetch("127.0.0.1", port, 3, 1, Duration::from_secs(20)));
     std::thread::sleep(Duration::from_millis(200));
-    let b = std::thread::spawn(move || fetch_id("127.0.0.1", port, 3, 1, Duration::from_secs(20)));
+    let b = std::thread::spawn(move || fetch("127.0.0.1", port, 3, 1, Duration::from_secs(20)));
     let e = s
-        .serve(3, &test_id(4), Duration::from_secs(20))
+        .serve(3, &test_id(4), &creds(), Duration::from_secs(20))
         .unwrap_err();
     assert!(
         e.to_string().contains("two processes say they are rank 1"),
@@ -392,9 +417,9 @@ fn a_repeated_or_out_of_range_rank_is_refused() {
     );
 
     let (s, port) = server();
-    let c = std::thread::spawn(move || fetch_id("127.0.0.1", port, 2, 0, Duration::from_secs(20)));
+    let c = std::thread::spawn(move || fetch("127.0.0.1", port, 2, 0, Duration::from_secs(20)));
     let e = s
-        .serve(2, &test_id(4), Duration::from_secs(20))
+        .serve(2, &test_id(4), &creds(), Duration::from_secs(20))
         .unwrap_err();
     assert!(e.to_string().contains("says it is rank 0"), "{e}");
     assert!(c
@@ -410,8 +435,8 @@ fn a_missing_rank_times_out_on_every_side_without_hanging() {
     let (s, port) = server();
     let start = Instant::now();
     let client =
-        std::thread::spawn(move || fetch_id("127.0.0.1", port, 3, 1, Duration::from_secs(20)));
-    let e = s.serve(3, &test_id(5), SHORT).unwrap_err();
+        std::thread::spawn(move || fetch("127.0.0.1", port, 3, 1, Duration::from_secs(20)));
+    let e = s.serve(3, &test_id(5), &creds(), SHORT).unwrap_err();
     assert!(
         start.elapsed() < Duration::from_secs(10),
         "{:?}",
@@ -448,7 +473,7 @@ fn no_rank_0_is_a_timeout_naming_the_address() {
         .unwrap()
         .port();
     let start = Instant::now();
-    let e = fetch_id("127.0.0.1", port, 2, 1, SHORT).unwrap_err();
+    let e = fetch("127.0.0.1", port, 2, 1, SHORT).unwrap_err();
     assert!(
         start.elapsed() < Duration::from_secs(10),
         "{:?}",
@@ -478,10 +503,10 @@ fn stray_connections_are_dropped_and_the_rendezvous_goes_on() {
         let _ = t.write_all(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n");
         drop(TcpStream::connect(("127.0.0.1", port)).unwrap());
         std::thread::sleep(Duration::from_millis(100));
-        fetch_id("127.0.0.1", port, 2, 1, Duration::from_secs(20))
+        fetch("127.0.0.1", port, 2, 1, Duration::from_secs(20))
     });
     let id = test_id(6);
-    s.serve(2, &id, Duration::from_secs(20)).unwrap();
+    s.serve(2, &id, &creds(), Duration::from_secs(20)).unwrap();
     assert_eq!(stray.join().unwrap().unwrap(), id);
 }
 
@@ -496,7 +521,7 @@ fn a_service_that_is_not_rank_0_is_named_as_such() {
         s.read_exact(&mut hello).unwrap();
         s.write_all(&[b'x'; 200]).unwrap();
     });
-    let e = fetch_id("127.0.0.1", port, 2, 1, Duration::from_secs(20)).unwrap_err();
+    let e = fetch("127.0.0.1", port, 2, 1, Duration::from_secs(20)).unwrap_err();
     assert!(
         matches!(e, DdpError::Rendezvous(RendezvousError::Stray { .. })),
         "{e}"
@@ -523,7 +548,7 @@ fn silent_stray_connections_do_not_keep_rank_0_past_its_timeout() {
         .map(|_| TcpStream::connect(("127.0.0.1", port)).unwrap())
         .collect();
     let start = Instant::now();
-    let e = s.serve(2, &test_id(7), SHORT).unwrap_err();
+    let e = s.serve(2, &test_id(7), &creds(), SHORT).unwrap_err();
     let took = start.elapsed();
     drop(silent);
     assert!(

@@ -6,6 +6,8 @@ mod bad_input;
 mod corrupt_checkpoint;
 #[cfg(feature = "device")]
 mod device;
+#[cfg(feature = "device")]
+mod faults;
 mod files_on_disk;
 mod lora;
 mod mixed;

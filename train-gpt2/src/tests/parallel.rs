@@ -412,6 +412,7 @@ mod on_devices {
             .env("WORLD_SIZE", "2")
             .env("MASTER_ADDR", "127.0.0.1")
             .env("MASTER_PORT", port.to_string())
+            .env("HIPK_RDZV_SECRET", "parallel-tests-secret-0123456789")
             .stdout(std::process::Stdio::piped())
             .stderr(std::process::Stdio::piped())
             .spawn()
