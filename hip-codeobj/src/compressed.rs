@@ -274,6 +274,22 @@ mod tests {
     }
 
     #[test]
+    fn zstd_round_trip_whole_and_prefix() {
+        let plain: Vec<u8> = (0..20_000u32).map(|i| (i * 7 % 253) as u8).collect();
+        let packed = ruzstd::encoding::compress_to_vec(
+            plain.as_slice(),
+            ruzstd::encoding::CompressionLevel::Fastest,
+        );
+        let ccob = ccob_v2(1, plain.len() as u32, &packed);
+        assert_eq!(CompressedHeader::parse(&ccob).unwrap().method, Method::Zstd);
+        assert_eq!(decompress(&ccob, 1 << 20).unwrap(), plain);
+        assert_eq!(decompress_prefix(&ccob, 64).unwrap(), plain[..64]);
+        // A stream cut short is an error, not a short result.
+        let cut = &ccob[..ccob.len() - packed.len() / 2];
+        assert!(decompress(cut, 1 << 20).is_err());
+    }
+
+    #[test]
     fn bad_headers_are_errors() {
         assert_eq!(
             CompressedHeader::parse(b"CCOB\x02\x00\x01"),

@@ -303,6 +303,28 @@ mod tests {
             (Some(std::path::Path::new("out")), true)
         );
         assert!(args(&["--small"]).is_err(), "--small needs --report");
+        let Ok(Command::Run(o)) = args(&[
+            "--python",
+            "/venv/bin/python",
+            "--site-packages",
+            "a",
+            "--site-packages",
+            "b",
+            "--arch",
+            "gfx928,gfx936",
+            "--python-import",
+        ]) else {
+            panic!("the Python stack options parse")
+        };
+        assert_eq!(
+            o.python,
+            python::PythonArgs {
+                python: Some("/venv/bin/python".into()),
+                site_packages: vec!["a".into(), "b".into()],
+                arch: vec!["gfx928".into(), "gfx936".into()],
+                python_import: true,
+            }
+        );
         let Ok(Command::Print(help)) = args(&["--json", "--help"]) else {
             panic!("--help prints the usage")
         };
