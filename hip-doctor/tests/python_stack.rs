@@ -232,6 +232,16 @@ fn flash_attn_for_gfx90a_only_on_gfx906() {
             "HSA_OVERRIDE_GFX_VERSION",
         ],
     );
+    // Two translation units, one with gfx906 and one without: the bundle lacking it is counted.
+    assert_row(
+        &rows,
+        "flash_attn layers_ext.so",
+        Status::Fail,
+        &[
+            "gfx906, gfx90a in 2 offload bundle(s)",
+            "needs gfx906 (missing in 1 of 2 bundles)",
+        ],
+    );
     // The same library on a gfx90a node passes.
     let rows = stack_rows(
         &ctx(&["gfx90a"], None, vec![], vec![]),
@@ -243,6 +253,12 @@ fn flash_attn_for_gfx90a_only_on_gfx906() {
         "flash_attn flash_attn_2_cuda.cpython-311-x86_64-linux-gnu.so",
         Status::Pass,
         &["gfx90a"],
+    );
+    assert_row(
+        &rows,
+        "flash_attn layers_ext.so",
+        Status::Pass,
+        &["2 offload bundle(s)"],
     );
 }
 

@@ -71,6 +71,21 @@ class Builder:
         run(*cmd)
         return out.read_bytes()
 
+    def two_unit_lib(self, name: str, archs_a, archs_b) -> bytes:
+        """A library linked from two translation units compiled for different archs: its
+        `.hip_fatbin` holds two bundles (the linker pads them apart)."""
+        objs = []
+        for i, archs in enumerate([archs_a, archs_b]):
+            src = self.tmp / f"unit{i}.hip"
+            src.write_text(KERNEL.replace("fixture_", f"fixture{i}_"))
+            obj = self.tmp / f"unit{i}.o"
+            run("hipcc", "-c", "-fPIC", "-O1", "-o", str(obj), str(src),
+                *[f"--offload-arch={a}" for a in archs])
+            objs.append(str(obj))
+        out = self.tmp / name
+        run("hipcc", "-shared", "-fPIC", "-o", str(out), *objs, "-Wl,-s")
+        return out.read_bytes()
+
     def host_lib(self, name: str, needs=()) -> bytes:
         """A plain host library (no GPU code), optionally needing stub sonames."""
         src = self.tmp / "host.c"
@@ -227,8 +242,10 @@ def main():
         # 5. flash-attn for gfx90a only (the test's node is gfx906).
         site = OUT / "flash_attn_gfx90a" / "site-packages"
         fa = b.hip_lib("flash_attn_2_cuda.so", ["gfx90a"])
+        two = b.two_unit_lib("layers.so", ["gfx906", "gfx90a"], ["gfx90a"])
         install(site, "flash_attn", "2.6.1+das.opt2.dtk2504",
                 {"flash_attn/__init__.py": b"",
+                 "flash_attn/layers_ext.so": two,
                  "flash_attn_2_cuda.cpython-311-x86_64-linux-gnu.so": fa},
                 requires=["torch", "einops"], top_level="flash_attn\nflash_attn_2_cuda")
 

@@ -212,7 +212,10 @@ fn read_plain(
             Err(e) => return Err(format!("offload bundle at byte {pos}: {e}")),
         }
     };
-    let size = bundle::bundle_end(&entries, 0)
+    let header_len = entries.iter().fold(BUNDLE_MAGIC.len() as u64 + 8, |n, e| {
+        n.saturating_add(24 + e.id.len() as u64)
+    });
+    let size = bundle::bundle_end(&entries, header_len)
         .ok_or_else(|| format!("offload bundle at byte {pos}: entry sizes overflow"))?;
     if pos.checked_add(size).map_or(true, |e| e > end) {
         return Err(format!(

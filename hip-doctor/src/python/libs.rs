@@ -57,7 +57,10 @@ pub fn rows(ctx: &Context, dist: &Dist, gpu_build: bool) -> Vec<Item> {
     if plain > 0 {
         rows.push(Item::info(
             format!("{} libraries", dist.name),
-            format!("{plain} shared libraries without GPU code or HIP/ROCm dependencies"),
+            format!(
+                "{plain} shared {} without GPU code or HIP/ROCm dependencies",
+                if plain == 1 { "library" } else { "libraries" }
+            ),
         ));
     }
     if dist.key == "bitsandbytes" {
