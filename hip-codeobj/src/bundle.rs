@@ -18,7 +18,8 @@
 //! processor name followed by optional `:feature+` / `:feature-` settings.
 //!
 //! Compressed bundles (magic `CCOB`, written by clang ≥ 18 with `--offload-compress`) are
-//! recognised and reported as [`BundleError::Compressed`]; they are not decompressed here.
+//! recognised and reported as [`BundleError::Compressed`] here; [`crate::compressed`]
+//! decompresses them (then parse the result, or read its header with [`entry_headers`]).
 //!
 //! [`CodeObjects::parse`] also accepts a bare AMDGPU ELF code object, so callers can treat both
 //! inputs the same way. Every read is bounds-checked: malformed input yields a [`BundleError`],

@@ -67,7 +67,9 @@ Exit status: 0 when every check passed, 1 when a check failed or could not run,
 
 Variables: HIPK_HIP_LIBRARY (HIP runtime file to load), HIPK_GOLDEN_DIR (extra
 golden-case directories, colon-separated), HIP_VISIBLE_DEVICES, HIPK_RCCL_LIBRARY
-(RCCL file to load), HSA_FORCE_FINE_GRAIN_PCIE.";
+(RCCL file to load), HSA_FORCE_FINE_GRAIN_PCIE. Python stack: VIRTUAL_ENV,
+CONDA_PREFIX (the interpreter when --python is not given), HSA_OVERRIDE_GFX_VERSION,
+MIOPEN_USER_DB_PATH, MIOPEN_CUSTOM_CACHE_DIR, MIOPEN_DISABLE_CACHE, LD_LIBRARY_PATH.";
 
 /// A parsed command line.
 #[derive(Debug)]
