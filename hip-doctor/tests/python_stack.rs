@@ -440,6 +440,7 @@ fn miopen_locations_writable_local_or_not() {
         vars: vec![("HOME".into(), home.display().to_string())],
         uid: Some(uid),
         mounts,
+        miopen_used: true,
         ..EnvInput::default()
     };
     let me = std::fs::metadata(&home)
@@ -474,6 +475,17 @@ fn miopen_locations_writable_local_or_not() {
         "MIOpen user database",
         Status::Fail,
         &["not writable", "MIOPEN_USER_DB_PATH"],
+    );
+    // Where MIOpen is not used (no AMD/Hygon GPU, no ROCm/DTK torch) the same problem is INFO.
+    let unused = EnvInput {
+        miopen_used: false,
+        ..base(other, String::new())
+    };
+    assert_row(
+        &envrows::rows(&unused),
+        "MIOpen kernel cache",
+        Status::Info,
+        &["not writable", "not needed here"],
     );
     // On NFS: a warning.
     let nfs = format!("server:/export {} nfs4 rw,relatime 0 0\n", home.display());

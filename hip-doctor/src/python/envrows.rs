@@ -9,7 +9,7 @@
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
-use crate::report::Item;
+use crate::report::{Item, Status};
 
 /// The name of the override row.
 pub const OVERRIDE_ROW: &str = "HSA_OVERRIDE_GFX_VERSION";
@@ -45,6 +45,9 @@ pub struct EnvInput {
     pub mounts: String,
     /// `(file, text)` of each `/etc/profile.d/*.sh`.
     pub profile_scripts: Vec<(PathBuf, String)>,
+    /// Whether MIOpen will run here: the node's GPU is AMD/Hygon, or torch is a ROCm/DTK build.
+    /// When not, a MIOpen problem is INFO (it would not slow anything down here).
+    pub miopen_used: bool,
 }
 
 impl EnvInput {
@@ -62,7 +65,21 @@ pub fn rows(input: &EnvInput) -> Vec<Item> {
     let mut rows = Vec::new();
     rows.extend(override_row(input));
     rows.extend(profile_row(input));
-    rows.extend(miopen_rows(input));
+    let miopen = miopen_rows(input);
+    if input.miopen_used {
+        rows.extend(miopen);
+    } else {
+        rows.extend(miopen.into_iter().map(|mut item| {
+            if matches!(item.status, Status::Fail | Status::Warn) {
+                item.detail = format!(
+                    "{} [not needed here: no AMD/Hygon GPU and no ROCm/DTK torch]",
+                    item.detail
+                );
+                item.status = Status::Info;
+            }
+            item
+        }));
+    }
     rows
 }
 
@@ -277,5 +294,6 @@ pub fn probe(env: &crate::env::EnvFacts) -> EnvInput {
         mounts: super::dist::read_capped(Path::new("/proc/self/mounts"), 4 << 20)
             .unwrap_or_default(),
         profile_scripts,
+        miopen_used: false,
     }
 }

@@ -215,6 +215,15 @@ pub fn probe_loader(env: &EnvFacts) -> resolve::Loader {
 /// The rows read from site-packages directories, with no interpreter: the packages, torch's
 /// build, the pairings and the libraries.
 pub fn stack_rows(ctx: &Context, sites: &[PathBuf], python_version: Option<&str>) -> Vec<Item> {
+    stack_rows_and_build(ctx, sites, python_version).0
+}
+
+/// [`stack_rows`], and whether torch is a ROCm or DTK build.
+fn stack_rows_and_build(
+    ctx: &Context,
+    sites: &[PathBuf],
+    python_version: Option<&str>,
+) -> (Vec<Item>, bool) {
     let mut rows = Vec::new();
     let (dists, problems) = dist::scan(sites);
     for problem in problems {
@@ -236,7 +245,7 @@ pub fn stack_rows(ctx: &Context, sites: &[PathBuf], python_version: Option<&str>
                     .join(", ")
             ),
         ));
-        return rows;
+        return (rows, false);
     }
     rows.push(
         Item::info(
@@ -281,7 +290,7 @@ pub fn stack_rows(ctx: &Context, sites: &[PathBuf], python_version: Option<&str>
     for d in &dists {
         rows.extend(libs::rows(ctx, d, gpu_build));
     }
-    rows
+    (rows, gpu_build)
 }
 
 /// The name of the interpreter row.
@@ -339,12 +348,17 @@ pub fn section(args: &PythonArgs, ctx: &Context, env_input: &envrows::EnvInput) 
             sites.push(dir.clone());
         }
     }
+    let mut gpu_build = false;
     if !sites.is_empty() {
-        section
-            .items
-            .extend(stack_rows(ctx, &sites, version.as_deref()));
+        let (rows, gpu) = stack_rows_and_build(ctx, &sites, version.as_deref());
+        section.items.extend(rows);
+        gpu_build = gpu;
     }
-    section.items.extend(envrows::rows(env_input));
+    let env_input = envrows::EnvInput {
+        miopen_used: gpu_build || ctx.amd_node().is_some(),
+        ..env_input.clone()
+    };
+    section.items.extend(envrows::rows(&env_input));
     if args.python_import {
         section.push(match &python_ok {
             Some(python) => {
