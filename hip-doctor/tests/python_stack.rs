@@ -616,3 +616,82 @@ fn interpreter_query_reads_version_and_sys_path() {
     let err = interp::query(&bad, Duration::from_secs(20)).unwrap_err();
     assert!(err.contains("status 3"), "{err}");
 }
+
+#[test]
+fn the_section_follows_the_interpreter_to_its_site_packages() {
+    use hip_doctor::python::{section, PythonArgs};
+    let s = Scratch::new("section");
+    // A stand-in interpreter whose sys.path holds the CUDA-wheel fixture.
+    let answer = format!(
+        "3.11.2\\000/usr/lib/python311.zip\\000{}",
+        site("cuda_wheel").display()
+    );
+    let python = script(&s, "python", &format!("printf '{answer}'"));
+    let args = PythonArgs {
+        python: Some(python.clone()),
+        arch: vec!["gfx928".into()],
+        ..PythonArgs::default()
+    };
+    let input = EnvInput::default();
+    let rows = section(
+        &args,
+        &ctx(&["gfx928"], Some("25.04"), vec![], vec![]),
+        &input,
+    )
+    .items;
+    assert_row(
+        &rows,
+        "Python interpreter",
+        Status::Info,
+        &["from --python", "Python 3.11.2", "cuda_wheel"],
+    );
+    assert_row(&rows, "torch build", Status::Fail, &["CUDA 13.2"]);
+    // MIOpen is used on an AMD node: with HOME unset its rows fail.
+    assert_row(
+        &rows,
+        "MIOpen kernel cache",
+        Status::Fail,
+        &["HOME are both unset"],
+    );
+    let diagnosis = hip_doctor::python::diagnosis(&hip_doctor::report::Section {
+        title: "Python stack".into(),
+        items: rows,
+    });
+    assert_eq!(diagnosis.len(), 1);
+    assert!(
+        diagnosis[0].detail.contains("torch build")
+            && diagnosis[0]
+                .hint
+                .as_deref()
+                .unwrap_or("")
+                .contains("DTK 25.04's torch")
+    );
+
+    // An interpreter named with --python that does not exist is a FAIL; --python-import is then
+    // skipped. Only --site-packages: no interpreter row at all.
+    let args = PythonArgs {
+        python: Some(s.0.join("no-such-python")),
+        python_import: true,
+        ..PythonArgs::default()
+    };
+    let rows = section(&args, &ctx(&[], None, vec![], vec![]), &input).items;
+    assert_row(
+        &rows,
+        "Python interpreter",
+        Status::Fail,
+        &["no-such-python", "could not be started"],
+    );
+    assert_row(
+        &rows,
+        "import torch (live)",
+        Status::Skipped,
+        &["no interpreter answered"],
+    );
+    let args = PythonArgs {
+        site_packages: vec![site("dtk_fits")],
+        ..PythonArgs::default()
+    };
+    let rows = section(&args, &ctx(&[], None, vec![], vec![]), &input).items;
+    assert!(rows.iter().all(|r| r.name != "Python interpreter"));
+    assert_row(&rows, "torch build", Status::Pass, &["DTK 25.04"]);
+}
