@@ -18,7 +18,8 @@
 //! processor name followed by optional `:feature+` / `:feature-` settings.
 //!
 //! Compressed bundles (magic `CCOB`, written by clang ≥ 18 with `--offload-compress`) are
-//! recognised and reported as [`BundleError::Compressed`]; they are not decompressed here.
+//! recognised and reported as [`BundleError::Compressed`] here; [`crate::compressed`]
+//! decompresses them (then parse the result, or read its header with [`entry_headers`]).
 //!
 //! [`CodeObjects::parse`] also accepts a bare AMDGPU ELF code object, so callers can treat both
 //! inputs the same way. Every read is bounds-checked: malformed input yields a [`BundleError`],
@@ -233,6 +234,90 @@ impl<'a> Bundle<'a> {
                 .is_some_and(|t| target_id_compatible(t, device_arch))
         })
     }
+}
+
+/// One entry of a bundle's header: its id and where its bytes lie, read without its bytes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EntryHeader {
+    /// The full id, e.g. `hipv4-amdgcn-amd-amdhsa--gfx906`.
+    pub id: String,
+    /// Offset of the entry's bytes from the bundle's start.
+    pub offset: u64,
+    /// Size of the entry's bytes.
+    pub size: u64,
+}
+
+impl EntryHeader {
+    /// The processor (`gfx906`) of a GPU entry, `None` for the host entry.
+    pub fn processor(&self) -> Option<String> {
+        let entry = BundleEntry {
+            id: &self.id,
+            offset: self.offset,
+            bytes: &[],
+        };
+        if entry.is_gpu() {
+            entry.processor().map(str::to_owned)
+        } else {
+            None
+        }
+    }
+
+    /// The target id (`gfx906:xnack-`) of a GPU entry, `None` for the host entry.
+    pub fn target_id(&self) -> Option<String> {
+        let entry = BundleEntry {
+            id: &self.id,
+            offset: self.offset,
+            bytes: &[],
+        };
+        if entry.is_gpu() {
+            entry.target_id().map(str::to_owned)
+        } else {
+            None
+        }
+    }
+}
+
+/// Reads only the header of an uncompressed bundle at the start of `prefix`: the entries' ids,
+/// offsets and sizes. The entries' bytes need not be present, so a reader can take the first
+/// few KiB of a bundle inside a large library (or of a decompressed `CCOB`) and stop there.
+/// [`bundle_end`] says where the bundle's last entry ends.
+pub fn entry_headers(prefix: &[u8]) -> Result<Vec<EntryHeader>, BundleError> {
+    if prefix.starts_with(COMPRESSED_BUNDLE_MAGIC) {
+        return Err(BundleError::Compressed);
+    }
+    if !Bundle::is_bundle(prefix) {
+        return Err(unknown_format(prefix));
+    }
+    let mut cur = Cursor {
+        bytes: prefix,
+        pos: BUNDLE_MAGIC.len() as u64,
+    };
+    let count = cur.u64("entry count")?;
+    if count > MAX_ENTRIES {
+        return Err(BundleError::TooManyEntries { count });
+    }
+    let mut entries = Vec::with_capacity(count as usize);
+    for index in 0..count as usize {
+        let offset = cur.u64("entry offset")?;
+        let size = cur.u64("entry size")?;
+        let id_len = cur.u64("entry id length")?;
+        let id = std::str::from_utf8(cur.take(id_len, "entry id")?)
+            .map_err(|_| BundleError::BadId { index })?;
+        entries.push(EntryHeader {
+            id: id.to_owned(),
+            offset,
+            size,
+        });
+    }
+    Ok(entries)
+}
+
+/// Where the last entry of a bundle ends (offset + size), from its entry headers; the header's
+/// own length when it has no entries. `None` when a sum overflows (a corrupt header).
+pub fn bundle_end(entries: &[EntryHeader], header_len: u64) -> Option<u64> {
+    entries.iter().try_fold(header_len, |end, e| {
+        Some(end.max(e.offset.checked_add(e.size)?))
+    })
 }
 
 /// The code objects held by a buffer: either a bundle's GPU entries or one bare ELF.

@@ -168,3 +168,34 @@ fn code_objects_rejects_bad_elf_without_panicking() {
         }))
     ));
 }
+
+#[test]
+fn entry_headers_need_only_the_header() {
+    let bytes = make_bundle(&[
+        ("host-x86_64-unknown-linux", b""),
+        ("hipv4-amdgcn-amd-amdhsa--gfx906", &[7u8; 300]),
+        ("hip-amdgcn-amd-amdhsa-gfx90a:xnack-", &[8u8; 100]),
+    ]);
+    // The first 200 bytes hold the header but not the bodies: parse refuses, entry_headers reads.
+    let prefix = &bytes[..200];
+    assert!(matches!(
+        Bundle::parse(prefix),
+        Err(BundleError::EntryOutOfBounds { .. })
+    ));
+    let headers = entry_headers(prefix).unwrap();
+    let processors: Vec<Option<String>> = headers.iter().map(EntryHeader::processor).collect();
+    assert_eq!(
+        processors,
+        vec![None, Some("gfx906".into()), Some("gfx90a".into())]
+    );
+    assert_eq!(headers[2].target_id().as_deref(), Some("gfx90a:xnack-"));
+    assert_eq!(bundle_end(&headers, 0), Some(bytes.len() as u64));
+    // A prefix cut inside the header is a typed error naming the field.
+    assert!(matches!(
+        entry_headers(&bytes[..40]),
+        Err(BundleError::Truncated {
+            field: "entry offset" | "entry size",
+            ..
+        })
+    ));
+}

@@ -2,6 +2,7 @@
 //!
 //! - [`bundle`]: clang offload bundles (one code object per offload target), and
 //!   [`bundle::CodeObjects`], which takes a bundle or a bare code object alike;
+//! - [`compressed`]: compressed bundles (`CCOB`, zlib or zstd), decompressed with a bound;
 //! - [`elf`]: the few ELF64 fields of an AMDGPU code object needed to diagnose it (its
 //!   processor, its kernel symbols);
 //! - [`emu`]: the key that ties a code object to its host build for the emulated device.
@@ -15,5 +16,6 @@
 #![warn(missing_docs)]
 
 pub mod bundle;
+pub mod compressed;
 pub mod elf;
 pub mod emu;

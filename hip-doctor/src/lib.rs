@@ -5,7 +5,8 @@
 //! under [`guard::guarded`], so a failure in one becomes a FAIL row and the report still prints.
 //!
 //! Sections, in order: Environment (variables, `/dev/kfd`, groups, the HIP runtime and BLAS
-//! libraries), Embedded kernels, Devices, Checks per device, Several devices (RCCL), CPU
+//! libraries), Python stack (what pip installed: torch's build, pairings, libraries, archs),
+//! Embedded kernels, Devices, Checks per device, Several devices (RCCL), CPU
 //! reference self-check, Benchmarks (with `--bench`), Diagnosis.
 
 pub mod account;
@@ -21,6 +22,7 @@ pub mod kernel_bench;
 pub mod kernel_checks;
 pub mod kernels;
 pub mod progress;
+pub mod python;
 pub mod rccl_checks;
 pub mod report;
 pub mod selfcheck;
@@ -53,6 +55,9 @@ pub struct Options {
     /// With --report: small shapes on a real device too (a smoke run).
     #[arg(long, requires = "report")]
     pub small: bool,
+    /// The Python stack section's options.
+    #[command(flatten)]
+    pub python: python::PythonArgs,
 }
 
 /// What `--help` prints after the options.
@@ -62,7 +67,9 @@ Exit status: 0 when every check passed, 1 when a check failed or could not run,
 
 Variables: HIPK_HIP_LIBRARY (HIP runtime file to load), HIPK_GOLDEN_DIR (extra
 golden-case directories, colon-separated), HIP_VISIBLE_DEVICES, HIPK_RCCL_LIBRARY
-(RCCL file to load), HSA_FORCE_FINE_GRAIN_PCIE.";
+(RCCL file to load), HSA_FORCE_FINE_GRAIN_PCIE. Python stack: VIRTUAL_ENV,
+CONDA_PREFIX (the interpreter when --python is not given), HSA_OVERRIDE_GFX_VERSION,
+MIOPEN_USER_DB_PATH, MIOPEN_CUSTOM_CACHE_DIR, MIOPEN_DISABLE_CACHE, LD_LIBRARY_PATH.";
 
 /// A parsed command line.
 #[derive(Debug)]
@@ -148,6 +155,25 @@ pub fn run(options: &Options) -> Report {
     if devices.all_emulated() {
         mark_emulated_runtime(&mut report.sections[env_index]);
     }
+    let python_rows = guarded(python::TITLE, || {
+        let (targets, targets_from) = python::targets(&options.python, &devices);
+        let ctx = python::Context {
+            targets,
+            targets_from,
+            installed: python::probe_installed(&env, &library, &devices),
+            loader: python::probe_loader(&env),
+        };
+        let env_input = python::envrows::probe(&env);
+        with_progress("reading the Python stack", || {
+            python::section(&options.python, &ctx, &env_input).items
+        })
+    });
+    let python_section = Section {
+        title: python::TITLE.into(),
+        items: python_rows,
+    };
+    let python_diagnosis = python::diagnosis(&python_section);
+    report.sections.insert(env_index + 1, python_section);
     push_device_checks(&mut report, &devices);
     let rccl_rows = guarded(rccl_checks::TITLE, || {
         rccl_checks::section(&devices, options.bench).items
@@ -184,7 +210,9 @@ pub fn run(options: &Options) -> Report {
             devices: &devices,
             kernels: &kernels,
         };
-        account::account_for(diagnose::diagnose(facts), &report.sections).items
+        let mut rules = diagnose::diagnose(facts);
+        rules.items.extend(python_diagnosis);
+        account::account_for(rules, &report.sections).items
     });
     report.push(Section {
         title: "Diagnosis".into(),
@@ -266,6 +294,7 @@ mod tests {
                 bench: true,
                 report: None,
                 small: false,
+                ..
             }))
         ));
         let Ok(Command::Run(o)) = args(&["--report", "out", "--small"]) else {
@@ -276,6 +305,28 @@ mod tests {
             (Some(std::path::Path::new("out")), true)
         );
         assert!(args(&["--small"]).is_err(), "--small needs --report");
+        let Ok(Command::Run(o)) = args(&[
+            "--python",
+            "/venv/bin/python",
+            "--site-packages",
+            "a",
+            "--site-packages",
+            "b",
+            "--arch",
+            "gfx928,gfx936",
+            "--python-import",
+        ]) else {
+            panic!("the Python stack options parse")
+        };
+        assert_eq!(
+            o.python,
+            python::PythonArgs {
+                python: Some("/venv/bin/python".into()),
+                site_packages: vec!["a".into(), "b".into()],
+                arch: vec!["gfx928".into(), "gfx936".into()],
+                python_import: true,
+            }
+        );
         let Ok(Command::Print(help)) = args(&["--json", "--help"]) else {
             panic!("--help prints the usage")
         };
