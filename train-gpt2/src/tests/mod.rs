@@ -7,6 +7,7 @@ mod corrupt_checkpoint;
 #[cfg(feature = "device")]
 mod device;
 mod files_on_disk;
+mod interrupted_save;
 mod lora;
 mod mixed;
 mod parallel;
