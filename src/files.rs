@@ -105,7 +105,8 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     let dir = parent_dir(path);
     let prefix = format!(
         ".{}.",
-        path.file_name().map_or("tmp".into(), |n| n.to_string_lossy())
+        path.file_name()
+            .map_or("tmp".into(), |n| n.to_string_lossy())
     );
     let mut tmp = tempfile::Builder::new()
         .prefix(&prefix)
@@ -258,7 +259,9 @@ impl Owner {
         let Ok(file) = std::fs::OpenOptions::new()
             .read(true)
             .write(true)
-            .custom_flags((rustix::fs::OFlags::NOFOLLOW | rustix::fs::OFlags::NONBLOCK).bits() as i32)
+            .custom_flags(
+                (rustix::fs::OFlags::NOFOLLOW | rustix::fs::OFlags::NONBLOCK).bits() as i32,
+            )
             .open(path)
         else {
             return Liveness::AliveOrUnknown;

@@ -65,7 +65,11 @@ fn non_utf8_arguments_pass_through_or_are_usage_errors_never_a_panic() {
     // In the runner's own places: a usage error (exit 2), no panic (101).
     for args in [
         vec![OsStr::new("run"), OsStr::new("--devices"), odd],
-        vec![OsStr::new("run"), OsStr::from_bytes(b"--\xff"), OsStr::new("true")],
+        vec![
+            OsStr::new("run"),
+            OsStr::from_bytes(b"--\xff"),
+            OsStr::new("true"),
+        ],
         vec![odd],
     ] {
         let out = runner().args(&args).output().unwrap();

@@ -28,7 +28,10 @@ fn a_fifo_a_device_or_a_huge_file_is_refused_quickly_and_never_echoed() {
     File::create(&big).unwrap().set_len(256 << 20).unwrap();
     let e = read_bounded(&big, 1 << 20).unwrap_err();
     let text = e.to_string();
-    assert!(text.contains("268435456") && text.contains("1048576"), "{text}");
+    assert!(
+        text.contains("268435456") && text.contains("1048576"),
+        "{text}"
+    );
     assert!(text.len() < 200, "{text}");
     std::fs::write(dir.path().join("ok"), b"abc").unwrap();
     assert_eq!(read_bounded(&dir.path().join("ok"), 3).unwrap(), b"abc");

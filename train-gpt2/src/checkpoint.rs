@@ -205,8 +205,7 @@ fn recover_aside(dir: &Path, tmp: &Path) -> Result<bool> {
 /// Before a `--resume` of `ckpt` that does not exist: restore it if an interrupted save moved
 /// it aside (its owner ended).
 pub(crate) fn recover_for_resume(ckpt: &Path) -> Result<()> {
-    let (Some(dir), Some(name)) = (ckpt.parent(), ckpt.file_name().and_then(|n| n.to_str()))
-    else {
+    let (Some(dir), Some(name)) = (ckpt.parent(), ckpt.file_name().and_then(|n| n.to_str())) else {
         return Ok(());
     };
     let dir = if dir.as_os_str().is_empty() {
@@ -364,7 +363,9 @@ pub fn save_files(dir: &Path, step: u64, files: &[(&str, Vec<u8>)]) -> Result<Pa
         #[cfg(test)]
         if KILL_AFTER_ASIDE.with(std::cell::Cell::get) {
             let _ = (tmp.dir.keep(), old.dir.keep());
-            return Err(TrainError::Op("killed after moving the old one aside".into()));
+            return Err(TrainError::Op(
+                "killed after moving the old one aside".into(),
+            ));
         }
         if let Err(e) = in_place(tmp) {
             let _ = std::fs::rename(&aside, &final_dir);

@@ -40,7 +40,10 @@ fn without_new_tuning_results_the_previous_file_stays_and_the_failure_is_named()
     let (written, errors) = write_outputs(dir.path(), "{}\n", "# r\n", None);
     assert_eq!(std::fs::read_to_string(&old).unwrap(), "previous results");
     assert!(!written.contains(&old), "{written:?}");
-    assert!(errors.len() == 1 && errors[0].contains(TUNING_FILE), "{errors:?}");
+    assert!(
+        errors.len() == 1 && errors[0].contains(TUNING_FILE),
+        "{errors:?}"
+    );
     // New results replace it, keeping its mode.
     let scratch = tempfile::tempdir_in(dir.path()).unwrap();
     let tuned = tuned_file(scratch.path(), "new results");
@@ -63,7 +66,10 @@ fn an_unwritable_output_is_named_and_not_reported_written() {
     let scratch = tempfile::tempdir_in(dir.path()).unwrap();
     let tuned = tuned_file(scratch.path(), "new results");
     let (written, errors) = write_outputs(dir.path(), "{}\n", "# r\n", Some(&tuned));
-    assert!(!written.iter().any(|p| p.ends_with(TUNING_FILE)), "{written:?}");
+    assert!(
+        !written.iter().any(|p| p.ends_with(TUNING_FILE)),
+        "{written:?}"
+    );
     assert!(
         errors.len() == 1 && errors[0].contains(TUNING_FILE),
         "{errors:?}"
@@ -101,7 +107,9 @@ fn a_full_disk_keeps_the_previous_report_whole() {
         let (written, errors) = write_outputs(mnt.path(), &big, "# r\n", None);
         assert!(!written.contains(&json), "{written:?}");
         assert!(
-            errors.iter().any(|e| e.contains(JSON_FILE) && e.contains("space")),
+            errors
+                .iter()
+                .any(|e| e.contains(JSON_FILE) && e.contains("space")),
             "{errors:?}"
         );
         assert_eq!(
@@ -109,7 +117,9 @@ fn a_full_disk_keeps_the_previous_report_whole() {
             "{\"previous\": true}\n"
         );
     });
-    let _ = std::process::Command::new("umount").arg(mnt.path()).status();
+    let _ = std::process::Command::new("umount")
+        .arg(mnt.path())
+        .status();
     if let Err(p) = result {
         std::panic::resume_unwind(p);
     }

@@ -55,7 +55,11 @@ pub(crate) fn check_shared_object(path: &Path) -> Result<(), String> {
     };
     let segments = match header.program_headers(endian, &*data) {
         Ok(p) => p,
-        Err(e) => return bad(format!("program headers past the end of its {size} bytes: {e}")),
+        Err(e) => {
+            return bad(format!(
+                "program headers past the end of its {size} bytes: {e}"
+            ))
+        }
     };
     for (i, ph) in segments.iter().enumerate() {
         let end = ph.p_offset(endian).checked_add(ph.p_filesz(endian));
@@ -68,14 +72,16 @@ pub(crate) fn check_shared_object(path: &Path) -> Result<(), String> {
     }
     let sections = match header.section_headers(endian, &*data) {
         Ok(s) => s,
-        Err(e) => return bad(format!("section headers past the end of its {size} bytes: {e}")),
+        Err(e) => {
+            return bad(format!(
+                "section headers past the end of its {size} bytes: {e}"
+            ))
+        }
     };
     for (i, sh) in sections.iter().enumerate() {
         let end = sh.sh_offset(endian).checked_add(sh.sh_size(endian));
         if sh.sh_type(endian) != SHT_NOBITS && end.map_or(true, |e| e > size) {
-            return bad(format!(
-                "section {i} ends past the end of its {size} bytes"
-            ));
+            return bad(format!("section {i} ends past the end of its {size} bytes"));
         }
     }
     Ok(())

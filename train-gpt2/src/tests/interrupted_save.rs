@@ -115,7 +115,14 @@ fn the_real_save_killed_between_the_renames_is_recovered() {
     let lora = |steps: &str, every: &str| {
         lora_flags(
             true,
-            &["--steps", steps, "--checkpoint-dir", &lck, "--save-every", every],
+            &[
+                "--steps",
+                steps,
+                "--checkpoint-dir",
+                &lck,
+                "--save-every",
+                every,
+            ],
         )
     };
     run_tiny(&lora("1", "1")).unwrap();
@@ -128,7 +135,9 @@ fn the_real_save_killed_between_the_renames_is_recovered() {
     resume.drain(i..i + 2);
     resume.extend(["--resume".into(), format!("{lck}/step_1")]);
     run_tiny(&resume).unwrap();
-    assert!(Path::new(&lck).join("step_1/adapter_model.safetensors").is_file());
+    assert!(Path::new(&lck)
+        .join("step_1/adapter_model.safetensors")
+        .is_file());
 }
 
 #[test]

@@ -484,8 +484,7 @@ impl ResultsFile {
         merged
             .entries
             .extend(self.entries.iter().map(|(k, e)| (*k, e.clone())));
-        crate::files::write_atomic(path, merged.render().as_bytes())
-            .map_err(|e| io("writing", e))
+        crate::files::write_atomic(path, merged.render().as_bytes()).map_err(|e| io("writing", e))
     }
 }
 
@@ -635,7 +634,10 @@ mod tests {
         // Beside it only the writers' lock file (empty, left in place).
         let mut names = names;
         names.sort();
-        assert_eq!(names, [".tuning.txt.lock", "tuning.txt"].map(std::ffi::OsString::from));
+        assert_eq!(
+            names,
+            [".tuning.txt.lock", "tuning.txt"].map(std::ffi::OsString::from)
+        );
         assert_eq!(ResultsFile::load(&dir.path().join("absent")).unwrap(), None);
     }
     fn shape(m: usize) -> ShapeKey {
@@ -673,8 +675,13 @@ mod tests {
         let e = ResultsFile::load(&fifo).unwrap_err().to_string();
         assert!(e.contains("FIFO") && e.contains("fifo.txt"), "{e}");
         assert!(t.elapsed() < std::time::Duration::from_secs(5));
-        let e = ResultsFile::load(Path::new("/dev/zero")).unwrap_err().to_string();
-        assert!(e.contains("character device") && e.contains("/dev/zero"), "{e}");
+        let e = ResultsFile::load(Path::new("/dev/zero"))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("character device") && e.contains("/dev/zero"),
+            "{e}"
+        );
         let nuls = dir.path().join("nuls.txt");
         std::fs::File::create(&nuls)
             .unwrap()
@@ -686,7 +693,11 @@ mod tests {
         let long = format!("{MAGIC}\ngemm {}\n", "\0".repeat(1 << 20));
         std::fs::write(&nuls, long).unwrap();
         let e = ResultsFile::load(&nuls).unwrap_err().to_string();
-        assert!(e.contains("nuls.txt:2") && e.len() < 1000, "{} bytes", e.len());
+        assert!(
+            e.contains("nuls.txt:2") && e.len() < 1000,
+            "{} bytes",
+            e.len()
+        );
     }
 
     #[test]
