@@ -25,7 +25,10 @@ fn a_dir_it_cannot_use_is_refused_before_anything_runs() {
     let odd = base.path().join(OsStr::from_bytes(b"report-\xff"));
     let (code, out, err) = report(&odd);
     assert_eq!(code, Some(2), "{out}{err}");
-    assert!(err.contains("UTF-8") && !out.contains("wrote"), "{out}{err}");
+    assert!(
+        err.contains("UTF-8") && !out.contains("wrote"),
+        "{out}{err}"
+    );
     assert!(!odd.exists());
 
     let dir = base.path().join("r");

@@ -210,3 +210,47 @@ fn resume_files_that_are_fifos_or_devices_are_refused_at_once() {
         assert!(t.elapsed().as_secs() < 10, "{file}: waited on the FIFO");
     }
 }
+
+#[test]
+fn lora_resume_files_that_are_fifos_are_refused_at_once() {
+    let s = Scratch::new("fifo-lora");
+    let ck = s.path("ck").display().to_string();
+    let flags = |steps: &str| {
+        lora_flags(
+            true,
+            &[
+                "--steps",
+                steps,
+                "--checkpoint-dir",
+                &ck,
+                "--save-every",
+                "1",
+            ],
+        )
+    };
+    run_tiny(&flags("1")).unwrap();
+    for file in [
+        "adapter_config.json",
+        "base_model.json",
+        "trainer.json",
+        "adapter_model.safetensors",
+        "optimizer.safetensors",
+    ] {
+        let bad = s.path(&format!("bad-{file}"));
+        super::corrupt_checkpoint::copy_dir(&s.path("ck/step_1"), &bad);
+        std::fs::remove_file(bad.join(file)).unwrap();
+        assert!(std::process::Command::new("mkfifo")
+            .arg(bad.join(file))
+            .status()
+            .unwrap()
+            .success());
+        let mut f = flags("2");
+        let i = f.iter().position(|a| a == "--lora-init").unwrap();
+        f.drain(i..i + 2);
+        f.extend(["--resume".into(), bad.display().to_string()]);
+        let t = std::time::Instant::now();
+        let e = run_tiny(&f).unwrap_err();
+        assert_says(&e, 1, &[file, "FIFO"]);
+        assert!(t.elapsed().as_secs() < 10, "{file}: waited on the FIFO");
+    }
+}
