@@ -4,6 +4,7 @@
 
 pub mod cpu;
 pub mod embedded;
+pub mod files;
 #[cfg(feature = "golden")]
 pub mod golden;
 pub mod ops;

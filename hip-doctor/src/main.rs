@@ -49,14 +49,26 @@ fn main() -> ExitCode {
     }
 }
 
-/// `--report DIR`: the device report; exits 0 when every row ran, 1 otherwise.
+/// `--report DIR`: the device report; exits 0 when every row ran and every file was written,
+/// 1 otherwise, 2 for a DIR whose name is not UTF-8 (checked before anything runs).
 fn report_command(dir: &std::path::Path, small: bool) -> ExitCode {
+    if let Err(e) = doctor::device_report::check_dir(dir) {
+        let _ = writeln!(std::io::stderr(), "hip-doctor --report: {e}");
+        return ExitCode::from(if dir.to_str().is_none() { 2 } else { 1 });
+    }
     let outcome = std::panic::catch_unwind(|| doctor::device_report::run(dir, small));
     match outcome {
-        Ok(Ok((report, written))) => {
+        Ok(Ok(doctor::device_report::Outcome {
+            report,
+            written,
+            write_errors,
+        })) => {
             let mut text = String::new();
             for path in &written {
                 text.push_str(&format!("wrote {}\n", path.display()));
+            }
+            for e in &write_errors {
+                let _ = writeln!(std::io::stderr(), "hip-doctor --report: {e}");
             }
             let failed = report.rows.iter().filter(|r| r.error.is_some()).count()
                 + report
@@ -73,7 +85,7 @@ fn report_command(dir: &std::path::Path, small: bool) -> ExitCode {
                 report.elapsed_s
             ));
             print_out(&text);
-            if report.all_ran() {
+            if report.all_ran() && write_errors.is_empty() {
                 ExitCode::SUCCESS
             } else {
                 ExitCode::from(1)

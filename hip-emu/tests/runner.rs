@@ -47,3 +47,34 @@ fn bad_usage_says_how_to_use_it() {
         .trim()
         .ends_with("libhip_emu.so"));
 }
+
+#[test]
+fn non_utf8_arguments_pass_through_or_are_usage_errors_never_a_panic() {
+    use std::ffi::OsStr;
+    use std::os::unix::ffi::OsStrExt;
+    let odd = OsStr::from_bytes(b"caf\xe9");
+    // The command's own arguments are passed on byte for byte.
+    let out = runner()
+        .args(["run", "--", "printf", "%s"])
+        .arg(odd)
+        .env_remove("HIPK_EMU_LIBRARY")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    assert_eq!(out.stdout, b"caf\xe9");
+    // In the runner's own places: a usage error (exit 2), no panic (101).
+    for args in [
+        vec![OsStr::new("run"), OsStr::new("--devices"), odd],
+        vec![
+            OsStr::new("run"),
+            OsStr::from_bytes(b"--\xff"),
+            OsStr::new("true"),
+        ],
+        vec![odd],
+    ] {
+        let out = runner().args(&args).output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+        assert!(err.contains("usage: hip-emu run"), "{args:?}: {err}");
+    }
+}

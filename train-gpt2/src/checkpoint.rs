@@ -5,13 +5,23 @@
 //! Every temporary is created exclusively under a fresh random name (`tempfile`), so a file or
 //! symlink planted at a predictable name is never opened, and is removed again when a save fails.
 //! Temporaries are named `.step_<s>.tmp.<pid>.<random>`, `.step_<s>.old.<pid>.<random>` and
-//! `.write-probe.<pid>.<random>`; [`prepare_dir`] removes those of processes that no longer run
-//! (and of the older names without `.<random>`), and nothing else.
+//! `.write-probe.<pid>.<random>`. Each names its owner in an owner file (`.owner` inside a
+//! directory, the probe's own content: host name, boot id, pid; [`hip_kernels::files::Owner`])
+//! that the owner keeps locked (`flock`) while it runs. [`prepare_dir`] removes a temporary only
+//! when its owner provably ended (its lock is free), never by a pid alone: a pid names no process
+//! of another PID namespace (a container, another node on a shared file system). A temporary
+//! without an owner record (an older version's, or a kill in the instant before the record was
+//! written) is kept, with a warning.
+//!
+//! Replacing an existing `step_<s>` moves it aside (into `.step_<s>.old.*`) and then renames the
+//! new one in. A kill between the two leaves no `step_<s>`: the next [`prepare_dir`] (or a
+//! `--resume` of that step) moves the old one back.
 
 use crate::config::GptConfig;
 use crate::error::{read_regular, Result, TrainError};
 use crate::params::{specs, Params};
 use crate::weights::{load_params, params_to_safetensors, read_f32_tensors, to_safetensors};
+use hip_kernels::files::{FileLock, Liveness, Owner};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
@@ -42,10 +52,22 @@ pub fn prepare_dir(dir: &Path) -> Result<()> {
         .prefix(&format!(".write-probe.{}.", std::process::id()))
         .tempfile_in(dir)
         .map_err(not_writable)?;
-    probe.write_all(b"probe").map_err(not_writable)?;
+    // The probe is its own owner file: locked, then the record written.
+    let lock = probe
+        .as_file()
+        .try_clone()
+        .and_then(FileLock::try_lock)
+        .map_err(not_writable)?;
+    probe
+        .write_all(Owner::this().record().as_bytes())
+        .map_err(not_writable)?;
     probe.close().map_err(not_writable)?;
+    drop(lock);
     remove_stale_temporaries(dir)
 }
+
+/// The owner file inside a temporary directory.
+const OWNER_FILE: &str = ".owner";
 
 /// The pid in `name` if it is one of our temporaries: `.step_<s>.tmp.<pid>[.<random>]`,
 /// `.step_<s>.old.<pid>[.<random>]` or `.write-probe.<pid>[.<random>]`.
@@ -74,21 +96,21 @@ pub fn temporary_pid(name: &str) -> Option<u32> {
     pid.parse().ok()
 }
 
-/// Whether process `pid` runs (on Linux: `/proc/<pid>` exists). Without a readable `/proc`
-/// every process counts as running, so nothing is removed.
-fn running(pid: u32) -> bool {
-    let proc = Path::new("/proc");
-    !proc.join("self").exists() || proc.join(pid.to_string()).exists()
+/// Whether `path` is a directory (not through a symlink).
+fn is_real_dir(path: &Path) -> bool {
+    path.symlink_metadata().is_ok_and(|m| m.is_dir())
 }
 
-/// Remove the temporaries of processes that no longer run: `.step_*` directories and
-/// `.write-probe.*` regular files of our naming only (a symlink is never ours, and is left).
-/// A temporary that cannot be removed is reported and left; training goes on.
+/// Handle the temporaries of runs that ended (see the module docs): a moved-aside `step_<s>`
+/// whose replacement never arrived is moved back; the rest is removed. `.step_*` directories and
+/// `.write-probe.*` regular files of our naming only (a symlink is never ours, and is left). A
+/// temporary that cannot be removed, or whose owner cannot be proved ended, is reported and
+/// left; training goes on.
 fn remove_stale_temporaries(dir: &Path) -> Result<()> {
     for entry in std::fs::read_dir(dir).map_err(TrainError::io(dir))? {
         let entry = entry.map_err(TrainError::io(dir))?;
         let name = entry.file_name();
-        let Some(pid) = name.to_str().and_then(temporary_pid) else {
+        let Some(name) = name.to_str().filter(|n| temporary_pid(n).is_some()) else {
             continue;
         };
         // file_type() does not follow symlinks.
@@ -96,16 +118,121 @@ fn remove_stale_temporaries(dir: &Path) -> Result<()> {
             continue;
         };
         let path = entry.path();
-        let removed = if name.to_string_lossy().starts_with(".step_") {
-            (kind.is_dir() && !running(pid)).then(|| std::fs::remove_dir_all(&path))
+        let step_dir = name.starts_with(".step_");
+        if (step_dir && !kind.is_dir()) || (!step_dir && !kind.is_file()) {
+            continue;
+        }
+        let owner_file = if step_dir {
+            path.join(OWNER_FILE)
         } else {
-            (kind.is_file() && !running(pid)).then(|| std::fs::remove_file(&path))
+            path.clone()
         };
-        if let Some(Err(e)) = removed {
+        if Owner::liveness(&owner_file) != Liveness::Dead {
+            if !owner_file.exists() {
+                eprintln!(
+                    "warning: kept {}: it has no owner record, so whether the run that made it                      still runs cannot be told; remove it by hand when no run uses {}{}",
+                    path.display(),
+                    dir.display(),
+                    aside_hint(dir, &path)
+                );
+            }
+            continue;
+        }
+        if step_dir {
+            recover_aside(dir, &path)?;
+        }
+        let removed = if step_dir {
+            std::fs::remove_dir_all(&path)
+        } else {
+            std::fs::remove_file(&path)
+        };
+        if let Err(e) = removed {
             eprintln!(
                 "warning: could not remove the stale temporary {}: {e}",
                 path.display()
             );
+        }
+    }
+    Ok(())
+}
+
+/// The `step_<s>` a `.step_<s>.old.*` temporary `tmp` holds, if it holds one.
+fn aside_of(tmp: &Path) -> Option<(String, PathBuf)> {
+    let name = tmp.file_name()?.to_str()?;
+    let (step, rest) = name.strip_prefix(".step_")?.split_once('.')?;
+    rest.starts_with("old.").then_some(())?;
+    let inner = tmp.join(format!("step_{step}"));
+    is_real_dir(&inner).then(|| (format!("step_{step}"), inner))
+}
+
+/// For a warning: how to restore the checkpoint a kept `.old` temporary holds, when its
+/// `step_<s>` is missing.
+fn aside_hint(dir: &Path, tmp: &Path) -> String {
+    match aside_of(tmp) {
+        Some((name, inner)) if dir.join(&name).symlink_metadata().is_err() => format!(
+            "; it holds {name}, moved aside by an interrupted save: restore it with `mv {} {}`",
+            inner.display(),
+            dir.display()
+        ),
+        _ => String::new(),
+    }
+}
+
+/// Move the checkpoint held by the ended owner's `.step_<s>.old.*` temporary `tmp` back to
+/// `dir/step_<s>` when that is missing (a save killed between moving the old one aside and
+/// renaming the new one in). Returns whether it moved one.
+fn recover_aside(dir: &Path, tmp: &Path) -> Result<bool> {
+    let Some((name, inner)) = aside_of(tmp) else {
+        return Ok(false);
+    };
+    let target = dir.join(&name);
+    if target.symlink_metadata().is_ok() {
+        return Ok(false);
+    }
+    std::fs::rename(&inner, &target).map_err(TrainError::io(&target))?;
+    if let Ok(d) = std::fs::File::open(dir) {
+        let _ = d.sync_all();
+    }
+    eprintln!(
+        "note: restored {} from {} (a save of it was interrupted before the new one was \
+         renamed in)",
+        target.display(),
+        tmp.display()
+    );
+    Ok(true)
+}
+
+/// Before a `--resume` of `ckpt` that does not exist: restore it if an interrupted save moved
+/// it aside (its owner ended).
+pub(crate) fn recover_for_resume(ckpt: &Path) -> Result<()> {
+    let (Some(dir), Some(name)) = (ckpt.parent(), ckpt.file_name().and_then(|n| n.to_str())) else {
+        return Ok(());
+    };
+    let dir = if dir.as_os_str().is_empty() {
+        Path::new(".")
+    } else {
+        dir
+    };
+    let Some(step) = name.strip_prefix("step_") else {
+        return Ok(());
+    };
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return Ok(());
+    };
+    let prefix = format!(".step_{step}.old.");
+    for entry in entries.flatten() {
+        let path = entry.path();
+        let ours = entry
+            .file_name()
+            .to_str()
+            .is_some_and(|n| n.starts_with(&prefix) && temporary_pid(n).is_some());
+        if ours
+            && is_real_dir(&path)
+            && Owner::liveness(&path.join(OWNER_FILE)) == Liveness::Dead
+            && recover_aside(dir, &path)?
+        {
+            let _ = std::fs::remove_dir_all(&path);
+            return Ok(());
         }
     }
     Ok(())
@@ -153,15 +280,37 @@ fn moments_to_safetensors(snap: &Snapshot<'_>) -> Result<Vec<u8>> {
     to_safetensors(&list)
 }
 
-/// A new, empty temporary directory `dir/.step_<s>.<kind>.<pid>.<random>` (mode 0777 less the
-/// umask, as `create_dir` makes), removed with its content when dropped.
-fn temp_dir(dir: &Path, step: u64, kind: &str) -> Result<tempfile::TempDir> {
+/// A temporary directory of ours with its owner file claimed (locked while it lives).
+struct OwnedTemp {
+    dir: tempfile::TempDir,
+    lock: FileLock,
+}
+
+impl OwnedTemp {
+    fn path(&self) -> &Path {
+        self.dir.path()
+    }
+}
+
+/// A new temporary directory `dir/.step_<s>.<kind>.<pid>.<random>` holding only its owner file
+/// (mode 0777 less the umask, as `create_dir` makes), removed with its content when dropped.
+fn temp_dir(dir: &Path, step: u64, kind: &str) -> Result<OwnedTemp> {
     use std::os::unix::fs::PermissionsExt;
-    tempfile::Builder::new()
+    let tmp = tempfile::Builder::new()
         .prefix(&format!(".step_{step}.{kind}.{}.", std::process::id()))
         .permissions(std::fs::Permissions::from_mode(0o777))
         .tempdir_in(dir)
-        .map_err(TrainError::io(dir))
+        .map_err(TrainError::io(dir))?;
+    let owner = tmp.path().join(OWNER_FILE);
+    let lock = Owner::claim(&owner).map_err(TrainError::io(&owner))?;
+    Ok(OwnedTemp { dir: tmp, lock })
+}
+
+#[cfg(test)]
+thread_local! {
+    /// Tests only: stop a save as a kill would, right after the old `step_<s>` moved aside
+    /// (its temporaries stay, their owner's locks are released).
+    pub static KILL_AFTER_ASIDE: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
 }
 
 /// Write `dir/step_<s>/` atomically; returns its path. On any failure the temporary directory
@@ -194,21 +343,37 @@ pub fn save_files(dir: &Path, step: u64, files: &[(&str, Vec<u8>)]) -> Result<Pa
     for (name, bytes) in files {
         write_synced(&tmp.path().join(name), bytes)?;
     }
+    // The owner file stays out of the checkpoint (the lock is held until the rename is done).
+    let owner = tmp.path().join(OWNER_FILE);
+    let in_place = |tmp: OwnedTemp| -> Result<()> {
+        std::fs::remove_file(&owner).map_err(TrainError::io(&owner))?;
+        std::fs::rename(tmp.path(), &final_dir).map_err(TrainError::io(&final_dir))?;
+        let OwnedTemp { dir, lock } = tmp;
+        let _ = dir.keep();
+        drop(lock);
+        Ok(())
+    };
     if final_dir.symlink_metadata().is_ok() {
         // Never a half-written checkpoint under the final name: the old one moves aside whole
-        // (into a temporary directory that removes it when dropped), and back on failure.
+        // (into a temporary directory that removes it when dropped), and back on failure. A
+        // kill in between leaves it there for the next run to move back (`recover_aside`).
         let old = temp_dir(dir, step, "old")?;
         let aside = old.path().join(format!("step_{step}"));
         std::fs::rename(&final_dir, &aside).map_err(TrainError::io(&final_dir))?;
-        if let Err(e) = std::fs::rename(tmp.path(), &final_dir) {
-            let _ = std::fs::rename(&aside, &final_dir);
-            return Err(TrainError::io(&final_dir)(e));
+        #[cfg(test)]
+        if KILL_AFTER_ASIDE.with(std::cell::Cell::get) {
+            let _ = (tmp.dir.keep(), old.dir.keep());
+            return Err(TrainError::Op(
+                "killed after moving the old one aside".into(),
+            ));
         }
-        let _ = tmp.keep();
-        old.close().map_err(TrainError::io(&aside))?;
+        if let Err(e) = in_place(tmp) {
+            let _ = std::fs::rename(&aside, &final_dir);
+            return Err(e);
+        }
+        old.dir.close().map_err(TrainError::io(&aside))?;
     } else {
-        std::fs::rename(tmp.path(), &final_dir).map_err(TrainError::io(&final_dir))?;
-        let _ = tmp.keep();
+        in_place(tmp)?;
     }
     // Make the rename durable.
     if let Ok(d) = std::fs::File::open(dir) {
@@ -233,6 +398,9 @@ pub struct Restored {
 /// Read a checkpoint written by [`save`] for the model `cfg` (an error if it is from another
 /// model, or any file is missing or malformed).
 pub fn load(dir: &Path, cfg: &GptConfig) -> Result<Restored> {
+    if !dir.exists() {
+        recover_for_resume(dir)?;
+    }
     if !dir.is_dir() {
         return Err(TrainError::file(
             dir,

@@ -20,18 +20,14 @@ impl Tokens {
     /// Read `path` (header `[20240520, 1, ntokens, 0, …]` then `ntokens` uint16), checking that the
     /// file holds exactly that many tokens and every id is `< vocab`.
     pub fn load(path: &Path, vocab: usize) -> Result<Self> {
-        let meta = std::fs::metadata(path).map_err(TrainError::io(path))?;
-        if !meta.is_file() {
-            return Err(TrainError::file(path, "is not a regular file"));
-        }
-        let mut f = std::fs::File::open(path).map_err(TrainError::io(path))?;
+        let (mut f, len) = crate::error::open_regular(path)?;
         let mut header = [0u8; HEADER_BYTES];
         f.read_exact(&mut header).map_err(|_| {
             TrainError::file(
                 path,
                 format!(
                     "is {} bytes, shorter than the {HEADER_BYTES}-byte header of a token file",
-                    meta.len()
+                    len
                 ),
             )
         })?;
@@ -62,12 +58,12 @@ impl Tokens {
             )
         })?;
         let expected = (HEADER_BYTES + 2 * n) as u64;
-        if meta.len() != expected {
+        if len != expected {
             return Err(TrainError::file(
                 path,
                 format!(
                     "header says {n} tokens ({expected} bytes in all) but the file is {} bytes",
-                    meta.len()
+                    len
                 ),
             ));
         }

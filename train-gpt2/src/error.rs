@@ -89,30 +89,21 @@ pub fn dev(e: impl std::fmt::Display) -> TrainError {
 /// Result of the trainer.
 pub type Result<T, E = TrainError> = std::result::Result<T, E>;
 
+/// Open `path` only if it is a regular file, without blocking on a FIFO (checked on the opened
+/// file); returns it and its size.
+pub fn open_regular(path: &Path) -> Result<(std::fs::File, u64)> {
+    hip_kernels::files::open_regular(path).map_err(|e| match e.kind() {
+        std::io::ErrorKind::InvalidInput => TrainError::file(path, e.to_string()),
+        _ => TrainError::io(path)(e),
+    })
+}
+
 /// Read a whole regular file of at most `cap` bytes (no FIFOs, devices or endless files).
 pub fn read_regular(path: &Path, cap: u64) -> Result<Vec<u8>> {
-    use std::io::Read;
-    let meta = std::fs::metadata(path).map_err(TrainError::io(path))?;
-    if !meta.is_file() {
-        return Err(TrainError::file(path, "is not a regular file"));
-    }
-    if meta.len() > cap {
-        return Err(TrainError::file(
-            path,
-            format!("is {} bytes, more than the {cap} allowed", meta.len()),
-        ));
-    }
-    let mut buf = Vec::with_capacity(meta.len() as usize);
-    std::fs::File::open(path)
-        .map_err(TrainError::io(path))?
-        .take(cap + 1)
-        .read_to_end(&mut buf)
-        .map_err(TrainError::io(path))?;
-    if buf.len() as u64 > cap {
-        return Err(TrainError::file(
-            path,
-            format!("grew past {cap} bytes while read"),
-        ));
-    }
-    Ok(buf)
+    hip_kernels::files::read_bounded(path, cap).map_err(|e| match e.kind() {
+        std::io::ErrorKind::InvalidInput | std::io::ErrorKind::InvalidData => {
+            TrainError::file(path, e.to_string())
+        }
+        _ => TrainError::io(path)(e),
+    })
 }

@@ -72,19 +72,14 @@ fn header_names(path: &Path) -> Result<Vec<String>> {
     use std::io::Read;
     let invalid =
         |why: String| TrainError::file(path, format!("is not a valid safetensors file: {why}"));
-    let meta = std::fs::metadata(path).map_err(TrainError::io(path))?;
-    if !meta.is_file() {
-        return Err(TrainError::file(path, "is not a regular file"));
-    }
-    let mut f = std::fs::File::open(path).map_err(TrainError::io(path))?;
+    let (mut f, size) = crate::error::open_regular(path)?;
     let mut len = [0u8; 8];
     f.read_exact(&mut len)
         .map_err(|_| invalid("shorter than the 8-byte header length".into()))?;
     let n = u64::from_le_bytes(len);
-    if n > HEADER_CAP || n > meta.len().saturating_sub(8) {
+    if n > HEADER_CAP || n > size.saturating_sub(8) {
         return Err(invalid(format!(
-            "header length {n} exceeds the file ({} bytes) or the format's limit {HEADER_CAP}",
-            meta.len()
+            "header length {n} exceeds the file ({size} bytes) or the format's limit {HEADER_CAP}"
         )));
     }
     let mut header = Vec::new();

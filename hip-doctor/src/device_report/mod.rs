@@ -5,6 +5,13 @@
 //! GEMM shapes (`hip_kernels::ops::matmul::tuning`), and writes `DIR/device-report.json`,
 //! `DIR/device-report.md` and the tuning results `DIR/gemm-tuning.txt`.
 //!
+//! Every output is written whole or not at all ([`hip_kernels::files::write_atomic`]: a
+//! temporary beside it, renamed over it, so a symlink planted at an output's name is replaced,
+//! never followed, and a full disk leaves the previous report as it was). Tuning writes into a
+//! scratch directory inside DIR; its results replace `gemm-tuning.txt` only at the end, so an
+//! interrupted run keeps the previous results. A failed write is named in
+//! [`Outcome::write_errors`] (the binary exits 1).
+//!
 //! On an emulated device (hip-emu) it runs the same code on small shapes, and every figure is
 //! labelled emulated. Budget on a DCU: a few seconds per row; the whole report well under ten
 //! minutes (no row has run on a DCU yet).
@@ -272,11 +279,94 @@ impl DeviceReport {
     }
 }
 
-/// Runs the report on device 0 and writes it into `dir` (created if missing); `small` forces
-/// the small shapes on a real device too. Returns the report and the paths written.
-pub fn run(dir: &Path, small: bool) -> Result<(DeviceReport, Vec<PathBuf>), String> {
-    let started = Instant::now();
+/// What [`run`] did.
+#[derive(Debug)]
+pub struct Outcome {
+    /// The report.
+    pub report: DeviceReport,
+    /// The files written, whole.
+    pub written: Vec<PathBuf>,
+    /// Each write that failed, naming its file (the previous file, if any, is left as it was).
+    pub write_errors: Vec<String>,
+}
+
+/// The names of the outputs in DIR.
+pub const JSON_FILE: &str = "device-report.json";
+/// See [`JSON_FILE`].
+pub const MD_FILE: &str = "device-report.md";
+/// See [`JSON_FILE`].
+pub const TUNING_FILE: &str = "gemm-tuning.txt";
+
+/// Checks done before anything runs: `dir` is UTF-8 (the report records its paths as text),
+/// is a directory or can be made one, and can be written; no output name in it is a directory.
+pub fn check_dir(dir: &Path) -> Result<(), String> {
+    if dir.to_str().is_none() {
+        return Err(format!(
+            "--report {}: the directory's name is not UTF-8 text; choose a name in UTF-8",
+            dir.display()
+        ));
+    }
     std::fs::create_dir_all(dir).map_err(|e| format!("creating {}: {e}", dir.display()))?;
+    for name in [JSON_FILE, MD_FILE, TUNING_FILE] {
+        let p = dir.join(name);
+        if p.symlink_metadata().is_ok_and(|m| m.is_dir()) {
+            return Err(format!(
+                "{} is a directory: the report cannot write its {name} there; move it away",
+                p.display()
+            ));
+        }
+    }
+    hip_kernels::files::write_atomic(&dir.join(".hip-doctor-write-probe"), b"probe")
+        .and_then(|()| std::fs::remove_file(dir.join(".hip-doctor-write-probe")))
+        .map_err(|e| format!("{} is not writable: {e}", dir.display()))
+}
+
+/// Write the report's files into `dir`, each whole or not at all; `tuned`: the tuning results
+/// made in a scratch directory (moved over `dir/gemm-tuning.txt`), `None` when tuning wrote
+/// nothing (the previous file stays).
+pub fn write_outputs(
+    dir: &Path,
+    json: &str,
+    md: &str,
+    tuned: Option<&Path>,
+) -> (Vec<PathBuf>, Vec<String>) {
+    let (mut written, mut errors) = (Vec::new(), Vec::new());
+    for (name, text) in [(JSON_FILE, json), (MD_FILE, md)] {
+        let p = dir.join(name);
+        match hip_kernels::files::write_atomic(&p, text.as_bytes()) {
+            Ok(()) => written.push(p),
+            Err(e) => errors.push(format!("writing {}: {e}", p.display())),
+        }
+    }
+    let p = dir.join(TUNING_FILE);
+    let keep_mode = |t: &Path| -> std::io::Result<()> {
+        // A shared results file keeps its permission bits (not those of the scratch file).
+        if let Some(m) = p.symlink_metadata().ok().filter(std::fs::Metadata::is_file) {
+            std::fs::set_permissions(t, m.permissions())?;
+        }
+        std::fs::rename(t, &p)
+    };
+    match tuned.map(keep_mode) {
+        Some(Ok(())) => written.push(p),
+        Some(Err(e)) => errors.push(format!(
+            "writing {}: {e}; the tuning results are not saved",
+            p.display()
+        )),
+        None => errors.push(format!(
+            "{}: tuning saved no results (see the report's tuning warnings); the previous file, \
+             if any, is unchanged",
+            p.display()
+        )),
+    }
+    (written, errors)
+}
+
+/// Runs the report on device 0 and writes it into `dir` (created if missing); `small` forces
+/// the small shapes on a real device too. An error before the report ran (the directory, the
+/// device) is `Err`; a failed write after it is in [`Outcome::write_errors`].
+pub fn run(dir: &Path, small: bool) -> Result<Outcome, String> {
+    let started = Instant::now();
+    check_dir(dir)?;
     let device = Device::get(0).map_err(|e| format!("device 0: {e}"))?;
     let facts = DeviceFacts::of(&device);
     let emulated = facts.emulated;
@@ -334,7 +424,13 @@ pub fn run(dir: &Path, small: bool) -> Result<(DeviceReport, Vec<PathBuf>), Stri
             r.static_estimate_tflops = Some(pct / 100.0 * facts.peak_fp32_tflops);
         }
     }
-    let mut tuning = tune(s, &dims, effort, &dir.join("gemm-tuning.txt"));
+    let scratch = tempfile::Builder::new()
+        .prefix(".gemm-tuning.")
+        .tempdir_in(dir)
+        .map_err(|e| format!("creating a scratch directory in {}: {e}", dir.display()))?;
+    let scratch_file = scratch.path().join(TUNING_FILE);
+    let mut tuning = tune(s, &dims, effort, &scratch_file);
+    tuning.file = dir.join(TUNING_FILE);
     let label = if emulated {
         hip_rt::EMULATED_FIGURE_LABEL
     } else {
@@ -359,10 +455,13 @@ pub fn run(dir: &Path, small: bool) -> Result<(DeviceReport, Vec<PathBuf>), Stri
     };
     let json = serde_json::to_string_pretty(&report).map_err(|e| e.to_string())?;
     let md = render::markdown(&report);
-    let (jp, mp) = (dir.join("device-report.json"), dir.join("device-report.md"));
-    std::fs::write(&jp, json + "\n").map_err(|e| format!("writing {}: {e}", jp.display()))?;
-    std::fs::write(&mp, md).map_err(|e| format!("writing {}: {e}", mp.display()))?;
-    Ok((report, vec![jp, mp, dir.join("gemm-tuning.txt")]))
+    let tuned = scratch_file.is_file().then_some(scratch_file.as_path());
+    let (written, write_errors) = write_outputs(dir, &(json + "\n"), &md, tuned);
+    Ok(Outcome {
+        report,
+        written,
+        write_errors,
+    })
 }
 
 /// The static ISA estimate (% of FMA peak) of the attention kernels at `head_dim` (bf16), from
@@ -394,9 +493,9 @@ pub fn static_estimate(op: &str, head_dim: usize) -> Option<f64> {
     }
 }
 
-/// Tunes every plain GEMM shape of the model into `file` (replacing it), with HIP events.
+/// Tunes every plain GEMM shape of the model into `file` (a new file in a scratch directory),
+/// with HIP events.
 fn tune(s: &Stream, dims: &Dims, effort: Effort, file: &Path) -> TuningPart {
-    let _ = std::fs::remove_file(file);
     let config = TuningConfig {
         warmup: effort.warmup,
         repetitions: effort.runs,
@@ -475,6 +574,8 @@ fn timing_text(t: &Timing) -> String {
     }
 }
 
+#[cfg(test)]
+mod files_tests;
 #[cfg(test)]
 mod tests {
     use super::*;

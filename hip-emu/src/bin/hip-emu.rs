@@ -14,6 +14,7 @@
 //! runner's own sources (`cargo build --release --lib`, which `cargo install --git` and
 //! `cargo install --path` leave in place) into `~/.cache/hip-emu/<version>/`.
 
+use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
 
@@ -28,7 +29,8 @@ emulated HIP device on the CPU (not a GPU: nothing it measures is a device figur
 Library: HIPK_EMU_LIBRARY, else next to this executable or in ../lib, else built from source.";
 
 fn main() -> ExitCode {
-    let args: Vec<String> = std::env::args().skip(1).collect();
+    // OsStrings: the command and its arguments are passed on as given, UTF-8 or not.
+    let args: Vec<OsString> = std::env::args_os().skip(1).collect();
     match run(&args) {
         Ok(code) => code,
         Err(msg) => {
@@ -38,8 +40,8 @@ fn main() -> ExitCode {
     }
 }
 
-fn run(args: &[String]) -> Result<ExitCode, String> {
-    match args.first().map(String::as_str) {
+fn run(args: &[OsString]) -> Result<ExitCode, String> {
+    match args.first().and_then(|a| a.to_str()) {
         Some("lib") => {
             println!("{}", library()?.display());
             Ok(ExitCode::SUCCESS)
@@ -48,7 +50,8 @@ fn run(args: &[String]) -> Result<ExitCode, String> {
             let mut env: Vec<(&str, String)> = Vec::new();
             let mut rest = &args[1..];
             loop {
-                match rest.first().map(String::as_str) {
+                // Options are UTF-8; anything else ends them (the command itself).
+                match rest.first().and_then(|a| a.to_str()) {
                     Some("--") => {
                         rest = &rest[1..];
                         break;
@@ -58,22 +61,34 @@ fn run(args: &[String]) -> Result<ExitCode, String> {
                         rest = &rest[1..];
                     }
                     Some(flag @ ("--devices" | "--seed")) => {
-                        let value = rest
+                        let raw = rest
                             .get(1)
                             .ok_or_else(|| format!("{flag} needs a value\n{USAGE}"))?;
-                        value
-                            .parse::<u64>()
-                            .map_err(|_| format!("{flag} {value}: not a number\n{USAGE}"))?;
+                        let value = raw
+                            .to_str()
+                            .filter(|v| v.parse::<u64>().is_ok())
+                            .ok_or_else(|| {
+                                format!("{flag} {}: not a number\n{USAGE}", raw.to_string_lossy())
+                            })?;
                         let var = if flag == "--devices" {
                             "HIPK_EMU_DEVICES"
                         } else {
                             "HIPK_EMU_SEED"
                         };
-                        env.push((var, value.clone()));
+                        env.push((var, value.to_string()));
                         rest = &rest[2..];
                     }
                     Some(other) if other.starts_with('-') => {
                         return Err(format!("unknown option {other}\n{USAGE}"))
+                    }
+                    None if rest
+                        .first()
+                        .is_some_and(|a| a.as_encoded_bytes().starts_with(b"-")) =>
+                    {
+                        return Err(format!(
+                            "unknown option {}\n{USAGE}",
+                            rest[0].to_string_lossy()
+                        ))
                     }
                     _ => break,
                 }
@@ -97,7 +112,7 @@ fn run(args: &[String]) -> Result<ExitCode, String> {
             }
             let status = cmd
                 .status()
-                .map_err(|e| format!("cannot run {program}: {e}"))?;
+                .map_err(|e| format!("cannot run {}: {e}", program.to_string_lossy()))?;
             Ok(match status.code() {
                 Some(c) => ExitCode::from(u8::try_from(c).unwrap_or(1)),
                 None => {

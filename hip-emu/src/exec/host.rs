@@ -150,6 +150,8 @@ unsafe fn open(path: &Path) -> Result<HostModule, String> {
     let shown = path.display();
     let c_path = CString::new(path.as_os_str().as_encoded_bytes())
         .map_err(|_| format!("{shown}: the path contains a NUL byte"))?;
+    // A truncated file would fault inside dlopen (SIGBUS), past any error handling.
+    super::elf_check::check_shared_object(path)?;
     // SAFETY: dlopen/dlerror with a valid C string; the handle is never closed.
     let handle = unsafe { libc::dlopen(c_path.as_ptr(), libc::RTLD_NOW | libc::RTLD_LOCAL) };
     if handle.is_null() {

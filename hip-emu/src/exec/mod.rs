@@ -8,6 +8,7 @@
 //! `hipemu_lds_0` section of their kernel file's host build, refilled with 0xFF bytes (a NaN in every
 //! float format) before every block.
 
+mod elf_check;
 mod error;
 mod fault;
 pub mod host;

@@ -11,6 +11,13 @@
 //! joined (the mappings stay valid), so a finished or crashed run leaves nothing behind once all
 //! ranks joined; files of runs that died before that are removed by the next `ncclGetUniqueId`
 //! when none of the processes they name is alive.
+//!
+//! A file in the region directory is never trusted by its name alone: it is opened without
+//! following a symlink and without blocking on a FIFO, and used only when it is a regular file
+//! of this user whose size and header (magic, rank count) are a region's. The creator reserves
+//! the whole file (`posix_fallocate`) before mapping it, so a region directory too small for it
+//! (Docker's 64 MiB `/dev/shm`) is an error naming the directory and the bytes needed, never a
+//! SIGBUS on the first touch of an unbacked page.
 
 use std::ffi::CString;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
@@ -177,7 +184,17 @@ impl Region {
     /// `deadline` for the creator to finish; a stale file (its creator and every rank it
     /// names dead) is removed and created afresh.
     pub fn open(name: &str, nranks: usize, deadline: Instant) -> Result<Region, RcclFail> {
-        let path = region_dir().join(name);
+        Region::open_in(&region_dir(), name, nranks, deadline)
+    }
+
+    /// [`Region::open`] in the directory `dir`.
+    pub(crate) fn open_in(
+        dir: &std::path::Path,
+        name: &str,
+        nranks: usize,
+        deadline: Instant,
+    ) -> Result<Region, RcclFail> {
+        let path = dir.join(name);
         let c = cpath(&path)?;
         loop {
             // SAFETY: open(2) with a NUL-terminated path; the returned fd is owned below.
@@ -199,6 +216,11 @@ impl Region {
                     unsafe { libc::unlink(c.as_ptr()) };
                     return Err(err);
                 }
+                if let Err(err) = reserve(&fd, len, dir, &path) {
+                    // SAFETY: removing the file we created.
+                    unsafe { libc::unlink(c.as_ptr()) };
+                    return Err(err);
+                }
                 let r = Region::map(&fd, len, nranks, path.clone())?;
                 r.u32(H_NRANKS).store(nranks as u32, Ordering::Relaxed);
                 r.u32(H_CREATOR).store(my_pid(), Ordering::Relaxed);
@@ -209,18 +231,23 @@ impl Region {
             if errno != Some(libc::EEXIST) {
                 return Err(sys_fail("cannot create", &path));
             }
-            // SAFETY: as above, without O_CREAT.
-            let fd = unsafe { libc::open(c.as_ptr(), libc::O_RDWR | libc::O_CLOEXEC) };
-            if fd < 0 {
+            let fd = match open_existing(&c, &path) {
+                Ok(fd) => fd,
                 // Unlinked between our two opens (all ranks of a previous use joined): retry.
-                if Instant::now() > deadline {
-                    return Err(sys_fail("cannot open", &path));
-                }
-                continue;
-            }
-            // SAFETY: a freshly opened descriptor nobody else owns.
-            let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+                Err(None) if Instant::now() <= deadline => continue,
+                Err(None) => return Err(sys_fail("cannot open", &path)),
+                Err(Some(planted)) => return Err(planted),
+            };
             let size = file_size(&fd);
+            if size > region_size(MAX_RANKS) as u64 {
+                return Err(not_a_region(
+                    &path,
+                    format!(
+                        "it has {size} bytes, more than a region of {MAX_RANKS} ranks ({})",
+                        region_size(MAX_RANKS)
+                    ),
+                ));
+            }
             if size < HEADER as u64 {
                 if Instant::now() > deadline {
                     return Err(RcclFail::new(
@@ -234,14 +261,25 @@ impl Region {
             let r = Region::map(&fd, size as usize, 0, path.clone())?;
             while r.u64(H_MAGIC).load(Ordering::Acquire) != MAGIC {
                 if Instant::now() > deadline {
-                    return Err(RcclFail::new(
-                        NcclResult::SYSTEM_ERROR,
-                        format!("{} was never initialised by its creator", path.display()),
+                    return Err(not_a_region(
+                        &path,
+                        "its header never got the region magic (a creator that died at once, \
+                         or a file that is not a region)"
+                            .into(),
                     ));
                 }
                 std::thread::sleep(Duration::from_millis(1));
             }
             let theirs = r.u32(H_NRANKS).load(Ordering::Relaxed) as usize;
+            if !(1..=MAX_RANKS).contains(&theirs) || size != region_size(theirs) as u64 {
+                return Err(not_a_region(
+                    &path,
+                    format!(
+                        "its header says {theirs} ranks (1 to {MAX_RANKS}) in a file of {size} \
+                         bytes"
+                    ),
+                ));
+            }
             if r.is_stale(theirs) {
                 drop(r);
                 // SAFETY: removing a file whose every user is dead.
@@ -308,15 +346,12 @@ impl Region {
             }
             let path = dir.join(name);
             let Ok(c) = cpath(&path) else { continue };
-            // SAFETY: open(2) of a NUL-terminated path; the fd is owned below.
-            let fd = unsafe { libc::open(c.as_ptr(), libc::O_RDWR | libc::O_CLOEXEC) };
-            if fd < 0 {
+            // Only a regular file of ours, never through a symlink or a FIFO.
+            let Ok(fd) = open_existing(&c, &path) else {
                 continue;
-            }
-            // SAFETY: a freshly opened descriptor nobody else owns.
-            let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+            };
             let size = file_size(&fd) as usize;
-            if size < HEADER {
+            if !(HEADER..=region_size(MAX_RANKS)).contains(&size) {
                 continue;
             }
             let Ok(r) = Region::map(&fd, size, 0, path.clone()) else {
@@ -326,6 +361,9 @@ impl Region {
                 continue;
             }
             let n = r.u32(H_NRANKS).load(Ordering::Relaxed) as usize;
+            if !(1..=MAX_RANKS).contains(&n) || size != region_size(n) {
+                continue;
+            }
             if r.is_stale(n) {
                 // SAFETY: removing a file whose every user is dead.
                 unsafe { libc::unlink(c.as_ptr()) };
@@ -483,6 +521,98 @@ impl Region {
     }
 }
 
+/// An error about a file in the region directory that is not a region of this user.
+fn not_a_region(path: &std::path::Path, why: String) -> RcclFail {
+    RcclFail::new(
+        NcclResult::SYSTEM_ERROR,
+        format!(
+            "{} is not an emulated RCCL region: {why}; it is not used. Remove it if no run of \
+             yours made it",
+            path.display()
+        ),
+    )
+}
+
+/// Open an existing region file: `Err(None)` when it vanished (retry), `Err(Some(_))` when the
+/// entry is not a regular file of this user (a symlink, a FIFO, another user's file).
+fn open_existing(c: &CString, path: &std::path::Path) -> Result<OwnedFd, Option<RcclFail>> {
+    // SAFETY: open(2) with a NUL-terminated path; the returned fd is owned below. O_NOFOLLOW:
+    // a symlink fails (ELOOP); O_NONBLOCK: a FIFO does not wait for a peer.
+    let fd = unsafe {
+        libc::open(
+            c.as_ptr(),
+            libc::O_RDWR | libc::O_CLOEXEC | libc::O_NOFOLLOW | libc::O_NONBLOCK,
+        )
+    };
+    if fd < 0 {
+        let e = std::io::Error::last_os_error();
+        return Err(match e.raw_os_error() {
+            Some(libc::ENOENT) => None,
+            Some(libc::ELOOP) => Some(not_a_region(path, "it is a symbolic link".into())),
+            _ => Some(not_a_region(path, format!("it cannot be opened ({e})"))),
+        });
+    }
+    // SAFETY: a freshly opened descriptor nobody else owns.
+    let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+    // SAFETY: fstat on an open descriptor into a zeroed stat buffer.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: as above.
+    if unsafe { libc::fstat(fd.as_raw_fd(), &mut st) } != 0 {
+        return Err(Some(sys_fail("fstat of", path)));
+    }
+    if st.st_mode & libc::S_IFMT != libc::S_IFREG {
+        return Err(Some(not_a_region(path, "it is not a regular file".into())));
+    }
+    // SAFETY: geteuid has no preconditions.
+    let me = unsafe { libc::geteuid() };
+    if st.st_uid != me {
+        return Err(Some(not_a_region(
+            path,
+            format!("it belongs to user {}, not to this user ({me})", st.st_uid),
+        )));
+    }
+    Ok(fd)
+}
+
+/// Reserve `len` bytes of the new region file `fd` in `dir` (mapped pages of a file without
+/// backing kill the process with SIGBUS on first touch).
+fn reserve(
+    fd: &OwnedFd,
+    len: usize,
+    dir: &std::path::Path,
+    path: &std::path::Path,
+) -> Result<(), RcclFail> {
+    // SAFETY: posix_fallocate on an open descriptor of a file we created; it returns the error
+    // number instead of setting errno.
+    let rc = unsafe { libc::posix_fallocate(fd.as_raw_fd(), 0, len as libc::off_t) };
+    if rc == 0 {
+        return Ok(());
+    }
+    let why = std::io::Error::from_raw_os_error(rc);
+    let free = statvfs_free(dir).map_or(String::new(), |f| format!(" ({f} bytes free)"));
+    Err(RcclFail::new(
+        NcclResult::SYSTEM_ERROR,
+        format!(
+            "{}{free} cannot hold the emulated RCCL region {}: it needs {len} bytes ({why}); \
+             give it more room (Docker: --shm-size) or use fewer ranks",
+            dir.display(),
+            path.display()
+        ),
+    ))
+}
+
+/// Bytes available to this user in the file system of `dir`.
+fn statvfs_free(dir: &std::path::Path) -> Option<u64> {
+    let c = cpath(dir).ok()?;
+    // SAFETY: statvfs into a zeroed buffer with a NUL-terminated path.
+    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+    // SAFETY: as above.
+    if unsafe { libc::statvfs(c.as_ptr(), &mut st) } != 0 {
+        return None;
+    }
+    Some(st.f_bavail as u64 * st.f_frsize as u64)
+}
+
 fn file_size(fd: &OwnedFd) -> u64 {
     // SAFETY: fstat on an open descriptor into a zeroed stat buffer.
     let mut st: libc::stat = unsafe { std::mem::zeroed() };
@@ -492,6 +622,9 @@ fn file_size(fd: &OwnedFd) -> u64 {
     }
     st.st_size as u64
 }
+
+#[cfg(test)]
+mod planted_tests;
 
 #[cfg(test)]
 mod tests {

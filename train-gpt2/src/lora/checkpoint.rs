@@ -144,6 +144,9 @@ pub fn load(
     cfg: &GptConfig,
     base: &Params<Vec<f32>>,
 ) -> Result<(HostAdapters, TrainerState)> {
+    if !dir.exists() {
+        crate::checkpoint::recover_for_resume(dir)?;
+    }
     if !dir.is_dir() {
         return Err(TrainError::file(
             dir,

@@ -83,16 +83,23 @@ fn stale_temporaries_of_our_naming_are_cleared_at_start_and_nothing_else() {
     let ck = s.path("ck");
     std::fs::create_dir_all(&ck).unwrap();
     let dead = dead_pid();
+    // Each with the unlocked owner record of a run that ended (see `interrupted_save` for
+    // temporaries without one, or whose owner holds its lock).
+    let ended = hip_kernels::files::Owner {
+        pid: dead as u32,
+        ..hip_kernels::files::Owner::this()
+    };
     for n in [
         format!(".step_6.tmp.{dead}"),
         format!(".step_6.old.{dead}"),
         format!(".step_9.tmp.{dead}.a1B2c3"),
     ] {
         std::fs::create_dir(ck.join(&n)).unwrap();
-        std::fs::write(ck.join(n).join("model.safetensors"), b"half").unwrap();
+        std::fs::write(ck.join(&n).join("model.safetensors"), b"half").unwrap();
+        std::fs::write(ck.join(n).join(".owner"), ended.record()).unwrap();
     }
-    std::fs::write(ck.join(format!(".write-probe.{dead}")), b"probe").unwrap();
-    // Kept: a temporary of a live process (pid 1), names outside the scheme, a symlink.
+    std::fs::write(ck.join(format!(".write-probe.{dead}")), ended.record()).unwrap();
+    // Kept: a temporary without an owner record, names outside the scheme, a symlink.
     let kept_dirs = [
         ".step_6.tmp.1".to_string(),
         ".step_6.tmp.notes".into(),

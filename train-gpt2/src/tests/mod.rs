@@ -9,6 +9,7 @@ mod device;
 #[cfg(feature = "device")]
 mod faults;
 mod files_on_disk;
+mod interrupted_save;
 mod lora;
 mod mixed;
 mod parallel;

@@ -21,7 +21,6 @@
 
 use std::collections::BTreeMap;
 use std::fmt::{self, Write as _};
-use std::io::Write as _;
 use std::path::{Path, PathBuf};
 
 use super::TuningError;
@@ -171,11 +170,22 @@ pub struct ResultsFile {
     pub entries: BTreeMap<ShapeKey, Entry>,
 }
 
+/// The largest results file read: a file of every shape of several models is a few hundred
+/// KiB; anything far larger is not one of ours.
+pub const MAX_FILE_BYTES: u64 = 16 << 20;
+
+/// The most characters of a malformed line quoted in an error.
+const QUOTED_CHARS: usize = 120;
+
 fn corrupt(path: &Path, line: usize, text: &str, reason: impl Into<String>) -> TuningError {
+    let mut quoted: String = text.chars().take(QUOTED_CHARS).collect();
+    if quoted.len() < text.len() {
+        quoted.push_str(&format!("… ({} bytes)", text.len()));
+    }
     TuningError::Corrupt {
         path: path.to_path_buf(),
         line,
-        text: text.to_string(),
+        text: quoted,
         reason: reason.into(),
     }
 }
@@ -419,41 +429,62 @@ impl ResultsFile {
         s
     }
 
-    /// Read `path`: `Ok(None)` when it does not exist.
+    /// Read `path`: `Ok(None)` when it does not exist. Only a regular file of at most
+    /// [`MAX_FILE_BYTES`] is read (a FIFO, a device or a huge file is an error saying so).
     pub fn load(path: &Path) -> Result<Option<ResultsFile>, TuningError> {
-        match std::fs::read_to_string(path) {
-            Ok(text) => Self::parse(path, &text).map(Some),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-            Err(e) => Err(TuningError::Io {
-                path: path.to_path_buf(),
-                action: "reading",
-                message: e.to_string(),
-            }),
-        }
+        let io = |e: std::io::Error| TuningError::Io {
+            path: path.to_path_buf(),
+            action: "reading",
+            message: e.to_string(),
+        };
+        let bytes = match crate::files::read_bounded(path, MAX_FILE_BYTES) {
+            Ok(b) => b,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(io(e)),
+        };
+        let text = String::from_utf8(bytes).map_err(|e| {
+            io(std::io::Error::other(format!(
+                "is not UTF-8 text (invalid byte at offset {})",
+                e.utf8_error().valid_up_to()
+            )))
+        })?;
+        Self::parse(path, &text).map(Some)
     }
 
-    /// Write the file to `path` atomically: a temporary file in the same directory, flushed,
-    /// then renamed over `path`.
+    /// The lock file that serializes writers of `path`: `.<name>.lock` beside it (left in
+    /// place; it holds nothing).
+    pub fn lock_path(path: &Path) -> PathBuf {
+        let name = path
+            .file_name()
+            .map_or("gemm-tuning".into(), |n| n.to_string_lossy());
+        path.with_file_name(format!(".{name}.lock"))
+    }
+
+    /// Write the file to `path` atomically ([`crate::files::write_atomic`]: a temporary file in
+    /// the same directory, synced, renamed over `path`; its permission bits kept), merged under
+    /// a lock with what is there: shapes another tuner saved meanwhile for the same machine key
+    /// are kept (this file's entry wins for a shape both have). A file for another key, or one
+    /// that cannot be parsed, is replaced.
     pub fn save(&self, path: &Path) -> Result<(), TuningError> {
         let io = |action: &'static str, e: std::io::Error| TuningError::Io {
             path: path.to_path_buf(),
             action,
             message: e.to_string(),
         };
-        let dir = match path.parent() {
-            Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
-            _ => PathBuf::from("."),
+        let lock = Self::lock_path(path);
+        let _lock = crate::files::FileLock::acquire(&lock).map_err(|e| TuningError::Io {
+            path: lock.clone(),
+            action: "locking",
+            message: e.to_string(),
+        })?;
+        let mut merged = match Self::load(path) {
+            Ok(Some(on_disk)) if on_disk.key == self.key => on_disk,
+            _ => ResultsFile::new(self.key.clone()),
         };
-        let mut tmp = tempfile::Builder::new()
-            .prefix(".hipk-gemm-tuning")
-            .tempfile_in(&dir)
-            .map_err(|e| io("creating a temporary file beside", e))?;
-        tmp.write_all(self.render().as_bytes())
-            .and_then(|()| tmp.as_file().sync_all())
-            .map_err(|e| io("writing a temporary file beside", e))?;
-        tmp.persist(path)
-            .map_err(|e| io("renaming the temporary file onto", e.error))?;
-        Ok(())
+        merged
+            .entries
+            .extend(self.entries.iter().map(|(k, e)| (*k, e.clone())));
+        crate::files::write_atomic(path, merged.render().as_bytes()).map_err(|e| io("writing", e))
     }
 }
 
@@ -600,7 +631,110 @@ mod tests {
             .unwrap()
             .map(|e| e.unwrap().file_name())
             .collect();
-        assert_eq!(names, vec![std::ffi::OsString::from("tuning.txt")]);
+        // Beside it only the writers' lock file (empty, left in place).
+        let mut names = names;
+        names.sort();
+        assert_eq!(
+            names,
+            [".tuning.txt.lock", "tuning.txt"].map(std::ffi::OsString::from)
+        );
         assert_eq!(ResultsFile::load(&dir.path().join("absent")).unwrap(), None);
+    }
+    fn shape(m: usize) -> ShapeKey {
+        ShapeKey {
+            dtype: DType::F32,
+            trans_a: false,
+            trans_b: false,
+            batch: 1,
+            m,
+            n: 64,
+            k: 64,
+            packed: true,
+        }
+    }
+
+    fn with_shape(m: usize) -> ResultsFile {
+        let mut f = ResultsFile::new(key());
+        f.entries.insert(
+            shape(m),
+            Entry {
+                winner: "hipblas".into(),
+                timings: vec![("hipblas".into(), Timing::Micros(m as f64))],
+            },
+        );
+        f
+    }
+
+    #[test]
+    fn a_fifo_a_device_or_a_huge_file_is_an_error_without_its_content() {
+        let dir = tempfile::tempdir().unwrap();
+        let fifo = dir.path().join("fifo.txt");
+        let made = std::process::Command::new("mkfifo").arg(&fifo).status();
+        assert!(made.is_ok_and(|s| s.success()));
+        let t = std::time::Instant::now();
+        let e = ResultsFile::load(&fifo).unwrap_err().to_string();
+        assert!(e.contains("FIFO") && e.contains("fifo.txt"), "{e}");
+        assert!(t.elapsed() < std::time::Duration::from_secs(5));
+        let e = ResultsFile::load(Path::new("/dev/zero"))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("character device") && e.contains("/dev/zero"),
+            "{e}"
+        );
+        let nuls = dir.path().join("nuls.txt");
+        std::fs::File::create(&nuls)
+            .unwrap()
+            .set_len(256 << 20)
+            .unwrap();
+        let e = ResultsFile::load(&nuls).unwrap_err().to_string();
+        assert!(e.contains("268435456") && e.len() < 300, "{e}");
+        // Within the limit, a malformed line is quoted in part only.
+        let long = format!("{MAGIC}\ngemm {}\n", "\0".repeat(1 << 20));
+        std::fs::write(&nuls, long).unwrap();
+        let e = ResultsFile::load(&nuls).unwrap_err().to_string();
+        assert!(
+            e.contains("nuls.txt:2") && e.len() < 1000,
+            "{} bytes",
+            e.len()
+        );
+    }
+
+    #[test]
+    fn two_tuners_saving_one_file_keep_each_others_shapes_and_its_mode() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("tuning.txt");
+        with_shape(1).save(&path).unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).unwrap();
+        // Eight tuners at once, each knowing only its own shapes (as two processes would).
+        std::thread::scope(|s| {
+            for t in 0..8usize {
+                let path = &path;
+                s.spawn(move || {
+                    for i in 0..5 {
+                        let mut mine = ResultsFile::new(key());
+                        for j in 0..=i {
+                            mine.entries.extend(with_shape(100 + 10 * t + j).entries);
+                        }
+                        mine.save(path).unwrap();
+                    }
+                });
+            }
+        });
+        let f = ResultsFile::load(&path).unwrap().unwrap();
+        assert_eq!(f.entries.len(), 1 + 8 * 5, "lost shapes");
+        let mode = std::fs::metadata(&path).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o644);
+        // A file of another machine is replaced, not merged.
+        let other = ResultsFile {
+            key: MachineKey {
+                arch: "gfx928".into(),
+                ..key()
+            },
+            ..with_shape(7)
+        };
+        other.save(&path).unwrap();
+        assert_eq!(ResultsFile::load(&path).unwrap(), Some(other));
     }
 }
