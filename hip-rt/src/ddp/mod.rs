@@ -70,6 +70,7 @@ pub use rendezvous::{
 };
 pub use scalar::{
     any_across_devices, any_across_ranks, any_in_place, mean_across_devices, mean_across_ranks,
+    mean_in_place,
 };
 pub use zero::ShardPlan;
 
