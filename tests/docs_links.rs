@@ -16,7 +16,10 @@ fn markdown_files() -> Vec<PathBuf> {
     let root = root();
     let mut files = vec![root.join("README.md")];
     let mut dirs = vec![root.join("docs")];
-    for entry in fs::read_dir(&root).expect("read the repository root").flatten() {
+    for entry in fs::read_dir(&root)
+        .expect("read the repository root")
+        .flatten()
+    {
         let path = entry.path();
         if path.join("Cargo.toml").is_file() {
             dirs.push(path.clone());
@@ -24,7 +27,9 @@ fn markdown_files() -> Vec<PathBuf> {
         }
     }
     for dir in dirs {
-        let Ok(entries) = fs::read_dir(&dir) else { continue };
+        let Ok(entries) = fs::read_dir(&dir) else {
+            continue;
+        };
         for entry in entries.flatten() {
             let path = entry.path();
             let is_md = path.extension().is_some_and(|e| e == "md");
@@ -116,7 +121,11 @@ fn every_relative_link_and_anchor_exists() {
                     Some((p, a)) => (p, Some(a)),
                     None => (target, None),
                 };
-                let resolved = if path.is_empty() { file.clone() } else { dir.join(path) };
+                let resolved = if path.is_empty() {
+                    file.clone()
+                } else {
+                    dir.join(path)
+                };
                 if !resolved.exists() {
                     broken.push(format!("{}:{n}: `{target}`: no such file", file.display()));
                     continue;
@@ -153,12 +162,15 @@ fn top_level_dirs() -> Vec<String> {
 
 fn is_repo_path(token: &str, tops: &[String]) -> bool {
     let placeholder = |c: char| "<>*{}$…|=, ".contains(c) || c == '\\';
-    let Some((first, _)) = token.split_once('/') else { return false };
+    let Some((first, _)) = token.split_once('/') else {
+        return false;
+    };
     tops.iter().any(|t| t == first) && !token.contains(placeholder) && !token.contains("..")
 }
 
 /// Guides that walk through a crate of the reader's own: their paths are that crate's.
-const DESCRIBES_ANOTHER_CRATE: &[&str] = &["docs/YOUR-OWN-KERNEL.md", "docs/BRING-YOUR-OWN-KERNEL.md"];
+const DESCRIBES_ANOTHER_CRATE: &[&str] =
+    &["docs/YOUR-OWN-KERNEL.md", "docs/BRING-YOUR-OWN-KERNEL.md"];
 
 #[test]
 fn every_repository_path_in_backticks_exists() {
@@ -188,17 +200,33 @@ fn every_repository_path_in_backticks_exists() {
             }
         }
     }
-    assert!(missing.is_empty(), "paths that do not exist:\n{}", missing.join("\n"));
+    assert!(
+        missing.is_empty(),
+        "paths that do not exist:\n{}",
+        missing.join("\n")
+    );
 }
 
 #[test]
 fn the_readme_stays_short() {
-    let lines = fs::read_to_string(root().join("README.md")).expect("read README.md").lines().count();
-    assert!(lines <= 400, "README.md has {lines} lines: move detail into docs/ (limit 400)");
+    let lines = fs::read_to_string(root().join("README.md"))
+        .expect("read README.md")
+        .lines()
+        .count();
+    assert!(
+        lines <= 400,
+        "README.md has {lines} lines: move detail into docs/ (limit 400)"
+    );
 }
 
 #[test]
 fn slugs_follow_github() {
-    assert_eq!(slug(" The device suite without a GPU (hip-emu)"), "the-device-suite-without-a-gpu-hip-emu");
-    assert_eq!(slug(" `hip-doctor --report DIR`"), "hip-doctor---report-dir");
+    assert_eq!(
+        slug(" The device suite without a GPU (hip-emu)"),
+        "the-device-suite-without-a-gpu-hip-emu"
+    );
+    assert_eq!(
+        slug(" `hip-doctor --report DIR`"),
+        "hip-doctor---report-dir"
+    );
 }

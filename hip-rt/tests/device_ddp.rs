@@ -579,7 +579,11 @@ fn flags_and_means_agree_across_ranks() {
     g.end().unwrap();
     for r in 0..4 {
         comms[r].wait().unwrap();
-        assert_eq!(values[r].to_vec(&streams[r]).unwrap(), vec![1.5, 15.0], "rank {r}");
+        assert_eq!(
+            values[r].to_vec(&streams[r]).unwrap(),
+            vec![1.5, 15.0],
+            "rank {r}"
+        );
     }
 }
 

@@ -204,7 +204,10 @@ impl Stats {
             .min()
             .map(|(_, k)| k.clone())
             .unwrap_or_default();
-        Err(StatKeyError { key: key.to_owned(), closest })
+        Err(StatKeyError {
+            key: key.to_owned(),
+            closest,
+        })
     }
 
     /// The stats as PyTorch's flat `memory_stats()` dictionary, e.g.

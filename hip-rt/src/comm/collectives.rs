@@ -145,7 +145,9 @@ impl Comm {
     ) -> Result<()> {
         let p = ptr_of(buf);
         let record = || buf.buffer().record_stream(stream);
-        self.launch(op, stream, &[buf.buffer().device()], record, |comm, st| run(p, comm, st))
+        self.launch(op, stream, &[buf.buffer().device()], record, |comm, st| {
+            run(p, comm, st)
+        })
     }
 
     /// `ncclAllReduce`: every rank's `recv` becomes the reduction of every rank's `send` (equal

@@ -147,22 +147,34 @@ impl<'a, S: Space, T: hip_rt::Element> AdamWTensor<'a, S, T> {
 
     /// The same, updating f32 master weights (`param` then receives their rounded copy).
     pub fn with_master(self, master: S::Out<'a, f32>) -> Self {
-        Self { master: Some(master), ..self }
+        Self {
+            master: Some(master),
+            ..self
+        }
     }
 
     /// The same with amsgrad's running maximum of the second moment.
     pub fn with_max_exp_avg_sq(self, max_exp_avg_sq: S::Out<'a, f32>) -> Self {
-        Self { max_exp_avg_sq: Some(max_exp_avg_sq), ..self }
+        Self {
+            max_exp_avg_sq: Some(max_exp_avg_sq),
+            ..self
+        }
     }
 
     /// The same with this tensor's own decoupled weight decay (0 for biases and norms).
     pub fn with_weight_decay(self, weight_decay: f64) -> Self {
-        Self { weight_decay: Some(weight_decay), ..self }
+        Self {
+            weight_decay: Some(weight_decay),
+            ..self
+        }
     }
 
     /// The same with this tensor's learning rate scaled by `lr_scale`.
     pub fn with_lr_scale(self, lr_scale: f64) -> Self {
-        Self { lr_scale: Some(lr_scale), ..self }
+        Self {
+            lr_scale: Some(lr_scale),
+            ..self
+        }
     }
 
     /// The hyper-parameters this tensor is updated with: `c` with `lr · lr_scale` and this
@@ -265,11 +277,20 @@ mod tests {
 
     #[test]
     fn the_builder_sets_exactly_the_fields_it_names() {
-        let (mut p, g, mut m, mut v, mut w) = ([0.0f32; 2], [0.0f32; 2], [0.0f32; 2], [0.0f32; 2], [0.0f32; 2]);
+        let (mut p, g, mut m, mut v, mut w) = (
+            [0.0f32; 2],
+            [0.0f32; 2],
+            [0.0f32; 2],
+            [0.0f32; 2],
+            [0.0f32; 2],
+        );
         let t = AdamWTensor::<Host, f32>::new(&mut p, &g, &mut m, &mut v);
         assert!(t.master.is_none() && t.max_exp_avg_sq.is_none());
         assert_eq!((t.weight_decay, t.lr_scale), (None, None));
-        let t = t.with_master(&mut w).with_weight_decay(0.0).with_lr_scale(2.0);
+        let t = t
+            .with_master(&mut w)
+            .with_weight_decay(0.0)
+            .with_lr_scale(2.0);
         assert!(t.master.is_some() && t.max_exp_avg_sq.is_none());
         assert_eq!((t.weight_decay, t.lr_scale), (Some(0.0), Some(2.0)));
         let c = AdamWParams::default();
