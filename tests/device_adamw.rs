@@ -12,12 +12,9 @@
 #![cfg(feature = "device")]
 
 use hip_kernels::cpu;
-use hip_kernels::ops::{
-    self, AdamW, AdamWParams, AdamWTensor, DeviceElement, LayerNormBackward, LayerNormForward,
-    LayerNormParams, OpError, ResidualLayerNormForward,
-};
+use hip_kernels::ops::{self, AdamW, AdamWParams, AdamWTensor, DeviceElement};
 use hip_kernels::params::{bf16, f16, DType, Host, OnDevice};
-use hip_kernels::tolerance::{layernorm_dx_tolerance, Rule};
+use hip_kernels::tolerance::Rule;
 use hip_rt::memory::buffer::DeviceView;
 use hip_rt::{DeviceBuffer, Stream};
 

@@ -15,13 +15,12 @@
 
 use hip_kernels::cpu;
 use hip_kernels::ops::{
-    self, AdamW, AdamWParams, AdamWTensor, DeviceElement, LayerNormBackward, LayerNormForward,
-    LayerNormParams, OpError, ResidualLayerNormForward,
+    self, DeviceElement, LayerNormBackward, LayerNormForward, LayerNormParams, OpError,
+    ResidualLayerNormForward,
 };
-use hip_kernels::params::{bf16, f16, DType, Host, OnDevice};
+use hip_kernels::params::{bf16, f16, Host, OnDevice};
 use hip_kernels::tolerance::{layernorm_dx_tolerance, Rule};
-use hip_rt::memory::buffer::DeviceView;
-use hip_rt::{DeviceBuffer, Stream};
+use hip_rt::Stream;
 
 mod device_common;
 
