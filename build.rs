@@ -5,6 +5,11 @@
 //! from `kernels/kernel-names.txt`.
 
 fn main() {
+    // `links = "hip_kernels"`: a crate that depends on hip-kernels reads the path of `kernels/`
+    // (common.h, tile_io.h, ...) in its build script as `DEP_HIP_KERNELS_INCLUDE`, to pass to
+    // `hip_build::Builder::include_dir`.
+    let manifest = std::env::var("CARGO_MANIFEST_DIR").expect("cargo sets CARGO_MANIFEST_DIR");
+    println!("cargo:include={manifest}/kernels");
     // The kernel-name constants (`$OUT_DIR/kernel_names.rs`) come from the compiled code objects,
     // or from this committed list when the kernels are not compiled.
     let builder = hip_build::Builder::new("hip-kernels")

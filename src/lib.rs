@@ -13,3 +13,13 @@ pub mod tolerance;
 
 /// The HIP runtime hip-kernels is built on, re-exported so device users need one dependency.
 pub use hip_rt;
+
+/// The Rust blocks of the guides in `docs/` run as doctests (plain blocks run, `no_run` blocks
+/// compile), so a guide cannot drift from the API it shows.
+#[cfg(doctest)]
+pub mod guides {
+    #[doc = include_str!("../docs/API-TOUR.md")]
+    pub struct ApiTour;
+    #[doc = include_str!("../docs/SEVERAL-DEVICES.md")]
+    pub struct SeveralDevices;
+}

@@ -58,6 +58,15 @@ impl Job<'_> {
         }
         let name = self.name;
         let sources = self.kernel_sources();
+        if sources.is_empty() {
+            // Nothing to compile: no hipcc search, no arch probe, no warning.
+            self.write_generated(None, "", &[], None, &[]);
+            write_names(name, self.out_dir, "no kernel sources", &[]);
+            return crate::Outcome::Built {
+                archs: Vec::new(),
+                sources: Vec::new(),
+            };
+        }
         for dir in self.include_dirs {
             println!("cargo:rerun-if-changed={}", dir.display());
         }
@@ -175,17 +184,21 @@ fn select_archs(name: &str, hipcc: &Path, version: &str, out_dir: &Path) -> Vec<
         );
     }
     if !rejected.is_empty() {
-        // One warning for all of them (cargo replays it on every build of this crate).
+        // One warning for all of them, and once per cargo invocation: the other crates of the
+        // same build that compile kernels with the same compiler would only repeat it.
         let names: Vec<&str> = rejected.iter().map(|(a, _)| a.as_str()).collect();
-        println!(
-            "cargo:warning={name}: kernels built for {}; dropped {} ({} does not accept them: \
-             {}); use DTK's hipcc to build them, or set HIPK_ARCH={} to build only those",
+        let detail = format!(
+            "kernels built for {}; dropped {} ({} does not accept them: {}); use DTK's hipcc to \
+             build them, or set HIPK_ARCH={} to build only those",
             accepted.join(","),
             names.join(", "),
             hipcc.display(),
             rejected[0].1,
             accepted.join(",")
         );
+        if crate::once::first_in_invocation(&crate::cache::root(out_dir), &detail) {
+            println!("cargo:warning={name}: {detail}");
+        }
     }
     accepted
 }

@@ -74,6 +74,7 @@ pub mod detect;
 mod emu_build;
 pub mod host;
 pub mod names;
+mod once;
 
 pub use compile::{HIPCC_FLAGS, NAMES_OUT_FILE};
 pub use detect::ResourceUsage;

@@ -226,7 +226,7 @@ fn kfd_rule(facts: Facts<'_>) -> Vec<Item> {
             "no GPU kernel driver is loaded, or this container was started without the device nodes",
         )
         .with_hint(format!(
-            "on the host: check the driver (hy-smi on DTK, rocm-smi or `lsmod | grep amdgpu` on ROCm);\n\
+            "on the host: check the driver (/opt/hyhal/bin/hy-smi on DTK, rocm-smi or `lsmod | grep amdgpu` on ROCm);\n\
              in a container: pass --device=/dev/kfd --device=/dev/dri (and --device=/dev/mkfd on DTK);\n\
              no GPU here: {NO_GPU}",
         ))],
@@ -243,7 +243,7 @@ fn kfd_rule(facts: Facts<'_>) -> Vec<Item> {
                 .with_hint(hint)]
         }
         KfdAccess::Error(e) => vec![Item::fail(format!("{KFD} unusable"), e.clone())
-            .with_hint("check the driver's state (dmesg, hy-smi / rocm-smi)")],
+            .with_hint("check the driver's state (dmesg, /opt/hyhal/bin/hy-smi on DTK, rocm-smi on ROCm)")],
     }
 }
 
@@ -278,8 +278,9 @@ fn no_device_rule(facts: Facts<'_>) -> Vec<Item> {
         return Vec::new();
     }
     vec![Item::fail("no device visible", message.clone()).with_hint(format!(
-        "check `hy-smi` (DTK) or `rocm-smi` lists the card, that the driver matches the DTK version, \
-         and that no *_VISIBLE_DEVICES variable excludes it; no GPU here: {NO_GPU}"
+        "check `/opt/hyhal/bin/hy-smi` (DTK; not on PATH unless env.sh was sourced) or `rocm-smi` \
+         lists the card, that the driver matches the DTK version, and that no *_VISIBLE_DEVICES \
+         variable excludes it; no GPU here: {NO_GPU}"
     ))]
 }
 

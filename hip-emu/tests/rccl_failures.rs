@@ -161,9 +161,9 @@ fn a_rank_that_never_arrives_times_out_naming_it() {
         NcclResult::SUCCESS,
         "rank 1 ran nothing yet"
     );
-    // SAFETY: a live comm, a live buffer on rank 1's device.
     let other = Buf::new(3, 64);
     nccl_ok(
+        // SAFETY: a live comm, a live buffer on rank 1's device.
         unsafe { ncclAllReduce(other.ptr, other.ptr, 16, 7, 0, comms[1], streams[1]) },
         "late rank queues",
     );
@@ -367,8 +367,8 @@ fn abort_releases_waiting_ranks() {
     );
     // The aborted handle is gone.
     let mut n = 0;
-    // SAFETY: out-parameter; a stale handle is refused, not dereferenced.
     assert_eq!(
+        // SAFETY: out-parameter; a stale handle is refused, not dereferenced.
         unsafe { ncclCommCount(comms[0], &mut n) },
         NcclResult::INVALID_ARGUMENT
     );
@@ -383,14 +383,14 @@ fn foreign_unique_ids_are_refused() {
     id.internal[0] = b'Z' as std::ffi::c_char;
     set_device(0);
     let mut c = std::ptr::null_mut();
-    // SAFETY: out-parameter; id by value.
     assert_eq!(
+        // SAFETY: out-parameter; id by value.
         unsafe { ncclCommInitRank(&mut c, 2, id, 0) },
         NcclResult::INVALID_ARGUMENT
     );
     assert_contains(&last_nccl(std::ptr::null_mut()), &["ncclGetUniqueId"]);
-    // SAFETY: as above.
     assert_eq!(
+        // SAFETY: as above.
         unsafe { ncclCommInitRank(&mut c, 2, unique_id(), 2) },
         NcclResult::INVALID_ARGUMENT
     );

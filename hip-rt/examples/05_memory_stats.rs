@@ -29,7 +29,8 @@ fn main() {
         "num_alloc_retries",
         "num_ooms",
     ] {
-        println!("{key:<28} {}", stats.get(key).unwrap_or_default());
+        let value = common::check("reading a memory stat", stats.get(key));
+        println!("{key:<28} {value}");
     }
     print!("{}", common::check("summarising", d.memory_summary()));
     drop((small, kept));

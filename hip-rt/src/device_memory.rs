@@ -108,8 +108,14 @@ mod tests {
             );
         }
         let stats = d.memory_stats().unwrap();
-        assert_eq!(stats.get("allocated_bytes.all.current"), Some(0));
-        assert_eq!(stats.get("no.such.key"), None);
+        assert_eq!(stats.get("allocated_bytes.all.current"), Ok(0));
+        let typo = stats.get("allocated_byte.all.current").unwrap_err();
+        assert_eq!(typo.closest, "allocated_bytes.all.current");
+        assert!(
+            typo.to_string()
+                .contains("`allocated_byte.all.current` is not a memory_stats key"),
+            "{typo}"
+        );
         assert!(d.memory_summary().unwrap().contains("Allocated memory"));
     }
 }

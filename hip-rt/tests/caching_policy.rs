@@ -327,8 +327,8 @@ fn concurrent_threads_share_one_allocator() {
                     // SAFETY: `a` is a live host block of at least 512 bytes, owned here.
                     unsafe { p.write(t << 32 | i) };
                     std::thread::yield_now();
-                    // SAFETY: as above; written by this thread just before.
                     assert_eq!(
+                        // SAFETY: as above; written by this thread just before.
                         unsafe { p.read() },
                         t << 32 | i,
                         "block shared between threads"

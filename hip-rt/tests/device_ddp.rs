@@ -568,6 +568,23 @@ fn flags_and_means_agree_across_ranks() {
             "rank {r}"
         );
     }
+    // The mean as device scalars: rank r holds [r, 10·r]; every rank ends with the means.
+    let mut values: Vec<DeviceBuffer<f32>> = (0..4)
+        .map(|r| DeviceBuffer::from_slice(&streams[r], &[r as f32, 10.0 * r as f32]).unwrap())
+        .collect();
+    let g = GroupGuard::start().unwrap();
+    for r in 0..4 {
+        ddp::mean_in_place(&comms[r], &mut values[r], &streams[r]).unwrap();
+    }
+    g.end().unwrap();
+    for r in 0..4 {
+        comms[r].wait().unwrap();
+        assert_eq!(
+            values[r].to_vec(&streams[r]).unwrap(),
+            vec![1.5, 15.0],
+            "rank {r}"
+        );
+    }
 }
 
 // --- Several processes through torchrun's variables ----------------------------------------

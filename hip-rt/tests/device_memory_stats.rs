@@ -25,7 +25,7 @@ fn memory_stats_follow_a_known_sequence_on_the_shared_cache() {
         d.memory_stats()
             .unwrap()
             .get(key)
-            .unwrap_or_else(|| panic!("no key {key}"))
+            .unwrap_or_else(|e| panic!("{e}"))
     };
     assert_eq!(get("allocated_bytes.all.current"), 0);
 

@@ -198,7 +198,7 @@ pub fn hint(code: hipError_t) -> Option<&'static str> {
             "the code object has no ISA for this device: rebuild the kernels for the device's arch (set HIPK_ARCH to its gcnArchName, e.g. gfx906 or gfx928)"
         }
         hipError_t::hipErrorOutOfMemory => {
-            "device memory is exhausted: free buffers or reduce the batch size; check other processes with `hy-smi` or `rocm-smi`"
+            "device memory is exhausted: free buffers or reduce the batch size; check other processes with `/opt/hyhal/bin/hy-smi` (DTK) or `rocm-smi`"
         }
         hipError_t::hipErrorInvalidDevice => {
             "the device ordinal is out of range: see hipGetDeviceCount and HIP_VISIBLE_DEVICES"

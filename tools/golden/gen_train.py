@@ -5,7 +5,7 @@ fused QKV layout, and the gradient-clipping grad_scale.
 Called by gen.py. Same rules as there: every expected tensor is computed in float64 from the
 tensors stored in the same case (already rounded to their dtype), then cast; the float64
 definitions are asserted against torch (functional ops + autograd) before anything is written.
-Which stored tensors each expected value comes from is listed per op in README.md
+Which stored tensors each expected value comes from is listed per op in tools/golden/README.md
 ("Training-step ops").
 """
 import math

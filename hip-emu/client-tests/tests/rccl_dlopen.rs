@@ -56,8 +56,8 @@ fn nccl_h_prototypes_resolve_and_an_all_reduce_runs_across_threads() {
     common::setup(&[("HIPK_EMU_DEVICES", "2")]);
     let rccl = Rccl::open();
     let mut v = 0;
-    // SAFETY: int* out-parameter.
     assert_eq!(
+        // SAFETY: int* out-parameter.
         unsafe { rccl.sym::<GetVersion>("ncclGetVersion")(&mut v) },
         0
     );
@@ -79,8 +79,8 @@ fn nccl_h_prototypes_resolve_and_an_all_reduce_runs_across_threads() {
         "ncclGroupEnd",
         "ncclGetLastError",
     ] {
-        // SAFETY: only checks that the symbol exists.
         assert!(
+            // SAFETY: only checks that the symbol exists.
             unsafe { rccl.lib.get::<*const c_void>(name.as_bytes()) }.is_ok(),
             "{name}"
         );
@@ -90,8 +90,8 @@ fn nccl_h_prototypes_resolve_and_an_all_reduce_runs_across_threads() {
         unsafe { std::ffi::CStr::from_ptr(rccl.sym::<ErrorString>("ncclGetErrorString")(6)) };
     assert!(text.to_str().unwrap().contains("remote process exited"));
     let mut id = NcclUniqueId { internal: [0; 128] };
-    // SAFETY: ncclUniqueId* out-parameter.
     assert_eq!(
+        // SAFETY: ncclUniqueId* out-parameter.
         unsafe { rccl.sym::<GetUniqueId>("ncclGetUniqueId")(&mut id) },
         0
     );

@@ -150,7 +150,7 @@ fn wrong_argument_count_size_and_freed_pointers_name_the_kernel() {
     };
     let reverse = module.function("hipemu_test_reverse").unwrap();
     let d_in = DeviceBuffer::<i32>::zeroed(&stream, 256).unwrap();
-    // SAFETY (all three): rejected by hip-emu before anything runs.
+    // SAFETY: (all three) rejected by hip-emu before anything runs.
     let err = unsafe {
         stream
             .launch_builder(&reverse)

@@ -129,6 +129,7 @@ mod imp {
     struct Previous([libc::sigaction; 5]);
     // SAFETY: plain C data (function pointers and masks), never mutated after installation.
     unsafe impl Sync for Previous {}
+    // SAFETY: as for Sync: plain C data, no thread affinity.
     unsafe impl Send for Previous {}
 
     static PREVIOUS: OnceLock<Result<Previous, String>> = OnceLock::new();
@@ -227,7 +228,7 @@ mod imp {
         ctx: *mut libc::c_void,
     ) {
         let running = RUNNING.try_with(|c| c.get()).ok().flatten();
-        // SAFETY (whole body): the kernel passes valid siginfo and ucontext pointers to an
+        // SAFETY: (the whole body) the kernel passes valid siginfo and ucontext pointers to an
         // SA_SIGINFO handler; the trap handler belongs to the fibre marked running on this
         // thread, which is alive (the executor clears RUNNING before it drops a fibre).
         unsafe {

@@ -58,6 +58,8 @@ impl KernelInfo {
 // SAFETY: the pointers lead into a shared object that is never unloaded; the data they reach
 // (shim state, race state) is only touched under the executor lock.
 unsafe impl Send for KernelInfo {}
+// SAFETY: as for Send: shared reads of an object that is never unloaded; mutation only under
+// the executor lock.
 unsafe impl Sync for KernelInfo {}
 
 /// A loaded host build.

@@ -262,7 +262,7 @@ fn run_coll(comm: &Comm, c: &CollOp) -> Result<(), RcclFail> {
         )?;
         Desc::of(c, round as u64).write(comm);
         let mine = reg.coll_slot(me);
-        // SAFETY (all copies below): device ranges were checked against live allocations of
+        // SAFETY: (all copies below) device ranges were checked against live allocations of
         // this process when the call was queued (count * size bytes; hipFree waits for queued
         // work before unmapping); slots are SLOT bytes and `len` elements (times nranks for
         // ReduceScatter) fit one by construction of `per_round`; nobody reads our slot before

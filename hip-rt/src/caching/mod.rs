@@ -75,7 +75,9 @@ pub use error::{AllocError, OomHint, OutOfMemory};
 pub use hip::{HipBackend, HipEvent};
 pub use host::{HostBackend, HostBackendError, HostCounters, HostEvent, HostStream};
 pub use policy::{allocation_size, round_size};
-pub use stats::{BlockInfo, BlockState, SegmentInfo, Snapshot, Stat, StatArray, StatType, Stats};
+pub use stats::{
+    BlockInfo, BlockState, SegmentInfo, Snapshot, Stat, StatArray, StatKeyError, StatType, Stats,
+};
 pub use summary::memory_summary;
 
 use policy::{Policy, NONE};

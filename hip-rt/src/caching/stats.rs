@@ -32,6 +32,21 @@ impl Stat {
     }
 }
 
+/// A key [`Stats::get`] does not know.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "`{key}` is not a memory_stats key (did you mean `{closest}`?): keys are \
+     `<stat>.<all|small_pool|large_pool>.<current|peak|allocated|freed>`, \
+     `oversize_allocations.<part>`, `oversize_segments.<part>` or a `num_*` counter, as in \
+     torch.cuda.memory_stats(); Stats::to_flat lists every key"
+)]
+pub struct StatKeyError {
+    /// The key asked for.
+    pub key: String,
+    /// The known key closest to it (edit distance).
+    pub closest: String,
+}
+
 /// Which pool a statistic covers (PyTorch's `all`, `small_pool`, `large_pool`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum StatType {
@@ -168,12 +183,31 @@ impl Stats {
         self.num_device_free = 0;
     }
 
-    /// One value by its PyTorch key, e.g. `stats.get("allocated_bytes.all.current")`; `None`
-    /// for a key PyTorch does not have (or this allocator does not keep).
-    pub fn get(&self, key: &str) -> Option<u64> {
-        self.to_flat()
-            .into_iter()
-            .find_map(|(k, v)| (k == key).then_some(v))
+    /// One value by its PyTorch key, e.g. `stats.get("allocated_bytes.all.current")`.
+    ///
+    /// The keys are PyTorch's: `<stat>.<pool>.<part>` for the stats `allocation`, `segment`,
+    /// `active`, `inactive_split`, `allocated_bytes`, `reserved_bytes`, `active_bytes`,
+    /// `inactive_split_bytes`, `requested_bytes` with pool `all`, `small_pool` or `large_pool`;
+    /// `oversize_allocations.<part>` and `oversize_segments.<part>`, where part is `current`,
+    /// `peak`, `allocated` or `freed`; and `num_alloc_retries`, `num_ooms`,
+    /// `num_sync_all_streams`, `num_device_alloc`, `num_device_free`, `max_split_size`
+    /// ([`Stats::to_flat`] lists them all). Any other key is an error naming the closest one,
+    /// so a typo is never read as "no such statistic, 0".
+    pub fn get(&self, key: &str) -> Result<u64, StatKeyError> {
+        let flat = self.to_flat();
+        if let Some(v) = flat.iter().find_map(|(k, v)| (k == key).then_some(*v)) {
+            return Ok(v);
+        }
+        let closest = flat
+            .iter()
+            .map(|(k, _)| (strsim::levenshtein(k, key), k))
+            .min()
+            .map(|(_, k)| k.clone())
+            .unwrap_or_default();
+        Err(StatKeyError {
+            key: key.to_owned(),
+            closest,
+        })
     }
 
     /// The stats as PyTorch's flat `memory_stats()` dictionary, e.g.

@@ -115,6 +115,41 @@ impl Comm {
         call(op, self.rank(), self.inner.rccl.check_op(reduce.raw()))
     }
 
+    /// [`Comm::launch`] for an out-of-place collective: both views' devices checked, both
+    /// recorded on `stream`, `run` given their device pointers (send, recv).
+    fn launch_two<T: CommElement>(
+        &self,
+        op: &'static str,
+        stream: &Stream,
+        send: &impl DeviceView<T>,
+        recv: &impl DeviceView<T>,
+        run: impl FnOnce(*mut c_void, *mut c_void, ncclComm_t, hipStream_t) -> ncclResult_t,
+    ) -> Result<()> {
+        let (s, r) = (ptr_of(send), ptr_of(recv));
+        let devices = [send.buffer().device(), recv.buffer().device()];
+        let record = || {
+            send.buffer().record_stream(stream)?;
+            recv.buffer().record_stream(stream)
+        };
+        self.launch(op, stream, &devices, record, |comm, st| run(s, r, comm, st))
+    }
+
+    /// [`Comm::launch`] for a collective over one view (in place, send or receive): its device
+    /// checked, recorded on `stream`, `run` given its device pointer.
+    fn launch_one<T: CommElement>(
+        &self,
+        op: &'static str,
+        stream: &Stream,
+        buf: &impl DeviceView<T>,
+        run: impl FnOnce(*mut c_void, ncclComm_t, hipStream_t) -> ncclResult_t,
+    ) -> Result<()> {
+        let p = ptr_of(buf);
+        let record = || buf.buffer().record_stream(stream);
+        self.launch(op, stream, &[buf.buffer().device()], record, |comm, st| {
+            run(p, comm, st)
+        })
+    }
+
     /// `ncclAllReduce`: every rank's `recv` becomes the reduction of every rank's `send` (equal
     /// lengths).
     pub fn all_reduce<T: CommElement>(
@@ -128,20 +163,12 @@ impl Comm {
         expect_len(OP, "recv", recv.len(), send.len(), || "recv = send".into())?;
         self.check_op(OP, reduce)?;
         let f = call(OP, self.rank(), self.inner.rccl.api().ncclAllReduce())?;
-        let (s, r, count) = (ptr_of(send), ptr_of(&*recv), send.len());
-        let devices = [send.buffer().device(), recv.buffer().device()];
-        self.launch(
-            OP,
-            stream,
-            &devices,
-            || {
-                send.buffer().record_stream(stream)?;
-                recv.buffer().record_stream(stream)
-            },
+        let count = send.len();
+        self.launch_two(OP, stream, send, &*recv, |s, r, comm, st| {
             // SAFETY: `send` and `recv` are live device views of `count` elements of T on this
             // rank's device (checked), kept from reuse until the work ends (record_stream).
-            |comm, st| unsafe { f(s, r, count, T::DTYPE, reduce.raw(), comm, st) },
-        )
+            unsafe { f(s, r, count, T::DTYPE, reduce.raw(), comm, st) }
+        })
     }
 
     /// `ncclAllReduce` in place.
@@ -154,15 +181,11 @@ impl Comm {
         const OP: &str = "ncclAllReduce";
         self.check_op(OP, reduce)?;
         let f = call(OP, self.rank(), self.inner.rccl.api().ncclAllReduce())?;
-        let (p, count) = (ptr_of(&*buf), buf.len());
-        self.launch(
-            OP,
-            stream,
-            &[buf.buffer().device()],
-            || buf.buffer().record_stream(stream),
+        let count = buf.len();
+        self.launch_one(OP, stream, &*buf, |p, comm, st| {
             // SAFETY: `buf` is a live device view of `count` elements of T on this device.
-            |comm, st| unsafe { f(p, p, count, T::DTYPE, reduce.raw(), comm, st) },
-        )
+            unsafe { f(p, p, count, T::DTYPE, reduce.raw(), comm, st) }
+        })
     }
 
     /// `ncclReduceScatter`: `send` holds `recv.len() × world` elements; rank i's `recv` gets
@@ -183,20 +206,11 @@ impl Comm {
         })?;
         self.check_op(OP, reduce)?;
         let f = call(OP, self.rank(), self.inner.rccl.api().ncclReduceScatter())?;
-        let (s, r) = (ptr_of(send), ptr_of(&*recv));
-        let devices = [send.buffer().device(), recv.buffer().device()];
-        self.launch(
-            OP,
-            stream,
-            &devices,
-            || {
-                send.buffer().record_stream(stream)?;
-                recv.buffer().record_stream(stream)
-            },
+        self.launch_two(OP, stream, send, &*recv, |s, r, comm, st| {
             // SAFETY: `send` holds count × world elements and `recv` count (checked), both live
             // views on this device, kept from reuse until the work ends.
-            |comm, st| unsafe { f(s, r, count, T::DTYPE, reduce.raw(), comm, st) },
-        )
+            unsafe { f(s, r, count, T::DTYPE, reduce.raw(), comm, st) }
+        })
     }
 
     /// `ncclReduceScatter` in place: `buf` holds one block per rank; rank i's block i becomes
@@ -211,17 +225,12 @@ impl Comm {
         let count = block_count(OP, buf.len(), self.world())?;
         self.check_op(OP, reduce)?;
         let f = call(OP, self.rank(), self.inner.rccl.api().ncclReduceScatter())?;
-        let p = ptr_of(&*buf);
-        let r = offset::<T>(p, self.rank() * count);
-        self.launch(
-            OP,
-            stream,
-            &[buf.buffer().device()],
-            || buf.buffer().record_stream(stream),
+        self.launch_one(OP, stream, &*buf, |p, comm, st| {
+            let r = offset::<T>(p, self.rank() * count);
             // SAFETY: `buf` holds count × world elements; the receive block is its rank-th
             // block (RCCL's in-place rule), inside it.
-            |comm, st| unsafe { f(p, r, count, T::DTYPE, reduce.raw(), comm, st) },
-        )
+            unsafe { f(p, r, count, T::DTYPE, reduce.raw(), comm, st) }
+        })
     }
 
     /// `ncclAllGather`: `recv` holds `send.len() × world` elements; block i comes from rank i.
@@ -239,20 +248,11 @@ impl Comm {
             format!("recv = send ({count}) × world ({world})")
         })?;
         let f = call(OP, self.rank(), self.inner.rccl.api().ncclAllGather())?;
-        let (s, r) = (ptr_of(send), ptr_of(&*recv));
-        let devices = [send.buffer().device(), recv.buffer().device()];
-        self.launch(
-            OP,
-            stream,
-            &devices,
-            || {
-                send.buffer().record_stream(stream)?;
-                recv.buffer().record_stream(stream)
-            },
+        self.launch_two(OP, stream, send, &*recv, |s, r, comm, st| {
             // SAFETY: `send` holds count elements and `recv` count × world (checked), both live
             // views on this device, kept from reuse until the work ends.
-            |comm, st| unsafe { f(s, r, count, T::DTYPE, comm, st) },
-        )
+            unsafe { f(s, r, count, T::DTYPE, comm, st) }
+        })
     }
 
     /// `ncclAllGather` in place: `buf` holds one block per rank, rank i contributing its block i.
@@ -264,17 +264,12 @@ impl Comm {
         const OP: &str = "ncclAllGather";
         let count = block_count(OP, buf.len(), self.world())?;
         let f = call(OP, self.rank(), self.inner.rccl.api().ncclAllGather())?;
-        let r = ptr_of(&*buf);
-        let s = offset::<T>(r, self.rank() * count);
-        self.launch(
-            OP,
-            stream,
-            &[buf.buffer().device()],
-            || buf.buffer().record_stream(stream),
+        self.launch_one(OP, stream, &*buf, |r, comm, st| {
+            let s = offset::<T>(r, self.rank() * count);
             // SAFETY: `buf` holds count × world elements; the send block is its rank-th block
             // (RCCL's in-place rule), inside it.
-            |comm, st| unsafe { f(s, r, count, T::DTYPE, comm, st) },
-        )
+            unsafe { f(s, r, count, T::DTYPE, comm, st) }
+        })
     }
 
     /// `ncclBroadcast`: every rank's `recv` gets root's `send` (read on the root only; equal
@@ -290,19 +285,11 @@ impl Comm {
         expect_len(OP, "recv", recv.len(), send.len(), || "recv = send".into())?;
         let root = check_rank(OP, "root", root, self.world())?;
         let f = call(OP, self.rank(), self.inner.rccl.api().ncclBroadcast())?;
-        let (s, r, count) = (ptr_of(send), ptr_of(&*recv), send.len());
-        let devices = [send.buffer().device(), recv.buffer().device()];
-        self.launch(
-            OP,
-            stream,
-            &devices,
-            || {
-                send.buffer().record_stream(stream)?;
-                recv.buffer().record_stream(stream)
-            },
+        let count = send.len();
+        self.launch_two(OP, stream, send, &*recv, |s, r, comm, st| {
             // SAFETY: both live views of `count` elements on this device (checked).
-            |comm, st| unsafe { f(s, r, count, T::DTYPE, root, comm, st) },
-        )
+            unsafe { f(s, r, count, T::DTYPE, root, comm, st) }
+        })
     }
 
     /// `ncclBroadcast` in place: root's `buf` is copied into every other rank's.
@@ -315,15 +302,11 @@ impl Comm {
         const OP: &str = "ncclBroadcast";
         let root = check_rank(OP, "root", root, self.world())?;
         let f = call(OP, self.rank(), self.inner.rccl.api().ncclBroadcast())?;
-        let (p, count) = (ptr_of(&*buf), buf.len());
-        self.launch(
-            OP,
-            stream,
-            &[buf.buffer().device()],
-            || buf.buffer().record_stream(stream),
+        let count = buf.len();
+        self.launch_one(OP, stream, &*buf, |p, comm, st| {
             // SAFETY: a live view of `count` elements on this device.
-            |comm, st| unsafe { f(p, p, count, T::DTYPE, root, comm, st) },
-        )
+            unsafe { f(p, p, count, T::DTYPE, root, comm, st) }
+        })
     }
 
     /// `ncclReduce`: root's `recv` becomes the reduction of every rank's `send` (`recv` is
@@ -341,19 +324,11 @@ impl Comm {
         let root = check_rank(OP, "root", root, self.world())?;
         self.check_op(OP, reduce)?;
         let f = call(OP, self.rank(), self.inner.rccl.api().ncclReduce())?;
-        let (s, r, count) = (ptr_of(send), ptr_of(&*recv), send.len());
-        let devices = [send.buffer().device(), recv.buffer().device()];
-        self.launch(
-            OP,
-            stream,
-            &devices,
-            || {
-                send.buffer().record_stream(stream)?;
-                recv.buffer().record_stream(stream)
-            },
+        let count = send.len();
+        self.launch_two(OP, stream, send, &*recv, |s, r, comm, st| {
             // SAFETY: both live views of `count` elements on this device (checked).
-            |comm, st| unsafe { f(s, r, count, T::DTYPE, reduce.raw(), root, comm, st) },
-        )
+            unsafe { f(s, r, count, T::DTYPE, reduce.raw(), root, comm, st) }
+        })
     }
 
     /// `ncclReduce` in place: root's `buf` becomes the reduction of every rank's.
@@ -368,15 +343,11 @@ impl Comm {
         let root = check_rank(OP, "root", root, self.world())?;
         self.check_op(OP, reduce)?;
         let f = call(OP, self.rank(), self.inner.rccl.api().ncclReduce())?;
-        let (p, count) = (ptr_of(&*buf), buf.len());
-        self.launch(
-            OP,
-            stream,
-            &[buf.buffer().device()],
-            || buf.buffer().record_stream(stream),
+        let count = buf.len();
+        self.launch_one(OP, stream, &*buf, |p, comm, st| {
             // SAFETY: a live view of `count` elements on this device.
-            |comm, st| unsafe { f(p, p, count, T::DTYPE, reduce.raw(), root, comm, st) },
-        )
+            unsafe { f(p, p, count, T::DTYPE, reduce.raw(), root, comm, st) }
+        })
     }
 
     /// `ncclSend` of `buf` to rank `peer` (which must call [`Comm::recv`] with the same count
@@ -390,15 +361,11 @@ impl Comm {
         const OP: &str = "ncclSend";
         let peer = check_rank(OP, "peer", peer, self.world())?;
         let f = call(OP, self.rank(), self.inner.rccl.api().ncclSend())?;
-        let (p, count) = (ptr_of(buf), buf.len());
-        self.launch(
-            OP,
-            stream,
-            &[buf.buffer().device()],
-            || buf.buffer().record_stream(stream),
+        let count = buf.len();
+        self.launch_one(OP, stream, buf, |p, comm, st| {
             // SAFETY: a live view of `count` elements on this device.
-            |comm, st| unsafe { f(p, count, T::DTYPE, peer, comm, st) },
-        )
+            unsafe { f(p, count, T::DTYPE, peer, comm, st) }
+        })
     }
 
     /// `ncclRecv` into `buf` from rank `peer`.
@@ -411,14 +378,10 @@ impl Comm {
         const OP: &str = "ncclRecv";
         let peer = check_rank(OP, "peer", peer, self.world())?;
         let f = call(OP, self.rank(), self.inner.rccl.api().ncclRecv())?;
-        let (p, count) = (ptr_of(&*buf), buf.len());
-        self.launch(
-            OP,
-            stream,
-            &[buf.buffer().device()],
-            || buf.buffer().record_stream(stream),
+        let count = buf.len();
+        self.launch_one(OP, stream, &*buf, |p, comm, st| {
             // SAFETY: a live, exclusively borrowed view of `count` elements on this device.
-            |comm, st| unsafe { f(p, count, T::DTYPE, peer, comm, st) },
-        )
+            unsafe { f(p, count, T::DTYPE, peer, comm, st) }
+        })
     }
 }

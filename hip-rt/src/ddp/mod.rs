@@ -84,6 +84,7 @@ pub use secret::{Secret, SECRET_FILE_VAR, SECRET_VAR};
 use crate::comm::MAX_TIMEOUT;
 pub use scalar::{
     any_across_devices, any_across_ranks, any_in_place, mean_across_devices, mean_across_ranks,
+    mean_in_place,
 };
 pub use zero::ShardPlan;
 

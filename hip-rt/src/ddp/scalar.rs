@@ -18,6 +18,18 @@ pub fn any_in_place(
     Ok(comm.all_reduce_in_place(flags, ReduceOp::Max, stream)?)
 }
 
+/// Queue on `stream`: every rank's `values` (f32 on the device, e.g. the step's loss, which
+/// never has to visit the host) becomes the mean over ranks, element by element (RCCL's
+/// `ncclAvg`, NCCL 2.10 or newer: an older RCCL is a typed error, never a wrong mean). No host
+/// wait.
+pub fn mean_in_place(
+    comm: &Comm,
+    values: &mut impl DeviceViewMut<f32>,
+    stream: &Stream,
+) -> Result<(), DdpError> {
+    Ok(comm.all_reduce_in_place(values, ReduceOp::Avg, stream)?)
+}
+
 /// True on every rank when `local` is true on any rank.
 ///
 /// # Host wait

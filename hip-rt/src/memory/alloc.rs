@@ -117,7 +117,7 @@ fn out_of_memory(ordinal: i32, requested: usize) -> Error {
     let detail = match result::device::mem_info() {
         Ok((free, total)) => format!(
             "hipMalloc failed with {} MiB free of {} MiB. Free or drop buffers, reduce the batch size, \
-             or check other processes with `hy-smi` / `rocm-smi`",
+             or check other processes with `/opt/hyhal/bin/hy-smi` (DTK) / `rocm-smi`",
             free >> 20,
             total >> 20
         ),

@@ -118,7 +118,7 @@ impl Module {
         let raw = unsafe { result::module::get_function(self.inner.raw, &cname) }
             .map_err(|e| map_function_error(e, name, &self.inner.kernels))?;
         let device_limits = *self.inner.device.limits();
-        // SAFETY (both calls): `raw` is a live function of the live module.
+        // SAFETY: `raw` is a live function of the live module (this call and the next).
         let max_threads = unsafe {
             result::module::func_attribute(
                 raw,

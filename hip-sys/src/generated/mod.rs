@@ -15,6 +15,7 @@
     unsafe_op_in_unsafe_fn,
     clippy::all,
     clippy::pedantic,
+    clippy::undocumented_unsafe_blocks,
     rustdoc::all,
     missing_docs
 )]

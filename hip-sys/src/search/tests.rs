@@ -223,3 +223,20 @@ fn a_bare_override_name_is_neither_probed_nor_opened() {
     assert!(!is_bare_name(Path::new("./libamdhip64.so")));
     assert!(!is_bare_name(Path::new("/opt/rocm/lib/libamdhip64.so")));
 }
+
+/// DTK 26.04's env.sh sets `ROCM_PATH=/opt/dtk/.hyhal` (the driver userspace), where no HIP
+/// runtime lives: DTK's own library folders must still be searched after it.
+#[test]
+fn dtk_2604_rocm_path_keeps_dtks_library_folders() {
+    let t = targets(&HIP_RUNTIME, &env_of(&[("ROCM_PATH", "/opt/dtk/.hyhal")]));
+    assert_eq!(
+        dirs_of(&t),
+        [
+            "/opt/dtk/.hyhal/lib",
+            "/opt/dtk/.hyhal/hip/lib",
+            "/opt/dtk/hip/lib",
+            "/opt/dtk/lib",
+            "/opt/rocm/lib"
+        ]
+    );
+}

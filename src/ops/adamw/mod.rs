@@ -124,7 +124,59 @@ pub struct AdamWTensor<'a, S: Space, T: hip_rt::Element> {
     pub lr_scale: Option<f64>,
 }
 
-impl<S: Space, T: hip_rt::Element> AdamWTensor<'_, S, T> {
+impl<'a, S: Space, T: hip_rt::Element> AdamWTensor<'a, S, T> {
+    /// One tensor with its gradient and moments: no amsgrad state, no master weights, the
+    /// call's weight decay and learning rate (set the optional fields with the `with_` methods).
+    pub fn new(
+        param: S::Out<'a, T>,
+        grad: S::In<'a, T>,
+        exp_avg: S::Out<'a, f32>,
+        exp_avg_sq: S::Out<'a, f32>,
+    ) -> Self {
+        Self {
+            param,
+            grad,
+            exp_avg,
+            exp_avg_sq,
+            max_exp_avg_sq: None,
+            master: None,
+            weight_decay: None,
+            lr_scale: None,
+        }
+    }
+
+    /// The same, updating f32 master weights (`param` then receives their rounded copy).
+    pub fn with_master(self, master: S::Out<'a, f32>) -> Self {
+        Self {
+            master: Some(master),
+            ..self
+        }
+    }
+
+    /// The same with amsgrad's running maximum of the second moment.
+    pub fn with_max_exp_avg_sq(self, max_exp_avg_sq: S::Out<'a, f32>) -> Self {
+        Self {
+            max_exp_avg_sq: Some(max_exp_avg_sq),
+            ..self
+        }
+    }
+
+    /// The same with this tensor's own decoupled weight decay (0 for biases and norms).
+    pub fn with_weight_decay(self, weight_decay: f64) -> Self {
+        Self {
+            weight_decay: Some(weight_decay),
+            ..self
+        }
+    }
+
+    /// The same with this tensor's learning rate scaled by `lr_scale`.
+    pub fn with_lr_scale(self, lr_scale: f64) -> Self {
+        Self {
+            lr_scale: Some(lr_scale),
+            ..self
+        }
+    }
+
     /// The hyper-parameters this tensor is updated with: `c` with `lr · lr_scale` and this
     /// tensor's `weight_decay` when given (exactly `c` when neither is), validated.
     pub fn hyper(&self, c: &AdamWParams) -> Result<AdamWParams, ShapeError> {
@@ -222,6 +274,29 @@ impl<S: Space, T: hip_rt::Element> AdamW<'_, '_, S, T> {
 mod tests {
     use super::*;
     use crate::params::Host;
+
+    #[test]
+    fn the_builder_sets_exactly_the_fields_it_names() {
+        let (mut p, g, mut m, mut v, mut w) = (
+            [0.0f32; 2],
+            [0.0f32; 2],
+            [0.0f32; 2],
+            [0.0f32; 2],
+            [0.0f32; 2],
+        );
+        let t = AdamWTensor::<Host, f32>::new(&mut p, &g, &mut m, &mut v);
+        assert!(t.master.is_none() && t.max_exp_avg_sq.is_none());
+        assert_eq!((t.weight_decay, t.lr_scale), (None, None));
+        let t = t
+            .with_master(&mut w)
+            .with_weight_decay(0.0)
+            .with_lr_scale(2.0);
+        assert!(t.master.is_some() && t.max_exp_avg_sq.is_none());
+        assert_eq!((t.weight_decay, t.lr_scale), (Some(0.0), Some(2.0)));
+        let c = AdamWParams::default();
+        let h = t.hyper(&c).unwrap();
+        assert_eq!((h.lr, h.weight_decay), (c.lr * 2.0, 0.0));
+    }
 
     #[test]
     fn validation_names_the_values() {

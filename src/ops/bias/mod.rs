@@ -38,6 +38,39 @@ pub struct MatmulBiasParams {
 }
 
 impl MatmulBiasParams {
+    /// `out[m, n] = a[m, k]·b[k, n] + bias[n]`: one product, nothing transposed, no GELU (set
+    /// the other fields with the builder methods or struct update syntax).
+    pub fn new(m: usize, n: usize, k: usize) -> Self {
+        Self {
+            batch: 1,
+            m,
+            n,
+            k,
+            trans_a: false,
+            trans_b: false,
+            gelu: false,
+        }
+    }
+
+    /// The same with `batch` independent products sharing the bias.
+    pub fn batched(self, batch: usize) -> Self {
+        Self { batch, ..self }
+    }
+
+    /// The same with A and/or B stored transposed.
+    pub fn transposed(self, trans_a: bool, trans_b: bool) -> Self {
+        Self {
+            trans_a,
+            trans_b,
+            ..self
+        }
+    }
+
+    /// The same with GELU (tanh approximation) applied after the bias.
+    pub fn with_gelu(self) -> Self {
+        Self { gelu: true, ..self }
+    }
+
     /// The GEMM part (alpha 1, beta 0).
     pub fn matmul(&self) -> MatmulParams {
         MatmulParams {
@@ -102,6 +135,23 @@ pub struct BiasParams {
 impl BiasParams {
     /// Operation name used in errors.
     pub const OP: &'static str = "bias_backward";
+
+    /// `dbias[cols] = Σ over rows of dout[rows, cols]`, overwriting `dbias`.
+    pub fn new(rows: usize, cols: usize) -> Self {
+        Self {
+            rows,
+            cols,
+            accumulate: false,
+        }
+    }
+
+    /// The same, adding into `dbias` (gradient accumulation) instead of overwriting it.
+    pub fn accumulating(self) -> Self {
+        Self {
+            accumulate: true,
+            ..self
+        }
+    }
 }
 
 /// `dbias[j] (+)= Σ_i dout[i, j]`.
@@ -121,5 +171,32 @@ impl<S: Space, T: hip_rt::Element> BiasBackward<'_, S, T> {
         let n = checked_len(BiasParams::OP, "dout", &[p.rows, p.cols])?;
         check_len(BiasParams::OP, "dout", n, self.dout.numel())?;
         check_len(BiasParams::OP, "dbias", p.cols, self.dbias.numel())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn constructors_give_the_plain_case_and_builders_change_one_thing() {
+        let p = MatmulBiasParams::new(4, 8, 16);
+        assert_eq!(
+            (p.batch, p.m, p.n, p.k, p.trans_a, p.trans_b, p.gelu),
+            (1, 4, 8, 16, false, false, false)
+        );
+        let q = p.batched(3).transposed(false, true).with_gelu();
+        assert_eq!(
+            (q.batch, q.trans_a, q.trans_b, q.gelu),
+            (3, false, true, true)
+        );
+        let g = q.matmul();
+        assert_eq!(
+            (g.batch, g.m, g.n, g.k, g.trans_b, g.alpha, g.beta),
+            (3, 4, 8, 16, true, 1.0, 0.0)
+        );
+        let b = BiasParams::new(5, 7);
+        assert_eq!((b.rows, b.cols, b.accumulate), (5, 7, false));
+        assert!(b.accumulating().accumulate);
     }
 }

@@ -168,7 +168,7 @@ impl MatmulParams {
                     OP,
                     ld_name,
                     ld,
-                    "must be at least the stored row length (a: k, or m if trans_a; b: n, or k                      if trans_b; out: n)",
+                    "must be at least the stored row length (a: k, or m if trans_a; b: n, or k if trans_b; out: n)",
                 ));
             }
             let fits = |name, v: usize| match i64::try_from(v) {
@@ -211,7 +211,7 @@ impl MatmulParams {
                     OP,
                     "stride_c",
                     sc,
-                    "batch items of out would overlap: use stride_c >= (m - 1)·ldc + n (items                      one after another) or stride_c >= n with (batch - 1)·stride_c + n <= ldc                      (items side by side in each row)",
+                    "batch items of out would overlap: use stride_c >= (m - 1)·ldc + n (items one after another) or stride_c >= n with (batch - 1)·stride_c + n <= ldc (items side by side in each row)",
                 ));
             }
         }
@@ -285,7 +285,7 @@ impl<S: Space, T: hip_rt::Element> Matmul<'_, S, T> {
                     op,
                     name: tensor,
                     value: format!("{len} elements (the layout {:?} reaches {reach})", p.layout),
-                    reason: "the buffer ends before the layout's last element; pass a longer                              view or fix the leading dimension / batch stride",
+                    reason: "the buffer ends before the layout's last element; pass a longer view or fix the leading dimension / batch stride",
                 });
             }
         }
