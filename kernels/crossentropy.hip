@@ -38,9 +38,9 @@
 //   kernel                    VGPRs  SGPRs  LDS B  waves/SIMD  scratch  spills
 //   crossentropy_count_i32       13     22    128          10        0       0
 //   crossentropy_mean_f32        12     22    256          10        0       0
-//   crossentropy_f32             28     66    256           9        0       0
-//   crossentropy_f16             39     69    256           6        0       0
-//   crossentropy_bf16            43     71    256           5        0       0
+//   crossentropy_f32             28     72    256           9        0       0
+//   crossentropy_f16             39     75    256           6        0       0
+//   crossentropy_bf16            43     77    256           5        0       0
 #include "common.h"
 
 namespace {
