@@ -10,11 +10,11 @@
 //! 4. with `dweight`, `dW += dlogitsᵀ·h_chunk` (matmul, `trans_a`, `beta = 1`).
 //!
 //! then the reduction of all `N` losses into `loss` / `totals`. Each chunk holds whole rows, so
-//! the softmax of a row is the plain op's two passes over one buffer (no online merge across
-//! vocabulary chunks), and the results equal the plain path's (matmul to `[N, V]` logits, then
-//! [`super::softmax_cross_entropy`]) bit for bit when the matmul's per-element sums do not depend
-//! on `R` (as with the plain kernels; `dW` sums over rows chunk by chunk, so it differs from
-//! a single GEMM over all rows by f32 rounding only).
+//! the softmax of a row is the plain op's (its online max/sum pass and its gradient pass over one
+//! buffer; no merge across vocabulary chunks). The arithmetic is the plain path's (matmul to
+//! `[N, V]` logits, then [`super::softmax_cross_entropy`]) except that `dW` is summed over rows
+//! chunk by chunk (`beta = 1`), which changes its f32 rounding only; the tests compare with the
+//! f64 reference, not bit for bit with the plain path.
 
 use super::device::{
     check_limits, error_ptr, launch_count, launch_reduce, launch_rows, opt_ptr, RowsPtrs,
