@@ -103,6 +103,7 @@ fn crossentropy<T: DeviceElement>(c: &mut Criterion, s: &Stream, label: &str) {
         vocab,
         padded_vocab,
         dloss: Some(1.0),
+        divisor: None,
     };
     let mut logits = filled::<T>(s, rows * padded_vocab, 0.1);
     let targets = DeviceBuffer::from_slice(s, &vec![7i32; rows]).expect("targets");
@@ -120,6 +121,7 @@ fn crossentropy<T: DeviceElement>(c: &mut Criterion, s: &Stream, label: &str) {
                     targets: &targets,
                     losses: &mut losses,
                     loss: None,
+                    totals: None,
                     error: None,
                 },
             )

@@ -1,6 +1,7 @@
 // kernels/crossentropy.hip — fused softmax + cross-entropy over logits [rows, Vp] (llm.c's fused
-// classifier), PyTorch's ignore_index = -100 and mean reduction; dlogits written over the
-// logits in place.
+// classifier), PyTorch's ignore_index = -100, mean reduction or an explicit divisor; dlogits
+// written over the logits in place. The chunked linear_crossentropy (src/ops/crossentropy/
+// linear_device.rs) runs the same three kernels on row chunks of h·Wᵀ.
 //
 // NEVER RUN ON A GPU: compiled and statically checked for gfx906 only; executed on the CPU by
 // hip-emu (the emulated HIP device) in the device tests, against the CPU reference.
@@ -9,22 +10,26 @@
 //   crossentropy_count_i32(targets, rows, count): one block; *count = number of targets that
 //     are not -100 (as f32: exact below 2^24 rows).
 //   crossentropy_<T>(logits, targets, losses, count, rows, vocab, padded_vocab, dloss,
-//                    write_grad, error): one block per row (grid-stride over rows).
+//                    write_grad, divisor, first_row, error): one block per row (grid-stride
+//                    over rows); first_row is the index of row 0 in the caller's tensor (a
+//                    chunk's offset), used only in the error flag.
 //     Pass 1 reads the first `vocab` columns once and keeps a running (max, Σ exp(x − max)) per
 //     thread, rescaled when the max grows (online softmax), so any finite logits (±1e4) are
 //     stable; the per-thread pairs combine across the block in wave order (deterministic).
 //     losses[row] = (max − x[target]) + log Σ (f32; lse = max + log Σ is never rounded as a
 //     whole, which at |x| ~ 1e4 would cost 1e-3).
 //     Pass 2 (write_grad != 0) overwrites the row: dlogits_j = (exp((x_j − max) − log Σ) − [j = target])·
-//     dloss/*count for j < vocab; the padding columns vocab..padded_vocab are set to 0 (they are
+//     dloss/n for j < vocab, n = divisor when > 0, else *count; the padding columns vocab..padded_vocab are set to 0 (they are
 //     a gradient of nothing; zeroing them keeps garbage out of the classifier's backward matmul).
 //     The row is read twice and written once: the [rows, V] probabilities are never stored.
 //     Ignored rows: loss 0, and with write_grad the whole row (padding included) set to 0.
-//     Targets outside 0..vocab that are not -100: atomicMin(error, row) if error is not null (the launcher sets
+//     Targets outside 0..vocab that are not -100: atomicMin(error, first_row + row) if error is not null (the launcher sets
 //     *error = 0xffffffff first; the caller reads the first bad row with its next read-back),
 //     loss NaN and, with write_grad, a NaN row; the target is never used as an index.
-//   crossentropy_mean_f32(losses, count, rows, mean): one block; *mean = Σ losses / *count,
-//     summed in f64 in a fixed order; NaN when every row is ignored (PyTorch's 0/0).
+//   crossentropy_mean_f32(losses, count, rows, divisor, mean, totals): one block; Σ losses
+//     summed in f64 in a fixed order; if mean is not null, *mean = Σ / n (n as above; NaN when
+//     every row is ignored and no divisor is given: PyTorch's 0/0); if totals is not null,
+//     totals[0] += Σ and totals[1] += *count (accumulated over micro-batches by the caller).
 // 16-byte vector accesses (4 f32 or 8 f16/bf16 per thread) where a pack is aligned and inside
 // the row (rows of an aligned Vp, e.g. 50304), scalar accesses otherwise.
 //
@@ -33,9 +38,9 @@
 //   kernel                    VGPRs  SGPRs  LDS B  waves/SIMD  scratch  spills
 //   crossentropy_count_i32       13     22    128          10        0       0
 //   crossentropy_mean_f32        12     22    256          10        0       0
-//   crossentropy_f32             28     66    256           9        0       0
-//   crossentropy_f16             39     69    256           6        0       0
-//   crossentropy_bf16            43     71    256           5        0       0
+//   crossentropy_f32             28     72    256           9        0       0
+//   crossentropy_f16             39     75    256           6        0       0
+//   crossentropy_bf16            43     77    256           5        0       0
 #include "common.h"
 
 namespace {
@@ -80,7 +85,8 @@ template <typename T>
 __device__ void crossentropy_impl(T* __restrict__ logits, const int* __restrict__ targets,
                                   float* __restrict__ losses, const float* __restrict__ count,
                                   int64_t rows, int vocab, int padded, float dloss,
-                                  int write_grad, unsigned* __restrict__ error) {
+                                  int write_grad, float divisor, int64_t first_row,
+                                  unsigned* __restrict__ error) {
   constexpr int N = hipk::VecWidth<T>::value;
   __shared__ float lds[2 * hipk::kMaxWavesPerBlock];
   const float nan = __int_as_float(0x7fc00000);
@@ -92,7 +98,7 @@ __device__ void crossentropy_impl(T* __restrict__ logits, const int* __restrict_
     if (ignored || bad) {  // block-uniform
       if (threadIdx.x == 0) {
         losses[row] = bad ? nan : 0.0f;
-        if (bad && error != nullptr) atomicMin(error, static_cast<unsigned>(row));
+        if (bad && error != nullptr) atomicMin(error, static_cast<unsigned>(first_row + row));
       }
       if (write_grad != 0) {
         float v[N];
@@ -129,7 +135,7 @@ __device__ void crossentropy_impl(T* __restrict__ logits, const int* __restrict_
     const float log_s = logf(s);
     if (threadIdx.x == 0) losses[row] = (m - x_target) + log_s;
     if (write_grad == 0) continue;
-    const float scale = dloss / *count;
+    const float scale = dloss / (divisor > 0.0f ? divisor : *count);
     for (int c = static_cast<int>(threadIdx.x) * N; c < padded; c += blockDim.x * N) {
       float v[N];
       hipk::load_floats<N>(x, c, vocab, v);
@@ -156,7 +162,8 @@ __device__ void count_impl(const int* __restrict__ targets, int64_t rows, float*
 }
 
 __device__ void mean_impl(const float* __restrict__ losses, const float* __restrict__ count,
-                          int64_t rows, float* __restrict__ mean) {
+                          int64_t rows, float divisor, float* __restrict__ mean,
+                          float* __restrict__ totals) {
   __shared__ double lds[hipk::kMaxWavesPerBlock];
   double sum = 0.0;
   for (int64_t i = threadIdx.x; i < rows; i += blockDim.x) sum += losses[i];
@@ -169,7 +176,12 @@ __device__ void mean_impl(const float* __restrict__ losses, const float* __restr
     const int waves = (static_cast<int>(blockDim.x) + warpSize - 1) / warpSize;
     double total = 0.0;
     for (int w = 0; w < waves; ++w) total += lds[w];
-    *mean = static_cast<float>(total / static_cast<double>(*count));
+    const double n = divisor > 0.0f ? static_cast<double>(divisor) : static_cast<double>(*count);
+    if (mean != nullptr) *mean = static_cast<float>(total / n);
+    if (totals != nullptr) {
+      totals[0] = static_cast<float>(static_cast<double>(totals[0]) + total);
+      totals[1] += *count;
+    }
   }
 }
 
@@ -180,16 +192,18 @@ HIPK_KERNEL(crossentropy_count_i32, kCrossEntropyBlock)(const int* targets, int6
 }
 
 HIPK_KERNEL(crossentropy_mean_f32, kCrossEntropyBlock)
-(const float* losses, const float* count, int64_t rows, float* mean) {
-  mean_impl(losses, count, rows, mean);
+(const float* losses, const float* count, int64_t rows, float divisor, float* mean,
+ float* totals) {
+  mean_impl(losses, count, rows, divisor, mean, totals);
 }
 
 #define CROSSENTROPY_KERNELS(suffix, T)                                                       \
   HIPK_KERNEL(crossentropy_##suffix, kCrossEntropyBlock)                                                  \
   (T* logits, const int* targets, float* losses, const float* count, int64_t rows, int vocab, \
-   int padded, float dloss, int write_grad, unsigned* error) {                                \
+   int padded, float dloss, int write_grad, float divisor, int64_t first_row,                 \
+   unsigned* error) {                                                                         \
     crossentropy_impl<T>(logits, targets, losses, count, rows, vocab, padded, dloss,          \
-                         write_grad, error);                                                  \
+                         write_grad, divisor, first_row, error);                              \
   }
 
 HIPK_DTYPES(CROSSENTROPY_KERNELS)

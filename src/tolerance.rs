@@ -47,6 +47,18 @@
 //! `s = dloss/n` (n counted rows) can be ~1e-7 for a 50257-wide row, far below the default
 //! atol, so the absolute floor scales with `s`; `p = exp(x − lse)` inherits the relative error
 //! of `lse`'s sum of V exponentials (`4·u·V`, rule 2 as a relative term).
+//!
+//! **Linear cross-entropy** ([`linear_crossentropy`]): the device stores the logits `h·Wᵀ` and
+//! their gradient in the storage type between its GEMMs (as the plain path, matmul to logits
+//! then the fused cross-entropy, does); the f64 reference rounds nothing. A logit rounded to
+//! `T` moves by at most `u_T·X` (X = the largest |logit| of the case), which moves a loss by at
+//! most `2·u_T·X` and each `p_j` by a relative `2·u_T·X`; the stored gradient adds `u_T`
+//! relative and the kernel's f32 softmax `4·u·V` (as above). So, with `s = dloss/n`:
+//! losses and the loss get `atol += 2·u_T·X` over rule 2 with `L = C + V`; `dh = Σ_j g_j·W_j`
+//! (`Σ_j |g_j| ≤ 2s`) gets `atol += 2s·Wmax·(u_T·(2X + 1) + 4u·V)` plus rule 2 over `V` terms
+//! of size `s·Wmax`; `dW_j (+)= Σ_i g_ij·h_i` the same per row, times the `N` rows, with
+//! `Hmax`. For f32 these are rule 2; for bf16 (`u_T = 2^-8`, X ≈ 4) about 7% of `s·Wmax`,
+//! still far below the `O(s·Wmax)` error of a wrong or missing chunk.
 
 use crate::params::DType;
 
@@ -174,6 +186,69 @@ pub fn softmax_gradient(dtype: DType, vocab: usize, scale: f64) -> Tolerance {
     Tolerance {
         rtol: base.rtol + 4.0 * U_F32 * vocab.max(1) as f64,
         atol: base.atol * scale,
+    }
+}
+
+/// What [`linear_crossentropy`] needs to know of a case: sizes, the gradient scale
+/// `s = dloss/n` and the largest magnitudes of the logits, `h` and `W`.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct LinearCeBounds {
+    /// Rows N.
+    pub rows: usize,
+    /// Hidden size C.
+    pub dim: usize,
+    /// Classes V.
+    pub vocab: usize,
+    /// `|dloss| / n` (the gradient's scale).
+    pub scale: f64,
+    /// Largest |h·Wᵀ| of the case.
+    pub logit_max: f64,
+    /// Largest |h|.
+    pub h_max: f64,
+    /// Largest |W|.
+    pub w_max: f64,
+}
+
+/// The tolerance of `linear_crossentropy`'s `output` (`losses`, `loss`, `totals`, `dh`,
+/// `dweight`) stored as `dtype`, for storage type `input_dtype` (see the module docs).
+pub fn linear_crossentropy(
+    output: &str,
+    dtype: DType,
+    input_dtype: DType,
+    b: &LinearCeBounds,
+) -> Tolerance {
+    let ut = unit_roundoff(input_dtype);
+    let v = b.vocab.max(1) as f64;
+    let grad = |magnitude: f64, terms: usize| {
+        let base = tolerance(Rule::Reduction, output, dtype, input_dtype, terms);
+        let per_row =
+            2.0 * b.scale * magnitude * (ut * (2.0 * b.logit_max + 1.0) + 4.0 * U_F32 * v);
+        Tolerance {
+            rtol: base.rtol,
+            atol: base.atol * b.scale * magnitude + per_row,
+        }
+    };
+    match output {
+        "dh" => grad(b.w_max, b.vocab),
+        "dweight" => {
+            let t = grad(b.h_max, b.rows);
+            Tolerance {
+                rtol: t.rtol,
+                atol: t.atol * b.rows.max(1) as f64,
+            }
+        }
+        _ => {
+            let base = tolerance(Rule::Reduction, output, dtype, input_dtype, b.dim + b.vocab);
+            let rows = if output == "totals" {
+                b.rows.max(1) as f64
+            } else {
+                1.0
+            };
+            Tolerance {
+                rtol: base.rtol,
+                atol: (base.atol + 2.0 * ut * b.logit_max) * rows,
+            }
+        }
     }
 }
 

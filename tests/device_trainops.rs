@@ -341,6 +341,7 @@ fn crossentropy_random<T: DeviceElement>(
         targets: &tgt,
         losses: &mut want_losses,
         loss: Some(&mut want_loss),
+        totals: None,
         error: None,
     })
     .unwrap();
@@ -356,6 +357,7 @@ fn crossentropy_random<T: DeviceElement>(
             targets: &dt,
             losses: &mut losses.view_mut(),
             loss: Some(&mut loss),
+            totals: None,
             error: Some(&mut err),
         },
     )
@@ -407,6 +409,7 @@ fn crossentropy_matches_the_reference_every_dtype() {
             vocab,
             padded_vocab,
             dloss: Some(1.0),
+            divisor: None,
         };
         let case = (3.0, Ignored::Some, 0);
         crossentropy_random::<f32>(&s, p, 70 + i as u64, case);
@@ -432,6 +435,7 @@ fn crossentropy_extreme_logits_and_all_ignored_rows() {
             vocab,
             padded_vocab,
             dloss: Some(0.75),
+            divisor: None,
         };
         crossentropy_random::<f32>(&s, p, 130 + i as u64, case);
         crossentropy_random::<f16>(&s, p, 140 + i as u64, case);
@@ -447,6 +451,7 @@ fn a_bad_target_sets_the_error_flag_and_a_nan_row() {
         vocab: 4,
         padded_vocab: 5,
         dloss: Some(1.0),
+        divisor: None,
     };
     let mut logits = upload(&s, &[0.5f32; 15]);
     let targets = up_i32(&s, &[1, IGNORE_INDEX, 4]);
@@ -460,6 +465,7 @@ fn a_bad_target_sets_the_error_flag_and_a_nan_row() {
             targets: &targets,
             losses: &mut losses,
             loss: None,
+            totals: None,
             error: Some(&mut err),
         },
     )
@@ -607,6 +613,7 @@ fn training_ops_on_misaligned_views_match_the_reference() {
         vocab: 29,
         padded_vocab: 32,
         dloss: Some(1.0),
+        divisor: None,
     };
     let ce_case = (3.0, Ignored::Some, 1);
     for n in [7, 1031] {

@@ -349,6 +349,11 @@ def main():
     gen_attention(w, gen)
     gen_adamw(w, gen)
     gen_train.generate(w, gen_t)
+    import gen_ce
+    # Cross-entropy divisor/totals and linear_crossentropy (issue 31): their own generator too.
+    gen_c = torch.Generator().manual_seed(args.seed + 31)
+    gen_ce.check_definitions(gen_c)
+    gen_ce.generate(w, gen_c)
     total = sum(os.path.getsize(os.path.join(args.out, f)) for f in os.listdir(args.out)
                 if f.endswith(".safetensors"))
     print(f"wrote {len(w.names)} cases to {args.out} ({total / 1e6:.2f} MB)")

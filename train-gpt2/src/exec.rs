@@ -290,6 +290,7 @@ pub fn cross_entropy_args<'a, S: Space, T: TrainElement>(
         targets,
         losses,
         loss,
+        totals: None,
         error,
     }
 }

@@ -510,6 +510,7 @@ pub fn bandwidth_rows(s: &Stream, d: &Dims, effort: Effort) -> Vec<Row> {
             vocab: v,
             padded_vocab: vp,
             dloss: Some(1.0),
+            divisor: None,
         };
         time_it(s, effort, || {
             let a = SoftmaxCrossEntropy::<OnDevice, bf16> {
@@ -518,6 +519,7 @@ pub fn bandwidth_rows(s: &Stream, d: &Dims, effort: Effort) -> Vec<Row> {
                 targets: &targets,
                 losses: &mut losses,
                 loss: None,
+                totals: None,
                 error: None,
             };
             ops::softmax_cross_entropy(s, a).map_err(|e| e.to_string())

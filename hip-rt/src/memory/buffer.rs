@@ -370,10 +370,33 @@ pub trait DeviceView<T: Element>: sealed::Sealed {
     fn byte_len(&self) -> usize {
         self.len() * std::mem::size_of::<T>()
     }
+    /// The elements `range` of this view (indices relative to it), as a narrower shared view;
+    /// callable on a `&dyn DeviceView` (a launcher working on row chunks of its arguments).
+    /// A range past the end is [`Error::OutOfBounds`].
+    fn sub_view(&self, range: Range<usize>) -> Result<DeviceSlice<'_, T>> {
+        let r = resolve_range(range, self.len())?;
+        Ok(DeviceSlice {
+            ptr: elem_ptr::<T>(self.device_ptr(), r.start),
+            len: r.len(),
+            owner: self.buffer(),
+        })
+    }
 }
 
 /// Device memory that can be written: a `&mut DeviceBuffer` or a [`DeviceSliceMut`].
-pub trait DeviceViewMut<T: Element>: DeviceView<T> {}
+pub trait DeviceViewMut<T: Element>: DeviceView<T> {
+    /// The elements `range` of this view, as a narrower exclusive view borrowing this one
+    /// (as [`DeviceSliceMut::slice_mut`], callable on a `&mut dyn DeviceViewMut`).
+    fn sub_view_mut(&mut self, range: Range<usize>) -> Result<DeviceSliceMut<'_, T>> {
+        let r = resolve_range(range, self.len())?;
+        Ok(DeviceSliceMut {
+            ptr: elem_ptr::<T>(self.device_ptr(), r.start),
+            len: r.len(),
+            owner: self.buffer(),
+            _excl: PhantomData,
+        })
+    }
+}
 
 macro_rules! view_impls {
     ($ty:ty, [$($lt:lifetime)?], |$s:ident| $owner:expr) => {
