@@ -277,11 +277,13 @@ fn no_device_rule(facts: Facts<'_>) -> Vec<Item> {
     if explained {
         return Vec::new();
     }
-    vec![Item::fail("no device visible", message.clone()).with_hint(format!(
+    vec![
+        Item::fail("no device visible", message.clone()).with_hint(format!(
         "check `/opt/hyhal/bin/hy-smi` (DTK; not on PATH unless env.sh was sourced) or `rocm-smi` \
          lists the card, that the driver matches the DTK version, and that no *_VISIBLE_DEVICES \
          variable excludes it; no GPU here: {NO_GPU}"
-    ))]
+    )),
+    ]
 }
 
 fn arch_rule(facts: Facts<'_>) -> Vec<Item> {
