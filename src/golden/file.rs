@@ -5,45 +5,27 @@ use super::{GoldenError, MAX_CASE_BYTES};
 use serde::de::{Deserialize, DeserializeSeed, Deserializer, IgnoredAny, MapAccess, Visitor};
 use std::collections::BTreeSet;
 use std::io::Read;
-use std::os::unix::fs::FileTypeExt;
 use std::path::Path;
 
-/// The bytes of a case file, bounded. The file type is checked before opening (opening a FIFO
-/// blocks until a writer appears) and again on the opened file (the path may have changed).
+/// The bytes of a case file, bounded. The file type is checked before opening (for the typed
+/// error naming what the path is) and again on the opened descriptor by
+/// [`crate::files::open_regular`], whose open never blocks on a FIFO.
 pub(super) fn read_case_file(path: &Path) -> Result<Vec<u8>, GoldenError> {
     let io = |source| GoldenError::Io {
         path: path.to_path_buf(),
         source,
     };
-    let regular = |meta: &std::fs::Metadata| -> Result<u64, GoldenError> {
-        let t = meta.file_type();
-        let kind = if t.is_file() {
-            return if meta.len() > MAX_CASE_BYTES {
-                Err(too_large(path, meta.len()))
-            } else {
-                Ok(meta.len())
-            };
-        } else if t.is_dir() {
-            "a directory"
-        } else if t.is_fifo() {
-            "a FIFO (named pipe)"
-        } else if t.is_char_device() {
-            "a character device"
-        } else if t.is_block_device() {
-            "a block device"
-        } else if t.is_socket() {
-            "a socket"
-        } else {
-            "not a file"
-        };
-        Err(GoldenError::NotAFile {
+    let meta = std::fs::metadata(path).map_err(io)?;
+    if !meta.is_file() {
+        return Err(GoldenError::NotAFile {
             path: path.to_path_buf(),
-            kind,
-        })
-    };
-    regular(&std::fs::metadata(path).map_err(io)?)?;
-    let file = std::fs::File::open(path).map_err(io)?;
-    let len = regular(&file.metadata().map_err(io)?)?;
+            kind: crate::files::kind_name(meta.file_type()),
+        });
+    }
+    let (file, len) = crate::files::open_regular(path).map_err(io)?;
+    if len > MAX_CASE_BYTES {
+        return Err(too_large(path, len));
+    }
     let mut bytes = Vec::with_capacity(len as usize);
     file.take(MAX_CASE_BYTES + 1)
         .read_to_end(&mut bytes)
