@@ -305,12 +305,13 @@ __device__ void rmsnorm_fwd_residual_impl(const T* a, const T* b, const T* weigh
 // ---------------------------------------------------------------------------------------------
 
 /// Stage 1 for rows of at most kBwdSlots slots per thread, vector layout: x, dy of a row, the
-/// thread's weight slots and its dweight column sums stay in registers.
-template <typename T>
+/// thread's weight slots and its dweight column sums stay in registers. kAcc (accumulate) is a
+/// template parameter so that the overwriting loop has no read of dx at all.
+template <bool kAcc, typename T>
 __device__ void rmsnorm_bwd_cached(const T* __restrict__ x, const T* __restrict__ weight,
                                    const T* __restrict__ dy, const float* __restrict__ rstd_in,
                                    T* __restrict__ dx, float* __restrict__ pdw, int64_t rows,
-                                   int C, bool accumulate, const Group& g, float* lds) {
+                                   int C, const Group& g, float* lds) {
   constexpr int K = kBwdSlots;
   const float inv_c = 1.0f / static_cast<float>(C);
   float w[K][V];
@@ -321,10 +322,14 @@ __device__ void rmsnorm_bwd_cached(const T* __restrict__ x, const T* __restrict_
 #pragma unroll
     for (int e = 0; e < V; ++e) acc_dw[k][e] = 0.0f;
   }
-  HIPK_HOT_LOOP_BEGIN("bwd_row elems=8 group=row min_t=3 kind=memory");
+  if constexpr (kAcc) {
+    HIPK_HOT_LOOP_BEGIN("bwd_row_acc elems=8 group=row_acc min_t=4 kind=memory");
+  } else {
+    HIPK_HOT_LOOP_BEGIN("bwd_row elems=8 group=row min_t=3 kind=memory");
+  }
 #pragma unroll 1
   for (int64_t row = g.id; row < rows; row += g.count) {
-    const float rstd = rstd_in[row];
+    const float rstd = hipk::load_uniform(rstd_in, row);
     float xh[K][V];
     float dyv[K][V];
     float s = 0.0f;
@@ -348,11 +353,15 @@ __device__ void rmsnorm_bwd_cached(const T* __restrict__ x, const T* __restrict_
       float out[V];
 #pragma unroll
       for (int e = 0; e < V; ++e) out[e] = rstd * (dyv[k][e] * w[k][e] - xh[k][e] * m);
-      if (accumulate) add_slot<true>(dx + row * C, g, k, C, out);
+      if constexpr (kAcc) add_slot<true>(dx + row * C, g, k, C, out);
       store_slot<true>(dx + row * C, g, k, C, out);
     }
   }
-  HIPK_HOT_LOOP_END("bwd_row");
+  if constexpr (kAcc) {
+    HIPK_HOT_LOOP_END("bwd_row_acc");
+  } else {
+    HIPK_HOT_LOOP_END("bwd_row");
+  }
 #pragma unroll
   for (int k = 0; k < K; ++k) store_slot<true>(pdw, g, k, C, acc_dw[k]);
 }
@@ -424,7 +433,11 @@ __device__ void rmsnorm_bwd_impl(const T* x, const T* weight, const T* dy, const
   if (!vec_ok<T>(C, x, weight, dy, dx) || !hipk::is_aligned(partial, V * sizeof(float))) {
     rmsnorm_bwd_stream<false>(x, weight, dy, rstd, dx, pdw, rows, C, accumulate, g, lds);
   } else if (slot_count<true>(g, C) <= kBwdSlots) {
-    rmsnorm_bwd_cached(x, weight, dy, rstd, dx, pdw, rows, C, accumulate, g, lds);
+    if (accumulate) {
+      rmsnorm_bwd_cached<true>(x, weight, dy, rstd, dx, pdw, rows, C, g, lds);
+    } else {
+      rmsnorm_bwd_cached<false>(x, weight, dy, rstd, dx, pdw, rows, C, g, lds);
+    }
   } else {
     rmsnorm_bwd_stream<true>(x, weight, dy, rstd, dx, pdw, rows, C, accumulate, g, lds);
   }

@@ -43,13 +43,13 @@ __device__ __forceinline__ void angle(float p, float f, float sign, float& c, fl
   s = sign * (sh + ch * lo);
 }
 
-template <int P, typename T>
-__device__ __forceinline__ void rotate_row(T* row, int half, int i0, bool interleaved,
+template <int P, bool kInterleaved, typename T>
+__device__ __forceinline__ void rotate_row(T* row, int half, int i0,
                                            const float (&c)[P], const float (&s)[P]) {
   constexpr bool vec = P > 1;
   float a[P];
   float b[P];
-  if (interleaved) {
+  if constexpr (kInterleaved) {
     float v[2 * P];
     if constexpr (vec) {
       hipk::load_vec<2 * P>(row + 2 * i0, v);
@@ -102,10 +102,10 @@ __device__ __forceinline__ void rotate_row(T* row, int half, int i0, bool interl
 }
 
 /// Every (token, group of P pairs) of the grid-stride walk; P = 2 in the vector layout.
-template <int P, typename T>
+template <int P, bool kInterleaved, typename T>
 __device__ void rope_walk(T* x, const int* pos, const float* freqs, int64_t tokens, int64_t seq,
                           int heads, int64_t offset, int64_t batch_stride, int64_t seq_stride,
-                          int64_t head_stride, int half, bool interleaved, float sign) {
+                          int64_t head_stride, int half, float sign) {
   constexpr bool kVec = P > 1;
   const int groups = half / P;
   const int64_t items = tokens * groups;
@@ -122,15 +122,19 @@ __device__ void rope_walk(T* x, const int* pos, const float* freqs, int64_t toke
 #pragma unroll
     for (int k = 0; k < P; ++k) angle(p, freqs[i0 + k], sign, c[k], s[k]);
     T* row = x + offset + b * batch_stride + (t - b * seq) * seq_stride;
-    if constexpr (kVec) {
-      HIPK_HOT_LOOP_BEGIN("heads elems=4 min_t=2 kind=memory");
+    if constexpr (kVec && kInterleaved) {
+      HIPK_HOT_LOOP_BEGIN("heads_interleaved elems=4 min_t=2 kind=memory");
+    } else if constexpr (kVec) {
+      HIPK_HOT_LOOP_BEGIN("heads_half elems=4 min_t=2 kind=memory");
     }
 #pragma unroll 1
     for (int h = 0; h < heads; ++h) {
-      rotate_row<P>(row + h * head_stride, half, i0, interleaved, c, s);
+      rotate_row<P, kInterleaved>(row + h * head_stride, half, i0, c, s);
     }
-    if constexpr (kVec) {
-      HIPK_HOT_LOOP_END("heads");
+    if constexpr (kVec && kInterleaved) {
+      HIPK_HOT_LOOP_END("heads_interleaved");
+    } else if constexpr (kVec) {
+      HIPK_HOT_LOOP_END("heads_half");
     }
   }
 }
@@ -139,12 +143,19 @@ template <typename T>
 __device__ void rope_impl(T* x, const int* pos, const float* freqs, int64_t tokens, int64_t seq,
                           int heads, int64_t offset, int64_t batch_stride, int64_t seq_stride,
                           int64_t head_stride, int half, int interleaved, float sign, int vec) {
-  if (vec) {
-    rope_walk<2>(x, pos, freqs, tokens, seq, heads, offset, batch_stride, seq_stride,
-                 head_stride, half, interleaved != 0, sign);
+  // Layout and pair kind are compile-time: each hot loop moves exactly its own bytes.
+  if (vec && interleaved) {
+    rope_walk<2, true>(x, pos, freqs, tokens, seq, heads, offset, batch_stride, seq_stride,
+                       head_stride, half, sign);
+  } else if (vec) {
+    rope_walk<2, false>(x, pos, freqs, tokens, seq, heads, offset, batch_stride, seq_stride,
+                        head_stride, half, sign);
+  } else if (interleaved) {
+    rope_walk<1, true>(x, pos, freqs, tokens, seq, heads, offset, batch_stride, seq_stride,
+                       head_stride, half, sign);
   } else {
-    rope_walk<1>(x, pos, freqs, tokens, seq, heads, offset, batch_stride, seq_stride,
-                 head_stride, half, interleaved != 0, sign);
+    rope_walk<1, false>(x, pos, freqs, tokens, seq, heads, offset, batch_stride, seq_stride,
+                        head_stride, half, sign);
   }
 }
 
