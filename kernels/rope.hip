@@ -26,7 +26,8 @@
 // half even, the view's start and every stride multiples of 4 elements, the buffer aligned):
 // P = 2, one access of 2 + 2 elements (rotate_half) or 4 elements (interleaved) per head;
 // otherwise P = 1, scalar accesses. Each element of the rotated dims is read once and written
-// once: 2·sizeof(T) bytes per element, the minimum of an in-place op.
+// once: 2·sizeof(T) bytes per element, the minimum of an in-place op (`cargo xtask isa-report
+// --only rope`: 8.00 B per f32 element in both pair layouts; 41–42 VGPRs, 0 scratch, 0 spills).
 #include "common.h"
 
 namespace {

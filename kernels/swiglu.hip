@@ -17,7 +17,8 @@
 // one row: one vector access per tensor when F is a multiple of the pack and every pointer and
 // stride keeps packs aligned (the `vec` argument, decided by the launcher), else scalar
 // accesses. Columns walk blockIdx.x / threadIdx.x, rows blockIdx.y grid-stride: no division.
-// Bytes moved: each tensor once (3·sizeof(T) per element forward, 5 backward).
+// Bytes moved: each tensor once (3·sizeof(T) per element forward, 5 backward): 12.00 and 20.00 B
+// per f32 element by `cargo xtask isa-report --only swiglu` (static, gfx906), 0 scratch, 0 spills.
 #include "common.h"
 
 namespace {
