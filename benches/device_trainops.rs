@@ -1,6 +1,7 @@
 //! Device bandwidth of the training-step ops (`--features device`): GELU forward/backward and
 //! the residual add over 64 MiB tensors, the fused cross-entropy over GPT-2-wide rows
-//! (V = 50257 padded to 50304), the encoder forward/backward and the bias gradient, in GB/s of
+//! (V = 50257 padded to 50304), the encoder forward/backward and the bias gradient, the
+//! LLaMA-family ops (RMS norm, fused SwiGLU, rotary on q in place), in GB/s of
 //! compulsory traffic (each input read once, each output written once; the cross-entropy reads
 //! its logits twice by design and is counted once). NEVER RUN: no GPU was available when it was
 //! written.
@@ -14,6 +15,10 @@ use hip_kernels::ops::{
     self, BiasBackward, BiasParams, CrossEntropyParams, DeviceElement, ElementwiseParams,
     EncoderBackward, EncoderForward, EncoderParams, GeluBackward, GeluForward, ResidualAdd,
     SoftmaxCrossEntropy,
+};
+use hip_kernels::ops::{
+    AttentionLayout, GateUp, Qkv, RmsNormBackward, RmsNormForward, RmsNormParams, Rope, RopeParams,
+    RopeScaling, SwigluForward, SwigluParams,
 };
 use hip_kernels::params::{bf16, OnDevice};
 use hip_rt::{Device, DeviceBuffer, Stream, StreamOptions};
@@ -228,6 +233,114 @@ fn encoder_and_bias<T: DeviceElement>(c: &mut Criterion, s: &Stream, label: &str
     g.finish();
 }
 
+/// The LLaMA-family ops at a LLaMA-7B layer's shapes (quick: small): RMS norm forward and
+/// backward over C = 4096, SwiGLU forward on the fused gate-up output (F = 11008), rotary in
+/// place on q (32 heads of 128) inside a fused QKV projection.
+fn llama_ops<T: DeviceElement>(c: &mut Criterion, s: &Stream, label: &str) {
+    let mut g = c.benchmark_group(format!("llama_ops_{}{label}", T::DTYPE));
+    let (rows, cols, ffn) = if quick() {
+        (64, 256, 688)
+    } else {
+        (4096, 4096, 11008)
+    };
+    let e = T::DTYPE.size_bytes() as u64;
+    let p = RmsNormParams {
+        rows,
+        cols,
+        eps: 1e-6,
+    };
+    let (x, w, dy) = (
+        filled::<T>(s, rows * cols, 0.5),
+        filled::<T>(s, cols, 1.0),
+        filled::<T>(s, rows * cols, 0.25),
+    );
+    let (mut y, mut dx, mut dw) = (
+        filled::<T>(s, rows * cols, 0.0),
+        filled::<T>(s, rows * cols, 0.0),
+        filled::<T>(s, cols, 0.0),
+    );
+    let mut rstd = DeviceBuffer::<f32>::zeroed(s, rows).expect("alloc");
+    g.throughput(Throughput::Bytes(2 * e * (rows * cols) as u64));
+    g.bench_function(BenchmarkId::new("rmsnorm_forward", cols), |b| {
+        b.iter(|| {
+            ops::rmsnorm_forward(
+                s,
+                RmsNormForward::<OnDevice, _> {
+                    params: p,
+                    x: &x,
+                    weight: &w,
+                    y: &mut y,
+                    rstd: &mut rstd,
+                },
+            )
+            .expect("rmsnorm");
+            s.synchronize().expect("sync");
+        })
+    });
+    g.throughput(Throughput::Bytes(3 * e * (rows * cols) as u64));
+    g.bench_function(BenchmarkId::new("rmsnorm_backward", cols), |b| {
+        b.iter(|| {
+            let a = RmsNormBackward::<OnDevice, _> {
+                params: p,
+                x: &x,
+                weight: &w,
+                dy: &dy,
+                rstd: &rstd,
+                dx: &mut dx,
+                dweight: &mut dw,
+                accumulate: false,
+            };
+            ops::rmsnorm_backward(s, a).expect("rmsnorm bwd");
+            s.synchronize().expect("sync");
+        })
+    });
+    let sp = SwigluParams { rows, ffn };
+    let gu = filled::<T>(s, rows * 2 * ffn, 0.5);
+    let mut h = filled::<T>(s, rows * ffn, 0.0);
+    g.throughput(Throughput::Bytes(3 * e * (rows * ffn) as u64));
+    g.bench_function(BenchmarkId::new("swiglu_forward_fused", ffn), |b| {
+        b.iter(|| {
+            let a = SwigluForward::<OnDevice, _> {
+                params: sp,
+                input: GateUp::Fused { gate_up: &gu },
+                h: &mut h,
+            };
+            ops::swiglu_forward(s, a).expect("swiglu");
+            s.synchronize().expect("sync");
+        })
+    });
+    let (heads, d) = (cols / 128, 128);
+    let rp = RopeParams {
+        batch: 1,
+        seq: rows,
+        heads,
+        head_dim: d,
+        rotary_dim: d,
+        interleaved: false,
+    };
+    let mut qkv = filled::<T>(s, rows * 3 * heads * d, 0.5);
+    let pos: Vec<i32> = (0..rows as i32).collect();
+    let pos = DeviceBuffer::from_slice(s, &pos).expect("alloc");
+    let freqs = ops::rope_frequencies(10000.0, d, RopeScaling::Default).expect("freqs");
+    let freqs = DeviceBuffer::from_slice(s, &freqs).expect("alloc");
+    let layout = AttentionLayout::fused_qkv(Qkv::Q, rows, heads, d);
+    g.throughput(Throughput::Bytes(2 * e * (rows * heads * d) as u64));
+    g.bench_function(BenchmarkId::new("rope_forward_q", d), |b| {
+        b.iter(|| {
+            let a = Rope::<OnDevice, _> {
+                params: rp,
+                x: &mut qkv,
+                layout,
+                positions: &pos,
+                freqs: &freqs,
+            };
+            ops::rope_forward(s, a).expect("rope");
+            s.synchronize().expect("sync");
+        })
+    });
+    g.finish();
+}
+
 fn benches(c: &mut Criterion) {
     let (s, label) = setup();
     elementwise::<f32>(c, &s, &label);
@@ -235,6 +348,7 @@ fn benches(c: &mut Criterion) {
     crossentropy::<f32>(c, &s, &label);
     crossentropy::<bf16>(c, &s, &label);
     encoder_and_bias::<bf16>(c, &s, &label);
+    llama_ops::<bf16>(c, &s, &label);
 }
 
 /// 20 samples (the default 100 takes minutes on 64 MiB tensors); quick mode's settings with

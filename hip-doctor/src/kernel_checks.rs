@@ -16,6 +16,10 @@ use hip_kernels::ops::{
     AdamWCase, AdamWParams, AttentionBackwardCase, AttentionForwardCase, AttentionParams,
     LayerNormBackwardCase, LayerNormForwardCase, LayerNormParams, MatmulCase, MatmulParams,
 };
+use hip_kernels::ops::{
+    RmsNormBackwardCase, RmsNormForwardCase, RmsNormParams, RmsNormVariant, RopeCase, RopeParams,
+    RopeScaling, SwigluBackwardCase, SwigluForwardCase, SwigluParams,
+};
 use hip_kernels::params::{DType, Element};
 use hip_kernels::with_dtype;
 
@@ -57,13 +61,20 @@ fn attention_params() -> AttentionParams {
 
 /// One row per op, each covering f32, f16 and bf16.
 pub fn items(stream: &Stream) -> Vec<Item> {
-    let ops: [(&str, CaseFn); 6] = [
+    let ops: [(&str, CaseFn); 13] = [
         ("layernorm_forward", layernorm_forward),
         ("layernorm_backward", layernorm_backward),
         ("adamw", adamw),
         ("matmul", matmul),
         ("attention_forward", attention_forward),
         ("attention_backward", attention_backward),
+        ("rmsnorm_forward", rmsnorm_forward),
+        ("residual_rmsnorm_forward", residual_rmsnorm_forward),
+        ("rmsnorm_backward", rmsnorm_backward),
+        ("rope_forward", rope_forward),
+        ("rope_backward", rope_backward),
+        ("swiglu_forward", swiglu_forward),
+        ("swiglu_backward", swiglu_backward),
     ];
     ops.into_iter()
         .map(|(name, case)| {
@@ -249,6 +260,105 @@ fn attention_backward(dtype: DType) -> Result<Box<dyn GoldenCase>, String> {
         v: fwd.v,
         out,
         dout: data(dtype, nq, 18),
+    }))
+}
+
+// ---------------------------------------------------------------------------------------------
+// LLaMA-family ops
+// ---------------------------------------------------------------------------------------------
+
+/// Rows × columns of the RMS norm cases: columns not a multiple of any vector width.
+const RMS: RmsNormParams = RmsNormParams {
+    rows: 5,
+    cols: 1027,
+    eps: 1e-6,
+};
+
+fn rmsnorm_forward(dtype: DType) -> Result<Box<dyn GoldenCase>, String> {
+    let (n, c) = (RMS.rows, RMS.cols);
+    Ok(Box::new(RmsNormForwardCase {
+        params: RMS,
+        variant: RmsNormVariant::Plain {
+            x: data(dtype, n * c, 12),
+        },
+        weight: data(dtype, c, 13),
+    }))
+}
+
+fn residual_rmsnorm_forward(dtype: DType) -> Result<Box<dyn GoldenCase>, String> {
+    let (n, c) = (RMS.rows, RMS.cols);
+    Ok(Box::new(RmsNormForwardCase {
+        params: RMS,
+        variant: RmsNormVariant::Residual {
+            a: data(dtype, n * c, 14),
+            b: data(dtype, n * c, 15),
+        },
+        weight: data(dtype, c, 16),
+    }))
+}
+
+fn rmsnorm_backward(dtype: DType) -> Result<Box<dyn GoldenCase>, String> {
+    let (n, c) = (RMS.rows, RMS.cols);
+    let (x, weight) = (data(dtype, n * c, 17), data(dtype, c, 18));
+    let fwd = RmsNormForwardCase {
+        params: RMS,
+        variant: RmsNormVariant::Plain { x: x.clone() },
+        weight: weight.clone(),
+    };
+    Ok(Box::new(RmsNormBackwardCase {
+        params: RMS,
+        rstd: saved_f32(&fwd, "rstd")?,
+        x,
+        weight,
+        dy: data(dtype, n * c, 19),
+    }))
+}
+
+/// Rotary on `[2, 7, 3, 64]`, positions restarting inside each row: the forward with HF's
+/// rotate_half over all 64 dims, the backward interleaved over the first 32 (GLM's layout).
+fn rope_case(dtype: DType, backward: bool) -> Result<Box<dyn GoldenCase>, String> {
+    let params = RopeParams {
+        batch: 2,
+        seq: 7,
+        heads: 3,
+        head_dim: 64,
+        rotary_dim: if backward { 32 } else { 64 },
+        interleaved: backward,
+    };
+    Ok(Box::new(RopeCase {
+        backward,
+        params,
+        theta: 10000.0,
+        scaling: RopeScaling::Default,
+        x: data(dtype, 2 * 7 * 3 * 64, 20),
+        positions: (0..14).map(|i| (i % 5) * 3).collect(),
+    }))
+}
+
+fn rope_forward(dtype: DType) -> Result<Box<dyn GoldenCase>, String> {
+    rope_case(dtype, false)
+}
+
+fn rope_backward(dtype: DType) -> Result<Box<dyn GoldenCase>, String> {
+    rope_case(dtype, true)
+}
+
+/// SwiGLU over 5 × 1027: the forward on a fused gate-up buffer, the backward on separate ones.
+const SWIGLU: SwigluParams = SwigluParams { rows: 5, ffn: 1027 };
+
+fn swiglu_forward(dtype: DType) -> Result<Box<dyn GoldenCase>, String> {
+    Ok(Box::new(SwigluForwardCase {
+        params: SWIGLU,
+        input: vec![data(dtype, SWIGLU.rows * 2 * SWIGLU.ffn, 21)],
+    }))
+}
+
+fn swiglu_backward(dtype: DType) -> Result<Box<dyn GoldenCase>, String> {
+    let n = SWIGLU.rows * SWIGLU.ffn;
+    Ok(Box::new(SwigluBackwardCase {
+        params: SWIGLU,
+        input: vec![data(dtype, n, 22), data(dtype, n, 23)],
+        dh: data(dtype, n, 24),
     }))
 }
 

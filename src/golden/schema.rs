@@ -178,7 +178,7 @@ impl CaseReader<'_> {
             })
     }
 
-    fn bad(&self, key: &str, value: &str, expected: &'static str) -> GoldenError {
+    pub(crate) fn bad(&self, key: &str, value: &str, expected: &'static str) -> GoldenError {
         GoldenError::BadMetadata {
             case: self.case.to_string(),
             key: key.to_string(),

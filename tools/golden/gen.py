@@ -343,6 +343,10 @@ def main():
     # Its own generator, so the cases of the original ops stay byte-identical.
     gen_t = torch.Generator().manual_seed(args.seed + 13)
     gen_train.check_definitions(gen_t)
+    # LLaMA-family ops (issue 31): their own generator too.
+    import gen_llama
+    gen_l = torch.Generator().manual_seed(args.seed + 31)
+    gen_llama.check_definitions(gen_l)
     w = Writer(args.out)
     gen_matmul(w, gen)
     gen_layernorm(w, gen)
@@ -354,6 +358,7 @@ def main():
     gen_c = torch.Generator().manual_seed(args.seed + 31)
     gen_ce.check_definitions(gen_c)
     gen_ce.generate(w, gen_c)
+    gen_llama.generate(w, gen_l)
     total = sum(os.path.getsize(os.path.join(args.out, f)) for f in os.listdir(args.out)
                 if f.endswith(".safetensors"))
     print(f"wrote {len(w.names)} cases to {args.out} ({total / 1e6:.2f} MB)")
