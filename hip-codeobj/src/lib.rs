@@ -15,5 +15,6 @@
 #![warn(missing_docs)]
 
 pub mod bundle;
+pub mod demangle;
 pub mod elf;
 pub mod emu;

@@ -20,7 +20,7 @@ use std::sync::{Mutex, OnceLock};
 pub(crate) type Trampoline = unsafe extern "C" fn(args: *const *const c_void);
 
 /// The ABI version this hip-emu speaks (`HIPEMU_ABI` of hip-build's shim/hipemu_registry.h).
-pub const HOST_ABI: u32 = 1;
+pub const HOST_ABI: u32 = 2;
 
 /// The directory under a Cargo build script's `OUT_DIR` where hip-build installs host builds.
 pub const OUT_DIR_SUBDIR: &str = "hipemu";

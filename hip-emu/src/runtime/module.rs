@@ -106,9 +106,15 @@ fn get_function(m: hipModule_t, name: &str) -> Res<usize> {
     };
     let key = module.host_key.clone().map_err(not_found)?;
     let host = exec::host::load_for_key(&key).map_err(not_found)?;
+    // The host build was made from the same source as this code object (it is found by the
+    // image's content): a kernel missing there is not a stale build but one the host build could
+    // not register, e.g. of internal linkage.
     let kernel = host.lookup(name).ok_or_else(|| {
+        let names: Vec<&str> = host.kernels.iter().map(|k| k.name).collect();
         not_found(format!(
-            "its host build {} does not define it (a stale build? rebuild the crate)",
+            "its host build {} (made from the same source) does not define it; it defines \
+             {names:?}. A `static` kernel or one in an anonymous namespace is not registered: \
+             give it external linkage",
             host.path.display()
         ))
     })?;
