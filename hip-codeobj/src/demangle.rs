@@ -87,9 +87,15 @@ mod tests {
     fn kernels_demangle_to_name_and_parameters() {
         let d = demangle("_Z28matrix_multiplication_kernelILj16EEvPKfS1_Pfiii").unwrap();
         assert_eq!(d.name, "matrix_multiplication_kernel<16u>");
-        assert_eq!(d.params, "float const*, float const*, float*, int, int, int");
+        assert_eq!(
+            d.params,
+            "float const*, float const*, float*, int, int, int"
+        );
         let d = demangle("_Z12saxpy_kernelfPK15HIP_vector_typeIfLj4EEPf").unwrap();
-        assert_eq!(d.full(), "saxpy_kernel(float, HIP_vector_type<float, 4u> const*, float*)");
+        assert_eq!(
+            d.full(),
+            "saxpy_kernel(float, HIP_vector_type<float, 4u> const*, float*)"
+        );
         let d = demangle("_ZN2ns4innsEPi").unwrap();
         assert_eq!((d.name.as_str(), d.params.as_str()), ("ns::inns", "int*"));
         assert_eq!(demangle("_Z1kv").unwrap().params, "");

@@ -80,7 +80,10 @@ mod tests {
         assert_eq!(resolve("ns::inns", &k), one("_ZN2ns4innsEPi"));
         assert_eq!(resolve("scale(double*)", &k), one("_Z5scalePd"));
         assert_eq!(resolve("scale(float *)", &k), one("_Z5scalePf"));
-        assert_eq!(resolve("matrix_multiplication_kernel<8u>", &k), Resolved::None);
+        assert_eq!(
+            resolve("matrix_multiplication_kernel<8u>", &k),
+            Resolved::None
+        );
         let Resolved::Ambiguous(c) = resolve("scale", &k) else {
             panic!("two overloads")
         };

@@ -124,10 +124,7 @@ impl Module {
             lookup::Resolved::Ambiguous(candidates) => {
                 return Err(Error::AmbiguousKernel {
                     name: name.to_owned(),
-                    candidates: candidates
-                        .into_iter()
-                        .map(|(_, full)| full)
-                        .collect(),
+                    candidates: candidates.into_iter().map(|(_, full)| full).collect(),
                 })
             }
         };
