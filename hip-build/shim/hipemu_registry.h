@@ -39,6 +39,13 @@ struct hipemu_host_api {
                       const char* file, unsigned line);
 };
 
+/// One `__device__` / `__constant__` variable of the source (read by hip-emu/src/exec/host.rs).
+struct hipemu_global {
+  const char* name;  // its symbol, as in the code object
+  void* addr;
+  size_t size;
+};
+
 struct hipemu_state_t;
 struct hipemu_race_state;
 
@@ -52,6 +59,8 @@ struct hipemu_module {
   hipemu_race_state* race;      // hipemu_race of this module (hipemu_race.cpp)
   int (*race_alloc)(size_t cells);
   const char* source_root;      // stripped from the file names of race reports
+  const hipemu_global* const* globals;
+  size_t global_count;
 };
 
 extern "C" {
@@ -106,12 +115,18 @@ template <typename... A> constexpr const size_t* sizes_of(void (*)(A...)) {
                                                      ::hipemu::sizes_of(&FN),                \
                                                      HIPEMU_LDS_BEGIN, HIPEMU_LDS_END};
 
+/// Variable ID: NAME (a C++ name) under SYMBOL.
+#define HIPEMU_GLOBAL(ID, NAME, SYMBOL)                                                 \
+  extern "C" const hipemu_global hipemu_global_##ID = {SYMBOL, (void*)&(NAME), sizeof(NAME)};
+
 /// The module table and its exported entry point; ENTRIES is a null-terminated array of
-/// `const hipemu_entry*` with COUNT entries before the null.
-#define HIPEMU_MODULE(ENTRIES, COUNT, RACE, ROOT)                                            \
+/// `const hipemu_entry*` with COUNT entries before the null, GLOBALS one of `const
+/// hipemu_global*` with GCOUNT.
+#define HIPEMU_MODULE(ENTRIES, COUNT, RACE, ROOT, GLOBALS, GCOUNT)                          \
   extern "C" __attribute__((visibility("default"))) const hipemu_module* hipemu_module_init( \
       const hipemu_host_api* api) {                                                          \
-    static const hipemu_module m = {HIPEMU_ABI,     RACE,         ENTRIES,           COUNT,  \
-                                    &hipemu_state,  &hipemu_race, &hipemu_race_alloc, ROOT}; \
+    static const hipemu_module m = {HIPEMU_ABI,    RACE,         ENTRIES,            COUNT,  \
+                                    &hipemu_state, &hipemu_race, &hipemu_race_alloc, ROOT,   \
+                                    GLOBALS,       GCOUNT};                                  \
     return hipemu_set_host_api(api) ? &m : nullptr;                                          \
   }

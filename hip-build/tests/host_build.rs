@@ -53,7 +53,9 @@ extern "C" __global__ void c_kernel(int* x) { x[0] = 1; }
 static __global__ void hidden(int* x) { x[0] = 2; }
 __global__ void unused_template_is_not_a_kernel_until_instantiated(int*);
 "#;
-    let Some(kernels) = build("cpp_kernels", src) else { return };
+    let Some(kernels) = build("cpp_kernels", src) else {
+        return;
+    };
     let mut kernels = kernels.expect("the host build");
     kernels.sort();
     assert_eq!(
@@ -75,7 +77,9 @@ fn a_builtin_the_shim_lacks_fails_the_build_naming_it() {
 #include <hip/hip_runtime.h>
 __global__ void sleepy(int* x) { __builtin_amdgcn_s_sleep(2); x[0] = __ockl_activelane_u32(); }
 "#;
-    let Some(e) = failure("missing_builtin", src) else { return };
+    let Some(e) = failure("missing_builtin", src) else {
+        return;
+    };
     assert!(e.contains("__builtin_amdgcn_s_sleep"), "{e}");
 }
 
@@ -85,7 +89,9 @@ fn inline_gcn_assembly_fails_the_build_saying_so() {
 #include <hip/hip_runtime.h>
 __global__ void nop(int* x) { asm volatile("s_nop 0"); x[0] = 1; }
 "#;
-    let Some(e) = failure("inline_asm", src) else { return };
+    let Some(e) = failure("inline_asm", src) else {
+        return;
+    };
     assert!(e.contains("inline GCN assembly"), "{e}");
 }
 
@@ -98,6 +104,8 @@ fn the_hipcc_platform_macros_are_defined_before_any_include() {
 #include <hip/hip_runtime.h>
 __global__ void k(int* x) { x[0] = warpSize; }
 "#;
-    let Some(kernels) = build("platform", src) else { return };
+    let Some(kernels) = build("platform", src) else {
+        return;
+    };
     assert_eq!(kernels.expect("the AMD path builds"), ["_Z1kPi"]);
 }

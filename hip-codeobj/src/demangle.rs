@@ -38,6 +38,15 @@ pub fn demangle(symbol: &str) -> Option<Demangled> {
     Some(Demangled { name, params })
 }
 
+/// The demangled name of a variable's symbol (`_ZN2ns5tableE` -> `ns::table`), or None.
+pub fn demangle_name(symbol: &str) -> Option<String> {
+    if !symbol.starts_with("_Z") {
+        return None;
+    }
+    let sym = Symbol::new(symbol).ok()?;
+    Some(literals(&sym.demangle(&DemangleOptions::new()).ok()?))
+}
+
 /// `(unsigned int)16` -> `16u` (and the other integer types' suffixes), `(bool)1` -> `true`.
 fn literals(text: &str) -> String {
     const CASTS: &[(&str, &str)] = &[
@@ -102,6 +111,7 @@ mod tests {
         assert_eq!(demangle("_Z2tkIiLb1EEvPT_").unwrap().name, "tk<int, true>");
         assert_eq!(demangle("_Z1kPFviE").unwrap().params, "void (*)(int)");
         assert_eq!(demangle("gelu_f32"), None);
+        assert_eq!(demangle_name("_ZN2ns5tableE").as_deref(), Some("ns::table"));
         assert_eq!(demangle("_Znot a symbol"), None);
     }
 }

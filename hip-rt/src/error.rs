@@ -58,6 +58,28 @@ pub enum Error {
         /// The demangled names (with parameters) of the kernels that have it.
         candidates: Vec<String>,
     },
+    /// A module variable whose size is not a whole number of the type asked for.
+    #[error("module variable `{name}` is {bytes} bytes, not a whole number of {ty} ({elem} bytes); ask for the variable's own element type")]
+    GlobalSize {
+        /// The variable.
+        name: String,
+        /// Its size in bytes.
+        bytes: usize,
+        /// The size of the type asked for.
+        elem: usize,
+        /// The type asked for.
+        ty: &'static str,
+    },
+    /// A write to a module variable of another length.
+    #[error("module variable `{name}` holds {len} values; {given} were given (write all of them)")]
+    GlobalLength {
+        /// The variable.
+        name: String,
+        /// Its length.
+        len: usize,
+        /// The length given.
+        given: usize,
+    },
     /// Two lengths that must be equal are not.
     #[error("{op}: length mismatch, destination holds {dst} elements but source holds {src}; copy between equal-length views (use .slice(..) to narrow one)")]
     LengthMismatch {

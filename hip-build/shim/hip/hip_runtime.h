@@ -507,5 +507,7 @@ typedef struct ihipStream_t* hipStream_t;
 #define HIP_KERNEL_NAME(...) __VA_ARGS__
 #define hipLaunchKernelGGL(kernel, ...) ((void)(&kernel))
 
-// Not emulated yet: a kernel file that uses them fails the host build with this message.
-#define __constant__ static_assert(false, "hip-emu: __constant__ variables are not supported by hip-emu's host build yet; pass the table as a kernel argument");
+// __constant__ and __device__ variables are ordinary globals of the host build, registered by
+// hip-build (hipemu_registry.h's HIPEMU_GLOBAL); hip-emu mirrors each in device memory for
+// hipModuleGetGlobal and copies it in before and out after every launch of the module.
+#define __constant__

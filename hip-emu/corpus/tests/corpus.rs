@@ -61,11 +61,15 @@ pub fn emu() -> Option<Emu> {
 }
 
 impl Emu {
+    /// kernels/`source`.hip, loaded.
+    pub fn module(&self, source: &str) -> Module {
+        let image = bundle(source).expect("the corpus is built");
+        Module::load(self.stream.device(), image).expect("hip-emu loads the bundle")
+    }
+
     /// The kernel `name` of kernels/`source`.hip.
     pub fn kernel(&self, source: &str, name: &str) -> Function {
-        let image = bundle(source).expect("the corpus is built");
-        let module = Module::load(self.stream.device(), image).expect("hip-emu loads the bundle");
-        module
+        self.module(source)
             .function(name)
             .unwrap_or_else(|e| panic!("{source}: {name}: {e}"))
     }

@@ -60,6 +60,17 @@ impl KernelInfo {
 unsafe impl Send for KernelInfo {}
 unsafe impl Sync for KernelInfo {}
 
+/// One `__device__` / `__constant__` variable of a host build.
+#[derive(Debug, Clone, Copy)]
+pub struct GlobalInfo {
+    /// Its symbol (as in the code object).
+    pub name: &'static str,
+    /// Its address in the loaded shared object.
+    pub addr: usize,
+    /// Its size in bytes.
+    pub size: usize,
+}
+
 /// A loaded host build.
 #[derive(Debug)]
 pub struct HostModule {
@@ -67,6 +78,8 @@ pub struct HostModule {
     pub path: PathBuf,
     /// Its kernels.
     pub kernels: Vec<KernelInfo>,
+    /// Its variables.
+    pub globals: Vec<GlobalInfo>,
 }
 
 impl HostModule {
@@ -90,6 +103,14 @@ mod ffi {
         pub lds_end: *mut u8,
     }
 
+    /// `hipemu_global`.
+    #[repr(C)]
+    pub struct Global {
+        pub name: *const c_char,
+        pub addr: *mut c_void,
+        pub size: usize,
+    }
+
     /// `hipemu_host_api`.
     #[repr(C)]
     pub struct HostApi {
@@ -109,6 +130,8 @@ mod ffi {
         pub race: *mut c_void,
         pub race_alloc: unsafe extern "C" fn(usize) -> i32,
         pub source_root: *const c_char,
+        pub globals: *const *const Global,
+        pub global_count: usize,
     }
 
     pub type Init = unsafe extern "C" fn(*const HostApi) -> *const Module;
@@ -218,9 +241,22 @@ unsafe fn open(path: &Path) -> Result<HostModule, String> {
                 rt,
             });
         }
+        let mut globals = Vec::with_capacity(m.global_count);
+        for i in 0..m.global_count {
+            let g = &**m.globals.add(i);
+            let name = CStr::from_ptr(g.name)
+                .to_str()
+                .map_err(|_| format!("{shown}: a variable name is not UTF-8"))?;
+            globals.push(GlobalInfo {
+                name,
+                addr: g.addr as usize,
+                size: g.size,
+            });
+        }
         Ok(HostModule {
             path: path.to_path_buf(),
             kernels,
+            globals,
         })
     }
 }

@@ -13,7 +13,7 @@
 use std::cell::RefCell;
 use std::ffi::{c_uint, c_void};
 
-use hip_sys::{hipError_t, hipFunction_t, hipStream_t};
+use hip_sys::{hipError_t, hipFunction_t, hipModule_t, hipStream_t};
 
 use super::device::{LDS_PER_BLOCK, MAX_THREADS_PER_BLOCK};
 use super::error::{Fail, Res};
@@ -196,7 +196,9 @@ fn run(
     f_meta: (usize, u32),
     params: Vec<Vec<u8>>,
     seed: Option<u64>,
+    mirrors: Vec<super::globals::Mirror>,
 ) -> Res {
+    use super::globals::{sync, Direction};
     let slices: Vec<&[u8]> = params.iter().map(Vec::as_slice).collect();
     let spec = LaunchSpec {
         kernel: spec_kernel,
@@ -208,7 +210,10 @@ fn run(
         params: &slices,
         block_order_seed: seed,
     };
-    exec::execute(&spec).map_err(exec_fail)?;
+    sync(&mirrors, Direction::In);
+    let result = exec::execute(&spec).map_err(exec_fail);
+    sync(&mirrors, Direction::Out);
+    result?;
     let hits = memory::corrupted_canaries();
     if let Some((alloc, addr)) = hits.first() {
         return Err(Fail::new(
@@ -264,10 +269,13 @@ hip_exports! {
         let meta = (func.meta.group_segment_fixed_size as usize, func.meta.max_flat_workgroup_size as u32);
         let seed = rt.config.seed;
         let dynamic = shared_mem_bytes as usize;
+        let mirrors = super::module::module(func.module as hipModule_t)
+            .map(|m| m.mirrors.lock().unwrap_or_else(|p| p.into_inner()).clone())
+            .unwrap_or_default();
         dev.executor.enqueue(
             info.id,
             format!("kernel `{name}`"),
-            Box::new(move || run(kernel, grid, block, dynamic, meta, params, seed)),
+            Box::new(move || run(kernel, grid, block, dynamic, meta, params, seed, mirrors)),
         )?;
         super::stats::bump(super::stats::Counter::Launches);
         Ok(())

@@ -13,6 +13,7 @@ pub mod api_stream;
 pub mod config;
 pub mod device;
 pub mod error;
+pub mod globals;
 pub mod launch;
 pub mod memory;
 pub mod metadata;

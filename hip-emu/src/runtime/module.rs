@@ -23,6 +23,8 @@ pub struct Module {
     pub kernels: Vec<KernelMeta>,
     /// The host-build key of the image (or why it has none).
     pub host_key: Result<String, String>,
+    /// Device mirrors of its variables (`super::globals`).
+    pub mirrors: Mutex<Vec<super::globals::Mirror>>,
 }
 
 /// A function of a loaded module.
@@ -55,7 +57,8 @@ pub fn function(f: hipFunction_t) -> Res<Arc<Function>> {
     })
 }
 
-fn module(m: hipModule_t) -> Res<Arc<Module>> {
+/// The live module behind `m`.
+pub fn module(m: hipModule_t) -> Res<Arc<Module>> {
     with_tables(|t| t.modules.get(&(m as usize)).cloned())
         .ok_or_else(|| Fail::handle(format!("module {m:p} is not a live module of hip-emu")))
 }
@@ -79,6 +82,7 @@ unsafe fn load(out_module: *mut hipModule_t, image: *const c_void) -> Res {
         target: code.target,
         kernels: code.kernels,
         host_key,
+        mirrors: Mutex::new(Vec::new()),
     };
     with_tables(|t| t.modules.insert(handle, Arc::new(m)));
     // SAFETY: out-parameter per the C API contract.
@@ -178,7 +182,9 @@ hip_exports! {
             t.functions.retain(|_, f| f.module != m as usize);
             module
         });
-        removed.map(|_| ()).ok_or_else(|| Fail::handle(format!("module {m:p} is not a live module of hip-emu")))
+        let removed = removed.ok_or_else(|| Fail::handle(format!("module {m:p} is not a live module of hip-emu")))?;
+        super::globals::free_all(&removed);
+        Ok(())
     }
 
     fn hipModuleGetFunction(function: *mut hipFunction_t, m: hipModule_t, name: *const c_char) {

@@ -6,7 +6,10 @@
 
 pub use hip_codeobj::{bundle, elf};
 
+mod global;
 pub mod lookup;
+
+pub use global::DeviceGlobal;
 
 use std::ffi::CString;
 use std::sync::Arc;

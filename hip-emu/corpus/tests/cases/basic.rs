@@ -411,3 +411,105 @@ fn a_2d_grid_over_a_pitched_matrix() {
         .collect();
     close(&e.download(&dc), &want, 1e-6, "matrix_add_2d");
 }
+
+#[test]
+fn a_constant_table_written_from_rust_is_what_the_kernel_reads() {
+    let Some(e) = start() else { return };
+    let n = 80;
+    let x = data(n, 30);
+    let module = e.module("constant_mask");
+    let f = module.function("convolution_constant").unwrap();
+    let mask = module.global::<f32>("mask").unwrap();
+    assert_eq!(mask.len(), 5);
+    let dx = e.upload(&x);
+    for weights in [[0.1f32, 0.2, 0.4, 0.2, 0.1], [1.0, -1.0, 0.0, 3.0, 0.5]] {
+        mask.write(&e.stream, &weights).unwrap();
+        assert_eq!(mask.read(&e.stream).unwrap(), weights);
+        let mut dy = e.upload(&vec![0f32; n]);
+        // SAFETY: (const float* in, float* out, int n).
+        unsafe {
+            e.stream
+                .launch_builder(&f)
+                .arg(&dx)
+                .arg_mut(&mut dy)
+                .value(n as i32)
+                .launch(&cfg(2, 64, 0))
+        }
+        .unwrap();
+        let want: Vec<f64> = (0..n as i64)
+            .map(|i| {
+                (0..5i64)
+                    .filter(|j| (0..n as i64).contains(&(i + j - 2)))
+                    .map(|j| f64::from(x[(i + j - 2) as usize]) * f64::from(weights[j as usize]))
+                    .sum()
+            })
+            .collect();
+        close(&e.download(&dy), &want, 1e-6, "convolution_constant");
+    }
+    let err = mask.write(&e.stream, &[1.0; 4]).unwrap_err();
+    assert!(
+        matches!(
+            err,
+            hip_rt::Error::GlobalLength {
+                len: 5,
+                given: 4,
+                ..
+            }
+        ),
+        "{err}"
+    );
+}
+
+#[test]
+fn device_globals_are_shared_between_rust_and_the_kernel() {
+    let Some(e) = start() else { return };
+    let module = e.module("device_globals");
+    let f = module.function("use_globals").unwrap();
+    let counter = module.global::<u32>("counter").unwrap();
+    let scale = module.global::<f32>("scale").unwrap();
+    let table = module.global::<i32>("lut::table").unwrap();
+    assert_eq!(scale.read(&e.stream).unwrap(), [2.5], "the initial value");
+    assert_eq!(table.read(&e.stream).unwrap(), [1, 2, 3, 4, 5, 6, 7, 8]);
+    counter.write(&e.stream, &[100]).unwrap();
+    scale.write(&e.stream, &[-3.0]).unwrap();
+    let mut dx = e.upload(&[1.0f32; 64]);
+    // SAFETY: (float* x, int n), 2 blocks of 64 threads.
+    unsafe {
+        e.stream
+            .launch_builder(&f)
+            .arg_mut(&mut dx)
+            .value(64i32)
+            .launch(&cfg(2, 64, 0))
+    }
+    .unwrap();
+    assert_eq!(
+        counter.read(&e.stream).unwrap(),
+        [228],
+        "100 + one per thread"
+    );
+    assert_eq!(e.download(&dx), [-3.0f32; 64]);
+    assert_eq!(
+        table.read(&e.stream).unwrap(),
+        [10, 20, 30, 40, 50, 60, 70, 80]
+    );
+    let err = module
+        .global::<f64>("counter")
+        .err()
+        .expect("4 bytes are not an f64");
+    assert!(
+        matches!(
+            err,
+            hip_rt::Error::GlobalSize {
+                bytes: 4,
+                elem: 8,
+                ..
+            }
+        ),
+        "{err}"
+    );
+    let err = module
+        .global::<u32>("no_such_variable")
+        .err()
+        .expect("not a variable");
+    assert!(err.to_string().contains("no_such_variable"), "{err}");
+}
