@@ -173,6 +173,82 @@ unsafe fn capture(
     Ok(out)
 }
 
+/// `HIP_LAUNCH_PARAM_BUFFER_POINTER`, `_BUFFER_SIZE`, `_END` (hip_runtime_api.h).
+const PARAM_BUFFER_POINTER: usize = 1;
+const PARAM_BUFFER_SIZE: usize = 2;
+const PARAM_END: usize = 3;
+
+/// The `extra` form of `hipModuleLaunchKernel`: `{HIP_LAUNCH_PARAM_BUFFER_POINTER, buf,
+/// HIP_LAUNCH_PARAM_BUFFER_SIZE, &size, HIP_LAUNCH_PARAM_END}`, the arguments packed in `buf` at
+/// their kernarg offsets (the code object's metadata). Returns a pointer to each explicit
+/// argument inside `buf`, each checked to lie within `size` bytes.
+///
+/// # Safety
+/// `extra` must point at such a list (ending with `HIP_LAUNCH_PARAM_END`, at most 16 entries
+/// read), `buf` at `size` readable bytes.
+unsafe fn packed_args(f: &Function, extra: *mut *mut c_void) -> Res<Vec<*mut c_void>> {
+    let name = &f.meta.name;
+    let (mut buffer, mut size): (*mut c_void, Option<usize>) = (std::ptr::null_mut(), None);
+    let mut i = 0;
+    loop {
+        if i >= 16 {
+            return Err(Fail::invalid(format!(
+                "kernel `{name}`: `extra` has no HIP_LAUNCH_PARAM_END within 16 entries"
+            )));
+        }
+        // SAFETY: entries up to HIP_LAUNCH_PARAM_END exist per the contract.
+        let key = unsafe { *extra.add(i) } as usize;
+        match key {
+            PARAM_END => break,
+            PARAM_BUFFER_POINTER | PARAM_BUFFER_SIZE => {
+                // SAFETY: a key is followed by its value per the contract.
+                let value = unsafe { *extra.add(i + 1) };
+                if key == PARAM_BUFFER_POINTER {
+                    buffer = value;
+                } else if value.is_null() {
+                    return Err(Fail::invalid(format!(
+                        "kernel `{name}`: HIP_LAUNCH_PARAM_BUFFER_SIZE points at nothing"
+                    )));
+                } else {
+                    // SAFETY: the value points at a size_t per the contract.
+                    size = Some(unsafe { *value.cast::<usize>() });
+                }
+                i += 2;
+            }
+            other => {
+                return Err(Fail::invalid(format!(
+                    "kernel `{name}`: `extra` entry {i} is {other:#x}, not a HIP_LAUNCH_PARAM_* key"
+                )))
+            }
+        }
+    }
+    let Some(size) = size else {
+        return Err(Fail::invalid(format!(
+            "kernel `{name}`: `extra` has no HIP_LAUNCH_PARAM_BUFFER_SIZE"
+        )));
+    };
+    if buffer.is_null() && f.meta.explicit_args().next().is_some() {
+        return Err(Fail::invalid(format!(
+            "kernel `{name}`: `extra` has no HIP_LAUNCH_PARAM_BUFFER_POINTER"
+        )));
+    }
+    let mut out = Vec::new();
+    for (i, a) in f.meta.explicit_args().enumerate() {
+        let end = a.offset.saturating_add(a.size);
+        if end > size as u64 {
+            return Err(Fail::invalid(format!(
+                "kernel `{name}` argument {i}{}: bytes {}..{end} of the packed argument buffer, \
+                 which holds {size}",
+                arg_label(a.name.as_deref()),
+                a.offset
+            )));
+        }
+        // SAFETY: offset + size <= the buffer's size (checked above).
+        out.push(unsafe { buffer.cast::<u8>().add(a.offset as usize) }.cast::<c_void>());
+    }
+    Ok(out)
+}
+
 /// Map an execution error to the status a device would report.
 fn exec_fail(e: ExecError) -> Fail {
     let code = match &e {
@@ -257,14 +333,23 @@ hip_exports! {
                 func.device, dev.ordinal
             )));
         }
-        if !extra.is_null() {
-            return Err(Fail::new(hipError_t::hipErrorNotSupported, format!("kernel `{name}`: the `extra` launch argument is not emulated; pass kernelParams")));
-        }
         let (grid, block) = ([gx, gy, gz], [bx, by, bz]);
         check_config(&func, grid, block, shared_mem_bytes as usize)?;
         let sizes = arg_sizes(&func, announced)?;
-        // SAFETY: the C API contract: one pointer per argument, each to the argument's bytes.
-        let params = unsafe { capture(&func, kernel_params, &sizes, dev.ordinal) }?;
+        let params = if extra.is_null() {
+            // SAFETY: the C API contract: one pointer per argument, each to the argument's bytes.
+            unsafe { capture(&func, kernel_params, &sizes, dev.ordinal) }?
+        } else {
+            if !kernel_params.is_null() {
+                return Err(Fail::invalid(format!("kernel `{name}`: both kernelParams and extra are given; pass one")));
+            }
+            // SAFETY: the C API contract of `extra`: a HIP_LAUNCH_PARAM_* list whose buffer
+            // holds the packed arguments.
+            let mut pointers = unsafe { packed_args(&func, extra) }?;
+            // SAFETY: `packed_args` checked that each pointer leads to its argument's bytes
+            // inside the caller's buffer.
+            unsafe { capture(&func, pointers.as_mut_ptr(), &sizes, dev.ordinal) }?
+        };
         let kernel = func.kernel;
         let meta = (func.meta.group_segment_fixed_size as usize, func.meta.max_flat_workgroup_size as u32);
         let seed = rt.config.seed;

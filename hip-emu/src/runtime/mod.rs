@@ -18,6 +18,7 @@ pub mod launch;
 pub mod memory;
 pub mod metadata;
 pub mod module;
+pub mod occupancy;
 pub mod queue;
 pub mod stats;
 

@@ -242,6 +242,11 @@ unsafe impl Send for Function {}
 unsafe impl Sync for Function {}
 
 impl Function {
+    /// The runtime's handle (for a call hip-rt does not wrap; valid while `self` lives).
+    pub fn raw(&self) -> hipFunction_t {
+        self.raw
+    }
+
     /// The kernel's name.
     pub fn name(&self) -> &str {
         &self.name

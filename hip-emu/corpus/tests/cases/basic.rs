@@ -513,3 +513,84 @@ fn device_globals_are_shared_between_rust_and_the_kernel() {
         .expect("not a variable");
     assert!(err.to_string().contains("no_such_variable"), "{err}");
 }
+
+/// saxpy_kernel's arguments packed at their kernarg offsets (float a; 4 bytes of padding;
+/// const float* x; float* y; int n).
+#[repr(C)]
+struct SaxpyArgs {
+    a: f32,
+    _pad: u32,
+    x: u64,
+    y: u64,
+    n: i32,
+}
+
+/// `hipModuleLaunchKernel` with `extra` = {BUFFER_POINTER, &args, BUFFER_SIZE, &size, END}.
+fn launch_packed(
+    e: &crate::Emu,
+    f: &hip_rt::Function,
+    args: &mut SaxpyArgs,
+    size: usize,
+) -> hip_sys::hipError_t {
+    let launch = hip_sys::sym!(hipModuleLaunchKernel).expect("hip-emu exports it");
+    let mut size = size;
+    let mut extra: [*mut std::ffi::c_void; 5] = [
+        1 as *mut _,
+        (args as *mut SaxpyArgs).cast(),
+        2 as *mut _,
+        (&mut size as *mut usize).cast(),
+        3 as *mut _,
+    ];
+    // SAFETY: a live function and stream; `extra` is the documented list, the buffer holds the
+    // kernel's arguments and `size` says how many bytes.
+    unsafe {
+        launch(
+            f.raw(),
+            2,
+            1,
+            1,
+            128,
+            1,
+            1,
+            0,
+            e.stream.raw(),
+            std::ptr::null_mut(),
+            extra.as_mut_ptr(),
+        )
+    }
+}
+
+#[test]
+fn packed_arguments_through_extra() {
+    let Some(e) = start() else { return };
+    let n = 200;
+    let (x, y) = (data(n, 31), data(n, 32));
+    let f = e.kernel("saxpy", "saxpy_kernel");
+    let dx = e.upload(&x);
+    let dy = e.upload(&y);
+    let mut args = SaxpyArgs {
+        a: -2.0,
+        _pad: 0,
+        x: dx.device_ptr().0,
+        y: dy.device_ptr().0,
+        n: n as i32,
+    };
+    let size = std::mem::size_of::<SaxpyArgs>();
+    assert_eq!(
+        launch_packed(&e, &f, &mut args, size),
+        hip_sys::hipError_t::hipSuccess
+    );
+    e.stream.synchronize().unwrap();
+    let want: Vec<f64> = x
+        .iter()
+        .zip(&y)
+        .map(|(x, y)| -2.0 * f64::from(*x) + f64::from(*y))
+        .collect();
+    close(&e.download(&dy), &want, 1e-6, "saxpy via extra");
+    // A buffer too short for `n` (bytes 24..28) is refused before anything runs.
+    assert_eq!(
+        launch_packed(&e, &f, &mut args, 24),
+        hip_sys::hipError_t::hipErrorInvalidValue
+    );
+    close(&e.download(&dy), &want, 1e-6, "unchanged");
+}

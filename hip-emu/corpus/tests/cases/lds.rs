@@ -309,3 +309,25 @@ fn wave_shuffle_reduction() {
         "{want}"
     );
 }
+
+#[test]
+fn occupancy_follows_the_kernels_resources() {
+    let Some(e) = start() else { return };
+    let f = e.kernel("matmul_tiled", "matrix_multiplication_kernel<16u>");
+    let occupancy = hip_sys::sym!(hipModuleOccupancyMaxActiveBlocksPerMultiprocessor)
+        .expect("hip-emu exports it");
+    let blocks = |block: i32, dynamic: usize| {
+        let mut n = -1;
+        // SAFETY: a live function; `n` is a valid out-pointer.
+        let r = unsafe { occupancy(&mut n, f.raw(), block, dynamic) };
+        assert_eq!(r, hip_sys::hipError_t::hipSuccess);
+        n
+    };
+    // 2 KiB of static LDS (two 16x16 float tiles): with 30 KiB more per block, 2 blocks fit in
+    // 64 KiB; with 63 KiB more, none.
+    let small = blocks(256, 0);
+    assert!((1..=10).contains(&small), "{small}");
+    assert_eq!(blocks(256, 30 << 10), 2.min(small));
+    assert_eq!(blocks(256, 63 << 10), 0);
+    assert_eq!(blocks(2048, 0), 0, "over 1024 threads");
+}
