@@ -272,9 +272,7 @@ fn run(
     f_meta: (usize, u32),
     params: Vec<Vec<u8>>,
     seed: Option<u64>,
-    mirrors: Vec<super::globals::Mirror>,
 ) -> Res {
-    use super::globals::{sync, Direction};
     let slices: Vec<&[u8]> = params.iter().map(Vec::as_slice).collect();
     let spec = LaunchSpec {
         kernel: spec_kernel,
@@ -286,10 +284,7 @@ fn run(
         params: &slices,
         block_order_seed: seed,
     };
-    sync(&mirrors, Direction::In);
-    let result = exec::execute(&spec).map_err(exec_fail);
-    sync(&mirrors, Direction::Out);
-    result?;
+    exec::execute(&spec).map_err(exec_fail)?;
     let hits = memory::corrupted_canaries();
     if let Some((alloc, addr)) = hits.first() {
         return Err(Fail::new(
@@ -360,7 +355,14 @@ hip_exports! {
         dev.executor.enqueue(
             info.id,
             format!("kernel `{name}`"),
-            Box::new(move || run(kernel, grid, block, dynamic, meta, params, seed, mirrors)),
+            Box::new(move || {
+                // The module's variables go in before the kernel and come back after it.
+                use super::globals::{sync, Direction};
+                sync(&mirrors, Direction::In);
+                let result = run(kernel, grid, block, dynamic, meta, params, seed);
+                sync(&mirrors, Direction::Out);
+                result
+            }),
         )?;
         super::stats::bump(super::stats::Counter::Launches);
         Ok(())

@@ -8,7 +8,7 @@ use std::ffi::c_int;
 use hip_sys::hipFunction_t;
 
 use super::device::{COMPUTE_UNITS, LDS_PER_BLOCK, MAX_THREADS_PER_BLOCK, WAVEFRONT};
-use super::error::{Fail, Res};
+use super::error::Fail;
 use super::metadata::KernelMeta;
 use super::module::function;
 use super::{hip_exports, out};
@@ -34,11 +34,7 @@ pub fn max_active_blocks(meta: &KernelMeta, block: u64, dynamic: u64) -> u64 {
     let waves_per_block = block.div_ceil(WAVEFRONT as u64);
     let by_waves = (waves_per_simd * SIMDS).min(WAVES_PER_CU) / waves_per_block;
     let lds = meta.group_segment_fixed_size + dynamic;
-    let by_lds = if lds == 0 {
-        u64::MAX
-    } else {
-        LDS_PER_BLOCK as u64 / lds
-    };
+    let by_lds = (LDS_PER_BLOCK as u64).checked_div(lds).unwrap_or(u64::MAX);
     by_waves.min(by_lds)
 }
 
