@@ -1,8 +1,9 @@
 //! Kernel names as Rust constants, so that a launcher names a kernel by a constant the build
 //! generated and a renamed or removed kernel is a compile error, not a failed lookup at run time.
 //!
-//! The names come from the compiled code objects (the `extern "C"` kernel symbols of each
-//! bundle) when the kernels are built. When they are not (no hipcc, a disabled feature, docs.rs),
+//! The names come from the compiled code objects (the kernel symbols of each bundle: `extern
+//! "C"` names, or mangled C++ symbols, whose constants are named after the demangled name,
+//! [`const_names`]) when the kernels are built. When they are not (no hipcc, a disabled feature, docs.rs),
 //! they come from a committed list, the *names file* ([`crate::Builder::names_file`]), which a
 //! build with kernels can be compared with ([`render_names_file`] writes it).
 //!
