@@ -92,6 +92,7 @@ pub const HIP_FUNCTIONS: &[&str] = &[
     "hipModuleLaunchKernel",
     "hipFuncGetAttribute",
     "hipModuleOccupancyMaxActiveBlocksPerMultiprocessor",
+    "hipModuleOccupancyMaxPotentialBlockSize",
     // errors
     "hipGetLastError",
     "hipPeekAtLastError",

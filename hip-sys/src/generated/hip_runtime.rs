@@ -1859,6 +1859,16 @@ pub struct HipApi {
         ) -> hipError_t,
         ::libloading::Error,
     >,
+    pub hipModuleOccupancyMaxPotentialBlockSize: Result<
+        unsafe extern "C" fn(
+            gridSize: *mut ::std::os::raw::c_int,
+            blockSize: *mut ::std::os::raw::c_int,
+            f: hipFunction_t,
+            dynSharedMemPerBlk: usize,
+            blockSizeLimit: ::std::os::raw::c_int,
+        ) -> hipError_t,
+        ::libloading::Error,
+    >,
     pub hipModuleOccupancyMaxActiveBlocksPerMultiprocessor: Result<
         unsafe extern "C" fn(
             numBlocks: *mut ::std::os::raw::c_int,
@@ -1971,6 +1981,9 @@ impl HipApi {
         let hipModuleLoadData = __library.get(b"hipModuleLoadData\0").map(|sym| *sym);
         let hipModuleLoadDataEx = __library.get(b"hipModuleLoadDataEx\0").map(|sym| *sym);
         let hipModuleLaunchKernel = __library.get(b"hipModuleLaunchKernel\0").map(|sym| *sym);
+        let hipModuleOccupancyMaxPotentialBlockSize = __library
+            .get(b"hipModuleOccupancyMaxPotentialBlockSize\0")
+            .map(|sym| *sym);
         let hipModuleOccupancyMaxActiveBlocksPerMultiprocessor = __library
             .get(b"hipModuleOccupancyMaxActiveBlocksPerMultiprocessor\0")
             .map(|sym| *sym);
@@ -2053,6 +2066,7 @@ impl HipApi {
             hipModuleLoadData,
             hipModuleLoadDataEx,
             hipModuleLaunchKernel,
+            hipModuleOccupancyMaxPotentialBlockSize,
             hipModuleOccupancyMaxActiveBlocksPerMultiprocessor,
             hipGetDevicePropertiesR0600,
         })
@@ -2775,6 +2789,25 @@ impl HipApi {
             stream,
             kernelParams,
             extra,
+        )
+    }
+    pub unsafe fn hipModuleOccupancyMaxPotentialBlockSize(
+        &self,
+        gridSize: *mut ::std::os::raw::c_int,
+        blockSize: *mut ::std::os::raw::c_int,
+        f: hipFunction_t,
+        dynSharedMemPerBlk: usize,
+        blockSizeLimit: ::std::os::raw::c_int,
+    ) -> hipError_t {
+        (self
+            .hipModuleOccupancyMaxPotentialBlockSize
+            .as_ref()
+            .expect("Expected function, got error."))(
+            gridSize,
+            blockSize,
+            f,
+            dynSharedMemPerBlk,
+            blockSizeLimit,
         )
     }
     pub unsafe fn hipModuleOccupancyMaxActiveBlocksPerMultiprocessor(

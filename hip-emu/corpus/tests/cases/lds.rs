@@ -330,4 +330,18 @@ fn occupancy_follows_the_kernels_resources() {
     assert_eq!(blocks(256, 30 << 10), 2.min(small));
     assert_eq!(blocks(256, 63 << 10), 0);
     assert_eq!(blocks(2048, 0), 0, "over 1024 threads");
+    let potential = hip_sys::sym!(hipModuleOccupancyMaxPotentialBlockSize).expect("exported");
+    let (mut grid, mut block) = (0, 0);
+    // SAFETY: a live function; valid out-pointers.
+    let r = unsafe { potential(&mut grid, &mut block, f.raw(), 0, 1024) };
+    assert_eq!(r, hip_sys::hipError_t::hipSuccess);
+    assert!(block % 64 == 0 && (64..=1024).contains(&block), "{block}");
+    assert!(
+        blocks(block, 0) > 0 && grid == blocks(block, 0) * 60,
+        "{grid} {block}"
+    );
+    // No block size fits 63 KiB of dynamic LDS next to the 2 KiB of static: an error.
+    // SAFETY: as above.
+    let r = unsafe { potential(&mut grid, &mut block, f.raw(), 63 << 10, 1024) };
+    assert_eq!(r, hip_sys::hipError_t::hipErrorInvalidValue);
 }
