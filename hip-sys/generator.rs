@@ -93,6 +93,15 @@ pub const HIP_FUNCTIONS: &[&str] = &[
     "hipFuncGetAttribute",
     "hipModuleOccupancyMaxActiveBlocksPerMultiprocessor",
     "hipModuleOccupancyMaxPotentialBlockSize",
+    "hipOccupancyMaxPotentialBlockSize",
+    "hipLaunchCooperativeKernel",
+    // module variables by host symbol
+    "hipMemcpyToSymbol",
+    "hipMemcpyToSymbolAsync",
+    "hipMemcpyFromSymbol",
+    "hipMemcpyFromSymbolAsync",
+    "hipGetSymbolAddress",
+    "hipGetSymbolSize",
     // errors
     "hipGetLastError",
     "hipPeekAtLastError",

@@ -293,8 +293,9 @@ impl HostCompiler {
                 .args(&flags)
                 .arg(&input),
         )?;
+        // `tu 2`: the generated translation unit's form (2: the source's declarations exported).
         let mut key_text = format!(
-            "abi 2\n{}\n{}\n{}\n",
+            "abi 2\ntu 2\n{}\n{}\n{}\n",
             self.cxx.display(),
             self.version,
             opts.race
@@ -439,7 +440,7 @@ fn write_if_changed(path: &Path, text: &str) -> Result<(), HostError> {
     fs::rename(&tmp, path).map_err(io(path))
 }
 
-/// The generated translation unit: the source, one `HIPEMU_ENTRY` per kernel, the module table.
+/// The generated translation unit: the source (its declarations of default visibility), one `HIPEMU_ENTRY` per kernel, the module table.
 /// A C++ kernel (a mangled symbol) is reached through a declaration with its parameter list
 /// (from the demangled symbol) bound to the symbol by an asm label, so templates, overloads and
 /// namespaces need no name lookup; an `extern "C"` kernel is named directly. Err: a symbol
@@ -454,7 +455,12 @@ fn render_tu(
     // The file's static __shared__ variables live in their own section (its bounds are the
     // linker's __start_/__stop_ symbols, weak: a file without __shared__ has none).
     tu.push_str("#define HIPEMU_LDS_SECTION \"hipemu_lds_0\"\n");
+    // The source's own declarations get default visibility (the shim's, included first, stay
+    // hidden): its `__device__` / `__constant__` variables are then `dlsym`-able in the shared
+    // object, which is how a client names one to hip-emu's hipMemcpyToSymbol & co.
+    tu.push_str("#include <hip/hip_runtime.h>\n#pragma GCC visibility push(default)\n");
     let _ = writeln!(tu, "#include \"{}\"", input.display());
+    tu.push_str("#pragma GCC visibility pop\n");
     for (edge, macro_name) in [("start", "HIPEMU_LDS_BEGIN"), ("stop", "HIPEMU_LDS_END")] {
         let _ = writeln!(
             tu,

@@ -57,7 +57,7 @@ fn find(m: &Module, name: &str) -> Res<exec::host::GlobalInfo> {
 }
 
 /// The mirror of `name` in module `m` (made on first use).
-fn get(m: &Module, name: &str) -> Res<Mirror> {
+pub(super) fn get(m: &Module, name: &str) -> Res<Mirror> {
     let mut mirrors = m.mirrors.lock().unwrap_or_else(|p| p.into_inner());
     let g = find(m, name)?;
     if let Some(existing) = mirrors.iter().find(|x| x.symbol == g.name) {

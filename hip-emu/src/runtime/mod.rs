@@ -21,6 +21,7 @@ pub mod module;
 pub mod occupancy;
 pub mod queue;
 pub mod stats;
+pub mod symbols;
 
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicUsize, Ordering};

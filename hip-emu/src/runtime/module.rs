@@ -63,6 +63,19 @@ pub fn module(m: hipModule_t) -> Res<Arc<Module>> {
         .ok_or_else(|| Fail::handle(format!("module {m:p} is not a live module of hip-emu")))
 }
 
+/// The live modules loaded on `device`, oldest first.
+pub fn modules_on(device: i32) -> Vec<Arc<Module>> {
+    let mut live: Vec<(usize, Arc<Module>)> = with_tables(|t| {
+        t.modules
+            .iter()
+            .filter(|(_, m)| m.device == device)
+            .map(|(h, m)| (*h, Arc::clone(m)))
+            .collect()
+    });
+    live.sort_by_key(|(h, _)| *h);
+    live.into_iter().map(|(_, m)| m).collect()
+}
+
 /// Load the image at `image` on the current device.
 ///
 /// # Safety

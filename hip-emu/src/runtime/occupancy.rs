@@ -3,12 +3,12 @@
 //! SIMDs of at most 10 waves, 256 VGPRs per lane (granule 4) and 800 SGPRs per SIMD (granule
 //! 16), 64 KiB of LDS, 40 waves per CU. A static model of a device, not a measurement.
 
-use std::ffi::c_int;
+use std::ffi::{c_int, c_void};
 
 use hip_sys::hipFunction_t;
 
 use super::device::{COMPUTE_UNITS, LDS_PER_BLOCK, MAX_THREADS_PER_BLOCK, WAVEFRONT};
-use super::error::Fail;
+use super::error::{Fail, Res};
 use super::metadata::KernelMeta;
 use super::module::function;
 use super::{hip_exports, out};
@@ -67,19 +67,55 @@ hip_exports! {
     }
 
     fn hipModuleOccupancyMaxPotentialBlockSize(grid_size: *mut c_int, block_size: *mut c_int, f: hipFunction_t, dyn_shared: usize, block_size_limit: c_int) {
-        let func = function(f)?;
-        let limit = if block_size_limit <= 0 { MAX_THREADS_PER_BLOCK as u64 } else { block_size_limit as u64 };
-        let (block, grid) = potential_block_size(&func.meta, dyn_shared as u64, limit).ok_or_else(|| {
-            Fail::invalid(format!(
-                "hipModuleOccupancyMaxPotentialBlockSize: kernel `{}` fits no block of up to {limit} threads with {dyn_shared} bytes of dynamic LDS",
-                func.meta.name
-            ))
-        })?;
-        // SAFETY: out-parameters per the C API contract.
-        unsafe { out(grid_size, to_int(grid), "gridSize") }?;
-        // SAFETY: as above.
-        unsafe { out(block_size, to_int(block), "blockSize") }
+        // SAFETY: forwarded from the caller (the C API contract).
+        unsafe { answer_potential("hipModuleOccupancyMaxPotentialBlockSize", grid_size, block_size, f, dyn_shared, block_size_limit) }
     }
+
+    /// The runtime form. HIP's `f` is the kernel's host stub; hip-emu has no host stubs, so `f`
+    /// is a `hipFunction_t` from `hipModuleGetFunction` (cast to `const void*`), answered as
+    /// the module form.
+    fn hipOccupancyMaxPotentialBlockSize(grid_size: *mut c_int, block_size: *mut c_int, f: *const c_void, dyn_shared: usize, block_size_limit: c_int) {
+        // SAFETY: as above.
+        unsafe { answer_potential("hipOccupancyMaxPotentialBlockSize", grid_size, block_size, f as hipFunction_t, dyn_shared, block_size_limit) }
+    }
+}
+
+/// Both forms of `hipOccupancyMaxPotentialBlockSize`.
+///
+/// # Safety
+/// `grid_size` and `block_size` are null or valid for a write.
+unsafe fn answer_potential(
+    api: &str,
+    grid_size: *mut c_int,
+    block_size: *mut c_int,
+    f: hipFunction_t,
+    dyn_shared: usize,
+    block_size_limit: c_int,
+) -> Res {
+    let func = function(f).map_err(|e| {
+        Fail::new(
+            e.code,
+            format!(
+                "{api}: {} (on hip-emu `f` is a hipFunction_t from hipModuleGetFunction)",
+                e.message
+            ),
+        )
+    })?;
+    let limit = if block_size_limit <= 0 {
+        MAX_THREADS_PER_BLOCK as u64
+    } else {
+        block_size_limit as u64
+    };
+    let (block, grid) = potential_block_size(&func.meta, dyn_shared as u64, limit).ok_or_else(|| {
+        Fail::invalid(format!(
+            "{api}: kernel `{}` fits no block of up to {limit} threads with {dyn_shared} bytes of dynamic LDS",
+            func.meta.name
+        ))
+    })?;
+    // SAFETY: out-parameters per the caller's contract.
+    unsafe { out(grid_size, to_int(grid), "gridSize") }?;
+    // SAFETY: as above.
+    unsafe { out(block_size, to_int(block), "blockSize") }
 }
 
 /// Checks `hipModuleOccupancy*`'s model on made-up resource figures.

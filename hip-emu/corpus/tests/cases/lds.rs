@@ -344,4 +344,50 @@ fn occupancy_follows_the_kernels_resources() {
     // SAFETY: as above.
     let r = unsafe { potential(&mut grid, &mut block, f.raw(), 63 << 10, 1024) };
     assert_eq!(r, hip_sys::hipError_t::hipErrorInvalidValue);
+    // The runtime form (HIP's `const void* f`: on hip-emu the hipFunction_t) gives the same
+    // answer from the same model, limit and dynamic LDS included.
+    let runtime_form = hip_sys::sym!(hipOccupancyMaxPotentialBlockSize).expect("exported");
+    for (dynamic, limit) in [(0, 1024), (30 << 10, 1024), (0, 192)] {
+        let (mut g1, mut b1, mut g2, mut b2) = (0, 0, -1, -1);
+        // SAFETY: a live function; valid out-pointers.
+        let r1 = unsafe { potential(&mut g1, &mut b1, f.raw(), dynamic, limit) };
+        // SAFETY: as above.
+        let r2 = unsafe {
+            runtime_form(
+                &mut g2,
+                &mut b2,
+                f.raw().cast_const().cast(),
+                dynamic,
+                limit,
+            )
+        };
+        assert_eq!(
+            (r1, r2),
+            (
+                hip_sys::hipError_t::hipSuccess,
+                hip_sys::hipError_t::hipSuccess
+            )
+        );
+        assert_eq!((g1, b1), (g2, b2), "dynamic {dynamic}, limit {limit}");
+        assert!(
+            b2 <= limit && b2 % 64 == 0 && g2 == blocks(b2, dynamic) * 60,
+            "{g2} {b2}"
+        );
+    }
+    // SAFETY: as above.
+    let r = unsafe {
+        runtime_form(
+            &mut grid,
+            &mut block,
+            f.raw().cast_const().cast(),
+            63 << 10,
+            1024,
+        )
+    };
+    assert_eq!(r, hip_sys::hipError_t::hipErrorInvalidValue);
+    // Not a function: an error saying what `f` must be.
+    let stray = 0u64;
+    // SAFETY: `f` is only looked up, never called.
+    let r = unsafe { runtime_form(&mut grid, &mut block, (&raw const stray).cast(), 0, 1024) };
+    assert_eq!(r, hip_sys::hipError_t::hipErrorInvalidHandle);
 }

@@ -2,6 +2,7 @@
 
 mod basic;
 mod lds;
+mod symbols;
 mod wave;
 
 pub(crate) use super::{assert_close as close, cfg as cfg1, emu as start, inputs as data};
