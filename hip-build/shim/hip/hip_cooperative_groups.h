@@ -2,9 +2,9 @@
 // this_thread_block(), tiled_partition (static: thread_block_tile<N>; dynamic: thread_group of
 // a tile size), coalesced_threads(), a group's thread_rank/size/sync and a tile's shuffles and
 // votes. Tiles divide a wave (N a power of two <= 64); a tile's sync is a wave barrier (every
-// lane of the wave arrives, as HIP's tiles of one wave do). Grid groups (this_grid, grid sync)
-// are not provided: hip-emu runs a grid's blocks one after another, so a grid-wide barrier
-// cannot be kept; using one is a compile error naming it.
+// lane of the wave arrives, as HIP's tiles of one wave do). this_grid() and its sync() work
+// under hipLaunchCooperativeKernel, where hip-emu keeps every block of the grid alive at once;
+// a grid sync in an ordinary launch is a launch error naming it.
 #pragma once
 
 #include <hip/hip_runtime.h>
@@ -97,6 +97,29 @@ inline thread_group tiled_partition(const thread_block&, unsigned size) {
 template <unsigned N> inline thread_block_tile<N> tiled_partition(const thread_block&) {
   return thread_block_tile<N>();
 }
+/// The whole grid of a cooperative launch.
+class grid_group {
+ public:
+  unsigned long long size() const {
+    return static_cast<unsigned long long>(gridDim.x) * gridDim.y * gridDim.z *
+           (blockDim.x * blockDim.y * blockDim.z);
+  }
+  unsigned long long num_threads() const { return size(); }
+  unsigned long long thread_rank() const {
+    const unsigned long long block =
+        (static_cast<unsigned long long>(blockIdx.z) * gridDim.y + blockIdx.y) * gridDim.x +
+        blockIdx.x;
+    return block * (blockDim.x * blockDim.y * blockDim.z) + hipemu::linear_tid();
+  }
+  bool is_valid() const { return true; }
+  dim3 group_dim() const { return dim3(gridDim.x, gridDim.y, gridDim.z); }
+  void sync(const char* file = __builtin_FILE(), unsigned line = __builtin_LINE()) const {
+    hipemu_wave_op(HIPEMU_GRID_SYNC, 0, 0, 0, file, line);
+  }
+};
+
+inline grid_group this_grid() { return grid_group(); }
+
 template <typename G> inline void sync(const G& g) { g.sync(); }
 
 }  // namespace cooperative_groups

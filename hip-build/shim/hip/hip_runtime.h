@@ -112,6 +112,7 @@ enum : unsigned {
   HIPEMU_WAVE_BALLOT = 1,         // result = mask of lanes whose value != 0
   HIPEMU_WAVE_READFIRSTLANE = 2,  // result = value of the lowest active lane
   HIPEMU_WAVE_BARRIER = 3,        // no data; every lane of the wave must arrive
+  HIPEMU_GRID_SYNC = 4,           // no data; every thread of the grid must arrive (cooperative)
 };
 
 #define threadIdx (hipemu_state.thread_idx)

@@ -58,6 +58,7 @@ impl KernelInfo {
 // SAFETY: the pointers lead into a shared object that is never unloaded; the data they reach
 // (shim state, race state) is only touched under the executor lock.
 unsafe impl Send for KernelInfo {}
+// SAFETY: as for Send: shared references only read the constant entry data.
 unsafe impl Sync for KernelInfo {}
 
 /// One `__device__` / `__constant__` variable of a host build.

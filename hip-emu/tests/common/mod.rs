@@ -190,6 +190,7 @@ pub fn launch(
         max_flat_workgroup_size: if o.max_flat == 0 { 1024 } else { o.max_flat },
         params: &params,
         block_order_seed: o.seed,
+        cooperative: false,
     })
 }
 

@@ -179,3 +179,144 @@ fn a_constant_table_written_by_symbol_is_what_the_kernel_reads() {
         "{text}"
     );
 }
+
+/// `hipLaunchCooperativeKernel` of `f` on the test's stream, then a stream sync: the status of
+/// the launch call, else of the sync.
+fn launch_cooperative(
+    e: &crate::Emu,
+    f: &hip_rt::Function,
+    grid: u32,
+    block: u32,
+    args: &mut [*mut c_void],
+) -> hipError_t {
+    let launch = hip_sys::sym!(hipLaunchCooperativeKernel).expect("exported");
+    let dim = |x| hip_sys::generated::dim3 { x, y: 1, z: 1 };
+    // SAFETY: `args` holds one pointer per kernel parameter, each to a value of its type, alive
+    // until the stream is synchronised below.
+    let r = unsafe {
+        launch(
+            f.raw().cast_const().cast(),
+            dim(grid),
+            dim(block),
+            args.as_mut_ptr(),
+            0,
+            e.stream.raw(),
+        )
+    };
+    if r != hipError_t::hipSuccess {
+        return r;
+    }
+    match e.stream.synchronize() {
+        Ok(()) => hipError_t::hipSuccess,
+        Err(err) => {
+            eprintln!("{err}");
+            hipError_t::hipErrorLaunchFailure
+        }
+    }
+}
+
+#[test]
+fn a_grid_sync_orders_the_blocks_of_a_cooperative_launch() {
+    let Some(e) = start() else { return };
+    let module = e.module("grid_sync");
+    let f = module.function("grid_sum").unwrap();
+    let (n, blocks) = (10_000usize, 12u32);
+    let x = data(n, 40);
+    let dx = e.upload(&x);
+    let dp = e.upload(&vec![0f32; blocks as usize]);
+    let dk = e.upload(&vec![0f32; blocks as usize]);
+    let dout = e.upload(&[0f32]);
+    let (mut px, mut pp, mut pk, mut po) = (
+        dx.device_ptr().0,
+        dp.device_ptr().0,
+        dk.device_ptr().0,
+        dout.device_ptr().0,
+    );
+    let mut n32 = n as i32;
+    let mut args: Vec<*mut c_void> = vec![
+        (&raw mut px).cast(),
+        (&raw mut pp).cast(),
+        (&raw mut pk).cast(),
+        (&raw mut po).cast(),
+        (&raw mut n32).cast(),
+    ];
+    let r = launch_cooperative(&e, &f, blocks, 128, &mut args);
+    assert_eq!(r, hipError_t::hipSuccess, "{}", message(r));
+    // Each partial is its block's grid-stride share; the total is their sum, read by block 0
+    // only after every block wrote its partial (the grid sync).
+    let grid_threads = blocks as usize * 128;
+    let want_partial: Vec<f64> = (0..blocks as usize)
+        .map(|b| {
+            (0..n)
+                .filter(|i| (i % grid_threads) / 128 == b)
+                .map(|i| f64::from(x[i]))
+                .sum()
+        })
+        .collect();
+    let partial = e.download(&dp);
+    close(&partial, &want_partial, 1e-4, "grid_sum partials");
+    assert_eq!(
+        e.download(&dk),
+        partial,
+        "each block's LDS survives the grid sync"
+    );
+    let total: f64 = x.iter().map(|v| f64::from(*v)).sum();
+    // fp32 sums of 10^4 values of magnitude < 1: within 1e-3 absolute.
+    close(&e.download(&dout), &[total], 1e-3, "grid_sum total");
+}
+
+#[test]
+fn grid_sync_misuse_and_oversized_cooperative_grids_are_errors() {
+    let Some(e) = start() else { return };
+    let module = e.module("grid_sync");
+    let f = module.function("grid_sum").unwrap();
+    let dummy = e.upload(&vec![0f32; 64]);
+    let mut p = dummy.device_ptr().0;
+    let mut n = 0i32;
+    let mut args: Vec<*mut c_void> = vec![
+        (&raw mut p).cast(),
+        (&raw mut p).cast(),
+        (&raw mut p).cast(),
+        (&raw mut p).cast(),
+        (&raw mut n).cast(),
+    ];
+    // More blocks than the device holds at once (the occupancy model times 60 CUs).
+    let occupancy = hip_sys::sym!(hipModuleOccupancyMaxActiveBlocksPerMultiprocessor).unwrap();
+    let mut per_cu = 0;
+    // SAFETY: a live function; a valid out-pointer.
+    let r = unsafe { occupancy(&mut per_cu, f.raw(), 128, 0) };
+    assert_eq!(r, hipError_t::hipSuccess);
+    let r = launch_cooperative(&e, &f, per_cu as u32 * 60 + 1, 128, &mut args);
+    assert_eq!(r, hipError_t::hipErrorCooperativeLaunchTooLarge);
+    let text = message(r);
+    assert!(
+        text.contains("co-resident") && text.contains("grid_sum"),
+        "{text}"
+    );
+    // Co-resident, but over hip-emu's bound on live fibres.
+    let r = launch_cooperative(&e, &f, 129, 128, &mut args);
+    assert_eq!(r, hipError_t::hipErrorCooperativeLaunchTooLarge);
+    assert!(message(r).contains("16384"), "{}", message(r));
+
+    // A grid sync in an ordinary launch.
+    let mut out = e.upload(&[0f32; 4]);
+    let g = module.function("grid_sync_after_exit").unwrap();
+    // SAFETY: (float* out), 4 blocks of 64 threads.
+    unsafe {
+        e.stream
+            .launch_builder(&g)
+            .arg_mut(&mut out)
+            .launch(&cfg(4, 64, 0))
+    }
+    .unwrap();
+    let err = e.stream.synchronize().unwrap_err().to_string();
+    assert!(
+        err.contains("not cooperative") && err.contains("hipLaunchCooperativeKernel"),
+        "{err}"
+    );
+    // A block that returned before the grid sync the others wait at.
+    let mut po = out.device_ptr().0;
+    let mut args: Vec<*mut c_void> = vec![(&raw mut po).cast()];
+    let r = launch_cooperative(&e, &g, 4, 64, &mut args);
+    assert_eq!(r, hipError_t::hipErrorLaunchFailure);
+}
