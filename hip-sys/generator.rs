@@ -92,6 +92,16 @@ pub const HIP_FUNCTIONS: &[&str] = &[
     "hipModuleLaunchKernel",
     "hipFuncGetAttribute",
     "hipModuleOccupancyMaxActiveBlocksPerMultiprocessor",
+    "hipModuleOccupancyMaxPotentialBlockSize",
+    "hipOccupancyMaxPotentialBlockSize",
+    "hipLaunchCooperativeKernel",
+    // module variables by host symbol
+    "hipMemcpyToSymbol",
+    "hipMemcpyToSymbolAsync",
+    "hipMemcpyFromSymbol",
+    "hipMemcpyFromSymbolAsync",
+    "hipGetSymbolAddress",
+    "hipGetSymbolSize",
     // errors
     "hipGetLastError",
     "hipPeekAtLastError",

@@ -2,8 +2,8 @@
 //
 // hip-build (src/host.rs) compiles each kernel source as host C++ into one shared object: a
 // generated translation unit that includes the kernel source and then this header, expands
-// HIPEMU_ENTRY(name) for every `extern "C" __global__` function found in the preprocessed
-// source and ends with HIPEMU_MODULE(...). The parameter list is deduced from the kernel's C++
+// HIPEMU_ENTRY(id, function, symbol) for every `__global__` function the source defines (C++
+// kernels under their mangled symbol, templates as instantiated) and ends with HIPEMU_MODULE(...). The parameter list is deduced from the kernel's C++
 // type: no hand-maintained list of names or signatures.
 //
 // hip-emu dlopens the shared object and calls its one exported function, hipemu_module_init,
@@ -17,7 +17,8 @@
 
 #include <utility>
 
-#define HIPEMU_ABI 1u
+// 2: kernels of C++ linkage are registered too, under their mangled symbols.
+#define HIPEMU_ABI 2u
 
 /// One kernel (read by hip-emu/src/exec/host.rs).
 struct hipemu_entry {
@@ -38,6 +39,13 @@ struct hipemu_host_api {
                       const char* file, unsigned line);
 };
 
+/// One `__device__` / `__constant__` variable of the source (read by hip-emu/src/exec/host.rs).
+struct hipemu_global {
+  const char* name;  // its symbol, as in the code object
+  void* addr;
+  size_t size;
+};
+
 struct hipemu_state_t;
 struct hipemu_race_state;
 
@@ -51,6 +59,8 @@ struct hipemu_module {
   hipemu_race_state* race;      // hipemu_race of this module (hipemu_race.cpp)
   int (*race_alloc)(size_t cells);
   const char* source_root;      // stripped from the file names of race reports
+  const hipemu_global* const* globals;
+  size_t global_count;
 };
 
 extern "C" {
@@ -96,21 +106,27 @@ template <typename... A> constexpr const size_t* sizes_of(void (*)(A...)) {
 #define HIPEMU_LDS_END nullptr
 #endif
 
-#define HIPEMU_ENTRY(NAME)                                                               \
-  extern "C" void hipemu_trampoline_##NAME(void* const* args) {                          \
-    ::hipemu::invoke(&NAME, args);                                                       \
-  }                                                                                      \
-  extern "C" const hipemu_entry hipemu_entry_##NAME = {#NAME, &hipemu_trampoline_##NAME, \
-                                                       ::hipemu::count_of(&NAME),        \
-                                                       ::hipemu::sizes_of(&NAME),        \
-                                                       HIPEMU_LDS_BEGIN, HIPEMU_LDS_END};
+/// Entry ID: FN (a function, or a declaration bound to the kernel's symbol) under SYMBOL, the
+/// name of the kernel in the code object.
+#define HIPEMU_ENTRY(ID, FN, SYMBOL)                                                         \
+  extern "C" void hipemu_trampoline_##ID(void* const* args) { ::hipemu::invoke(&FN, args); } \
+  extern "C" const hipemu_entry hipemu_entry_##ID = {SYMBOL, &hipemu_trampoline_##ID,        \
+                                                     ::hipemu::count_of(&FN),                \
+                                                     ::hipemu::sizes_of(&FN),                \
+                                                     HIPEMU_LDS_BEGIN, HIPEMU_LDS_END};
+
+/// Variable ID: NAME (a C++ name) under SYMBOL.
+#define HIPEMU_GLOBAL(ID, NAME, SYMBOL)                                                 \
+  extern "C" const hipemu_global hipemu_global_##ID = {SYMBOL, (void*)&(NAME), sizeof(NAME)};
 
 /// The module table and its exported entry point; ENTRIES is a null-terminated array of
-/// `const hipemu_entry*` with COUNT entries before the null.
-#define HIPEMU_MODULE(ENTRIES, COUNT, RACE, ROOT)                                            \
+/// `const hipemu_entry*` with COUNT entries before the null, GLOBALS one of `const
+/// hipemu_global*` with GCOUNT.
+#define HIPEMU_MODULE(ENTRIES, COUNT, RACE, ROOT, GLOBALS, GCOUNT)                          \
   extern "C" __attribute__((visibility("default"))) const hipemu_module* hipemu_module_init( \
       const hipemu_host_api* api) {                                                          \
-    static const hipemu_module m = {HIPEMU_ABI,     RACE,         ENTRIES,           COUNT,  \
-                                    &hipemu_state,  &hipemu_race, &hipemu_race_alloc, ROOT}; \
+    static const hipemu_module m = {HIPEMU_ABI,    RACE,         ENTRIES,            COUNT,  \
+                                    &hipemu_state, &hipemu_race, &hipemu_race_alloc, ROOT,   \
+                                    GLOBALS,       GCOUNT};                                  \
     return hipemu_set_host_api(api) ? &m : nullptr;                                          \
   }

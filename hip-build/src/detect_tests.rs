@@ -213,6 +213,36 @@ fn text_remarks_from_hipcc_parse() {
     );
 }
 
+/// Device printf calls `__ockl_hostcall_internal`, a function that is not a kernel: its record
+/// has every figure but LDS (as hipcc 5.2 prints it) and is no kernel's record, not a warning.
+#[test]
+fn a_device_function_record_without_lds_is_not_a_kernel() {
+    let mut r = String::new();
+    for (name, lds) in [("_Z6squarePi", true), ("__ockl_hostcall_internal", false)] {
+        r += &format!(
+            "f.hip:1:1: remark: Function Name: {name} [-Rpass-analysis=kernel-resource-usage]\n"
+        );
+        for label in [
+            "SGPRs: 44",
+            "VGPRs: 39",
+            "ScratchSize [bytes/lane]: 160",
+            "Occupancy [waves/SIMD]: 6",
+            "SGPRs Spill: 0",
+            "VGPRs Spill: 0",
+        ] {
+            r += &format!(
+                "f.hip:1:1: remark:     {label} [-Rpass-analysis=kernel-resource-usage]\n"
+            );
+        }
+        if lds {
+            r += "f.hip:1:1: remark:     LDS Size [bytes/block]: 0 [-Rpass-analysis=kernel-resource-usage]\n";
+        }
+    }
+    let records = parse_remarks(&r);
+    assert_eq!(records.len(), 1, "{records:?}");
+    assert_eq!(records[0].as_ref().unwrap().0, "_Z6squarePi");
+}
+
 #[test]
 fn incomplete_remarks_are_reported_with_the_missing_fields() {
     let r = "f.hip:1:1: remark: Function Name: k [-Rpass-analysis=kernel-resource-usage]\n\

@@ -4,8 +4,10 @@
 //! C++17, `-O2`) against the shim in `shim/` (shipped inside this crate: [`SHIM_FILES`]), which
 //! replaces the HIP device builtins (`__syncthreads`, shuffles, DPP, `__shared__`, ...) with
 //! calls into hip-emu's executor. The result is one shared object per source: every
-//! `extern "C" __global__` function of the preprocessed source gets a trampoline and its
-//! parameter sizes (deduced from its C++ type), and the object exports one entry point,
+//! `__global__` function the source defines ([`kernel_symbols`]: C++ kernels under their
+//! mangled symbol, templates as instantiated in the file, overloads apart, `extern "C"` ones
+//! under their name) gets a trampoline and its parameter sizes (deduced from its C++ type),
+//! and the object exports one entry point,
 //! `hipemu_module_init` (`shim/hipemu_registry.h`). No list of kernel names is kept anywhere.
 //!
 //! [`install`] then names a copy after the [`host key`](hip_codeobj::emu::host_key) of the
@@ -48,6 +50,18 @@ pub const SHIM_FILES: &[(&str, &str)] = &[
     ("hip/hip_fp16.h", include_str!("../shim/hip/hip_fp16.h")),
     ("hip/hipemu_mma.h", include_str!("../shim/hip/hipemu_mma.h")),
     (
+        "hip/hipemu_device_functions.h",
+        include_str!("../shim/hip/hipemu_device_functions.h"),
+    ),
+    (
+        "hip/hip_cooperative_groups.h",
+        include_str!("../shim/hip/hip_cooperative_groups.h"),
+    ),
+    (
+        "hip/hipemu_vector_types.h",
+        include_str!("../shim/hip/hipemu_vector_types.h"),
+    ),
+    (
         "hipemu_registry.h",
         include_str!("../shim/hipemu_registry.h"),
     ),
@@ -71,6 +85,15 @@ pub const HOST_FLAGS: &[&str] = &[
     "-fstack-clash-protection",
     "-Wno-pass-failed",
     "-Wno-unknown-pragmas",
+    // What hipcc defines for a gfx906 device compile (the AMD path is the one tested), so that
+    // code testing them before it includes <hip/hip_runtime.h> sees them too.
+    "-D__HIP_PLATFORM_AMD__=1",
+    "-D__HIP_PLATFORM_HCC__=1",
+    "-D__HIP__=1",
+    "-D__HIPCC__=1",
+    "-D__gfx906__=1",
+    "-D__AMDGCN_WAVEFRONT_SIZE=64",
+    "-DHIPEMU=1",
 ];
 
 /// Why a host build failed.
@@ -177,6 +200,8 @@ pub struct HostObject {
     pub path: PathBuf,
     /// Its kernels, in source order.
     pub kernels: Vec<String>,
+    /// Its `__device__` and `__constant__` variables (symbols), in source order.
+    pub globals: Vec<String>,
 }
 
 impl HostCompiler {
@@ -268,9 +293,9 @@ impl HostCompiler {
                 .args(&flags)
                 .arg(&input),
         )?;
-        let kernels = kernel_names(&pre);
+        // `tu 2`: the generated translation unit's form (2: the source's declarations exported).
         let mut key_text = format!(
-            "abi 1\n{}\n{}\n{}\n",
+            "abi 2\ntu 2\n{}\n{}\n{}\n",
             self.cxx.display(),
             self.version,
             opts.race
@@ -284,9 +309,37 @@ impl HostCompiler {
         key_text.push_str(&pre);
         let key = format!("{:016x}", fnv1a64(key_text.as_bytes()));
         let out = opts.cache_dir.join(format!("{stem}-{key}.so"));
+        let list = opts.cache_dir.join(format!("{stem}-{key}.kernels"));
         if out.is_file() {
-            return Ok(HostObject { path: out, kernels });
+            if let Ok(text) = fs::read_to_string(&list) {
+                let (kernels, globals) = split_list(&text);
+                return Ok(HostObject {
+                    path: out,
+                    kernels,
+                    globals,
+                });
+            }
         }
+        // Which `__global__` functions the source defines, under the symbols the code object
+        // gives them: the shim puts every kernel in one section, and a quick unoptimised
+        // compile to LLVM IR lists the functions defined there (templates only where
+        // instantiated, explicitly or by a launch in the file, as on the device).
+        let ir = self.run(
+            src,
+            Command::new(&self.cxx)
+                .args(["-x", "c++"])
+                .args(&flags)
+                .args(["-O0", "-g0", "-S", "-emit-llvm", "-o", "-"])
+                .arg(&input),
+        )?;
+        let kernels = kernel_symbols(&ir);
+        let globals = global_symbols(&ir);
+        let tu_text =
+            render_tu(&input, &kernels, &globals, opts).map_err(|e| HostError::Compile {
+                source_file: src.to_path_buf(),
+                command: "demangling the kernel symbols".into(),
+                stderr: e,
+            })?;
 
         // Unique per process and call: concurrent builds of the same key each get their own.
         static CALLS: AtomicUsize = AtomicUsize::new(0);
@@ -296,7 +349,7 @@ impl HostCompiler {
             .join(format!("work-{stem}-{key}-{}-{call}", std::process::id()));
         fs::create_dir_all(&work).map_err(io(&work))?;
         let tu = work.join("module.cpp");
-        write_if_changed(&tu, &render_tu(&input, &kernels, opts))?;
+        write_if_changed(&tu, &tu_text)?;
         let support = [shim.join("hipemu_state.cpp"), shim.join("hipemu_race.cpp")];
         let tmp = work.join("module.so");
         let result = (|| {
@@ -318,10 +371,15 @@ impl HostCompiler {
                 link.arg(&tu);
             }
             self.run(src, link.args(&support))?;
+            write_if_changed(&list, &join_list(&kernels, &globals))?;
             fs::rename(&tmp, &out).map_err(io(&out))
         })();
         let _ = fs::remove_dir_all(&work);
-        result.map(|()| HostObject { path: out, kernels })
+        result.map(|()| HostObject {
+            path: out,
+            kernels,
+            globals,
+        })
     }
 
     fn run(&self, src: &Path, cmd: &mut Command) -> Result<String, HostError> {
@@ -382,13 +440,27 @@ fn write_if_changed(path: &Path, text: &str) -> Result<(), HostError> {
     fs::rename(&tmp, path).map_err(io(path))
 }
 
-/// The generated translation unit: the source, one `HIPEMU_ENTRY` per kernel, the module table.
-fn render_tu(input: &Path, kernels: &[String], opts: &HostOptions) -> String {
+/// The generated translation unit: the source (its declarations of default visibility), one `HIPEMU_ENTRY` per kernel, the module table.
+/// A C++ kernel (a mangled symbol) is reached through a declaration with its parameter list
+/// (from the demangled symbol) bound to the symbol by an asm label, so templates, overloads and
+/// namespaces need no name lookup; an `extern "C"` kernel is named directly. Err: a symbol
+/// that does not demangle to a parameter list.
+fn render_tu(
+    input: &Path,
+    kernels: &[String],
+    globals: &[String],
+    opts: &HostOptions,
+) -> Result<String, String> {
     let mut tu = String::from("// Generated by hip-build's host build for hip-emu: do not edit.\n");
     // The file's static __shared__ variables live in their own section (its bounds are the
     // linker's __start_/__stop_ symbols, weak: a file without __shared__ has none).
     tu.push_str("#define HIPEMU_LDS_SECTION \"hipemu_lds_0\"\n");
+    // The source's own declarations get default visibility (the shim's, included first, stay
+    // hidden): its `__device__` / `__constant__` variables are then `dlsym`-able in the shared
+    // object, which is how a client names one to hip-emu's hipMemcpyToSymbol & co.
+    tu.push_str("#include <hip/hip_runtime.h>\n#pragma GCC visibility push(default)\n");
     let _ = writeln!(tu, "#include \"{}\"", input.display());
+    tu.push_str("#pragma GCC visibility pop\n");
     for (edge, macro_name) in [("start", "HIPEMU_LDS_BEGIN"), ("stop", "HIPEMU_LDS_END")] {
         let _ = writeln!(
             tu,
@@ -397,12 +469,34 @@ fn render_tu(input: &Path, kernels: &[String], opts: &HostOptions) -> String {
         );
     }
     tu.push_str("#include \"hipemu_registry.h\"\n");
-    for k in kernels {
-        let _ = writeln!(tu, "HIPEMU_ENTRY({k})");
+    for (i, k) in kernels.iter().enumerate() {
+        if crate::names::is_identifier(k) && !k.starts_with("_Z") {
+            let _ = writeln!(tu, "HIPEMU_ENTRY({i}, {k}, {k:?})");
+        } else {
+            let params = demangled_params(k)?;
+            let _ = writeln!(
+                tu,
+                "void hipemu_kernel_{i}({params}) __asm__({k:?});\nHIPEMU_ENTRY({i}, hipemu_kernel_{i}, {k:?})"
+            );
+        }
     }
     tu.push_str("static const hipemu_entry* const hipemu_entries[] = {\n");
-    for k in kernels {
-        let _ = writeln!(tu, "  &hipemu_entry_{k},");
+    for i in 0..kernels.len() {
+        let _ = writeln!(tu, "  &hipemu_entry_{i},");
+    }
+    tu.push_str("  nullptr};\n");
+    for (i, g) in globals.iter().enumerate() {
+        let name = if g.starts_with("_Z") {
+            hip_codeobj::demangle::demangle_name(g)
+                .ok_or_else(|| format!("variable symbol `{g}` does not demangle"))?
+        } else {
+            g.clone()
+        };
+        let _ = writeln!(tu, "HIPEMU_GLOBAL({i}, {name}, {g:?})");
+    }
+    tu.push_str("static const hipemu_global* const hipemu_globals[] = {\n");
+    for i in 0..globals.len() {
+        let _ = writeln!(tu, "  &hipemu_global_{i},");
     }
     tu.push_str("  nullptr};\n");
     let root = opts
@@ -412,11 +506,27 @@ fn render_tu(input: &Path, kernels: &[String], opts: &HostOptions) -> String {
         .unwrap_or_default();
     let _ = writeln!(
         tu,
-        "HIPEMU_MODULE(hipemu_entries, {}, {}, {root:?})",
+        "HIPEMU_MODULE(hipemu_entries, {}, {}, {root:?}, hipemu_globals, {})",
         kernels.len(),
-        u32::from(opts.race)
+        u32::from(opts.race),
+        globals.len()
     );
-    tu
+    Ok(tu)
+}
+
+/// The parameter list of a mangled C++ function symbol, as C++ source (`float, float const*`).
+pub fn demangled_params(symbol: &str) -> Result<String, String> {
+    let d = hip_codeobj::demangle::demangle(symbol).ok_or_else(|| {
+        format!("kernel symbol `{symbol}` does not demangle (not an Itanium C++ name)")
+    })?;
+    if d.params.contains("(anonymous namespace)") || d.params.contains("{lambda") {
+        return Err(format!(
+            "kernel `{}`: a parameter type has no name outside its file (an anonymous namespace \
+             or a lambda); give it a named namespace",
+            d.full()
+        ));
+    }
+    Ok(d.params)
 }
 
 /// `clang version N...` of `cxx --version`: (N, first line).
@@ -431,27 +541,105 @@ fn clang_version(cxx: &Path) -> Option<(u32, String)> {
     Some((major, text.lines().next().unwrap_or("").to_string()))
 }
 
-/// Names of the `extern "C" __global__` functions in preprocessed text (the shim defines
-/// `__global__` as an annotate attribute that survives preprocessing).
-pub fn kernel_names(preprocessed: &str) -> Vec<String> {
-    const MARK: &str = "extern \"C\" __attribute__((annotate(\"hipemu_kernel\")))";
+/// The symbols of the functions LLVM IR `ir` defines in the shim's kernel section
+/// (`hipemu_kernels`, where `__global__` puts them), in order, once each; internal ones
+/// (`static`, anonymous namespaces) are left out: the code object exports no such kernel.
+pub fn kernel_symbols(ir: &str) -> Vec<String> {
     let mut names = Vec::new();
-    let mut rest = preprocessed;
-    while let Some(at) = rest.find(MARK) {
-        rest = &rest[at + MARK.len()..];
-        let Some(after) = rest.trim_start().strip_prefix("void") else {
+    for line in ir.lines() {
+        let Some(rest) = line.strip_prefix("define ") else {
             continue;
         };
-        let name: String = after
-            .trim_start()
-            .chars()
-            .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
-            .collect();
-        if !name.is_empty() && !names.contains(&name) {
-            names.push(name);
+        if !line.contains("section \"hipemu_kernels\"") {
+            continue;
+        }
+        let Some(at) = rest.find('@') else { continue };
+        let head = &rest[..at];
+        if head.contains("internal ") || head.contains("private ") {
+            continue;
+        }
+        let sym = &rest[at + 1..];
+        let name = match sym.strip_prefix('"') {
+            Some(quoted) => quoted.split('"').next().unwrap_or(""),
+            None => sym.split('(').next().unwrap_or(""),
+        };
+        if !name.is_empty() && !names.iter().any(|n| n == name) {
+            names.push(name.to_string());
         }
     }
     names
+}
+
+/// The symbols of the variables LLVM IR `ir` defines with external linkage: the source's
+/// `__device__` and `__constant__` variables (the host build compiles device code only, so a
+/// namespace-scope variable of a kernel file is the device's). Left out: internal ones
+/// (`static`, `const` at namespace scope, `__shared__`), template and inline variables, the
+/// compiler's own (`llvm.`, guard variables, type info) and the shim's (`hipemu`, `__`).
+pub fn global_symbols(ir: &str) -> Vec<String> {
+    let mut names = Vec::new();
+    for line in ir.lines() {
+        let Some(rest) = line.strip_prefix('@') else {
+            continue;
+        };
+        let Some((name, def)) = rest.split_once(" = ") else {
+            continue;
+        };
+        let words: Vec<&str> = def
+            .split_whitespace()
+            .take_while(|w| *w != "global" && *w != "constant")
+            .collect();
+        let kind = def.split_whitespace().nth(words.len());
+        if !matches!(kind, Some("global" | "constant")) {
+            continue;
+        }
+        let excluded_linkage = [
+            "internal",
+            "private",
+            "external",
+            "extern_weak",
+            "linkonce",
+            "linkonce_odr",
+            "weak",
+            "weak_odr",
+            "available_externally",
+            "common",
+            "appending",
+        ];
+        if words.iter().any(|w| excluded_linkage.contains(w)) {
+            continue;
+        }
+        let name = name.trim_matches('"');
+        let compiler_own = [
+            "llvm.", "__", "hipemu", "_ZTV", "_ZTI", "_ZTS", "_ZGV", "_ZZ", ".",
+        ];
+        if name.is_empty() || compiler_own.iter().any(|p| name.starts_with(p)) {
+            continue;
+        }
+        if !names.iter().any(|n| n == name) {
+            names.push(name.to_string());
+        }
+    }
+    names
+}
+
+/// The cached symbol list: kernels, a `--globals` line, globals.
+fn join_list(kernels: &[String], globals: &[String]) -> String {
+    let mut text = kernels.join("\n");
+    text.push_str("\n--globals\n");
+    text.push_str(&globals.join("\n"));
+    text
+}
+
+fn split_list(text: &str) -> (Vec<String>, Vec<String>) {
+    let (k, g) = text.split_once("--globals").unwrap_or((text, ""));
+    let lines = |t: &str| -> Vec<String> {
+        t.lines()
+            .map(str::trim)
+            .filter(|l| !l.is_empty())
+            .map(str::to_owned)
+            .collect()
+    };
+    (lines(k), lines(g))
 }
 
 /// `extern __shared__ <type> <name>[];` -> `HIPEMU_EXTERN_SHARED(<type>, <name>);` on the same
@@ -505,12 +693,50 @@ mod tests {
     }
 
     #[test]
-    fn kernel_names_come_from_the_annotation_once_each() {
-        let pre = "extern \"C\" __attribute__((annotate(\"hipemu_kernel\"))) void k_f32(float* x) {}\n\
-                   static void helper() {}\n\
-                   extern \"C\" __attribute__((annotate(\"hipemu_kernel\"))) void k_bf16(short* x) {}\n\
-                   extern \"C\" __attribute__((annotate(\"hipemu_kernel\"))) void k_f32(float* x);\n";
-        assert_eq!(kernel_names(pre), ["k_f32", "k_bf16"]);
+    fn kernel_symbols_are_the_definitions_in_the_kernel_section() {
+        let ir = "define weak_odr hidden void @_Z2mmILj16EEvPKfPfi(ptr %0) #0 section \"hipemu_kernels\" comdat {\n\
+                  define hidden void @helper(ptr %0) #1 {\n\
+                  define internal void @_ZL6hiddenPf(ptr %0) #0 section \"hipemu_kernels\" {\n\
+                  define hidden void @k_f32(ptr %0) #0 section \"hipemu_kernels\" {\n\
+                  declare void @_Z2mmILj16EEvPKfPfi(ptr)\n";
+        assert_eq!(kernel_symbols(ir), ["_Z2mmILj16EEvPKfPfi", "k_f32"]);
+    }
+
+    #[test]
+    fn globals_are_the_external_variables_of_the_source() {
+        let ir = "@counter = dso_local global i32 0, align 4\n\
+                  @_ZN2ns5tableE = hidden global [5 x float] zeroinitializer, align 16\n\
+                  @_ZL5local = internal global i32 0, align 4\n\
+                  @_ZZ1kPfE4tile = internal global [64 x float] zeroinitializer, section \"hipemu_lds_0\"\n\
+                  @hipemu_state = external global %struct.hipemu_state_t, align 8\n\
+                  @_ZTV3Foo = linkonce_odr dso_local unnamed_addr constant { [3 x ptr] } zeroinitializer\n\
+                  @llvm.global.annotations = appending global [1 x { ptr }] zeroinitializer\n\
+                  @mask = dso_local constant [3 x float] zeroinitializer, align 4\n";
+        assert_eq!(global_symbols(ir), ["counter", "_ZN2ns5tableE", "mask"]);
+        let text = join_list(&["k".into()], &["counter".into()]);
+        assert_eq!(
+            split_list(&text),
+            (vec!["k".into()], vec!["counter".into()])
+        );
+        assert_eq!(split_list(&join_list(&[], &[])), (vec![], vec![]));
+    }
+
+    #[test]
+    fn trampolines_take_the_parameter_list_of_the_demangled_symbol() {
+        assert_eq!(
+            demangled_params("_Z2mmILj16EEvPKfPfi").unwrap(),
+            "float const*, float*, int"
+        );
+        assert_eq!(
+            demangled_params("_Z12saxpy_kernelfPK15HIP_vector_typeIfLj4EEPf").unwrap(),
+            "float, HIP_vector_type<float, 4u> const*, float*"
+        );
+        assert_eq!(demangled_params("_Z1kv").unwrap(), "");
+        assert_eq!(demangled_params("_Z1kPFviE").unwrap(), "void (*)(int)");
+        let e = demangled_params("not_mangled").unwrap_err();
+        assert!(e.contains("not_mangled"), "{e}");
+        let e = demangled_params("_Z1kN12_GLOBAL__N_11SE").unwrap_err();
+        assert!(e.contains("anonymous namespace"), "{e}");
     }
 
     /// Every file under shim/ ships: a header missing from SHIM_FILES fails a downstream host

@@ -1,8 +1,9 @@
 //! Kernel names as Rust constants, so that a launcher names a kernel by a constant the build
 //! generated and a renamed or removed kernel is a compile error, not a failed lookup at run time.
 //!
-//! The names come from the compiled code objects (the `extern "C"` kernel symbols of each
-//! bundle) when the kernels are built. When they are not (no hipcc, a disabled feature, docs.rs),
+//! The names come from the compiled code objects (the kernel symbols of each bundle: `extern
+//! "C"` names, or mangled C++ symbols, whose constants are named after the demangled name,
+//! [`const_names`]) when the kernels are built. When they are not (no hipcc, a disabled feature, docs.rs),
 //! they come from a committed list, the *names file* ([`crate::Builder::names_file`]), which a
 //! build with kernels can be compared with ([`render_names_file`] writes it).
 //!
@@ -113,9 +114,15 @@ pub fn render_names_module(from: &str, sources: &[SourceKernels]) -> String {
         let _ = writeln!(s, "/// The kernels of `{source}`.");
         let _ = writeln!(s, "pub mod {source} {{");
         let mut consts: Vec<String> = Vec::new();
-        for k in kernels {
-            let name = k.to_ascii_uppercase();
-            let _ = writeln!(s, "    /// `{k}`.");
+        for (k, name) in kernels.iter().zip(const_names(kernels)) {
+            match hip_codeobj::demangle::demangle(k) {
+                Some(readable) => {
+                    let _ = writeln!(s, "    /// `{}` (symbol `{k}`).", readable.full());
+                }
+                None => {
+                    let _ = writeln!(s, "    /// `{k}`.");
+                }
+            }
             let _ = writeln!(s, "    pub const {name}: &str = {k:?};");
             consts.push(name);
         }
@@ -133,6 +140,53 @@ pub fn render_names_module(from: &str, sources: &[SourceKernels]) -> String {
         let _ = writeln!(s, "}}");
     }
     s
+}
+
+/// The Rust constant of each kernel symbol: `K_F32` for an `extern "C"` kernel `k_f32`; for a
+/// C++ kernel its demangled name without parameters as an identifier (`saxpy_kernel` ->
+/// `SAXPY_KERNEL`, `mm<16u>` -> `MM_16U`, `ns::k` -> `NS_K`), with the parameters too where
+/// overloads share it (`scale(float*)` -> `SCALE_FLOAT`), and the symbol itself as a last resort.
+pub fn const_names(kernels: &[String]) -> Vec<String> {
+    fn ident(text: &str) -> String {
+        let mut out = String::new();
+        for c in text.chars() {
+            if c.is_ascii_alphanumeric() {
+                out.push(c.to_ascii_uppercase());
+            } else if !out.ends_with('_') {
+                out.push('_');
+            }
+        }
+        let out = out.trim_matches('_').to_string();
+        if out.starts_with(|c: char| c.is_ascii_digit()) {
+            format!("K_{out}")
+        } else {
+            out
+        }
+    }
+    let short_and_full = |k: &String| -> Option<(String, String)> {
+        let d = hip_codeobj::demangle::demangle(k)?;
+        Some((ident(&d.name), ident(&d.full())))
+    };
+    let forms: Vec<(String, String)> = kernels
+        .iter()
+        .map(|k| short_and_full(k).unwrap_or_else(|| (ident(k), ident(k))))
+        .collect();
+    let count = |name: &str, pick: fn(&(String, String)) -> &String| {
+        forms.iter().filter(|f| pick(f) == name).count()
+    };
+    kernels
+        .iter()
+        .zip(&forms)
+        .map(|(k, (short, full))| {
+            if !short.is_empty() && count(short, |f| &f.0) == 1 {
+                short.clone()
+            } else if !full.is_empty() && count(full, |f| &f.1) == 1 && count(full, |f| &f.0) == 0 {
+                full.clone()
+            } else {
+                k.to_ascii_uppercase()
+            }
+        })
+        .collect()
 }
 
 /// The `<stem>` of every `<stem>_f32`, `<stem>_f16`, `<stem>_bf16` triple in `kernels`, with
@@ -259,6 +313,36 @@ mod tests {
             "{text}"
         );
         assert!(!text.contains("GELU_SUM:"), "{text}");
+    }
+
+    #[test]
+    fn cpp_kernels_get_readable_distinct_constants() {
+        let k: Vec<String> = [
+            "gelu_f32",
+            "_Z12saxpy_kernelfPKfPf",
+            "_Z28matrix_multiplication_kernelILj16EEvPKfS1_Pfiii",
+            "_Z5scalePf",
+            "_Z5scalePd",
+            "_ZN2ns4innsEPi",
+        ]
+        .map(String::from)
+        .to_vec();
+        assert_eq!(
+            const_names(&k),
+            [
+                "GELU_F32",
+                "SAXPY_KERNEL",
+                "MATRIX_MULTIPLICATION_KERNEL_16U",
+                "SCALE_FLOAT",
+                "SCALE_DOUBLE",
+                "NS_INNS"
+            ]
+        );
+        let text = render_names_module("a test", &[("corpus".to_string(), k)]);
+        assert!(
+            text.contains("/// `matrix_multiplication_kernel<16u>(float const*, float const*, float*, int, int, int)` (symbol `_Z28matrix_multiplication_kernelILj16EEvPKfS1_Pfiii`).\n    pub const MATRIX_MULTIPLICATION_KERNEL_16U: &str = \"_Z28matrix_multiplication_kernelILj16EEvPKfS1_Pfiii\";"),
+            "{text}"
+        );
     }
 
     #[test]

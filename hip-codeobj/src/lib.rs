@@ -17,5 +17,6 @@
 
 pub mod bundle;
 pub mod compressed;
+pub mod demangle;
 pub mod elf;
 pub mod emu;

@@ -585,3 +585,36 @@ fn readlane_ds_swizzle_and_perm_follow_the_isa() {
         assert_eq!(out[4 * t + 3], 0x00FF_BBFF, "perm, thread {t}");
     }
 }
+
+#[test]
+fn cpp_kernels_get_the_bounds_and_race_checks_too() {
+    if !available() {
+        return;
+    }
+    let buf = Guarded::<f32>::new(1000, 1.0);
+    let mut sum = 0f32;
+    // cpp_read(const float*, long long, float*), under its mangled symbol.
+    let read = "_Z8cpp_readPKfxPf";
+    launch1(
+        read,
+        1,
+        64,
+        &[ptr(buf.data), arg(1000i64), ptr_mut(&mut sum)],
+    )
+    .unwrap();
+    assert_eq!(sum, 1000.0);
+    let err = launch1(
+        read,
+        1,
+        64,
+        &[ptr(buf.data), arg(1001i64), ptr_mut(&mut sum)],
+    )
+    .unwrap_err();
+    assert!(matches!(err, ExecError::Fault { .. }), "{err:?}");
+    let input: Vec<i32> = (0..128).collect();
+    let mut out = vec![0i32; 128];
+    let args = [ptr(input.as_ptr()), ptr(out.as_mut_ptr())];
+    let err = launch1("_Z16cpp_racy_reverseILi1024EEvPKiPi", 1, 128, &args).unwrap_err();
+    assert!(matches!(err, ExecError::Race { .. }), "{err:?}");
+    assert!(err.to_string().contains("checks.hip:"), "{err}");
+}

@@ -43,12 +43,42 @@ pub enum Error {
         bundle_archs: Vec<String>,
     },
     /// A kernel name that the module does not define.
-    #[error("kernel `{name}` is not in the module; it defines {available:?}. Check the name (extern \"C\" kernels keep their C name; C++ ones are mangled)")]
+    #[error("kernel `{name}` is not in the module; it defines {available:?}. Check the name (extern \"C\" kernels keep their C name; a C++ kernel is found by its mangled symbol or its demangled name, e.g. `saxpy_kernel` or `matmul<16u>`, and a template only where the source instantiates it)")]
     KernelNotFound {
         /// The name asked for.
         name: String,
         /// The kernels the code object defines (empty if it could not be read).
         available: Vec<String>,
+    },
+    /// A demangled kernel name that several kernels share (overloads).
+    #[error("kernel name `{name}` is ambiguous: {candidates:?} all have it; name one with its parameters (e.g. `{}`) or by its symbol", candidates.first().map_or("", String::as_str))]
+    AmbiguousKernel {
+        /// The name asked for.
+        name: String,
+        /// The demangled names (with parameters) of the kernels that have it.
+        candidates: Vec<String>,
+    },
+    /// A module variable whose size is not a whole number of the type asked for.
+    #[error("module variable `{name}` is {bytes} bytes, not a whole number of {ty} ({elem} bytes); ask for the variable's own element type")]
+    GlobalSize {
+        /// The variable.
+        name: String,
+        /// Its size in bytes.
+        bytes: usize,
+        /// The size of the type asked for.
+        elem: usize,
+        /// The type asked for.
+        ty: &'static str,
+    },
+    /// A write to a module variable of another length.
+    #[error("module variable `{name}` holds {len} values; {given} were given (write all of them)")]
+    GlobalLength {
+        /// The variable.
+        name: String,
+        /// Its length.
+        len: usize,
+        /// The length given.
+        given: usize,
     },
     /// Two lengths that must be equal are not.
     #[error("{op}: length mismatch, destination holds {dst} elements but source holds {src}; copy between equal-length views (use .slice(..) to narrow one)")]

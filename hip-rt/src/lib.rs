@@ -56,7 +56,7 @@ pub use memory::buffer::{
     ChunksMut, DeviceBuffer, DeviceSlice, DeviceSliceMut, DeviceView, DeviceViewMut, Element,
 };
 pub use memory::pinned::PinnedHostBuffer;
-pub use module::{Function, LaunchBuilder, Module};
+pub use module::{DeviceGlobal, Function, LaunchBuilder, Module};
 pub use stream::{Stream, StreamOptions};
 
 /// Compiles the README's example as a doctest.

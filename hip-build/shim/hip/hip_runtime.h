@@ -22,12 +22,16 @@
 #pragma once
 
 #include <hip/hip_fp16.h>
+#include <hip/hipemu_device_functions.h>
 #include <math.h>
+#include <stdio.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>
 
-#define __global__ __attribute__((annotate("hipemu_kernel")))
+// Every kernel goes to one section (and is kept): hip-build's host build lists the functions
+// defined there and registers each under its symbol (C++ kernels under their mangled name).
+#define __global__ __attribute__((annotate("hipemu_kernel"), section("hipemu_kernels"), used))
 #define __device__
 #define __host__
 #define __forceinline__ inline
@@ -44,12 +48,31 @@
 #define HIP_DYNAMIC_SHARED_ATTRIBUTE
 #define __align__(n) alignas(n)
 
-// Code paths of the emulated device: a gfx906 (wave64) DCU.
+// Code paths of the emulated device: a gfx906 (wave64) DCU on the AMD platform, as hipcc
+// defines them (hip-build's host build also passes these on the command line, so code that
+// tests them before including this header sees them too). Not defined: __HIP_DEVICE_COMPILE__
+// and __AMDGCN__, which select address-space casts and inline GCN assembly.
 #ifndef __gfx906__
 #define __gfx906__ 1
 #endif
+#ifndef __AMDGCN_WAVEFRONT_SIZE
 #define __AMDGCN_WAVEFRONT_SIZE 64
+#endif
+#ifndef __HIP_PLATFORM_AMD__
+#define __HIP_PLATFORM_AMD__ 1
+#endif
+#ifndef __HIP_PLATFORM_HCC__
+#define __HIP_PLATFORM_HCC__ 1
+#endif
+#ifndef __HIP__
+#define __HIP__ 1
+#endif
+#ifndef __HIPCC__
+#define __HIPCC__ 1
+#endif
+#ifndef HIPEMU
 #define HIPEMU 1
+#endif
 
 constexpr int warpSize = 64;
 
@@ -89,6 +112,7 @@ enum : unsigned {
   HIPEMU_WAVE_BALLOT = 1,         // result = mask of lanes whose value != 0
   HIPEMU_WAVE_READFIRSTLANE = 2,  // result = value of the lowest active lane
   HIPEMU_WAVE_BARRIER = 3,        // no data; every lane of the wave must arrive
+  HIPEMU_GRID_SYNC = 4,           // no data; every thread of the grid must arrive (cooperative)
 };
 
 #define threadIdx (hipemu_state.thread_idx)
@@ -331,19 +355,7 @@ inline unsigned hipemu_mbcnt_hi(unsigned mask, unsigned acc) {
 // Vector types
 // ---------------------------------------------------------------------------------------------
 
-struct alignas(8) float2 { float x, y; };
-struct alignas(16) float4 { float x, y, z, w; };
-struct alignas(8) int2 { int x, y; };
-struct alignas(16) int4 { int x, y, z, w; };
-struct alignas(8) uint2 { uint32_t x, y; };
-struct alignas(16) uint4 { uint32_t x, y, z, w; };
-struct alignas(16) double2 { double x, y; };
-inline float2 make_float2(float a, float b) { return {a, b}; }
-inline float4 make_float4(float a, float b, float c, float d) { return {a, b, c, d}; }
-inline int2 make_int2(int a, int b) { return {a, b}; }
-inline int4 make_int4(int a, int b, int c, int d) { return {a, b, c, d}; }
-inline uint2 make_uint2(uint32_t a, uint32_t b) { return {a, b}; }
-inline uint4 make_uint4(uint32_t a, uint32_t b, uint32_t c, uint32_t d) { return {a, b, c, d}; }
+#include <hip/hipemu_vector_types.h>
 
 /// v_dot2_f32_f16: a.x * b.x + a.y * b.y + c (products exact in f32; the sums round here in
 /// f32 one at a time, the device may round once).
@@ -409,48 +421,94 @@ inline double max(double a, double b) { return fmax(a, b); }
 
 #define HIPEMU_ATOMIC __attribute__((no_sanitize("thread"), noinline))
 
-template <typename T> HIPEMU_ATOMIC T atomicAdd(T* p, T v) {
+namespace hipemu {
+/// The value operand takes the pointee's type (as HIP's overloads do: `atomicAdd(&u, 1)`).
+template <typename T> struct same { using type = T; };
+template <typename T> using same_t = typename same<T>::type;
+}  // namespace hipemu
+
+template <typename T> HIPEMU_ATOMIC T atomicAdd(T* p, hipemu::same_t<T> v) {
   const T old = *p;
   *p = old + v;
   return old;
 }
-template <typename T> HIPEMU_ATOMIC T atomicSub(T* p, T v) {
+template <typename T> HIPEMU_ATOMIC T atomicSub(T* p, hipemu::same_t<T> v) {
   const T old = *p;
   *p = old - v;
   return old;
 }
-template <typename T> HIPEMU_ATOMIC T atomicMax(T* p, T v) {
+template <typename T> HIPEMU_ATOMIC T atomicMax(T* p, hipemu::same_t<T> v) {
   const T old = *p;
   *p = old < v ? v : old;
   return old;
 }
-template <typename T> HIPEMU_ATOMIC T atomicMin(T* p, T v) {
+template <typename T> HIPEMU_ATOMIC T atomicMin(T* p, hipemu::same_t<T> v) {
   const T old = *p;
   *p = v < old ? v : old;
   return old;
 }
-template <typename T> HIPEMU_ATOMIC T atomicExch(T* p, T v) {
+template <typename T> HIPEMU_ATOMIC T atomicExch(T* p, hipemu::same_t<T> v) {
   const T old = *p;
   *p = v;
   return old;
 }
-template <typename T> HIPEMU_ATOMIC T atomicCAS(T* p, T compare, T v) {
+template <typename T> HIPEMU_ATOMIC T atomicCAS(T* p, hipemu::same_t<T> compare, hipemu::same_t<T> v) {
   const T old = *p;
   if (old == compare) *p = v;
   return old;
 }
-template <typename T> HIPEMU_ATOMIC T atomicAnd(T* p, T v) {
+template <typename T> HIPEMU_ATOMIC T atomicAnd(T* p, hipemu::same_t<T> v) {
   const T old = *p;
   *p = old & v;
   return old;
 }
-template <typename T> HIPEMU_ATOMIC T atomicOr(T* p, T v) {
+template <typename T> HIPEMU_ATOMIC T atomicOr(T* p, hipemu::same_t<T> v) {
   const T old = *p;
   *p = old | v;
   return old;
 }
-template <typename T> HIPEMU_ATOMIC T atomicXor(T* p, T v) {
+template <typename T> HIPEMU_ATOMIC T atomicXor(T* p, hipemu::same_t<T> v) {
   const T old = *p;
   *p = old ^ v;
   return old;
 }
+/// ((old >= val) ? 0 : old + 1), as the device's atomic_inc.
+HIPEMU_ATOMIC inline unsigned int atomicInc(unsigned int* p, unsigned int val) {
+  const unsigned int old = *p;
+  *p = old >= val ? 0 : old + 1;
+  return old;
+}
+/// ((old == 0 || old > val) ? val : old - 1), as the device's atomic_dec.
+HIPEMU_ATOMIC inline unsigned int atomicDec(unsigned int* p, unsigned int val) {
+  const unsigned int old = *p;
+  *p = (old == 0 || old > val) ? val : old - 1;
+  return old;
+}
+// The system- and block-scope forms are the same operations here.
+#define atomicAdd_system atomicAdd
+#define atomicCAS_system atomicCAS
+#define atomicExch_system atomicExch
+
+/// Every lane that exists in this thread's wave (lanes are never inactive at a call here).
+inline unsigned long long __activemask(const char* file = __builtin_FILE(),
+                                       unsigned line = __builtin_LINE()) {
+  return __ballot(1, file, line);
+}
+
+// Inline assembly is GCN code that a CPU cannot run: an `asm` statement in a kernel fails the
+// host build with this message (clang reports it first) rather than miscompiling.
+#define asm static_assert(false, "hip-emu: inline GCN assembly (asm) cannot run on hip-emu's CPU host build; guard it with #ifdef __HIP_DEVICE_COMPILE__ and give hip-emu a C++ path"); (void)
+
+// ---------------------------------------------------------------------------------------------
+// Host side of a kernel file: only what makes a launch site compile (it instantiates the
+// templates it launches, as on the device); host code never runs in the host build.
+// ---------------------------------------------------------------------------------------------
+
+typedef struct ihipStream_t* hipStream_t;
+#define HIP_KERNEL_NAME(...) __VA_ARGS__
+#define hipLaunchKernelGGL(kernel, ...) ((void)(&kernel))
+
+// __constant__ and __device__ variables are ordinary globals of the host build, registered by
+// hip-build (hipemu_registry.h's HIPEMU_GLOBAL); hip-emu mirrors each in device memory for
+// hipModuleGetGlobal and copies it in before and out after every launch of the module.
+#define __constant__

@@ -122,6 +122,13 @@ pub enum ExecError {
         first: String,
         second: String,
     },
+    /// A grid sync misused: outside a cooperative launch, or not reached by every thread of
+    /// the grid at the same place.
+    #[error("kernel {kernel}: {reason}")]
+    GridSync {
+        kernel: &'static str,
+        reason: String,
+    },
     /// The executor could not set up the launch (stack memory).
     #[error("kernel {kernel}: hip-emu could not run the launch: {reason}")]
     Resources {

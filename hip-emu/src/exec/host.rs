@@ -20,7 +20,7 @@ use std::sync::{Mutex, OnceLock};
 pub(crate) type Trampoline = unsafe extern "C" fn(args: *const *const c_void);
 
 /// The ABI version this hip-emu speaks (`HIPEMU_ABI` of hip-build's shim/hipemu_registry.h).
-pub const HOST_ABI: u32 = 1;
+pub const HOST_ABI: u32 = 2;
 
 /// The directory under a Cargo build script's `OUT_DIR` where hip-build installs host builds.
 pub const OUT_DIR_SUBDIR: &str = "hipemu";
@@ -62,6 +62,17 @@ unsafe impl Send for KernelInfo {}
 // the executor lock.
 unsafe impl Sync for KernelInfo {}
 
+/// One `__device__` / `__constant__` variable of a host build.
+#[derive(Debug, Clone, Copy)]
+pub struct GlobalInfo {
+    /// Its symbol (as in the code object).
+    pub name: &'static str,
+    /// Its address in the loaded shared object.
+    pub addr: usize,
+    /// Its size in bytes.
+    pub size: usize,
+}
+
 /// A loaded host build.
 #[derive(Debug)]
 pub struct HostModule {
@@ -69,6 +80,8 @@ pub struct HostModule {
     pub path: PathBuf,
     /// Its kernels.
     pub kernels: Vec<KernelInfo>,
+    /// Its variables.
+    pub globals: Vec<GlobalInfo>,
 }
 
 impl HostModule {
@@ -92,6 +105,14 @@ mod ffi {
         pub lds_end: *mut u8,
     }
 
+    /// `hipemu_global`.
+    #[repr(C)]
+    pub struct Global {
+        pub name: *const c_char,
+        pub addr: *mut c_void,
+        pub size: usize,
+    }
+
     /// `hipemu_host_api`.
     #[repr(C)]
     pub struct HostApi {
@@ -111,6 +132,8 @@ mod ffi {
         pub race: *mut c_void,
         pub race_alloc: unsafe extern "C" fn(usize) -> i32,
         pub source_root: *const c_char,
+        pub globals: *const *const Global,
+        pub global_count: usize,
     }
 
     pub type Init = unsafe extern "C" fn(*const HostApi) -> *const Module;
@@ -222,9 +245,22 @@ unsafe fn open(path: &Path) -> Result<HostModule, String> {
                 rt,
             });
         }
+        let mut globals = Vec::with_capacity(m.global_count);
+        for i in 0..m.global_count {
+            let g = &**m.globals.add(i);
+            let name = CStr::from_ptr(g.name)
+                .to_str()
+                .map_err(|_| format!("{shown}: a variable name is not UTF-8"))?;
+            globals.push(GlobalInfo {
+                name,
+                addr: g.addr as usize,
+                size: g.size,
+            });
+        }
         Ok(HostModule {
             path: path.to_path_buf(),
             kernels,
+            globals,
         })
     }
 }

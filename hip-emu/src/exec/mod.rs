@@ -31,6 +31,10 @@ pub const MAX_BLOCK_THREADS: u32 = 1024;
 /// Byte every LDS byte holds when a block starts (0xFFFF_FFFF is a NaN as f32, f16 pairs,
 /// bf16 pairs and f64; -1 as an integer).
 pub const LDS_FILL: u8 = 0xFF;
+/// Threads a cooperative launch may have on hip-emu: every thread of its grid is a live fibre
+/// (a stack each) until the launch ends, so the grid is bounded besides the device's
+/// co-residency limit.
+pub const COOPERATIVE_MAX_THREADS: u64 = 16384;
 /// Default size of a GPU thread's fibre stack (KiB); HIPK_EMU_STACK_KIB overrides it.
 pub const DEFAULT_STACK_KIB: usize = 64;
 
@@ -50,6 +54,9 @@ pub struct LaunchSpec<'a> {
     pub params: &'a [&'a [u8]],
     /// Some(seed): run the blocks in a seed-dependent order instead of x-fastest order.
     pub block_order_seed: Option<u64>,
+    /// hipLaunchCooperativeKernel: every block of the grid is alive at once (its fibres parked
+    /// between grid syncs, its LDS swapped in while it runs), so `this_grid().sync()` holds.
+    pub cooperative: bool,
 }
 
 /// Shared state of the shim (hip-build's shim/hip/hip_runtime.h: hipemu_state_t), one per host
@@ -109,15 +116,31 @@ pub fn execute(spec: &LaunchSpec<'_>) -> Result<(), ExecError> {
         .map_err(|reason| ExecError::Resources { kernel, reason })?;
     let total: u64 = spec.grid.iter().map(|&g| u64::from(g)).product();
     let order = BlockOrder::new(total, spec.block_order_seed);
-    for i in 0..total {
+    let block_at = |i: u64| {
         let b = order.at(i);
         let gx = u64::from(spec.grid[0]);
         let gy = u64::from(spec.grid[1]);
-        let block = [
+        [
             (b % gx) as u32,
             ((b / gx) % gy) as u32,
             (b / (gx * gy)) as u32,
-        ];
+        ]
+    };
+    if spec.cooperative {
+        let blocks: Vec<[u32; 3]> = (0..total).map(block_at).collect();
+        let mut c = Cooperative {
+            spec,
+            args: &args,
+            state,
+            lds: (lds_begin, lds_end),
+            dyn_ptr,
+            stacks: &mut ex.stacks,
+            race: &mut race,
+        };
+        return c.run(&blocks);
+    }
+    for i in 0..total {
+        let block = block_at(i);
         // SAFETY: lds_begin..lds_end is the kernel file's hipemu_lds_<n> section (empty when
         // it has none) and dyn_ptr the launch's dynamic LDS region (dynamic_lds bytes); no
         // fibre runs between blocks.
@@ -140,6 +163,131 @@ pub fn execute(spec: &LaunchSpec<'_>) -> Result<(), ExecError> {
         sched::run_block(&mut launch, spec.block)?;
     }
     Ok(())
+}
+
+/// A cooperative launch: every block's fibres are made first; then, round after round, each
+/// block runs (its LDS and block index swapped in) until all its threads return or wait at a
+/// grid sync. A round in which every block waits at the same grid sync releases it; one in
+/// which every block returned ends the launch; anything else is an error naming the blocks.
+struct Cooperative<'s, 'e> {
+    spec: &'s LaunchSpec<'s>,
+    args: &'s [*const c_void],
+    state: *mut ffi::State,
+    lds: (usize, usize),
+    dyn_ptr: *mut u8,
+    stacks: &'e mut StackPool,
+    race: &'e mut Race,
+}
+
+impl Cooperative<'_, '_> {
+    fn launch(&mut self, block: [u32; 3]) -> Launch<'_> {
+        Launch {
+            kernel: self.spec.kernel.name,
+            trampoline: self.spec.kernel.trampoline,
+            state: self.state,
+            args: self.args.as_ptr(),
+            block,
+            stacks: self.stacks,
+            race: self.race,
+        }
+    }
+
+    fn run(&mut self, blocks: &[[u32; 3]]) -> Result<(), ExecError> {
+        let mut parked = Vec::with_capacity(blocks.len());
+        let result = self.rounds(blocks, &mut parked);
+        for p in parked.iter_mut() {
+            sched::recycle(&mut self.launch([0; 3]), p);
+        }
+        result
+    }
+
+    fn rounds(
+        &mut self,
+        blocks: &[[u32; 3]],
+        parked: &mut Vec<sched::Parked>,
+    ) -> Result<(), ExecError> {
+        let spec = self.spec;
+        let kernel = spec.kernel.name;
+        let threads: u64 = spec.block.iter().map(|&b| u64::from(b)).product();
+        if threads * blocks.len() as u64 > COOPERATIVE_MAX_THREADS {
+            return Err(ExecError::InvalidLaunch {
+                kernel,
+                reason: format!(
+                    "a cooperative grid of {} threads: hip-emu runs at most {COOPERATIVE_MAX_THREADS}",
+                    threads * blocks.len() as u64
+                ),
+            });
+        }
+        for &b in blocks {
+            let p = sched::spawn(&mut self.launch(b), threads as usize)?;
+            parked.push(p);
+        }
+        let static_len = self.lds.1 - self.lds.0;
+        let mut saved = vec![vec![LDS_FILL; static_len + spec.dynamic_lds]; blocks.len()];
+        loop {
+            let mut phases = Vec::with_capacity(blocks.len());
+            for (i, &b) in blocks.iter().enumerate() {
+                let (lds, dyn_ptr, state) = (self.lds, self.dyn_ptr, self.state);
+                let (st, dy) = saved[i].split_at_mut(static_len);
+                // SAFETY: lds is the kernel file's LDS section (static_len bytes) and dyn_ptr
+                // the launch's dynamic LDS region (dynamic_lds bytes); no fibre runs between
+                // steps; the launch lock is held.
+                unsafe {
+                    std::ptr::copy_nonoverlapping(st.as_ptr(), lds.0 as *mut u8, static_len);
+                    std::ptr::copy_nonoverlapping(dy.as_ptr(), dyn_ptr, dy.len());
+                    (*state).block_idx = b;
+                }
+                let mut l = self.launch(b);
+                l.race.begin_block();
+                let phase = sched::step(&mut l, spec.block, &mut parked[i], true)?;
+                if let Some(race) = l.race.take(kernel, b, spec.block) {
+                    return Err(race);
+                }
+                // SAFETY: as above, the other way.
+                unsafe {
+                    std::ptr::copy_nonoverlapping(lds.0 as *const u8, st.as_mut_ptr(), static_len);
+                    std::ptr::copy_nonoverlapping(dyn_ptr, dy.as_mut_ptr(), dy.len());
+                }
+                phases.push(phase);
+            }
+            let mut groups: Vec<(String, Vec<u32>)> = Vec::new();
+            for (i, phase) in phases.iter().enumerate() {
+                let label = match phase {
+                    sched::Phase::Done => "returned".to_string(),
+                    sched::Phase::Grid(site) => format!("grid sync at {site}"),
+                };
+                match groups.iter_mut().find(|g| g.0 == label) {
+                    Some(g) => g.1.push(i as u32),
+                    None => groups.push((label, vec![i as u32])),
+                }
+            }
+            match (groups.len(), phases.first()) {
+                (1, Some(sched::Phase::Done)) => return Ok(()),
+                (1, _) => parked.iter_mut().for_each(sched::release_grid),
+                _ => {
+                    let named: Vec<String> = groups
+                        .iter()
+                        .map(|(label, ids)| {
+                            let shown: Vec<String> = ids
+                                .iter()
+                                .take(4)
+                                .map(|&i| Dim3(blocks[i as usize]).to_string())
+                                .collect();
+                            format!("{label}: blocks {}", shown.join(", "))
+                        })
+                        .collect();
+                    return Err(ExecError::GridSync {
+                        kernel,
+                        reason: format!(
+                            "the grid's blocks are at different places: {}; every block must \
+                             reach every grid sync (no early return before this_grid().sync())",
+                            named.join("; ")
+                        ),
+                    });
+                }
+            }
+        }
+    }
 }
 
 /// The device's checks of a launch configuration, before anything runs.

@@ -28,6 +28,8 @@ pub(crate) const KIND_PERMUTE: u32 = 0;
 pub(crate) const KIND_BALLOT: u32 = 1;
 pub(crate) const KIND_READFIRSTLANE: u32 = 2;
 pub(crate) const KIND_BARRIER: u32 = 3;
+/// Grid sync (cooperative groups' `this_grid().sync()`): suspends as `Event::Grid`.
+pub(crate) const KIND_GRID_SYNC: u32 = 4;
 
 /// A wave operation requested by one lane.
 #[derive(Debug, Clone, Copy)]
@@ -44,6 +46,7 @@ pub(crate) struct WaveReq {
 pub(crate) enum Event {
     Barrier(Site),
     Wave(WaveReq),
+    Grid(Site),
 }
 
 type Fibre = Coroutine<u64, Event, End, DefaultStack>;
@@ -54,6 +57,8 @@ enum State {
     Ready(u64),
     Barrier(Site),
     Wave(WaveReq),
+    /// At a grid sync.
+    Grid(Site),
     Done,
 }
 
@@ -92,6 +97,10 @@ pub(crate) extern "C" fn hipemu_wave_op(
     file: *const c_char,
     line: u32,
 ) -> u64 {
+    if kind == KIND_GRID_SYNC {
+        let site = Site { file, line };
+        return catch_unwind(|| suspend(Event::Grid(site), 0)).unwrap_or(0);
+    }
     let req = WaveReq {
         kind,
         value,
@@ -139,17 +148,41 @@ impl StackPool {
     }
 }
 
-/// Runs one block: `threads` GPU threads of block dimensions `dim` (threads = x*y*z).
-pub(crate) fn run_block(l: &mut Launch<'_>, dim: [u32; 3]) -> Result<(), ExecError> {
-    let n = (dim[0] * dim[1] * dim[2]) as usize;
-    let mut fibres: Vec<Option<Fibre>> = Vec::with_capacity(n);
-    let mut limits: Vec<usize> = Vec::with_capacity(n);
+/// The fibres of one block between steps (a cooperative launch keeps every block's).
+pub(crate) struct Parked {
+    fibres: Vec<Option<Fibre>>,
+    limits: Vec<usize>,
+    state: Vec<State>,
+}
+
+/// Where a block's step ended.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Phase {
+    /// Every thread returned.
+    Done,
+    /// Every thread waits at this grid sync.
+    Grid(Site),
+}
+
+/// Makes the fibres of a block of `n` threads.
+pub(crate) fn spawn(l: &mut Launch<'_>, n: usize) -> Result<Parked, ExecError> {
+    let mut p = Parked {
+        fibres: Vec::with_capacity(n),
+        limits: Vec::with_capacity(n),
+        state: vec![State::Ready(0); n],
+    };
     for _ in 0..n {
-        let stack = l.stacks.take().map_err(|e| ExecError::Resources {
-            kernel: l.kernel,
-            reason: format!("cannot map a {} KiB fibre stack: {e}", l.stacks.size / 1024),
-        })?;
-        limits.push(stack.limit().get());
+        let stack = match l.stacks.take() {
+            Ok(stack) => stack,
+            Err(e) => {
+                recycle(l, &mut p);
+                return Err(ExecError::Resources {
+                    kernel: l.kernel,
+                    reason: format!("cannot map a {} KiB fibre stack: {e}", l.stacks.size / 1024),
+                });
+            }
+        };
+        p.limits.push(stack.limit().get());
         let (tramp, args) = (l.trampoline, l.args);
         let f = move |y: &Yielder<u64, Event>, _input: u64| {
             YIELDER.with(|c| c.set(y as *const _));
@@ -158,26 +191,59 @@ pub(crate) fn run_block(l: &mut Launch<'_>, dim: [u32; 3]) -> Result<(), ExecErr
             unsafe { tramp(args) };
             End::Done
         };
-        fibres.push(Some(Coroutine::with_stack(stack, f)));
+        p.fibres.push(Some(Coroutine::with_stack(stack, f)));
     }
-    l.race.begin_block();
+    Ok(p)
+}
+
+/// Runs block `l.block` (dimensions `dim`) until every thread returned or, with `grid`, until
+/// every thread waits at a grid sync. Without `grid` a grid sync is an error.
+pub(crate) fn step(
+    l: &mut Launch<'_>,
+    dim: [u32; 3],
+    p: &mut Parked,
+    grid: bool,
+) -> Result<Phase, ExecError> {
+    let n = p.state.len();
     let mut b = Block {
         l,
         dim,
         n,
-        fibres,
-        limits,
-        state: vec![State::Ready(0); n],
+        grid,
+        fibres: std::mem::take(&mut p.fibres),
+        limits: std::mem::take(&mut p.limits),
+        state: std::mem::take(&mut p.state),
     };
     // A panic in the scheduler must not drop suspended fibres (their Drop would unwind through
-    // C++ frames): catch it, reset every fibre, report it.
+    // C++ frames): catch it and report it; the caller recycles the fibres.
     let result = catch_unwind(AssertUnwindSafe(|| b.drive())).unwrap_or_else(|_| {
         Err(ExecError::Internal {
             kernel: b.l.kernel,
             reason: "a panic in the block scheduler".into(),
         })
     });
-    b.recycle();
+    p.fibres = b.fibres;
+    p.limits = b.limits;
+    p.state = b.state;
+    result
+}
+
+/// Lets every thread of a block waiting at a grid sync go on.
+pub(crate) fn release_grid(p: &mut Parked) {
+    for s in p.state.iter_mut() {
+        if matches!(s, State::Grid(_)) {
+            *s = State::Ready(0);
+        }
+    }
+}
+
+/// Runs one block: `threads` GPU threads of block dimensions `dim` (threads = x*y*z).
+pub(crate) fn run_block(l: &mut Launch<'_>, dim: [u32; 3]) -> Result<(), ExecError> {
+    let n = (dim[0] * dim[1] * dim[2]) as usize;
+    let mut p = spawn(l, n)?;
+    l.race.begin_block();
+    let result = step(l, dim, &mut p, false);
+    recycle(l, &mut p);
     result?;
     match l.race.take(l.kernel, l.block, dim) {
         Some(race) => Err(race),
@@ -185,10 +251,28 @@ pub(crate) fn run_block(l: &mut Launch<'_>, dim: [u32; 3]) -> Result<(), ExecErr
     }
 }
 
+/// Returns every stack to the pool; fibres stopped mid-kernel (after an error, or parked at a
+/// grid sync of a failed launch) are reset without unwinding.
+pub(crate) fn recycle(l: &mut Launch<'_>, p: &mut Parked) {
+    for slot in p.fibres.iter_mut() {
+        if let Some(mut f) = slot.take() {
+            if !f.done() {
+                // SAFETY: nothing on a kernel fibre's stack needs dropping: the closure
+                // captures only Copy values and the C++ kernel frames hold plain data (no
+                // destructors; they are never unwound).
+                unsafe { f.force_reset() };
+            }
+            l.stacks.free.push(f.into_stack());
+        }
+    }
+}
+
 struct Block<'l, 'a> {
     l: &'l mut Launch<'a>,
     dim: [u32; 3],
     n: usize,
+    /// A cooperative launch: a grid sync ends a step.
+    grid: bool,
     fibres: Vec<Option<Fibre>>,
     limits: Vec<usize>,
     state: Vec<State>,
@@ -201,7 +285,7 @@ impl Block<'_, '_> {
         [t % x, (t / x) % y, t / (x * y)]
     }
 
-    fn drive(&mut self) -> Result<(), ExecError> {
+    fn drive(&mut self) -> Result<Phase, ExecError> {
         let waves = self.n.div_ceil(WAVE);
         loop {
             for w in 0..waves {
@@ -224,7 +308,7 @@ impl Block<'_, '_> {
                 }
             }
             if self.state.iter().all(|s| matches!(s, State::Done)) {
-                return Ok(());
+                return Ok(Phase::Done);
             }
             for w in 0..waves {
                 let lanes = w * WAVE..(w * WAVE + WAVE).min(self.n);
@@ -234,6 +318,9 @@ impl Block<'_, '_> {
                 {
                     return Err(self.wave_divergence(w));
                 }
+            }
+            if let Some(site) = self.at_grid_sync()? {
+                return Ok(Phase::Grid(site));
             }
             self.release_barrier()?;
             self.l.race.barrier();
@@ -260,6 +347,7 @@ impl Block<'_, '_> {
         match r {
             Ok(CoroutineResult::Yield(Event::Barrier(s))) => Ok(State::Barrier(s)),
             Ok(CoroutineResult::Yield(Event::Wave(w))) => Ok(State::Wave(w)),
+            Ok(CoroutineResult::Yield(Event::Grid(s))) => Ok(State::Grid(s)),
             Ok(CoroutineResult::Return(End::Done)) => {
                 if let Some(f) = self.fibres[t].take() {
                     self.l.stacks.free.push(f.into_stack());
@@ -343,6 +431,7 @@ impl Block<'_, '_> {
             let label = match self.state[t] {
                 State::Wave(r) => format!("wave operation at {}", r.site),
                 State::Barrier(s) => format!("__syncthreads at {s}"),
+                State::Grid(s) => format!("grid sync at {s}"),
                 State::Done => "exited".to_string(),
                 State::Ready(_) => "running".to_string(),
             };
@@ -358,6 +447,52 @@ impl Block<'_, '_> {
             wave: w as u32,
             sites: describe_sites(&groups, "lanes"),
         }
+    }
+
+    /// No wave can progress and no lane waits at a wave operation. When a thread waits at a
+    /// grid sync, every thread must wait at that one (in a cooperative launch): Some(its site).
+    fn at_grid_sync(&self) -> Result<Option<Site>, ExecError> {
+        let Some(site) = self.state.iter().find_map(|s| match s {
+            State::Grid(site) => Some(*site),
+            _ => None,
+        }) else {
+            return Ok(None);
+        };
+        let kernel = self.l.kernel;
+        let block = Dim3(self.l.block);
+        if !self.grid {
+            return Err(ExecError::GridSync {
+                kernel,
+                reason: format!(
+                    "block {block}: grid sync at {site} in a launch that is not cooperative; \
+                     launch the kernel with hipLaunchCooperativeKernel"
+                ),
+            });
+        }
+        let mut groups: Vec<(String, Vec<u32>)> = Vec::new();
+        for (t, s) in self.state.iter().enumerate() {
+            let label = match s {
+                State::Grid(s) => format!("grid sync at {s}"),
+                State::Barrier(s) => format!("__syncthreads at {s}"),
+                State::Done => "exited".to_string(),
+                State::Ready(_) | State::Wave(_) => "running".to_string(),
+            };
+            match groups.iter_mut().find(|g| g.0 == label) {
+                Some(g) => g.1.push(t as u32),
+                None => groups.push((label, vec![t as u32])),
+            }
+        }
+        if groups.len() > 1 {
+            return Err(ExecError::GridSync {
+                kernel,
+                reason: format!(
+                    "block {block}: the block's threads wait at different places: {}; every \
+                     thread of the grid must reach the same grid sync",
+                    describe_sites(&groups, "threads")
+                ),
+            });
+        }
+        Ok(Some(site))
     }
 
     /// No wave can progress and no lane waits at a wave operation: every live thread must be
@@ -406,21 +541,5 @@ impl Block<'_, '_> {
             }
         }
         Ok(())
-    }
-
-    /// Returns every stack to the pool; fibres stopped mid-kernel (after an error) are reset
-    /// without unwinding.
-    fn recycle(&mut self) {
-        for slot in self.fibres.iter_mut() {
-            if let Some(mut f) = slot.take() {
-                if !f.done() {
-                    // SAFETY: nothing on a kernel fibre's stack needs dropping: the closure
-                    // captures only Copy values and the C++ kernel frames hold plain data (no
-                    // destructors; they are never unwound).
-                    unsafe { f.force_reset() };
-                }
-                self.l.stacks.free.push(f.into_stack());
-            }
-        }
     }
 }

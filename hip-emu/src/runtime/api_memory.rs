@@ -14,7 +14,7 @@ use super::{hip_exports, out, runtime};
 
 /// Where a copy's operand lives.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
-enum Side {
+pub(super) enum Side {
     Host,
     Device,
 }
@@ -33,7 +33,7 @@ fn check_side(ptr: usize, bytes: usize, side: Side, what: &str) -> Res {
 }
 
 /// The sides of `hipMemcpyKind`; `hipMemcpyDefault` infers them from the pointers.
-fn sides(kind: hipMemcpyKind, dst: usize, src: usize) -> Res<(Side, Side)> {
+pub(super) fn sides(kind: hipMemcpyKind, dst: usize, src: usize) -> Res<(Side, Side)> {
     let infer = |p: usize| {
         if memory::is_live(p) {
             Side::Device
@@ -57,7 +57,7 @@ fn sides(kind: hipMemcpyKind, dst: usize, src: usize) -> Res<(Side, Side)> {
 }
 
 /// Queue (and, if `sync`, wait for) a copy of `bytes` from `src` to `dst`.
-fn copy(
+pub(super) fn copy(
     name: &str,
     dst: usize,
     src: usize,

@@ -13,7 +13,7 @@
 use std::cell::RefCell;
 use std::ffi::{c_uint, c_void};
 
-use hip_sys::{hipError_t, hipFunction_t, hipStream_t};
+use hip_sys::{hipError_t, hipFunction_t, hipModule_t, hipStream_t};
 
 use super::device::{LDS_PER_BLOCK, MAX_THREADS_PER_BLOCK};
 use super::error::{Fail, Res};
@@ -173,6 +173,82 @@ unsafe fn capture(
     Ok(out)
 }
 
+/// `HIP_LAUNCH_PARAM_BUFFER_POINTER`, `_BUFFER_SIZE`, `_END` (hip_runtime_api.h).
+const PARAM_BUFFER_POINTER: usize = 1;
+const PARAM_BUFFER_SIZE: usize = 2;
+const PARAM_END: usize = 3;
+
+/// The `extra` form of `hipModuleLaunchKernel`: `{HIP_LAUNCH_PARAM_BUFFER_POINTER, buf,
+/// HIP_LAUNCH_PARAM_BUFFER_SIZE, &size, HIP_LAUNCH_PARAM_END}`, the arguments packed in `buf` at
+/// their kernarg offsets (the code object's metadata). Returns a pointer to each explicit
+/// argument inside `buf`, each checked to lie within `size` bytes.
+///
+/// # Safety
+/// `extra` must point at such a list (ending with `HIP_LAUNCH_PARAM_END`, at most 16 entries
+/// read), `buf` at `size` readable bytes.
+unsafe fn packed_args(f: &Function, extra: *mut *mut c_void) -> Res<Vec<*mut c_void>> {
+    let name = &f.meta.name;
+    let (mut buffer, mut size): (*mut c_void, Option<usize>) = (std::ptr::null_mut(), None);
+    let mut i = 0;
+    loop {
+        if i >= 16 {
+            return Err(Fail::invalid(format!(
+                "kernel `{name}`: `extra` has no HIP_LAUNCH_PARAM_END within 16 entries"
+            )));
+        }
+        // SAFETY: entries up to HIP_LAUNCH_PARAM_END exist per the contract.
+        let key = unsafe { *extra.add(i) } as usize;
+        match key {
+            PARAM_END => break,
+            PARAM_BUFFER_POINTER | PARAM_BUFFER_SIZE => {
+                // SAFETY: a key is followed by its value per the contract.
+                let value = unsafe { *extra.add(i + 1) };
+                if key == PARAM_BUFFER_POINTER {
+                    buffer = value;
+                } else if value.is_null() {
+                    return Err(Fail::invalid(format!(
+                        "kernel `{name}`: HIP_LAUNCH_PARAM_BUFFER_SIZE points at nothing"
+                    )));
+                } else {
+                    // SAFETY: the value points at a size_t per the contract.
+                    size = Some(unsafe { *value.cast::<usize>() });
+                }
+                i += 2;
+            }
+            other => {
+                return Err(Fail::invalid(format!(
+                    "kernel `{name}`: `extra` entry {i} is {other:#x}, not a HIP_LAUNCH_PARAM_* key"
+                )))
+            }
+        }
+    }
+    let Some(size) = size else {
+        return Err(Fail::invalid(format!(
+            "kernel `{name}`: `extra` has no HIP_LAUNCH_PARAM_BUFFER_SIZE"
+        )));
+    };
+    if buffer.is_null() && f.meta.explicit_args().next().is_some() {
+        return Err(Fail::invalid(format!(
+            "kernel `{name}`: `extra` has no HIP_LAUNCH_PARAM_BUFFER_POINTER"
+        )));
+    }
+    let mut out = Vec::new();
+    for (i, a) in f.meta.explicit_args().enumerate() {
+        let end = a.offset.saturating_add(a.size);
+        if end > size as u64 {
+            return Err(Fail::invalid(format!(
+                "kernel `{name}` argument {i}{}: bytes {}..{end} of the packed argument buffer, \
+                 which holds {size}",
+                arg_label(a.name.as_deref()),
+                a.offset
+            )));
+        }
+        // SAFETY: offset + size <= the buffer's size (checked above).
+        out.push(unsafe { buffer.cast::<u8>().add(a.offset as usize) }.cast::<c_void>());
+    }
+    Ok(out)
+}
+
 /// Map an execution error to the status a device would report.
 fn exec_fail(e: ExecError) -> Fail {
     let code = match &e {
@@ -195,7 +271,7 @@ fn run(
     dynamic_lds: usize,
     f_meta: (usize, u32),
     params: Vec<Vec<u8>>,
-    seed: Option<u64>,
+    (seed, cooperative): (Option<u64>, bool),
 ) -> Res {
     let slices: Vec<&[u8]> = params.iter().map(Vec::as_slice).collect();
     let spec = LaunchSpec {
@@ -207,6 +283,7 @@ fn run(
         max_flat_workgroup_size: f_meta.1,
         params: &slices,
         block_order_seed: seed,
+        cooperative,
     };
     exec::execute(&spec).map_err(exec_fail)?;
     let hits = memory::corrupted_canaries();
@@ -228,6 +305,120 @@ fn run(
     Ok(())
 }
 
+/// A cooperative launch's grid must be co-resident: at most the occupancy model's blocks per
+/// CU times the CUs, and at most hip-emu's own bound.
+fn check_cooperative(f: &Function, grid: [u32; 3], block: [u32; 3], dynamic_lds: usize) -> Res {
+    let threads: u64 = block.iter().map(|&b| u64::from(b)).product();
+    let blocks: u64 = grid.iter().map(|&g| u64::from(g)).product();
+    let per_cu = super::occupancy::max_active_blocks(&f.meta, threads, dynamic_lds as u64);
+    let resident = per_cu * super::device::COMPUTE_UNITS as u64;
+    let name = &f.meta.name;
+    if blocks > resident {
+        return Err(Fail::new(
+            hipError_t::hipErrorCooperativeLaunchTooLarge,
+            format!(
+                "hipLaunchCooperativeKernel: kernel `{name}`: a grid of {blocks} blocks of \
+                 {threads} threads is not co-resident: {per_cu} such blocks fit per CU \
+                 (its registers and LDS), {resident} on the device's {} CUs \
+                 (hipModuleOccupancyMaxActiveBlocksPerMultiprocessor)",
+                super::device::COMPUTE_UNITS
+            ),
+        ));
+    }
+    if blocks * threads > exec::COOPERATIVE_MAX_THREADS {
+        return Err(Fail::new(
+            hipError_t::hipErrorCooperativeLaunchTooLarge,
+            format!(
+                "hipLaunchCooperativeKernel: kernel `{name}`: a grid of {} threads; hip-emu runs \
+                 cooperative grids of at most {} threads (every thread stays alive as a fibre)",
+                blocks * threads,
+                exec::COOPERATIVE_MAX_THREADS
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// hipModuleLaunchKernel and hipLaunchCooperativeKernel.
+///
+/// # Safety
+/// The C API contract of hipModuleLaunchKernel's `kernel_params` and `extra`.
+unsafe fn launch(
+    f: hipFunction_t,
+    (grid, block): ([u32; 3], [u32; 3]),
+    shared_mem_bytes: c_uint,
+    stream: hipStream_t,
+    kernel_params: *mut *mut c_void,
+    extra: *mut *mut c_void,
+    cooperative: bool,
+) -> Res {
+    // Taken first, so an announcement never outlives the launch it was made for.
+    let announced = ANNOUNCED.with(|a| a.borrow_mut().take());
+    let func = function(f)?;
+    let rt = runtime()?;
+    let (dev, info) = rt.stream(stream)?;
+    let name = func.meta.name.clone();
+    if dev.ordinal != func.device {
+        return Err(Fail::invalid(format!(
+            "kernel `{name}` was loaded on device {} but launched on a stream of device {}",
+            func.device, dev.ordinal
+        )));
+    }
+    check_config(&func, grid, block, shared_mem_bytes as usize)?;
+    if cooperative {
+        check_cooperative(&func, grid, block, shared_mem_bytes as usize)?;
+    }
+    let sizes = arg_sizes(&func, announced)?;
+    let params = if extra.is_null() {
+        // SAFETY: the C API contract: one pointer per argument, each to the argument's bytes.
+        unsafe { capture(&func, kernel_params, &sizes, dev.ordinal) }?
+    } else {
+        if !kernel_params.is_null() {
+            return Err(Fail::invalid(format!(
+                "kernel `{name}`: both kernelParams and extra are given; pass one"
+            )));
+        }
+        // SAFETY: the C API contract of `extra`: a HIP_LAUNCH_PARAM_* list whose buffer
+        // holds the packed arguments.
+        let mut pointers = unsafe { packed_args(&func, extra) }?;
+        // SAFETY: `packed_args` checked that each pointer leads to its argument's bytes
+        // inside the caller's buffer.
+        unsafe { capture(&func, pointers.as_mut_ptr(), &sizes, dev.ordinal) }?
+    };
+    let kernel = func.kernel;
+    let meta = (
+        func.meta.group_segment_fixed_size as usize,
+        func.meta.max_flat_workgroup_size as u32,
+    );
+    let seed = rt.config.seed;
+    let dynamic = shared_mem_bytes as usize;
+    let mirrors = super::module::module(func.module as hipModule_t)
+        .map(|m| m.mirrors.lock().unwrap_or_else(|p| p.into_inner()).clone())
+        .unwrap_or_default();
+    dev.executor.enqueue(
+        info.id,
+        format!("kernel `{name}`"),
+        Box::new(move || {
+            // The module's variables go in before the kernel and come back after it.
+            use super::globals::{sync, Direction};
+            sync(&mirrors, Direction::In);
+            let result = run(
+                kernel,
+                grid,
+                block,
+                dynamic,
+                meta,
+                params,
+                (seed, cooperative),
+            );
+            sync(&mirrors, Direction::Out);
+            result
+        }),
+    )?;
+    super::stats::bump(super::stats::Counter::Launches);
+    Ok(())
+}
+
 hip_exports! {
     /// Validates and queues; never waits. Errors found later (faults, canaries, barrier
     /// misuse) are returned by the next synchronising call on the stream or device.
@@ -240,36 +431,25 @@ hip_exports! {
         kernel_params: *mut *mut c_void,
         extra: *mut *mut c_void,
     ) {
-        // Taken first, so an announcement never outlives the launch it was made for.
-        let announced = ANNOUNCED.with(|a| a.borrow_mut().take());
-        let func = function(f)?;
-        let rt = runtime()?;
-        let (dev, info) = rt.stream(stream)?;
-        let name = func.meta.name.clone();
-        if dev.ordinal != func.device {
-            return Err(Fail::invalid(format!(
-                "kernel `{name}` was loaded on device {} but launched on a stream of device {}",
-                func.device, dev.ordinal
-            )));
-        }
-        if !extra.is_null() {
-            return Err(Fail::new(hipError_t::hipErrorNotSupported, format!("kernel `{name}`: the `extra` launch argument is not emulated; pass kernelParams")));
-        }
-        let (grid, block) = ([gx, gy, gz], [bx, by, bz]);
-        check_config(&func, grid, block, shared_mem_bytes as usize)?;
-        let sizes = arg_sizes(&func, announced)?;
-        // SAFETY: the C API contract: one pointer per argument, each to the argument's bytes.
-        let params = unsafe { capture(&func, kernel_params, &sizes, dev.ordinal) }?;
-        let kernel = func.kernel;
-        let meta = (func.meta.group_segment_fixed_size as usize, func.meta.max_flat_workgroup_size as u32);
-        let seed = rt.config.seed;
-        let dynamic = shared_mem_bytes as usize;
-        dev.executor.enqueue(
-            info.id,
-            format!("kernel `{name}`"),
-            Box::new(move || run(kernel, grid, block, dynamic, meta, params, seed)),
-        )?;
-        super::stats::bump(super::stats::Counter::Launches);
-        Ok(())
+        // SAFETY: forwarded from the caller.
+        unsafe { launch(f, ([gx, gy, gz], [bx, by, bz]), shared_mem_bytes, stream, kernel_params, extra, false) }
+    }
+
+    /// A cooperative launch: every block of the grid is alive at once, so cooperative groups'
+    /// `this_grid().sync()` holds. HIP's `f` is the kernel's host stub; hip-emu has none, so
+    /// `f` is a `hipFunction_t` from `hipModuleGetFunction` (cast to `const void*`). A grid
+    /// that is not co-resident (occupancy model) or over `exec::COOPERATIVE_MAX_THREADS` is
+    /// hipErrorCooperativeLaunchTooLarge.
+    fn hipLaunchCooperativeKernel(
+        f: *const c_void,
+        grid: hip_sys::generated::dim3,
+        block: hip_sys::generated::dim3,
+        kernel_params: *mut *mut c_void,
+        shared_mem_bytes: c_uint,
+        stream: hipStream_t,
+    ) {
+        let (grid, block) = ([grid.x, grid.y, grid.z], [block.x, block.y, block.z]);
+        // SAFETY: forwarded from the caller (kernelParams as hipModuleLaunchKernel's).
+        unsafe { launch(f as hipFunction_t, (grid, block), shared_mem_bytes, stream, kernel_params, std::ptr::null_mut(), true) }
     }
 }

@@ -13,12 +13,15 @@ pub mod api_stream;
 pub mod config;
 pub mod device;
 pub mod error;
+pub mod globals;
 pub mod launch;
 pub mod memory;
 pub mod metadata;
 pub mod module;
+pub mod occupancy;
 pub mod queue;
 pub mod stats;
+pub mod symbols;
 
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicUsize, Ordering};

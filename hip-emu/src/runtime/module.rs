@@ -23,6 +23,8 @@ pub struct Module {
     pub kernels: Vec<KernelMeta>,
     /// The host-build key of the image (or why it has none).
     pub host_key: Result<String, String>,
+    /// Device mirrors of its variables (`super::globals`).
+    pub mirrors: Mutex<Vec<super::globals::Mirror>>,
 }
 
 /// A function of a loaded module.
@@ -55,9 +57,23 @@ pub fn function(f: hipFunction_t) -> Res<Arc<Function>> {
     })
 }
 
-fn module(m: hipModule_t) -> Res<Arc<Module>> {
+/// The live module behind `m`.
+pub fn module(m: hipModule_t) -> Res<Arc<Module>> {
     with_tables(|t| t.modules.get(&(m as usize)).cloned())
         .ok_or_else(|| Fail::handle(format!("module {m:p} is not a live module of hip-emu")))
+}
+
+/// The live modules loaded on `device`, oldest first.
+pub fn modules_on(device: i32) -> Vec<Arc<Module>> {
+    let mut live: Vec<(usize, Arc<Module>)> = with_tables(|t| {
+        t.modules
+            .iter()
+            .filter(|(_, m)| m.device == device)
+            .map(|(h, m)| (*h, Arc::clone(m)))
+            .collect()
+    });
+    live.sort_by_key(|(h, _)| *h);
+    live.into_iter().map(|(_, m)| m).collect()
 }
 
 /// Load the image at `image` on the current device.
@@ -79,6 +95,7 @@ unsafe fn load(out_module: *mut hipModule_t, image: *const c_void) -> Res {
         target: code.target,
         kernels: code.kernels,
         host_key,
+        mirrors: Mutex::new(Vec::new()),
     };
     with_tables(|t| t.modules.insert(handle, Arc::new(m)));
     // SAFETY: out-parameter per the C API contract.
@@ -106,9 +123,15 @@ fn get_function(m: hipModule_t, name: &str) -> Res<usize> {
     };
     let key = module.host_key.clone().map_err(not_found)?;
     let host = exec::host::load_for_key(&key).map_err(not_found)?;
+    // The host build was made from the same source as this code object (it is found by the
+    // image's content): a kernel missing there is not a stale build but one the host build could
+    // not register, e.g. of internal linkage.
     let kernel = host.lookup(name).ok_or_else(|| {
+        let names: Vec<&str> = host.kernels.iter().map(|k| k.name).collect();
         not_found(format!(
-            "its host build {} does not define it (a stale build? rebuild the crate)",
+            "its host build {} (made from the same source) does not define it; it defines \
+             {names:?}. A `static` kernel or one in an anonymous namespace is not registered: \
+             give it external linkage",
             host.path.display()
         ))
     })?;
@@ -172,7 +195,9 @@ hip_exports! {
             t.functions.retain(|_, f| f.module != m as usize);
             module
         });
-        removed.map(|_| ()).ok_or_else(|| Fail::handle(format!("module {m:p} is not a live module of hip-emu")))
+        let removed = removed.ok_or_else(|| Fail::handle(format!("module {m:p} is not a live module of hip-emu")))?;
+        super::globals::free_all(&removed);
+        Ok(())
     }
 
     fn hipModuleGetFunction(function: *mut hipFunction_t, m: hipModule_t, name: *const c_char) {

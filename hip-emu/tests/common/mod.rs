@@ -150,14 +150,15 @@ pub fn host_module(rel: &str, race: bool) -> &'static exec::HostModule {
 }
 
 /// The kernel `name`: `hipemu_test_mc_*` from tests/kernels/mc_tile.hip and the other
-/// `hipemu_test_*` from tests/kernels/checks.hip (always race-checked),
+/// `hipemu_test_*` and the C++ kernels (mangled symbols, `_Z...`) from tests/kernels/checks.hip
+/// (always race-checked),
 /// `hipk_test_*` from hip-rt's test kernels, else `<first word>_...` from kernels/<first
 /// word>.hip (race-checked with HIPK_EMU_RACE_CHECK=1).
 pub fn kernel(name: &str) -> &'static exec::KernelInfo {
     let race_env = std::env::var("HIPK_EMU_RACE_CHECK").is_ok_and(|v| v == "1");
     let (rel, race) = if name.starts_with("hipemu_test_mc_") {
         ("hip-emu/tests/kernels/mc_tile.hip".to_string(), true)
-    } else if name.starts_with("hipemu_test_") {
+    } else if name.starts_with("hipemu_test_") || name.starts_with("_Z") {
         ("hip-emu/tests/kernels/checks.hip".to_string(), true)
     } else if name.starts_with("hipk_test_") {
         ("hip-rt/kernels/test_kernels.hip".to_string(), race_env)
@@ -189,6 +190,7 @@ pub fn launch(
         max_flat_workgroup_size: if o.max_flat == 0 { 1024 } else { o.max_flat },
         params: &params,
         block_order_seed: o.seed,
+        cooperative: false,
     })
 }
 

@@ -161,3 +161,24 @@ extern "C" __global__ void hipemu_test_lane_ops(const int* in, unsigned* out) {
   o[2] = static_cast<unsigned>(__builtin_amdgcn_ds_swizzle(v, 0x8000 | 0x1B));     // quad [3,2,1,0]
   o[3] = __builtin_amdgcn_perm(0x8899AABBu, static_cast<unsigned>(v), 0x0C0D0407u + 0x08u);
 }
+
+// C++ linkage (no extern "C"), a template among them: the same checks apply. An out-of-bounds
+// read when n exceeds the buffer, and the racy reverse exchange.
+__global__ void cpp_read(const float* p, long long n, float* sum) {
+  float s = 0.0f;
+  if (threadIdx.x == 0 && blockIdx.x == 0) {
+    for (long long i = 0; i < n; ++i) s += p[i];
+    *sum = s;
+  }
+}
+
+template <int N>
+__global__ void cpp_racy_reverse(const int* in, int* out) {
+  __shared__ int buf[N];
+  const int n = static_cast<int>(blockDim.x);
+  const int t = static_cast<int>(threadIdx.x);
+  buf[t] = in[t];
+  out[t] = buf[n - 1 - t];
+}
+
+template __global__ void cpp_racy_reverse<1024>(const int*, int*);

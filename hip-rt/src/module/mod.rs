@@ -6,6 +6,11 @@
 
 pub use hip_codeobj::{bundle, elf};
 
+mod global;
+pub mod lookup;
+
+pub use global::DeviceGlobal;
+
 use std::ffi::CString;
 use std::sync::Arc;
 
@@ -111,12 +116,25 @@ impl Module {
         &self.inner.kernels
     }
 
-    /// The kernel called `name` (its `extern "C"` name, or the mangled C++ name).
+    /// The kernel called `name`: its `extern "C"` name, its mangled C++ symbol, or its demangled
+    /// C++ name with or without parameters (`saxpy_kernel`, `matrix_multiplication_kernel<16u>`,
+    /// `scale(float*)`; [`lookup::resolve`]). A demangled name that several kernels share
+    /// (overloads) is [`Error::AmbiguousKernel`].
     pub fn function(&self, name: &str) -> Result<Function> {
-        let cname = CString::new(name).map_err(|_| Error::NulInName(name.to_owned()))?;
+        let symbol = match lookup::resolve(name, &self.inner.kernels) {
+            lookup::Resolved::One(symbol) => symbol,
+            lookup::Resolved::None => name.to_owned(),
+            lookup::Resolved::Ambiguous(candidates) => {
+                return Err(Error::AmbiguousKernel {
+                    name: name.to_owned(),
+                    candidates: candidates.into_iter().map(|(_, full)| full).collect(),
+                })
+            }
+        };
+        let cname = CString::new(symbol.as_str()).map_err(|_| Error::NulInName(name.to_owned()))?;
         // SAFETY: the module is live while `self` is; `cname` is NUL-terminated.
         let raw = unsafe { result::module::get_function(self.inner.raw, &cname) }
-            .map_err(|e| map_function_error(e, name, &self.inner.kernels))?;
+            .map_err(|e| map_function_error(e, &symbol, &self.inner.kernels))?;
         let device_limits = *self.inner.device.limits();
         // SAFETY: `raw` is a live function of the live module (this call and the next).
         let max_threads = unsafe {
@@ -224,6 +242,11 @@ unsafe impl Send for Function {}
 unsafe impl Sync for Function {}
 
 impl Function {
+    /// The runtime's handle (for a call hip-rt does not wrap; valid while `self` lives).
+    pub fn raw(&self) -> hipFunction_t {
+        self.raw
+    }
+
     /// The kernel's name.
     pub fn name(&self) -> &str {
         &self.name

@@ -44,6 +44,19 @@ pub unsafe fn get_function(module: hipModule_t, name: &CStr) -> Result<hipFuncti
     Ok(func)
 }
 
+/// `hipModuleGetGlobal`: the device address and size in bytes of a module variable.
+///
+/// # Safety
+/// `module` must be live.
+pub unsafe fn get_global(module: hipModule_t, name: &CStr) -> Result<(crate::DevicePtr, usize)> {
+    let f = hip_fn!(hipModuleGetGlobal)?;
+    let mut ptr: hip_sys::hipDeviceptr_t = std::ptr::null_mut();
+    let mut bytes = 0usize;
+    // SAFETY: valid out-pointers, `name` NUL-terminated, `module` live (caller).
+    unsafe { f(&mut ptr, &mut bytes, module, name.as_ptr()) }.result()?;
+    Ok((crate::DevicePtr(ptr as u64), bytes))
+}
+
 /// `hipFuncGetAttribute`.
 ///
 /// # Safety

@@ -1412,6 +1412,21 @@ impl hipJitOption {
 #[repr(transparent)]
 #[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
 pub struct hipJitOption(pub ::std::os::raw::c_uint);
+#[repr(C)]
+#[derive(Debug, Default, Copy, Clone, Hash, PartialEq, Eq)]
+pub struct dim3 {
+    pub x: u32,
+    pub y: u32,
+    pub z: u32,
+}
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of dim3"][::std::mem::size_of::<dim3>() - 12usize];
+    ["Alignment of dim3"][::std::mem::align_of::<dim3>() - 4usize];
+    ["Offset of field: dim3::x"][::std::mem::offset_of!(dim3, x) - 0usize];
+    ["Offset of field: dim3::y"][::std::mem::offset_of!(dim3, y) - 4usize];
+    ["Offset of field: dim3::z"][::std::mem::offset_of!(dim3, z) - 8usize];
+};
 pub struct HipApi {
     __library: ::libloading::Library,
     pub hipInit: Result<
@@ -1686,6 +1701,59 @@ pub struct HipApi {
         ) -> hipError_t,
         ::libloading::Error,
     >,
+    pub hipGetSymbolAddress: Result<
+        unsafe extern "C" fn(
+            devPtr: *mut *mut ::std::os::raw::c_void,
+            symbol: *const ::std::os::raw::c_void,
+        ) -> hipError_t,
+        ::libloading::Error,
+    >,
+    pub hipGetSymbolSize: Result<
+        unsafe extern "C" fn(size: *mut usize, symbol: *const ::std::os::raw::c_void) -> hipError_t,
+        ::libloading::Error,
+    >,
+    pub hipMemcpyToSymbol: Result<
+        unsafe extern "C" fn(
+            symbol: *const ::std::os::raw::c_void,
+            src: *const ::std::os::raw::c_void,
+            sizeBytes: usize,
+            offset: usize,
+            kind: hipMemcpyKind,
+        ) -> hipError_t,
+        ::libloading::Error,
+    >,
+    pub hipMemcpyToSymbolAsync: Result<
+        unsafe extern "C" fn(
+            symbol: *const ::std::os::raw::c_void,
+            src: *const ::std::os::raw::c_void,
+            sizeBytes: usize,
+            offset: usize,
+            kind: hipMemcpyKind,
+            stream: hipStream_t,
+        ) -> hipError_t,
+        ::libloading::Error,
+    >,
+    pub hipMemcpyFromSymbol: Result<
+        unsafe extern "C" fn(
+            dst: *mut ::std::os::raw::c_void,
+            symbol: *const ::std::os::raw::c_void,
+            sizeBytes: usize,
+            offset: usize,
+            kind: hipMemcpyKind,
+        ) -> hipError_t,
+        ::libloading::Error,
+    >,
+    pub hipMemcpyFromSymbolAsync: Result<
+        unsafe extern "C" fn(
+            dst: *mut ::std::os::raw::c_void,
+            symbol: *const ::std::os::raw::c_void,
+            sizeBytes: usize,
+            offset: usize,
+            kind: hipMemcpyKind,
+            stream: hipStream_t,
+        ) -> hipError_t,
+        ::libloading::Error,
+    >,
     pub hipMemcpyAsync: Result<
         unsafe extern "C" fn(
             dst: *mut ::std::os::raw::c_void,
@@ -1859,12 +1927,43 @@ pub struct HipApi {
         ) -> hipError_t,
         ::libloading::Error,
     >,
+    pub hipLaunchCooperativeKernel: Result<
+        unsafe extern "C" fn(
+            f: *const ::std::os::raw::c_void,
+            gridDim: dim3,
+            blockDimX: dim3,
+            kernelParams: *mut *mut ::std::os::raw::c_void,
+            sharedMemBytes: ::std::os::raw::c_uint,
+            stream: hipStream_t,
+        ) -> hipError_t,
+        ::libloading::Error,
+    >,
+    pub hipModuleOccupancyMaxPotentialBlockSize: Result<
+        unsafe extern "C" fn(
+            gridSize: *mut ::std::os::raw::c_int,
+            blockSize: *mut ::std::os::raw::c_int,
+            f: hipFunction_t,
+            dynSharedMemPerBlk: usize,
+            blockSizeLimit: ::std::os::raw::c_int,
+        ) -> hipError_t,
+        ::libloading::Error,
+    >,
     pub hipModuleOccupancyMaxActiveBlocksPerMultiprocessor: Result<
         unsafe extern "C" fn(
             numBlocks: *mut ::std::os::raw::c_int,
             f: hipFunction_t,
             blockSize: ::std::os::raw::c_int,
             dynSharedMemPerBlk: usize,
+        ) -> hipError_t,
+        ::libloading::Error,
+    >,
+    pub hipOccupancyMaxPotentialBlockSize: Result<
+        unsafe extern "C" fn(
+            gridSize: *mut ::std::os::raw::c_int,
+            blockSize: *mut ::std::os::raw::c_int,
+            f: *const ::std::os::raw::c_void,
+            dynSharedMemPerBlk: usize,
+            blockSizeLimit: ::std::os::raw::c_int,
         ) -> hipError_t,
         ::libloading::Error,
     >,
@@ -1946,6 +2045,12 @@ impl HipApi {
         let hipMemcpyDtoHAsync = __library.get(b"hipMemcpyDtoHAsync\0").map(|sym| *sym);
         let hipMemcpyDtoDAsync = __library.get(b"hipMemcpyDtoDAsync\0").map(|sym| *sym);
         let hipModuleGetGlobal = __library.get(b"hipModuleGetGlobal\0").map(|sym| *sym);
+        let hipGetSymbolAddress = __library.get(b"hipGetSymbolAddress\0").map(|sym| *sym);
+        let hipGetSymbolSize = __library.get(b"hipGetSymbolSize\0").map(|sym| *sym);
+        let hipMemcpyToSymbol = __library.get(b"hipMemcpyToSymbol\0").map(|sym| *sym);
+        let hipMemcpyToSymbolAsync = __library.get(b"hipMemcpyToSymbolAsync\0").map(|sym| *sym);
+        let hipMemcpyFromSymbol = __library.get(b"hipMemcpyFromSymbol\0").map(|sym| *sym);
+        let hipMemcpyFromSymbolAsync = __library.get(b"hipMemcpyFromSymbolAsync\0").map(|sym| *sym);
         let hipMemcpyAsync = __library.get(b"hipMemcpyAsync\0").map(|sym| *sym);
         let hipMemset = __library.get(b"hipMemset\0").map(|sym| *sym);
         let hipMemsetD8 = __library.get(b"hipMemsetD8\0").map(|sym| *sym);
@@ -1971,8 +2076,17 @@ impl HipApi {
         let hipModuleLoadData = __library.get(b"hipModuleLoadData\0").map(|sym| *sym);
         let hipModuleLoadDataEx = __library.get(b"hipModuleLoadDataEx\0").map(|sym| *sym);
         let hipModuleLaunchKernel = __library.get(b"hipModuleLaunchKernel\0").map(|sym| *sym);
+        let hipLaunchCooperativeKernel = __library
+            .get(b"hipLaunchCooperativeKernel\0")
+            .map(|sym| *sym);
+        let hipModuleOccupancyMaxPotentialBlockSize = __library
+            .get(b"hipModuleOccupancyMaxPotentialBlockSize\0")
+            .map(|sym| *sym);
         let hipModuleOccupancyMaxActiveBlocksPerMultiprocessor = __library
             .get(b"hipModuleOccupancyMaxActiveBlocksPerMultiprocessor\0")
+            .map(|sym| *sym);
+        let hipOccupancyMaxPotentialBlockSize = __library
+            .get(b"hipOccupancyMaxPotentialBlockSize\0")
             .map(|sym| *sym);
         let hipGetDevicePropertiesR0600 = __library
             .get(b"hipGetDevicePropertiesR0600\0")
@@ -2032,6 +2146,12 @@ impl HipApi {
             hipMemcpyDtoHAsync,
             hipMemcpyDtoDAsync,
             hipModuleGetGlobal,
+            hipGetSymbolAddress,
+            hipGetSymbolSize,
+            hipMemcpyToSymbol,
+            hipMemcpyToSymbolAsync,
+            hipMemcpyFromSymbol,
+            hipMemcpyFromSymbolAsync,
             hipMemcpyAsync,
             hipMemset,
             hipMemsetD8,
@@ -2053,7 +2173,10 @@ impl HipApi {
             hipModuleLoadData,
             hipModuleLoadDataEx,
             hipModuleLaunchKernel,
+            hipLaunchCooperativeKernel,
+            hipModuleOccupancyMaxPotentialBlockSize,
             hipModuleOccupancyMaxActiveBlocksPerMultiprocessor,
+            hipOccupancyMaxPotentialBlockSize,
             hipGetDevicePropertiesR0600,
         })
     }
@@ -2512,6 +2635,84 @@ impl HipApi {
             .as_ref()
             .expect("Expected function, got error."))(dptr, bytes, hmod, name)
     }
+    pub unsafe fn hipGetSymbolAddress(
+        &self,
+        devPtr: *mut *mut ::std::os::raw::c_void,
+        symbol: *const ::std::os::raw::c_void,
+    ) -> hipError_t {
+        (self
+            .hipGetSymbolAddress
+            .as_ref()
+            .expect("Expected function, got error."))(devPtr, symbol)
+    }
+    pub unsafe fn hipGetSymbolSize(
+        &self,
+        size: *mut usize,
+        symbol: *const ::std::os::raw::c_void,
+    ) -> hipError_t {
+        (self
+            .hipGetSymbolSize
+            .as_ref()
+            .expect("Expected function, got error."))(size, symbol)
+    }
+    pub unsafe fn hipMemcpyToSymbol(
+        &self,
+        symbol: *const ::std::os::raw::c_void,
+        src: *const ::std::os::raw::c_void,
+        sizeBytes: usize,
+        offset: usize,
+        kind: hipMemcpyKind,
+    ) -> hipError_t {
+        (self
+            .hipMemcpyToSymbol
+            .as_ref()
+            .expect("Expected function, got error."))(symbol, src, sizeBytes, offset, kind)
+    }
+    pub unsafe fn hipMemcpyToSymbolAsync(
+        &self,
+        symbol: *const ::std::os::raw::c_void,
+        src: *const ::std::os::raw::c_void,
+        sizeBytes: usize,
+        offset: usize,
+        kind: hipMemcpyKind,
+        stream: hipStream_t,
+    ) -> hipError_t {
+        (self
+            .hipMemcpyToSymbolAsync
+            .as_ref()
+            .expect("Expected function, got error."))(
+            symbol, src, sizeBytes, offset, kind, stream
+        )
+    }
+    pub unsafe fn hipMemcpyFromSymbol(
+        &self,
+        dst: *mut ::std::os::raw::c_void,
+        symbol: *const ::std::os::raw::c_void,
+        sizeBytes: usize,
+        offset: usize,
+        kind: hipMemcpyKind,
+    ) -> hipError_t {
+        (self
+            .hipMemcpyFromSymbol
+            .as_ref()
+            .expect("Expected function, got error."))(dst, symbol, sizeBytes, offset, kind)
+    }
+    pub unsafe fn hipMemcpyFromSymbolAsync(
+        &self,
+        dst: *mut ::std::os::raw::c_void,
+        symbol: *const ::std::os::raw::c_void,
+        sizeBytes: usize,
+        offset: usize,
+        kind: hipMemcpyKind,
+        stream: hipStream_t,
+    ) -> hipError_t {
+        (self
+            .hipMemcpyFromSymbolAsync
+            .as_ref()
+            .expect("Expected function, got error."))(
+            dst, symbol, sizeBytes, offset, kind, stream
+        )
+    }
     pub unsafe fn hipMemcpyAsync(
         &self,
         dst: *mut ::std::os::raw::c_void,
@@ -2777,6 +2978,46 @@ impl HipApi {
             extra,
         )
     }
+    pub unsafe fn hipLaunchCooperativeKernel(
+        &self,
+        f: *const ::std::os::raw::c_void,
+        gridDim: dim3,
+        blockDimX: dim3,
+        kernelParams: *mut *mut ::std::os::raw::c_void,
+        sharedMemBytes: ::std::os::raw::c_uint,
+        stream: hipStream_t,
+    ) -> hipError_t {
+        (self
+            .hipLaunchCooperativeKernel
+            .as_ref()
+            .expect("Expected function, got error."))(
+            f,
+            gridDim,
+            blockDimX,
+            kernelParams,
+            sharedMemBytes,
+            stream,
+        )
+    }
+    pub unsafe fn hipModuleOccupancyMaxPotentialBlockSize(
+        &self,
+        gridSize: *mut ::std::os::raw::c_int,
+        blockSize: *mut ::std::os::raw::c_int,
+        f: hipFunction_t,
+        dynSharedMemPerBlk: usize,
+        blockSizeLimit: ::std::os::raw::c_int,
+    ) -> hipError_t {
+        (self
+            .hipModuleOccupancyMaxPotentialBlockSize
+            .as_ref()
+            .expect("Expected function, got error."))(
+            gridSize,
+            blockSize,
+            f,
+            dynSharedMemPerBlk,
+            blockSizeLimit,
+        )
+    }
     pub unsafe fn hipModuleOccupancyMaxActiveBlocksPerMultiprocessor(
         &self,
         numBlocks: *mut ::std::os::raw::c_int,
@@ -2789,6 +3030,25 @@ impl HipApi {
             .as_ref()
             .expect("Expected function, got error."))(
             numBlocks, f, blockSize, dynSharedMemPerBlk
+        )
+    }
+    pub unsafe fn hipOccupancyMaxPotentialBlockSize(
+        &self,
+        gridSize: *mut ::std::os::raw::c_int,
+        blockSize: *mut ::std::os::raw::c_int,
+        f: *const ::std::os::raw::c_void,
+        dynSharedMemPerBlk: usize,
+        blockSizeLimit: ::std::os::raw::c_int,
+    ) -> hipError_t {
+        (self
+            .hipOccupancyMaxPotentialBlockSize
+            .as_ref()
+            .expect("Expected function, got error."))(
+            gridSize,
+            blockSize,
+            f,
+            dynSharedMemPerBlk,
+            blockSizeLimit,
         )
     }
     pub unsafe fn hipGetDevicePropertiesR0600(
