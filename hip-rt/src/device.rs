@@ -73,7 +73,7 @@ impl Device {
     /// The number of visible HIP devices. With none (or no driver), the runtime's
     /// hipErrorNoDevice comes back as an `Err` whose text says what to check.
     pub fn count() -> Result<i32> {
-        result::device::count()
+        Ok(result::device::count()?)
     }
 
     /// Device `ordinal`, allocating through the process-wide caching allocator of that device
@@ -104,12 +104,9 @@ impl Device {
             return Err(Error::InvalidOrdinal { ordinal, count });
         }
         let props = hip_sys::hip()?.device_props(ordinal)?;
-        Ok(Self::from_parts(
-            ordinal,
-            props,
-            allocator,
-            result::device::set,
-        ))
+        Ok(Self::from_parts(ordinal, props, allocator, |ordinal| {
+            Ok(result::device::set(ordinal)?)
+        }))
     }
 
     fn from_parts(
@@ -244,7 +241,7 @@ impl Device {
 
     /// The PCI bus id, e.g. `0000:03:00.0`.
     pub fn pci_bus_id(&self) -> Result<String> {
-        result::device::pci_bus_id(self.inner.ordinal)
+        Ok(result::device::pci_bus_id(self.inner.ordinal)?)
     }
 
     /// Free and total memory now.
@@ -262,7 +259,7 @@ impl Device {
     /// Wait for all work queued on this device.
     pub fn synchronize(&self) -> Result<()> {
         self.bind_to_thread()?;
-        result::device::synchronize()
+        Ok(result::device::synchronize()?)
     }
 
     /// The first error recorded by a `Drop` on this device's objects since the last call, if any
@@ -292,7 +289,10 @@ impl Device {
     /// Whether this device can access `peer`'s memory (`hipDeviceCanAccessPeer`); false for
     /// itself.
     pub fn can_access_peer(&self, peer: &Device) -> Result<bool> {
-        result::device::can_access_peer(self.inner.ordinal, peer.ordinal())
+        Ok(result::device::can_access_peer(
+            self.inner.ordinal,
+            peer.ordinal(),
+        )?)
     }
 
     /// Let kernels on this device use `peer`'s memory (`hipDeviceEnablePeerAccess`, made on
@@ -306,7 +306,7 @@ impl Device {
             {
                 Ok(())
             }
-            other => other,
+            other => Ok(other?),
         }
     }
 
@@ -314,7 +314,7 @@ impl Device {
     /// not enabled.
     pub fn disable_peer_access(&self, peer: &Device) -> Result<()> {
         self.bind_to_thread()?;
-        result::device::disable_peer_access(peer.ordinal())
+        Ok(result::device::disable_peer_access(peer.ordinal())?)
     }
 }
 

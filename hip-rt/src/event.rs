@@ -90,25 +90,25 @@ impl Event {
     pub fn record(&self, stream: &Stream) -> Result<()> {
         stream.check_same_device("event", &self.device)?;
         // SAFETY: the event is live (owned here) and the stream live while borrowed, same device.
-        unsafe { result::event::record(self.raw, stream.raw()) }
+        Ok(unsafe { result::event::record(self.raw, stream.raw()) }?)
     }
 
     /// Wait on the host until the recorded work completes.
     pub fn synchronize(&self) -> Result<()> {
         // SAFETY: the event is live (owned here).
-        unsafe { result::event::synchronize(self.raw) }
+        Ok(unsafe { result::event::synchronize(self.raw) }?)
     }
 
     /// `true` once the recorded work has completed (never blocks).
     pub fn query(&self) -> Result<bool> {
         // SAFETY: the event is live (owned here).
-        unsafe { result::event::query(self.raw) }
+        Ok(unsafe { result::event::query(self.raw) }?)
     }
 
     /// Milliseconds from this event to `end`; both must be recorded, complete and timing-enabled.
     pub fn elapsed_ms(&self, end: &Event) -> Result<f32> {
         // SAFETY: both events are live while borrowed.
-        unsafe { result::event::elapsed_ms(self.raw, end.raw) }
+        Ok(unsafe { result::event::elapsed_ms(self.raw, end.raw) }?)
     }
 }
 
@@ -116,7 +116,7 @@ impl Drop for Event {
     fn drop(&mut self) {
         // SAFETY: `raw` is the live event this value created, destroyed exactly once, here.
         let r = unsafe { result::event::destroy(self.raw) };
-        self.device.record_drop_error(r);
+        self.device.record_drop_error(r.map_err(Into::into));
     }
 }
 

@@ -68,7 +68,7 @@ impl Stream {
     /// `(least, greatest)` priority on `device`; greater priority = lower number.
     pub fn priority_range(device: &Device) -> Result<(i32, i32)> {
         device.bind_to_thread()?;
-        result::device::stream_priority_range()
+        Ok(result::device::stream_priority_range()?)
     }
 
     /// The device this stream runs on.
@@ -94,20 +94,20 @@ impl Stream {
     /// Wait until all queued work has completed.
     pub fn synchronize(&self) -> Result<()> {
         // SAFETY: `raw` is null or the live stream this value owns.
-        unsafe { result::stream::synchronize(self.raw) }
+        Ok(unsafe { result::stream::synchronize(self.raw) }?)
     }
 
     /// `true` when all queued work has completed (never blocks).
     pub fn query(&self) -> Result<bool> {
         // SAFETY: `raw` is null or the live stream this value owns.
-        unsafe { result::stream::query(self.raw) }
+        Ok(unsafe { result::stream::query(self.raw) }?)
     }
 
     /// Make later work on this stream wait for `event`'s last record (no host wait).
     pub fn wait(&self, event: &Event) -> Result<()> {
         self.check_same_device("event", event.device())?;
         // SAFETY: `raw` is null or live (owned here); the event is live while borrowed.
-        unsafe { result::stream::wait_event(self.raw, event.raw()) }
+        Ok(unsafe { result::stream::wait_event(self.raw, event.raw()) }?)
     }
 
     /// Record `event` on this stream (shorthand for [`Event::record`]).
@@ -135,7 +135,7 @@ impl Drop for Stream {
             // SAFETY: `raw` is the live stream this value created; it is destroyed exactly once,
             // here, and never used again.
             let r = unsafe { result::stream::destroy(self.raw) };
-            self.device.record_drop_error(r);
+            self.device.record_drop_error(r.map_err(Into::into));
         }
     }
 }

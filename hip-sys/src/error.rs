@@ -275,6 +275,21 @@ pub fn builtin_strings(code: hipError_t) -> (&'static str, &'static str) {
     }
 }
 
+impl Error {
+    /// The HIP status code, when this is one (`None` for loader errors).
+    pub fn hip_code(&self) -> Option<crate::hipError_t> {
+        match self {
+            Error::Hip(e) => Some(e.code),
+            _ => None,
+        }
+    }
+
+    /// `hipErrorOutOfMemory`.
+    pub fn is_out_of_memory(&self) -> bool {
+        self.hip_code() == Some(crate::hipError_t::hipErrorOutOfMemory)
+    }
+}
+
 /// The Debug form is the Display text (what happened, the values, and the hint), so that
 /// `fn main() -> Result<(), Box<dyn std::error::Error>>` and `.unwrap()` print the whole
 /// message rather than the bare fields.

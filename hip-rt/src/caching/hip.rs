@@ -89,7 +89,7 @@ impl Backend for HipBackend {
         self.on_device(|| match result::memory::malloc(size) {
             Ok(ptr) => Ok(Some(ptr)),
             Err(e) if e.is_out_of_memory() => Ok(None),
-            Err(e) => Err(e),
+            Err(e) => Err(e.into()),
         })
     }
 
@@ -100,7 +100,7 @@ impl Backend for HipBackend {
     ) -> std::result::Result<(), BackendError> {
         // SAFETY: the caller guarantees `ptr` came from `malloc` here and is freed once;
         // hipFree waits for work queued on the device before releasing the memory.
-        self.on_device(|| unsafe { result::memory::free(ptr) })
+        self.on_device(|| unsafe { result::memory::free(ptr) }.map_err(Into::into))
     }
 
     /// On hip-emu, the emulator's poisoning (`hip_rt::emu::mark_block`); elsewhere nothing.
@@ -113,18 +113,19 @@ impl Backend for HipBackend {
     }
 
     fn mem_info(&mut self) -> std::result::Result<MemInfo, BackendError> {
-        let (free, total) = self.on_device(result::device::mem_info)?;
+        let (free, total) = self.on_device(|| Ok(result::device::mem_info()?))?;
         Ok(MemInfo { free, total })
     }
 
     fn record_event(&mut self, stream: RawStream) -> std::result::Result<HipEvent, BackendError> {
-        let event =
-            match self.spare_events.pop() {
-                Some(e) => e,
-                None => HipEvent(self.on_device(|| {
-                    result::event::create(hip_sys::generated::hipEventDisableTiming)
-                })?),
-            };
+        let event = match self.spare_events.pop() {
+            Some(e) => e,
+            None => HipEvent(self.on_device(|| {
+                Ok(result::event::create(
+                    hip_sys::generated::hipEventDisableTiming,
+                )?)
+            })?),
+        };
         // SAFETY: `event` is live (owned here) and was created on this device; `stream` is
         // the identity of a stream the caller allocated on or recorded, which the
         // DeviceAllocator contract requires to be live and on this device.
@@ -148,7 +149,7 @@ impl Backend for HipBackend {
     }
 
     fn synchronize_device(&mut self) -> std::result::Result<(), BackendError> {
-        self.on_device(result::device::synchronize)
+        self.on_device(|| Ok(result::device::synchronize()?))
     }
 
     fn recycle_event(&mut self, event: HipEvent) {

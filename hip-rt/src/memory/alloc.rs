@@ -101,14 +101,14 @@ impl DeviceAllocator for DirectAllocator {
         match result::memory::malloc(bytes) {
             Ok(ptr) => Ok(RawAllocation { ptr, bytes }),
             Err(e) if e.is_out_of_memory() => Err(out_of_memory(self.ordinal, bytes)),
-            Err(e) => Err(e),
+            Err(e) => Err(e.into()),
         }
     }
 
     unsafe fn deallocate(&self, allocation: RawAllocation, _stream: RawStream) -> Result<()> {
         // SAFETY: the caller guarantees `allocation` came from `allocate` (hipMalloc) and is
         // never used again; hipFree waits for queued work on the device before freeing.
-        unsafe { result::memory::free(allocation.ptr) }
+        Ok(unsafe { result::memory::free(allocation.ptr) }?)
     }
 }
 

@@ -75,7 +75,8 @@ impl Stream {
                 src.byte_len(),
                 self.raw(),
             )
-        }
+        }?;
+        Ok(())
     }
 
     /// Queue a copy from pinned host memory (returns without waiting; the pinned buffer waits
@@ -106,7 +107,8 @@ impl Stream {
                     dst.byte_len(),
                     self.raw(),
                 )
-            }
+            }?;
+            Ok(())
         })
     }
 
@@ -134,7 +136,8 @@ impl Stream {
             // completes; `src` is a live device view.
             unsafe {
                 result::memory::copy_dtoh_async(host, src.device_ptr(), src.byte_len(), self.raw())
-            }
+            }?;
+            Ok(())
         })
     }
 
@@ -151,7 +154,8 @@ impl Stream {
         // SAFETY: `dst` is a live, exclusively borrowed device view of `byte_len` bytes.
         unsafe {
             result::memory::memset_d8_async(dst.device_ptr(), value, dst.byte_len(), self.raw())
-        }
+        }?;
+        Ok(())
     }
 
     /// Queue zeroing `dst`.

@@ -181,7 +181,7 @@ impl<T: Element> Drop for PinnedHostBuffer<T> {
         let freed = waited.and_then(|()| {
             // SAFETY: `ptr` came from hipHostMalloc in `new` (non-zero size), no copy is pending
             // (`wait` succeeded), and the buffer is never used again.
-            unsafe { result::memory::host_free(self.ptr.as_ptr().cast()) }
+            Ok(unsafe { result::memory::host_free(self.ptr.as_ptr().cast()) }?)
         });
         // If waiting failed the memory is leaked rather than freed under a running copy.
         self.device.record_drop_error(freed);

@@ -175,25 +175,29 @@ impl Drop for ModuleInner {
         // SAFETY: `raw` is the module this value loaded; no Function outlives it (each holds an
         // Arc to this value), and it is unloaded exactly once, here.
         let r = unsafe { result::module::unload(self.raw) };
-        self.device.record_drop_error(r);
+        self.device.record_drop_error(r.map_err(Into::into));
     }
 }
 
 /// Map a hipModuleLoadData failure: NoBinaryForGpu (or any failure when the parsed image has no
 /// code object for the device) becomes [`Error::NoBinaryForGpu`].
-fn map_load_error(e: Error, known_mismatch: bool, no_binary: impl FnOnce() -> Error) -> Error {
+fn map_load_error(
+    e: hip_sys::Error,
+    known_mismatch: bool,
+    no_binary: impl FnOnce() -> Error,
+) -> Error {
     if e.hip_code() == Some(hipError_t::hipErrorNoBinaryForGpu)
         || (known_mismatch && e.hip_code().is_some())
     {
         no_binary()
     } else {
-        e
+        e.into()
     }
 }
 
 /// Map a hipModuleGetFunction failure: a name the code object does not define (or, when its
 /// kernels could not be listed, the runtime's not-found codes) becomes [`Error::KernelNotFound`].
-fn map_function_error(e: Error, name: &str, kernels: &[String]) -> Error {
+fn map_function_error(e: hip_sys::Error, name: &str, kernels: &[String]) -> Error {
     let listed = !kernels.is_empty();
     let not_found_code = matches!(
         e.hip_code(),
@@ -206,7 +210,7 @@ fn map_function_error(e: Error, name: &str, kernels: &[String]) -> Error {
             available: kernels.to_vec(),
         }
     } else {
-        e
+        e.into()
     }
 }
 
@@ -281,12 +285,9 @@ impl Function {
     ) -> Result<()> {
         stream.check_same_device("kernel", self.module.device())?;
         cfg.validate(&self.limits)?;
-        let failed = |source: Error| match source {
-            Error::Sys(source) => Error::LaunchFailed {
-                kernel: self.name.clone(),
-                source,
-            },
-            other => other,
+        let failed = |source: hip_sys::Error| Error::LaunchFailed {
+            kernel: self.name.clone(),
+            source,
         };
         // Clear this thread's last-error state: every earlier failure was already returned by
         // the call that caused it, and must not be blamed on this launch.
@@ -365,8 +366,8 @@ impl Stream {
 mod tests {
     use super::*;
 
-    fn hip_err(code: hipError_t) -> Error {
-        Error::Sys(hip_sys::Error::Hip(hip_sys::HipError::new(code)))
+    fn hip_err(code: hipError_t) -> hip_sys::Error {
+        hip_sys::Error::Hip(hip_sys::HipError::new(code))
     }
 
     #[test]
@@ -391,10 +392,10 @@ mod tests {
         let passed = map_load_error(hip_err(hipError_t::hipErrorInvalidImage), false, typed);
         assert_eq!(passed.hip_code(), Some(hipError_t::hipErrorInvalidImage));
         // Non-HIP errors (e.g. a missing symbol) are never rewritten.
-        let missing = Error::Sys(hip_sys::Error::MissingSymbol {
+        let missing = hip_sys::Error::MissingSymbol {
             name: "hipModuleLoadData",
             library: "x".into(),
-        });
+        };
         assert!(matches!(
             map_load_error(missing, true, typed),
             Error::Sys(hip_sys::Error::MissingSymbol { .. })

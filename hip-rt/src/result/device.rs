@@ -3,7 +3,7 @@
 use std::ffi::{c_char, CStr};
 
 use super::hip_fn;
-use crate::error::Result;
+use super::Result;
 
 /// `hipGetDeviceCount`. With no device, the runtime answers hipErrorNoDevice (an `Err`).
 pub fn count() -> Result<i32> {

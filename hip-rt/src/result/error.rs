@@ -1,7 +1,7 @@
 //! `hipGetLastError` / `hipPeekAtLastError`.
 
 use super::hip_fn;
-use crate::error::Result;
+use super::Result;
 
 /// `hipGetLastError`: the last error of this thread's HIP calls (including asynchronous launch
 /// failures), resetting it to success.

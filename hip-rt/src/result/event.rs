@@ -4,7 +4,7 @@ use hip_sys::{hipEvent_t, hipStream_t};
 
 use super::hip_fn;
 use super::stream::ready;
-use crate::error::Result;
+use super::Result;
 
 /// `hipEventCreateWithFlags` on the current device.
 pub fn create(flags: u32) -> Result<hipEvent_t> {

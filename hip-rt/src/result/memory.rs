@@ -5,7 +5,7 @@ use std::ffi::c_void;
 use hip_sys::hipStream_t;
 
 use super::hip_fn;
-use crate::error::Result;
+use super::Result;
 use crate::launch::DevicePtr;
 
 /// `hipMalloc` of `bytes` (> 0) on the current device.

@@ -6,7 +6,7 @@ use std::sync::OnceLock;
 use hip_sys::{hipFunction_attribute, hipFunction_t, hipModule_t, hipStream_t};
 
 use super::hip_fn;
-use crate::error::Result;
+use super::Result;
 use crate::launch::LaunchConfig;
 
 /// `hipModuleLoadData` on the current device.

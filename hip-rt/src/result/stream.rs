@@ -3,7 +3,7 @@
 use hip_sys::{hipError_t, hipEvent_t, hipStream_t};
 
 use super::hip_fn;
-use crate::error::Result;
+use super::Result;
 
 /// `hipStreamCreateWithPriority` on the current device.
 pub fn create(flags: u32, priority: i32) -> Result<hipStream_t> {
