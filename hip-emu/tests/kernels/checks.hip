@@ -92,6 +92,13 @@ extern "C" __global__ void hipemu_test_read(const float* p, int64_t n, float* su
   }
 }
 
+// y[i] = a * x[i] + y[i] for i <= n: a read-modify-write one element past n (a deliberate
+// overrun when y holds n floats).
+extern "C" __global__ void hipemu_test_axpy_overrun(float a, const float* x, float* y, int n) {
+  const int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i <= n) y[i] = a * x[i] + y[i];
+}
+
 // Recursion deep enough to overflow any fibre stack.
 __device__ __noinline__ int hipemu_test_deep(volatile int* p, int d) {
   volatile char pad[4096];
