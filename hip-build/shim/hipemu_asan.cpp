@@ -136,6 +136,24 @@ void* __asan_memset(void* dst, int c, size_t n) {
   return memset(dst, c, n);
 }
 
+// Outlined checks (a function with more accesses than the inline threshold).
+#define HIPEMU_ASAN_CHECK(KIND, SIZE, WRITE)                                          \
+  void __asan_##KIND##SIZE##_noabort(uintptr_t addr) {                                 \
+    check_range(reinterpret_cast<const void*>(addr), SIZE, WRITE, __builtin_return_address(0)); \
+  }
+HIPEMU_ASAN_CHECK(load, 1, false)
+HIPEMU_ASAN_CHECK(load, 2, false)
+HIPEMU_ASAN_CHECK(load, 4, false)
+HIPEMU_ASAN_CHECK(load, 8, false)
+HIPEMU_ASAN_CHECK(load, 16, false)
+HIPEMU_ASAN_CHECK(store, 1, true)
+HIPEMU_ASAN_CHECK(store, 2, true)
+HIPEMU_ASAN_CHECK(store, 4, true)
+HIPEMU_ASAN_CHECK(store, 8, true)
+HIPEMU_ASAN_CHECK(store, 16, true)
+#undef HIPEMU_ASAN_CHECK
+
+void __asan_handle_no_return() {}
 void __asan_init() {}
 void __asan_version_mismatch_check_v8() {}
 

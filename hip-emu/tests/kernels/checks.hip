@@ -92,13 +92,6 @@ extern "C" __global__ void hipemu_test_read(const float* p, int64_t n, float* su
   }
 }
 
-// y[i] = a * x[i] + y[i] for i <= n: a read-modify-write one element past n (a deliberate
-// overrun when y holds n floats).
-extern "C" __global__ void hipemu_test_axpy_overrun(float a, const float* x, float* y, int n) {
-  const int i = blockIdx.x * blockDim.x + threadIdx.x;
-  if (i <= n) y[i] = a * x[i] + y[i];
-}
-
 // Recursion deep enough to overflow any fibre stack.
 __device__ __noinline__ int hipemu_test_deep(volatile int* p, int d) {
   volatile char pad[4096];
@@ -167,4 +160,11 @@ extern "C" __global__ void hipemu_test_lane_ops(const int* in, unsigned* out) {
   o[1] = static_cast<unsigned>(__builtin_amdgcn_ds_swizzle(v, 0x1f | (4 << 10)));  // lane ^ 4
   o[2] = static_cast<unsigned>(__builtin_amdgcn_ds_swizzle(v, 0x8000 | 0x1B));     // quad [3,2,1,0]
   o[3] = __builtin_amdgcn_perm(0x8899AABBu, static_cast<unsigned>(v), 0x0C0D0407u + 0x08u);
+}
+
+// y[i] = a * x[i] + y[i] for i <= n: a read-modify-write one element past n (a deliberate
+// overrun when y holds n floats).
+extern "C" __global__ void hipemu_test_axpy_overrun(float a, const float* x, float* y, int n) {
+  const int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i <= n) y[i] = a * x[i] + y[i];
 }
