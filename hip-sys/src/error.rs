@@ -192,7 +192,7 @@ fn runtime_strings(hip: &crate::Hip, code: hipError_t) -> Option<(String, String
 pub fn hint(code: hipError_t) -> Option<&'static str> {
     Some(match code {
         hipError_t::hipErrorNoDevice => {
-            "no HIP device found: check that /dev/kfd exists and is readable and writable by you (containers need --device /dev/kfd --device /dev/dri, and /dev/mkfd on DCU), that HIP_VISIBLE_DEVICES does not hide every device, and that your user is in the render and video groups (`groups`)"
+            "no HIP device found: check that /dev/kfd exists and is readable and writable by you (containers need --device /dev/kfd --device /dev/dri, and /dev/mkfd on DCU), that HIP_VISIBLE_DEVICES does not hide every device, and that your user is in the render and video groups (`groups`); to run without a GPU, use hip-emu, the emulated device (HIPK_HIP_LIBRARY=<path>/libhip_emu.so, or `hip-emu run -- <command>`; see hip-emu/README.md)"
         }
         hipError_t::hipErrorNoBinaryForGpu => {
             "the code object has no ISA for this device: rebuild the kernels for the device's arch (set HIPK_ARCH to its gcnArchName, e.g. gfx906 or gfx928)"
@@ -213,7 +213,7 @@ pub fn hint(code: hipError_t) -> Option<&'static str> {
             "the launch needs more registers or shared memory than a CU has: reduce the block size or the kernel's LDS use"
         }
         hipError_t::hipErrorIllegalAddress => {
-            "a kernel accessed memory out of bounds; the context is unusable: restart the process and check the launch's shapes"
+            "a kernel accessed memory out of bounds: check the launch's shapes and the kernel's indexing; on a GPU the context is unusable (restart the process), on hip-emu the process carries on and the next launch runs"
         }
         _ => return None,
     })
@@ -344,6 +344,16 @@ mod tests {
                 "{needle:?} missing: {no_device}"
             );
         }
+        assert!(
+            no_device.contains("hip-emu") && no_device.contains("HIPK_HIP_LIBRARY"),
+            "the way to run without a GPU is named: {no_device}"
+        );
+        // hip-emu goes on after a fault, a GPU does not: the hint says which applies.
+        let fault = HipError::new(hipError_t::hipErrorIllegalAddress).to_string();
+        assert!(
+            fault.contains("on a GPU") && fault.contains("on hip-emu"),
+            "{fault}"
+        );
         let no_binary = HipError::new(hipError_t::hipErrorNoBinaryForGpu).to_string();
         assert!(no_binary.contains("HIPK_ARCH"), "{no_binary}");
         assert!(HipError::new(hipError_t::hipErrorOutOfMemory)
