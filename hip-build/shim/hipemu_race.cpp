@@ -21,6 +21,9 @@
 
 extern "C" {
 
+/// The overrun check (hipemu_asan.cpp): every access is checked against hip-emu's shadow too.
+void hipemu_asan_check(uintptr_t addr, size_t size, int write, const void* pc);
+
 /// One shadow cell: who touched an LDS byte last, in which epochs. 0 epochs = never.
 struct hipemu_race_cell {
   uint32_t w_epoch, w_wave_epoch;
@@ -162,6 +165,7 @@ inline bool maybe_lds(const void* p) {
 
 #define HIPEMU_TSAN_ACCESS(NAME, SIZE, WRITE)                                            \
   extern "C" void NAME(void* p) {                                                        \
+    hipemu_asan_check(reinterpret_cast<uintptr_t>(p), SIZE, WRITE, __builtin_return_address(0)); \
     if (maybe_lds(p)) check(reinterpret_cast<uintptr_t>(p), SIZE, WRITE, __builtin_return_address(0)); \
   }
 HIPEMU_TSAN_ACCESS(__tsan_read1, 1, false)
@@ -197,24 +201,31 @@ HIPEMU_TSAN_ACCESS(__tsan_volatile_write16, 16, true)
 extern "C" {
 
 void __tsan_read_range(void* p, size_t n) {
+  hipemu_asan_check(reinterpret_cast<uintptr_t>(p), n, false, __builtin_return_address(0));
   if (maybe_lds(p)) check(reinterpret_cast<uintptr_t>(p), n, false, __builtin_return_address(0));
 }
 void __tsan_write_range(void* p, size_t n) {
+  hipemu_asan_check(reinterpret_cast<uintptr_t>(p), n, true, __builtin_return_address(0));
   if (maybe_lds(p)) check(reinterpret_cast<uintptr_t>(p), n, true, __builtin_return_address(0));
 }
 void* __tsan_memcpy(void* dst, const void* src, size_t n) {
   const void* pc = __builtin_return_address(0);
+  hipemu_asan_check(reinterpret_cast<uintptr_t>(src), n, false, pc);
+  hipemu_asan_check(reinterpret_cast<uintptr_t>(dst), n, true, pc);
   if (maybe_lds(src)) check(reinterpret_cast<uintptr_t>(src), n, false, pc);
   if (maybe_lds(dst)) check(reinterpret_cast<uintptr_t>(dst), n, true, pc);
   return memcpy(dst, src, n);
 }
 void* __tsan_memmove(void* dst, const void* src, size_t n) {
   const void* pc = __builtin_return_address(0);
+  hipemu_asan_check(reinterpret_cast<uintptr_t>(src), n, false, pc);
+  hipemu_asan_check(reinterpret_cast<uintptr_t>(dst), n, true, pc);
   if (maybe_lds(src)) check(reinterpret_cast<uintptr_t>(src), n, false, pc);
   if (maybe_lds(dst)) check(reinterpret_cast<uintptr_t>(dst), n, true, pc);
   return memmove(dst, src, n);
 }
 void* __tsan_memset(void* dst, int c, size_t n) {
+  hipemu_asan_check(reinterpret_cast<uintptr_t>(dst), n, true, __builtin_return_address(0));
   if (maybe_lds(dst)) check(reinterpret_cast<uintptr_t>(dst), n, true, __builtin_return_address(0));
   return memset(dst, c, n);
 }

@@ -67,6 +67,25 @@ pub const SHIM_FILES: &[(&str, &str)] = &[
     ),
     ("hipemu_state.cpp", include_str!("../shim/hipemu_state.cpp")),
     ("hipemu_race.cpp", include_str!("../shim/hipemu_race.cpp")),
+    ("hipemu_asan.cpp", include_str!("../shim/hipemu_asan.cpp")),
+];
+
+/// The overrun check's instrumentation (shim/hipemu_asan.cpp): AddressSanitizer's checks before
+/// every load and store, reporting without stopping, against the shadow hip-emu maps (its
+/// offset in a variable), with no ASan runtime: no stack, global or use-after-scope checks,
+/// which would need one.
+pub const ASAN_FLAGS: &[&str] = &[
+    "-fsanitize=address",
+    "-fsanitize-recover=address",
+    "-fno-sanitize-address-use-after-scope",
+    "-mllvm",
+    "-asan-stack=0",
+    "-mllvm",
+    "-asan-globals=0",
+    "-mllvm",
+    "-asan-force-dynamic-shadow=1",
+    "-mllvm",
+    "-asan-instrumentation-with-call-threshold=100000",
 ];
 
 /// Flags of every host compile, besides include dirs, `-mfma` and the race instrumentation.
@@ -300,7 +319,11 @@ impl HostCompiler {
             self.version,
             opts.race
         );
-        for f in &flags {
+        for f in flags
+            .iter()
+            .map(String::as_str)
+            .chain(ASAN_FLAGS.iter().copied())
+        {
             let _ = writeln!(key_text, "{f}");
         }
         for (name, t) in SHIM_FILES {
@@ -350,26 +373,35 @@ impl HostCompiler {
         fs::create_dir_all(&work).map_err(io(&work))?;
         let tu = work.join("module.cpp");
         write_if_changed(&tu, &tu_text)?;
-        let support = [shim.join("hipemu_state.cpp"), shim.join("hipemu_race.cpp")];
+        let support = [
+            shim.join("hipemu_state.cpp"),
+            shim.join("hipemu_race.cpp"),
+            shim.join("hipemu_asan.cpp"),
+        ];
         let tmp = work.join("module.so");
         let result = (|| {
             let mut link = Command::new(&self.cxx);
             link.args(&flags).arg("-shared").arg("-o").arg(&tmp);
-            if opts.race {
-                let obj = work.join("module.o");
-                self.run(
-                    src,
-                    Command::new(&self.cxx)
-                        .args(&flags)
-                        .args(["-fsanitize=thread", "-DHIPEMU_RACE_CHECK=1", "-c"])
-                        .arg(&tu)
-                        .arg("-o")
-                        .arg(&obj),
-                )?;
-                link.arg(&obj);
+            // The kernels are instrumented (the race check's or the overrun check's); the shim
+            // is not. The two sanitizers cannot share a compile: race builds check the overrun
+            // shadow from their own callbacks (shim/hipemu_asan.cpp).
+            let obj = work.join("module.o");
+            let instrument: &[&str] = if opts.race {
+                &["-fsanitize=thread", "-DHIPEMU_RACE_CHECK=1"]
             } else {
-                link.arg(&tu);
-            }
+                ASAN_FLAGS
+            };
+            self.run(
+                src,
+                Command::new(&self.cxx)
+                    .args(&flags)
+                    .args(instrument)
+                    .arg("-c")
+                    .arg(&tu)
+                    .arg("-o")
+                    .arg(&obj),
+            )?;
+            link.arg(&obj);
             self.run(src, link.args(&support))?;
             write_if_changed(&list, &join_list(&kernels, &globals))?;
             fs::rename(&tmp, &out).map_err(io(&out))

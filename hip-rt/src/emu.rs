@@ -110,6 +110,13 @@ pub fn add_kernel_dir(dir: &std::path::Path) -> bool {
     unsafe { f(c.as_ptr()) == 0 }
 }
 
+/// True when the loaded HIP runtime is hip-emu.
+pub fn is_hip_emu() -> bool {
+    static EMU: OnceLock<bool> = OnceLock::new();
+    // SAFETY: only the symbol's presence is used; it is never called through this type.
+    *EMU.get_or_init(|| unsafe { symbol::<PoisonFn>(b"hipemuPoison\0") }.is_some())
+}
+
 /// `hipemuPoison(ptr, bytes, live)`.
 type PoisonFn = unsafe extern "C" fn(*mut std::ffi::c_void, usize, i32) -> hip_sys::hipError_t;
 /// `hipemuPoisonAsync(ptr, bytes, live, stream)`.

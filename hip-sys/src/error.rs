@@ -192,7 +192,7 @@ fn runtime_strings(hip: &crate::Hip, code: hipError_t) -> Option<(String, String
 pub fn hint(code: hipError_t) -> Option<&'static str> {
     Some(match code {
         hipError_t::hipErrorNoDevice => {
-            "no HIP device found: check that /dev/kfd exists and is readable and writable by you (containers need --device /dev/kfd --device /dev/dri, and /dev/mkfd on DCU), that HIP_VISIBLE_DEVICES does not hide every device, and that your user is in the render and video groups (`groups`). To run without a GPU, use hip-emu (the CPU emulator of a HIP device in this workspace): `cargo build -p hip-emu`, then set HIPK_HIP_LIBRARY to target/debug/libhip_emu.so (full path)"
+            "no HIP device found: check that /dev/kfd exists and is readable and writable by you (containers need --device /dev/kfd --device /dev/dri, and /dev/mkfd on DCU), that HIP_VISIBLE_DEVICES does not hide every device, and that your user is in the render and video groups (`groups`); to run without a GPU, use hip-emu, the emulated device (HIPK_HIP_LIBRARY=<path>/libhip_emu.so, or `hip-emu run -- <command>`; see hip-emu/README.md)"
         }
         hipError_t::hipErrorNoBinaryForGpu => {
             "the code object has no ISA for this device: rebuild the kernels for the device's arch (set HIPK_ARCH to its gcnArchName, e.g. gfx906 or gfx928)"

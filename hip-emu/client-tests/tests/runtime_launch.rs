@@ -7,6 +7,7 @@
 
 #[path = "../../tests/common/mod.rs"]
 mod common;
+mod overrun;
 
 use std::path::Path;
 use std::process::Command;
@@ -223,10 +224,10 @@ fn out_of_bounds_writes_and_reads_fault_at_the_next_synchronize() {
         return;
     };
     let ids = module.function("hipemu_test_ids").unwrap();
-    // 60 u32 = 240 bytes: threads 60..63 write into the 16 bytes of slack (canary), thread 64
-    // and up past the rounded end into the guard page.
+    // 60 u32 = 240 bytes: threads 60..63 write into the 16 bytes of slack (the overrun
+    // check), thread 64 and up past the rounded end into the guard page.
     for (threads, what) in [
-        (64, "wrote out of bounds"),
+        (64, "out-of-bounds write of 4 bytes"),
         (128, "past the end of allocation"),
     ] {
         let mut out = DeviceBuffer::<u32>::alloc(&stream, 60).unwrap();
@@ -278,6 +279,27 @@ fn out_of_bounds_writes_and_reads_fault_at_the_next_synchronize() {
     }
     .unwrap();
     assert_eq!(sum.to_vec(&stream).unwrap(), vec![0.0]);
+}
+
+/// The race check's build checks the overrun shadow too: the same one-element overruns are
+/// reported, with the direct and with the caching allocator.
+#[test]
+fn one_element_overruns_are_reported_in_race_check_builds() {
+    let Some(Setup {
+        stream,
+        module,
+        _serial,
+    }) = setup()
+    else {
+        return;
+    };
+    overrun::read_modify_write_overruns(&stream, &module, "race-check build, direct");
+    overrun::read_overruns(&stream, &module, "race-check build, direct");
+    let dev = hip_rt::Device::get(0).unwrap();
+    let module = Module::load(&dev, &code_object().unwrap()).unwrap();
+    let stream = Stream::new(&dev, StreamOptions::default()).unwrap();
+    overrun::read_modify_write_overruns(&stream, &module, "race-check build, caching");
+    overrun::read_overruns(&stream, &module, "race-check build, caching");
 }
 
 #[test]

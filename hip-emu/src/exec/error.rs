@@ -129,6 +129,20 @@ pub enum ExecError {
         kernel: &'static str,
         reason: String,
     },
+    /// An access reached bytes outside every buffer (the slack after an allocation, or bytes
+    /// of a caching allocator's segment that belong to no live block): the overrun check.
+    #[error(
+        "kernel {kernel}, block {block}: out-of-bounds {access} at address {addr:#x} (at {site})"
+    )]
+    Overrun {
+        kernel: &'static str,
+        block: Dim3,
+        addr: usize,
+        /// "read of 4 bytes", "write of 16 bytes".
+        access: String,
+        /// file:line of the access.
+        site: String,
+    },
     /// The executor could not set up the launch (stack memory).
     #[error("kernel {kernel}: hip-emu could not run the launch: {reason}")]
     Resources {

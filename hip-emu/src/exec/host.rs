@@ -33,6 +33,8 @@ pub(crate) struct ModuleRt {
     pub race_alloc: unsafe extern "C" fn(usize) -> i32,
     pub race_instrumented: bool,
     pub source_root: &'static str,
+    /// `hipemu_asan` of shim/hipemu_asan.cpp (null in a build without the overrun check).
+    pub asan: *mut super::overrun::ffi::State,
 }
 
 /// One kernel of a host build.
@@ -214,7 +216,9 @@ unsafe fn open(path: &Path) -> Result<HostModule, String> {
         } else {
             CStr::from_ptr(m.source_root).to_str().unwrap_or("")
         };
+        let asan = connect_overrun_check(handle).map_err(|e| format!("{shown}: {e}"))?;
         let rt = ModuleRt {
+            asan,
             state: m.state.cast(),
             race: m.race.cast(),
             race_alloc: m.race_alloc,
@@ -263,6 +267,30 @@ unsafe fn open(path: &Path) -> Result<HostModule, String> {
             globals,
         })
     }
+}
+
+/// Gives the module the overrun check's shadow; returns its report state (null when the build
+/// has no overrun check).
+///
+/// # Safety
+/// `handle` is a live handle of a host build, none of whose kernels runs yet.
+unsafe fn connect_overrun_check(
+    handle: *mut c_void,
+) -> Result<*mut super::overrun::ffi::State, String> {
+    // SAFETY: dlsym on a live handle with NUL-terminated names.
+    let (offset, state) = unsafe {
+        (
+            libc::dlsym(handle, c"__asan_shadow_memory_dynamic_address".as_ptr()),
+            libc::dlsym(handle, c"hipemu_asan".as_ptr()),
+        )
+    };
+    if !offset.is_null() {
+        let shadow = super::overrun::shadow_offset()?;
+        // SAFETY: the shim's `uintptr_t __asan_shadow_memory_dynamic_address`, read by the
+        // kernels only once they run.
+        unsafe { *offset.cast::<usize>() = shadow };
+    }
+    Ok(state.cast())
 }
 
 fn dlerror() -> String {

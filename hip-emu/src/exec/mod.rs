@@ -12,6 +12,7 @@ mod elf_check;
 mod error;
 mod fault;
 pub mod host;
+pub(crate) mod overrun;
 mod race;
 mod sched;
 
@@ -114,6 +115,10 @@ pub fn execute(spec: &LaunchSpec<'_>) -> Result<(), ExecError> {
     }
     let mut race = Race::begin_launch(spec.kernel.rt, (lds_begin, lds_end), ex.dynamic.bounds())
         .map_err(|reason| ExecError::Resources { kernel, reason })?;
+    let asan = spec.kernel.rt.asan;
+    // SAFETY: `asan` is null or the report state of the kernel's host build (never unloaded);
+    // the launch lock is held, so no kernel runs.
+    unsafe { overrun::reset(asan) };
     let total: u64 = spec.grid.iter().map(|&g| u64::from(g)).product();
     let order = BlockOrder::new(total, spec.block_order_seed);
     let block_at = |i: u64| {
@@ -161,6 +166,20 @@ pub fn execute(spec: &LaunchSpec<'_>) -> Result<(), ExecError> {
             race: &mut race,
         };
         sched::run_block(&mut launch, spec.block)?;
+        // SAFETY: as for the reset above; the block has finished.
+        if let Some(r) = unsafe { overrun::take(asan) } {
+            return Err(ExecError::Overrun {
+                kernel,
+                block: Dim3(block),
+                addr: r.addr,
+                access: format!(
+                    "{} of {} bytes",
+                    if r.write { "write" } else { "read" },
+                    r.size
+                ),
+                site: race::source_line(r.pc, spec.kernel.rt.source_root),
+            });
+        }
     }
     Ok(())
 }

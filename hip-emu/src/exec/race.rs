@@ -145,7 +145,7 @@ fn tid3(t: u32, [x, y, _]: [u32; 3]) -> [u32; 3] {
 
 /// file:line of the instruction before return address `pc` (the instrumented access), from
 /// the kernels' DWARF line tables; the innermost inlined location.
-fn source_line(pc: *const c_void, root: &str) -> String {
+pub(super) fn source_line(pc: *const c_void, root: &str) -> String {
     let mut out = None;
     let addr = (pc as usize).wrapping_sub(1) as *mut c_void;
     backtrace::resolve(addr, |sym| {

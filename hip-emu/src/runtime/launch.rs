@@ -252,12 +252,12 @@ unsafe fn packed_args(f: &Function, extra: *mut *mut c_void) -> Res<Vec<*mut c_v
 /// Map an execution error to the status a device would report.
 fn exec_fail(e: ExecError) -> Fail {
     let code = match &e {
-        ExecError::Fault { .. } => hipError_t::hipErrorIllegalAddress,
+        ExecError::Fault { .. } | ExecError::Overrun { .. } => hipError_t::hipErrorIllegalAddress,
         ExecError::Resources { .. } => hipError_t::hipErrorLaunchOutOfResources,
         _ => hipError_t::hipErrorLaunchFailure,
     };
     let mut message = e.to_string();
-    if let ExecError::Fault { addr, .. } = e {
+    if let ExecError::Fault { addr, .. } | ExecError::Overrun { addr, .. } = e {
         message = format!("{message}: {}", memory::describe_address(addr));
     }
     Fail::new(code, message)
@@ -285,7 +285,12 @@ fn run(
         block_order_seed: seed,
         cooperative,
     };
-    exec::execute(&spec).map_err(exec_fail)?;
+    if let Err(e) = exec::execute(&spec) {
+        // Restore the canaries this launch overwrote before it stopped: the next launch
+        // reports only its own damage.
+        let _ = memory::corrupted_canaries();
+        return Err(exec_fail(e));
+    }
     let hits = memory::corrupted_canaries();
     if let Some((alloc, addr)) = hits.first() {
         return Err(Fail::new(

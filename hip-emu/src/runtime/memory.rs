@@ -17,6 +17,11 @@
 //! poisoned are made PROT_NONE (an access faults at once); poisoned bytes of the other pages
 //! hold canaries, checked after every launch like the slack. Either way the report names the
 //! live block the access ran past, as for an allocation of its own (see [`describe_address`]).
+//!
+//! The canaries only see writes that change a byte. The overrun check sees every access: the
+//! slack and the poisoned bytes are also poisoned in the shadow that the instrumented host
+//! builds read before each load and store (`exec::overrun`), so a read, or a write of the bytes
+//! already there, is reported by the launch that made it.
 
 use std::collections::{BTreeMap, VecDeque};
 use std::ffi::c_void;
@@ -25,6 +30,7 @@ use std::sync::Mutex;
 use hip_sys::hipError_t;
 
 use super::error::{Fail, Res};
+use crate::exec::overrun;
 
 /// Alignment of every allocation's start (HIP guarantees at least 256).
 pub const ALIGN: usize = 256;
@@ -191,6 +197,12 @@ pub fn allocate(size: usize, owner: Owner) -> Res<Allocation> {
             unsafe { *(addr as *mut u8) = canary(addr) };
         }
     }
+    // The overrun check's shadow: the slack on both sides is poisoned, the user bytes not.
+    let end = alloc.end();
+    let data_base = alloc.map_base + page;
+    overrun::update(data_base, start, false, |_| false);
+    overrun::update(start, end, true, |b| b < end);
+    overrun::update(end, start + rounded, false, |b| b < end);
     with_table(|t| t.live.insert(start, alloc.clone()));
     Ok(alloc)
 }
@@ -233,6 +245,7 @@ pub fn free(ptr: usize, pinned: bool) -> Res<Allocation> {
                 break;
             };
             t.quarantine_bytes -= old.map_len;
+            overrun::clear(old.map_base, old.map_base + old.map_len);
             // SAFETY: the oldest quarantined mapping: inaccessible and referenced by nobody.
             unsafe { libc::munmap(old.map_base as *mut c_void, old.map_len) };
         }
@@ -520,6 +533,9 @@ pub fn set_poison(ptr: usize, len: usize, live: bool) -> Res {
             t.poisoned.insert(lo, hi);
         }
         reprotect(t, &a, ptr, end);
+        overrun::update(ptr, end, live, |b| {
+            b >= a.start && b < a.end() && first_poisoned(t, b, b + 1).is_none()
+        });
         Ok(())
     })
 }

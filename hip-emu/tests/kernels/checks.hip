@@ -182,3 +182,10 @@ __global__ void cpp_racy_reverse(const int* in, int* out) {
 }
 
 template __global__ void cpp_racy_reverse<1024>(const int*, int*);
+
+// y[i] = a * x[i] + y[i] for i <= n: a read-modify-write one element past n (a deliberate
+// overrun when y holds n floats).
+extern "C" __global__ void hipemu_test_axpy_overrun(float a, const float* x, float* y, int n) {
+  const int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i <= n) y[i] = a * x[i] + y[i];
+}

@@ -74,6 +74,14 @@ pub trait Backend: Send + 'static {
         let _ = (ptr, size, live, stream);
     }
 
+    /// Bytes the policy leaves unused after every block's requested size, so that a memory
+    /// checker sees an access one past its end (hip-emu: else a request of a multiple of 512 B
+    /// ends where the next block begins, and an overrun lands in that live block unnoticed).
+    /// The default is none.
+    fn guard_slack(&self) -> usize {
+        0
+    }
+
     /// Takes back an event the policy no longer needs (it has completed), e.g. into a pool
     /// for the next `record_event`. The default drops it.
     fn recycle_event(&mut self, event: Self::Event) {

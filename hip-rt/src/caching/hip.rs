@@ -112,6 +112,11 @@ impl Backend for HipBackend {
         });
     }
 
+    /// On hip-emu, one byte: every block then has poisoned bytes after it.
+    fn guard_slack(&self) -> usize {
+        usize::from(crate::emu::is_hip_emu())
+    }
+
     fn mem_info(&mut self) -> std::result::Result<MemInfo, BackendError> {
         let (free, total) = self.on_device(|| Ok(result::device::mem_info()?))?;
         Ok(MemInfo { free, total })

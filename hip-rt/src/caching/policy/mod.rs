@@ -119,6 +119,9 @@ pub(crate) struct Policy<B: Backend> {
     total_reserved: usize,
     allowed_max: Option<usize>,
     capacity: Option<usize>,
+    /// Bytes added to every request before rounding ([`Backend::guard_slack`]), asked at the
+    /// first allocation (constructing the policy calls nothing on the backend).
+    guard_slack: Option<usize>,
     /// The first error hit while freeing from `Drop`, and how many followed it.
     pub drop_error: Option<AllocError>,
     pub drop_error_count: u64,
@@ -150,6 +153,7 @@ impl<B: Backend> Policy<B> {
             total_reserved: 0,
             allowed_max: None,
             capacity: None,
+            guard_slack: None,
             drop_error: None,
             drop_error_count: 0,
             config: AllocatorConfig::default(),
@@ -280,7 +284,11 @@ impl<B: Backend> Policy<B> {
             self.process_events()?;
         }
         let sid = self.stream_id(stream)?;
-        let rounded = round_size(size);
+        let slack = match self.guard_slack {
+            Some(slack) => slack,
+            None => *self.guard_slack.insert(self.backend.guard_slack()),
+        };
+        let rounded = round_size(size.saturating_add(slack));
         let small = rounded <= KSMALL_SIZE;
         let id = match self.get_free_block(small, sid, rounded) {
             Some(id) => id,
