@@ -2,7 +2,7 @@
 //! with llm.c's accumulate-into-gradient semantics, for one storage type `T` of weights,
 //! activations and gradients (f32, bf16, f16); statistics, master weights and optimizer moments
 //! are f32. The model ([`crate::model`]) is written once against this trait, and the trait is
-//! implemented once, in [`crate::exec`], over the two places ops run: [`crate::cpu_backend`] (the
+//! implemented once, in [`crate::op_runner`], over the two places ops run: [`crate::cpu_backend`] (the
 //! CPU reference, `hip_kernels::cpu`) and [`crate::device_backend`] (the launchers of
 //! `hip_kernels::ops` on a `hip_rt` stream and a caching allocator: every method only queues
 //! work, and the trainer's one host read per step is [`Backend::read_step`]).

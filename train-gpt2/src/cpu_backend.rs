@@ -1,11 +1,11 @@
 //! The CPU backend: every op is the crate's CPU reference (`hip_kernels::cpu`, f64 inside, each
 //! output rounded once to its storage type: f32, bf16 or f16). The oracle, not a fast path.
-//! Its argument structs are built in [`crate::exec`], shared with the device backend.
+//! Its argument structs are built in [`crate::op_runner`], shared with the device backend.
 
 use crate::backend::TrainElement;
 use crate::backend::{Dims, GradScaling, StepRead};
 use crate::error::{op, Result};
-use crate::exec::{cross_entropy_args, encoder_forward_args, Exec, UpdateScalars};
+use crate::op_runner::{cross_entropy_args, encoder_forward_args, OpRunner, UpdateScalars};
 use hip_kernels::cpu;
 use hip_kernels::ops::{
     AdamW, AttentionBackwardStrided, AttentionForwardStrided, BiasBackward, ClipGradScale,
@@ -25,7 +25,7 @@ pub struct CpuScalars {
     norm: f64,
 }
 
-impl Exec for Cpu {
+impl OpRunner for Cpu {
     type Space = Host;
     type Buf<T: TrainElement> = Vec<T>;
     type Ids = Vec<i32>;

@@ -8,7 +8,7 @@
 use crate::backend::TrainElement;
 use crate::backend::{Dims, GradScaling, MemStats, StepRead};
 use crate::error::{dev, op, Result, TrainError};
-use crate::exec::{cross_entropy_args, encoder_forward_args, Exec, UpdateScalars};
+use crate::op_runner::{cross_entropy_args, encoder_forward_args, OpRunner, UpdateScalars};
 use hip_kernels::ops::{
     self, AdamW, AttentionBackwardStrided, AttentionForwardStrided, BiasBackward, ClipGradScale,
     ClipParams, EncoderBackward, GeluBackward, GeluForward, LayerNormBackward, LayerNormForward,
@@ -83,7 +83,7 @@ struct Ddp {
     done: Event,
 }
 
-/// One HIP device as a [`crate::backend::Backend`] (through [`Exec`]), alone or as one rank of
+/// One HIP device as a [`crate::backend::Backend`] (through [`OpRunner`]), alone or as one rank of
 /// a data-parallel run ([`DeviceBackend::with_comm`]).
 pub struct DeviceBackend {
     ordinal: i32,
@@ -217,7 +217,7 @@ impl DeviceBackend {
     }
 }
 
-impl Exec for DeviceBackend {
+impl OpRunner for DeviceBackend {
     type Space = OnDevice;
     type Buf<T: TrainElement> = DeviceBuffer<T>;
     type Ids = DeviceIds;
@@ -550,7 +550,7 @@ impl Exec for DeviceBackend {
             .zip(&values)
             .map(|(&k, &l)| f64::from(l) / k as f64)
             .sum::<f64>()
-            / Exec::world(self) as f64;
+            / OpRunner::world(self) as f64;
         Ok(StepRead {
             loss,
             grad_norm: f64::from(values[self.slots]),

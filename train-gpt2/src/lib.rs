@@ -1,7 +1,7 @@
 //! A GPT-2 trainer on hip-kernels' ops, matching PyTorch step for step (docs/TRAIN-GPT2.md).
 //!
 //! The model ([`model::Gpt2`]) is written once against [`backend::Backend`]; the backends differ
-//! only in where tensors live and which function runs an op ([`exec::Exec`]): the CPU reference
+//! only in where tensors live and which function runs an op ([`op_runner::OpRunner`]): the CPU reference
 //! ([`cpu_backend::Cpu`], `hip_kernels::cpu`) or a HIP device ([`device_backend::DeviceBackend`],
 //! `hip_kernels::ops` on a stream). [`train::run`] is the whole command line; the `train_gpt2`
 //! binary is a thin wrapper around it.
@@ -19,9 +19,9 @@ pub mod cpu_backend;
 pub mod data;
 pub mod device_backend;
 pub mod error;
-pub mod exec;
 pub mod lora;
 pub mod model;
+pub mod op_runner;
 pub mod outputs;
 pub mod parallel;
 pub mod params;

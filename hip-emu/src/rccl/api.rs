@@ -13,9 +13,9 @@ use std::sync::Arc;
 use hip_sys::hipStream_t;
 
 use super::comm::{self, Comm, UniqueId};
-use super::exec::{self, CollOp, Kind, Op, P2pOp};
 use super::reduce::{DataType, RedOp};
 use super::shm::{self, Region};
+use super::transfer::{self, CollOp, Kind, Op, P2pOp};
 use super::{NcclResult, RcclFail, VERSION};
 use crate::runtime::memory::{self, Owner};
 use crate::runtime::{device, runtime};
@@ -175,7 +175,7 @@ fn enqueue(comm: &Arc<Comm>, ops: &[(hipStream_t, Op)]) -> Res {
     let colls = list.iter().filter(|o| matches!(o, Op::Coll(_))).count() as u64;
     let c = comm.clone();
     let work: crate::runtime::queue::Work = Box::new(move || {
-        exec::run(&c, &list).map_err(|f| {
+        transfer::run(&c, &list).map_err(|f| {
             crate::runtime::error::Fail::new(
                 hip_sys::hipError_t::hipErrorLaunchFailure,
                 format!("{} failed: {}", label_of(&c), f.message),

@@ -4,7 +4,7 @@
 //! Its only purpose is to test host code: collectives run on the CPU, in rank order, through a
 //! shared memory region (see [`shm`]) that the ranks of one communicator map whether they are
 //! threads of one process or separate processes. A collective is queued on its hip-emu stream
-//! like any other work and completes when every rank's stream has reached it (see [`exec`]).
+//! like any other work and completes when every rank's stream has reached it (see [`transfer`]).
 //!
 //! Beyond RCCL, it turns what a real RCCL leaves as a hang or as corrupted data into errors:
 //! ranks disagreeing on a collective's kind, count, type, op or root, a rank that never arrives
@@ -18,9 +18,9 @@
 
 pub mod api;
 pub mod comm;
-pub mod exec;
 pub mod reduce;
 pub mod shm;
+pub mod transfer;
 
 use std::time::Duration;
 

@@ -6,7 +6,7 @@
 //! | header (4 KiB) | control block of rank 0..n (2 KiB each) | collective slots (n x SLOT) | p2p slots (n x SLOT) |
 //! ```
 //! Every field that ranks share is an atomic at a fixed offset; data slots are plain bytes whose
-//! hand-over is ordered by a Release store / Acquire load of a counter (see `exec`). The file is
+//! hand-over is ordered by a Release store / Acquire load of a counter (see `transfer`). The file is
 //! created with `O_EXCL` by the first rank to arrive and unlinked as soon as every rank has
 //! joined (the mappings stay valid), so a finished or crashed run leaves nothing behind once all
 //! ranks joined; files of runs that died before that are removed by the next `ncclGetUniqueId`

@@ -1,4 +1,4 @@
-//! Where a backend's tensors live and which function runs an op there ([`Exec`]), and the one
+//! Where a backend's tensors live and which function runs an op there ([`OpRunner`]), and the one
 //! implementation of [`Backend`] over it: every op's argument struct (the Space-generic structs
 //! of `hip_kernels::ops`) is built here once, for [`hip_kernels::params::Host`] (run by
 //! `hip_kernels::cpu`, [`crate::cpu_backend`]) and [`hip_kernels::params::OnDevice`] (run by the
@@ -16,15 +16,15 @@ use hip_kernels::ops::{
 };
 use hip_kernels::params::{DType, Space};
 
-/// A tensor an op of executor `E` reads.
-pub type In<'a, E, T> = <<E as Exec>::Space as Space>::In<'a, T>;
-/// A tensor an op of executor `E` writes.
-pub type Out<'a, E, T> = <<E as Exec>::Space as Space>::Out<'a, T>;
+/// A tensor an op of runner `E` reads.
+pub type In<'a, E, T> = <<E as OpRunner>::Space as Space>::In<'a, T>;
+/// A tensor an op of runner `E` writes.
+pub type Out<'a, E, T> = <<E as OpRunner>::Space as Space>::Out<'a, T>;
 
 /// What differs between the CPU reference and a device: where buffers live, how they are made
 /// and read, and which function runs each op (one line per op). Everything else of
 /// [`Backend`] is written once, below, over this trait.
-pub trait Exec {
+pub trait OpRunner {
     /// Where the op structs' tensors live.
     type Space: Space;
     /// A buffer of `T`.
@@ -129,7 +129,7 @@ pub trait Exec {
         grads: &[&Self::Buf<T>],
         scalars: &mut Self::Scalars,
     ) -> Result<()>;
-    /// See [`Backend::grad_norm_sharded`] (one rank owns every tensor: [`Exec::grad_norm`]).
+    /// See [`Backend::grad_norm_sharded`] (one rank owns every tensor: [`OpRunner::grad_norm`]).
     fn grad_norm_sharded<T: TrainElement>(
         &self,
         owned: &[&Self::Buf<T>],
@@ -309,7 +309,7 @@ fn adamw_params(hyper: &AdamWStep) -> AdamWParams {
     }
 }
 
-impl<T: TrainElement, E: Exec> Backend<T> for E {
+impl<T: TrainElement, E: OpRunner> Backend<T> for E {
     type Buf = E::Buf<T>;
     type Stat = E::Buf<f32>;
     type Ids = E::Ids;
@@ -324,39 +324,39 @@ impl<T: TrainElement, E: Exec> Backend<T> for E {
     }
 
     fn zeros(&self, len: usize) -> Result<Self::Buf> {
-        Exec::zeros(self, len)
+        OpRunner::zeros(self, len)
     }
 
     fn zeros_stat(&self, len: usize) -> Result<Self::Stat> {
-        Exec::zeros(self, len)
+        OpRunner::zeros(self, len)
     }
 
     fn upload(&self, host: &[f32]) -> Result<Self::Buf> {
-        Exec::upload(self, host)
+        OpRunner::upload(self, host)
     }
 
     fn download(&self, buf: &Self::Buf) -> Result<Vec<f32>> {
-        Exec::download(self, buf)
+        OpRunner::download(self, buf)
     }
 
     fn upload_stat(&self, host: &[f32]) -> Result<Self::Stat> {
-        Exec::upload(self, host)
+        OpRunner::upload(self, host)
     }
 
     fn download_stat(&self, buf: &Self::Stat) -> Result<Vec<f32>> {
-        Exec::download(self, buf)
+        OpRunner::download(self, buf)
     }
 
     fn fill_zero(&self, buf: &mut Self::Buf) -> Result<()> {
-        Exec::fill_zero(self, buf)
+        OpRunner::fill_zero(self, buf)
     }
 
     fn ids(&self, host: &[i32]) -> Result<Self::Ids> {
-        Exec::ids(self, host)
+        OpRunner::ids(self, host)
     }
 
     fn scalars(&self) -> Result<Self::Scalars> {
-        Exec::scalars(self)
+        OpRunner::scalars(self)
     }
 
     fn encoder_forward(
@@ -367,7 +367,7 @@ impl<T: TrainElement, E: Exec> Backend<T> for E {
         wpe: &Self::Buf,
         out: &mut Self::Buf,
     ) -> Result<()> {
-        Exec::encoder_forward(self, d, tokens, wte, wpe, out)
+        OpRunner::encoder_forward(self, d, tokens, wte, wpe, out)
     }
 
     fn encoder_backward(
@@ -624,15 +624,15 @@ impl<T: TrainElement, E: Exec> Backend<T> for E {
         scalars: &mut E::Scalars,
     ) -> Result<()> {
         let dloss = (loss_scale / accum as f64) as f32;
-        Exec::cross_entropy(self, d, logits, targets, dloss, accum, scalars)
+        OpRunner::cross_entropy(self, d, logits, targets, dloss, accum, scalars)
     }
 
     fn grad_norm(&self, grads: &[&Self::Buf], scalars: &mut E::Scalars) -> Result<()> {
-        Exec::grad_norm(self, grads, scalars)
+        OpRunner::grad_norm(self, grads, scalars)
     }
 
     fn grad_norm_sharded(&self, owned: &[&Self::Buf], scalars: &mut E::Scalars) -> Result<()> {
-        Exec::grad_norm_sharded(self, owned, scalars)
+        OpRunner::grad_norm_sharded(self, owned, scalars)
     }
 
     fn adamw_all(
@@ -669,42 +669,42 @@ impl<T: TrainElement, E: Exec> Backend<T> for E {
     }
 
     fn read_step(&self, scalars: &E::Scalars) -> Result<StepRead> {
-        Exec::read_step(self, scalars)
+        OpRunner::read_step(self, scalars)
     }
 
     fn grads_ready(&self, grads: &mut [&mut Self::Buf], roots: Option<&[usize]>) -> Result<()> {
-        Exec::grads_ready(self, grads, roots)
+        OpRunner::grads_ready(self, grads, roots)
     }
 
     fn grads_reduced(&self) -> Result<()> {
-        Exec::grads_reduced(self)
+        OpRunner::grads_reduced(self)
     }
 
     fn world(&self) -> usize {
-        Exec::world(self)
+        OpRunner::world(self)
     }
 
     fn rank(&self) -> usize {
-        Exec::rank(self)
+        OpRunner::rank(self)
     }
 
     fn broadcast(&self, bufs: &mut [(&mut Self::Buf, usize)]) -> Result<()> {
-        Exec::broadcast(self, bufs)
+        OpRunner::broadcast(self, bufs)
     }
 
     fn broadcast_stat(&self, bufs: &mut [(&mut Self::Stat, usize)]) -> Result<()> {
-        Exec::broadcast(self, bufs)
+        OpRunner::broadcast(self, bufs)
     }
 
     fn memory(&self) -> Option<MemStats> {
-        Exec::memory(self)
+        OpRunner::memory(self)
     }
 
     fn emulated(&self) -> bool {
-        Exec::emulated(self)
+        OpRunner::emulated(self)
     }
 
     fn reset_peak_memory(&self) {
-        Exec::reset_peak_memory(self)
+        OpRunner::reset_peak_memory(self)
     }
 }

@@ -1,4 +1,5 @@
-//! Running queued operations on a device's executor thread.
+//! The collectives' and point-to-point transfers through the shared-memory slots, run on a
+//! device's executor thread (hip-emu's one "executor" is the kernel executor, `crate::exec`).
 //!
 //! **Collectives** move in steps. In step `s` each rank waits until every rank has finished
 //! reading step `s-1` (its slot is free), writes a descriptor (call number, kind, type, op, root,
