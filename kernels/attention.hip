@@ -160,7 +160,7 @@ constexpr float kNoMax = -3.0e38f;
 template <bool MASK, int DB, int G, int QPT, int BKV, int KC>
 __device__ __forceinline__ void fwd_tile(const float* kv_lds, float* sc_lds,
                                          FwdLane<DB, G, QPT, KC>& st, int j0, int g, int Tq,
-                                         int Tk, bool causal) {
+                                         int Tk, bool causal, const SeqMap& sm) {
   using Sp = Spread<G, QPT, KC>;
   constexpr int NC = Slice<DB, G>::NC;
   constexpr int OWN = Sp::OWN;
@@ -185,6 +185,12 @@ __device__ __forceinline__ void fwd_tile(const float* kv_lds, float* sc_lds,
   // its own slice of sc_lds (no other thread reads them) and their running max.
   // Markers beside a scheduling barrier present in both builds: with or without them (see
   // cargo xtask isa-report --verify-markers) the loops compile the same.
+  // MASK: the keys [x, y] each owned query slot sees (computed once per tile).
+  int2 span[Sp::OQ];
+  if constexpr (MASK) {
+#pragma unroll
+    for (int r = 0; r < Sp::OQ; ++r) span[r] = key_span(st.row0 + (r ^ st.tq), Tq, Tk, causal, sm);
+  }
   float4 carry = *item(0, 0);
   // The read ahead above the barrier, so the compiler does not merge it with the loop's own
   // (which would move the read to the top of the step, just before its first use).
@@ -226,9 +232,8 @@ __device__ __forceinline__ void fwd_tile(const float* kv_lds, float* sc_lds,
       for (int u = 0; u < Sp::KB; ++u) {
         float x = s[r][u];
         if constexpr (MASK) {
-          const int row = st.row0 + (r ^ st.tq);
-          const int jmax = row < Tq ? last_key(row, Tq, Tk, causal) : -1;
-          x = j0 + jc + (u ^ st.tk) <= jmax ? x : kNegInf;
+          const int j = j0 + jc + (u ^ st.tk);
+          x = j >= span[r].x && j <= span[r].y ? x : kNegInf;
         }
         tmax[r] = fmaxf(tmax[r], x);
         prev[r * Sp::KB + u] = x;
@@ -295,7 +300,8 @@ __device__ __forceinline__ void fwd(const T* __restrict__ q, Strides qst,
                                     const T* __restrict__ k, Strides kst_,
                                     const T* __restrict__ v, Strides vst_, T* __restrict__ out,
                                     Strides ost, float* __restrict__ lse, RowStrides lst, int Tq,
-                                    int Tk, int D, float scale, int causal_flag) {
+                                    int Tk, int D, float scale, int causal_flag, int group,
+                                    const int* __restrict__ cu, int ncu) {
   using Cfg = FwdCfg<DB>;
   constexpr int G = Cfg::G;
   constexpr int QPT = Cfg::QPT;
@@ -315,9 +321,12 @@ __device__ __forceinline__ void fwd(const T* __restrict__ q, Strides qst,
                           : static_cast<int>(blockIdx.x);
   const int q0 = tile * Cfg::ROWS;
   const Rows<const T> q_bh(q, qst);
-  const Rows<const T> k_bh(k, kst_);
-  const Rows<const T> v_bh(v, vst_);
+  // Grouped-query heads: query head blockIdx.y reads key/value head blockIdx.y / group.
+  const int kv_head = static_cast<int>(blockIdx.y) / group;
+  const Rows<const T> k_bh(k, kst_, kv_head);
+  const Rows<const T> v_bh(v, vst_, kv_head);
   const Rows<T> out_bh(out, ost);
+  const SeqMap sm(cu, ncu, Tq);
   float* lse_bh = stat_rows(lse, lst);
   const bool vec_ok =
       vec4_ok(q, qst) && vec4_ok(k, kst_) && vec4_ok(v, vst_) && vec4_ok(out, ost);
@@ -341,10 +350,12 @@ __device__ __forceinline__ void fwd(const T* __restrict__ q, Strides qst,
   }
 #pragma unroll
   for (int r = 0; r < Sp::OQ; ++r) st.l[r] = 0.0f;
-  // Keys any row of the block can see: [0, kv_end). Tiles wholly visible to every query of the
-  // block (the first query sees the fewest keys) skip the per-key mask.
-  const int kv_end = max(0, last_key(min(q0 + Cfg::ROWS, Tq) - 1, Tq, Tk, causal) + 1);
-  const int full_end = min(last_key(q0, Tq, Tk, causal) + 1, Tk);  // may be <= 0
+  // Keys any row of the block can see: [kv_begin, kv_end) (kv_begin = 0 without cu_seqlens).
+  // Tiles wholly visible to every query of the block (without cu_seqlens the first query sees
+  // the fewest keys) skip the per-key mask.
+  const KeyRange keys = block_keys(q0, q0 + Cfg::ROWS, Tq, Tk, causal, sm);
+  const int kv_end = keys.end;
+  const int kv_begin = keys.begin / BKV * BKV;  // tiles start at multiples of BKV
 
   // K/V tiles: tile t+1 is loaded into registers while tile t is used from LDS.
   using Stager = TileStager<BKV, DB, T>;
@@ -359,8 +370,8 @@ __device__ __forceinline__ void fwd(const T* __restrict__ q, Strides qst,
       vst.load_checked(v_bh.p, v_bh.seq, Tk, r0, D, vec_ok, tid);
     }
   };
-  if (kv_end > 0) {
-    load_kv(0);
+  if (kv_end > kv_begin) {
+    load_kv(kv_begin);
     kst.store(kv_lds, tid);
     vst.store(kv_lds + BKV * DB, tid);
   }
@@ -377,7 +388,7 @@ __device__ __forceinline__ void fwd(const T* __restrict__ q, Strides qst,
       // use, the LDS store below, and expose their latency).
       hipk::sched_fence();
       fwd_tile<decltype(mask)::value, DB, G, QPT, BKV, KC>(kv_lds, sc_lds, st, j0, g, Tq,
-                                                            Tk, causal);
+                                                            Tk, causal, sm);
       __syncthreads();  // the tile is no longer read
       if (more) {
         kst.store(kv_lds, tid);
@@ -386,9 +397,13 @@ __device__ __forceinline__ void fwd(const T* __restrict__ q, Strides qst,
       __syncthreads();
     }
   };
-  const int j_full = max(0, min(full_end, kv_end)) / BKV * BKV;
-  tiles(std::false_type{}, 0, j_full);
-  tiles(std::true_type{}, j_full, kv_end);
+  // Masked tiles [kv_begin, j_lo), whole tiles [j_lo, j_hi), masked tiles [j_hi, kv_end): in
+  // key order. Without cu_seqlens j_lo = kv_begin = 0 (the first range is empty).
+  const int j_lo = min(max(kv_begin, (keys.full_begin + BKV - 1) / BKV * BKV), kv_end);
+  const int j_hi = max(j_lo, min(keys.full_end, kv_end) / BKV * BKV);
+  if (sm.on()) tiles(std::true_type{}, kv_begin, j_lo);
+  tiles(std::false_type{}, j_lo, j_hi);
+  tiles(std::true_type{}, j_hi, kv_end);
 
   // Every lane: the complete l of each of its query slots (all lanes take part).
   float lq[QPT];
@@ -399,7 +414,8 @@ __device__ __forceinline__ void fwd(const T* __restrict__ q, Strides qst,
   for (int r = 0; r < QPT; ++r) {
     const int i = q0 + (tid / G) * QPT + (r ^ tq);
     if (i < Tq) {
-      const bool any = lq[r] > 0.0f;
+      // A padding query of cu_seqlens may have summed whole tiles: it sees no key.
+      const bool any = lq[r] > 0.0f && (!sm.on() || key_span(i, Tq, Tk, causal, sm).y >= 0);
       st.acc[r].store(out_bh.row(i), D, g, vec_ok, any ? 1.0f / lq[r] : 0.0f);
       // Lane 0 of a group holds its queries in order (tau(0) = 0).
       if (g == 0) lse_bh[i] = any ? (st.m[r] + __log2f(lq[r])) * kLn2 : kNegInf;
@@ -454,7 +470,8 @@ __device__ __forceinline__ void bwd_dkdv(const T* __restrict__ q, Strides qst,
                                          const float* __restrict__ delta, RowStrides lst,
                                          T* __restrict__ dk, Strides dkst, T* __restrict__ dv,
                                          Strides dvst, int Tq, int Tk, int D, float scale,
-                                         int causal_flag) {
+                                         int causal_flag, int group, const int* __restrict__ cu,
+                                         int ncu) {
   using Cfg = BwdCfg<DB>;
   constexpr int G = Cfg::G;
   constexpr int BQ = Cfg::BQ;
@@ -471,9 +488,10 @@ __device__ __forceinline__ void bwd_dkdv(const T* __restrict__ q, Strides qst,
   const bool key_ok = j < Tk;
   const bool vec_ok = vec4_ok(q, qst) && vec4_ok(k, kst) && vec4_ok(v, vst) &&
                       vec4_ok(dout, dost) && vec4_ok(dk, dkst) && vec4_ok(dv, dvst);
-  const float* lse_bh = stat_rows(lse, lst);
-  const float* delta_bh = stat_rows(delta, lst);
+  const SeqMap sm(cu, ncu, Tq);
 
+  // This block's key/value head is blockIdx.y (grid.y = n_kv_heads); its query heads are
+  // blockIdx.y * group + [0, group).
   Slice<DB, G> ks, vs, dks, dvs;
   ks.load(Rows<const T>(k, kst).row(key_ok ? j : 0), key_ok, D, g, vec_ok, 1.0f);
   vs.load(Rows<const T>(v, vst).row(key_ok ? j : 0), key_ok, D, g, vec_ok, 1.0f);
@@ -481,12 +499,28 @@ __device__ __forceinline__ void bwd_dkdv(const T* __restrict__ q, Strides qst,
   dvs.zero();
   const float s2_scale = scale * kLog2e;
 
-  // Query i sees key j iff j <= i + Tk - Tq: the first query any key of the block is visible to.
-  const int i_first = causal ? max(0, j0 - (Tk - Tq)) : 0;
-  const int i_start = (i_first / BQ) * BQ;
-  const Rows<const T> q_bh(q, qst);
-  const Rows<const T> do_bh(dout, dost);
-  for (int i0 = i_start; i0 < Tq; i0 += BQ) {
+  // Without cu_seqlens query i sees key j iff j <= i + Tk - Tq: the queries of the block's
+  // keys start at the first one that sees key j0 and run to Tq. With cu_seqlens they are
+  // those of the sequences of the block's keys, and key j is seen by the queries [i_lo, i_hi)
+  // (none for padding).
+  const int2 queries = block_queries(j0, j0 + Cfg::ROWS, Tq, Tk, causal, sm);
+  const int i_start = (queries.x / BQ) * BQ;
+  int i_lo = 0;
+  int i_hi = Tq;
+  if (sm.on()) {
+    const int2 sj = sm.seq(key_ok ? j : Tk);
+    i_lo = causal ? j : sj.x;
+    i_hi = sj.y;
+  }
+  // dk and dv sum over the group's query heads in order, in registers: deterministic.
+#pragma unroll 1
+  for (int hh = 0; hh < group; ++hh) {
+  const int head = static_cast<int>(blockIdx.y) * group + hh;
+  const float* lse_bh = stat_rows(lse, lst, head);
+  const float* delta_bh = stat_rows(delta, lst, head);
+  const Rows<const T> q_bh(q, qst, head);
+  const Rows<const T> do_bh(dout, dost, head);
+  for (int i0 = i_start; i0 < queries.y; i0 += BQ) {
     __syncthreads();
     stage_rows<BQ, DB>(q_lds, q_bh.p, q_bh.seq, Tq, i0, D, vec_ok, tid);
     stage_rows<BQ, DB>(do_lds, do_bh.p, do_bh.seq, Tq, i0, D, vec_ok, tid);
@@ -499,7 +533,8 @@ __device__ __forceinline__ void bwd_dkdv(const T* __restrict__ q, Strides qst,
 #pragma unroll 1  // 4 slices of 16 registers are live; unrolling spills at d128
     for (int r = 0; r < BQ; ++r) {
       const int i = i0 + r;
-      const bool visible = key_ok && i < Tq && j <= last_key(i, Tq, Tk, causal);
+      const bool visible =
+          key_ok && i < Tq && j <= last_key(i, Tq, Tk, causal) && i >= i_lo && i < i_hi;
       const float s2 = group_sum<G>(ks.dot(q_lds + r * DB, g)) * s2_scale;
       const float dp = group_sum<G>(vs.dot(do_lds + r * DB, g));
       const float p = recompute_p(s2, lse2_lds[r], visible);
@@ -507,6 +542,7 @@ __device__ __forceinline__ void bwd_dkdv(const T* __restrict__ q, Strides qst,
       dvs.axpy(p, do_lds + r * DB, g);
       dks.axpy(ds, q_lds + r * DB, g);
     }
+  }
   }
 
   if (key_ok) {
@@ -536,7 +572,8 @@ __device__ __forceinline__ void bwd_dq_spread(const T* __restrict__ q, Strides q
                                               const float* __restrict__ lse,
                                               const float* __restrict__ delta, RowStrides lst,
                                               T* __restrict__ dq, Strides dqst, int Tq,
-                                              int Tk, int D, float scale, int causal_flag) {
+                                              int Tk, int D, float scale, int causal_flag,
+                                              int group, const int* __restrict__ cu, int ncu) {
   using Cfg = DqCfg<DB>;
   constexpr int G = Cfg::G;
   constexpr int QPT = Cfg::QPT;
@@ -575,15 +612,18 @@ __device__ __forceinline__ void bwd_dq_spread(const T* __restrict__ q, Strides q
   const bool own_ok = own_row < Tq;
   const float lse2 = own_ok ? stat_rows(lse, lst)[own_row] * kLog2e : kNegInf;
   const float dlt = own_ok ? stat_rows(delta, lst)[own_row] : 0.0f;
-  const int jmax = own_ok ? last_key(own_row, Tq, Tk, causal) : -1;
+  const SeqMap sm(cu, ncu, Tq);
+  const int2 span = key_span(own_row, Tq, Tk, causal, sm);  // the owned query's keys
   // The key blocks of a step in this lane's order: LDS float offsets (Sp::NB of them).
   int koff[Sp::NB];
 #pragma unroll
   for (int h = 0; h < Sp::NB; ++h) koff[h] = ((h ^ (tk / Sp::KB)) * Sp::KB) * DB;
 
-  const int last = max(0, last_key(min(q0 + Cfg::ROWS, Tq) - 1, Tq, Tk, causal) + 1);
-  const Rows<const T> k_bh(k, kst);
-  const Rows<const T> v_bh(v, vst);
+  const KeyRange keys = block_keys(q0, q0 + Cfg::ROWS, Tq, Tk, causal, sm);
+  const int last = keys.end;
+  const int kv_head = static_cast<int>(blockIdx.y) / group;  // grouped-query heads
+  const Rows<const T> k_bh(k, kst, kv_head);
+  const Rows<const T> v_bh(v, vst, kv_head);
   const float* k_g = kv_lds + Slice<DB, G>::col(0, g);
   // Item i of the step at key slot jc: key slot u = (i / NC) % KC, chunk c = i % NC; items
   // [0, KC NC) read K (scores), [KC NC, 2 KC NC) V (dp), [2 KC NC, 3 KC NC) K again (dq).
@@ -607,7 +647,7 @@ __device__ __forceinline__ void bwd_dq_spread(const T* __restrict__ q, Strides q
     }
     if (c == NC - 1) Sp::rs_queries(x, u);
   };
-  for (int j0 = 0; j0 < last; j0 += BKV) {
+  for (int j0 = keys.begin / BKV * BKV; j0 < last; j0 += BKV) {
     __syncthreads();
     stage_rows<BKV, DB>(kv_lds, k_bh.p, k_bh.seq, Tk, j0, D, vec_ok, tid);
     stage_rows<BKV, DB>(kv_lds + BKV * DB, v_bh.p, v_bh.seq, Tk, j0, D, vec_ok, tid);
@@ -636,7 +676,8 @@ __device__ __forceinline__ void bwd_dq_spread(const T* __restrict__ q, Strides q
       // The owned score: p = exp(s - lse), ds = p (dp - delta); then every lane's ds.
       Sp::rs_keys(s);
       Sp::rs_keys(dp);
-      const float p = recompute_p(s[0][0], lse2, j0 + jc + tk <= jmax);
+      const int jo = j0 + jc + tk;
+      const float p = recompute_p(s[0][0], lse2, jo >= span.x && jo <= span.y);
       dp[0][0] = p * (dp[0][0] - dlt);
       Sp::ag_keys(dp);
       stream_lds<kItems>(
@@ -676,7 +717,8 @@ __device__ __forceinline__ void bwd_dq_rows(const T* __restrict__ q, Strides qst
                                             const float* __restrict__ lse,
                                             const float* __restrict__ delta, RowStrides lst,
                                             T* __restrict__ dq, Strides dqst, int Tq, int Tk, int D,
-                                            float scale, int causal_flag) {
+                                            float scale, int causal_flag, int group,
+                                            const int* __restrict__ cu, int ncu) {
   using Cfg = BwdCfg<DB>;
   constexpr int G = Cfg::G;
   constexpr int BKV = Cfg::BKV;
@@ -702,11 +744,14 @@ __device__ __forceinline__ void bwd_dq_rows(const T* __restrict__ q, Strides qst
   const float lse2 = row_ok ? stat_rows(lse, lst)[row] * kLog2e : kNegInf;
   const float dlt = row_ok ? stat_rows(delta, lst)[row] : 0.0f;
 
-  const int jmax = row_ok ? last_key(i, Tq, Tk, causal) : -1;
-  const int kv_end = max(0, last_key(min(q0 + Cfg::ROWS, Tq) - 1, Tq, Tk, causal) + 1);
-  const Rows<const T> k_bh(k, kst);
-  const Rows<const T> v_bh(v, vst);
-  for (int j0 = 0; j0 < kv_end; j0 += BKV) {
+  const SeqMap sm(cu, ncu, Tq);
+  const int2 span = key_span(i, Tq, Tk, causal, sm);  // this query's keys
+  const KeyRange keys = block_keys(q0, q0 + Cfg::ROWS, Tq, Tk, causal, sm);
+  const int kv_end = keys.end;
+  const int kv_head = static_cast<int>(blockIdx.y) / group;  // grouped-query heads
+  const Rows<const T> k_bh(k, kst, kv_head);
+  const Rows<const T> v_bh(v, vst, kv_head);
+  for (int j0 = keys.begin / BKV * BKV; j0 < kv_end; j0 += BKV) {
     __syncthreads();
     stage_rows<BKV, DB>(k_lds, k_bh.p, k_bh.seq, Tk, j0, D, vec_ok, tid);
     stage_rows<BKV, DB>(v_lds, v_bh.p, v_bh.seq, Tk, j0, D, vec_ok, tid);
@@ -715,7 +760,7 @@ __device__ __forceinline__ void bwd_dq_rows(const T* __restrict__ q, Strides qst
     for (int u = 0; u < BKV; ++u) {
       const float s2 = group_sum<G>(qs.dot(k_lds + u * DB, g));
       const float dp = group_sum<G>(dos.dot(v_lds + u * DB, g));
-      const float p = recompute_p(s2, lse2, j0 + u <= jmax);
+      const float p = recompute_p(s2, lse2, j0 + u >= span.x && j0 + u <= span.y);
       dqs.axpy(p * (dp - dlt), k_lds + u * DB, g);
     }
   }
@@ -731,13 +776,14 @@ __device__ __forceinline__ void bwd_dq(const T* __restrict__ q, Strides qst,
                                        const float* __restrict__ lse,
                                        const float* __restrict__ delta, RowStrides lst,
                                        T* __restrict__ dq, Strides dqst, int Tq, int Tk, int D,
-                                       float scale, int causal_flag) {
+                                       float scale, int causal_flag, int group,
+                                       const int* __restrict__ cu, int ncu) {
   if constexpr (DqCfg<DB>::QPT > 1) {
     bwd_dq_spread<T, DB>(q, qst, k, kst, v, vst, dout, dost, lse, delta, lst, dq, dqst, Tq, Tk,
-                         D, scale, causal_flag);
+                         D, scale, causal_flag, group, cu, ncu);
   } else {
     bwd_dq_rows<T, DB>(q, qst, k, kst, v, vst, dout, dost, lse, delta, lst, dq, dqst, Tq, Tk, D,
-                       scale, causal_flag);
+                       scale, causal_flag, group, cu, ncu);
   }
 }
 
@@ -753,8 +799,10 @@ __device__ __forceinline__ void bwd_dq(const T* __restrict__ q, Strides qst,
   HIPK_ATTN_KERNEL(attention_fwd_d##DB##_##SUFFIX)                                          \
   (const T* q, hipk_attn::Strides qs, const T* k, hipk_attn::Strides ks, const T* v,        \
    hipk_attn::Strides vs, T* out, hipk_attn::Strides os, float* lse,                        \
-   hipk_attn::RowStrides ls, int Tq, int Tk, int D, float scale, int causal) {              \
-    hipk_attn::fwd<T, DB>(q, qs, k, ks, v, vs, out, os, lse, ls, Tq, Tk, D, scale, causal); \
+   hipk_attn::RowStrides ls, int Tq, int Tk, int D, float scale, int causal, int group,     \
+   const int* cu, int ncu) {                                                                 \
+    hipk_attn::fwd<T, DB>(q, qs, k, ks, v, vs, out, os, lse, ls, Tq, Tk, D, scale, causal,  \
+                          group, cu, ncu);                                                  \
   }
 
 #define HIPK_ATTN_BWD(DB, SUFFIX, T)                                                          \
@@ -762,17 +810,18 @@ __device__ __forceinline__ void bwd_dq(const T* __restrict__ q, Strides qst,
   (const T* q, hipk_attn::Strides qs, const T* k, hipk_attn::Strides ks, const T* v,          \
    hipk_attn::Strides vs, const T* dout, hipk_attn::Strides dos, const float* lse,            \
    const float* delta, hipk_attn::RowStrides ls, T* dk, hipk_attn::Strides dks, T* dv,        \
-   hipk_attn::Strides dvs, int Tq, int Tk, int D, float scale, int causal) {                  \
+   hipk_attn::Strides dvs, int Tq, int Tk, int D, float scale, int causal, int group,       \
+   const int* cu, int ncu) {                                                                  \
     hipk_attn::bwd_dkdv<T, DB>(q, qs, k, ks, v, vs, dout, dos, lse, delta, ls, dk, dks, dv,   \
-                               dvs, Tq, Tk, D, scale, causal);                                \
+                               dvs, Tq, Tk, D, scale, causal, group, cu, ncu);                \
   }                                                                                           \
   HIPK_ATTN_KERNEL(attention_bwd_dq_d##DB##_##SUFFIX)                                         \
   (const T* q, hipk_attn::Strides qs, const T* k, hipk_attn::Strides ks, const T* v,          \
    hipk_attn::Strides vs, const T* dout, hipk_attn::Strides dos, const float* lse,            \
    const float* delta, hipk_attn::RowStrides ls, T* dq, hipk_attn::Strides dqs, int Tq,       \
-   int Tk, int D, float scale, int causal) {                                                  \
+   int Tk, int D, float scale, int causal, int group, const int* cu, int ncu) {               \
     hipk_attn::bwd_dq<T, DB>(q, qs, k, ks, v, vs, dout, dos, lse, delta, ls, dq, dqs, Tq, Tk, \
-                             D, scale, causal);                                               \
+                             D, scale, causal, group, cu, ncu);                               \
   }
 
 #define HIPK_ATTN_BUCKETS(SUFFIX, T)                                                          \

@@ -349,6 +349,12 @@ def main():
     gen_attention(w, gen)
     gen_adamw(w, gen)
     gen_train.generate(w, gen_t)
+    # Grouped-query and variable-length attention: its own generator (the cases above stay
+    # byte-identical); definitions asserted against torch's SDPA before writing.
+    import gen_attention_gqa
+    gen_g = torch.Generator().manual_seed(args.seed + 31)
+    gen_attention_gqa.check_definitions(gen_g)
+    gen_attention_gqa.generate(w, gen_g)
     total = sum(os.path.getsize(os.path.join(args.out, f)) for f in os.listdir(args.out)
                 if f.endswith(".safetensors"))
     print(f"wrote {len(w.names)} cases to {args.out} ({total / 1e6:.2f} MB)")
