@@ -17,19 +17,28 @@
 // j < Tk and, when causal, j <= i + Tk - Tq (bottom-right aligned); out_i = softmax_j(s_i) v;
 // lse_i = ln sum_j exp(s_ij) (natural log). A row that sees no key gets out = 0, lse = -inf and
 // zero gradients; a key no query sees gets dk = dv = 0.
+// Grouped-query heads: query head h reads key/value head h / group (group = H / K); k, v, dk,
+// dv have K heads. Variable length (cu != null): cu holds ncu sequence starts per batch row
+// (SeqMap in attention.h; Tq = Tk); query i sees the keys of its own sequence only (causal:
+// j <= i), positions outside [cu[0], cu[ncu - 1]) are padding (out = 0, lse = -inf, zero
+// gradients). cu == null, ncu == 0: the bottom-right aligned mask above.
 //
 // Exported kernels (<db> = head-dim bucket 32, 64, 96 or 128: the smallest >= D; D itself may be
 // anything in 1..=128, columns past D are zero-filled on load and never stored):
 // (every tensor pointer X is followed by its Strides Xs; lse/delta by one RowStrides ls)
-//   attention_fwd_d<db>_<dtype>(q, qs, k, ks, v, vs, out, os, lse, ls, Tq, Tk, D, scale, causal)
+// (every kernel but bwd_dot ends with group, cu, ncu: written `...` below)
+//   attention_fwd_d<db>_<dtype>(q, qs, k, ks, v, vs, out, os, lse, ls, Tq, Tk, D, scale, causal,
+//                               ...)
 //       grid (ceil(Tq / FROWS), H, B), block 256; FROWS = 128 for db <= 64, else 64.
 //   attention_bwd_dot_<dtype>(out, os, dout, dos, delta, ls, Tq, D)
 //       delta_i = sum_d dout_id * out_id; grid (ceil(Tq / 16), H, B), block 256 (16 lanes/row).
 //   attention_bwd_dkdv_d<db>_<dtype>(q, qs, k, ks, v, vs, dout, dos, lse, delta, ls, dk, dks,
-//                                    dv, dvs, Tq, Tk, D, scale, causal)
-//       grid (ceil(Tk / KROWS), H, B), block 256; KROWS = 256 / G_BWD (64 for db <= 64, else 32).
+//                                    dv, dvs, Tq, Tk, D, scale, causal, ...)
+//       grid (ceil(Tk / KROWS), K, B), block 256; KROWS = 256 / G_BWD (64 for db <= 64, else 32).
+//       q, dout, lse, delta point at query head 0 of the launch's first key/value head; the
+//       block loops over its group's query heads, summing dk, dv in registers (deterministic).
 //   attention_bwd_dq_d<db>_<dtype>(q, qs, k, ks, v, vs, dout, dos, lse, delta, ls, dq, dqs, Tq,
-//                                  Tk, D, scale, causal)
+//                                  Tk, D, scale, causal, ...)
 //       grid (ceil(Tq / QROWS), H, B), block 256; QROWS = 64 for db <= 64, else 32.
 // causal is 0 or 1. No dynamic LDS. H, B <= 65535 per launch (grid.y, grid.z).
 //
