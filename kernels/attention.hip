@@ -406,13 +406,13 @@ __device__ __forceinline__ void fwd(const T* __restrict__ q, Strides qst,
       __syncthreads();
     }
   };
-  // Masked tiles [kv_begin, j_lo), whole tiles [j_lo, j_hi), masked tiles [j_hi, kv_end): in
-  // key order. Without cu_seqlens j_lo = kv_begin = 0 (the first range is empty).
-  const int j_lo = min(max(kv_begin, (keys.full_begin + BKV - 1) / BKV * BKV), kv_end);
-  const int j_hi = max(j_lo, min(keys.full_end, kv_end) / BKV * BKV);
-  if (sm.on()) tiles(std::true_type{}, kv_begin, j_lo);
-  tiles(std::false_type{}, j_lo, j_hi);
-  tiles(std::true_type{}, j_hi, kv_end);
+  // Whole tiles [kv_begin, j_full), then masked tiles [j_full, kv_end). With cu_seqlens every
+  // tile takes the mask (j_full = kv_begin): a third loop for the masked tiles before the whole
+  // ones (a sequence starting inside a tile) costs the d64 forward spills.
+  const int j_full =
+      sm.on() ? kv_begin : max(0, min(keys.full_end, kv_end)) / BKV * BKV;
+  tiles(std::false_type{}, kv_begin, j_full);
+  tiles(std::true_type{}, j_full, kv_end);
 
   // Every lane: the complete l of each of its query slots (all lanes take part).
   float lq[QPT];
@@ -423,8 +423,7 @@ __device__ __forceinline__ void fwd(const T* __restrict__ q, Strides qst,
   for (int r = 0; r < QPT; ++r) {
     const int i = q0 + (tid / G) * QPT + (r ^ tq);
     if (i < Tq) {
-      // A padding query of cu_seqlens may have summed whole tiles: it sees no key.
-      const bool any = lq[r] > 0.0f && (!sm.on() || key_span(i, Tq, Tk, causal, sm).y >= 0);
+      const bool any = lq[r] > 0.0f;  // padding of cu_seqlens: every tile masked, l = 0
       st.acc[r].store(out_bh.row(i), D, g, vec_ok, any ? 1.0f / lq[r] : 0.0f);
       // Lane 0 of a group holds its queries in order (tau(0) = 0).
       if (g == 0) lse_bh[i] = any ? (st.m[r] + __log2f(lq[r])) * kLn2 : kNegInf;
@@ -514,8 +513,10 @@ __device__ __forceinline__ void bwd_dkdv(const T* __restrict__ q, Strides qst,
   // (none for padding).
   const int2 queries = block_queries(j0, j0 + Cfg::ROWS, Tq, Tk, causal, sm);
   const int i_start = (queries.x / BQ) * BQ;
-  int i_lo = 0;
-  int i_hi = Tq;
+  // Key j is seen by the queries [i_lo, i_hi): without cu_seqlens i >= j - (Tk - Tq) when
+  // causal (j <= last_key(i)), and i < Tq; none when the key is past Tk.
+  int i_lo = causal ? j - (Tk - Tq) : 0;
+  int i_hi = key_ok ? Tq : 0;
   if (sm.on()) {
     const int2 sj = sm.seq(key_ok ? j : Tk);
     i_lo = causal ? j : sj.x;
@@ -542,8 +543,7 @@ __device__ __forceinline__ void bwd_dkdv(const T* __restrict__ q, Strides qst,
 #pragma unroll 1  // 4 slices of 16 registers are live; unrolling spills at d128
     for (int r = 0; r < BQ; ++r) {
       const int i = i0 + r;
-      const bool visible =
-          key_ok && i < Tq && j <= last_key(i, Tq, Tk, causal) && i >= i_lo && i < i_hi;
+      const bool visible = i >= i_lo && i < i_hi;
       const float s2 = group_sum<G>(ks.dot(q_lds + r * DB, g)) * s2_scale;
       const float dp = group_sum<G>(vs.dot(do_lds + r * DB, g));
       const float p = recompute_p(s2, lse2_lds[r], visible);
