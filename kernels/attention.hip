@@ -29,7 +29,8 @@
 // (every kernel but bwd_dot ends with group, cu, ncu: written `...` below)
 //   attention_fwd_d<db>_<dtype>(q, qs, k, ks, v, vs, out, os, lse, ls, Tq, Tk, D, scale, causal,
 //                               ...)
-//       grid (ceil(Tq / FROWS), H, B), block 256; FROWS = 128 for db <= 64, else 64.
+//       grid (ceil(Tq / FROWS), H, B), block 256; FROWS = 128 for db <= 64, else 64
+//       (the d64 _varlen kernel: 64).
 //   attention_bwd_dot_<dtype>(out, os, dout, dos, delta, ls, Tq, D)
 //       delta_i = sum_d dout_id * out_id; grid (ceil(Tq / 16), H, B), block 256 (16 lanes/row).
 //   attention_bwd_dkdv_d<db>_<dtype>(q, qs, k, ks, v, vs, dout, dos, lse, delta, ls, dk, dks,
@@ -40,6 +41,9 @@
 //   attention_bwd_dq_d<db>_<dtype>(q, qs, k, ks, v, vs, dout, dos, lse, delta, ls, dq, dqs, Tq,
 //                                  Tk, D, scale, causal, ...)
 //       grid (ceil(Tq / QROWS), H, B), block 256; QROWS = 64 for db <= 64, else 32.
+//   attention_fwd_d<db>_varlen_<dtype>, attention_bwd_dq_d<db>_varlen_<dtype>: the same
+//       arguments and grids; the launcher calls these when cu_seqlens is given. The kernels
+//       without _varlen ignore cu and ncu (no varlen code is compiled into them).
 // causal is 0 or 1. No dynamic LDS. H, B <= 65535 per launch (grid.y, grid.z).
 //
 // Work layout ("lane groups"): G consecutive lanes own one row (a key in dkdv, a query in dq;
@@ -121,11 +125,14 @@
 
 namespace hipk_attn {
 
-template <int DB> struct FwdCfg {
+template <int DB, bool VARLEN> struct FwdCfg {
   // Lanes per group: 8 columns of each query per lane (d96: 12).
   static constexpr int G = DB == 32 ? 4 : (DB == 128 ? 16 : 8);
-  static constexpr int QPT = DB == 64 || DB == 128 ? 4 : 2;  // queries per lane group
-  static constexpr int ROWS = kThreads / G * QPT;  // queries per block: 128 (db <= 64) or 64
+  // Queries per lane group. The d64 varlen forward takes 2: with 4 its key spans need more
+  // than the 128 VGPRs of 2 waves/SIMD.
+  static constexpr int QPT = (DB == 64 && !VARLEN) || DB == 128 ? 4 : 2;
+  // Queries per block: 128 (db <= 64; d64 varlen: 64) or 64.
+  static constexpr int ROWS = kThreads / G * QPT;
   // Keys per LDS tile: the next tile waits in registers (BKV * DB * 2 / 256 f32 words per
   // thread), so it stays small.
   static constexpr int BKV = DB == 128 ? 8 : 16;
@@ -166,10 +173,10 @@ constexpr float kNoMax = -3.0e38f;
 /// keys (scores, spread, one online-softmax update, gather, p * V). Each float read from LDS
 /// feeds QPT FMAs (one per query). MASK: some key of the tile may be invisible to some query
 /// of the block (causal diagonal or past Tk); otherwise no per-key test is made.
-template <bool MASK, int DB, int G, int QPT, int BKV, int KC>
+template <bool MASK, bool VARLEN, int DB, int G, int QPT, int BKV, int KC>
 __device__ __forceinline__ void fwd_tile(const float* kv_lds, float* sc_lds,
                                          FwdLane<DB, G, QPT, KC>& st, int j0, int g, int Tq,
-                                         int Tk, bool causal, const SeqMap& sm) {
+                                         int Tk, bool causal, const int2* spans) {
   using Sp = Spread<G, QPT, KC>;
   constexpr int NC = Slice<DB, G>::NC;
   constexpr int OWN = Sp::OWN;
@@ -194,11 +201,13 @@ __device__ __forceinline__ void fwd_tile(const float* kv_lds, float* sc_lds,
   // its own slice of sc_lds (no other thread reads them) and their running max.
   // Markers beside a scheduling barrier present in both builds: with or without them (see
   // cargo xtask isa-report --verify-markers) the loops compile the same.
-  // MASK: the keys [x, y] each owned query slot sees (computed once per tile).
+  // MASK with VARLEN: the keys [x, y] each owned query slot sees, read from this thread's
+  // entries of LDS (slot r at spans[r * kThreads], searched once per block rather than once per
+  // tile). Without VARLEN the mask is the bottom-right aligned one, computed in place.
   int2 span[Sp::OQ];
-  if constexpr (MASK) {
+  if constexpr (MASK && VARLEN) {
 #pragma unroll
-    for (int r = 0; r < Sp::OQ; ++r) span[r] = key_span(st.row0 + (r ^ st.tq), Tq, Tk, causal, sm);
+    for (int r = 0; r < Sp::OQ; ++r) span[r] = spans[r * kThreads];
   }
   float4 carry = *item(0, 0);
   // The read ahead above the barrier, so the compiler does not merge it with the loop's own
@@ -240,9 +249,13 @@ __device__ __forceinline__ void fwd_tile(const float* kv_lds, float* sc_lds,
 #pragma unroll
       for (int u = 0; u < Sp::KB; ++u) {
         float x = s[r][u];
-        if constexpr (MASK) {
+        if constexpr (MASK && VARLEN) {
           const int j = j0 + jc + (u ^ st.tk);
           x = j >= span[r].x && j <= span[r].y ? x : kNegInf;
+        } else if constexpr (MASK) {
+          const int row = st.row0 + (r ^ st.tq);
+          const int jmax = row < Tq ? last_key(row, Tq, Tk, causal) : -1;
+          x = j0 + jc + (u ^ st.tk) <= jmax ? x : kNegInf;
         }
         tmax[r] = fmaxf(tmax[r], x);
         prev[r * Sp::KB + u] = x;
@@ -304,14 +317,14 @@ __device__ __forceinline__ void fwd_tile(const float* kv_lds, float* sc_lds,
   if constexpr (!MASK) HIPK_HOT_LOOP_END("fwd_pv");
 }
 
-template <typename T, int DB>
+template <typename T, int DB, bool VARLEN>
 __device__ __forceinline__ void fwd(const T* __restrict__ q, Strides qst,
                                     const T* __restrict__ k, Strides kst_,
                                     const T* __restrict__ v, Strides vst_, T* __restrict__ out,
                                     Strides ost, float* __restrict__ lse, RowStrides lst, int Tq,
                                     int Tk, int D, float scale, int causal_flag, int group,
                                     const int* __restrict__ cu, int ncu) {
-  using Cfg = FwdCfg<DB>;
+  using Cfg = FwdCfg<DB, VARLEN>;
   constexpr int G = Cfg::G;
   constexpr int QPT = Cfg::QPT;
   constexpr int BKV = Cfg::BKV;
@@ -335,7 +348,8 @@ __device__ __forceinline__ void fwd(const T* __restrict__ q, Strides qst,
   const Rows<const T> k_bh(k, kst_, kv_head);
   const Rows<const T> v_bh(v, vst_, kv_head);
   const Rows<T> out_bh(out, ost);
-  const SeqMap sm(cu, ncu, Tq);
+  // Without VARLEN (the kernels called without cu_seqlens) ncu is taken as 0: no varlen code.
+  const SeqMap sm(cu, VARLEN ? ncu : 0, Tq);
   float* lse_bh = stat_rows(lse, lst);
   const bool vec_ok =
       vec4_ok(q, qst) && vec4_ok(k, kst_) && vec4_ok(v, vst_) && vec4_ok(out, ost);
@@ -349,6 +363,17 @@ __device__ __forceinline__ void fwd(const T* __restrict__ q, Strides qst,
   st.tk = tau % KC;
 #pragma unroll
   for (int h = 0; h < Sp::NB; ++h) st.koff[h] = ((h ^ (st.tk / Sp::KB)) * Sp::KB) * DB;
+  // VARLEN: the key span of each owned query slot, in LDS (only this thread reads its entries,
+  // after its own writes: no barrier). The kernels without VARLEN have no such array.
+  const int2* spans = nullptr;
+  if constexpr (VARLEN) {
+    __shared__ int2 span_lds[Sp::OQ * kThreads];
+#pragma unroll
+    for (int r = 0; r < Sp::OQ; ++r) {
+      span_lds[r * kThreads + tid] = key_span(st.row0 + (r ^ st.tq), Tq, Tk, causal, sm);
+    }
+    spans = span_lds + tid;
+  }
 #pragma unroll
   for (int r = 0; r < QPT; ++r) {
     const int i = q0 + (tid / G) * QPT + (r ^ tq);
@@ -396,8 +421,8 @@ __device__ __forceinline__ void fwd(const T* __restrict__ q, Strides qst,
       // Keeps those loads above the tile's LDS reads (the scheduler would sink them to their
       // use, the LDS store below, and expose their latency).
       hipk::sched_fence();
-      fwd_tile<decltype(mask)::value, DB, G, QPT, BKV, KC>(kv_lds, sc_lds, st, j0, g, Tq,
-                                                            Tk, causal, sm);
+      fwd_tile<decltype(mask)::value, VARLEN, DB, G, QPT, BKV, KC>(kv_lds, sc_lds, st, j0, g,
+                                                                    Tq, Tk, causal, spans);
       __syncthreads();  // the tile is no longer read
       if (more) {
         kst.store(kv_lds, tid);
@@ -573,7 +598,7 @@ template <int DB> struct DqCfg {
   static_assert(ROWS == BwdCfg<DB>::ROWS, "the launcher's dq rows per block");
 };
 
-template <typename T, int DB>
+template <typename T, int DB, bool VARLEN>
 __device__ __forceinline__ void bwd_dq_spread(const T* __restrict__ q, Strides qst,
                                               const T* __restrict__ k, Strides kst,
                                               const T* __restrict__ v, Strides vst,
@@ -621,8 +646,10 @@ __device__ __forceinline__ void bwd_dq_spread(const T* __restrict__ q, Strides q
   const bool own_ok = own_row < Tq;
   const float lse2 = own_ok ? stat_rows(lse, lst)[own_row] * kLog2e : kNegInf;
   const float dlt = own_ok ? stat_rows(delta, lst)[own_row] : 0.0f;
-  const SeqMap sm(cu, ncu, Tq);
-  const int2 span = key_span(own_row, Tq, Tk, causal, sm);  // the owned query's keys
+  const SeqMap sm(cu, VARLEN ? ncu : 0, Tq);  // no varlen code without VARLEN
+  // The owned query's keys [x, y]; without VARLEN only y (x = 0) is kept live.
+  const int2 span = key_span(own_row, Tq, Tk, causal, sm);
+  const int jmax = own_ok ? last_key(own_row, Tq, Tk, causal) : -1;
   // The key blocks of a step in this lane's order: LDS float offsets (Sp::NB of them).
   int koff[Sp::NB];
 #pragma unroll
@@ -686,7 +713,8 @@ __device__ __forceinline__ void bwd_dq_spread(const T* __restrict__ q, Strides q
       Sp::rs_keys(s);
       Sp::rs_keys(dp);
       const int jo = j0 + jc + tk;
-      const float p = recompute_p(s[0][0], lse2, jo >= span.x && jo <= span.y);
+      const bool seen = VARLEN ? jo >= span.x && jo <= span.y : jo <= jmax;
+      const float p = recompute_p(s[0][0], lse2, seen);
       dp[0][0] = p * (dp[0][0] - dlt);
       Sp::ag_keys(dp);
       stream_lds<kItems>(
@@ -718,7 +746,7 @@ __device__ __forceinline__ void bwd_dq_spread(const T* __restrict__ q, Strides q
 
 /// dq for db 32 and 96 (one query per lane group: a spread over the group would leave 4 B of
 /// LDS per FMA there, and cost d96 its third wave per SIMD).
-template <typename T, int DB>
+template <typename T, int DB, bool VARLEN>
 __device__ __forceinline__ void bwd_dq_rows(const T* __restrict__ q, Strides qst,
                                             const T* __restrict__ k, Strides kst,
                                             const T* __restrict__ v, Strides vst,
@@ -753,8 +781,9 @@ __device__ __forceinline__ void bwd_dq_rows(const T* __restrict__ q, Strides qst
   const float lse2 = row_ok ? stat_rows(lse, lst)[row] * kLog2e : kNegInf;
   const float dlt = row_ok ? stat_rows(delta, lst)[row] : 0.0f;
 
-  const SeqMap sm(cu, ncu, Tq);
-  const int2 span = key_span(i, Tq, Tk, causal, sm);  // this query's keys
+  const SeqMap sm(cu, VARLEN ? ncu : 0, Tq);  // no varlen code without VARLEN
+  const int2 span = key_span(i, Tq, Tk, causal, sm);  // this query's keys (VARLEN)
+  const int jmax = row_ok ? last_key(i, Tq, Tk, causal) : -1;
   const KeyRange keys = block_keys(q0, q0 + Cfg::ROWS, Tq, Tk, causal, sm);
   const int kv_end = keys.end;
   const int kv_head = static_cast<int>(blockIdx.y) / group;  // grouped-query heads
@@ -769,7 +798,9 @@ __device__ __forceinline__ void bwd_dq_rows(const T* __restrict__ q, Strides qst
     for (int u = 0; u < BKV; ++u) {
       const float s2 = group_sum<G>(qs.dot(k_lds + u * DB, g));
       const float dp = group_sum<G>(dos.dot(v_lds + u * DB, g));
-      const float p = recompute_p(s2, lse2, j0 + u >= span.x && j0 + u <= span.y);
+      const int j = j0 + u;
+      const bool seen = VARLEN ? j >= span.x && j <= span.y : j <= jmax;
+      const float p = recompute_p(s2, lse2, seen);
       dqs.axpy(p * (dp - dlt), k_lds + u * DB, g);
     }
   }
@@ -777,7 +808,7 @@ __device__ __forceinline__ void bwd_dq_rows(const T* __restrict__ q, Strides qst
   if (row_ok) dqs.store(Rows<T>(dq, dqst).row(i), D, g, vec_ok, scale);
 }
 
-template <typename T, int DB>
+template <typename T, int DB, bool VARLEN>
 __device__ __forceinline__ void bwd_dq(const T* __restrict__ q, Strides qst,
                                        const T* __restrict__ k, Strides kst,
                                        const T* __restrict__ v, Strides vst,
@@ -788,10 +819,10 @@ __device__ __forceinline__ void bwd_dq(const T* __restrict__ q, Strides qst,
                                        float scale, int causal_flag, int group,
                                        const int* __restrict__ cu, int ncu) {
   if constexpr (DqCfg<DB>::QPT > 1) {
-    bwd_dq_spread<T, DB>(q, qst, k, kst, v, vst, dout, dost, lse, delta, lst, dq, dqst, Tq, Tk,
+    bwd_dq_spread<T, DB, VARLEN>(q, qst, k, kst, v, vst, dout, dost, lse, delta, lst, dq, dqst, Tq, Tk,
                          D, scale, causal_flag, group, cu, ncu);
   } else {
-    bwd_dq_rows<T, DB>(q, qst, k, kst, v, vst, dout, dost, lse, delta, lst, dq, dqst, Tq, Tk, D,
+    bwd_dq_rows<T, DB, VARLEN>(q, qst, k, kst, v, vst, dout, dost, lse, delta, lst, dq, dqst, Tq, Tk, D,
                        scale, causal_flag, group, cu, ncu);
   }
 }
@@ -804,14 +835,29 @@ __device__ __forceinline__ void bwd_dq(const T* __restrict__ q, Strides qst,
 
 #define HIPK_ATTN_KERNEL(NAME) extern "C" __global__ void __launch_bounds__(256, 2) NAME
 
-#define HIPK_ATTN_FWD(DB, SUFFIX, T)                                                        \
-  HIPK_ATTN_KERNEL(attention_fwd_d##DB##_##SUFFIX)                                          \
+// VARIANT is empty or _varlen; VARLEN the matching bool: the launcher picks the _varlen kernels
+// when cu_seqlens is given, so the others hold no varlen code (and keep their registers).
+#define HIPK_ATTN_FWD_V(DB, VARIANT, VARLEN, SUFFIX, T)                                     \
+  HIPK_ATTN_KERNEL(attention_fwd_d##DB##VARIANT##_##SUFFIX)                                 \
   (const T* q, hipk_attn::Strides qs, const T* k, hipk_attn::Strides ks, const T* v,        \
    hipk_attn::Strides vs, T* out, hipk_attn::Strides os, float* lse,                        \
    hipk_attn::RowStrides ls, int Tq, int Tk, int D, float scale, int causal, int group,     \
-   const int* cu, int ncu) {                                                                 \
-    hipk_attn::fwd<T, DB>(q, qs, k, ks, v, vs, out, os, lse, ls, Tq, Tk, D, scale, causal,  \
-                          group, cu, ncu);                                                  \
+   const int* cu, int ncu) {                                                                \
+    hipk_attn::fwd<T, DB, VARLEN>(q, qs, k, ks, v, vs, out, os, lse, ls, Tq, Tk, D, scale,  \
+                                  causal, group, cu, ncu);                                  \
+  }
+
+#define HIPK_ATTN_FWD(DB, SUFFIX, T)                                                        \
+  HIPK_ATTN_FWD_V(DB, , false, SUFFIX, T) HIPK_ATTN_FWD_V(DB, _varlen, true, SUFFIX, T)
+
+#define HIPK_ATTN_DQ(DB, VARIANT, VARLEN, SUFFIX, T)                                          \
+  HIPK_ATTN_KERNEL(attention_bwd_dq_d##DB##VARIANT##_##SUFFIX)                                \
+  (const T* q, hipk_attn::Strides qs, const T* k, hipk_attn::Strides ks, const T* v,          \
+   hipk_attn::Strides vs, const T* dout, hipk_attn::Strides dos, const float* lse,            \
+   const float* delta, hipk_attn::RowStrides ls, T* dq, hipk_attn::Strides dqs, int Tq,       \
+   int Tk, int D, float scale, int causal, int group, const int* cu, int ncu) {               \
+    hipk_attn::bwd_dq<T, DB, VARLEN>(q, qs, k, ks, v, vs, dout, dos, lse, delta, ls, dq, dqs, \
+                                     Tq, Tk, D, scale, causal, group, cu, ncu);               \
   }
 
 #define HIPK_ATTN_BWD(DB, SUFFIX, T)                                                          \
@@ -824,14 +870,7 @@ __device__ __forceinline__ void bwd_dq(const T* __restrict__ q, Strides qst,
     hipk_attn::bwd_dkdv<T, DB>(q, qs, k, ks, v, vs, dout, dos, lse, delta, ls, dk, dks, dv,   \
                                dvs, Tq, Tk, D, scale, causal, group, cu, ncu);                \
   }                                                                                           \
-  HIPK_ATTN_KERNEL(attention_bwd_dq_d##DB##_##SUFFIX)                                         \
-  (const T* q, hipk_attn::Strides qs, const T* k, hipk_attn::Strides ks, const T* v,          \
-   hipk_attn::Strides vs, const T* dout, hipk_attn::Strides dos, const float* lse,            \
-   const float* delta, hipk_attn::RowStrides ls, T* dq, hipk_attn::Strides dqs, int Tq,       \
-   int Tk, int D, float scale, int causal, int group, const int* cu, int ncu) {               \
-    hipk_attn::bwd_dq<T, DB>(q, qs, k, ks, v, vs, dout, dos, lse, delta, ls, dq, dqs, Tq, Tk, \
-                             D, scale, causal, group, cu, ncu);                               \
-  }
+  HIPK_ATTN_DQ(DB, , false, SUFFIX, T) HIPK_ATTN_DQ(DB, _varlen, true, SUFFIX, T)
 
 #define HIPK_ATTN_BUCKETS(SUFFIX, T)                                                          \
   HIPK_ATTN_FWD(32, SUFFIX, T) HIPK_ATTN_FWD(64, SUFFIX, T) HIPK_ATTN_FWD(96, SUFFIX, T)      \

@@ -42,6 +42,15 @@ const fn fwd_rows(bucket: usize) -> usize {
         64
     }
 }
+/// The same for the `_varlen` forward kernels: bucket 64 takes QPT = 2 there (its key spans
+/// would not fit the registers of 2 waves/SIMD with 4).
+const fn fwd_varlen_rows(bucket: usize) -> usize {
+    if bucket <= 32 {
+        128
+    } else {
+        64
+    }
+}
 /// Rows per block of the delta pre-pass (16 lanes per row).
 const DOT_ROWS: usize = 16;
 
@@ -54,6 +63,8 @@ pub struct AttentionPlan {
     pub heads: usize,
     /// Blocks along the queries of the forward kernel.
     pub fwd_blocks: u32,
+    /// Blocks along the queries of the forward kernel with `cu_seqlens` (`_varlen`).
+    pub fwd_varlen_blocks: u32,
     /// Blocks along the keys of the backward dk/dv kernel.
     pub dkdv_blocks: u32,
     /// Blocks along the queries of the backward dq kernel.
@@ -103,6 +114,7 @@ impl AttentionPlan {
             bucket,
             heads,
             fwd_blocks: blocks(shape.tq, fwd_rows(bucket)),
+            fwd_varlen_blocks: blocks(shape.tq, fwd_varlen_rows(bucket)),
             dkdv_blocks: blocks(shape.tk, bwd_rows),
             dq_blocks: blocks(shape.tq, bwd_rows),
         })
@@ -141,6 +153,45 @@ impl AttentionPlan {
             AttentionStage::BackwardDq => DQ,
         };
         dtype_kernel(by_bucket[bucket], dtype)
+    }
+
+    /// The kernel of `stage` for a call with `cu_seqlens`: `attention_fwd_d<bucket>_varlen_<dtype>`
+    /// and `attention_bwd_dq_d<bucket>_varlen_<dtype>` (the masks of variable-length sequences
+    /// are compiled only into these, so the kernels without them keep their registers);
+    /// `attention_bwd_dkdv_d<bucket>_<dtype>` serves both.
+    pub fn varlen_kernel(&self, stage: AttentionStage, dtype: DType) -> &'static str {
+        const FWD: [[&str; 3]; 4] = [
+            names::ATTENTION_FWD_D32_VARLEN,
+            names::ATTENTION_FWD_D64_VARLEN,
+            names::ATTENTION_FWD_D96_VARLEN,
+            names::ATTENTION_FWD_D128_VARLEN,
+        ];
+        const DQ: [[&str; 3]; 4] = [
+            names::ATTENTION_BWD_DQ_D32_VARLEN,
+            names::ATTENTION_BWD_DQ_D64_VARLEN,
+            names::ATTENTION_BWD_DQ_D96_VARLEN,
+            names::ATTENTION_BWD_DQ_D128_VARLEN,
+        ];
+        let bucket = match self.bucket {
+            0..=32 => 0,
+            33..=64 => 1,
+            65..=96 => 2,
+            _ => 3,
+        };
+        match stage {
+            AttentionStage::Forward => dtype_kernel(FWD[bucket], dtype),
+            AttentionStage::BackwardDq => dtype_kernel(DQ[bucket], dtype),
+            AttentionStage::BackwardDkDv => self.kernel(stage, dtype),
+        }
+    }
+
+    /// [`kernel`](Self::kernel) or, with `cu_seqlens`, [`varlen_kernel`](Self::varlen_kernel).
+    fn kernel_for(&self, stage: AttentionStage, dtype: DType, cu: &SeqStarts) -> &'static str {
+        if cu.on() {
+            self.varlen_kernel(stage, dtype)
+        } else {
+            self.kernel(stage, dtype)
+        }
     }
 }
 
@@ -289,6 +340,11 @@ impl SeqStarts {
         Ok(SeqStarts { ptr, per_row })
     }
 
+    /// Whether the launches take the starts (`cu_seqlens` given, with a row per batch).
+    fn on(&self) -> bool {
+        self.per_row > 0
+    }
+
     /// The starts of batch `b0` (null without `cu_seqlens`).
     fn at(&self, b0: usize) -> DevicePtr {
         if self.per_row == 0 {
@@ -417,7 +473,7 @@ fn forward<T: DeviceElement>(
     let f = kernel_named(
         stream,
         SOURCE,
-        plan.kernel(AttentionStage::Forward, T::DTYPE),
+        plan.kernel_for(AttentionStage::Forward, T::DTYPE, cu),
     )?;
     let stats = Stats {
         heads: shape.heads,
@@ -425,7 +481,12 @@ fn forward<T: DeviceElement>(
     };
     let group = shape.group();
     let [q, k, v, out] = views;
-    for (b0, h0, cfg) in launches(plan.fwd_blocks, shape.batch, shape.heads, group) {
+    let fwd_blocks = if cu.on() {
+        plan.fwd_varlen_blocks
+    } else {
+        plan.fwd_blocks
+    };
+    for (b0, h0, cfg) in launches(fwd_blocks, shape.batch, shape.heads, group) {
         let mut b = stream.launch_builder(&f);
         q.push::<T>(&mut b, b0, h0);
         // h0 is a multiple of the group (launches()): key/value head h0 / group.
@@ -570,7 +631,7 @@ fn backward<T: DeviceElement>(
     let fdq = kernel_named(
         stream,
         SOURCE,
-        plan.kernel(AttentionStage::BackwardDq, dtype),
+        plan.kernel_for(AttentionStage::BackwardDq, dtype, cu),
     )?;
     let group = shape.group();
     // Query head h0 (a multiple of the group) and key/value head h0 / group.
@@ -661,6 +722,13 @@ mod tests {
                     let k = p.kernel(stage, dtype);
                     assert_eq!(k, format!("{prefix}{bucket}_{}", dtype.name()));
                     assert!(names.contains(&k), "{k}");
+                    let kv = p.varlen_kernel(stage, dtype);
+                    let variant = match stage {
+                        AttentionStage::BackwardDkDv => "",
+                        _ => "_varlen",
+                    };
+                    assert_eq!(kv, format!("{prefix}{bucket}{variant}_{}", dtype.name()));
+                    assert!(names.contains(&kv), "{kv}");
                 }
             }
         }
@@ -673,8 +741,11 @@ mod tests {
             (p.heads, p.fwd_blocks, p.dkdv_blocks, p.dq_blocks),
             (6, 8, 1, 16)
         );
+        assert_eq!(p.fwd_varlen_blocks, 16);
+        let p = AttentionPlan::new(&shape(1000, 17, 32)).unwrap();
+        assert_eq!((p.fwd_blocks, p.fwd_varlen_blocks), (8, 8));
         let p = AttentionPlan::new(&shape(1000, 17, 65)).unwrap();
-        assert_eq!(p.fwd_blocks, 16);
+        assert_eq!((p.fwd_blocks, p.fwd_varlen_blocks), (16, 16));
         let p = AttentionPlan::new(&shape(129, 1000, 128)).unwrap();
         assert_eq!((p.fwd_blocks, p.dkdv_blocks, p.dq_blocks), (3, 32, 5));
         let p = AttentionPlan::new(&shape(0, 0, 8)).unwrap();
