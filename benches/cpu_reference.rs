@@ -60,6 +60,7 @@ fn attention(c: &mut Criterion, rng: &mut Normal) {
     let s = AttentionParams {
         batch: 1,
         heads: 4,
+        n_kv_heads: 4,
         tq: 128,
         tk: 128,
         head_dim: 64,
@@ -83,6 +84,7 @@ fn attention(c: &mut Criterion, rng: &mut Normal) {
             v: &v,
             out,
             lse,
+            cu_seqlens: None,
         })
     };
     let _ = forward(&q, &mut out, &mut lse);
@@ -103,6 +105,7 @@ fn attention(c: &mut Criterion, rng: &mut Normal) {
                 dq: &mut dq,
                 dk: &mut dk,
                 dv: &mut dv,
+                cu_seqlens: None,
             })
         })
     });

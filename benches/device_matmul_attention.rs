@@ -173,6 +173,7 @@ fn attention<T: DeviceElement + GemmElement>(
             let shape = AttentionParams {
                 batch: 1,
                 heads,
+                n_kv_heads: heads,
                 tq: t,
                 tk: t,
                 head_dim: d,
@@ -204,6 +205,7 @@ fn attention<T: DeviceElement + GemmElement>(
                     v: &v,
                     out,
                     lse,
+                    cu_seqlens: None,
                 };
                 ops::attention_forward(s, args).expect("forward");
             };
@@ -226,6 +228,7 @@ fn attention<T: DeviceElement + GemmElement>(
                     dq: &mut dq,
                     dk: &mut dk,
                     dv: &mut dv,
+                    cu_seqlens: None,
                 };
                 ops::attention_backward(s, args).expect("backward")
             });
@@ -288,6 +291,7 @@ fn attention_strided<T: DeviceElement>(
             out,
             out_layout: bthd,
             lse,
+            cu_seqlens: None,
         };
         ops::attention_forward_strided(s, args).expect("forward (strided)");
     };
@@ -326,6 +330,7 @@ fn attention_strided<T: DeviceElement>(
             dq: fused(Qkv::Q),
             dk: fused(Qkv::K),
             dv: fused(Qkv::V),
+            cu_seqlens: None,
         };
         ops::attention_backward_strided(s, args).expect("backward (strided)")
     });

@@ -136,6 +136,86 @@ __device__ __forceinline__ int last_key(int i, int Tq, int Tk, bool causal) {
   return causal ? min(i + Tk - Tq, Tk - 1) : Tk - 1;
 }
 
+/// Variable-length sequences (cu_seqlens): this block's batch row of n sequence starts (n - 1
+/// sequences; sequence s is positions [cu[s], cu[s + 1])), over T = Tq = Tk positions.
+/// Positions outside [cu[0], cu[n - 1]) are padding. n == 0: no cu_seqlens (one sequence of
+/// Tq queries and Tk keys per row, the causal mask bottom-right aligned). Every value read is
+/// clamped to [0, T], so a bad buffer (the launcher does not read it back) gives wrong values
+/// but never an access outside the tensors.
+struct SeqMap {
+  const int* cu;
+  int n;
+  int T;
+
+  __device__ __forceinline__ SeqMap(const int* cu_all, int ncu, int t)
+      : cu(cu_all + static_cast<int64_t>(blockIdx.z) * ncu), n(ncu), T(t) {}
+
+  __device__ __forceinline__ bool on() const { return n > 0; }
+  __device__ __forceinline__ int at(int s) const { return min(max(cu[s], 0), T); }
+  /// The first position of the first sequence and the end of the last: [first, last) holds
+  /// every position that is not padding.
+  __device__ __forceinline__ int first() const { return n > 1 ? at(0) : 0; }
+  __device__ __forceinline__ int last() const { return n > 1 ? at(n - 1) : 0; }
+
+  /// The sequence [x, y) holding position i; {0, 0} for padding.
+  __device__ __forceinline__ int2 seq(int i) const {
+    if (n < 2 || i < at(0) || i >= at(n - 1)) return make_int2(0, 0);
+    int lo = 0;
+    int hi = n - 1;  // cu[lo] <= i < cu[hi]
+    while (hi - lo > 1) {
+      const int mid = (lo + hi) / 2;
+      if (at(mid) <= i) {
+        lo = mid;
+      } else {
+        hi = mid;
+      }
+    }
+    return make_int2(at(lo), at(lo + 1));
+  }
+};
+
+/// Keys visible to query i: [x, y] (y < x: none; rows i >= Tq see none).
+__device__ __forceinline__ int2 key_span(int i, int Tq, int Tk, bool causal, const SeqMap& sm) {
+  if (i >= Tq) return make_int2(0, -1);
+  if (!sm.on()) return make_int2(0, last_key(i, Tq, Tk, causal));
+  const int2 s = sm.seq(i);
+  return make_int2(s.x, causal ? min(i, s.y - 1) : s.y - 1);
+}
+
+/// Keys any query of [q0, q1) sees: [begin, end); and the keys every non-padding query of
+/// them sees, [full_begin, full_end) (full_end <= full_begin: none). Without cu_seqlens as
+/// before: [0, last_key(q1 - 1) + 1) and [0, last_key(q0) + 1).
+struct KeyRange {
+  int begin, end, full_begin, full_end;
+};
+
+__device__ __forceinline__ KeyRange block_keys(int q0, int q1, int Tq, int Tk, bool causal,
+                                               const SeqMap& sm) {
+  q1 = min(q1, Tq);
+  if (!sm.on()) {
+    return {0, max(0, last_key(q1 - 1, Tq, Tk, causal) + 1), 0,
+            min(last_key(q0, Tq, Tk, causal) + 1, Tk)};
+  }
+  const int a = max(q0, sm.first());
+  const int b = min(q1, sm.last());
+  if (a >= b) return {0, 0, 0, 0};
+  const int2 sa = sm.seq(a);
+  const int2 sb = sm.seq(b - 1);
+  const bool one = sa.x == sb.x && sa.y == sb.y;
+  return {sa.x, causal ? b : sb.y, one ? sa.x : 0, one ? (causal ? a + 1 : sa.y) : 0};
+}
+
+/// Queries that see any key of [k0, k1): [begin, end) (Tq = Tk with cu_seqlens). Without
+/// cu_seqlens: from the first causal query of k0 to Tq.
+__device__ __forceinline__ int2 block_queries(int k0, int k1, int Tq, int Tk, bool causal,
+                                              const SeqMap& sm) {
+  if (!sm.on()) return make_int2(causal ? max(0, k0 - (Tk - Tq)) : 0, Tq);
+  const int a = max(k0, sm.first());
+  const int b = min(min(k1, Tk), sm.last());
+  if (a >= b) return make_int2(0, 0);
+  return make_int2(causal ? a : sm.seq(a).x, sm.seq(b - 1).y);
+}
+
 /// Element strides of an attention tensor [B, H, T, D] (head_dim contiguous): row (b, h, t)
 /// starts at b * batch + h * head + t * seq. The launcher passes 0 for a dimension of extent 1
 /// and folds the layout's offset and the launch's first batch/head into the pointer.
@@ -160,6 +240,11 @@ template <typename T> struct Rows {
       : p(base + static_cast<int64_t>(blockIdx.z) * s.batch +
           static_cast<int64_t>(blockIdx.y) * s.head),
         seq(s.seq) {}
+  /// Head `head` of this block's batch (grouped-query attention: the key/value head of a
+  /// query head, or one query head of a key/value head's group).
+  __device__ __forceinline__ Rows(T* base, Strides s, int head)
+      : p(base + static_cast<int64_t>(blockIdx.z) * s.batch + static_cast<int64_t>(head) * s.head),
+        seq(s.seq) {}
   __device__ __forceinline__ T* row(int t) const { return p + static_cast<int64_t>(t) * seq; }
 };
 
@@ -167,6 +252,11 @@ template <typename T> struct Rows {
 template <typename T> __device__ __forceinline__ T* stat_rows(T* base, RowStrides s) {
   return base + static_cast<int64_t>(blockIdx.z) * s.batch +
          static_cast<int64_t>(blockIdx.y) * s.head;
+}
+
+/// Row of lse or delta of query head `head` of this block's batch.
+template <typename T> __device__ __forceinline__ T* stat_rows(T* base, RowStrides s, int head) {
+  return base + static_cast<int64_t>(blockIdx.z) * s.batch + static_cast<int64_t>(head) * s.head;
 }
 
 /// True when every row of a strided tensor at x starts aligned for 4-element vector accesses

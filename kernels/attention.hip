@@ -17,20 +17,33 @@
 // j < Tk and, when causal, j <= i + Tk - Tq (bottom-right aligned); out_i = softmax_j(s_i) v;
 // lse_i = ln sum_j exp(s_ij) (natural log). A row that sees no key gets out = 0, lse = -inf and
 // zero gradients; a key no query sees gets dk = dv = 0.
+// Grouped-query heads: query head h reads key/value head h / group (group = H / K); k, v, dk,
+// dv have K heads. Variable length (cu != null): cu holds ncu sequence starts per batch row
+// (SeqMap in attention.h; Tq = Tk); query i sees the keys of its own sequence only (causal:
+// j <= i), positions outside [cu[0], cu[ncu - 1]) are padding (out = 0, lse = -inf, zero
+// gradients). cu == null, ncu == 0: the bottom-right aligned mask above.
 //
 // Exported kernels (<db> = head-dim bucket 32, 64, 96 or 128: the smallest >= D; D itself may be
 // anything in 1..=128, columns past D are zero-filled on load and never stored):
 // (every tensor pointer X is followed by its Strides Xs; lse/delta by one RowStrides ls)
-//   attention_fwd_d<db>_<dtype>(q, qs, k, ks, v, vs, out, os, lse, ls, Tq, Tk, D, scale, causal)
-//       grid (ceil(Tq / FROWS), H, B), block 256; FROWS = 128 for db <= 64, else 64.
+// (every kernel but bwd_dot ends with group, cu, ncu: written `...` below)
+//   attention_fwd_d<db>_<dtype>(q, qs, k, ks, v, vs, out, os, lse, ls, Tq, Tk, D, scale, causal,
+//                               ...)
+//       grid (ceil(Tq / FROWS), H, B), block 256; FROWS = 128 for db <= 64, else 64
+//       (the d64 _varlen kernel: 64).
 //   attention_bwd_dot_<dtype>(out, os, dout, dos, delta, ls, Tq, D)
 //       delta_i = sum_d dout_id * out_id; grid (ceil(Tq / 16), H, B), block 256 (16 lanes/row).
 //   attention_bwd_dkdv_d<db>_<dtype>(q, qs, k, ks, v, vs, dout, dos, lse, delta, ls, dk, dks,
-//                                    dv, dvs, Tq, Tk, D, scale, causal)
-//       grid (ceil(Tk / KROWS), H, B), block 256; KROWS = 256 / G_BWD (64 for db <= 64, else 32).
+//                                    dv, dvs, Tq, Tk, D, scale, causal, ...)
+//       grid (ceil(Tk / KROWS), K, B), block 256; KROWS = 256 / G_BWD (64 for db <= 64, else 32).
+//       q, dout, lse, delta point at query head 0 of the launch's first key/value head; the
+//       block loops over its group's query heads, summing dk, dv in registers (deterministic).
 //   attention_bwd_dq_d<db>_<dtype>(q, qs, k, ks, v, vs, dout, dos, lse, delta, ls, dq, dqs, Tq,
-//                                  Tk, D, scale, causal)
+//                                  Tk, D, scale, causal, ...)
 //       grid (ceil(Tq / QROWS), H, B), block 256; QROWS = 64 for db <= 64, else 32.
+//   attention_fwd_d<db>_varlen_<dtype>, attention_bwd_dq_d<db>_varlen_<dtype>: the same
+//       arguments and grids; the launcher calls these when cu_seqlens is given. The kernels
+//       without _varlen ignore cu and ncu (no varlen code is compiled into them).
 // causal is 0 or 1. No dynamic LDS. H, B <= 65535 per launch (grid.y, grid.z).
 //
 // Work layout ("lane groups"): G consecutive lanes own one row (a key in dkdv, a query in dq;
@@ -112,11 +125,14 @@
 
 namespace hipk_attn {
 
-template <int DB> struct FwdCfg {
+template <int DB, bool VARLEN> struct FwdCfg {
   // Lanes per group: 8 columns of each query per lane (d96: 12).
   static constexpr int G = DB == 32 ? 4 : (DB == 128 ? 16 : 8);
-  static constexpr int QPT = DB == 64 || DB == 128 ? 4 : 2;  // queries per lane group
-  static constexpr int ROWS = kThreads / G * QPT;  // queries per block: 128 (db <= 64) or 64
+  // Queries per lane group. The d64 varlen forward takes 2: with 4 its key spans need more
+  // than the 128 VGPRs of 2 waves/SIMD.
+  static constexpr int QPT = (DB == 64 && !VARLEN) || DB == 128 ? 4 : 2;
+  // Queries per block: 128 (db <= 64; d64 varlen: 64) or 64.
+  static constexpr int ROWS = kThreads / G * QPT;
   // Keys per LDS tile: the next tile waits in registers (BKV * DB * 2 / 256 f32 words per
   // thread), so it stays small.
   static constexpr int BKV = DB == 128 ? 8 : 16;
@@ -157,10 +173,10 @@ constexpr float kNoMax = -3.0e38f;
 /// keys (scores, spread, one online-softmax update, gather, p * V). Each float read from LDS
 /// feeds QPT FMAs (one per query). MASK: some key of the tile may be invisible to some query
 /// of the block (causal diagonal or past Tk); otherwise no per-key test is made.
-template <bool MASK, int DB, int G, int QPT, int BKV, int KC>
+template <bool MASK, bool VARLEN, int DB, int G, int QPT, int BKV, int KC>
 __device__ __forceinline__ void fwd_tile(const float* kv_lds, float* sc_lds,
                                          FwdLane<DB, G, QPT, KC>& st, int j0, int g, int Tq,
-                                         int Tk, bool causal) {
+                                         int Tk, bool causal, const int2* spans) {
   using Sp = Spread<G, QPT, KC>;
   constexpr int NC = Slice<DB, G>::NC;
   constexpr int OWN = Sp::OWN;
@@ -185,6 +201,14 @@ __device__ __forceinline__ void fwd_tile(const float* kv_lds, float* sc_lds,
   // its own slice of sc_lds (no other thread reads them) and their running max.
   // Markers beside a scheduling barrier present in both builds: with or without them (see
   // cargo xtask isa-report --verify-markers) the loops compile the same.
+  // MASK with VARLEN: the keys [x, y] each owned query slot sees, read from this thread's
+  // entries of LDS (slot r at spans[r * kThreads], searched once per block rather than once per
+  // tile). Without VARLEN the mask is the bottom-right aligned one, computed in place.
+  int2 span[Sp::OQ];
+  if constexpr (MASK && VARLEN) {
+#pragma unroll
+    for (int r = 0; r < Sp::OQ; ++r) span[r] = spans[r * kThreads];
+  }
   float4 carry = *item(0, 0);
   // The read ahead above the barrier, so the compiler does not merge it with the loop's own
   // (which would move the read to the top of the step, just before its first use).
@@ -225,7 +249,10 @@ __device__ __forceinline__ void fwd_tile(const float* kv_lds, float* sc_lds,
 #pragma unroll
       for (int u = 0; u < Sp::KB; ++u) {
         float x = s[r][u];
-        if constexpr (MASK) {
+        if constexpr (MASK && VARLEN) {
+          const int j = j0 + jc + (u ^ st.tk);
+          x = j >= span[r].x && j <= span[r].y ? x : kNegInf;
+        } else if constexpr (MASK) {
           const int row = st.row0 + (r ^ st.tq);
           const int jmax = row < Tq ? last_key(row, Tq, Tk, causal) : -1;
           x = j0 + jc + (u ^ st.tk) <= jmax ? x : kNegInf;
@@ -290,13 +317,14 @@ __device__ __forceinline__ void fwd_tile(const float* kv_lds, float* sc_lds,
   if constexpr (!MASK) HIPK_HOT_LOOP_END("fwd_pv");
 }
 
-template <typename T, int DB>
+template <typename T, int DB, bool VARLEN>
 __device__ __forceinline__ void fwd(const T* __restrict__ q, Strides qst,
                                     const T* __restrict__ k, Strides kst_,
                                     const T* __restrict__ v, Strides vst_, T* __restrict__ out,
                                     Strides ost, float* __restrict__ lse, RowStrides lst, int Tq,
-                                    int Tk, int D, float scale, int causal_flag) {
-  using Cfg = FwdCfg<DB>;
+                                    int Tk, int D, float scale, int causal_flag, int group,
+                                    const int* __restrict__ cu, int ncu) {
+  using Cfg = FwdCfg<DB, VARLEN>;
   constexpr int G = Cfg::G;
   constexpr int QPT = Cfg::QPT;
   constexpr int BKV = Cfg::BKV;
@@ -315,9 +343,13 @@ __device__ __forceinline__ void fwd(const T* __restrict__ q, Strides qst,
                           : static_cast<int>(blockIdx.x);
   const int q0 = tile * Cfg::ROWS;
   const Rows<const T> q_bh(q, qst);
-  const Rows<const T> k_bh(k, kst_);
-  const Rows<const T> v_bh(v, vst_);
+  // Grouped-query heads: query head blockIdx.y reads key/value head blockIdx.y / group.
+  const int kv_head = static_cast<int>(blockIdx.y) / group;
+  const Rows<const T> k_bh(k, kst_, kv_head);
+  const Rows<const T> v_bh(v, vst_, kv_head);
   const Rows<T> out_bh(out, ost);
+  // Without VARLEN (the kernels called without cu_seqlens) ncu is taken as 0: no varlen code.
+  const SeqMap sm(cu, VARLEN ? ncu : 0, Tq);
   float* lse_bh = stat_rows(lse, lst);
   const bool vec_ok =
       vec4_ok(q, qst) && vec4_ok(k, kst_) && vec4_ok(v, vst_) && vec4_ok(out, ost);
@@ -331,6 +363,17 @@ __device__ __forceinline__ void fwd(const T* __restrict__ q, Strides qst,
   st.tk = tau % KC;
 #pragma unroll
   for (int h = 0; h < Sp::NB; ++h) st.koff[h] = ((h ^ (st.tk / Sp::KB)) * Sp::KB) * DB;
+  // VARLEN: the key span of each owned query slot, in LDS (only this thread reads its entries,
+  // after its own writes: no barrier). The kernels without VARLEN have no such array.
+  const int2* spans = nullptr;
+  if constexpr (VARLEN) {
+    __shared__ int2 span_lds[Sp::OQ * kThreads];
+#pragma unroll
+    for (int r = 0; r < Sp::OQ; ++r) {
+      span_lds[r * kThreads + tid] = key_span(st.row0 + (r ^ st.tq), Tq, Tk, causal, sm);
+    }
+    spans = span_lds + tid;
+  }
 #pragma unroll
   for (int r = 0; r < QPT; ++r) {
     const int i = q0 + (tid / G) * QPT + (r ^ tq);
@@ -341,10 +384,12 @@ __device__ __forceinline__ void fwd(const T* __restrict__ q, Strides qst,
   }
 #pragma unroll
   for (int r = 0; r < Sp::OQ; ++r) st.l[r] = 0.0f;
-  // Keys any row of the block can see: [0, kv_end). Tiles wholly visible to every query of the
-  // block (the first query sees the fewest keys) skip the per-key mask.
-  const int kv_end = max(0, last_key(min(q0 + Cfg::ROWS, Tq) - 1, Tq, Tk, causal) + 1);
-  const int full_end = min(last_key(q0, Tq, Tk, causal) + 1, Tk);  // may be <= 0
+  // Keys any row of the block can see: [kv_begin, kv_end) (kv_begin = 0 without cu_seqlens).
+  // Tiles wholly visible to every query of the block (without cu_seqlens the first query sees
+  // the fewest keys) skip the per-key mask.
+  const KeyRange keys = block_keys(q0, q0 + Cfg::ROWS, Tq, Tk, causal, sm);
+  const int kv_end = keys.end;
+  const int kv_begin = keys.begin / BKV * BKV;  // tiles start at multiples of BKV
 
   // K/V tiles: tile t+1 is loaded into registers while tile t is used from LDS.
   using Stager = TileStager<BKV, DB, T>;
@@ -359,8 +404,8 @@ __device__ __forceinline__ void fwd(const T* __restrict__ q, Strides qst,
       vst.load_checked(v_bh.p, v_bh.seq, Tk, r0, D, vec_ok, tid);
     }
   };
-  if (kv_end > 0) {
-    load_kv(0);
+  if (kv_end > kv_begin) {
+    load_kv(kv_begin);
     kst.store(kv_lds, tid);
     vst.store(kv_lds + BKV * DB, tid);
   }
@@ -376,8 +421,8 @@ __device__ __forceinline__ void fwd(const T* __restrict__ q, Strides qst,
       // Keeps those loads above the tile's LDS reads (the scheduler would sink them to their
       // use, the LDS store below, and expose their latency).
       hipk::sched_fence();
-      fwd_tile<decltype(mask)::value, DB, G, QPT, BKV, KC>(kv_lds, sc_lds, st, j0, g, Tq,
-                                                            Tk, causal);
+      fwd_tile<decltype(mask)::value, VARLEN, DB, G, QPT, BKV, KC>(kv_lds, sc_lds, st, j0, g,
+                                                                    Tq, Tk, causal, spans);
       __syncthreads();  // the tile is no longer read
       if (more) {
         kst.store(kv_lds, tid);
@@ -386,8 +431,12 @@ __device__ __forceinline__ void fwd(const T* __restrict__ q, Strides qst,
       __syncthreads();
     }
   };
-  const int j_full = max(0, min(full_end, kv_end)) / BKV * BKV;
-  tiles(std::false_type{}, 0, j_full);
+  // Whole tiles [kv_begin, j_full), then masked tiles [j_full, kv_end). With cu_seqlens every
+  // tile takes the mask (j_full = kv_begin): a third loop for the masked tiles before the whole
+  // ones (a sequence starting inside a tile) costs the d64 forward spills.
+  const int j_full =
+      sm.on() ? kv_begin : max(0, min(keys.full_end, kv_end)) / BKV * BKV;
+  tiles(std::false_type{}, kv_begin, j_full);
   tiles(std::true_type{}, j_full, kv_end);
 
   // Every lane: the complete l of each of its query slots (all lanes take part).
@@ -399,7 +448,7 @@ __device__ __forceinline__ void fwd(const T* __restrict__ q, Strides qst,
   for (int r = 0; r < QPT; ++r) {
     const int i = q0 + (tid / G) * QPT + (r ^ tq);
     if (i < Tq) {
-      const bool any = lq[r] > 0.0f;
+      const bool any = lq[r] > 0.0f;  // padding of cu_seqlens: every tile masked, l = 0
       st.acc[r].store(out_bh.row(i), D, g, vec_ok, any ? 1.0f / lq[r] : 0.0f);
       // Lane 0 of a group holds its queries in order (tau(0) = 0).
       if (g == 0) lse_bh[i] = any ? (st.m[r] + __log2f(lq[r])) * kLn2 : kNegInf;
@@ -454,7 +503,8 @@ __device__ __forceinline__ void bwd_dkdv(const T* __restrict__ q, Strides qst,
                                          const float* __restrict__ delta, RowStrides lst,
                                          T* __restrict__ dk, Strides dkst, T* __restrict__ dv,
                                          Strides dvst, int Tq, int Tk, int D, float scale,
-                                         int causal_flag) {
+                                         int causal_flag, int group, const int* __restrict__ cu,
+                                         int ncu) {
   using Cfg = BwdCfg<DB>;
   constexpr int G = Cfg::G;
   constexpr int BQ = Cfg::BQ;
@@ -471,9 +521,10 @@ __device__ __forceinline__ void bwd_dkdv(const T* __restrict__ q, Strides qst,
   const bool key_ok = j < Tk;
   const bool vec_ok = vec4_ok(q, qst) && vec4_ok(k, kst) && vec4_ok(v, vst) &&
                       vec4_ok(dout, dost) && vec4_ok(dk, dkst) && vec4_ok(dv, dvst);
-  const float* lse_bh = stat_rows(lse, lst);
-  const float* delta_bh = stat_rows(delta, lst);
+  const SeqMap sm(cu, ncu, Tq);
 
+  // This block's key/value head is blockIdx.y (grid.y = n_kv_heads); its query heads are
+  // blockIdx.y * group + [0, group).
   Slice<DB, G> ks, vs, dks, dvs;
   ks.load(Rows<const T>(k, kst).row(key_ok ? j : 0), key_ok, D, g, vec_ok, 1.0f);
   vs.load(Rows<const T>(v, vst).row(key_ok ? j : 0), key_ok, D, g, vec_ok, 1.0f);
@@ -481,12 +532,30 @@ __device__ __forceinline__ void bwd_dkdv(const T* __restrict__ q, Strides qst,
   dvs.zero();
   const float s2_scale = scale * kLog2e;
 
-  // Query i sees key j iff j <= i + Tk - Tq: the first query any key of the block is visible to.
-  const int i_first = causal ? max(0, j0 - (Tk - Tq)) : 0;
-  const int i_start = (i_first / BQ) * BQ;
-  const Rows<const T> q_bh(q, qst);
-  const Rows<const T> do_bh(dout, dost);
-  for (int i0 = i_start; i0 < Tq; i0 += BQ) {
+  // Without cu_seqlens query i sees key j iff j <= i + Tk - Tq: the queries of the block's
+  // keys start at the first one that sees key j0 and run to Tq. With cu_seqlens they are
+  // those of the sequences of the block's keys, and key j is seen by the queries [i_lo, i_hi)
+  // (none for padding).
+  const int2 queries = block_queries(j0, j0 + Cfg::ROWS, Tq, Tk, causal, sm);
+  const int i_start = (queries.x / BQ) * BQ;
+  // Key j is seen by the queries [i_lo, i_hi): without cu_seqlens i >= j - (Tk - Tq) when
+  // causal (j <= last_key(i)), and i < Tq; none when the key is past Tk.
+  int i_lo = causal ? j - (Tk - Tq) : 0;
+  int i_hi = key_ok ? Tq : 0;
+  if (sm.on()) {
+    const int2 sj = sm.seq(key_ok ? j : Tk);
+    i_lo = causal ? j : sj.x;
+    i_hi = sj.y;
+  }
+  // dk and dv sum over the group's query heads in order, in registers: deterministic.
+#pragma unroll 1
+  for (int hh = 0; hh < group; ++hh) {
+  const int head = static_cast<int>(blockIdx.y) * group + hh;
+  const float* lse_bh = stat_rows(lse, lst, head);
+  const float* delta_bh = stat_rows(delta, lst, head);
+  const Rows<const T> q_bh(q, qst, head);
+  const Rows<const T> do_bh(dout, dost, head);
+  for (int i0 = i_start; i0 < queries.y; i0 += BQ) {
     __syncthreads();
     stage_rows<BQ, DB>(q_lds, q_bh.p, q_bh.seq, Tq, i0, D, vec_ok, tid);
     stage_rows<BQ, DB>(do_lds, do_bh.p, do_bh.seq, Tq, i0, D, vec_ok, tid);
@@ -499,7 +568,7 @@ __device__ __forceinline__ void bwd_dkdv(const T* __restrict__ q, Strides qst,
 #pragma unroll 1  // 4 slices of 16 registers are live; unrolling spills at d128
     for (int r = 0; r < BQ; ++r) {
       const int i = i0 + r;
-      const bool visible = key_ok && i < Tq && j <= last_key(i, Tq, Tk, causal);
+      const bool visible = i >= i_lo && i < i_hi;
       const float s2 = group_sum<G>(ks.dot(q_lds + r * DB, g)) * s2_scale;
       const float dp = group_sum<G>(vs.dot(do_lds + r * DB, g));
       const float p = recompute_p(s2, lse2_lds[r], visible);
@@ -507,6 +576,7 @@ __device__ __forceinline__ void bwd_dkdv(const T* __restrict__ q, Strides qst,
       dvs.axpy(p, do_lds + r * DB, g);
       dks.axpy(ds, q_lds + r * DB, g);
     }
+  }
   }
 
   if (key_ok) {
@@ -528,7 +598,7 @@ template <int DB> struct DqCfg {
   static_assert(ROWS == BwdCfg<DB>::ROWS, "the launcher's dq rows per block");
 };
 
-template <typename T, int DB>
+template <typename T, int DB, bool VARLEN>
 __device__ __forceinline__ void bwd_dq_spread(const T* __restrict__ q, Strides qst,
                                               const T* __restrict__ k, Strides kst,
                                               const T* __restrict__ v, Strides vst,
@@ -536,7 +606,8 @@ __device__ __forceinline__ void bwd_dq_spread(const T* __restrict__ q, Strides q
                                               const float* __restrict__ lse,
                                               const float* __restrict__ delta, RowStrides lst,
                                               T* __restrict__ dq, Strides dqst, int Tq,
-                                              int Tk, int D, float scale, int causal_flag) {
+                                              int Tk, int D, float scale, int causal_flag,
+                                              int group, const int* __restrict__ cu, int ncu) {
   using Cfg = DqCfg<DB>;
   constexpr int G = Cfg::G;
   constexpr int QPT = Cfg::QPT;
@@ -575,15 +646,20 @@ __device__ __forceinline__ void bwd_dq_spread(const T* __restrict__ q, Strides q
   const bool own_ok = own_row < Tq;
   const float lse2 = own_ok ? stat_rows(lse, lst)[own_row] * kLog2e : kNegInf;
   const float dlt = own_ok ? stat_rows(delta, lst)[own_row] : 0.0f;
+  const SeqMap sm(cu, VARLEN ? ncu : 0, Tq);  // no varlen code without VARLEN
+  // The owned query's keys [x, y]; without VARLEN only y (x = 0) is kept live.
+  const int2 span = key_span(own_row, Tq, Tk, causal, sm);
   const int jmax = own_ok ? last_key(own_row, Tq, Tk, causal) : -1;
   // The key blocks of a step in this lane's order: LDS float offsets (Sp::NB of them).
   int koff[Sp::NB];
 #pragma unroll
   for (int h = 0; h < Sp::NB; ++h) koff[h] = ((h ^ (tk / Sp::KB)) * Sp::KB) * DB;
 
-  const int last = max(0, last_key(min(q0 + Cfg::ROWS, Tq) - 1, Tq, Tk, causal) + 1);
-  const Rows<const T> k_bh(k, kst);
-  const Rows<const T> v_bh(v, vst);
+  const KeyRange keys = block_keys(q0, q0 + Cfg::ROWS, Tq, Tk, causal, sm);
+  const int last = keys.end;
+  const int kv_head = static_cast<int>(blockIdx.y) / group;  // grouped-query heads
+  const Rows<const T> k_bh(k, kst, kv_head);
+  const Rows<const T> v_bh(v, vst, kv_head);
   const float* k_g = kv_lds + Slice<DB, G>::col(0, g);
   // Item i of the step at key slot jc: key slot u = (i / NC) % KC, chunk c = i % NC; items
   // [0, KC NC) read K (scores), [KC NC, 2 KC NC) V (dp), [2 KC NC, 3 KC NC) K again (dq).
@@ -607,7 +683,7 @@ __device__ __forceinline__ void bwd_dq_spread(const T* __restrict__ q, Strides q
     }
     if (c == NC - 1) Sp::rs_queries(x, u);
   };
-  for (int j0 = 0; j0 < last; j0 += BKV) {
+  for (int j0 = keys.begin / BKV * BKV; j0 < last; j0 += BKV) {
     __syncthreads();
     stage_rows<BKV, DB>(kv_lds, k_bh.p, k_bh.seq, Tk, j0, D, vec_ok, tid);
     stage_rows<BKV, DB>(kv_lds + BKV * DB, v_bh.p, v_bh.seq, Tk, j0, D, vec_ok, tid);
@@ -636,7 +712,9 @@ __device__ __forceinline__ void bwd_dq_spread(const T* __restrict__ q, Strides q
       // The owned score: p = exp(s - lse), ds = p (dp - delta); then every lane's ds.
       Sp::rs_keys(s);
       Sp::rs_keys(dp);
-      const float p = recompute_p(s[0][0], lse2, j0 + jc + tk <= jmax);
+      const int jo = j0 + jc + tk;
+      const bool seen = VARLEN ? jo >= span.x && jo <= span.y : jo <= jmax;
+      const float p = recompute_p(s[0][0], lse2, seen);
       dp[0][0] = p * (dp[0][0] - dlt);
       Sp::ag_keys(dp);
       stream_lds<kItems>(
@@ -668,7 +746,7 @@ __device__ __forceinline__ void bwd_dq_spread(const T* __restrict__ q, Strides q
 
 /// dq for db 32 and 96 (one query per lane group: a spread over the group would leave 4 B of
 /// LDS per FMA there, and cost d96 its third wave per SIMD).
-template <typename T, int DB>
+template <typename T, int DB, bool VARLEN>
 __device__ __forceinline__ void bwd_dq_rows(const T* __restrict__ q, Strides qst,
                                             const T* __restrict__ k, Strides kst,
                                             const T* __restrict__ v, Strides vst,
@@ -676,7 +754,8 @@ __device__ __forceinline__ void bwd_dq_rows(const T* __restrict__ q, Strides qst
                                             const float* __restrict__ lse,
                                             const float* __restrict__ delta, RowStrides lst,
                                             T* __restrict__ dq, Strides dqst, int Tq, int Tk, int D,
-                                            float scale, int causal_flag) {
+                                            float scale, int causal_flag, int group,
+                                            const int* __restrict__ cu, int ncu) {
   using Cfg = BwdCfg<DB>;
   constexpr int G = Cfg::G;
   constexpr int BKV = Cfg::BKV;
@@ -702,11 +781,15 @@ __device__ __forceinline__ void bwd_dq_rows(const T* __restrict__ q, Strides qst
   const float lse2 = row_ok ? stat_rows(lse, lst)[row] * kLog2e : kNegInf;
   const float dlt = row_ok ? stat_rows(delta, lst)[row] : 0.0f;
 
+  const SeqMap sm(cu, VARLEN ? ncu : 0, Tq);  // no varlen code without VARLEN
+  const int2 span = key_span(i, Tq, Tk, causal, sm);  // this query's keys (VARLEN)
   const int jmax = row_ok ? last_key(i, Tq, Tk, causal) : -1;
-  const int kv_end = max(0, last_key(min(q0 + Cfg::ROWS, Tq) - 1, Tq, Tk, causal) + 1);
-  const Rows<const T> k_bh(k, kst);
-  const Rows<const T> v_bh(v, vst);
-  for (int j0 = 0; j0 < kv_end; j0 += BKV) {
+  const KeyRange keys = block_keys(q0, q0 + Cfg::ROWS, Tq, Tk, causal, sm);
+  const int kv_end = keys.end;
+  const int kv_head = static_cast<int>(blockIdx.y) / group;  // grouped-query heads
+  const Rows<const T> k_bh(k, kst, kv_head);
+  const Rows<const T> v_bh(v, vst, kv_head);
+  for (int j0 = keys.begin / BKV * BKV; j0 < kv_end; j0 += BKV) {
     __syncthreads();
     stage_rows<BKV, DB>(k_lds, k_bh.p, k_bh.seq, Tk, j0, D, vec_ok, tid);
     stage_rows<BKV, DB>(v_lds, v_bh.p, v_bh.seq, Tk, j0, D, vec_ok, tid);
@@ -715,7 +798,9 @@ __device__ __forceinline__ void bwd_dq_rows(const T* __restrict__ q, Strides qst
     for (int u = 0; u < BKV; ++u) {
       const float s2 = group_sum<G>(qs.dot(k_lds + u * DB, g));
       const float dp = group_sum<G>(dos.dot(v_lds + u * DB, g));
-      const float p = recompute_p(s2, lse2, j0 + u <= jmax);
+      const int j = j0 + u;
+      const bool seen = VARLEN ? j >= span.x && j <= span.y : j <= jmax;
+      const float p = recompute_p(s2, lse2, seen);
       dqs.axpy(p * (dp - dlt), k_lds + u * DB, g);
     }
   }
@@ -723,7 +808,7 @@ __device__ __forceinline__ void bwd_dq_rows(const T* __restrict__ q, Strides qst
   if (row_ok) dqs.store(Rows<T>(dq, dqst).row(i), D, g, vec_ok, scale);
 }
 
-template <typename T, int DB>
+template <typename T, int DB, bool VARLEN>
 __device__ __forceinline__ void bwd_dq(const T* __restrict__ q, Strides qst,
                                        const T* __restrict__ k, Strides kst,
                                        const T* __restrict__ v, Strides vst,
@@ -731,13 +816,14 @@ __device__ __forceinline__ void bwd_dq(const T* __restrict__ q, Strides qst,
                                        const float* __restrict__ lse,
                                        const float* __restrict__ delta, RowStrides lst,
                                        T* __restrict__ dq, Strides dqst, int Tq, int Tk, int D,
-                                       float scale, int causal_flag) {
+                                       float scale, int causal_flag, int group,
+                                       const int* __restrict__ cu, int ncu) {
   if constexpr (DqCfg<DB>::QPT > 1) {
-    bwd_dq_spread<T, DB>(q, qst, k, kst, v, vst, dout, dost, lse, delta, lst, dq, dqst, Tq, Tk,
-                         D, scale, causal_flag);
+    bwd_dq_spread<T, DB, VARLEN>(q, qst, k, kst, v, vst, dout, dost, lse, delta, lst, dq, dqst, Tq, Tk,
+                         D, scale, causal_flag, group, cu, ncu);
   } else {
-    bwd_dq_rows<T, DB>(q, qst, k, kst, v, vst, dout, dost, lse, delta, lst, dq, dqst, Tq, Tk, D,
-                       scale, causal_flag);
+    bwd_dq_rows<T, DB, VARLEN>(q, qst, k, kst, v, vst, dout, dost, lse, delta, lst, dq, dqst, Tq, Tk, D,
+                       scale, causal_flag, group, cu, ncu);
   }
 }
 
@@ -749,12 +835,29 @@ __device__ __forceinline__ void bwd_dq(const T* __restrict__ q, Strides qst,
 
 #define HIPK_ATTN_KERNEL(NAME) extern "C" __global__ void __launch_bounds__(256, 2) NAME
 
-#define HIPK_ATTN_FWD(DB, SUFFIX, T)                                                        \
-  HIPK_ATTN_KERNEL(attention_fwd_d##DB##_##SUFFIX)                                          \
+// VARIANT is empty or _varlen; VARLEN the matching bool: the launcher picks the _varlen kernels
+// when cu_seqlens is given, so the others hold no varlen code (and keep their registers).
+#define HIPK_ATTN_FWD_V(DB, VARIANT, VARLEN, SUFFIX, T)                                     \
+  HIPK_ATTN_KERNEL(attention_fwd_d##DB##VARIANT##_##SUFFIX)                                 \
   (const T* q, hipk_attn::Strides qs, const T* k, hipk_attn::Strides ks, const T* v,        \
    hipk_attn::Strides vs, T* out, hipk_attn::Strides os, float* lse,                        \
-   hipk_attn::RowStrides ls, int Tq, int Tk, int D, float scale, int causal) {              \
-    hipk_attn::fwd<T, DB>(q, qs, k, ks, v, vs, out, os, lse, ls, Tq, Tk, D, scale, causal); \
+   hipk_attn::RowStrides ls, int Tq, int Tk, int D, float scale, int causal, int group,     \
+   const int* cu, int ncu) {                                                                \
+    hipk_attn::fwd<T, DB, VARLEN>(q, qs, k, ks, v, vs, out, os, lse, ls, Tq, Tk, D, scale,  \
+                                  causal, group, cu, ncu);                                  \
+  }
+
+#define HIPK_ATTN_FWD(DB, SUFFIX, T)                                                        \
+  HIPK_ATTN_FWD_V(DB, , false, SUFFIX, T) HIPK_ATTN_FWD_V(DB, _varlen, true, SUFFIX, T)
+
+#define HIPK_ATTN_DQ(DB, VARIANT, VARLEN, SUFFIX, T)                                          \
+  HIPK_ATTN_KERNEL(attention_bwd_dq_d##DB##VARIANT##_##SUFFIX)                                \
+  (const T* q, hipk_attn::Strides qs, const T* k, hipk_attn::Strides ks, const T* v,          \
+   hipk_attn::Strides vs, const T* dout, hipk_attn::Strides dos, const float* lse,            \
+   const float* delta, hipk_attn::RowStrides ls, T* dq, hipk_attn::Strides dqs, int Tq,       \
+   int Tk, int D, float scale, int causal, int group, const int* cu, int ncu) {               \
+    hipk_attn::bwd_dq<T, DB, VARLEN>(q, qs, k, ks, v, vs, dout, dos, lse, delta, ls, dq, dqs, \
+                                     Tq, Tk, D, scale, causal, group, cu, ncu);               \
   }
 
 #define HIPK_ATTN_BWD(DB, SUFFIX, T)                                                          \
@@ -762,18 +865,12 @@ __device__ __forceinline__ void bwd_dq(const T* __restrict__ q, Strides qst,
   (const T* q, hipk_attn::Strides qs, const T* k, hipk_attn::Strides ks, const T* v,          \
    hipk_attn::Strides vs, const T* dout, hipk_attn::Strides dos, const float* lse,            \
    const float* delta, hipk_attn::RowStrides ls, T* dk, hipk_attn::Strides dks, T* dv,        \
-   hipk_attn::Strides dvs, int Tq, int Tk, int D, float scale, int causal) {                  \
+   hipk_attn::Strides dvs, int Tq, int Tk, int D, float scale, int causal, int group,       \
+   const int* cu, int ncu) {                                                                  \
     hipk_attn::bwd_dkdv<T, DB>(q, qs, k, ks, v, vs, dout, dos, lse, delta, ls, dk, dks, dv,   \
-                               dvs, Tq, Tk, D, scale, causal);                                \
+                               dvs, Tq, Tk, D, scale, causal, group, cu, ncu);                \
   }                                                                                           \
-  HIPK_ATTN_KERNEL(attention_bwd_dq_d##DB##_##SUFFIX)                                         \
-  (const T* q, hipk_attn::Strides qs, const T* k, hipk_attn::Strides ks, const T* v,          \
-   hipk_attn::Strides vs, const T* dout, hipk_attn::Strides dos, const float* lse,            \
-   const float* delta, hipk_attn::RowStrides ls, T* dq, hipk_attn::Strides dqs, int Tq,       \
-   int Tk, int D, float scale, int causal) {                                                  \
-    hipk_attn::bwd_dq<T, DB>(q, qs, k, ks, v, vs, dout, dos, lse, delta, ls, dq, dqs, Tq, Tk, \
-                             D, scale, causal);                                               \
-  }
+  HIPK_ATTN_DQ(DB, , false, SUFFIX, T) HIPK_ATTN_DQ(DB, _varlen, true, SUFFIX, T)
 
 #define HIPK_ATTN_BUCKETS(SUFFIX, T)                                                          \
   HIPK_ATTN_FWD(32, SUFFIX, T) HIPK_ATTN_FWD(64, SUFFIX, T) HIPK_ATTN_FWD(96, SUFFIX, T)      \

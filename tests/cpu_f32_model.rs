@@ -11,8 +11,8 @@ use hip_kernels::golden::{
     GoldenError, Outputs, TensorData,
 };
 use hip_kernels::ops::{
-    AdamWCase, AttentionBackwardCase, AttentionForwardCase, LayerNormBackwardCase,
-    LayerNormForwardCase, MatmulCase,
+    visible_key_range, AdamWCase, AttentionBackwardCase, AttentionForwardCase,
+    LayerNormBackwardCase, LayerNormForwardCase, MatmulCase,
 };
 use hip_kernels::params::{Element, ShapeError};
 use hip_kernels::with_dtype;
@@ -174,17 +174,21 @@ impl F32Model {
             let (q, k, v) = (f32s::<T>(&c.q, "q")?, f32s::<T>(&c.k, "k")?, f32s::<T>(&c.v, "v")?);
             let (mut out, mut lse) = (vec![0.0f32; q.len()], vec![0.0f32; s.lse_len()?]);
             for bh in 0..s.batch * s.heads {
+                // Grouped-query heads: query head h reads key/value head h / group.
+                let bk = bh / s.heads * s.n_kv_heads + bh % s.heads / s.group();
                 for i in 0..tq {
-                    let n = if self.0 == Bug::TopLeftCausal && s.causal { (i + 1).min(tk) } else { s.visible_keys(i) };
+                    let keys = visible_key_range(&s, c.cu_seqlens.as_deref(), bh / s.heads, i);
+                    let keys = if self.0 == Bug::TopLeftCausal && s.causal { 0..(i + 1).min(tk) } else { keys };
+                    let (j0, n) = (keys.start, keys.len());
                     let qi = &q[(bh * tq + i) * d..][..d];
-                    let sc: Vec<f32> = (0..n).map(|j| s.scale * dot(qi, &k[(bh * tk + j) * d..][..d])).collect();
+                    let sc: Vec<f32> = keys.map(|j| s.scale * dot(qi, &k[(bk * tk + j) * d..][..d])).collect();
                     let mx = sc.iter().copied().fold(f32::NEG_INFINITY, f32::max);
                     let l = if n == 0 { f32::NEG_INFINITY } else { mx + sc.iter().map(|x| (x - mx).exp()).sum::<f32>().ln() };
                     lse[bh * tq + i] = l;
                     let o = &mut out[(bh * tq + i) * d..][..d];
                     for (j, sj) in sc.iter().enumerate() {
                         let p = (sj - l).exp();
-                        for (oo, vv) in o.iter_mut().zip(&v[(bh * tk + j) * d..][..d]) {
+                        for (oo, vv) in o.iter_mut().zip(&v[(bk * tk + j0 + j) * d..][..d]) {
                             *oo = p.mul_add(*vv, *oo);
                         }
                     }
@@ -203,17 +207,18 @@ impl F32Model {
             let (out, dout) = (f32s::<T>(&c.out, "out")?, f32s::<T>(&c.dout, "dout")?);
             let (mut dq, mut dk, mut dv) = (vec![0.0f32; q.len()], vec![0.0f32; k.len()], vec![0.0f32; v.len()]);
             for bh in 0..s.batch * s.heads {
+                let bk = bh / s.heads * s.n_kv_heads + bh % s.heads / s.group();
                 for i in 0..tq {
                     let l = c.lse[bh * tq + i];
-                    let n = s.visible_keys(i);
-                    if n == 0 || l == f32::NEG_INFINITY {
+                    let keys = visible_key_range(&s, c.cu_seqlens.as_deref(), bh / s.heads, i);
+                    if keys.is_empty() || l == f32::NEG_INFINITY {
                         continue;
                     }
                     let row = (bh * tq + i) * d;
                     let (qi, doi) = (&q[row..][..d], &dout[row..][..d]);
                     let big_d = dot(doi, &out[row..][..d]);
-                    for j in 0..n {
-                        let col = (bh * tk + j) * d;
+                    for j in keys {
+                        let col = (bk * tk + j) * d;
                         let p = (s.scale * dot(qi, &k[col..][..d]) - l).exp();
                         let ds = round(p * (dot(doi, &v[col..][..d]) - big_d));
                         let p = round(p);

@@ -118,6 +118,7 @@ fn attention_backward_matches_finite_differences() {
         let s = AttentionParams {
             batch,
             heads,
+            n_kv_heads: heads,
             tq,
             tk,
             head_dim,
@@ -135,6 +136,7 @@ fn attention_backward_matches_finite_differences() {
                 v,
                 out: &mut out,
                 lse: &mut lse,
+                cu_seqlens: None,
             })
             .unwrap();
             (out, lse)
@@ -156,6 +158,7 @@ fn attention_backward_matches_finite_differences() {
             dq: &mut dq,
             dk: &mut dk,
             dv: &mut dv,
+            cu_seqlens: None,
         })
         .unwrap();
         let (q0, k0, v0) = (q.clone(), k.clone(), v.clone());

@@ -97,6 +97,7 @@ fn fwd(params: AttentionParams, q: &[f32], k: &[f32], v: &[f32], out: &mut [f32]
         v,
         out,
         lse,
+        cu_seqlens: None,
     })
     .unwrap();
 }
@@ -107,6 +108,7 @@ fn threaded_attention_equals_per_head_calls() {
     let s = AttentionParams {
         batch: 2,
         heads: 4,
+        n_kv_heads: 4,
         tq: 24,
         tk: 40,
         head_dim: 16,
@@ -137,11 +139,13 @@ fn threaded_attention_equals_per_head_calls() {
         dq: &mut dq,
         dk: &mut dk,
         dv: &mut dv,
+        cu_seqlens: None,
     })
     .unwrap();
     let one = AttentionParams {
         batch: 1,
         heads: 1,
+        n_kv_heads: 1,
         ..s
     };
     let (nq, nk, d) = (s.tq * s.head_dim, s.tk * s.head_dim, s.head_dim);
@@ -166,6 +170,7 @@ fn threaded_attention_equals_per_head_calls() {
             dq: &mut dq1,
             dk: &mut dk1,
             dv: &mut dv1,
+            cu_seqlens: None,
         })
         .unwrap();
         assert_eq!(

@@ -33,6 +33,7 @@ fn params(batch: usize, heads: usize, t: usize, head_dim: usize, causal: bool) -
     AttentionParams {
         batch,
         heads,
+        n_kv_heads: heads,
         tq: t,
         tk: t,
         head_dim,
@@ -99,6 +100,7 @@ fn check_fused<T: DeviceElement>(s: &Stream, rng: &mut Rng, p: AttentionParams) 
         out: &mut out,
         out_layout: bthd,
         lse: &mut lse,
+        cu_seqlens: None,
     })
     .unwrap();
 
@@ -116,6 +118,7 @@ fn check_fused<T: DeviceElement>(s: &Stream, rng: &mut Rng, p: AttentionParams) 
             out: &mut d_out,
             out_layout: bthd,
             lse: &mut d_lse,
+            cu_seqlens: None,
         },
     )
     .unwrap();
@@ -160,6 +163,7 @@ fn check_fused<T: DeviceElement>(s: &Stream, rng: &mut Rng, p: AttentionParams) 
         dq: fused(Qkv::Q),
         dk: fused(Qkv::K),
         dv: fused(Qkv::V),
+        cu_seqlens: None,
     })
     .unwrap();
     let got = fused_backward_device(s, &p, &qkv, &out, &dout, &lse);
@@ -211,6 +215,7 @@ fn fused_backward_device<T: DeviceElement>(
             dq: fused(Qkv::Q),
             dk: fused(Qkv::K),
             dv: fused(Qkv::V),
+            cu_seqlens: None,
         },
     )
     .unwrap();
@@ -288,6 +293,7 @@ fn packed_layout_through_the_strided_api_matches_the_packed_launchers() {
             out: &mut d_out,
             out_layout: packed,
             lse: &mut d_lse,
+            cu_seqlens: None,
         },
     )
     .unwrap();
@@ -315,6 +321,7 @@ fn packed_layout_through_the_strided_api_matches_the_packed_launchers() {
             dq: at(0),
             dk: at(1),
             dv: at(2),
+            cu_seqlens: None,
         },
     )
     .unwrap();
@@ -368,6 +375,7 @@ fn separate_buffers_unequal_lengths_and_untouched_elements() {
             out: &mut out,
             out_layout: lo,
             lse: &mut lse,
+            cu_seqlens: None,
         })
         .unwrap();
         let (bq, bkv) = (upload(&s, &q), upload(&s, &kv));
@@ -392,6 +400,7 @@ fn separate_buffers_unequal_lengths_and_untouched_elements() {
                 out: &mut d_out,
                 out_layout: lo,
                 lse: &mut d_lse,
+                cu_seqlens: None,
             },
         )
         .unwrap();
@@ -464,6 +473,7 @@ fn bad_layouts_and_head_dims_are_typed_errors() {
             out: &mut out,
             out_layout: AttentionLayout::bthd(t, h, d),
             lse: &mut lse,
+            cu_seqlens: None,
         },
     )
     .unwrap_err();
@@ -504,6 +514,7 @@ fn bad_layouts_and_head_dims_are_typed_errors() {
             dq: lay(Qkv::Q),
             dk: lay(Qkv::K),
             dv: lay(Qkv::V),
+            cu_seqlens: None,
         },
     )
     .unwrap_err();

@@ -392,6 +392,7 @@ fn check_attention<T: DeviceElement>(s: &Stream, rng: &mut Rng, shape: Attention
         v: &v,
         out: &mut out,
         lse: &mut lse,
+        cu_seqlens: None,
     })
     .unwrap();
     let (got_out, got_lse) = attention_forward_device(s, &shape, &q, &k, &v).unwrap();
@@ -430,6 +431,7 @@ fn check_attention<T: DeviceElement>(s: &Stream, rng: &mut Rng, shape: Attention
         dq: &mut dq,
         dk: &mut dk,
         dv: &mut dv,
+        cu_seqlens: None,
     })
     .unwrap();
     let got = attention_backward_device(s, &shape, &q, &k, &v, &out, &dout, &lse).unwrap();
@@ -475,6 +477,7 @@ fn attention_random_shapes<T: DeviceElement>() {
                     let shape = AttentionParams {
                         batch: 1,
                         heads: 2,
+                        n_kv_heads: 2,
                         tq,
                         tk,
                         head_dim,
@@ -519,6 +522,7 @@ fn attention_head_dims_off_the_buckets_and_fully_masked_rows() {
         let shape = AttentionParams {
             batch: 1,
             heads: 2,
+            n_kv_heads: 2,
             tq,
             tk,
             head_dim,
@@ -558,6 +562,7 @@ fn attention_backward_is_bit_identical_run_to_run() {
     let shape = AttentionParams {
         batch: 2,
         heads: 3,
+        n_kv_heads: 3,
         tq: 300,
         tk: 257,
         head_dim: 80,
@@ -605,6 +610,7 @@ fn bad_shapes_are_rejected_before_any_launch() {
     let big = AttentionParams {
         batch: 1,
         heads: 1,
+        n_kv_heads: 1,
         tq: 1,
         tk: 1,
         head_dim: 129,
@@ -620,6 +626,7 @@ fn bad_shapes_are_rejected_before_any_launch() {
         v: &x,
         out: &mut o,
         lse: &mut lse,
+        cu_seqlens: None,
     };
     let e = ops::attention_forward(&s, args).unwrap_err();
     assert!(e.to_string().contains("head_dim"), "{e}");

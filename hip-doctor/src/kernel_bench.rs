@@ -147,6 +147,7 @@ fn attention(stream: &Stream) -> Result<Item, String> {
     let s = AttentionParams {
         batch: 1,
         heads: 16,
+        n_kv_heads: 16,
         tq: 2048,
         tk: 2048,
         head_dim: 64,
@@ -173,6 +174,7 @@ fn attention(stream: &Stream) -> Result<Item, String> {
             v: &v,
             out: &mut out,
             lse: &mut lse,
+            cu_seqlens: None,
         };
         ops::attention_forward(stream, a).map_err(|e| e.to_string())?;
         stream.synchronize().map_err(|e| e.to_string())

@@ -51,6 +51,7 @@ fn attention_params() -> AttentionParams {
     AttentionParams {
         batch: 1,
         heads: 2,
+        n_kv_heads: 2,
         tq: 37,
         tk: 53,
         head_dim: 64,
@@ -234,6 +235,7 @@ fn attention_case(dtype: DType) -> AttentionForwardCase {
         q: data(dtype, nq, 15),
         k: data(dtype, nk, 16),
         v: data(dtype, nk, 17),
+        cu_seqlens: None,
     }
 }
 
@@ -258,6 +260,7 @@ fn attention_backward(dtype: DType) -> Result<Box<dyn GoldenCase>, String> {
         q: fwd.q,
         k: fwd.k,
         v: fwd.v,
+        cu_seqlens: None,
         out,
         dout: data(dtype, nq, 18),
     }))

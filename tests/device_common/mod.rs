@@ -250,6 +250,7 @@ pub fn attention_forward_device<T: DeviceElement>(
         q: TensorData::from_slice(q),
         k: TensorData::from_slice(k),
         v: TensorData::from_slice(v),
+        cu_seqlens: None,
     };
     let outs = case.run_device(s)?;
     Ok((output(&outs, "out"), output(&outs, "lse")))
@@ -272,6 +273,7 @@ pub fn attention_backward_device<T: DeviceElement>(
         q: TensorData::from_slice(q),
         k: TensorData::from_slice(k),
         v: TensorData::from_slice(v),
+        cu_seqlens: None,
         out: TensorData::from_slice(out),
         dout: TensorData::from_slice(dout),
         lse: lse.to_vec(),

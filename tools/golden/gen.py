@@ -359,6 +359,12 @@ def main():
     gen_ce.check_definitions(gen_c)
     gen_ce.generate(w, gen_c)
     gen_llama.generate(w, gen_l)
+    # Grouped-query and variable-length attention: its own generator (the cases above stay
+    # byte-identical); definitions asserted against torch's SDPA before writing.
+    import gen_attention_gqa
+    gen_g = torch.Generator().manual_seed(args.seed + 31)
+    gen_attention_gqa.check_definitions(gen_g)
+    gen_attention_gqa.generate(w, gen_g)
     total = sum(os.path.getsize(os.path.join(args.out, f)) for f in os.listdir(args.out)
                 if f.endswith(".safetensors"))
     print(f"wrote {len(w.names)} cases to {args.out} ({total / 1e6:.2f} MB)")

@@ -218,6 +218,7 @@ impl Dims {
         AttentionParams {
             batch: self.batch,
             heads: self.heads,
+            n_kv_heads: self.heads,
             tq: self.seq,
             tk: self.seq,
             head_dim: d,
@@ -566,6 +567,7 @@ impl<T: TrainElement, E: OpRunner> Backend<T> for E {
             out: E::view_mut(out),
             out_layout: d.bthd(),
             lse: E::view_mut(lse),
+            cu_seqlens: None,
         })
     }
 
@@ -602,6 +604,7 @@ impl<T: TrainElement, E: OpRunner> Backend<T> for E {
             dq,
             dk,
             dv,
+            cu_seqlens: None,
         })
     }
 

@@ -240,6 +240,7 @@ pub fn attention_params(d: &Dims) -> AttentionParams {
     AttentionParams {
         batch: d.batch,
         heads: d.heads,
+        n_kv_heads: d.heads,
         tq: d.seq,
         tk: d.seq,
         head_dim,
@@ -320,6 +321,7 @@ pub fn attention_rows(s: &Stream, blas: Option<&Blas>, d: &Dims, effort: Effort)
                 v: &v,
                 out: &mut o,
                 lse: &mut lse,
+                cu_seqlens: None,
             };
             ops::attention_forward(s, a).map_err(|e| e.to_string())
         })?;
@@ -341,6 +343,7 @@ pub fn attention_rows(s: &Stream, blas: Option<&Blas>, d: &Dims, effort: Effort)
                 dq: &mut dq,
                 dk: &mut dk,
                 dv: &mut dv,
+                cu_seqlens: None,
             };
             ops::attention_backward(s, a).map_err(|e| e.to_string())
         })?;

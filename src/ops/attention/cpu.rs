@@ -13,6 +13,7 @@ pub fn attention_forward<T: DeviceElement>(
     a: AttentionForward<'_, Host, T>,
 ) -> Result<(), ShapeError> {
     let (mut o64, mut l64) = (vec![0.0; a.out.len()], vec![0.0; a.lse.len()]);
+    let cu = a.cu_seqlens.map(super::varlen::widen);
     exact::attention_forward(AttentionForward::<Exact, f64> {
         params: a.params,
         q: &widen(a.q),
@@ -20,6 +21,7 @@ pub fn attention_forward<T: DeviceElement>(
         v: &widen(a.v),
         out: &mut o64,
         lse: &mut l64,
+        cu_seqlens: cu.as_deref(),
     })?;
     narrow(&o64, a.out);
     narrow(&l64, a.lse);
@@ -36,6 +38,7 @@ pub fn attention_backward<T: DeviceElement>(
         vec![0.0; a.dk.len()],
         vec![0.0; a.dv.len()],
     );
+    let cu = a.cu_seqlens.map(super::varlen::widen);
     exact::attention_backward(AttentionBackward::<Exact, f64> {
         params: a.params,
         q: &widen(a.q),
@@ -47,6 +50,7 @@ pub fn attention_backward<T: DeviceElement>(
         dq: &mut dq64,
         dk: &mut dk64,
         dv: &mut dv64,
+        cu_seqlens: cu.as_deref(),
     })?;
     narrow(&dq64, a.dq);
     narrow(&dk64, a.dk);
@@ -63,6 +67,7 @@ mod tests {
         AttentionParams {
             batch: 1,
             heads: 1,
+            n_kv_heads: 1,
             tq,
             tk,
             head_dim: 1,
@@ -86,6 +91,7 @@ mod tests {
             v,
             out,
             lse,
+            cu_seqlens: None,
         })
     }
 
@@ -126,6 +132,7 @@ mod tests {
             dq: &mut dq,
             dk: &mut dk,
             dv: &mut dv,
+            cu_seqlens: None,
         })
         .unwrap();
         // One visible key: P = 1, dS = dout·v − dout·out = 0, dv = dout of the last row.

@@ -42,6 +42,15 @@ const fn fwd_rows(bucket: usize) -> usize {
         64
     }
 }
+/// The same for the `_varlen` forward kernels: bucket 64 takes QPT = 2 there (its key spans
+/// would not fit the registers of 2 waves/SIMD with 4).
+const fn fwd_varlen_rows(bucket: usize) -> usize {
+    if bucket <= 32 {
+        128
+    } else {
+        64
+    }
+}
 /// Rows per block of the delta pre-pass (16 lanes per row).
 const DOT_ROWS: usize = 16;
 
@@ -54,6 +63,8 @@ pub struct AttentionPlan {
     pub heads: usize,
     /// Blocks along the queries of the forward kernel.
     pub fwd_blocks: u32,
+    /// Blocks along the queries of the forward kernel with `cu_seqlens` (`_varlen`).
+    pub fwd_varlen_blocks: u32,
     /// Blocks along the keys of the backward dk/dv kernel.
     pub dkdv_blocks: u32,
     /// Blocks along the queries of the backward dq kernel.
@@ -103,6 +114,7 @@ impl AttentionPlan {
             bucket,
             heads,
             fwd_blocks: blocks(shape.tq, fwd_rows(bucket)),
+            fwd_varlen_blocks: blocks(shape.tq, fwd_varlen_rows(bucket)),
             dkdv_blocks: blocks(shape.tk, bwd_rows),
             dq_blocks: blocks(shape.tq, bwd_rows),
         })
@@ -142,6 +154,45 @@ impl AttentionPlan {
         };
         dtype_kernel(by_bucket[bucket], dtype)
     }
+
+    /// The kernel of `stage` for a call with `cu_seqlens`: `attention_fwd_d<bucket>_varlen_<dtype>`
+    /// and `attention_bwd_dq_d<bucket>_varlen_<dtype>` (the masks of variable-length sequences
+    /// are compiled only into these, so the kernels without them keep their registers);
+    /// `attention_bwd_dkdv_d<bucket>_<dtype>` serves both.
+    pub fn varlen_kernel(&self, stage: AttentionStage, dtype: DType) -> &'static str {
+        const FWD: [[&str; 3]; 4] = [
+            names::ATTENTION_FWD_D32_VARLEN,
+            names::ATTENTION_FWD_D64_VARLEN,
+            names::ATTENTION_FWD_D96_VARLEN,
+            names::ATTENTION_FWD_D128_VARLEN,
+        ];
+        const DQ: [[&str; 3]; 4] = [
+            names::ATTENTION_BWD_DQ_D32_VARLEN,
+            names::ATTENTION_BWD_DQ_D64_VARLEN,
+            names::ATTENTION_BWD_DQ_D96_VARLEN,
+            names::ATTENTION_BWD_DQ_D128_VARLEN,
+        ];
+        let bucket = match self.bucket {
+            0..=32 => 0,
+            33..=64 => 1,
+            65..=96 => 2,
+            _ => 3,
+        };
+        match stage {
+            AttentionStage::Forward => dtype_kernel(FWD[bucket], dtype),
+            AttentionStage::BackwardDq => dtype_kernel(DQ[bucket], dtype),
+            AttentionStage::BackwardDkDv => self.kernel(stage, dtype),
+        }
+    }
+
+    /// [`kernel`](Self::kernel) or, with `cu_seqlens`, [`varlen_kernel`](Self::varlen_kernel).
+    fn kernel_for(&self, stage: AttentionStage, dtype: DType, cu: &SeqStarts) -> &'static str {
+        if cu.on() {
+            self.varlen_kernel(stage, dtype)
+        } else {
+            self.kernel(stage, dtype)
+        }
+    }
 }
 
 /// An attention kernel with one instance per head-dim bucket (see [`AttentionPlan::kernel`]).
@@ -155,11 +206,12 @@ pub enum AttentionStage {
     BackwardDq,
 }
 
-/// Per-launch pieces of a batch or head range: `(first, count)`, count ≤ the grid limit.
-fn head_chunks(heads: usize) -> impl Iterator<Item = (usize, usize)> {
+/// Per-launch pieces of a batch or head range: `(first, count)`, count ≤ `step` (at most the
+/// grid limit).
+fn head_chunks(heads: usize, step: usize) -> impl Iterator<Item = (usize, usize)> {
     (0..heads)
-        .step_by(MAX_HEADS_PER_LAUNCH)
-        .map(move |first| (first, (heads - first).min(MAX_HEADS_PER_LAUNCH)))
+        .step_by(step)
+        .map(move |first| (first, (heads - first).min(step)))
 }
 
 /// The kernels' `struct Strides` (kernels/attention.hip): element strides of a strided tensor.
@@ -209,6 +261,7 @@ fn stride(extent: usize, s: usize) -> i64 {
 }
 
 impl View {
+    /// A view of q, out or their gradients (`heads` heads).
     fn new(ptr: DevicePtr, layout: AttentionLayout, shape: &AttentionParams, t: usize) -> View {
         View {
             ptr,
@@ -216,6 +269,14 @@ impl View {
             batch: shape.batch,
             heads: shape.heads,
             t,
+        }
+    }
+
+    /// A view of k, v or their gradients (`n_kv_heads` heads).
+    fn kv(ptr: DevicePtr, layout: AttentionLayout, shape: &AttentionParams) -> View {
+        View {
+            heads: shape.n_kv_heads,
+            ..View::new(ptr, layout, shape, shape.tk)
         }
     }
 
@@ -258,22 +319,73 @@ impl Stats {
     }
 }
 
-/// The scalar tail every attention kernel shares: Tq, Tk, D, scale, causal.
-fn push_dims(b: &mut hip_rt::LaunchBuilder<'_>, shape: &AttentionParams) {
+/// `cu_seqlens` as the kernels take it: its address (null without) and entries per row.
+#[derive(Debug, Clone, Copy)]
+struct SeqStarts {
+    ptr: DevicePtr,
+    per_row: usize,
+}
+
+impl SeqStarts {
+    fn new(
+        stream: &Stream,
+        shape: &AttentionParams,
+        cu: Option<&dyn hip_rt::DeviceView<i32>>,
+    ) -> Result<SeqStarts, OpError> {
+        let per_row = shape.validate_cu_seqlens(cu.map(|c| c.len()))?;
+        let ptr = match cu {
+            Some(c) => ptr(stream, "cu_seqlens", c)?,
+            None => DevicePtr::NULL,
+        };
+        Ok(SeqStarts { ptr, per_row })
+    }
+
+    /// Whether the launches take the starts (`cu_seqlens` given, with a row per batch).
+    fn on(&self) -> bool {
+        self.per_row > 0
+    }
+
+    /// The starts of batch `b0` (null without `cu_seqlens`).
+    fn at(&self, b0: usize) -> DevicePtr {
+        if self.per_row == 0 {
+            DevicePtr::NULL
+        } else {
+            self.ptr.byte_add(b0 * self.per_row * 4)
+        }
+    }
+}
+
+/// The scalar tail every attention kernel shares: Tq, Tk, D, scale, causal, group (query
+/// heads per key/value head), then cu_seqlens of this launch's first batch and its entries
+/// per row (null and 0 without).
+fn push_dims(
+    b: &mut hip_rt::LaunchBuilder<'_>,
+    shape: &AttentionParams,
+    cu: &SeqStarts,
+    b0: usize,
+) {
     b.value(shape.tq as i32)
         .value(shape.tk as i32)
         .value(shape.head_dim as i32)
         .value(shape.scale)
-        .value(i32::from(shape.causal));
+        .value(i32::from(shape.causal))
+        .value(shape.group() as i32)
+        .value(cu.at(b0))
+        .value(cu.per_row as i32);
 }
 
-/// The launches covering every (batch, head): `(first batch, first head, config)`.
+/// The launches covering every batch and every one of `heads` heads: `(first batch, first
+/// head, config)`. Head chunks start at multiples of `align` (the group size, so that a chunk
+/// of query heads starts at a key/value head).
 fn launches(
     grid_x: u32,
-    shape: &AttentionParams,
-) -> impl Iterator<Item = (usize, usize, LaunchConfig)> + '_ {
-    head_chunks(shape.batch).flat_map(move |(b0, nb)| {
-        head_chunks(shape.heads).map(move |(h0, nh)| {
+    batch: usize,
+    heads: usize,
+    align: usize,
+) -> impl Iterator<Item = (usize, usize, LaunchConfig)> {
+    let step = MAX_HEADS_PER_LAUNCH - MAX_HEADS_PER_LAUNCH % align.clamp(1, MAX_HEADS_PER_LAUNCH);
+    head_chunks(batch, MAX_HEADS_PER_LAUNCH).flat_map(move |(b0, nb)| {
+        head_chunks(heads, step).map(move |(h0, nh)| {
             let cfg = LaunchConfig {
                 // nb, nh ≤ MAX_HEADS_PER_LAUNCH < 2^16.
                 grid: (grid_x, nh as u32, nb as u32),
@@ -304,19 +416,21 @@ pub fn attention_forward<T: DeviceElement>(
     let plse = ptr(stream, "lse", a.lse)?;
     let (lq, lk) = (
         AttentionLayout::packed(s.heads, s.tq, s.head_dim),
-        AttentionLayout::packed(s.heads, s.tk, s.head_dim),
+        AttentionLayout::packed(s.n_kv_heads, s.tk, s.head_dim),
     );
+    let cu = SeqStarts::new(stream, s, a.cu_seqlens)?;
     forward::<T>(
         stream,
         s,
         &plan,
         [
             View::new(pq, lq, s, s.tq),
-            View::new(pk, lk, s, s.tk),
-            View::new(pv, lk, s, s.tk),
+            View::kv(pk, lk, s),
+            View::kv(pv, lk, s),
             View::new(pout, lq, s, s.tq),
         ],
         plse,
+        &cu,
     )
 }
 
@@ -336,11 +450,12 @@ pub fn attention_forward_strided<T: DeviceElement>(
     let s = &a.params;
     let plan = AttentionPlan::new(s)?;
     let q = View::new(ptr(stream, "q", a.q.data)?, a.q.layout, s, s.tq);
-    let k = View::new(ptr(stream, "k", a.k.data)?, a.k.layout, s, s.tk);
-    let v = View::new(ptr(stream, "v", a.v.data)?, a.v.layout, s, s.tk);
+    let k = View::kv(ptr(stream, "k", a.k.data)?, a.k.layout, s);
+    let v = View::kv(ptr(stream, "v", a.v.data)?, a.v.layout, s);
     let out = View::new(ptr(stream, "out", a.out)?, a.out_layout, s, s.tq);
     let plse = ptr(stream, "lse", a.lse)?;
-    forward::<T>(stream, s, &plan, [q, k, v, out], plse)
+    let cu = SeqStarts::new(stream, s, a.cu_seqlens)?;
+    forward::<T>(stream, s, &plan, [q, k, v, out], plse, &cu)
 }
 
 /// The forward launches over validated views `[q, k, v, out]`.
@@ -350,6 +465,7 @@ fn forward<T: DeviceElement>(
     plan: &AttentionPlan,
     views: [View; 4],
     plse: DevicePtr,
+    cu: &SeqStarts,
 ) -> Result<(), OpError> {
     if plan.heads == 0 || shape.tq == 0 {
         return Ok(());
@@ -357,26 +473,39 @@ fn forward<T: DeviceElement>(
     let f = kernel_named(
         stream,
         SOURCE,
-        plan.kernel(AttentionStage::Forward, T::DTYPE),
+        plan.kernel_for(AttentionStage::Forward, T::DTYPE, cu),
     )?;
     let stats = Stats {
         heads: shape.heads,
         tq: shape.tq,
     };
-    for (b0, h0, cfg) in launches(plan.fwd_blocks, shape) {
+    let group = shape.group();
+    let [q, k, v, out] = views;
+    let fwd_blocks = if cu.on() {
+        plan.fwd_varlen_blocks
+    } else {
+        plan.fwd_blocks
+    };
+    for (b0, h0, cfg) in launches(fwd_blocks, shape.batch, shape.heads, group) {
         let mut b = stream.launch_builder(&f);
-        for view in &views {
-            view.push::<T>(&mut b, b0, h0);
-        }
+        q.push::<T>(&mut b, b0, h0);
+        // h0 is a multiple of the group (launches()): key/value head h0 / group.
+        k.push::<T>(&mut b, b0, h0 / group);
+        v.push::<T>(&mut b, b0, h0 / group);
+        out.push::<T>(&mut b, b0, h0);
         b.value(stats.at(plse, b0, h0)).value(stats.strides());
-        push_dims(&mut b, shape);
+        push_dims(&mut b, shape, cu, b0);
         // SAFETY: the arguments are attention_fwd_d<bucket>_<T>'s (q, Strides, k, Strides, v,
-        // Strides, out, Strides, lse, RowStrides; Tq, Tk, D: int; scale: float; causal: int)
-        // in order. validate() checked every view's rows (b, h, t) with b < batch, h < heads,
+        // Strides, out, Strides, lse, RowStrides; Tq, Tk, D: int; scale: float; causal, group:
+        // int; cu: const int*; ncu: int) in order. validate() checked every view's rows
+        // (b, h, t) with b < batch, h < its heads (heads for q and out, n_kv_heads for k and v),
         // t < its length, plus head_dim columns, lie inside its buffer, and lse's length; the
-        // launch covers batches b0..b0 + grid.z and heads h0..h0 + grid.y, whose rows are
-        // among those; tq, tk ≤ MAX_T and head_dim ≤ 128 fit an int; the buffers live on the
-        // stream's device and the allocator was told the stream uses them.
+        // launch covers batches b0..b0 + grid.z, query heads h0..h0 + grid.y and key/value
+        // heads (h0 + y) / group < n_kv_heads (heads = group · n_kv_heads), whose rows are
+        // among those; cu holds batch × ncu ints (validated length) from batch b0 on, and the
+        // kernel clamps every value it reads to 0..=Tq before using it; tq, tk ≤ MAX_T and
+        // head_dim ≤ 128 fit an int; the buffers live on the stream's device and the
+        // allocator was told the stream uses them.
         unsafe { b.launch(&cfg) }?;
     }
     Ok(())
@@ -397,22 +526,23 @@ pub fn attention_backward<T: DeviceElement>(
     let plan = AttentionPlan::new(s)?;
     let (lq, lk) = (
         AttentionLayout::packed(s.heads, s.tq, s.head_dim),
-        AttentionLayout::packed(s.heads, s.tk, s.head_dim),
+        AttentionLayout::packed(s.n_kv_heads, s.tk, s.head_dim),
     );
     let inputs = [
         View::new(ptr(stream, "q", a.q)?, lq, s, s.tq),
-        View::new(ptr(stream, "k", a.k)?, lk, s, s.tk),
-        View::new(ptr(stream, "v", a.v)?, lk, s, s.tk),
+        View::kv(ptr(stream, "k", a.k)?, lk, s),
+        View::kv(ptr(stream, "v", a.v)?, lk, s),
         View::new(ptr(stream, "out", a.out)?, lq, s, s.tq),
         View::new(ptr(stream, "dout", a.dout)?, lq, s, s.tq),
     ];
     let plse = ptr(stream, "lse", a.lse)?;
     let grads = [
         View::new(ptr(stream, "dq", a.dq)?, lq, s, s.tq),
-        View::new(ptr(stream, "dk", a.dk)?, lk, s, s.tk),
-        View::new(ptr(stream, "dv", a.dv)?, lk, s, s.tk),
+        View::kv(ptr(stream, "dk", a.dk)?, lk, s),
+        View::kv(ptr(stream, "dv", a.dv)?, lk, s),
     ];
-    backward::<T>(stream, s, &plan, inputs, plse, grads)
+    let cu = SeqStarts::new(stream, s, a.cu_seqlens)?;
+    backward::<T>(stream, s, &plan, inputs, plse, grads, &cu)
 }
 
 /// [`AttentionBackwardStrided`] on `stream`, from the forward's `out` and `lse`: every input
@@ -432,8 +562,8 @@ pub fn attention_backward_strided<T: DeviceElement>(
     let plan = AttentionPlan::new(s)?;
     let inputs = [
         View::new(ptr(stream, "q", a.q.data)?, a.q.layout, s, s.tq),
-        View::new(ptr(stream, "k", a.k.data)?, a.k.layout, s, s.tk),
-        View::new(ptr(stream, "v", a.v.data)?, a.v.layout, s, s.tk),
+        View::kv(ptr(stream, "k", a.k.data)?, a.k.layout, s),
+        View::kv(ptr(stream, "v", a.v.data)?, a.v.layout, s),
         View::new(ptr(stream, "out", a.out.data)?, a.out.layout, s, s.tq),
         View::new(ptr(stream, "dout", a.dout.data)?, a.dout.layout, s, s.tq),
     ];
@@ -441,10 +571,11 @@ pub fn attention_backward_strided<T: DeviceElement>(
     let pd = ptr(stream, "dqkv", a.dqkv)?;
     let grads = [
         View::new(pd, a.dq, s, s.tq),
-        View::new(pd, a.dk, s, s.tk),
-        View::new(pd, a.dv, s, s.tk),
+        View::kv(pd, a.dk, s),
+        View::kv(pd, a.dv, s),
     ];
-    backward::<T>(stream, s, &plan, inputs, plse, grads)
+    let cu = SeqStarts::new(stream, s, a.cu_seqlens)?;
+    backward::<T>(stream, s, &plan, inputs, plse, grads, &cu)
 }
 
 /// The backward launches over validated views: inputs `[q, k, v, out, dout]`, gradients
@@ -456,6 +587,7 @@ fn backward<T: DeviceElement>(
     inputs: [View; 5],
     plse: DevicePtr,
     grads: [View; 3],
+    cu: &SeqStarts,
 ) -> Result<(), OpError> {
     if plan.heads == 0 || (shape.tq == 0 && shape.tk == 0) {
         return Ok(());
@@ -476,7 +608,7 @@ fn backward<T: DeviceElement>(
             SOURCE,
             dtype_kernel(names::ATTENTION_BWD_DOT, dtype),
         )?;
-        for (b0, h0, cfg) in launches(blocks(shape.tq, DOT_ROWS), shape) {
+        for (b0, h0, cfg) in launches(blocks(shape.tq, DOT_ROWS), shape.batch, shape.heads, 1) {
             let mut b = stream.launch_builder(&f);
             out.push::<T>(&mut b, b0, h0);
             dout.push::<T>(&mut b, b0, h0);
@@ -499,42 +631,48 @@ fn backward<T: DeviceElement>(
     let fdq = kernel_named(
         stream,
         SOURCE,
-        plan.kernel(AttentionStage::BackwardDq, dtype),
+        plan.kernel_for(AttentionStage::BackwardDq, dtype, cu),
     )?;
+    let group = shape.group();
+    // Query head h0 (a multiple of the group) and key/value head h0 / group.
     let shared = |b: &mut LaunchBuilder<'_>, b0: usize, h0: usize| {
-        for view in [&q, &k, &v, &dout] {
-            view.push::<T>(b, b0, h0);
-        }
+        q.push::<T>(b, b0, h0);
+        k.push::<T>(b, b0, h0 / group);
+        v.push::<T>(b, b0, h0 / group);
+        dout.push::<T>(b, b0, h0);
         b.value(stats.at(plse, b0, h0))
             .value(stats.at(pdelta, b0, h0))
             .value(stats.strides());
     };
-    for (b0, h0, cfg) in launches(plan.dkdv_blocks, shape) {
+    // dk, dv: one block row per key/value head, looping over its group's query heads.
+    for (b0, kh0, cfg) in launches(plan.dkdv_blocks, shape.batch, shape.n_kv_heads, 1) {
         if plan.dkdv_blocks == 0 {
             break;
         }
         let mut b = stream.launch_builder(&fdkdv);
-        shared(&mut b, b0, h0);
-        dk.push::<T>(&mut b, b0, h0);
-        dv.push::<T>(&mut b, b0, h0);
-        push_dims(&mut b, shape);
+        shared(&mut b, b0, kh0 * group);
+        dk.push::<T>(&mut b, b0, kh0);
+        dv.push::<T>(&mut b, b0, kh0);
+        push_dims(&mut b, shape, cu, b0);
         // SAFETY: attention_bwd_dkdv_d<bucket>_<T>(q, Strides, k, Strides, v, Strides, dout,
         // Strides, lse, delta, RowStrides, dk, Strides, dv, Strides; Tq, Tk, D: int; scale:
-        // float; causal: int) in order; bounds as in the forward (validate() checked every
-        // view), delta holds batch·heads·tq floats; all on the stream's device.
+        // float; causal, group: int; cu: const int*; ncu: int) in order; the launch covers
+        // key/value heads kh0..kh0 + grid.y < n_kv_heads and their query heads
+        // (kh0 + y)·group + 0..group < heads; bounds as in the forward (validate() checked
+        // every view), delta holds batch·heads·tq floats; all on the stream's device.
         unsafe { b.launch(&cfg) }?;
     }
-    for (b0, h0, cfg) in launches(plan.dq_blocks, shape) {
+    for (b0, h0, cfg) in launches(plan.dq_blocks, shape.batch, shape.heads, group) {
         if plan.dq_blocks == 0 {
             break;
         }
         let mut b = stream.launch_builder(&fdq);
         shared(&mut b, b0, h0);
         dq.push::<T>(&mut b, b0, h0);
-        push_dims(&mut b, shape);
+        push_dims(&mut b, shape, cu, b0);
         // SAFETY: attention_bwd_dq_d<bucket>_<T>(q, Strides, k, Strides, v, Strides, dout,
-        // Strides, lse, delta, RowStrides, dq, Strides; Tq, Tk, D: int; scale: float; causal:
-        // int) in order; bounds as above.
+        // Strides, lse, delta, RowStrides, dq, Strides; Tq, Tk, D: int; scale: float; causal,
+        // group: int; cu: const int*; ncu: int) in order; bounds as in the forward.
         unsafe { b.launch(&cfg) }?;
     }
     // `delta` goes back to the allocator on drop; ptr() recorded its use on this stream.
@@ -550,6 +688,7 @@ mod tests {
         AttentionParams {
             batch: 2,
             heads: 3,
+            n_kv_heads: 3,
             tq,
             tk,
             head_dim,
@@ -583,6 +722,13 @@ mod tests {
                     let k = p.kernel(stage, dtype);
                     assert_eq!(k, format!("{prefix}{bucket}_{}", dtype.name()));
                     assert!(names.contains(&k), "{k}");
+                    let kv = p.varlen_kernel(stage, dtype);
+                    let variant = match stage {
+                        AttentionStage::BackwardDkDv => "",
+                        _ => "_varlen",
+                    };
+                    assert_eq!(kv, format!("{prefix}{bucket}{variant}_{}", dtype.name()));
+                    assert!(names.contains(&kv), "{kv}");
                 }
             }
         }
@@ -595,8 +741,11 @@ mod tests {
             (p.heads, p.fwd_blocks, p.dkdv_blocks, p.dq_blocks),
             (6, 8, 1, 16)
         );
+        assert_eq!(p.fwd_varlen_blocks, 16);
+        let p = AttentionPlan::new(&shape(1000, 17, 32)).unwrap();
+        assert_eq!((p.fwd_blocks, p.fwd_varlen_blocks), (8, 8));
         let p = AttentionPlan::new(&shape(1000, 17, 65)).unwrap();
-        assert_eq!(p.fwd_blocks, 16);
+        assert_eq!((p.fwd_blocks, p.fwd_varlen_blocks), (16, 16));
         let p = AttentionPlan::new(&shape(129, 1000, 128)).unwrap();
         assert_eq!((p.fwd_blocks, p.dkdv_blocks, p.dq_blocks), (3, 32, 5));
         let p = AttentionPlan::new(&shape(0, 0, 8)).unwrap();
@@ -647,6 +796,7 @@ mod tests {
         let one = AttentionParams {
             batch: 1,
             heads: 1,
+            n_kv_heads: 1,
             ..s
         };
         let wild = AttentionLayout {
@@ -676,9 +826,10 @@ mod tests {
         let s = AttentionParams {
             batch: 2,
             heads: MAX_HEADS_PER_LAUNCH + 1,
+            n_kv_heads: MAX_HEADS_PER_LAUNCH + 1,
             ..shape(4, 4, 8)
         };
-        let l: Vec<_> = launches(7, &s)
+        let l: Vec<_> = launches(7, s.batch, s.heads, 1)
             .map(|(b0, h0, c)| (b0, h0, c.grid))
             .collect();
         let m = MAX_HEADS_PER_LAUNCH;
@@ -686,17 +837,29 @@ mod tests {
         let s = AttentionParams {
             batch: m + 2,
             heads: 3,
+            n_kv_heads: 3,
             ..s
         };
-        let l: Vec<_> = launches(1, &s)
+        let l: Vec<_> = launches(1, s.batch, s.heads, 1)
             .map(|(b0, h0, c)| (b0, h0, c.grid))
             .collect();
         assert_eq!(l, vec![(0, 0, (1, 3, m as u32)), (m, 0, (1, 3, 2))]);
     }
 
     #[test]
+    fn query_head_launches_start_at_a_key_value_head() {
+        // group 7: 65535 = 7 · 9362 + 1, so chunks of 65534 query heads (9362 groups).
+        let l: Vec<_> = launches(1, 1, 2 * MAX_HEADS_PER_LAUNCH, 7)
+            .map(|(_, h0, c)| (h0, c.grid.1))
+            .collect();
+        assert_eq!(l, vec![(0, 65534), (65534, 65534), (131068, 2)]);
+        assert!(l.iter().all(|(h0, _)| h0 % 7 == 0));
+    }
+
+    #[test]
     fn head_chunks_split_at_the_grid_limit() {
-        let chunks: Vec<_> = head_chunks(2 * MAX_HEADS_PER_LAUNCH + 5).collect();
+        let chunks: Vec<_> =
+            head_chunks(2 * MAX_HEADS_PER_LAUNCH + 5, MAX_HEADS_PER_LAUNCH).collect();
         assert_eq!(
             chunks,
             vec![
@@ -705,6 +868,6 @@ mod tests {
                 (2 * MAX_HEADS_PER_LAUNCH, 5)
             ]
         );
-        assert_eq!(head_chunks(0).count(), 0);
+        assert_eq!(head_chunks(0, 7).count(), 0);
     }
 }

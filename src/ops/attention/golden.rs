@@ -39,10 +39,12 @@ pub struct AttentionForwardCase {
     pub params: AttentionParams,
     /// `[B, H, Tq, D]`.
     pub q: TensorData,
-    /// `[B, H, Tk, D]`.
+    /// `[B, K, Tk, D]` (K = `n_kv_heads`).
     pub k: TensorData,
-    /// `[B, H, Tk, D]`.
+    /// `[B, K, Tk, D]`.
     pub v: TensorData,
+    /// Variable-length sequences `[B, n + 1]` (int32), if any.
+    pub cu_seqlens: Option<Vec<i32>>,
 }
 
 /// Inputs of an `attention_backward` case.
@@ -52,10 +54,12 @@ pub struct AttentionBackwardCase {
     pub params: AttentionParams,
     /// `[B, H, Tq, D]`.
     pub q: TensorData,
-    /// `[B, H, Tk, D]`.
+    /// `[B, K, Tk, D]` (K = `n_kv_heads`).
     pub k: TensorData,
-    /// `[B, H, Tk, D]`.
+    /// `[B, K, Tk, D]`.
     pub v: TensorData,
+    /// Variable-length sequences `[B, n + 1]` (int32), if any.
+    pub cu_seqlens: Option<Vec<i32>>,
     /// Saved forward output `[B, H, Tq, D]`.
     pub out: TensorData,
     /// Gradient of `out`.
@@ -75,6 +79,7 @@ struct Common {
     q: TensorData,
     k: TensorData,
     v: TensorData,
+    cu_seqlens: Option<Vec<i32>>,
 }
 
 fn common(r: &mut CaseReader<'_>) -> Result<Common, GoldenError> {
@@ -84,23 +89,33 @@ fn common(r: &mut CaseReader<'_>) -> Result<Common, GoldenError> {
     let [batch, heads, tq, head_dim] = q_shape[..] else {
         return Err(r.shape_err("q", "[B, H, Tq, D]".into(), &q_shape));
     };
-    let tk = match k_shape[..] {
-        [_, _, tk, _] => tk,
-        _ => return Err(r.shape_err("k", "[B, H, Tk, D]".into(), &k_shape)),
+    // k: [B, K, Tk, D] with K key/value heads (grouped-query attention when K < H).
+    let (n_kv_heads, tk) = match k_shape[..] {
+        [_, kv, tk, _] => (kv, tk),
+        _ => return Err(r.shape_err("k", "[B, K, Tk, D]".into(), &k_shape)),
     };
     let params = AttentionParams {
         batch,
         heads,
+        n_kv_heads,
         tq,
         tk,
         head_dim,
         causal,
         scale,
     };
-    let kv_shape = vec![batch, heads, tk, head_dim];
+    let kv_shape = vec![batch, n_kv_heads, tk, head_dim];
     let q = r.take("q", Want::Case, dtype, None)?.data;
     let k = r.take("k", Want::Case, dtype, Some(&kv_shape))?.data;
     let v = r.take("v", Want::Case, dtype, Some(&kv_shape))?.data;
+    let cu_seqlens = match r.take_i32("cu_seqlens", None) {
+        Ok((shape, cu)) => match shape[..] {
+            [b, _] if b == batch => Some(cu),
+            _ => return Err(r.shape_err("cu_seqlens", "[B, n + 1]".into(), &shape)),
+        },
+        Err(GoldenError::MissingTensor { .. }) => None,
+        Err(e) => return Err(e),
+    };
     Ok(Common {
         params,
         dtype,
@@ -109,6 +124,7 @@ fn common(r: &mut CaseReader<'_>) -> Result<Common, GoldenError> {
         q,
         k,
         v,
+        cu_seqlens,
     })
 }
 
@@ -127,6 +143,7 @@ fn parse_forward(r: &mut CaseReader<'_>) -> Result<Case, GoldenError> {
         q: c.q,
         k: c.k,
         v: c.v,
+        cu_seqlens: c.cu_seqlens,
     };
     Ok(r.finish(c.dtype, Box::new(case), expected))
 }
@@ -152,6 +169,7 @@ fn parse_backward(r: &mut CaseReader<'_>) -> Result<Case, GoldenError> {
         q: c.q,
         k: c.k,
         v: c.v,
+        cu_seqlens: c.cu_seqlens,
         out,
         dout,
         lse,
@@ -176,6 +194,7 @@ impl GoldenCase for AttentionForwardCase {
                 v: self.v.typed::<T>(OP, "v")?,
                 out: &mut out,
                 lse: &mut lse,
+                cu_seqlens: self.cu_seqlens.as_deref(),
             })?;
             Ok(vec![("out", TensorData::from_slice(&out)), ("lse", TensorData::F32(lse))])
         })
@@ -187,6 +206,7 @@ impl GoldenCase for AttentionForwardCase {
             let (dq, dk, dv) = (upload(s, q)?, upload(s, self.k.typed::<T>(OP, "k")?)?, upload(s, self.v.typed::<T>(OP, "v")?)?);
             let mut out = DeviceBuffer::<T>::zeroed(s, q.len())?;
             let mut lse = DeviceBuffer::<f32>::zeroed(s, self.params.lse_len()?)?;
+            let cu = self.cu_seqlens.as_deref().map(|c| DeviceBuffer::from_slice(s, c)).transpose()?;
             ops::attention_forward(s, AttentionForward {
                 params: self.params,
                 q: &dq,
@@ -194,6 +214,7 @@ impl GoldenCase for AttentionForwardCase {
                 v: &dv,
                 out: &mut out,
                 lse: &mut lse,
+                cu_seqlens: cu.as_ref().map(|c| c as _),
             })?;
             Ok(vec![("out", download(s, &out)?), ("lse", TensorData::F32(download_f32(s, &lse)?))])
         })
@@ -229,6 +250,7 @@ impl GoldenCase for AttentionBackwardCase {
                 dq: &mut dq,
                 dk: &mut dk,
                 dv: &mut dv,
+                cu_seqlens: self.cu_seqlens.as_deref(),
             })?;
             Ok(vec![
                 ("dq", TensorData::from_slice(&dq)),
@@ -249,6 +271,7 @@ impl GoldenCase for AttentionBackwardCase {
             let mut dq = upload(s, &vec![nan; q.len()])?;
             let mut dk = upload(s, &vec![nan; k.len()])?;
             let mut dv = upload(s, &vec![nan; v.len()])?;
+            let cu = self.cu_seqlens.as_deref().map(|c| DeviceBuffer::from_slice(s, c)).transpose()?;
             ops::attention_backward(s, AttentionBackward {
                 params: self.params,
                 q: &bq,
@@ -260,6 +283,7 @@ impl GoldenCase for AttentionBackwardCase {
                 dq: &mut dq,
                 dk: &mut dk,
                 dv: &mut dv,
+                cu_seqlens: cu.as_ref().map(|c| c as _),
             })?;
             Ok(vec![("dq", download(s, &dq)?), ("dk", download(s, &dk)?), ("dv", download(s, &dv)?)])
         })

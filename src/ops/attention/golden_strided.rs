@@ -73,6 +73,7 @@ fn parse(r: &mut CaseReader<'_>, backward: bool) -> Result<Case, GoldenError> {
     let params = AttentionParams {
         batch,
         heads,
+        n_kv_heads: heads,
         tq: t,
         tk: t,
         head_dim,
@@ -143,6 +144,7 @@ impl GoldenCase for AttentionStridedCase {
                     cpu::attention_forward_strided(AttentionForwardStrided::<Host, T> {
                         params: p, q: view(Qkv::Q), k: view(Qkv::K), v: view(Qkv::V),
                         out: &mut out, out_layout, lse: &mut lse,
+                        cu_seqlens: None,
                     })?;
                     Ok(vec![("out", TensorData::from_slice(&out)), ("lse", TensorData::F32(lse))])
                 }
@@ -155,6 +157,7 @@ impl GoldenCase for AttentionStridedCase {
                         lse,
                         dqkv: &mut dqkv,
                         dq: self.qkv_layout(Qkv::Q), dk: self.qkv_layout(Qkv::K), dv: self.qkv_layout(Qkv::V),
+                        cu_seqlens: None,
                     })?;
                     Ok(vec![("dqkv", TensorData::from_slice(&dqkv))])
                 }
@@ -178,6 +181,7 @@ impl GoldenCase for AttentionStridedCase {
                     ops::attention_forward_strided(s, AttentionForwardStrided {
                         params: p, q: view(Qkv::Q), k: view(Qkv::K), v: view(Qkv::V),
                         out: &mut out, out_layout, lse: &mut lse,
+                        cu_seqlens: None,
                     })?;
                     Ok(vec![("out", download(s, &out)?), ("lse", TensorData::F32(download_f32(s, &lse)?))])
                 }
@@ -193,6 +197,7 @@ impl GoldenCase for AttentionStridedCase {
                         lse: &blse,
                         dqkv: &mut dqkv,
                         dq: self.qkv_layout(Qkv::Q), dk: self.qkv_layout(Qkv::K), dv: self.qkv_layout(Qkv::V),
+                        cu_seqlens: None,
                     })?;
                     Ok(vec![("dqkv", download(s, &dqkv)?)])
                 }

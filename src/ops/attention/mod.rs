@@ -13,6 +13,7 @@ mod golden;
 #[cfg(feature = "golden")]
 mod golden_strided;
 mod strided;
+pub(crate) mod varlen;
 
 pub use device::{
     attention_backward, attention_backward_strided, attention_forward, attention_forward_strided,
@@ -27,6 +28,7 @@ pub use golden_strided::AttentionStridedCase;
 pub use strided::{
     AttentionBackwardStrided, AttentionForwardStrided, AttentionLayout, Qkv, Strided,
 };
+pub use varlen::{check_cu_seqlens, visible_key_range};
 
 use crate::params::{check_len, checked_len, invalid, ShapeError, Space, TensorLen};
 
@@ -39,8 +41,12 @@ use crate::params::{check_len, checked_len, invalid, ShapeError, Space, TensorLe
 pub struct AttentionParams {
     /// Batch size.
     pub batch: usize,
-    /// Number of heads.
+    /// Number of query heads H.
     pub heads: usize,
+    /// Number of key/value heads K (grouped-query attention): `heads % n_kv_heads == 0` and
+    /// query head `h` reads key/value head `h / (heads / n_kv_heads)`. `n_kv_heads = heads` is
+    /// multi-head attention, 1 multi-query.
+    pub n_kv_heads: usize,
     /// Query length.
     pub tq: usize,
     /// Key/value length.
@@ -72,13 +78,19 @@ impl AttentionParams {
         )
     }
 
-    /// Elements of `k`, `v`, `dk`, `dv`.
+    /// Elements of `k`, `v`, `dk`, `dv` (`[batch, n_kv_heads, tk, head_dim]`).
     pub fn kv_len(&self) -> Result<usize, ShapeError> {
         checked_len(
             Self::OP,
             "k",
-            &[self.batch, self.heads, self.tk, self.head_dim],
+            &[self.batch, self.n_kv_heads, self.tk, self.head_dim],
         )
+    }
+
+    /// Query heads per key/value head, `heads / n_kv_heads` (1 when `n_kv_heads` is 0, which
+    /// validation rejects unless `heads` is 0 too).
+    pub fn group(&self) -> usize {
+        self.heads.checked_div(self.n_kv_heads).unwrap_or(1).max(1)
     }
 
     /// Elements of `lse`.
@@ -97,12 +109,26 @@ impl AttentionParams {
         }
     }
 
+    /// Check the length of `cu_seqlens` (when given); returns its entries per row.
+    pub(crate) fn validate_cu_seqlens(&self, len: Option<usize>) -> Result<usize, ShapeError> {
+        len.map_or(Ok(0), |n| varlen::entries_per_row(self, n))
+    }
+
     fn validate_qkv(&self, q: usize, k: usize, v: usize, lse: usize) -> Result<(), ShapeError> {
         if !self.scale.is_finite() {
             return Err(invalid(Self::OP, "scale", self.scale, "must be finite"));
         }
         if self.head_dim == 0 {
             return Err(invalid(Self::OP, "head_dim", 0, "must be at least 1"));
+        }
+        let (h, kv) = (self.heads, self.n_kv_heads);
+        if (kv == 0 && h != 0) || (kv != 0 && h % kv != 0) {
+            return Err(invalid(
+                Self::OP,
+                "n_kv_heads",
+                format!("{kv} (heads = {h})"),
+                "must divide heads (heads % n_kv_heads == 0), e.g. n_kv_heads = heads for multi-head or 1 for multi-query attention",
+            ));
         }
         check_len(Self::OP, "q", self.q_len()?, q)?;
         check_len(Self::OP, "k", self.kv_len()?, k)?;
@@ -118,14 +144,18 @@ pub struct AttentionForward<'a, S: Space, T: hip_rt::Element> {
     pub params: AttentionParams,
     /// Queries `[batch, heads, tq, head_dim]`.
     pub q: S::In<'a, T>,
-    /// Keys `[batch, heads, tk, head_dim]`.
+    /// Keys `[batch, n_kv_heads, tk, head_dim]`.
     pub k: S::In<'a, T>,
-    /// Values `[batch, heads, tk, head_dim]`.
+    /// Values `[batch, n_kv_heads, tk, head_dim]`.
     pub v: S::In<'a, T>,
     /// Output `[batch, heads, tq, head_dim]`.
     pub out: S::Out<'a, T>,
     /// Log-sum-exp per query `[batch, heads, tq]`.
     pub lse: S::Out<'a, f32>,
+    /// Variable-length sequences: `batch × (n + 1)` sequence starts (see
+    /// [`check_cu_seqlens`]); attention stays inside each sequence, padding positions give 0.
+    /// `None`: every row is one sequence of `tq` queries and `tk` keys.
+    pub cu_seqlens: Option<S::In<'a, i32>>,
 }
 
 impl<S: Space, T: hip_rt::Element> AttentionForward<'_, S, T> {
@@ -139,7 +169,9 @@ impl<S: Space, T: hip_rt::Element> AttentionForward<'_, S, T> {
             self.v.numel(),
             self.lse.numel(),
         )?;
-        check_len(AttentionParams::OP, "out", p.q_len()?, self.out.numel())
+        check_len(AttentionParams::OP, "out", p.q_len()?, self.out.numel())?;
+        p.validate_cu_seqlens(self.cu_seqlens.as_ref().map(|c| c.numel()))?;
+        Ok(())
     }
 }
 
@@ -151,9 +183,9 @@ pub struct AttentionBackward<'a, S: Space, T: hip_rt::Element> {
     pub params: AttentionParams,
     /// Queries `[batch, heads, tq, head_dim]`.
     pub q: S::In<'a, T>,
-    /// Keys `[batch, heads, tk, head_dim]`.
+    /// Keys `[batch, n_kv_heads, tk, head_dim]`.
     pub k: S::In<'a, T>,
-    /// Values `[batch, heads, tk, head_dim]`.
+    /// Values `[batch, n_kv_heads, tk, head_dim]`.
     pub v: S::In<'a, T>,
     /// The forward's output `[batch, heads, tq, head_dim]`.
     pub out: S::In<'a, T>,
@@ -167,6 +199,10 @@ pub struct AttentionBackward<'a, S: Space, T: hip_rt::Element> {
     pub dk: S::Out<'a, T>,
     /// Gradient of `v`.
     pub dv: S::Out<'a, T>,
+    /// Variable-length sequences: `batch × (n + 1)` sequence starts (see
+    /// [`check_cu_seqlens`]); attention stays inside each sequence, padding positions give 0.
+    /// The forward's; `None`: every row is one sequence of `tq` queries and `tk` keys.
+    pub cu_seqlens: Option<S::In<'a, i32>>,
 }
 
 impl<S: Space, T: hip_rt::Element> AttentionBackward<'_, S, T> {
@@ -185,7 +221,9 @@ impl<S: Space, T: hip_rt::Element> AttentionBackward<'_, S, T> {
         check_len(op, "dout", p.q_len()?, self.dout.numel())?;
         check_len(op, "dq", p.q_len()?, self.dq.numel())?;
         check_len(op, "dk", p.kv_len()?, self.dk.numel())?;
-        check_len(op, "dv", p.kv_len()?, self.dv.numel())
+        check_len(op, "dv", p.kv_len()?, self.dv.numel())?;
+        p.validate_cu_seqlens(self.cu_seqlens.as_ref().map(|c| c.numel()))?;
+        Ok(())
     }
 }
 
@@ -198,6 +236,7 @@ mod tests {
         let s = AttentionParams {
             batch: 1,
             heads: 1,
+            n_kv_heads: 1,
             tq: 2,
             tk: 5,
             head_dim: 4,
@@ -219,6 +258,7 @@ mod tests {
         let s = AttentionParams {
             batch: 1,
             heads: 1,
+            n_kv_heads: 1,
             tq: 1,
             tk: usize::MAX,
             head_dim: 1,
@@ -246,6 +286,7 @@ mod tests {
         let a = AttentionParams {
             batch: half,
             heads: half,
+            n_kv_heads: half,
             tq: 0,
             tk: 0,
             head_dim: 1,

@@ -68,6 +68,31 @@ impl AttentionLayout {
         }
     }
 
+    /// One of q, k, v inside the fused projection of grouped-query attention
+    /// `[batch, seq, heads + 2·kv_heads, head_dim]`: the `heads` query heads, then the `kv_heads`
+    /// key heads, then the `kv_heads` value heads of each position (LLaMA's q, k, v projections
+    /// fused into one GEMM). With `kv_heads = heads` it is [`Self::fused_qkv`].
+    pub const fn fused_qkv_grouped(
+        which: Qkv,
+        seq: usize,
+        heads: usize,
+        kv_heads: usize,
+        head_dim: usize,
+    ) -> Self {
+        let offset = match which {
+            Qkv::Q => 0,
+            Qkv::K => heads * head_dim,
+            Qkv::V => (heads + kv_heads) * head_dim,
+        };
+        let row = (heads + 2 * kv_heads) * head_dim;
+        Self {
+            offset,
+            batch_stride: seq * row,
+            head_stride: head_dim,
+            seq_stride: row,
+        }
+    }
+
     /// Start of row `(b, h, t)` (no overflow once [`Self::validate`] has passed).
     pub fn row(&self, b: usize, h: usize, t: usize) -> usize {
         self.offset + b * self.batch_stride + h * self.head_stride + t * self.seq_stride
@@ -134,6 +159,8 @@ pub struct AttentionForwardStrided<'a, S: Space, T: hip_rt::Element> {
     pub out_layout: AttentionLayout,
     /// Packed `[batch, heads, tq]` log-sum-exp (f32, overwritten).
     pub lse: S::Out<'a, f32>,
+    /// Variable-length sequences, as [`AttentionForward::cu_seqlens`].
+    pub cu_seqlens: Option<S::In<'a, i32>>,
 }
 
 /// [`AttentionBackward`] with every input read through its layout and dq, dk, dv written into
@@ -162,6 +189,8 @@ pub struct AttentionBackwardStrided<'a, S: Space, T: hip_rt::Element> {
     pub dk: AttentionLayout,
     /// Placement of dv rows in `dqkv`.
     pub dv: AttentionLayout,
+    /// Variable-length sequences, as [`AttentionForward::cu_seqlens`].
+    pub cu_seqlens: Option<S::In<'a, i32>>,
 }
 
 impl<S: Space, T: hip_rt::Element> AttentionForwardStrided<'_, S, T> {
@@ -169,13 +198,15 @@ impl<S: Space, T: hip_rt::Element> AttentionForwardStrided<'_, S, T> {
     /// disjointness is checked by the CPU reference (it needs the whole index set).
     pub fn validate(&self) -> Result<(), ShapeError> {
         let p = &self.params;
-        let (qd, kd) = (dims(p, p.tq), dims(p, p.tk));
+        let (qd, kd) = (dims(p, p.tq), kv_dims(p, p.tk));
         let (ql, kl) = (p.q_len()?, p.kv_len()?);
         p.validate_qkv(ql, kl, kl, self.lse.numel())?;
         self.q.layout.validate(OP, "q", qd, self.q.data.numel())?;
         self.k.layout.validate(OP, "k", kd, self.k.data.numel())?;
         self.v.layout.validate(OP, "v", kd, self.v.data.numel())?;
-        self.out_layout.validate(OP, "out", qd, self.out.numel())
+        self.out_layout.validate(OP, "out", qd, self.out.numel())?;
+        p.validate_cu_seqlens(self.cu_seqlens.as_ref().map(|c| c.numel()))?;
+        Ok(())
     }
 }
 
@@ -183,7 +214,7 @@ impl<S: Space, T: hip_rt::Element> AttentionBackwardStrided<'_, S, T> {
     /// Check the params, `lse` and every layout against its buffer (in bounds).
     pub fn validate(&self) -> Result<(), ShapeError> {
         let p = &self.params;
-        let (qd, kd) = (dims(p, p.tq), dims(p, p.tk));
+        let (qd, kd) = (dims(p, p.tq), kv_dims(p, p.tk));
         let (ql, kl) = (p.q_len()?, p.kv_len()?);
         p.validate_qkv(ql, kl, kl, self.lse.numel())?;
         for (name, view, d) in [
@@ -198,14 +229,22 @@ impl<S: Space, T: hip_rt::Element> AttentionBackwardStrided<'_, S, T> {
         let n = self.dqkv.numel();
         self.dq.validate(OP, "dq", qd, n)?;
         self.dk.validate(OP, "dk", kd, n)?;
-        self.dv.validate(OP, "dv", kd, n)
+        self.dv.validate(OP, "dv", kd, n)?;
+        p.validate_cu_seqlens(self.cu_seqlens.as_ref().map(|c| c.numel()))?;
+        Ok(())
     }
 }
 
 const OP: &str = "attention";
 
+/// `[batch, heads, t, head_dim]` of q, out and their gradients.
 fn dims(shape: &AttentionParams, t: usize) -> [usize; 4] {
     [shape.batch, shape.heads, t, shape.head_dim]
+}
+
+/// `[batch, n_kv_heads, t, head_dim]` of k, v and their gradients.
+fn kv_dims(shape: &AttentionParams, t: usize) -> [usize; 4] {
+    [shape.batch, shape.n_kv_heads, t, shape.head_dim]
 }
 
 /// Copy a validated view into a packed f64 `[batch, heads, t, head_dim]` vector.
@@ -282,7 +321,7 @@ pub fn attention_forward_strided<T: DeviceElement>(
 ) -> Result<(), ShapeError> {
     a.validate()?;
     let p = a.params;
-    let (qd, kd) = (dims(&p, p.tq), dims(&p, p.tk));
+    let (qd, kd) = (dims(&p, p.tq), kv_dims(&p, p.tk));
     claim(&mut vec![false; a.out.len()], &[("out", &a.out_layout, qd)])?;
     let mut o64 = vec![0.0; p.q_len()?];
     let mut l64 = vec![0.0; a.lse.len()];
@@ -293,6 +332,7 @@ pub fn attention_forward_strided<T: DeviceElement>(
         v: &gather(&a.v, kd),
         out: &mut o64,
         lse: &mut l64,
+        cu_seqlens: a.cu_seqlens.map(super::varlen::widen).as_deref(),
     })?;
     scatter(&o64, a.out, &a.out_layout, qd);
     for (l, x) in a.lse.iter_mut().zip(&l64) {
@@ -313,7 +353,7 @@ pub fn attention_backward_strided<T: DeviceElement>(
 ) -> Result<(), ShapeError> {
     a.validate()?;
     let p = a.params;
-    let (qd, kd) = (dims(&p, p.tq), dims(&p, p.tk));
+    let (qd, kd) = (dims(&p, p.tq), kv_dims(&p, p.tk));
     let (ql, kl) = (p.q_len()?, p.kv_len()?);
     claim(
         &mut vec![false; a.dqkv.len()],
@@ -332,6 +372,7 @@ pub fn attention_backward_strided<T: DeviceElement>(
         dq: &mut dq64,
         dk: &mut dk64,
         dv: &mut dv64,
+        cu_seqlens: a.cu_seqlens.map(super::varlen::widen).as_deref(),
     })?;
     scatter(&dq64, a.dqkv, &a.dq, qd);
     scatter(&dk64, a.dqkv, &a.dk, kd);
@@ -353,6 +394,7 @@ mod tests {
         AttentionParams {
             batch: 2,
             heads: 3,
+            n_kv_heads: 3,
             tq: 5,
             tk: 5,
             head_dim: 4,
@@ -396,6 +438,7 @@ mod tests {
             v: &v,
             out: &mut out_p,
             lse: &mut lse_p,
+            cu_seqlens: None,
         })
         .unwrap();
         let lay = fused;
@@ -409,6 +452,7 @@ mod tests {
             out: &mut out_s,
             out_layout: bthd,
             lse: &mut lse_s,
+            cu_seqlens: None,
         })
         .unwrap();
         assert_eq!(lse_s, lse_p);
@@ -434,6 +478,7 @@ mod tests {
             dq: &mut dq,
             dk: &mut dk,
             dv: &mut dv,
+            cu_seqlens: None,
         })
         .unwrap();
         // dout packed; out read through the bthd layout of out_s.
@@ -456,6 +501,7 @@ mod tests {
             dq: fused(Qkv::Q),
             dk: fused(Qkv::K),
             dv: fused(Qkv::V),
+            cu_seqlens: None,
         })
         .unwrap();
         for (w, want) in [(Qkv::Q, &dq), (Qkv::K, &dk), (Qkv::V, &dv)] {
@@ -492,6 +538,7 @@ mod tests {
             out: &mut out,
             out_layout: AttentionLayout::bthd(t, h, d),
             lse: &mut lse,
+            cu_seqlens: None,
         })
         .unwrap_err();
         assert!(e.to_string().contains("v = a buffer of"), "{e}");
@@ -506,6 +553,7 @@ mod tests {
                 ..AttentionLayout::bthd(t, h, d)
             },
             lse: &mut lse,
+            cu_seqlens: None,
         })
         .unwrap_err();
         assert!(e.to_string().contains("written twice"), "{e}");
@@ -523,6 +571,7 @@ mod tests {
             dq: AttentionLayout::fused_qkv(Qkv::Q, t, h, d),
             dk: AttentionLayout::fused_qkv(Qkv::Q, t, h, d),
             dv: AttentionLayout::fused_qkv(Qkv::V, t, h, d),
+            cu_seqlens: None,
         })
         .unwrap_err();
         assert!(e.to_string().contains("dk = "), "{e}");
