@@ -18,7 +18,7 @@ pub fn count() -> Result<i32> {
 pub fn set(ordinal: i32) -> Result<()> {
     let f = hip_fn!(hipSetDevice)?;
     // SAFETY: takes a plain integer; the runtime validates the ordinal.
-    Ok(unsafe { f(ordinal) }.result()?)
+    unsafe { f(ordinal) }.result()
 }
 
 /// `hipGetDevice`: this thread's current device.
@@ -34,7 +34,7 @@ pub fn current() -> Result<i32> {
 pub fn synchronize() -> Result<()> {
     let f = hip_fn!(hipDeviceSynchronize)?;
     // SAFETY: takes no arguments.
-    Ok(unsafe { f() }.result()?)
+    unsafe { f() }.result()
 }
 
 /// `hipMemGetInfo`: `(free, total)` bytes of the current device.
@@ -82,12 +82,12 @@ pub fn can_access_peer(ordinal: i32, peer: i32) -> Result<bool> {
 pub fn enable_peer_access(peer: i32) -> Result<()> {
     let f = hip_fn!(hipDeviceEnablePeerAccess)?;
     // SAFETY: plain integers; the runtime validates them.
-    Ok(unsafe { f(peer, 0) }.result()?)
+    unsafe { f(peer, 0) }.result()
 }
 
 /// `hipDeviceDisablePeerAccess`.
 pub fn disable_peer_access(peer: i32) -> Result<()> {
     let f = hip_fn!(hipDeviceDisablePeerAccess)?;
     // SAFETY: a plain integer; the runtime validates it.
-    Ok(unsafe { f(peer) }.result()?)
+    unsafe { f(peer) }.result()
 }

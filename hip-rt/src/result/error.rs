@@ -8,12 +8,12 @@ use super::Result;
 pub fn get_last() -> Result<()> {
     let f = hip_fn!(hipGetLastError)?;
     // SAFETY: takes no arguments; reads and resets thread-local runtime state.
-    Ok(unsafe { f() }.result()?)
+    unsafe { f() }.result()
 }
 
 /// `hipPeekAtLastError`: like [`get_last`] without resetting.
 pub fn peek_last() -> Result<()> {
     let f = hip_fn!(hipPeekAtLastError)?;
     // SAFETY: takes no arguments; reads thread-local runtime state.
-    Ok(unsafe { f() }.result()?)
+    unsafe { f() }.result()
 }

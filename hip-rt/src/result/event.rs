@@ -22,7 +22,7 @@ pub fn create(flags: u32) -> Result<hipEvent_t> {
 pub unsafe fn destroy(event: hipEvent_t) -> Result<()> {
     let f = hip_fn!(hipEventDestroy)?;
     // SAFETY: the caller guarantees `event` is live and never used again.
-    Ok(unsafe { f(event) }.result()?)
+    unsafe { f(event) }.result()
 }
 
 /// `hipEventRecord`.
@@ -32,7 +32,7 @@ pub unsafe fn destroy(event: hipEvent_t) -> Result<()> {
 pub unsafe fn record(event: hipEvent_t, stream: hipStream_t) -> Result<()> {
     let f = hip_fn!(hipEventRecord)?;
     // SAFETY: the caller guarantees both handles are valid and on one device.
-    Ok(unsafe { f(event, stream) }.result()?)
+    unsafe { f(event, stream) }.result()
 }
 
 /// `hipEventSynchronize`.
@@ -42,7 +42,7 @@ pub unsafe fn record(event: hipEvent_t, stream: hipStream_t) -> Result<()> {
 pub unsafe fn synchronize(event: hipEvent_t) -> Result<()> {
     let f = hip_fn!(hipEventSynchronize)?;
     // SAFETY: the caller guarantees `event` is live.
-    Ok(unsafe { f(event) }.result()?)
+    unsafe { f(event) }.result()
 }
 
 /// `hipEventQuery`: `true` once the recorded work completed, `false` on hipErrorNotReady.

@@ -24,7 +24,7 @@ pub fn malloc(bytes: usize) -> Result<DevicePtr> {
 pub unsafe fn free(ptr: DevicePtr) -> Result<()> {
     let f = hip_fn!(hipFree)?;
     // SAFETY: the caller guarantees `ptr` is a live hipMalloc allocation, never used again.
-    Ok(unsafe { f(ptr.as_raw()) }.result()?)
+    unsafe { f(ptr.as_raw()) }.result()
 }
 
 /// `hipHostMalloc`: page-locked host memory of `bytes` (> 0).
@@ -44,7 +44,7 @@ pub fn host_malloc(bytes: usize, flags: u32) -> Result<*mut c_void> {
 pub unsafe fn host_free(ptr: *mut c_void) -> Result<()> {
     let f = hip_fn!(hipHostFree)?;
     // SAFETY: the caller guarantees `ptr` is a live hipHostMalloc allocation, never used again.
-    Ok(unsafe { f(ptr) }.result()?)
+    unsafe { f(ptr) }.result()
 }
 
 /// `hipMemcpyHtoDAsync` of `bytes`.
@@ -60,7 +60,7 @@ pub unsafe fn copy_htod_async(
 ) -> Result<()> {
     let f = hip_fn!(hipMemcpyHtoDAsync)?;
     // SAFETY: the caller guarantees both ranges are valid until completion; HIP only reads `src`.
-    Ok(unsafe { f(dst.as_raw(), src.cast_mut(), bytes, stream) }.result()?)
+    unsafe { f(dst.as_raw(), src.cast_mut(), bytes, stream) }.result()
 }
 
 /// `hipMemcpyDtoHAsync` of `bytes`.
@@ -76,7 +76,7 @@ pub unsafe fn copy_dtoh_async(
 ) -> Result<()> {
     let f = hip_fn!(hipMemcpyDtoHAsync)?;
     // SAFETY: the caller guarantees both ranges are valid and unaliased until completion.
-    Ok(unsafe { f(dst, src.as_raw(), bytes, stream) }.result()?)
+    unsafe { f(dst, src.as_raw(), bytes, stream) }.result()
 }
 
 /// `hipMemcpyDtoDAsync` of `bytes`.
@@ -91,7 +91,7 @@ pub unsafe fn copy_dtod_async(
 ) -> Result<()> {
     let f = hip_fn!(hipMemcpyDtoDAsync)?;
     // SAFETY: the caller guarantees both device ranges are valid until completion.
-    Ok(unsafe { f(dst.as_raw(), src.as_raw(), bytes, stream) }.result()?)
+    unsafe { f(dst.as_raw(), src.as_raw(), bytes, stream) }.result()
 }
 
 /// `hipMemsetD8Async`: set `bytes` bytes to `value`.
@@ -106,7 +106,7 @@ pub unsafe fn memset_d8_async(
 ) -> Result<()> {
     let f = hip_fn!(hipMemsetD8Async)?;
     // SAFETY: the caller guarantees the device range is valid until completion.
-    Ok(unsafe { f(dst.as_raw(), value, bytes, stream) }.result()?)
+    unsafe { f(dst.as_raw(), value, bytes, stream) }.result()
 }
 
 /// `hipMemcpyPeerAsync` of `bytes` from `src` on device `src_device` to `dst` on `dst_device`.
@@ -125,7 +125,7 @@ pub unsafe fn copy_peer_async(
 ) -> Result<()> {
     let f = hip_fn!(hipMemcpyPeerAsync)?;
     // SAFETY: the caller guarantees both ranges and the stream.
-    Ok(unsafe {
+    unsafe {
         f(
             dst.as_raw(),
             dst_device,
@@ -135,5 +135,5 @@ pub unsafe fn copy_peer_async(
             stream,
         )
     }
-    .result()?)
+    .result()
 }

@@ -29,7 +29,7 @@ pub unsafe fn load_data(image: &[u8]) -> Result<hipModule_t> {
 pub unsafe fn unload(module: hipModule_t) -> Result<()> {
     let f = hip_fn!(hipModuleUnload)?;
     // SAFETY: the caller guarantees `module` is live and its functions are no longer used.
-    Ok(unsafe { f(module) }.result()?)
+    unsafe { f(module) }.result()
 }
 
 /// `hipModuleGetFunction`.
@@ -99,7 +99,7 @@ pub unsafe fn launch_kernel(
             std::ptr::null_mut(),
         )
     };
-    Ok(status.result()?)
+    status.result()
 }
 
 /// hip-emu's `hipemuSetLaunchArgSizes(count, sizes)`, if the loaded runtime exports it.

@@ -22,7 +22,7 @@ pub fn create(flags: u32, priority: i32) -> Result<hipStream_t> {
 pub unsafe fn destroy(stream: hipStream_t) -> Result<()> {
     let f = hip_fn!(hipStreamDestroy)?;
     // SAFETY: the caller guarantees `stream` is live and never used again.
-    Ok(unsafe { f(stream) }.result()?)
+    unsafe { f(stream) }.result()
 }
 
 /// `hipStreamSynchronize`.
@@ -32,7 +32,7 @@ pub unsafe fn destroy(stream: hipStream_t) -> Result<()> {
 pub unsafe fn synchronize(stream: hipStream_t) -> Result<()> {
     let f = hip_fn!(hipStreamSynchronize)?;
     // SAFETY: the caller guarantees `stream` is null or live.
-    Ok(unsafe { f(stream) }.result()?)
+    unsafe { f(stream) }.result()
 }
 
 /// `hipStreamQuery`: `true` when all its work has completed, `false` on hipErrorNotReady.
@@ -52,7 +52,7 @@ pub unsafe fn query(stream: hipStream_t) -> Result<bool> {
 pub unsafe fn wait_event(stream: hipStream_t, event: hipEvent_t) -> Result<()> {
     let f = hip_fn!(hipStreamWaitEvent)?;
     // SAFETY: the caller guarantees both handles are valid; flags must be 0.
-    Ok(unsafe { f(stream, event, 0) }.result()?)
+    unsafe { f(stream, event, 0) }.result()
 }
 
 /// Map a query status: success → `true`, not-ready → `false`, anything else → `Err`.
