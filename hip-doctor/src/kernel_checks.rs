@@ -14,7 +14,8 @@ use super::report::Item;
 use hip_kernels::golden::{GoldenCase, TensorData};
 use hip_kernels::ops::{
     AdamWCase, AdamWParams, AttentionBackwardCase, AttentionForwardCase, AttentionParams,
-    LayerNormBackwardCase, LayerNormForwardCase, LayerNormParams, MatmulCase, MatmulParams,
+    LayerNormBackwardCase, LayerNormForwardCase, LayerNormParams, LinearCrossEntropyCase,
+    LinearCrossEntropyParams, MatmulCase, MatmulParams,
 };
 use hip_kernels::ops::{
     RmsNormBackwardCase, RmsNormForwardCase, RmsNormParams, RmsNormVariant, RopeCase, RopeParams,
@@ -62,13 +63,18 @@ fn attention_params() -> AttentionParams {
 
 /// One row per op, each covering f32, f16 and bf16.
 pub fn items(stream: &Stream) -> Vec<Item> {
-    let ops: [(&str, CaseFn); 13] = [
+    let ops: [(&str, CaseFn); 15] = [
         ("layernorm_forward", layernorm_forward),
         ("layernorm_backward", layernorm_backward),
         ("adamw", adamw),
         ("matmul", matmul),
         ("attention_forward", attention_forward),
         ("attention_backward", attention_backward),
+        (
+            "attention_forward (grouped-query, packed sequences)",
+            attention_forward_grouped_packed,
+        ),
+        ("linear_crossentropy", linear_crossentropy),
         ("rmsnorm_forward", rmsnorm_forward),
         ("residual_rmsnorm_forward", residual_rmsnorm_forward),
         ("rmsnorm_backward", rmsnorm_backward),
@@ -241,6 +247,57 @@ fn attention_case(dtype: DType) -> AttentionForwardCase {
 
 fn attention_forward(dtype: DType) -> Result<Box<dyn GoldenCase>, String> {
     Ok(Box::new(attention_case(dtype)))
+}
+
+/// Grouped-query heads (4 query heads on 2 key/value heads) over two packed sequences of 23 and
+/// 14 positions and 3 positions of padding (the varlen kernels).
+fn attention_forward_grouped_packed(dtype: DType) -> Result<Box<dyn GoldenCase>, String> {
+    let s = AttentionParams {
+        batch: 1,
+        heads: 4,
+        n_kv_heads: 2,
+        tq: 40,
+        tk: 40,
+        head_dim: 64,
+        causal: true,
+        scale: AttentionParams::default_scale(64),
+    };
+    let (nq, nk) = (
+        s.heads * s.tq * s.head_dim,
+        s.n_kv_heads * s.tk * s.head_dim,
+    );
+    Ok(Box::new(AttentionForwardCase {
+        params: s,
+        q: data(dtype, nq, 21),
+        k: data(dtype, nk, 22),
+        v: data(dtype, nk, 23),
+        cu_seqlens: Some(vec![0, 23, 37]),
+    }))
+}
+
+/// CE(h·Wᵀ) in chunks of 4 rows (an edge chunk), one target ignored, W trained.
+fn linear_crossentropy(dtype: DType) -> Result<Box<dyn GoldenCase>, String> {
+    let (rows, dim, vocab) = (10, 16, 301);
+    let targets = (0..rows as i32)
+        .map(|i| {
+            if i == 3 {
+                -100
+            } else {
+                (i * 37) % vocab as i32
+            }
+        })
+        .collect();
+    Ok(Box::new(LinearCrossEntropyCase {
+        params: LinearCrossEntropyParams {
+            chunk_rows: Some(4),
+            ..LinearCrossEntropyParams::new(rows, dim, vocab)
+        },
+        h: data(dtype, rows * dim, 24),
+        weight: data(dtype, vocab * dim, 25),
+        targets,
+        dweight: Some(data(dtype, vocab * dim, 26)),
+        totals: Some(vec![0.0, 0.0]),
+    }))
 }
 
 /// The backward gets the reference's out and lse, so it is judged on its own.
