@@ -401,6 +401,10 @@ fn attention_forward_matches_f64_causal_with_tq_below_tk_and_an_odd_head_dim() {
             arg(d as i32),
             arg(scale),
             arg(causal),
+            // group (query heads per key/value head), cu_seqlens (none), its length.
+            arg(1i32),
+            ptr(std::ptr::null::<i32>()),
+            arg(0i32),
         ];
         let t0 = std::time::Instant::now();
         launch(
