@@ -64,13 +64,14 @@ impl HipBackend {
     /// Runs `f` with this backend's device current on the calling thread, restoring the
     /// previous device afterwards (the allocator may be dropped or used from any thread).
     fn on_device<T>(&self, f: impl FnOnce() -> Result<T>) -> std::result::Result<T, BackendError> {
-        let previous = result::device::current()?;
+        // Errors reach the allocator as hip-rt's (Error::Sys), as from every other call here.
+        let previous = result::device::current().map_err(Error::from)?;
         if previous == self.ordinal {
             return Ok(f()?);
         }
-        result::device::set(self.ordinal)?;
+        result::device::set(self.ordinal).map_err(Error::from)?;
         let out = f();
-        let restored = result::device::set(previous);
+        let restored = result::device::set(previous).map_err(Error::from);
         let value = out?;
         restored?;
         Ok(value)
