@@ -5,7 +5,7 @@
 //! The file is never read whole (`libtorch_hip.so` is about 1 GB): the `object` crate reads the
 //! ELF header, the section table and the dynamic section through a [`ReadCache`] (only the
 //! ranges asked for), and the bundles' headers are read in small pieces, up to
-//! [`FATBIN_READ_LIMIT`] bytes and [`MAX_BUNDLES`] bundles per library. A truncated or garbage
+//! `FATBIN_READ_LIMIT` bytes and `MAX_BUNDLES` bundles per library. A truncated or garbage
 //! file is an error value, never a panic.
 
 use std::collections::BTreeSet;

@@ -23,7 +23,7 @@ pub struct LinearCrossEntropyParams {
     /// Classes V (≥ 1): the rows of `weight`.
     pub vocab: usize,
     /// Rows per chunk (≥ 1); `None` picks [`LinearCrossEntropyPlan::new`]'s default (chunks of
-    /// about [`DEFAULT_CHUNK_BYTES`] of logits). The scratch is `chunk_rows·vocab` elements.
+    /// about `DEFAULT_CHUNK_BYTES` (64 MiB) of logits). The scratch is `chunk_rows·vocab` elements.
     pub chunk_rows: Option<usize>,
     /// As [`CrossEntropyParams::dloss`]: `None` computes the losses only (no `dh`, no `dweight`).
     pub dloss: Option<f32>,
@@ -77,7 +77,7 @@ pub struct LinearCrossEntropyPlan {
 
 impl LinearCrossEntropyPlan {
     /// The plan for `p` with elements of `elem_bytes` bytes. Default chunk: the rows whose logits
-    /// fit [`DEFAULT_CHUNK_BYTES`] (at least 1), rounded down to a multiple of 64 when that is at
+    /// fit `DEFAULT_CHUNK_BYTES` (64 MiB) (at least 1), rounded down to a multiple of 64 when that is at
     /// least 64 (whole matmul tiles), never more than `rows`.
     pub fn new(p: &LinearCrossEntropyParams, elem_bytes: usize) -> Result<Self, ShapeError> {
         let op = LinearCrossEntropyParams::OP;

@@ -430,7 +430,7 @@ impl ResultsFile {
     }
 
     /// Read `path`: `Ok(None)` when it does not exist. Only a regular file of at most
-    /// [`MAX_FILE_BYTES`] is read (a FIFO, a device or a huge file is an error saying so).
+    /// `MAX_FILE_BYTES` (16 MiB) is read (a FIFO, a device or a huge file is an error saying so).
     pub fn load(path: &Path) -> Result<Option<ResultsFile>, TuningError> {
         let io = |e: std::io::Error| TuningError::Io {
             path: path.to_path_buf(),
