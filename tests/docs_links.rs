@@ -1,6 +1,6 @@
 //! The docs point at things that exist: every relative link in the README, `docs/*.md` and the
 //! crates' READMEs names a file that exists (and, with `#anchor`, a heading of that file), and
-//! every repository path written in backticks (`tests/golden/`, `train-gpt2/src/lora/`) exists.
+//! every repository path written in backticks (`tests/golden/`, `train/src/lora/`) exists.
 //! Runs with no device and no network.
 
 use std::collections::BTreeSet;

@@ -17,7 +17,7 @@ tokens[(k-1)*64 : (k-1)*64 + 65], inputs and next-token targets):
          asserts PEFT's loss of batch 4 equals the loss train_gpt2 logged at step 4 (computed
          with the same step-3 adapters). Records that loss in peft.json as well.
 
-The Rust tests of train-gpt2/src/tests/peft.rs use peft.json and the adapter
+The Rust tests of train/src/tests/peft.rs use peft.json and the adapter
 directory, so CI needs no torch. Needs torch, transformers and peft (not dependencies of the
 project); the versions used are recorded in peft.json.
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""PyTorch float64 reference of docs/TRAIN-GPT2.md (the train-gpt2 crate).
+"""PyTorch float64 reference of docs/TRAIN-GPT2.md (the train crate).
 
 Reads the same model directory and token file as the Rust trainer, takes the same flags (those
 that change the numbers), trains in float64 and writes one JSON object per step in the spec's

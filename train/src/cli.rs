@@ -1,8 +1,35 @@
 //! The command line of docs/TRAIN-GPT2.md, and the checks of flags alone (exit 2).
 
 use crate::error::{Result, TrainError};
-use clap::Parser;
+use clap::{CommandFactory, FromArgMatches, Parser};
 use std::path::PathBuf;
+use std::process::ExitCode;
+
+/// The whole program under the binary name `name` (`hipk-train`, or `train_gpt2` for existing
+/// commands): parse the command line, train, and map the outcome to the exit status (0 done,
+/// 1 failed at run time, 2 bad usage).
+pub fn main_as(name: &'static str) -> ExitCode {
+    let parsed = Args::command()
+        .name(name)
+        .bin_name(name)
+        .try_get_matches()
+        .and_then(|m| Args::from_arg_matches(&m));
+    let args = match parsed {
+        Ok(a) => a,
+        Err(e) => {
+            let code = e.exit_code();
+            let _ = e.print();
+            return ExitCode::from(code.clamp(0, 255) as u8);
+        }
+    };
+    match crate::train::run(&args) {
+        Ok(_) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::from(e.exit_code())
+        }
+    }
+}
 
 /// Where to run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

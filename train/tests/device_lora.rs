@@ -5,8 +5,8 @@
 #![cfg(feature = "device")]
 
 use clap::Parser;
-use hipk_train_gpt2::cli::Args;
-use hipk_train_gpt2::train::{run, StepLog};
+use hipk_train::cli::Args;
+use hipk_train::train::{run, StepLog};
 use std::path::PathBuf;
 
 fn data() -> PathBuf {
