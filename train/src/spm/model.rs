@@ -391,7 +391,8 @@ impl SpmModel {
                     user.set.insert(p.piece.clone());
                 }
                 PieceType::Unknown => {
-                    if unk_id.replace(id).is_some() {
+                    let previous = unk_id.replace(id);
+                    if previous.is_some() {
                         return Err(corrupt(path, "more than one unknown piece"));
                     }
                 }
