@@ -215,6 +215,14 @@ pub fn infer_seqlen(source_len: usize, target_len: usize, cutoff_len: usize) -> 
     (max_source_len.min(source_len), new_target_len)
 }
 
+/// Whether `dir` is a tokenizer directory in ChatGLM3's form, for which `--template chatglm3`
+/// is the default: a `tokenizer.model` and no `tokenizer.json`. (GLM-4-9B-chat's original
+/// directory has the same shape with a tiktoken file; loading it is then an error pointing to
+/// the `-hf` release.)
+pub fn is_sentencepiece_dir(dir: &Path) -> bool {
+    dir.join("tokenizer.model").is_file() && !dir.join("tokenizer.json").exists()
+}
+
 impl ChatGlm3Tokenizer {
     /// Loads `path`: a `tokenizer.model`, or a directory holding one.
     pub fn load(path: &Path) -> Result<Self, SpmError> {

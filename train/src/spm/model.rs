@@ -277,6 +277,28 @@ fn parse(path: &Path, buf: &[u8]) -> Result<RawModel, SpmError> {
     Ok(m)
 }
 
+/// Whether `buf` starts like a tiktoken vocabulary: lines of `<base64 token> <rank>`.
+fn looks_like_tiktoken(buf: &[u8]) -> bool {
+    let mut lines = buf
+        .split(|&b| b == b'\n')
+        .take(4)
+        .filter(|l| !l.is_empty())
+        .peekable();
+    lines.peek().is_some()
+        && lines.all(|line| {
+            let mut parts = line.splitn(2, |&b| b == b' ');
+            let (Some(token), Some(rank)) = (parts.next(), parts.next()) else {
+                return false;
+            };
+            !token.is_empty()
+                && token
+                    .iter()
+                    .all(|c| c.is_ascii_alphanumeric() || b"+/=".contains(c))
+                && !rank.is_empty()
+                && rank.iter().all(u8::is_ascii_digit)
+        })
+}
+
 /// The id of `<0xXX>` if `piece` is one (SentencePiece's `PieceToByte`).
 fn piece_to_byte(piece: &[u8]) -> Option<u8> {
     let hex = piece.strip_prefix(b"<0x")?.strip_suffix(b">")?;
@@ -319,6 +341,15 @@ impl SpmModel {
                 path: path.to_path_buf(),
                 size: buf.len() as u64,
                 limit: MAX_MODEL_BYTES,
+            });
+        }
+        if looks_like_tiktoken(buf) {
+            return Err(SpmError::Unsupported {
+                path: path.to_path_buf(),
+                what: "this is a tiktoken BPE file (\"<base64> <rank>\" lines, as the original \
+                       GLM-4-9B-chat's tokenizer.model), not SentencePiece: use the -hf release's \
+                       tokenizer.json (THUDM/glm-4-9b-chat-hf) with the SFT tokenizer path"
+                    .into(),
             });
         }
         let raw = parse(path, buf)?;
@@ -663,6 +694,11 @@ pub(crate) mod tests {
         let e = err(&only_pieces[..16]);
         assert!(e.contains("missing"), "{e}");
         assert!(err(b"not a protobuf at all").contains("/x/tokenizer.model"));
+        let tiktoken = err(b"IQ== 0\nIg== 1\nIw== 2\nJA== 3\n");
+        assert!(
+            tiktoken.contains("tiktoken") && tiktoken.contains("glm-4-9b-chat-hf"),
+            "{tiktoken}"
+        );
     }
 
     #[test]

@@ -131,6 +131,7 @@ fn chatglm3_examples_match_llamafactory() {
     let tok = ChatGlm3Tokenizer::load(&dir().join("tokenizer")).unwrap();
     let text = std::fs::read_to_string(dir().join("sft.jsonl")).unwrap();
     let (mut n, mut cut, mut multi) = (0, 0, 0);
+    let (mut cut_first, mut cut_later) = (0, 0);
     for (line, row) in text.lines().enumerate() {
         let row: Value = serde_json::from_str(row).unwrap();
         let conv = conversation(row["format"].as_str().unwrap(), &row["record"]);
@@ -159,13 +160,32 @@ fn chatglm3_examples_match_llamafactory() {
         assert_eq!(ex.ids.len(), ex.labels.len());
         n += 1;
         let full = tok.encode_example(&conv, usize::MAX / 4);
-        cut += usize::from(full.ids.len() > ex.ids.len());
+        if full.ids.len() > ex.ids.len() {
+            cut += 1;
+            // The turn the cut falls in: the first whose end is past the kept tokens.
+            let kept = ex.ids.len() - 1;
+            let mut end = 0;
+            let turn = tok
+                .encode_turns(&conv)
+                .iter()
+                .position(|(s, t)| {
+                    end += s.len() + t.len();
+                    end > kept
+                })
+                .unwrap();
+            if turn == 0 {
+                cut_first += 1;
+            } else {
+                cut_later += 1;
+            }
+        }
         multi += usize::from(conv.turns.len() > 1);
     }
     assert!(
-        n >= 50 && cut >= 8 && multi >= 8,
-        "{n} examples, {cut} cut, {multi} multi-turn"
+        n >= 50 && cut >= 8 && multi >= 8 && cut_first >= 3 && cut_later >= 3,
+        "{n} examples, {cut} cut ({cut_first} in the first turn, {cut_later} later), {multi} multi-turn"
     );
+    println!("{n} examples, {cut} cut ({cut_first} in the first turn, {cut_later} later), {multi} multi-turn");
 }
 
 #[test]
@@ -271,6 +291,9 @@ fn corrupt_and_truncated_files_name_the_file() {
         assert!(matches!(e, SpmError::Corrupt { .. }), "{e}");
         assert!(e.to_string().contains(&path.display().to_string()), "{e}");
     }
+    assert!(chatglm3::is_sentencepiece_dir(tmp.path()));
+    assert!(chatglm3::is_sentencepiece_dir(&dir().join("tokenizer")));
+    assert!(!chatglm3::is_sentencepiece_dir(&dir()));
     let e = ChatGlm3Tokenizer::load(&tmp.path().join("missing")).unwrap_err();
     assert!(
         matches!(e, SpmError::Io { .. }) && e.to_string().contains("missing"),
