@@ -227,11 +227,66 @@ def lf_encode(tok_dir, examples):
     return out, info
 
 
+def stress(out_dir, tokenization_py, seed=7):
+    """Larger random sets, not committed: 6000 strings per model and 400 random SFT examples.
+    `HIPK_SPM_STRESS=out_dir cargo test -p hipk-train --lib spm:: -- --ignored` compares them."""
+    rng = random.Random(seed)
+    lines = corpus(seed=99, n=3000)
+    alphabet = list("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789 .,!?-\n\t'\"<>[]|/_@")
+    alphabet += list("你好世界天气很今的是了我们在有人这中大为上个国和地到以说时要就出会也你对生能而子那得于着下自之首都法巴黎")
+    alphabet += ["😀", "🚀", "👍", "é", "ü", "ñ", "ｆ", "１", "，", "。", "！", "  ", "▁", "\u3000", "丂", "龘", "ꙮ",
+                 "<x>", "@@", "<|user|>", "<|observation|>", "{{idx}}", "{{content}}", "sop", "\u200d", "\ufe0f",
+                 "ﬁ", "½", "Ⅻ", "㍿", "\u0301"]
+
+    def text(long_share):
+        if rng.random() < long_share:
+            return " ".join(rng.choice(lines) for _ in range(rng.randint(1, 6)))
+        return "".join(rng.choice(alphabet) for _ in range(rng.randint(1, 80)))
+
+    os.makedirs(out_dir, exist_ok=True)
+    plain = {}
+    for name in ["tokenizer/tokenizer.model", "variant_nfkc.model", "variant_suffix.model"]:
+        sp = spm.SentencePieceProcessor(model_file=os.path.join(OUT, name))
+        plain[name] = [[s, sp.encode(s)] for s in (text(0.33) for _ in range(6000))]
+    with open(os.path.join(out_dir, "plain.json"), "w") as f:
+        json.dump(plain, f, ensure_ascii=False)
+    ex = []
+    for _ in range(400):
+        t = lambda: "" if rng.random() < 0.1 else text(0.5)
+        cutoff = rng.choice([1, 2, 3, 5, 8, 13, 20, 33, 50, 80, 128, 1024])
+        if rng.random() < 0.5:
+            rec = {"instruction": t(), "input": t(), "output": t()}
+            if rng.random() < 0.5:
+                rec["system"] = t()
+            ex.append(("alpaca", rec, cutoff))
+        else:
+            msgs = [{"role": "system", "content": t()}] if rng.random() < 0.5 else []
+            for _ in range(rng.randint(1, 4)):
+                msgs += [{"role": "user", "content": t()}, {"role": "assistant", "content": t()}]
+            ex.append(("messages", {"messages": msgs}, cutoff))
+    with tempfile.TemporaryDirectory() as tmp:
+        for name in ("tokenizer.model", "tokenizer_config.json"):
+            shutil.copy(os.path.join(OUT, "tokenizer", name), tmp)
+        shutil.copy(tokenization_py, os.path.join(tmp, "tokenization_chatglm.py"))
+        rows, _ = lf_encode(tmp, ex)
+    with open(os.path.join(out_dir, "sft.jsonl"), "w") as f:
+        for r in rows:
+            f.write(json.dumps(r, ensure_ascii=False) + "\n")
+    print(f"stress: {sum(len(v) for v in plain.values())} strings, {len(rows)} SFT examples in {out_dir}")
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--tokenization-py", help="THUDM chatglm3-6b's tokenization_chatglm.py (without it: "
                     "the models and plain.json only)")
+    ap.add_argument("--stress", metavar="DIR", help="write the larger random sets (not committed) to DIR "
+                    "from the committed models, and nothing else")
     args = ap.parse_args()
+    if args.stress:
+        if args.tokenization_py is None:
+            ap.error("--stress needs --tokenization-py")
+        stress(args.stress, args.tokenization_py)
+        return 0
     tok_dir = os.path.join(OUT, "tokenizer")
     os.makedirs(tok_dir, exist_ok=True)
     main_model = os.path.join(tok_dir, "tokenizer.model")
