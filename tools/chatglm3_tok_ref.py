@@ -109,6 +109,7 @@ def plain_strings(seed):
         "\u200b", "\u3000全角空格", "tab\tsep", "trailing\n", "\r\n", "ÿ", "\u00a0nbsp", "~!@#$%^&*()_+",
         "def add(a, b):\n    return a + b\n", "    indented", "a  b   c    d", "✓ ✗ → ←", "½ ¼ ²",
         "𝔘𝔫𝔦𝔠𝔬𝔡𝔢", "\U0001F600\U0001F680", "Ω≈ç√∫", "中" * 40, "ab" * 50,
+        "\x00", "a\x00b", "\ufeffbom", "\x7f\x01", "\U0010ffff", "\ufffd", "a\ufffdb", "\u2581\u2581 x",
     ]
     rng = random.Random(seed)
     alphabet = list("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789 .,!?-\n\t")
