@@ -25,6 +25,7 @@ pub mod op_runner;
 pub mod outputs;
 pub mod parallel;
 pub mod params;
+pub mod spm;
 pub mod train;
 pub mod trainer_state;
 pub mod weights;
