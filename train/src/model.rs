@@ -2,8 +2,8 @@
 //! (`hip_kernels::ops`, named fields) built on the backend's space and run on its queue.
 
 use crate::backend::{
-    adamw_all, gemm, AdamWSlot, AdamWStep, Backend, Dims, GradScaling, Queue, TrainElement,
-    View,
+    adamw_all, gemm, AdamWSlot, AdamWStep, Backend, BackendSlot, Dims, GradScaling, Queue,
+    TrainElement, View,
 };
 use crate::config::GptConfig;
 use crate::error::{Result, TrainError};
@@ -754,7 +754,7 @@ impl<'b, T: TrainElement, B: Backend<T>> Gpt2<'b, T, B> {
         let vs = vs.iter_mut();
         let rank = self.backend.rank();
         let owners = self.owners.as_deref();
-        let mut slots: Vec<AdamWSlot<'_, B::Buf<T>, B::Buf<f32>>> = params
+        let mut slots: Vec<BackendSlot<'_, B, T>> = params
             .into_iter()
             .zip(grads)
             .zip(ms)
