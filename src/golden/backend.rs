@@ -4,7 +4,7 @@
 
 use super::TensorData;
 use crate::ops::OpError;
-use crate::params::{DType, DeviceElement, ShapeError};
+use crate::params::{DType, DeviceElement};
 use crate::tolerance::Tolerance;
 use hip_rt::{DeviceBuffer, Stream};
 use std::any::Any;
@@ -17,8 +17,10 @@ pub trait GoldenCase: std::fmt::Debug + Send + Sync + 'static {
     /// The op name (the case's `op` metadata).
     fn op(&self) -> &'static str;
 
-    /// Run the CPU reference ([`crate::cpu`]) on the case's inputs.
-    fn run_cpu(&self) -> Result<Outputs, ShapeError>;
+    /// Run the CPU reference ([`crate::cpu`]) on the case's inputs. Cases write one generic
+    /// run over a [`super::GoldenSpace`] and get this and [`GoldenCase::run_device`] from
+    /// [`crate::golden_runs!`].
+    fn run_cpu(&self) -> Result<Outputs, OpError>;
 
     /// Upload the inputs, run the launcher on `stream`, download the outputs.
     ///
@@ -50,13 +52,13 @@ pub trait GoldenBackend {
 pub struct CpuBackend;
 
 impl GoldenBackend for CpuBackend {
-    type Error = ShapeError;
+    type Error = OpError;
 
     fn name(&self) -> String {
         "cpu".into()
     }
 
-    fn run(&mut self, case: &dyn GoldenCase) -> Result<Outputs, ShapeError> {
+    fn run(&mut self, case: &dyn GoldenCase) -> Result<Outputs, OpError> {
         case.run_cpu()
     }
 }

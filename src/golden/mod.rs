@@ -13,12 +13,14 @@ mod backend;
 mod compare;
 mod file;
 mod schema;
+mod space;
 
 pub use backend::{
     download, download_f32, upload, CpuBackend, DeviceBackend, GoldenBackend, GoldenCase, Outputs,
 };
 pub use compare::{compare, run_case, run_case_with, CaseReport, Mismatch, TensorReport};
 pub use schema::{f32s, load_case, parse_case, Case, CaseReader, Want};
+pub use space::GoldenSpace;
 
 /// A golden op: its name (the `op` metadata) and the parser of its case files. Each op family
 /// lists its own in `GOLDEN` (`src/ops/<family>/golden.rs`); [`crate::ops::registry`] collects

@@ -2,14 +2,13 @@
 
 use super::{AdamW, AdamWParams, AdamWTensor};
 use crate::golden::{
-    download, download_f32, f32s, upload, Case, CaseReader, GoldenCase, GoldenError, GoldenOp,
-    Outputs, TensorData, Want,
+    f32s, Case, CaseReader, GoldenCase, GoldenError, GoldenOp, GoldenSpace, Outputs, TensorData,
+    Want,
 };
-use crate::ops::OpError;
-use crate::params::{DType, ShapeError};
+use crate::ops::{OpError, Run};
+use crate::params::DType;
 use crate::tolerance::{tolerance, Rule, Tolerance};
-use crate::{cpu, ops, with_dtype};
-use hip_rt::Stream;
+use crate::{golden_runs, with_dtype};
 use std::any::Any;
 
 /// The golden ops of this family.
@@ -114,62 +113,43 @@ impl AdamWCase {
     }
 }
 
+impl AdamWCase {
+    fn run<S: GoldenSpace>(&self, q: S::Queue<'_>) -> Result<Outputs, OpError> {
+        let scale = self.grad_scale.map(|g| S::upload(q, &[g])).transpose()?;
+        let found_inf = S::upload(q, &self.found_inf_tensor())?;
+        with_dtype!(self.param.dtype(), T => {
+            let mut param = S::typed::<T>(q, &self.param, OP, "param")?;
+            let grad = S::typed::<T>(q, &self.grad, OP, "grad")?;
+            let (mut m, mut v) = (S::upload(q, &self.exp_avg)?, S::upload(q, &self.exp_avg_sq)?);
+            let mut vmax = self.max_exp_avg_sq.as_ref().map(|x| S::upload(q, x)).transpose()?;
+            AdamW::<S, T> {
+                params: self.params,
+                grad_scale: scale.as_ref().map(S::input),
+                found_inf: Some(S::input(&found_inf)),
+                tensors: &mut [AdamWTensor {
+                    param: S::output(&mut param),
+                    grad: S::input(&grad),
+                    exp_avg: S::output(&mut m),
+                    exp_avg_sq: S::output(&mut v),
+                    max_exp_avg_sq: vmax.as_mut().map(S::output),
+                    master: None,
+                    weight_decay: None,
+                    lr_scale: None,
+                }],
+            }
+            .run(q)?;
+            let max_sq = vmax.as_ref().map(|b| S::download(q, b)).transpose()?;
+            Ok(self.outputs(S::tensor(q, &param)?, S::download(q, &m)?, S::download(q, &v)?, max_sq))
+        })
+    }
+}
+
 impl GoldenCase for AdamWCase {
     fn op(&self) -> &'static str {
         OP
     }
 
-    fn run_cpu(&self) -> Result<Outputs, ShapeError> {
-        let (scale, found_inf) = (self.grad_scale.map(|s| [s]), self.found_inf_tensor());
-        with_dtype!(self.param.dtype(), T => {
-            let mut param = self.param.typed::<T>(OP, "param")?.to_vec();
-            let (mut exp_avg, mut exp_avg_sq, mut max_sq) = (self.exp_avg.clone(), self.exp_avg_sq.clone(), self.max_exp_avg_sq.clone());
-            cpu::adamw(AdamW {
-                params: self.params,
-                grad_scale: scale.as_ref().map(|s| &s[..]),
-                found_inf: Some(&found_inf),
-                tensors: &mut [AdamWTensor {
-                    param: &mut param,
-                    grad: self.grad.typed::<T>(OP, "grad")?,
-                    exp_avg: &mut exp_avg,
-                    exp_avg_sq: &mut exp_avg_sq,
-                    max_exp_avg_sq: max_sq.as_deref_mut(),
-                    master: None,
-                    weight_decay: None,
-                    lr_scale: None,
-                }],
-            })?;
-            Ok(self.outputs(TensorData::from_slice(&param), exp_avg, exp_avg_sq, max_sq))
-        })
-    }
-
-    fn run_device(&self, s: &Stream) -> Result<Outputs, OpError> {
-        let scale = self.grad_scale.map(|g| upload(s, &[g])).transpose()?;
-        let found_inf = upload(s, &self.found_inf_tensor())?;
-        with_dtype!(self.param.dtype(), T => {
-            let mut param = upload(s, self.param.typed::<T>(OP, "param")?)?;
-            let grad = upload(s, self.grad.typed::<T>(OP, "grad")?)?;
-            let (mut m, mut v) = (upload(s, &self.exp_avg)?, upload(s, &self.exp_avg_sq)?);
-            let mut vmax = self.max_exp_avg_sq.as_ref().map(|x| upload(s, x)).transpose()?;
-            ops::adamw(s, AdamW {
-                params: self.params,
-                grad_scale: scale.as_ref().map(|b| b as _),
-                found_inf: Some(&found_inf),
-                tensors: &mut [AdamWTensor {
-                    param: &mut param,
-                    grad: &grad,
-                    exp_avg: &mut m,
-                    exp_avg_sq: &mut v,
-                    max_exp_avg_sq: vmax.as_mut().map(|b| b as _),
-                    master: None,
-                    weight_decay: None,
-                    lr_scale: None,
-                }],
-            })?;
-            let max_sq = vmax.as_ref().map(|b| download_f32(s, b)).transpose()?;
-            Ok(self.outputs(download(s, &param)?, download_f32(s, &m)?, download_f32(s, &v)?, max_sq))
-        })
-    }
+    golden_runs!();
 
     fn tolerance(&self, output: &str, dtype: DType) -> Tolerance {
         tolerance(Rule::Optimizer, output, dtype, self.param.dtype(), 1)

@@ -6,7 +6,7 @@ use crate::golden::{
     Outputs, TensorData, Want,
 };
 use crate::ops::OpError;
-use crate::params::{DType, Element, ShapeError};
+use crate::params::{DType, Element};
 use crate::tolerance::{tolerance, Rule, Tolerance};
 use crate::{cpu, ops, with_dtype};
 use hip_rt::{DeviceBuffer, Stream};
@@ -182,7 +182,7 @@ impl GoldenCase for AttentionForwardCase {
         "attention_forward"
     }
 
-    fn run_cpu(&self) -> Result<Outputs, ShapeError> {
+    fn run_cpu(&self) -> Result<Outputs, OpError> {
         with_dtype!(self.q.dtype(), T => {
             let q = self.q.typed::<T>(OP, "q")?;
             let mut out = q.to_vec();
@@ -235,7 +235,7 @@ impl GoldenCase for AttentionBackwardCase {
         "attention_backward"
     }
 
-    fn run_cpu(&self) -> Result<Outputs, ShapeError> {
+    fn run_cpu(&self) -> Result<Outputs, OpError> {
         with_dtype!(self.q.dtype(), T => {
             let (q, k, v) = (self.q.typed::<T>(OP, "q")?, self.k.typed::<T>(OP, "k")?, self.v.typed::<T>(OP, "v")?);
             let (mut dq, mut dk, mut dv) = (q.to_vec(), k.to_vec(), v.to_vec());

@@ -11,7 +11,7 @@ use crate::golden::{
     TensorData, Want,
 };
 use crate::ops::{self, OpError};
-use crate::params::{DType, Element, Host, OnDevice, ShapeError};
+use crate::params::{DType, Element, Host, OnDevice};
 use crate::tolerance::{tolerance, Rule, Tolerance};
 use crate::{cpu, with_dtype};
 use hip_rt::Stream;
@@ -131,7 +131,7 @@ impl GoldenCase for AttentionStridedCase {
         }
     }
 
-    fn run_cpu(&self) -> Result<Outputs, ShapeError> {
+    fn run_cpu(&self) -> Result<Outputs, OpError> {
         let p = self.params;
         with_dtype!(self.qkv.dtype(), T => {
             let qkv = self.qkv.typed::<T>(OP, "qkv")?;

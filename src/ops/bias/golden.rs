@@ -2,14 +2,12 @@
 
 use super::{BiasBackward, BiasParams, MatmulBias, MatmulBiasParams};
 use crate::golden::{
-    download, upload, Case, CaseReader, GoldenCase, GoldenError, GoldenOp, Outputs, TensorData,
-    Want,
+    Case, CaseReader, GoldenCase, GoldenError, GoldenOp, GoldenSpace, Outputs, TensorData, Want,
 };
-use crate::ops::OpError;
-use crate::params::{DType, Element, ShapeError};
+use crate::ops::{OpError, Run};
+use crate::params::DType;
 use crate::tolerance::{tolerance, Rule, Tolerance};
-use crate::{cpu, ops, with_dtype};
-use hip_rt::{DeviceBuffer, Stream};
+use crate::{golden_runs, with_dtype};
 use std::any::Any;
 
 /// The golden ops of this family.
@@ -123,56 +121,39 @@ fn parse_backward(r: &mut CaseReader<'_>) -> Result<Case, GoldenError> {
 
 const OP: &str = "matmul_bias";
 
+impl MatmulBiasCase {
+    fn run<S: GoldenSpace>(&self, q: S::Queue<'_>) -> Result<Outputs, OpError> {
+        let p = self.params;
+        let len = p.batch * p.m * p.n;
+        with_dtype!(self.a.dtype(), T => {
+            let (a, b) = (S::typed::<T>(q, &self.a, OP, "a")?, S::typed::<T>(q, &self.b, OP, "b")?);
+            let bias = S::typed::<T>(q, &self.bias, OP, "bias")?;
+            let mut out = S::zeros::<T>(q, len)?;
+            let mut pre = if p.gelu { Some(S::zeros::<T>(q, len)?) } else { None };
+            MatmulBias::<S, T> {
+                params: p,
+                a: S::input(&a),
+                b: S::input(&b),
+                bias: S::input(&bias),
+                out: S::output(&mut out),
+                pre_gelu: pre.as_mut().map(S::output),
+            }
+            .run(q)?;
+            let mut o = vec![("out", S::tensor(q, &out)?)];
+            if let Some(pb) = &pre {
+                o.push(("pre_gelu", S::tensor(q, pb)?));
+            }
+            Ok(o)
+        })
+    }
+}
+
 impl GoldenCase for MatmulBiasCase {
     fn op(&self) -> &'static str {
         "matmul_bias"
     }
 
-    fn run_cpu(&self) -> Result<Outputs, ShapeError> {
-        let p = self.params;
-        let len = p.batch * p.m * p.n;
-        with_dtype!(self.a.dtype(), T => {
-            let mut out = vec![T::from_f64(0.0); len];
-            let mut pre = p.gelu.then(|| out.clone());
-            cpu::matmul_bias(MatmulBias::<_, T> {
-                params: p,
-                a: self.a.typed::<T>(OP, "a")?,
-                b: self.b.typed::<T>(OP, "b")?,
-                bias: self.bias.typed::<T>(OP, "bias")?,
-                out: &mut out,
-                pre_gelu: pre.as_deref_mut(),
-            })?;
-            let mut o = vec![("out", TensorData::from_slice(&out))];
-            if let Some(p) = &pre {
-                o.push(("pre_gelu", TensorData::from_slice(p)));
-            }
-            Ok(o)
-        })
-    }
-
-    fn run_device(&self, s: &Stream) -> Result<Outputs, OpError> {
-        let p = self.params;
-        let len = p.batch * p.m * p.n;
-        with_dtype!(self.a.dtype(), T => {
-            let (a, b) = (upload(s, self.a.typed::<T>(OP, "a")?)?, upload(s, self.b.typed::<T>(OP, "b")?)?);
-            let bias = upload(s, self.bias.typed::<T>(OP, "bias")?)?;
-            let mut out = DeviceBuffer::<T>::zeroed(s, len)?;
-            let mut pre = if p.gelu { Some(DeviceBuffer::<T>::zeroed(s, len)?) } else { None };
-            ops::matmul_bias(s, MatmulBias {
-                params: p,
-                a: &a,
-                b: &b,
-                bias: &bias,
-                out: &mut out,
-                pre_gelu: pre.as_mut().map(|x| x as _),
-            })?;
-            let mut o = vec![("out", download(s, &out)?)];
-            if let Some(pb) = &pre {
-                o.push(("pre_gelu", download(s, pb)?));
-            }
-            Ok(o)
-        })
-    }
+    golden_runs!();
 
     fn tolerance(&self, output: &str, dtype: DType) -> Tolerance {
         // The device's fused epilogue adds the bias to the f32 accumulator and rounds once,
@@ -191,31 +172,28 @@ impl GoldenCase for MatmulBiasCase {
     }
 }
 
+impl BiasBackwardCase {
+    fn run<S: GoldenSpace>(&self, q: S::Queue<'_>) -> Result<Outputs, OpError> {
+        with_dtype!(self.dout.dtype(), T => {
+            let dout = S::typed::<T>(q, &self.dout, BiasParams::OP, "dout")?;
+            let mut dbias = S::typed::<T>(q, &self.dbias, BiasParams::OP, "dbias")?;
+            BiasBackward::<S, T> {
+                params: self.params,
+                dout: S::input(&dout),
+                dbias: S::output(&mut dbias),
+            }
+            .run(q)?;
+            Ok(vec![("dbias", S::tensor(q, &dbias)?)])
+        })
+    }
+}
+
 impl GoldenCase for BiasBackwardCase {
     fn op(&self) -> &'static str {
         "bias_backward"
     }
 
-    fn run_cpu(&self) -> Result<Outputs, ShapeError> {
-        with_dtype!(self.dout.dtype(), T => {
-            let mut dbias = self.dbias.typed::<T>(BiasParams::OP, "dbias")?.to_vec();
-            cpu::bias_backward(BiasBackward::<_, T> {
-                params: self.params,
-                dout: self.dout.typed::<T>(BiasParams::OP, "dout")?,
-                dbias: &mut dbias,
-            })?;
-            Ok(vec![("dbias", TensorData::from_slice(&dbias))])
-        })
-    }
-
-    fn run_device(&self, s: &Stream) -> Result<Outputs, OpError> {
-        with_dtype!(self.dout.dtype(), T => {
-            let dout = upload(s, self.dout.typed::<T>(BiasParams::OP, "dout")?)?;
-            let mut dbias = upload(s, self.dbias.typed::<T>(BiasParams::OP, "dbias")?)?;
-            ops::bias_backward(s, BiasBackward { params: self.params, dout: &dout, dbias: &mut dbias })?;
-            Ok(vec![("dbias", download(s, &dbias)?)])
-        })
-    }
+    golden_runs!();
 
     fn tolerance(&self, output: &str, dtype: DType) -> Tolerance {
         tolerance(

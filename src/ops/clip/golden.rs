@@ -2,14 +2,13 @@
 
 use super::{ClipGradScale, ClipParams};
 use crate::golden::{
-    download_f32, f32s, upload, Case, CaseReader, GoldenCase, GoldenError, GoldenOp, Outputs,
-    TensorData, Want,
+    f32s, Case, CaseReader, GoldenCase, GoldenError, GoldenOp, GoldenSpace, Outputs, TensorData,
+    Want,
 };
-use crate::ops::OpError;
-use crate::params::{DType, ShapeError};
+use crate::golden_runs;
+use crate::ops::{OpError, Run};
+use crate::params::DType;
 use crate::tolerance::{tolerance, Rule, Tolerance};
-use crate::{cpu, ops};
-use hip_rt::{DeviceBuffer, Stream};
 use std::any::Any;
 
 /// The golden ops of this family.
@@ -48,49 +47,34 @@ fn parse(r: &mut CaseReader<'_>) -> Result<Case, GoldenError> {
     Ok(r.finish(DType::F32, Box::new(case), expected))
 }
 
-impl GoldenCase for ClipCase {
-    fn op(&self) -> &'static str {
-        "clip"
-    }
-
-    fn run_cpu(&self) -> Result<Outputs, ShapeError> {
-        let s = f64::from(self.loss_scale);
-        let coef =
-            cpu::clip_coefficient(f64::from(self.norm) / s, f64::from(self.params.max_norm))?;
-        let mut g = [0.0f32];
-        cpu::clip_grad_scale(ClipGradScale {
+impl ClipCase {
+    fn run<S: GoldenSpace>(&self, q: S::Queue<'_>) -> Result<Outputs, OpError> {
+        let norm = S::upload(q, &[self.norm])?;
+        let scale = S::upload(q, &[self.loss_scale])?;
+        let mut g = S::zeros::<f32>(q, 1)?;
+        ClipGradScale::<S> {
             params: self.params,
-            norm: &[self.norm],
-            loss_scale: Some(&[self.loss_scale]),
-            grad_scale: &mut g,
-        })?;
-        Ok(vec![
-            ("coefficient", TensorData::F32(vec![coef as f32])),
-            ("grad_scale", TensorData::F32(g.to_vec())),
-        ])
-    }
-
-    fn run_device(&self, s: &Stream) -> Result<Outputs, OpError> {
-        let norm = upload(s, &[self.norm])?;
-        let scale = upload(s, &[self.loss_scale])?;
-        let mut g = DeviceBuffer::<f32>::zeroed(s, 1)?;
-        ops::clip_grad_scale(
-            s,
-            ClipGradScale {
-                params: self.params,
-                norm: &norm,
-                loss_scale: Some(&scale),
-                grad_scale: &mut g,
-            },
-        )?;
-        let grad_scale = download_f32(s, &g)?;
-        // The coefficient is not a device output: the device result implies it.
+            norm: S::input(&norm),
+            loss_scale: Some(S::input(&scale)),
+            grad_scale: S::output(&mut g),
+        }
+        .run(q)?;
+        let grad_scale = S::download(q, &g)?;
+        // The coefficient is not an output of the op: the result implies it.
         let coef = f64::from(self.loss_scale) / f64::from(grad_scale[0]);
         Ok(vec![
             ("coefficient", TensorData::F32(vec![coef as f32])),
             ("grad_scale", TensorData::F32(grad_scale)),
         ])
     }
+}
+
+impl GoldenCase for ClipCase {
+    fn op(&self) -> &'static str {
+        "clip"
+    }
+
+    golden_runs!();
 
     fn tolerance(&self, output: &str, dtype: DType) -> Tolerance {
         tolerance(Rule::Reduction, output, dtype, DType::F32, 1)

@@ -5,16 +5,14 @@ use super::{
     IGNORE_INDEX,
 };
 use crate::golden::{
-    download, download_f32, upload, Case, CaseReader, GoldenCase, GoldenError, GoldenOp, Outputs,
-    TensorData, Want,
+    Case, CaseReader, GoldenCase, GoldenError, GoldenOp, GoldenSpace, Outputs, TensorData, Want,
 };
-use crate::ops::OpError;
-use crate::params::{DType, Element, ShapeError};
+use crate::ops::{OpError, Run};
+use crate::params::{DType, ShapeError};
 use crate::tolerance::{
     linear_crossentropy, softmax_gradient, tolerance, LinearCeBounds, Rule, Tolerance,
 };
-use crate::{cpu, ops, with_dtype};
-use hip_rt::{DeviceBuffer, Stream};
+use crate::{golden_runs, with_dtype};
 use std::any::Any;
 
 /// The golden ops of this family.
@@ -82,71 +80,44 @@ fn parse(r: &mut CaseReader<'_>) -> Result<Case, GoldenError> {
     Ok(r.finish(dtype, Box::new(case), expected))
 }
 
+impl CrossEntropyCase {
+    fn run<S: GoldenSpace>(&self, q: S::Queue<'_>) -> Result<Outputs, OpError> {
+        with_dtype!(self.logits.dtype(), T => {
+            let mut logits = S::typed::<T>(q, &self.logits, OP, "logits")?;
+            let targets = S::upload(q, &self.targets)?;
+            let mut losses = S::zeros::<f32>(q, self.params.rows)?;
+            let mut loss = S::zeros::<f32>(q, 1)?;
+            let mut error = S::upload(q, &[u32::MAX])?;
+            let mut totals = self.totals.as_ref().map(|t| S::upload(q, t)).transpose()?;
+            SoftmaxCrossEntropy::<S, T> {
+                params: self.params,
+                logits: S::output(&mut logits),
+                targets: S::input(&targets),
+                losses: S::output(&mut losses),
+                loss: Some(S::output(&mut loss)),
+                totals: totals.as_mut().map(S::output),
+                error: Some(S::output(&mut error)),
+            }
+            .run(q)?;
+            check_error_flag::<S>(q, &error)?;
+            let mut out = vec![("losses", S::tensor(q, &losses)?), ("loss", S::tensor(q, &loss)?)];
+            if self.params.dloss.is_some() {
+                out.push(("dlogits", S::tensor(q, &logits)?));
+            }
+            if let Some(t) = &totals {
+                out.push(("totals", S::tensor(q, t)?));
+            }
+            Ok(out)
+        })
+    }
+}
+
 impl GoldenCase for CrossEntropyCase {
     fn op(&self) -> &'static str {
         "crossentropy"
     }
 
-    fn run_cpu(&self) -> Result<Outputs, ShapeError> {
-        with_dtype!(self.logits.dtype(), T => {
-            let mut logits = self.logits.typed::<T>(OP, "logits")?.to_vec();
-            let mut losses = vec![0.0f32; self.params.rows];
-            let mut loss = [0.0f32];
-            let mut totals = self.totals.clone().unwrap_or_default();
-            cpu::softmax_cross_entropy(SoftmaxCrossEntropy::<_, T> {
-                params: self.params,
-                logits: &mut logits,
-                targets: &self.targets,
-                losses: &mut losses,
-                loss: Some(&mut loss),
-                totals: self.totals.as_ref().map(|_| &mut totals[..]),
-                error: None,
-            })?;
-            let mut out = vec![("losses", TensorData::F32(losses)), ("loss", TensorData::F32(loss.to_vec()))];
-            if self.params.dloss.is_some() {
-                out.push(("dlogits", TensorData::from_slice(&logits)));
-            }
-            if self.totals.is_some() {
-                out.push(("totals", TensorData::F32(totals)));
-            }
-            Ok(out)
-        })
-    }
-
-    fn run_device(&self, s: &Stream) -> Result<Outputs, OpError> {
-        with_dtype!(self.logits.dtype(), T => {
-            let mut logits = upload(s, self.logits.typed::<T>(OP, "logits")?)?;
-            let targets = DeviceBuffer::from_slice(s, &self.targets)?;
-            let mut losses = DeviceBuffer::<f32>::zeroed(s, self.params.rows)?;
-            let mut loss = DeviceBuffer::<f32>::zeroed(s, 1)?;
-            let mut error = DeviceBuffer::<u32>::zeroed(s, 1)?;
-            let mut totals = match &self.totals {
-                Some(t) => Some(DeviceBuffer::from_slice(s, t)?),
-                None => None,
-            };
-            ops::softmax_cross_entropy(s, SoftmaxCrossEntropy {
-                params: self.params,
-                logits: &mut logits,
-                targets: &targets,
-                losses: &mut losses,
-                loss: Some(&mut loss),
-                totals: totals.as_mut().map(|t| t as _),
-                error: Some(&mut error),
-            })?;
-            check_error_flag(s, &error)?;
-            let mut out = vec![
-                ("losses", TensorData::F32(download_f32(s, &losses)?)),
-                ("loss", TensorData::F32(download_f32(s, &loss)?)),
-            ];
-            if self.params.dloss.is_some() {
-                out.push(("dlogits", download(s, &logits)?));
-            }
-            if let Some(t) = &totals {
-                out.push(("totals", TensorData::F32(download_f32(s, t)?)));
-            }
-            Ok(out)
-        })
-    }
+    golden_runs!();
 
     fn tolerance(&self, output: &str, dtype: DType) -> Tolerance {
         let p = &self.params;
@@ -195,8 +166,8 @@ fn divisor(given: Option<f32>, targets: &[i32]) -> f64 {
     )
 }
 
-fn check_error_flag(s: &Stream, error: &DeviceBuffer<u32>) -> Result<(), OpError> {
-    let e = error.to_vec(s)?[0];
+fn check_error_flag<S: GoldenSpace>(q: S::Queue<'_>, error: &S::Buf<u32>) -> Result<(), OpError> {
+    let e = S::download(q, error)?[0];
     if e != u32::MAX {
         return Err(ShapeError::Invalid {
             op: OP,
@@ -325,98 +296,54 @@ impl LinearCrossEntropyCase {
     }
 }
 
+impl LinearCrossEntropyCase {
+    fn run<S: GoldenSpace>(&self, q: S::Queue<'_>) -> Result<Outputs, OpError> {
+        let p = self.params;
+        with_dtype!(self.h.dtype(), T => {
+            let h = S::typed::<T>(q, &self.h, LINEAR, "h")?;
+            let weight = S::typed::<T>(q, &self.weight, LINEAR, "weight")?;
+            let targets = S::upload(q, &self.targets)?;
+            let mut dh = p.dloss.map(|_| S::zeros::<T>(q, p.rows * p.dim)).transpose()?;
+            let mut dweight = self.dweight.as_ref().map(|d| S::typed::<T>(q, d, LINEAR, "dweight")).transpose()?;
+            let mut losses = S::zeros::<f32>(q, p.rows)?;
+            let mut loss = S::zeros::<f32>(q, 1)?;
+            let mut totals = self.totals.as_ref().map(|t| S::upload(q, t)).transpose()?;
+            let mut error = S::upload(q, &[u32::MAX])?;
+            LinearCrossEntropy::<S, T> {
+                params: p,
+                h: S::input(&h),
+                weight: S::input(&weight),
+                targets: S::input(&targets),
+                dh: dh.as_mut().map(S::output),
+                dweight: dweight.as_mut().map(S::output),
+                losses: S::output(&mut losses),
+                loss: Some(S::output(&mut loss)),
+                totals: totals.as_mut().map(S::output),
+                error: Some(S::output(&mut error)),
+            }
+            .run(q)?;
+            check_error_flag::<S>(q, &error)?;
+            let mut out = vec![("losses", S::tensor(q, &losses)?), ("loss", S::tensor(q, &loss)?)];
+            if let Some(d) = &dh {
+                out.push(("dh", S::tensor(q, d)?));
+            }
+            if let Some(d) = &dweight {
+                out.push(("dweight", S::tensor(q, d)?));
+            }
+            if let Some(t) = &totals {
+                out.push(("totals", S::tensor(q, t)?));
+            }
+            Ok(out)
+        })
+    }
+}
+
 impl GoldenCase for LinearCrossEntropyCase {
     fn op(&self) -> &'static str {
         LINEAR
     }
 
-    fn run_cpu(&self) -> Result<Outputs, ShapeError> {
-        let p = self.params;
-        with_dtype!(self.h.dtype(), T => {
-            let mut dh = vec![T::from_f64(0.0); if p.dloss.is_some() { p.rows * p.dim } else { 0 }];
-            let mut dweight = match &self.dweight {
-                Some(d) => d.typed::<T>(LINEAR, "dweight")?.to_vec(),
-                None => Vec::new(),
-            };
-            let mut losses = vec![0.0f32; p.rows];
-            let mut loss = [0.0f32];
-            let mut totals = self.totals.clone().unwrap_or_default();
-            cpu::linear_cross_entropy(LinearCrossEntropy::<_, T> {
-                params: p,
-                h: self.h.typed::<T>(LINEAR, "h")?,
-                weight: self.weight.typed::<T>(LINEAR, "weight")?,
-                targets: &self.targets,
-                dh: p.dloss.map(|_| &mut dh[..]),
-                dweight: self.dweight.as_ref().map(|_| &mut dweight[..]),
-                losses: &mut losses,
-                loss: Some(&mut loss),
-                totals: self.totals.as_ref().map(|_| &mut totals[..]),
-                error: None,
-            })?;
-            let mut out = vec![("losses", TensorData::F32(losses)), ("loss", TensorData::F32(loss.to_vec()))];
-            if p.dloss.is_some() {
-                out.push(("dh", TensorData::from_slice(&dh)));
-            }
-            if self.dweight.is_some() {
-                out.push(("dweight", TensorData::from_slice(&dweight)));
-            }
-            if self.totals.is_some() {
-                out.push(("totals", TensorData::F32(totals)));
-            }
-            Ok(out)
-        })
-    }
-
-    fn run_device(&self, s: &Stream) -> Result<Outputs, OpError> {
-        let p = self.params;
-        with_dtype!(self.h.dtype(), T => {
-            let h = upload(s, self.h.typed::<T>(LINEAR, "h")?)?;
-            let weight = upload(s, self.weight.typed::<T>(LINEAR, "weight")?)?;
-            let targets = DeviceBuffer::from_slice(s, &self.targets)?;
-            let mut dh = match p.dloss {
-                Some(_) => Some(DeviceBuffer::<T>::zeroed(s, p.rows * p.dim)?),
-                None => None,
-            };
-            let mut dweight = match &self.dweight {
-                Some(d) => Some(upload(s, d.typed::<T>(LINEAR, "dweight")?)?),
-                None => None,
-            };
-            let mut losses = DeviceBuffer::<f32>::zeroed(s, p.rows)?;
-            let mut loss = DeviceBuffer::<f32>::zeroed(s, 1)?;
-            let mut totals = match &self.totals {
-                Some(t) => Some(DeviceBuffer::from_slice(s, t)?),
-                None => None,
-            };
-            let mut error = DeviceBuffer::<u32>::zeroed(s, 1)?;
-            ops::linear_cross_entropy(s, LinearCrossEntropy {
-                params: p,
-                h: &h,
-                weight: &weight,
-                targets: &targets,
-                dh: dh.as_mut().map(|d| d as _),
-                dweight: dweight.as_mut().map(|d| d as _),
-                losses: &mut losses,
-                loss: Some(&mut loss),
-                totals: totals.as_mut().map(|t| t as _),
-                error: Some(&mut error),
-            })?;
-            check_error_flag(s, &error)?;
-            let mut out = vec![
-                ("losses", TensorData::F32(download_f32(s, &losses)?)),
-                ("loss", TensorData::F32(download_f32(s, &loss)?)),
-            ];
-            if let Some(d) = &dh {
-                out.push(("dh", download(s, d)?));
-            }
-            if let Some(d) = &dweight {
-                out.push(("dweight", download(s, d)?));
-            }
-            if let Some(t) = &totals {
-                out.push(("totals", TensorData::F32(download_f32(s, t)?)));
-            }
-            Ok(out)
-        })
-    }
+    golden_runs!();
 
     fn tolerance(&self, output: &str, dtype: DType) -> Tolerance {
         linear_crossentropy(output, dtype, self.h.dtype(), &self.bounds())

@@ -2,14 +2,12 @@
 
 use super::{EncoderBackward, EncoderForward, EncoderParams};
 use crate::golden::{
-    download, upload, Case, CaseReader, GoldenCase, GoldenError, GoldenOp, Outputs, TensorData,
-    Want,
+    Case, CaseReader, GoldenCase, GoldenError, GoldenOp, GoldenSpace, Outputs, TensorData, Want,
 };
-use crate::ops::OpError;
-use crate::params::{DType, Element, ShapeError};
+use crate::ops::{OpError, Run};
+use crate::params::{DType, ShapeError};
 use crate::tolerance::{tolerance, Rule, Tolerance};
-use crate::{cpu, ops, with_dtype};
-use hip_rt::{DeviceBuffer, Stream};
+use crate::{golden_runs, with_dtype};
 use std::any::Any;
 
 /// The golden ops of this family.
@@ -127,44 +125,34 @@ fn parse_backward(r: &mut CaseReader<'_>) -> Result<Case, GoldenError> {
     Ok(r.finish(dtype, Box::new(case), expected))
 }
 
+impl EncoderForwardCase {
+    fn run<S: GoldenSpace>(&self, q: S::Queue<'_>) -> Result<Outputs, OpError> {
+        with_dtype!(self.wte.dtype(), T => {
+            let tokens = S::upload(q, &self.tokens)?;
+            let (wte, wpe) = (S::typed::<T>(q, &self.wte, OP, "wte")?, S::typed::<T>(q, &self.wpe, OP, "wpe")?);
+            let mut out = S::zeros::<T>(q, self.params.out_len()?)?;
+            let mut error = S::upload(q, &[super::NO_ERROR])?;
+            EncoderForward::<S, T> {
+                params: self.params,
+                tokens: S::input(&tokens),
+                wte: S::input(&wte),
+                wpe: S::input(&wpe),
+                out: S::output(&mut out),
+                error: Some(S::output(&mut error)),
+            }
+            .run(q)?;
+            check_no_error::<S>(q, &error)?;
+            Ok(vec![("out", S::tensor(q, &out)?)])
+        })
+    }
+}
+
 impl GoldenCase for EncoderForwardCase {
     fn op(&self) -> &'static str {
         "encoder_forward"
     }
 
-    fn run_cpu(&self) -> Result<Outputs, ShapeError> {
-        with_dtype!(self.wte.dtype(), T => {
-            let mut out = vec![T::from_f64(0.0); self.params.out_len()?];
-            cpu::encoder_forward(EncoderForward::<_, T> {
-                params: self.params,
-                tokens: &self.tokens,
-                wte: self.wte.typed::<T>(OP, "wte")?,
-                wpe: self.wpe.typed::<T>(OP, "wpe")?,
-                out: &mut out,
-                error: None,
-            })?;
-            Ok(vec![("out", TensorData::from_slice(&out))])
-        })
-    }
-
-    fn run_device(&self, s: &Stream) -> Result<Outputs, OpError> {
-        with_dtype!(self.wte.dtype(), T => {
-            let tokens = DeviceBuffer::from_slice(s, &self.tokens)?;
-            let (wte, wpe) = (upload(s, self.wte.typed::<T>(OP, "wte")?)?, upload(s, self.wpe.typed::<T>(OP, "wpe")?)?);
-            let mut out = DeviceBuffer::<T>::zeroed(s, self.params.out_len()?)?;
-            let mut error = DeviceBuffer::<u32>::zeroed(s, 1)?;
-            ops::encoder_forward(s, EncoderForward {
-                params: self.params,
-                tokens: &tokens,
-                wte: &wte,
-                wpe: &wpe,
-                out: &mut out,
-                error: Some(&mut error),
-            })?;
-            check_no_error(s, &error)?;
-            Ok(vec![("out", download(s, &out)?)])
-        })
-    }
+    golden_runs!();
 
     fn tolerance(&self, output: &str, dtype: DType) -> Tolerance {
         tolerance(Rule::Reduction, output, dtype, self.wte.dtype(), 2)
@@ -176,8 +164,8 @@ impl GoldenCase for EncoderForwardCase {
 }
 
 /// A golden case holds only valid ids: the device flag must say so.
-fn check_no_error(s: &Stream, error: &DeviceBuffer<u32>) -> Result<(), OpError> {
-    let e = error.to_vec(s)?[0];
+fn check_no_error<S: GoldenSpace>(q: S::Queue<'_>, error: &S::Buf<u32>) -> Result<(), OpError> {
+    let e = S::download(q, error)?[0];
     if e != super::NO_ERROR {
         return Err(ShapeError::Invalid {
             op: OP,
@@ -190,46 +178,35 @@ fn check_no_error(s: &Stream, error: &DeviceBuffer<u32>) -> Result<(), OpError> 
     Ok(())
 }
 
+impl EncoderBackwardCase {
+    fn run<S: GoldenSpace>(&self, q: S::Queue<'_>) -> Result<Outputs, OpError> {
+        with_dtype!(self.dout.dtype(), T => {
+            let tokens = S::upload(q, &self.tokens)?;
+            let dout = S::typed::<T>(q, &self.dout, OP, "dout")?;
+            let mut dwte = S::typed::<T>(q, &self.dwte, OP, "dwte")?;
+            let mut dwpe = S::typed::<T>(q, &self.dwpe, OP, "dwpe")?;
+            let mut error = S::upload(q, &[super::NO_ERROR])?;
+            EncoderBackward::<S, T> {
+                params: self.params,
+                tokens: S::input(&tokens),
+                dout: S::input(&dout),
+                dwte: S::output(&mut dwte),
+                dwpe: S::output(&mut dwpe),
+                error: Some(S::output(&mut error)),
+            }
+            .run(q)?;
+            check_no_error::<S>(q, &error)?;
+            Ok(vec![("dwte", S::tensor(q, &dwte)?), ("dwpe", S::tensor(q, &dwpe)?)])
+        })
+    }
+}
+
 impl GoldenCase for EncoderBackwardCase {
     fn op(&self) -> &'static str {
         "encoder_backward"
     }
 
-    fn run_cpu(&self) -> Result<Outputs, ShapeError> {
-        with_dtype!(self.dout.dtype(), T => {
-            let mut dwte = self.dwte.typed::<T>(OP, "dwte")?.to_vec();
-            let mut dwpe = self.dwpe.typed::<T>(OP, "dwpe")?.to_vec();
-            cpu::encoder_backward(EncoderBackward::<_, T> {
-                params: self.params,
-                tokens: &self.tokens,
-                dout: self.dout.typed::<T>(OP, "dout")?,
-                dwte: &mut dwte,
-                dwpe: &mut dwpe,
-                error: None,
-            })?;
-            Ok(vec![("dwte", TensorData::from_slice(&dwte)), ("dwpe", TensorData::from_slice(&dwpe))])
-        })
-    }
-
-    fn run_device(&self, s: &Stream) -> Result<Outputs, OpError> {
-        with_dtype!(self.dout.dtype(), T => {
-            let tokens = DeviceBuffer::from_slice(s, &self.tokens)?;
-            let dout = upload(s, self.dout.typed::<T>(OP, "dout")?)?;
-            let mut dwte = upload(s, self.dwte.typed::<T>(OP, "dwte")?)?;
-            let mut dwpe = upload(s, self.dwpe.typed::<T>(OP, "dwpe")?)?;
-            let mut error = DeviceBuffer::<u32>::zeroed(s, 1)?;
-            ops::encoder_backward(s, EncoderBackward {
-                params: self.params,
-                tokens: &tokens,
-                dout: &dout,
-                dwte: &mut dwte,
-                dwpe: &mut dwpe,
-                error: Some(&mut error),
-            })?;
-            check_no_error(s, &error)?;
-            Ok(vec![("dwte", download(s, &dwte)?), ("dwpe", download(s, &dwpe)?)])
-        })
-    }
+    golden_runs!();
 
     fn tolerance(&self, output: &str, dtype: DType) -> Tolerance {
         let p = &self.params;

@@ -2,14 +2,12 @@
 
 use super::{ElementwiseParams, GeluBackward, GeluForward, ResidualAdd};
 use crate::golden::{
-    download, upload, Case, CaseReader, GoldenCase, GoldenError, GoldenOp, Outputs, TensorData,
-    Want,
+    Case, CaseReader, GoldenCase, GoldenError, GoldenOp, GoldenSpace, Outputs, TensorData, Want,
 };
-use crate::ops::OpError;
-use crate::params::{DType, Element, ShapeError};
+use crate::ops::{OpError, Run};
+use crate::params::DType;
 use crate::tolerance::{tolerance, Rule, Tolerance};
-use crate::{cpu, ops, with_dtype};
-use hip_rt::{DeviceBuffer, Stream};
+use crate::{golden_runs, with_dtype};
 use std::any::Any;
 
 /// The golden ops of this family.
@@ -94,6 +92,46 @@ impl ElementwiseCase {
     }
 }
 
+impl ElementwiseCase {
+    fn run<S: GoldenSpace>(&self, q: S::Queue<'_>) -> Result<Outputs, OpError> {
+        let op = self.op();
+        let params = self.params;
+        with_dtype!(self.inputs[0].dtype(), T => {
+            let x = S::typed::<T>(q, &self.inputs[0], op, "x")?;
+            let mut out = S::zeros::<T>(q, params.len)?;
+            match self.op {
+                Elementwise::GeluForward => GeluForward::<S, T> {
+                    params,
+                    x: S::input(&x),
+                    out: S::output(&mut out),
+                }
+                .run(q)?,
+                Elementwise::GeluBackward => {
+                    let d = S::typed::<T>(q, &self.inputs[1], op, "dout")?;
+                    GeluBackward::<S, T> {
+                        params,
+                        x: S::input(&x),
+                        dout: S::input(&d),
+                        dx: S::output(&mut out),
+                    }
+                    .run(q)?
+                }
+                Elementwise::ResidualAdd => {
+                    let b = S::typed::<T>(q, &self.inputs[1], op, "b")?;
+                    ResidualAdd::<S, T> {
+                        params,
+                        a: S::input(&x),
+                        b: S::input(&b),
+                        out: S::output(&mut out),
+                    }
+                    .run(q)?
+                }
+            }
+            Ok(vec![(self.output(), S::tensor(q, &out)?)])
+        })
+    }
+}
+
 impl GoldenCase for ElementwiseCase {
     fn op(&self) -> &'static str {
         match self.op {
@@ -103,45 +141,7 @@ impl GoldenCase for ElementwiseCase {
         }
     }
 
-    fn run_cpu(&self) -> Result<Outputs, ShapeError> {
-        let op = self.op();
-        let params = self.params;
-        with_dtype!(self.inputs[0].dtype(), T => {
-            let x = self.inputs[0].typed::<T>(op, "x")?;
-            let mut out = vec![T::from_f64(0.0); x.len()];
-            match self.op {
-                Elementwise::GeluForward => cpu::gelu_forward(GeluForward::<_, T> { params, x, out: &mut out })?,
-                Elementwise::GeluBackward => cpu::gelu_backward(GeluBackward::<_, T> {
-                    params, x, dout: self.inputs[1].typed::<T>(op, "dout")?, dx: &mut out,
-                })?,
-                Elementwise::ResidualAdd => cpu::residual_add(ResidualAdd::<_, T> {
-                    params, a: x, b: self.inputs[1].typed::<T>(op, "b")?, out: &mut out,
-                })?,
-            }
-            Ok(vec![(self.output(), TensorData::from_slice(&out))])
-        })
-    }
-
-    fn run_device(&self, s: &Stream) -> Result<Outputs, OpError> {
-        let op = self.op();
-        let params = self.params;
-        with_dtype!(self.inputs[0].dtype(), T => {
-            let x = upload(s, self.inputs[0].typed::<T>(op, "x")?)?;
-            let mut out = DeviceBuffer::<T>::zeroed(s, params.len)?;
-            match self.op {
-                Elementwise::GeluForward => ops::gelu_forward(s, GeluForward { params, x: &x, out: &mut out })?,
-                Elementwise::GeluBackward => {
-                    let d = upload(s, self.inputs[1].typed::<T>(op, "dout")?)?;
-                    ops::gelu_backward(s, GeluBackward { params, x: &x, dout: &d, dx: &mut out })?
-                }
-                Elementwise::ResidualAdd => {
-                    let b = upload(s, self.inputs[1].typed::<T>(op, "b")?)?;
-                    ops::residual_add(s, ResidualAdd { params, a: &x, b: &b, out: &mut out })?
-                }
-            }
-            Ok(vec![(self.output(), download(s, &out)?)])
-        })
-    }
+    golden_runs!();
 
     fn tolerance(&self, output: &str, dtype: DType) -> Tolerance {
         tolerance(Rule::Reduction, output, dtype, self.inputs[0].dtype(), 1)

@@ -2,14 +2,13 @@
 
 use super::{LayerNormBackward, LayerNormForward, LayerNormParams};
 use crate::golden::{
-    download, download_f32, f32s, upload, Case, CaseReader, GoldenCase, GoldenError, GoldenOp,
-    Outputs, TensorData, Want,
+    f32s, Case, CaseReader, GoldenCase, GoldenError, GoldenOp, GoldenSpace, Outputs, TensorData,
+    Want,
 };
-use crate::ops::OpError;
-use crate::params::{DType, ShapeError};
+use crate::ops::{OpError, Run};
+use crate::params::DType;
 use crate::tolerance::{tolerance, Rule, Tolerance};
-use crate::{cpu, ops, with_dtype};
-use hip_rt::{DeviceBuffer, Stream};
+use crate::{golden_runs, with_dtype};
 use std::any::Any;
 
 /// The golden ops of this family.
@@ -121,59 +120,40 @@ fn parse_backward(r: &mut CaseReader<'_>) -> Result<Case, GoldenError> {
     Ok(r.finish(dtype, Box::new(case), expected))
 }
 
+impl LayerNormForwardCase {
+    fn run<S: GoldenSpace>(&self, q: S::Queue<'_>) -> Result<Outputs, OpError> {
+        let rows = self.params.rows;
+        with_dtype!(self.x.dtype(), T => {
+            let x = S::typed::<T>(q, &self.x, OP, "x")?;
+            let weight = S::typed::<T>(q, &self.weight, OP, "weight")?;
+            let bias = S::typed::<T>(q, &self.bias, OP, "bias")?;
+            let mut y = S::zeros::<T>(q, self.x.len())?;
+            let (mut mean, mut rstd) = (S::zeros::<f32>(q, rows)?, S::zeros::<f32>(q, rows)?);
+            LayerNormForward::<S, T> {
+                params: self.params,
+                x: S::input(&x),
+                weight: S::input(&weight),
+                bias: S::input(&bias),
+                y: S::output(&mut y),
+                mean: S::output(&mut mean),
+                rstd: S::output(&mut rstd),
+            }
+            .run(q)?;
+            Ok(vec![
+                ("y", S::tensor(q, &y)?),
+                ("mean", S::tensor(q, &mean)?),
+                ("rstd", S::tensor(q, &rstd)?),
+            ])
+        })
+    }
+}
+
 impl GoldenCase for LayerNormForwardCase {
     fn op(&self) -> &'static str {
         "layernorm_forward"
     }
 
-    fn run_cpu(&self) -> Result<Outputs, ShapeError> {
-        let rows = self.params.rows;
-        with_dtype!(self.x.dtype(), T => {
-            let x = self.x.typed::<T>(OP, "x")?;
-            let mut y = x.to_vec();
-            let (mut mean, mut rstd) = (vec![0.0; rows], vec![0.0; rows]);
-            cpu::layernorm_forward(LayerNormForward::<_, T> {
-                params: self.params,
-                x,
-                weight: self.weight.typed::<T>(OP, "weight")?,
-                bias: self.bias.typed::<T>(OP, "bias")?,
-                y: &mut y,
-                mean: &mut mean,
-                rstd: &mut rstd,
-            })?;
-            Ok(vec![
-                ("y", TensorData::from_slice(&y)),
-                ("mean", TensorData::F32(mean)),
-                ("rstd", TensorData::F32(rstd)),
-            ])
-        })
-    }
-
-    fn run_device(&self, s: &Stream) -> Result<Outputs, OpError> {
-        let rows = self.params.rows;
-        with_dtype!(self.x.dtype(), T => {
-            let x = self.x.typed::<T>(OP, "x")?;
-            let (w, b) = (self.weight.typed::<T>(OP, "weight")?, self.bias.typed::<T>(OP, "bias")?);
-            let (dx, dw, db) = (upload(s, x)?, upload(s, w)?, upload(s, b)?);
-            let mut y = DeviceBuffer::<T>::zeroed(s, x.len())?;
-            let mut mean = DeviceBuffer::<f32>::zeroed(s, rows)?;
-            let mut rstd = DeviceBuffer::<f32>::zeroed(s, rows)?;
-            ops::layernorm_forward(s, LayerNormForward {
-                params: self.params,
-                x: &dx,
-                weight: &dw,
-                bias: &db,
-                y: &mut y,
-                mean: &mut mean,
-                rstd: &mut rstd,
-            })?;
-            Ok(vec![
-                ("y", download(s, &y)?),
-                ("mean", TensorData::F32(download_f32(s, &mean)?)),
-                ("rstd", TensorData::F32(download_f32(s, &rstd)?)),
-            ])
-        })
-    }
+    golden_runs!();
 
     fn tolerance(&self, output: &str, dtype: DType) -> Tolerance {
         let input = self.x.dtype();
@@ -185,62 +165,44 @@ impl GoldenCase for LayerNormForwardCase {
     }
 }
 
+impl LayerNormBackwardCase {
+    fn run<S: GoldenSpace>(&self, q: S::Queue<'_>) -> Result<Outputs, OpError> {
+        with_dtype!(self.x.dtype(), T => {
+            let x = S::typed::<T>(q, &self.x, OP, "x")?;
+            let weight = S::typed::<T>(q, &self.weight, OP, "weight")?;
+            let dy = S::typed::<T>(q, &self.dy, OP, "dy")?;
+            let (mean, rstd) = (S::upload(q, &self.mean)?, S::upload(q, &self.rstd)?);
+            // Outputs start as NaN: the overwriting backward must never read them.
+            let (cols, n) = (self.params.cols, self.x.len());
+            let (mut dx, mut dw, mut db) = (S::nan::<T>(q, n)?, S::nan::<T>(q, cols)?, S::nan::<T>(q, cols)?);
+            LayerNormBackward::<S, T> {
+                params: self.params,
+                x: S::input(&x),
+                weight: S::input(&weight),
+                dy: S::input(&dy),
+                mean: S::input(&mean),
+                rstd: S::input(&rstd),
+                dx: S::output(&mut dx),
+                dweight: S::output(&mut dw),
+                dbias: S::output(&mut db),
+                accumulate: false,
+            }
+            .run(q)?;
+            Ok(vec![
+                ("dx", S::tensor(q, &dx)?),
+                ("dweight", S::tensor(q, &dw)?),
+                ("dbias", S::tensor(q, &db)?),
+            ])
+        })
+    }
+}
+
 impl GoldenCase for LayerNormBackwardCase {
     fn op(&self) -> &'static str {
         "layernorm_backward"
     }
 
-    fn run_cpu(&self) -> Result<Outputs, ShapeError> {
-        with_dtype!(self.x.dtype(), T => {
-            let (x, w) = (self.x.typed::<T>(OP, "x")?, self.weight.typed::<T>(OP, "weight")?);
-            let (mut dx, mut dw, mut db) = (x.to_vec(), w.to_vec(), w.to_vec());
-            cpu::layernorm_backward(LayerNormBackward::<_, T> {
-                params: self.params,
-                x,
-                weight: w,
-                dy: self.dy.typed::<T>(OP, "dy")?,
-                mean: &self.mean,
-                rstd: &self.rstd,
-                dx: &mut dx,
-                dweight: &mut dw,
-                dbias: &mut db,
-                accumulate: false,
-            })?;
-            Ok(vec![
-                ("dx", TensorData::from_slice(&dx)),
-                ("dweight", TensorData::from_slice(&dw)),
-                ("dbias", TensorData::from_slice(&db)),
-            ])
-        })
-    }
-
-    fn run_device(&self, s: &Stream) -> Result<Outputs, OpError> {
-        with_dtype!(self.x.dtype(), T => {
-            let (x, w) = (self.x.typed::<T>(OP, "x")?, self.weight.typed::<T>(OP, "weight")?);
-            let (bx, bw, bdy) = (upload(s, x)?, upload(s, w)?, upload(s, self.dy.typed::<T>(OP, "dy")?)?);
-            let (bm, br) = (upload(s, &self.mean)?, upload(s, &self.rstd)?);
-            // Outputs start as NaN: the overwriting backward must never read them.
-            let nan = |n| upload(s, &vec![<T as crate::params::Element>::from_f64(f64::NAN); n]);
-            let (mut dx, mut dw, mut db) = (nan(x.len())?, nan(w.len())?, nan(w.len())?);
-            ops::layernorm_backward(s, LayerNormBackward {
-                params: self.params,
-                x: &bx,
-                weight: &bw,
-                dy: &bdy,
-                mean: &bm,
-                rstd: &br,
-                dx: &mut dx,
-                dweight: &mut dw,
-                dbias: &mut db,
-                accumulate: false,
-            })?;
-            Ok(vec![
-                ("dx", download(s, &dx)?),
-                ("dweight", download(s, &dw)?),
-                ("dbias", download(s, &db)?),
-            ])
-        })
-    }
+    golden_runs!();
 
     fn tolerance(&self, output: &str, dtype: DType) -> Tolerance {
         let len = if output == "dx" {

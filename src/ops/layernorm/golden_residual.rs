@@ -2,14 +2,12 @@
 
 use super::{LayerNormParams, ResidualLayerNormForward};
 use crate::golden::{
-    download, download_f32, upload, Case, CaseReader, GoldenCase, GoldenError, Outputs, TensorData,
-    Want,
+    Case, CaseReader, GoldenCase, GoldenError, GoldenSpace, Outputs, TensorData, Want,
 };
-use crate::ops::OpError;
-use crate::params::{DType, ShapeError};
+use crate::ops::{OpError, Run};
+use crate::params::DType;
 use crate::tolerance::{tolerance, Rule, Tolerance};
-use crate::{cpu, ops, with_dtype};
-use hip_rt::{DeviceBuffer, Stream};
+use crate::{golden_runs, with_dtype};
 use std::any::Any;
 
 /// Inputs of a `residual_layernorm_forward` case.
@@ -59,66 +57,43 @@ pub(super) fn parse(r: &mut CaseReader<'_>) -> Result<Case, GoldenError> {
     Ok(r.finish(dtype, Box::new(case), expected))
 }
 
+impl ResidualLayerNormCase {
+    fn run<S: GoldenSpace>(&self, q: S::Queue<'_>) -> Result<Outputs, OpError> {
+        let rows = self.params.rows;
+        with_dtype!(self.a.dtype(), T => {
+            let (a, b) = (S::typed::<T>(q, &self.a, OP, "a")?, S::typed::<T>(q, &self.b, OP, "b")?);
+            let weight = S::typed::<T>(q, &self.weight, OP, "weight")?;
+            let bias = S::typed::<T>(q, &self.bias, OP, "bias")?;
+            let (mut x, mut y) = (S::zeros::<T>(q, self.a.len())?, S::zeros::<T>(q, self.a.len())?);
+            let (mut mean, mut rstd) = (S::zeros::<f32>(q, rows)?, S::zeros::<f32>(q, rows)?);
+            ResidualLayerNormForward::<S, T> {
+                params: self.params,
+                a: S::input(&a),
+                b: S::input(&b),
+                weight: S::input(&weight),
+                bias: S::input(&bias),
+                residual: S::output(&mut x),
+                y: S::output(&mut y),
+                mean: S::output(&mut mean),
+                rstd: S::output(&mut rstd),
+            }
+            .run(q)?;
+            Ok(vec![
+                ("residual", S::tensor(q, &x)?),
+                ("y", S::tensor(q, &y)?),
+                ("mean", S::tensor(q, &mean)?),
+                ("rstd", S::tensor(q, &rstd)?),
+            ])
+        })
+    }
+}
+
 impl GoldenCase for ResidualLayerNormCase {
     fn op(&self) -> &'static str {
         "residual_layernorm_forward"
     }
 
-    fn run_cpu(&self) -> Result<Outputs, ShapeError> {
-        let rows = self.params.rows;
-        with_dtype!(self.a.dtype(), T => {
-            let a = self.a.typed::<T>(OP, "a")?;
-            let (mut x, mut y) = (a.to_vec(), a.to_vec());
-            let (mut mean, mut rstd) = (vec![0.0; rows], vec![0.0; rows]);
-            cpu::residual_layernorm_forward(ResidualLayerNormForward::<_, T> {
-                params: self.params,
-                a,
-                b: self.b.typed::<T>(OP, "b")?,
-                weight: self.weight.typed::<T>(OP, "weight")?,
-                bias: self.bias.typed::<T>(OP, "bias")?,
-                residual: &mut x,
-                y: &mut y,
-                mean: &mut mean,
-                rstd: &mut rstd,
-            })?;
-            Ok(vec![
-                ("residual", TensorData::from_slice(&x)),
-                ("y", TensorData::from_slice(&y)),
-                ("mean", TensorData::F32(mean)),
-                ("rstd", TensorData::F32(rstd)),
-            ])
-        })
-    }
-
-    fn run_device(&self, s: &Stream) -> Result<Outputs, OpError> {
-        let rows = self.params.rows;
-        with_dtype!(self.a.dtype(), T => {
-            let a = self.a.typed::<T>(OP, "a")?;
-            let (da, db) = (upload(s, a)?, upload(s, self.b.typed::<T>(OP, "b")?)?);
-            let (dw, dbias) = (upload(s, self.weight.typed::<T>(OP, "weight")?)?, upload(s, self.bias.typed::<T>(OP, "bias")?)?);
-            let mut x = DeviceBuffer::<T>::zeroed(s, a.len())?;
-            let mut y = DeviceBuffer::<T>::zeroed(s, a.len())?;
-            let mut mean = DeviceBuffer::<f32>::zeroed(s, rows)?;
-            let mut rstd = DeviceBuffer::<f32>::zeroed(s, rows)?;
-            ops::residual_layernorm_forward(s, ResidualLayerNormForward {
-                params: self.params,
-                a: &da,
-                b: &db,
-                weight: &dw,
-                bias: &dbias,
-                residual: &mut x,
-                y: &mut y,
-                mean: &mut mean,
-                rstd: &mut rstd,
-            })?;
-            Ok(vec![
-                ("residual", download(s, &x)?),
-                ("y", download(s, &y)?),
-                ("mean", TensorData::F32(download_f32(s, &mean)?)),
-                ("rstd", TensorData::F32(download_f32(s, &rstd)?)),
-            ])
-        })
-    }
+    golden_runs!();
 
     fn tolerance(&self, output: &str, dtype: DType) -> Tolerance {
         let len = if output == "residual" {

@@ -2,14 +2,12 @@
 
 use super::{Matmul, MatmulParams};
 use crate::golden::{
-    download, upload, Case, CaseReader, GoldenCase, GoldenError, GoldenOp, Outputs, TensorData,
-    Want,
+    Case, CaseReader, GoldenCase, GoldenError, GoldenOp, GoldenSpace, Outputs, TensorData, Want,
 };
-use crate::ops::OpError;
+use crate::ops::{OpError, Run};
 use crate::params::{DType, DeviceElement, Element, ShapeError};
 use crate::tolerance::{tolerance, Rule, Tolerance};
-use crate::{cpu, ops, with_dtype};
-use hip_rt::Stream;
+use crate::{golden_runs, with_dtype};
 use std::any::Any;
 
 /// The golden ops of this family.
@@ -86,33 +84,30 @@ impl MatmulCase {
     }
 }
 
+impl MatmulCase {
+    fn run<S: GoldenSpace>(&self, q: S::Queue<'_>) -> Result<Outputs, OpError> {
+        with_dtype!(self.a.dtype(), T => {
+            // NaN where beta = 0: C must not be read.
+            let mut out = S::upload(q, &self.initial_out::<T>(f64::NAN)?)?;
+            let (a, b) = (S::typed::<T>(q, &self.a, OP, "a")?, S::typed::<T>(q, &self.b, OP, "b")?);
+            Matmul::<S, T> {
+                params: self.params,
+                a: S::input(&a),
+                b: S::input(&b),
+                out: S::output(&mut out),
+            }
+            .run(q)?;
+            Ok(vec![("out", S::tensor(q, &out)?)])
+        })
+    }
+}
+
 impl GoldenCase for MatmulCase {
     fn op(&self) -> &'static str {
         OP
     }
 
-    fn run_cpu(&self) -> Result<Outputs, ShapeError> {
-        with_dtype!(self.a.dtype(), T => {
-            let mut out = self.initial_out::<T>(0.0)?;
-            cpu::matmul(Matmul::<_, T> {
-                params: self.params,
-                a: self.a.typed::<T>(OP, "a")?,
-                b: self.b.typed::<T>(OP, "b")?,
-                out: &mut out,
-            })?;
-            Ok(vec![("out", TensorData::from_slice(&out))])
-        })
-    }
-
-    fn run_device(&self, s: &Stream) -> Result<Outputs, OpError> {
-        with_dtype!(self.a.dtype(), T => {
-            // NaN where beta = 0: C must not be read.
-            let mut out = upload(s, &self.initial_out::<T>(f64::NAN)?)?;
-            let (a, b) = (upload(s, self.a.typed::<T>(OP, "a")?)?, upload(s, self.b.typed::<T>(OP, "b")?)?);
-            ops::matmul(s, Matmul { params: self.params, a: &a, b: &b, out: &mut out })?;
-            Ok(vec![("out", download(s, &out)?)])
-        })
-    }
+    golden_runs!();
 
     fn tolerance(&self, output: &str, dtype: DType) -> Tolerance {
         tolerance(

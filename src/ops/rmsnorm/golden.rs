@@ -2,14 +2,13 @@
 
 use super::{ResidualRmsNormForward, RmsNormBackward, RmsNormForward, RmsNormParams};
 use crate::golden::{
-    download, download_f32, f32s, upload, Case, CaseReader, GoldenCase, GoldenError, GoldenOp,
-    Outputs, TensorData, Want,
+    f32s, Case, CaseReader, GoldenCase, GoldenError, GoldenOp, GoldenSpace, Outputs, TensorData,
+    Want,
 };
-use crate::ops::OpError;
-use crate::params::{DType, Element, ShapeError};
+use crate::ops::{OpError, Run};
+use crate::params::DType;
 use crate::tolerance::{tolerance, Rule, Tolerance};
-use crate::{cpu, ops, with_dtype};
-use hip_rt::{DeviceBuffer, Stream};
+use crate::{golden_runs, with_dtype};
 use std::any::Any;
 
 /// The golden ops of this family.
@@ -163,6 +162,49 @@ impl RmsNormForwardCase {
     }
 }
 
+impl RmsNormForwardCase {
+    fn run<S: GoldenSpace>(&self, q: S::Queue<'_>) -> Result<Outputs, OpError> {
+        let (params, n) = (self.params, self.params.rows * self.params.cols);
+        with_dtype!(self.dtype(), T => {
+            let weight = S::typed::<T>(q, &self.weight, OP, "weight")?;
+            let mut y = S::zeros::<T>(q, n)?;
+            let mut rstd = S::zeros::<f32>(q, params.rows)?;
+            let mut out = Vec::new();
+            match &self.variant {
+                RmsNormVariant::Plain { x } => {
+                    let x = S::typed::<T>(q, x, OP, "x")?;
+                    RmsNormForward::<S, T> {
+                        params,
+                        x: S::input(&x),
+                        weight: S::input(&weight),
+                        y: S::output(&mut y),
+                        rstd: S::output(&mut rstd),
+                    }
+                    .run(q)?
+                }
+                RmsNormVariant::Residual { a, b } => {
+                    let (a, b) = (S::typed::<T>(q, a, OP, "a")?, S::typed::<T>(q, b, OP, "b")?);
+                    let mut res = S::zeros::<T>(q, n)?;
+                    ResidualRmsNormForward::<S, T> {
+                        params,
+                        a: S::input(&a),
+                        b: S::input(&b),
+                        weight: S::input(&weight),
+                        residual: S::output(&mut res),
+                        y: S::output(&mut y),
+                        rstd: S::output(&mut rstd),
+                    }
+                    .run(q)?;
+                    out.push(("residual", S::tensor(q, &res)?));
+                }
+            }
+            out.push(("y", S::tensor(q, &y)?));
+            out.push(("rstd", S::tensor(q, &rstd)?));
+            Ok(out)
+        })
+    }
+}
+
 impl GoldenCase for RmsNormForwardCase {
     fn op(&self) -> &'static str {
         match self.variant {
@@ -171,61 +213,7 @@ impl GoldenCase for RmsNormForwardCase {
         }
     }
 
-    fn run_cpu(&self) -> Result<Outputs, ShapeError> {
-        let (params, n) = (self.params, self.params.rows * self.params.cols);
-        with_dtype!(self.dtype(), T => {
-            let weight = self.weight.typed::<T>(OP, "weight")?;
-            let mut y = vec![T::from_f64(0.0); n];
-            let mut rstd = vec![0.0f32; params.rows];
-            let mut out = Vec::new();
-            match &self.variant {
-                RmsNormVariant::Plain { x } => cpu::rmsnorm_forward(RmsNormForward::<_, T> {
-                    params, x: x.typed::<T>(OP, "x")?, weight, y: &mut y, rstd: &mut rstd,
-                })?,
-                RmsNormVariant::Residual { a, b } => {
-                    let mut res = vec![T::from_f64(0.0); n];
-                    cpu::residual_rmsnorm_forward(ResidualRmsNormForward::<_, T> {
-                        params, a: a.typed::<T>(OP, "a")?, b: b.typed::<T>(OP, "b")?, weight,
-                        residual: &mut res, y: &mut y, rstd: &mut rstd,
-                    })?;
-                    out.push(("residual", TensorData::from_slice(&res)));
-                }
-            }
-            out.push(("y", TensorData::from_slice(&y)));
-            out.push(("rstd", TensorData::F32(rstd)));
-            Ok(out)
-        })
-    }
-
-    fn run_device(&self, s: &Stream) -> Result<Outputs, OpError> {
-        let (params, n) = (self.params, self.params.rows * self.params.cols);
-        with_dtype!(self.dtype(), T => {
-            let weight = upload(s, self.weight.typed::<T>(OP, "weight")?)?;
-            let mut y = DeviceBuffer::<T>::zeroed(s, n)?;
-            let mut rstd = DeviceBuffer::<f32>::zeroed(s, params.rows)?;
-            let mut out = Vec::new();
-            match &self.variant {
-                RmsNormVariant::Plain { x } => {
-                    let x = upload(s, x.typed::<T>(OP, "x")?)?;
-                    ops::rmsnorm_forward(s, RmsNormForward {
-                        params, x: &x, weight: &weight, y: &mut y, rstd: &mut rstd,
-                    })?
-                }
-                RmsNormVariant::Residual { a, b } => {
-                    let (a, b) = (upload(s, a.typed::<T>(OP, "a")?)?, upload(s, b.typed::<T>(OP, "b")?)?);
-                    let mut res = DeviceBuffer::<T>::zeroed(s, n)?;
-                    ops::residual_rmsnorm_forward(s, ResidualRmsNormForward {
-                        params, a: &a, b: &b, weight: &weight, residual: &mut res, y: &mut y,
-                        rstd: &mut rstd,
-                    })?;
-                    out.push(("residual", download(s, &res)?));
-                }
-            }
-            out.push(("y", download(s, &y)?));
-            out.push(("rstd", TensorData::F32(download_f32(s, &rstd)?)));
-            Ok(out)
-        })
-    }
+    golden_runs!();
 
     fn tolerance(&self, output: &str, dtype: DType) -> Tolerance {
         let len = if output == "residual" {
@@ -241,53 +229,37 @@ impl GoldenCase for RmsNormForwardCase {
     }
 }
 
+impl RmsNormBackwardCase {
+    fn run<S: GoldenSpace>(&self, q: S::Queue<'_>) -> Result<Outputs, OpError> {
+        with_dtype!(self.x.dtype(), T => {
+            let x = S::typed::<T>(q, &self.x, OP, "x")?;
+            let w = S::typed::<T>(q, &self.weight, OP, "weight")?;
+            let dy = S::typed::<T>(q, &self.dy, OP, "dy")?;
+            let rstd = S::upload(q, &self.rstd)?;
+            // Outputs start as NaN: the overwriting backward must never read them.
+            let (mut dx, mut dw) = (S::nan::<T>(q, self.x.len())?, S::nan::<T>(q, self.params.cols)?);
+            RmsNormBackward::<S, T> {
+                params: self.params,
+                x: S::input(&x),
+                weight: S::input(&w),
+                dy: S::input(&dy),
+                rstd: S::input(&rstd),
+                dx: S::output(&mut dx),
+                dweight: S::output(&mut dw),
+                accumulate: false,
+            }
+            .run(q)?;
+            Ok(vec![("dx", S::tensor(q, &dx)?), ("dweight", S::tensor(q, &dw)?)])
+        })
+    }
+}
+
 impl GoldenCase for RmsNormBackwardCase {
     fn op(&self) -> &'static str {
         "rmsnorm_backward"
     }
 
-    fn run_cpu(&self) -> Result<Outputs, ShapeError> {
-        with_dtype!(self.x.dtype(), T => {
-            let (x, w) = (self.x.typed::<T>(OP, "x")?, self.weight.typed::<T>(OP, "weight")?);
-            let (mut dx, mut dw) = (x.to_vec(), w.to_vec());
-            cpu::rmsnorm_backward(RmsNormBackward::<_, T> {
-                params: self.params,
-                x,
-                weight: w,
-                dy: self.dy.typed::<T>(OP, "dy")?,
-                rstd: &self.rstd,
-                dx: &mut dx,
-                dweight: &mut dw,
-                accumulate: false,
-            })?;
-            Ok(vec![
-                ("dx", TensorData::from_slice(&dx)),
-                ("dweight", TensorData::from_slice(&dw)),
-            ])
-        })
-    }
-
-    fn run_device(&self, s: &Stream) -> Result<Outputs, OpError> {
-        with_dtype!(self.x.dtype(), T => {
-            let (x, w) = (self.x.typed::<T>(OP, "x")?, self.weight.typed::<T>(OP, "weight")?);
-            let (bx, bw, bdy) = (upload(s, x)?, upload(s, w)?, upload(s, self.dy.typed::<T>(OP, "dy")?)?);
-            let br = upload(s, &self.rstd)?;
-            // Outputs start as NaN: the overwriting backward must never read them.
-            let nan = |n| upload(s, &vec![T::from_f64(f64::NAN); n]);
-            let (mut dx, mut dw) = (nan(x.len())?, nan(w.len())?);
-            ops::rmsnorm_backward(s, RmsNormBackward {
-                params: self.params,
-                x: &bx,
-                weight: &bw,
-                dy: &bdy,
-                rstd: &br,
-                dx: &mut dx,
-                dweight: &mut dw,
-                accumulate: false,
-            })?;
-            Ok(vec![("dx", download(s, &dx)?), ("dweight", download(s, &dw)?)])
-        })
-    }
+    golden_runs!();
 
     fn tolerance(&self, output: &str, dtype: DType) -> Tolerance {
         let len = if output == "dx" {

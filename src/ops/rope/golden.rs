@@ -4,16 +4,14 @@
 //! `low_freq_factor`, `high_freq_factor`, `original_max_position_embeddings`). Outputs: the
 //! rotated `x` and the frequency table `freqs` (from [`super::rope_frequencies`]).
 
-use super::{rope_frequencies, Rope, RopeParams, RopeScaling};
+use super::{rope_frequencies, Rope, RopeBackward, RopeParams, RopeScaling};
 use crate::golden::{
-    download, upload, Case, CaseReader, GoldenCase, GoldenError, GoldenOp, Outputs, TensorData,
-    Want,
+    Case, CaseReader, GoldenCase, GoldenError, GoldenOp, GoldenSpace, Outputs, TensorData, Want,
 };
-use crate::ops::{AttentionLayout, OpError};
-use crate::params::{DType, Host, OnDevice, ShapeError};
+use crate::ops::{AttentionLayout, OpError, Run};
+use crate::params::DType;
 use crate::tolerance::{tolerance, Rule, Tolerance};
-use crate::{cpu, ops, with_dtype};
-use hip_rt::{DeviceBuffer, Stream};
+use crate::{golden_runs, with_dtype};
 use std::any::Any;
 
 /// The golden ops of this family.
@@ -108,6 +106,25 @@ impl RopeCase {
     }
 }
 
+impl RopeCase {
+    fn run<S: GoldenSpace>(&self, q: S::Queue<'_>) -> Result<Outputs, OpError> {
+        let freqs = rope_frequencies(self.theta, self.params.rotary_dim, self.scaling)?;
+        with_dtype!(self.x.dtype(), T => {
+            let mut x = S::typed::<T>(q, &self.x, OP, "x")?;
+            let (pos, f) = (S::upload(q, &self.positions)?, S::upload(q, &freqs)?);
+            let a = Rope::<S, T> {
+                params: self.params,
+                x: S::output(&mut x),
+                layout: self.layout(),
+                positions: S::input(&pos),
+                freqs: S::input(&f),
+            };
+            if self.backward { RopeBackward { grad: a }.run(q)? } else { a.run(q)? }
+            Ok(vec![("x", S::tensor(q, &x)?), ("freqs", TensorData::F32(freqs))])
+        })
+    }
+}
+
 impl GoldenCase for RopeCase {
     fn op(&self) -> &'static str {
         if self.backward {
@@ -117,38 +134,7 @@ impl GoldenCase for RopeCase {
         }
     }
 
-    fn run_cpu(&self) -> Result<Outputs, ShapeError> {
-        let freqs = rope_frequencies(self.theta, self.params.rotary_dim, self.scaling)?;
-        with_dtype!(self.x.dtype(), T => {
-            let mut x = self.x.typed::<T>(OP, "x")?.to_vec();
-            let a = Rope::<Host, T> {
-                params: self.params,
-                x: &mut x,
-                layout: self.layout(),
-                positions: &self.positions,
-                freqs: &freqs,
-            };
-            if self.backward { cpu::rope_backward(a)? } else { cpu::rope_forward(a)? }
-            Ok(vec![("x", TensorData::from_slice(&x)), ("freqs", TensorData::F32(freqs))])
-        })
-    }
-
-    fn run_device(&self, s: &Stream) -> Result<Outputs, OpError> {
-        let freqs = rope_frequencies(self.theta, self.params.rotary_dim, self.scaling)?;
-        with_dtype!(self.x.dtype(), T => {
-            let mut x = upload(s, self.x.typed::<T>(OP, "x")?)?;
-            let (pos, f) = (DeviceBuffer::from_slice(s, &self.positions)?, upload(s, &freqs)?);
-            let a = Rope::<OnDevice, T> {
-                params: self.params,
-                x: &mut x,
-                layout: self.layout(),
-                positions: &pos,
-                freqs: &f,
-            };
-            if self.backward { ops::rope_backward(s, a)? } else { ops::rope_forward(s, a)? }
-            Ok(vec![("x", download(s, &x)?), ("freqs", TensorData::F32(freqs))])
-        })
-    }
+    golden_runs!();
 
     fn tolerance(&self, output: &str, dtype: DType) -> Tolerance {
         tolerance(Rule::Reduction, output, dtype, self.x.dtype(), 2)

@@ -3,14 +3,12 @@
 
 use super::{GateUp, GateUpGrad, SwigluBackward, SwigluForward, SwigluParams};
 use crate::golden::{
-    download, upload, Case, CaseReader, GoldenCase, GoldenError, GoldenOp, Outputs, TensorData,
-    Want,
+    Case, CaseReader, GoldenCase, GoldenError, GoldenOp, GoldenSpace, Outputs, TensorData, Want,
 };
-use crate::ops::OpError;
-use crate::params::{DType, Element, Host, OnDevice, ShapeError};
+use crate::ops::{OpError, Run};
+use crate::params::DType;
 use crate::tolerance::{tolerance, Rule, Tolerance};
-use crate::{cpu, ops, with_dtype};
-use hip_rt::{DeviceBuffer, Stream};
+use crate::{golden_runs, with_dtype};
 use std::any::Any;
 
 /// The golden ops of this family.
@@ -103,27 +101,62 @@ fn parse_backward(r: &mut CaseReader<'_>) -> Result<Case, GoldenError> {
     Ok(r.finish(dtype, Box::new(case), expected))
 }
 
-/// The input layout over host slices.
-fn host_input<'a, T: crate::params::DeviceElement>(
-    input: &'a [TensorData],
-) -> Result<GateUp<'a, Host, T>, ShapeError> {
-    Ok(match input {
+/// The case's input buffers (one fused `gate_up` or `gate` and `up`) in space `S`.
+fn input_bufs<S: GoldenSpace, T: crate::params::DeviceElement>(
+    q: S::Queue<'_>,
+    input: &[TensorData],
+) -> Result<Vec<S::Buf<T>>, OpError> {
+    let names: &[&'static str] = if input.len() == 1 {
+        &["gate_up"]
+    } else {
+        &["gate", "up"]
+    };
+    input
+        .iter()
+        .zip(names)
+        .map(|(t, name)| S::typed::<T>(q, t, OP, name))
+        .collect()
+}
+
+/// The op's input view of [`input_bufs`].
+fn gate_up<S: GoldenSpace, T: crate::params::DeviceElement>(
+    bufs: &[S::Buf<T>],
+) -> Result<GateUp<'_, S, T>, OpError> {
+    Ok(match bufs {
         [x] => GateUp::Fused {
-            gate_up: x.typed::<T>(OP, "gate_up")?,
+            gate_up: S::input(x),
         },
-        [g, u, ..] => GateUp::Separate {
-            gate: g.typed::<T>(OP, "gate")?,
-            up: u.typed::<T>(OP, "up")?,
+        [g, u] => GateUp::Separate {
+            gate: S::input(g),
+            up: S::input(u),
         },
-        [] => {
+        _ => {
             return Err(crate::params::invalid(
                 OP,
                 "input",
-                "none",
-                "a case has inputs",
-            ))
+                bufs.len(),
+                "a case has one fused gate_up tensor or gate and up",
+            )
+            .into())
         }
     })
+}
+
+impl SwigluForwardCase {
+    fn run<S: GoldenSpace>(&self, q: S::Queue<'_>) -> Result<Outputs, OpError> {
+        let n = self.params.rows * self.params.ffn;
+        with_dtype!(self.input[0].dtype(), T => {
+            let bufs = input_bufs::<S, T>(q, &self.input)?;
+            let mut h = S::zeros::<T>(q, n)?;
+            SwigluForward::<S, T> {
+                params: self.params,
+                input: gate_up::<S, T>(&bufs)?,
+                h: S::output(&mut h),
+            }
+            .run(q)?;
+            Ok(vec![("h", S::tensor(q, &h)?)])
+        })
+    }
 }
 
 impl GoldenCase for SwigluForwardCase {
@@ -131,29 +164,7 @@ impl GoldenCase for SwigluForwardCase {
         "swiglu_forward"
     }
 
-    fn run_cpu(&self) -> Result<Outputs, ShapeError> {
-        let n = self.params.rows * self.params.ffn;
-        with_dtype!(self.input[0].dtype(), T => {
-            let mut h = vec![T::from_f64(0.0); n];
-            cpu::swiglu_forward(SwigluForward { params: self.params, input: host_input::<T>(&self.input)?, h: &mut h })?;
-            Ok(vec![("h", TensorData::from_slice(&h))])
-        })
-    }
-
-    fn run_device(&self, s: &Stream) -> Result<Outputs, OpError> {
-        let n = self.params.rows * self.params.ffn;
-        with_dtype!(self.input[0].dtype(), T => {
-            let bufs = self.input.iter().map(|t| upload(s, t.typed::<T>(OP, "input")?)).collect::<Result<Vec<_>, OpError>>()?;
-            let input: GateUp<'_, OnDevice, T> = match &bufs[..] {
-                [x] => GateUp::Fused { gate_up: x },
-                [g, u, ..] => GateUp::Separate { gate: g, up: u },
-                [] => unreachable!("parse gives one or two inputs"),
-            };
-            let mut h = DeviceBuffer::<T>::zeroed(s, n)?;
-            ops::swiglu_forward(s, SwigluForward { params: self.params, input, h: &mut h })?;
-            Ok(vec![("h", download(s, &h)?)])
-        })
-    }
+    golden_runs!();
 
     fn tolerance(&self, output: &str, dtype: DType) -> Tolerance {
         tolerance(Rule::Reduction, output, dtype, self.input[0].dtype(), 1)
@@ -164,57 +175,36 @@ impl GoldenCase for SwigluForwardCase {
     }
 }
 
+impl SwigluBackwardCase {
+    fn run<S: GoldenSpace>(&self, q: S::Queue<'_>) -> Result<Outputs, OpError> {
+        let (p, n) = (self.params, self.params.rows * self.params.ffn);
+        with_dtype!(self.dh.dtype(), T => {
+            let bufs = input_bufs::<S, T>(q, &self.input)?;
+            let dh = S::typed::<T>(q, &self.dh, OP, "dh")?;
+            // Outputs start as NaN: the backward overwrites them and never reads them.
+            if bufs.len() == 1 {
+                let mut d = S::nan::<T>(q, 2 * n)?;
+                let input = gate_up::<S, T>(&bufs)?;
+                let grad = GateUpGrad::Fused { dgate_up: S::output(&mut d) };
+                SwigluBackward::<S, T> { params: p, input, dh: S::input(&dh), grad }.run(q)?;
+                Ok(vec![("dgate_up", S::tensor(q, &d)?)])
+            } else {
+                let (mut dg, mut du) = (S::nan::<T>(q, n)?, S::nan::<T>(q, n)?);
+                let input = gate_up::<S, T>(&bufs)?;
+                let grad = GateUpGrad::Separate { dgate: S::output(&mut dg), dup: S::output(&mut du) };
+                SwigluBackward::<S, T> { params: p, input, dh: S::input(&dh), grad }.run(q)?;
+                Ok(vec![("dgate", S::tensor(q, &dg)?), ("dup", S::tensor(q, &du)?)])
+            }
+        })
+    }
+}
+
 impl GoldenCase for SwigluBackwardCase {
     fn op(&self) -> &'static str {
         "swiglu_backward"
     }
 
-    fn run_cpu(&self) -> Result<Outputs, ShapeError> {
-        let (p, n) = (self.params, self.params.rows * self.params.ffn);
-        with_dtype!(self.dh.dtype(), T => {
-            let input = host_input::<T>(&self.input)?;
-            let dh = self.dh.typed::<T>(OP, "dh")?;
-            if self.input.len() == 1 {
-                let mut d = vec![T::from_f64(0.0); 2 * n];
-                let grad: GateUpGrad<'_, Host, T> = GateUpGrad::Fused { dgate_up: &mut d };
-                cpu::swiglu_backward(SwigluBackward { params: p, input, dh, grad })?;
-                Ok(vec![("dgate_up", TensorData::from_slice(&d))])
-            } else {
-                let (mut dg, mut du) = (vec![T::from_f64(0.0); n], vec![T::from_f64(0.0); n]);
-                let grad: GateUpGrad<'_, Host, T> = GateUpGrad::Separate { dgate: &mut dg, dup: &mut du };
-                cpu::swiglu_backward(SwigluBackward { params: p, input, dh, grad })?;
-                Ok(vec![("dgate", TensorData::from_slice(&dg)), ("dup", TensorData::from_slice(&du))])
-            }
-        })
-    }
-
-    fn run_device(&self, s: &Stream) -> Result<Outputs, OpError> {
-        let (p, n) = (self.params, self.params.rows * self.params.ffn);
-        with_dtype!(self.dh.dtype(), T => {
-            let bufs = self.input.iter().map(|t| upload(s, t.typed::<T>(OP, "input")?)).collect::<Result<Vec<_>, OpError>>()?;
-            let input = || -> GateUp<'_, OnDevice, T> {
-                match &bufs[..] {
-                    [x] => GateUp::Fused { gate_up: x },
-                    [g, u, ..] => GateUp::Separate { gate: g, up: u },
-                    [] => unreachable!("parse gives one or two inputs"),
-                }
-            };
-            let dh = upload(s, self.dh.typed::<T>(OP, "dh")?)?;
-            // Outputs start as NaN: the backward overwrites them and never reads them.
-            let nan = |n| upload(s, &vec![T::from_f64(f64::NAN); n]);
-            if bufs.len() == 1 {
-                let mut d = nan(2 * n)?;
-                let grad: GateUpGrad<'_, OnDevice, T> = GateUpGrad::Fused { dgate_up: &mut d };
-                ops::swiglu_backward(s, SwigluBackward { params: p, input: input(), dh: &dh, grad })?;
-                Ok(vec![("dgate_up", download(s, &d)?)])
-            } else {
-                let (mut dg, mut du) = (nan(n)?, nan(n)?);
-                let grad: GateUpGrad<'_, OnDevice, T> = GateUpGrad::Separate { dgate: &mut dg, dup: &mut du };
-                ops::swiglu_backward(s, SwigluBackward { params: p, input: input(), dh: &dh, grad })?;
-                Ok(vec![("dgate", download(s, &dg)?), ("dup", download(s, &du)?)])
-            }
-        })
-    }
+    golden_runs!();
 
     fn tolerance(&self, output: &str, dtype: DType) -> Tolerance {
         tolerance(Rule::Reduction, output, dtype, self.dh.dtype(), 1)
