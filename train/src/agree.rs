@@ -85,7 +85,7 @@ fn data(setup: &Setup) -> String {
     for w in 0..WINDOWS {
         let start = (w * stride).min(ids.len());
         let end = (start + WINDOW).min(ids.len());
-        h.update(bytemuck::cast_slice::<u16, u8>(&ids[start..end]));
+        h.update(bytemuck::cast_slice::<u32, u8>(&ids[start..end]));
     }
     hex(h)
 }

@@ -10,6 +10,7 @@ mod device;
 mod faults;
 mod files_on_disk;
 mod interrupted_save;
+mod llama_files;
 mod lora;
 mod mixed;
 mod parallel;
