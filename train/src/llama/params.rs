@@ -165,3 +165,134 @@ impl Layout {
             .sum()
     }
 }
+
+/// Indices (into the trained order) of one layer's tensors, q/k/v and gate/up fused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TrainedLayer {
+    /// `input_layernorm.weight` `[C]`.
+    pub input_norm: usize,
+    /// q, k, v weights stacked by rows `[(H + 2K)·D, C]`.
+    pub qkv_w: usize,
+    /// Their biases `[(H + 2K)·D]`.
+    pub qkv_b: Option<usize>,
+    /// `o_proj.weight` `[C, H·D]`.
+    pub o_w: usize,
+    /// `o_proj.bias` `[C]`.
+    pub o_b: Option<usize>,
+    /// `post_attention_layernorm.weight` `[C]`.
+    pub post_norm: usize,
+    /// gate and up weights stacked by rows `[2F, C]`.
+    pub gate_up_w: usize,
+    /// Their biases `[2F]`.
+    pub gate_up_b: Option<usize>,
+    /// `down_proj.weight` `[C, F]`.
+    pub down_w: usize,
+    /// `down_proj.bias` `[C]`.
+    pub down_b: Option<usize>,
+}
+
+/// The tensors as the model trains them: q, k and v (and gate and up) stacked by rows into one
+/// tensor each, so that one GEMM computes them and attention and SwiGLU read them in place.
+/// A Linear weight is `[out, in]` row-major, so stacking rows is concatenating the flat
+/// tensors: [`Trained::fuse`] and [`Trained::split`] convert from and to the HF tensors of
+/// [`Layout`] exactly, and AdamW (elementwise) is the same on either.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Trained {
+    /// Shapes (and descriptive names) in the trained order; 2-D ones take weight decay.
+    pub specs: Vec<Spec>,
+    /// The embedding `[V, C]`.
+    pub embed: usize,
+    /// Per layer.
+    pub layers: Vec<TrainedLayer>,
+    /// `model.norm.weight` `[C]`.
+    pub norm: usize,
+    /// `lm_head.weight` `[V, C]` (`None` when tied).
+    pub lm_head: Option<usize>,
+    /// For each trained tensor, the HF tensors (indices into [`Layout::specs`]) it stacks.
+    pub parts: Vec<Vec<usize>>,
+}
+
+impl Trained {
+    /// The trained layout of `cfg` (built from [`Layout::new`]).
+    pub fn new(cfg: &LlamaConfig) -> Self {
+        let hf = Layout::new(cfg);
+        let mut specs = Vec::new();
+        let mut parts = Vec::new();
+        let mut push = |name: String, from: Vec<usize>| {
+            let first = &hf.specs[from[0]].shape;
+            let rows: usize = from.iter().map(|&i| hf.specs[i].shape[0]).sum();
+            let mut shape = first.clone();
+            shape[0] = rows;
+            specs.push(Spec { name, shape });
+            parts.push(from);
+            specs.len() - 1
+        };
+        let embed = push(hf.specs[hf.embed].name.clone(), vec![hf.embed]);
+        let layers = hf
+            .layers
+            .iter()
+            .enumerate()
+            .map(|(l, li)| {
+                let pre = format!("model.layers.{l}.");
+                let w = |i: usize| li.weight[i];
+                let b = |ids: &[usize]| -> Option<Vec<usize>> {
+                    ids.iter().map(|&i| li.bias[i]).collect()
+                };
+                let input_norm = push(hf.specs[li.input_norm].name.clone(), vec![li.input_norm]);
+                let qkv_w = push(format!("{pre}self_attn.qkv.weight"), vec![w(0), w(1), w(2)]);
+                let qkv_b = b(&[0, 1, 2]).map(|p| push(format!("{pre}self_attn.qkv.bias"), p));
+                let o_w = push(hf.specs[w(3)].name.clone(), vec![w(3)]);
+                let o_b = li.bias[3].map(|i| push(hf.specs[i].name.clone(), vec![i]));
+                let post_norm = push(hf.specs[li.post_norm].name.clone(), vec![li.post_norm]);
+                let gate_up_w = push(format!("{pre}mlp.gate_up.weight"), vec![w(4), w(5)]);
+                let gate_up_b = b(&[4, 5]).map(|p| push(format!("{pre}mlp.gate_up.bias"), p));
+                let down_w = push(hf.specs[w(6)].name.clone(), vec![w(6)]);
+                let down_b = li.bias[6].map(|i| push(hf.specs[i].name.clone(), vec![i]));
+                TrainedLayer {
+                    input_norm,
+                    qkv_w,
+                    qkv_b,
+                    o_w,
+                    o_b,
+                    post_norm,
+                    gate_up_w,
+                    gate_up_b,
+                    down_w,
+                    down_b,
+                }
+            })
+            .collect();
+        let norm = push(hf.specs[hf.norm].name.clone(), vec![hf.norm]);
+        let lm_head = hf.lm_head.map(|i| push(hf.specs[i].name.clone(), vec![i]));
+        Self {
+            specs,
+            embed,
+            layers,
+            norm,
+            lm_head,
+            parts,
+        }
+    }
+
+    /// The trained tensors from HF tensors in [`Layout`]'s order (rows stacked).
+    pub fn fuse(&self, hf: &[Vec<f32>]) -> Vec<Vec<f32>> {
+        self.parts
+            .iter()
+            .map(|from| from.iter().flat_map(|&i| hf[i].iter().copied()).collect())
+            .collect()
+    }
+
+    /// The HF tensors (in [`Layout`]'s order, shapes `hf`) from trained tensors (rows cut).
+    pub fn split(&self, hf: &Layout, trained: &[Vec<f32>]) -> Vec<Vec<f32>> {
+        let mut out = vec![Vec::new(); hf.specs.len()];
+        for (from, t) in self.parts.iter().zip(trained) {
+            let mut at = 0;
+            for &i in from {
+                let len: usize = hf.specs[i].shape.iter().product();
+                out[i] = t.get(at..at + len).map(<[f32]>::to_vec).unwrap_or_default();
+                at += len;
+            }
+        }
+        out
+    }
+}
