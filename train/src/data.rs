@@ -138,6 +138,32 @@ impl Batch {
         }
     }
 
+    /// The positions `range` of the flattened batch (a rank's rows): inputs, targets and
+    /// positions cut, and `cu_seqlens` cut to the boundaries inside the range, re-based to start
+    /// at 0, with the range's ends added (a sequence crossing an end is split there: each part
+    /// still sees only its own sequence's keys before it within the range).
+    pub fn rows(&self, range: std::ops::Range<usize>) -> Batch {
+        let cut = |v: &Vec<i32>| v.get(range.clone()).map(<[i32]>::to_vec).unwrap_or_default();
+        let cu_seqlens = self.cu_seqlens.as_ref().map(|cu| {
+            let (lo, hi) = (range.start as i64, range.end as i64);
+            let mut out = vec![0i32];
+            for &c in cu {
+                let c = i64::from(c);
+                if c > lo && c < hi {
+                    out.push(i32::try_from(c - lo).unwrap_or(i32::MAX));
+                }
+            }
+            out.push(i32::try_from(hi - lo).unwrap_or(i32::MAX));
+            out
+        });
+        Batch {
+            inputs: cut(&self.inputs),
+            targets: cut(&self.targets),
+            positions: self.positions.as_ref().map(cut),
+            cu_seqlens,
+        }
+    }
+
     /// Targets counted in the loss (not [`IGNORE`]) among `rows` of the batch's targets.
     pub fn counted(&self, rows: std::ops::Range<usize>) -> usize {
         self.targets

@@ -3,7 +3,9 @@
 
 pub mod checkpoint;
 pub mod config;
+pub mod model;
 pub mod params;
+pub mod train;
 pub mod weights;
 
 pub use config::{Family, LlamaConfig};

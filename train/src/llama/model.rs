@@ -712,11 +712,13 @@ impl<'b, T: TrainElement, B: Backend<T>> Llama<'b, T, B> {
             .map_err(op)?;
             for (which, heads) in [(0, d.heads), (1, d.kv_heads)] {
                 RopeBackward::<B::Space, T> {
-                    params: d.rope(heads),
-                    x: a.dqkv.view_mut(),
-                    layout: d.qkv_layout(which, d.seq),
-                    positions: positions.view(),
-                    freqs: self.freqs.view(),
+                    grad: Rope {
+                        params: d.rope(heads),
+                        x: a.dqkv.view_mut(),
+                        layout: d.qkv_layout(which, d.seq),
+                        positions: positions.view(),
+                        freqs: self.freqs.view(),
+                    },
                 }
                 .run(queue)
                 .map_err(op)?;

@@ -11,6 +11,7 @@ mod faults;
 mod files_on_disk;
 mod interrupted_save;
 mod llama_files;
+mod llama_train;
 mod lora;
 mod mixed;
 mod parallel;
