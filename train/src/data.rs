@@ -143,7 +143,11 @@ impl Batch {
     /// at 0, with the range's ends added (a sequence crossing an end is split there: each part
     /// still sees only its own sequence's keys before it within the range).
     pub fn rows(&self, range: std::ops::Range<usize>) -> Batch {
-        let cut = |v: &Vec<i32>| v.get(range.clone()).map(<[i32]>::to_vec).unwrap_or_default();
+        let cut = |v: &Vec<i32>| {
+            v.get(range.clone())
+                .map(<[i32]>::to_vec)
+                .unwrap_or_default()
+        };
         let cu_seqlens = self.cu_seqlens.as_ref().map(|cu| {
             let (lo, hi) = (range.start as i64, range.end as i64);
             let mut out = vec![0i32];

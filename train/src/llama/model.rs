@@ -19,9 +19,9 @@ use crate::model::zero_owners;
 use hip_kernels::ops::{
     AttentionBackwardStrided, AttentionForwardStrided, AttentionLayout, AttentionParams,
     BiasBackward, BiasParams, CrossEntropyParams, EncoderBackward, EncoderForward, EncoderParams,
-    GateUp, GateUpGrad, Matmul, MatmulBias, MatmulBiasParams, MatmulParams,
-    ResidualRmsNormForward, RmsNormBackward, RmsNormForward, RmsNormParams, Rope, RopeBackward,
-    RopeParams, Run, SoftmaxCrossEntropy, Strided, SwigluBackward, SwigluForward, SwigluParams,
+    GateUp, GateUpGrad, Matmul, MatmulBias, MatmulBiasParams, MatmulParams, ResidualRmsNormForward,
+    RmsNormBackward, RmsNormForward, RmsNormParams, Rope, RopeBackward, RopeParams, Run,
+    SoftmaxCrossEntropy, Strided, SwigluBackward, SwigluForward, SwigluParams,
 };
 use hip_kernels::params::DType;
 use std::marker::PhantomData;
@@ -95,15 +95,6 @@ impl LlamaDims {
             interleaved: false,
         }
     }
-}
-
-/// How the micro-batch's sequences lie: positions (always given to rotary) and, for packed
-/// rows, the sequence boundaries attention keeps apart.
-struct Sequences<I> {
-    /// Position of every input `[B·T]`.
-    positions: I,
-    /// Offsets over the flattened `B·T` positions (packed rows), or `None` (a row, one sequence).
-    cu_seqlens: Option<I>,
 }
 
 /// Saved activations of one layer (`N = B·T` rows): `A` tensors, `S` f32 statistics.
@@ -342,13 +333,12 @@ impl<'b, T: TrainElement, B: Backend<T>> Llama<'b, T, B> {
         }
         let inputs = be.ids(&batch.inputs)?;
         let targets = be.ids(&batch.targets)?;
-        let seqs = Sequences {
-            positions: batch.positions.as_deref().map(|p| be.ids(p)).transpose()?,
-            cu_seqlens: batch.cu_seqlens.as_deref().map(|c| be.ids(c)).transpose()?,
-        };
-        let positions = seqs.positions.as_ref().unwrap_or(&self.stream_positions);
-        let cu = seqs.cu_seqlens.as_ref();
+        // Packed rows bring their positions and sequence boundaries; a token stream uses 0..T.
+        let own_positions = batch.positions.as_deref().map(|p| be.ids(p)).transpose()?;
+        let cu_seqlens = batch.cu_seqlens.as_deref().map(|c| be.ids(c)).transpose()?;
+        let (positions, cu) = (own_positions.as_ref(), cu_seqlens.as_ref());
         self.forward(&inputs, positions, cu)?;
+        let check = self.check("target token");
         let a = &mut self.acts;
         let ce = SoftmaxCrossEntropy::<B::Space, T> {
             params: CrossEntropyParams {
@@ -363,7 +353,7 @@ impl<'b, T: TrainElement, B: Backend<T>> Llama<'b, T, B> {
             totals: None,
             error: None,
         };
-        be.cross_entropy(ce, &targets, self.check("target token"), 1, scalars)?;
+        be.cross_entropy(ce, &targets, check, 1, scalars)?;
         self.backward(&inputs, positions, cu, last)?;
         if last {
             be.grads_reduced()?;
@@ -403,12 +393,13 @@ impl<'b, T: TrainElement, B: Backend<T>> Llama<'b, T, B> {
     fn forward(
         &mut self,
         inputs: &B::Ids,
-        positions: &B::Ids,
+        positions: Option<&B::Ids>,
         cu: Option<&B::Ids>,
     ) -> Result<()> {
         let (be, d, p, lo) = (self.backend, self.dims, &self.params, &self.layout);
         let (attn, t_rows) = self.attention(cu.is_some());
         let check = self.check("input token");
+        let positions = positions.unwrap_or(&self.stream_positions);
         let a = &mut self.acts;
         let queue = be.queue();
         let (n, c, f) = (d.rows(), d.channels, d.inner);
@@ -572,12 +563,13 @@ impl<'b, T: TrainElement, B: Backend<T>> Llama<'b, T, B> {
     fn backward(
         &mut self,
         inputs: &B::Ids,
-        positions: &B::Ids,
+        positions: Option<&B::Ids>,
         cu: Option<&B::Ids>,
         last: bool,
     ) -> Result<()> {
         let (be, d, p, lo) = (self.backend, self.dims, &self.params, &self.layout);
         let (attn, t_rows) = self.attention(cu.is_some());
+        let positions = positions.unwrap_or(&self.stream_positions);
         let g = &mut self.grads;
         let a = &mut self.acts;
         let queue = be.queue();
@@ -748,7 +740,11 @@ impl<'b, T: TrainElement, B: Backend<T>> Llama<'b, T, B> {
             if last {
                 let mut ready = vec![li.input_norm, li.qkv_w, li.o_w, li.post_norm];
                 ready.extend([li.gate_up_w, li.down_w]);
-                ready.extend([li.qkv_b, li.o_b, li.gate_up_b, li.down_b].into_iter().flatten());
+                ready.extend(
+                    [li.qkv_b, li.o_b, li.gate_up_b, li.down_b]
+                        .into_iter()
+                        .flatten(),
+                );
                 ready_bucket::<T, B>(be, g, &ready, owners)?;
             }
         }
@@ -843,7 +839,10 @@ impl<'b, T: TrainElement, B: Backend<T>> Llama<'b, T, B> {
 
     /// This rank's gradient buffers on the host as they stand (trained order).
     pub fn download_grads(&self) -> Result<Vec<Vec<f32>>> {
-        self.grads.iter().map(|t| self.backend.download(t)).collect()
+        self.grads
+            .iter()
+            .map(|t| self.backend.download(t))
+            .collect()
     }
 
     /// f32 parameters (the master weights when there are) and moments on the host, in the
@@ -871,13 +870,21 @@ impl<'b, T: TrainElement, B: Backend<T>> Llama<'b, T, B> {
             };
             let params = match &self.master {
                 Some(m) => gather(m)?,
-                None => self.params.iter().map(|t| be.download(t)).collect::<Result<_>>()?,
+                None => self
+                    .params
+                    .iter()
+                    .map(|t| be.download(t))
+                    .collect::<Result<_>>()?,
             };
             return Ok([params, gather(&self.exp_avg)?, gather(&self.exp_avg_sq)?]);
         }
         let params = match &self.master {
             Some(m) => down(m)?,
-            None => self.params.iter().map(|t| be.download(t)).collect::<Result<_>>()?,
+            None => self
+                .params
+                .iter()
+                .map(|t| be.download(t))
+                .collect::<Result<_>>()?,
         };
         Ok([params, down(&self.exp_avg)?, down(&self.exp_avg_sq)?])
     }

@@ -244,9 +244,7 @@ fn train<T: TrainElement, B: Backend<T>>(
         model.zero_grads()?;
         // The step's micro-batches (every rank reads the whole global batch), and the divisor:
         // its counted targets over all micro-batches and ranks, known before the step.
-        let batches: Vec<Batch> = (0..args.grad_accum)
-            .map(|_| s.source.next())
-            .collect();
+        let batches: Vec<Batch> = (0..args.grad_accum).map(|_| s.source.next()).collect();
         let counted: usize = batches.iter().map(|b| b.counted(0..b.targets.len())).sum();
         if counted == 0 {
             return Err(TrainError::Op(format!(
@@ -256,7 +254,13 @@ fn train<T: TrainElement, B: Backend<T>>(
         for (micro, b) in batches.iter().enumerate() {
             let loss_scale = scaler.map_or(1.0, |sc| sc.scale);
             let last = micro + 1 == args.grad_accum;
-            model.forward_backward(&b.rows(mine.clone()), counted, loss_scale, &mut scalars, last)?;
+            model.forward_backward(
+                &b.rows(mine.clone()),
+                counted,
+                loss_scale,
+                &mut scalars,
+                last,
+            )?;
         }
         model.grad_norm(&mut scalars)?;
         let lr = args.lr_at(step);

@@ -61,12 +61,19 @@ fn rel(a: f64, b: f64) -> f64 {
 /// within [`NORM_FACTOR`] × `rtol`); returns the largest relative differences.
 pub(super) fn compare(ours: &[StepLog], name: &str, rtol: f64) -> (f64, f64) {
     let refs = reference(name);
-    assert!(!ours.is_empty() && ours.len() <= refs.len(), "{name}: steps");
+    assert!(
+        !ours.is_empty() && ours.len() <= refs.len(),
+        "{name}: steps"
+    );
     let (mut max_loss, mut max_norm) = (0.0f64, 0.0f64);
     for (o, r) in ours.iter().zip(&refs) {
         assert_eq!(o.step, r["step"].as_u64().unwrap());
         let lr = r["lr"].as_f64().unwrap();
-        assert!(rel(o.lr, lr) <= 4.0 * f64::EPSILON, "{name}: lr {} vs {lr}", o.lr);
+        assert!(
+            rel(o.lr, lr) <= 4.0 * f64::EPSILON,
+            "{name}: lr {} vs {lr}",
+            o.lr
+        );
         let dl = rel(o.loss, r["loss"].as_f64().unwrap());
         let dn = rel(o.grad_norm, r["grad_norm"].as_f64().unwrap());
         assert!(
@@ -146,7 +153,10 @@ fn packed_sequences_match_transformers_run_one_by_one() {
     let args = variant_args("llama_packed", &[]);
     let cfg = cfg_of(&args.model);
     // The setup reads the token file; the packed rows replace it as the source.
-    let args_stream = variant_args("llama_base", &strs(&["--steps", "6", "--batch", "2", "--grad-accum", "2"]));
+    let args_stream = variant_args(
+        "llama_base",
+        &strs(&["--steps", "6", "--batch", "2", "--grad-accum", "2"]),
+    );
     let mut s = setup(&args_stream, cfg, 1).unwrap();
     s.source = Source::Batches {
         list: packed_batches(),
@@ -162,13 +172,23 @@ fn a_resumed_run_continues_bit_for_bit_and_the_checkpoint_is_hf() {
     let s = Scratch::new("llama-resume");
     let ck = s.path("ck");
     let flags = |extra: &[&str]| {
-        let mut f = strs(&["--checkpoint-dir", ck.to_str().unwrap(), "--save-every", "4"]);
+        let mut f = strs(&[
+            "--checkpoint-dir",
+            ck.to_str().unwrap(),
+            "--save-every",
+            "4",
+        ]);
         f.extend(strs(extra));
         f
     };
     let full = crate::train::run(&variant_args("qwen2_base", &flags(&[]))).unwrap();
     let step4 = ck.join("step_4");
-    for f in ["config.json", "model.safetensors", "optimizer.safetensors", "trainer.json"] {
+    for f in [
+        "config.json",
+        "model.safetensors",
+        "optimizer.safetensors",
+        "trainer.json",
+    ] {
         assert!(step4.join(f).is_file(), "{f}");
     }
     // HF names, tied: no lm_head; the config as read.
@@ -197,9 +217,11 @@ fn a_resumed_run_continues_bit_for_bit_and_the_checkpoint_is_hf() {
 fn bf16_and_f16_stay_near_f32() {
     let f32_run = crate::train::run(&variant_args("llama_base", &strs(&["--steps", "5"]))).unwrap();
     for (dtype, tol) in [("bf16", 2e-2), ("f16", 5e-3)] {
-        let low =
-            crate::train::run(&variant_args("llama_base", &strs(&["--steps", "5", "--dtype", dtype])))
-                .unwrap();
+        let low = crate::train::run(&variant_args(
+            "llama_base",
+            &strs(&["--steps", "5", "--dtype", dtype]),
+        ))
+        .unwrap();
         for (a, b) in f32_run.iter().zip(&low) {
             assert!(
                 rel(b.loss, a.loss) <= tol,
