@@ -19,9 +19,10 @@ use half::{bf16, f16};
 use std::io::Write;
 use std::time::Instant;
 
-/// Where micro-batches come from.
+/// Where micro-batches come from: a token file, or micro-batches prepared elsewhere (packed
+/// SFT rows; the tests use them too).
 #[derive(Clone)]
-pub(crate) enum Source {
+pub enum Source {
     /// A token file and the spec's loader (every target counted).
     Stream {
         /// The file's ids.
