@@ -161,9 +161,7 @@ impl Stream {
         let s = unsafe { result::graph::is_capturing(self.raw()) }?;
         Ok(match s {
             hipStreamCaptureStatus::hipStreamCaptureStatusActive => CaptureStatus::Active,
-            hipStreamCaptureStatus::hipStreamCaptureStatusInvalidated => {
-                CaptureStatus::Invalidated
-            }
+            hipStreamCaptureStatus::hipStreamCaptureStatusInvalidated => CaptureStatus::Invalidated,
             _ => CaptureStatus::None,
         })
     }
@@ -218,7 +216,12 @@ impl Drop for Graph {
 
 impl std::fmt::Debug for Graph {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "Graph({:?} on device {})", self.raw, self.device.ordinal())
+        write!(
+            f,
+            "Graph({:?} on device {})",
+            self.raw,
+            self.device.ordinal()
+        )
     }
 }
 

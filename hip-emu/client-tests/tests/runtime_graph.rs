@@ -111,7 +111,11 @@ fn a_call_that_waits_invalidates_the_capture() {
     );
     assert!(e.to_string().contains("hipStreamSynchronize"), "{e}");
     assert!(!cache.capturing(), "the allocator stops holding frees");
-    assert_eq!(a.to_vec(&stream).unwrap(), vec![0; 64], "nothing captured ran");
+    assert_eq!(
+        a.to_vec(&stream).unwrap(),
+        vec![0; 64],
+        "nothing captured ran"
+    );
     // The null stream cannot be captured.
     let e = Stream::null(&dev)
         .begin_capture(CaptureMode::Relaxed)
@@ -142,7 +146,11 @@ fn update_swaps_addresses_and_refuses_another_shape() {
     // SAFETY: both buffers outlive the launch.
     unsafe { exec.launch(&stream) }.unwrap();
     assert_eq!(two.to_vec(&stream).unwrap(), vec![2; 256]);
-    assert_eq!(one.to_vec(&stream).unwrap(), vec![0; 256], "the old node is gone");
+    assert_eq!(
+        one.to_vec(&stream).unwrap(),
+        vec![0; 256],
+        "the old node is gone"
+    );
     let bigger = stream
         .capture(CaptureMode::Global, |s| {
             s.memset_bytes(&mut one, 5)?;

@@ -9,8 +9,8 @@ use hip_sys::{hipDeviceptr_t, hipError_t, hipMemcpyKind, hipStream_t};
 use std::sync::Arc;
 
 use super::device::Device;
-use super::graph::{self, Kind, Node};
 use super::error::{Fail, Res};
+use super::graph::{self, Kind, Node};
 use super::memory::{self, Owner};
 use super::stats::{self, Counter};
 use super::{hip_exports, out, runtime};

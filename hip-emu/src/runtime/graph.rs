@@ -303,7 +303,11 @@ fn update_verdict(old: &[Node], new: &[Node]) -> Option<(hipGraphExecUpdateResul
     if old.len() != new.len() {
         return Some((
             hipGraphExecUpdateResult::hipGraphExecUpdateErrorTopologyChanged,
-            format!("the graph has {} nodes, the executable {}", new.len(), old.len()),
+            format!(
+                "the graph has {} nodes, the executable {}",
+                new.len(),
+                old.len()
+            ),
         ));
     }
     for (i, (a, b)) in old.iter().zip(new).enumerate() {

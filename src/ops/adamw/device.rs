@@ -34,28 +34,28 @@ pub(super) const BLOCKS_PER_CU: u32 = 8;
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, bytemuck::Pod, bytemuck::Zeroable)]
 pub(super) struct AdamwDesc {
-    param: u64,
-    grad: u64,
-    exp_avg: u64,
-    exp_avg_sq: u64,
-    max_exp_avg_sq: u64,
-    master: u64,
-    numel: i64,
-    first_chunk: i64,
+    pub(super) param: u64,
+    pub(super) grad: u64,
+    pub(super) exp_avg: u64,
+    pub(super) exp_avg_sq: u64,
+    pub(super) max_exp_avg_sq: u64,
+    pub(super) master: u64,
+    pub(super) numel: i64,
+    pub(super) first_chunk: i64,
     /// This tensor's `1 − lr·weight_decay` (its own lr and weight decay, rounded from f64).
-    decay: f32,
+    pub(super) decay: f32,
     /// This tensor's `lr / (1 − β1^step)`.
-    step_size: f32,
+    pub(super) step_size: f32,
 }
 
 /// A tensor row of the helpers' table (`TensorRef` in `kernels/adamw.hip`).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, bytemuck::Pod, bytemuck::Zeroable)]
 pub(super) struct TensorRef {
-    data: u64,
-    numel: i64,
-    first_chunk: i64,
-    reserved: i64,
+    pub(super) data: u64,
+    pub(super) numel: i64,
+    pub(super) first_chunk: i64,
+    pub(super) reserved: i64,
 }
 
 /// A table passed by value in the kernel arguments (`AdamwTable` / `RefTable` in
@@ -153,14 +153,14 @@ pub(super) fn chunk_starts(lens: &[usize], chunk: usize) -> (Vec<i64>, i64) {
 /// the step (bias corrections included).
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub(super) struct KernelScalars {
-    beta1: f32,
-    one_minus_beta1: f32,
-    beta2: f32,
-    one_minus_beta2: f32,
-    eps: f32,
-    decay: f32,
-    step_size: f32,
-    bias2_sqrt: f32,
+    pub(super) beta1: f32,
+    pub(super) one_minus_beta1: f32,
+    pub(super) beta2: f32,
+    pub(super) one_minus_beta2: f32,
+    pub(super) eps: f32,
+    pub(super) decay: f32,
+    pub(super) step_size: f32,
+    pub(super) bias2_sqrt: f32,
 }
 
 impl KernelScalars {

@@ -12,11 +12,11 @@ mod golden;
 mod table;
 
 pub use device::{adamw, l2_norm, non_finite, ADAMW_TABLE_ROWS, CHUNK, REF_TABLE_ROWS};
-pub use table::{adamw_tabled, l2_norm_tabled, NormClip, OptimizerTables};
 #[cfg(feature = "golden")]
 pub use golden::AdamWCase;
 #[cfg(feature = "golden")]
 pub(crate) use golden::GOLDEN;
+pub use table::{adamw_tabled, l2_norm_tabled, NormClip, OptimizerTables};
 
 use crate::params::{check_len, invalid, opt_numel, ShapeError, Space, TensorLen};
 

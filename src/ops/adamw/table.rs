@@ -54,9 +54,10 @@ struct AdamwHeader {
 
 /// 8-byte words of the AdamW table: the header, then one row per tensor.
 fn adamw_words(header: &AdamwHeader, rows: &[AdamwDesc]) -> Vec<u64> {
-    let mut bytes = bytemuck::bytes_of(header).to_vec();
-    bytes.extend_from_slice(bytemuck::cast_slice(rows));
-    bytemuck::pod_collect_to_vec(&bytes)
+    // Both are 8-byte aligned with sizes that are multiples of 8 (48 and 72 bytes).
+    let mut words: Vec<u64> = bytemuck::cast_slice(std::slice::from_ref(header)).to_vec();
+    words.extend_from_slice(bytemuck::cast_slice(rows));
+    words
 }
 
 /// Set each row's first chunk (empty tensors are never in `rows`); returns the chunk total.
@@ -80,7 +81,10 @@ impl Upload {
     /// Queue a copy of `words` into the device table (reallocated only when its length changes);
     /// waits on the host only if the previous copy from the staging buffer is still pending.
     fn put(&mut self, stream: &Stream, words: &[u64]) -> Result<DevicePtr, OpError> {
-        let fits = self.staging.as_ref().is_some_and(|s| s.len() == words.len())
+        let fits = self
+            .staging
+            .as_ref()
+            .is_some_and(|s| s.len() == words.len())
             && self.device.as_ref().is_some_and(|d| {
                 d.len() == words.len() && d.device().ordinal() == stream.device().ordinal()
             });
@@ -204,7 +208,8 @@ impl OptimizerTables {
                 ptr(stream, what, v)
             }
         };
-        let (grad_scale, found_inf) = (one("grad_scale", grad_scale)?, one("found_inf", found_inf)?);
+        let (grad_scale, found_inf) =
+            (one("grad_scale", grad_scale)?, one("found_inf", found_inf)?);
         if shape.rows == 0 {
             return Ok(());
         }
@@ -290,7 +295,11 @@ impl OptimizerTables {
         let partials = ptr(stream, "partials", partials)?;
         if shape.rows > 0 {
             let table = self.refs.address(stream)?;
-            let f = kernel_named(stream, SOURCE, dtype_kernel(names::MULTI_L2NORM_TAB, T::DTYPE))?;
+            let f = kernel_named(
+                stream,
+                SOURCE,
+                dtype_kernel(names::MULTI_L2NORM_TAB, T::DTYPE),
+            )?;
             let mut b = stream.launch_builder(&f);
             b.value(table)
                 .value(shape.rows as i32)
@@ -474,6 +483,9 @@ mod tests {
             .collect();
         let total = number_chunks(&mut rows, |r| r.numel, |r, f| r.first_chunk = f);
         assert_eq!(total, 5);
-        assert_eq!(rows.iter().map(|r| r.first_chunk).collect::<Vec<_>>(), [0, 2, 3]);
+        assert_eq!(
+            rows.iter().map(|r| r.first_chunk).collect::<Vec<_>>(),
+            [0, 2, 3]
+        );
     }
 }
