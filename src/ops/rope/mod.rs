@@ -25,6 +25,12 @@ pub(crate) use golden::GOLDEN;
 use crate::ops::AttentionLayout;
 use crate::params::{check_len, checked_len, invalid, ShapeError, Space, TensorLen};
 
+// Each struct runs itself on its space (`ops::Run`): the CPU reference, or the launcher.
+crate::ops::run::launch! {
+    Rope['a] T => rope_forward, rope_forward;
+    RopeBackward['a] T => rope_backward, rope_backward;
+}
+
 /// The largest head dimension the op takes.
 pub const ROPE_MAX_HEAD_DIM: usize = 256;
 
@@ -114,6 +120,19 @@ impl<S: Space, T: hip_rt::Element> Rope<'_, S, T> {
             self.positions.numel(),
         )?;
         check_len(RopeParams::OP, "freqs", p.pairs(), self.freqs.numel())
+    }
+}
+
+/// The backward of [`Rope`] as its own struct, so that it runs itself ([`crate::ops::Run`]):
+/// rotates the gradient view in `grad.x` by `−a` ([`crate::cpu::rope_backward`]).
+pub struct RopeBackward<'a, S: Space, T: hip_rt::Element> {
+    /// The gradient's view, positions and frequencies, as the forward's.
+    pub grad: Rope<'a, S, T>,
+}
+
+impl<'a, S: Space, T: hip_rt::Element> From<RopeBackward<'a, S, T>> for Rope<'a, S, T> {
+    fn from(b: RopeBackward<'a, S, T>) -> Self {
+        b.grad
     }
 }
 
