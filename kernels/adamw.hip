@@ -61,6 +61,12 @@
 //   multi_nonfinite_bf16         18     42      0          10        0       0
 //   multi_l2norm_bf16            25     47    128           9        0       0
 //   multi_l2norm_finalize_f32    12     20    256          10        0       0
+// The device-table kernels (hipcc 5.2 -O3 -Rpass-analysis=kernel-resource-usage, gfx906; the
+// compiler's occupancy figure):
+//   adamw_tab_f32 / f16 / bf16          42 / 43 / 44  65 / 68 / 70    0    5    0    0
+//   multi_nonfinite_tab_<T>             18            42              0   10    0    0
+//   multi_l2norm_tab_<T>                29            47            128    8    0    0
+//   multi_l2norm_finalize_clip_f32      12            26            256   10    0    0
 #include "common.h"
 
 namespace {
