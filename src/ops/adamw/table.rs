@@ -93,16 +93,17 @@ impl Upload {
             self.device = Some(DeviceBuffer::alloc(stream, words.len())?);
         }
         let (Some(staging), Some(device)) = (self.staging.as_mut(), self.device.as_mut()) else {
-            unreachable!("both set above");
+            // Both were set just above when either was missing.
+            return Err(invalid(AdamWParams::OP, "table", "unallocated", "internal error").into());
         };
         staging.as_mut_slice()?.copy_from_slice(words);
         stream.copy_htod_async(staging, device)?;
-        Ok(ptr(stream, "table", &*device)?)
+        ptr(stream, "table", &*device)
     }
 
     fn address(&self, stream: &Stream) -> Result<DevicePtr, OpError> {
         match &self.device {
-            Some(d) => Ok(ptr(stream, "table", d)?),
+            Some(d) => ptr(stream, "table", d),
             None => Err(invalid(
                 AdamWParams::OP,
                 "OptimizerTables",
