@@ -227,6 +227,10 @@ pub struct UpdateScalars<B> {
     pub found_inf: B,
 }
 
+/// An [`AdamWSlot`] of backend `B`'s buffers.
+pub type BackendSlot<'a, B, T> =
+    AdamWSlot<'a, <B as Backend<T>>::Buf<T>, <B as Backend<T>>::Buf<f32>>;
+
 /// The queue of backend `B`'s space, what every op struct runs on.
 pub type Queue<'q, B, T> = <<B as Backend<T>>::Space as Space>::Queue<'q>;
 
@@ -362,7 +366,7 @@ pub fn adamw_all<T: TrainElement, B: Backend<T>>(
     hyper: &AdamWStep,
     scaling: GradScaling,
     scalars: &B::Scalars,
-    tensors: &mut [AdamWSlot<'_, B::Buf<T>, B::Buf<f32>>],
+    tensors: &mut [BackendSlot<'_, B, T>],
 ) -> Result<()> {
     let UpdateScalars {
         grad_scale,
