@@ -16,7 +16,8 @@ pub const HIP_RUNTIME_FILE: &str = "hip_runtime.rs";
 pub const HIP_API_STRUCT: &str = "HipApi";
 
 /// Runtime functions hip-sys binds. Grouped as in issue 2: init and versions; devices; memory;
-/// copies and sets; streams; events; modules and launch; errors; peer access.
+/// copies and sets; streams; events; modules and launch; errors; peer access; stream capture
+/// and graphs (issue 35).
 pub const HIP_FUNCTIONS: &[&str] = &[
     // init, versions
     "hipInit",
@@ -113,6 +114,16 @@ pub const HIP_FUNCTIONS: &[&str] = &[
     "hipDeviceDisablePeerAccess",
     "hipMemcpyPeer",
     "hipMemcpyPeerAsync",
+    // stream capture and graphs (HIP >= 4.3; a runtime without them leaves the fields `Err`)
+    "hipStreamBeginCapture",
+    "hipStreamEndCapture",
+    "hipStreamIsCapturing",
+    "hipGraphDestroy",
+    "hipGraphGetNodes",
+    "hipGraphInstantiate",
+    "hipGraphLaunch",
+    "hipGraphExecDestroy",
+    "hipGraphExecUpdate",
 ];
 
 /// Types bound beyond those the functions pull in. `hipDeviceProp_t` is the header's own

@@ -11,6 +11,17 @@
 // [first_chunk_i, first_chunk_i + ceil(numel_i / chunk)). Blocks walk the chunks grid-stride and
 // find their tensor by binary search on first_chunk (reads of the kernel-argument segment).
 //
+// Device-side tables (adamw_tab_<T>, multi_l2norm_tab_<T>, multi_nonfinite_tab_<T>): the same
+// kernels reading their tensor table from a device buffer instead of the kernel arguments, so a
+// launch takes any number of tensors (no kernel-argument limit): GPT-2 124M's 148 tensors or a 7B
+// model's ~290 are one launch. The launcher uploads the table with one asynchronous host-to-
+// device copy from a pinned staging buffer (AdamW: a 48-byte AdamwHeader with the step's scalars,
+// then the 72-byte rows; the norm and non-finite check: the 32-byte rows). Blocks search the
+// table in global memory (log2(count) uniform loads per 64 Ki-element chunk).
+// multi_l2norm_finalize_clip_f32 is multi_l2norm_finalize_f32 followed by clip_grad_scale_f32
+// (kernels/clip.hip) in the same block: norm → grad_scale without another launch, so a clipped
+// step is 3 launches in all (norm partials, finalize + clip, AdamW).
+//
 // AdamW (adamw_<T>, T = storage type of the model parameters and gradients), exactly
 // torch.optim.AdamW / torch._fused_adamw_ in f32:
 //   g = grad / grad_scale (grad_scale read from device memory, may be null = 1), negated if
@@ -50,6 +61,12 @@
 //   multi_nonfinite_bf16         18     42      0          10        0       0
 //   multi_l2norm_bf16            25     47    128           9        0       0
 //   multi_l2norm_finalize_f32    12     20    256          10        0       0
+// The device-table kernels (hipcc 5.2 -O3 -Rpass-analysis=kernel-resource-usage, gfx906; the
+// compiler's occupancy figure):
+//   adamw_tab_f32 / f16 / bf16          42 / 43 / 44  65 / 68 / 70    0    5    0    0
+//   multi_nonfinite_tab_<T>             18            42              0   10    0    0
+//   multi_l2norm_tab_<T>                29            47            128    8    0    0
+//   multi_l2norm_finalize_clip_f32      12            26            256   10    0    0
 #include "common.h"
 
 namespace {
@@ -93,6 +110,15 @@ struct AdamwTable {
 /// The tensors of one non-finite or L2 norm launch, by value (1536 bytes of kernel arguments).
 struct RefTable {
   TensorRef rows[kRefTableRows];
+};
+
+/// The step's scalars at the head of a device-side AdamW table (48 bytes; `AdamwHeader` on the
+/// Rust side), followed by `count` AdamwTensor rows.
+struct AdamwHeader {
+  int64_t count;
+  int64_t total_chunks;
+  float beta1, one_minus_beta1, beta2, one_minus_beta2, eps, bias2_sqrt;
+  int32_t maximize, amsgrad;
 };
 
 /// Index of the table entry whose chunk range holds `chunk` (entries sorted by first_chunk,
@@ -231,7 +257,50 @@ __device__ void l2norm_finalize_impl(const float* __restrict__ partials, int64_t
   }
 }
 
+/// out[0] = √(Σ partials) as l2norm_finalize_impl, then the clip grad_scale of kernels/clip.hip:
+/// s = loss_scale ? *loss_scale : 1; c = min(1, max_norm / (norm / s + 1e-6)) (NaN stays NaN);
+/// grad_scale = s / c.
+__device__ void l2norm_finalize_clip_impl(const float* __restrict__ partials, int64_t count,
+                                          float* __restrict__ norm,
+                                          const float* __restrict__ loss_scale, float max_norm,
+                                          float* __restrict__ grad_scale) {
+  l2norm_finalize_impl(partials, count, norm);
+  if (threadIdx.x == 0) {
+    const float s = loss_scale != nullptr ? *loss_scale : 1.0f;
+    float c = max_norm / (*norm / s + 1e-6f);
+    if (!(c != c)) c = fminf(c, 1.0f);
+    *grad_scale = s / c;
+  }
+}
+
 }  // namespace
+
+#define ADAMW_TABLE_KERNELS(suffix, T)                                                         \
+  HIPK_KERNEL(adamw_tab_##suffix, kBlock)                                                      \
+  (const AdamwHeader* head, const AdamwTensor* rows, int64_t chunk, const float* grad_scale,  \
+   const float* found_inf) {                                                                   \
+    const AdamwHeader h = *head;                                                               \
+    const AdamwScalars s{h.beta1, h.one_minus_beta1, h.beta2,         h.one_minus_beta2,      \
+                         h.eps,   h.bias2_sqrt,      h.maximize != 0, h.amsgrad != 0};         \
+    adamw_impl<T>(rows, static_cast<int>(h.count), h.total_chunks, chunk, s, grad_scale,       \
+                  found_inf);                                                                  \
+  }                                                                                            \
+  HIPK_KERNEL(multi_nonfinite_tab_##suffix, kBlock)                                            \
+  (const TensorRef* rows, int count, int64_t total_chunks, int64_t chunk, float* found_inf) { \
+    nonfinite_impl<T>(rows, count, total_chunks, chunk, found_inf);                            \
+  }                                                                                            \
+  HIPK_KERNEL(multi_l2norm_tab_##suffix, kBlock)                                               \
+  (const TensorRef* rows, int count, int64_t total_chunks, int64_t chunk, float* partials) {  \
+    l2norm_impl<T>(rows, count, total_chunks, chunk, partials);                                \
+  }
+
+HIPK_DTYPES(ADAMW_TABLE_KERNELS)
+
+HIPK_KERNEL(multi_l2norm_finalize_clip_f32, kBlock)
+(const float* partials, int64_t count, float* norm, const float* loss_scale, float max_norm,
+ float* grad_scale) {
+  l2norm_finalize_clip_impl(partials, count, norm, loss_scale, max_norm, grad_scale);
+}
 
 #define ADAMW_KERNELS(suffix, T)                                                               \
   HIPK_KERNEL(adamw_##suffix, kBlock)                                                          \

@@ -37,6 +37,10 @@ pub struct EmuStats {
     pub bytes_dtod: u64,
     /// Memsets queued.
     pub memsets: u64,
+    /// Graphs launched (`hipGraphLaunch`): one each, whatever the graph holds.
+    pub graph_launches: u64,
+    /// Nodes those graph launches queued (kernels in a graph count here, not in `launches`).
+    pub graph_nodes: u64,
 }
 
 impl EmuStats {
@@ -51,10 +55,12 @@ impl EmuStats {
             bytes_dtoh: self.bytes_dtoh.saturating_sub(earlier.bytes_dtoh),
             bytes_dtod: self.bytes_dtod.saturating_sub(earlier.bytes_dtod),
             memsets: self.memsets.saturating_sub(earlier.memsets),
+            graph_launches: self.graph_launches.saturating_sub(earlier.graph_launches),
+            graph_nodes: self.graph_nodes.saturating_sub(earlier.graph_nodes),
         }
     }
 
-    fn from_counters(c: &[u64; 8]) -> EmuStats {
+    fn from_counters(c: &[u64; COUNTERS]) -> EmuStats {
         EmuStats {
             launches: c[0],
             host_waits: c[1],
@@ -64,9 +70,14 @@ impl EmuStats {
             bytes_dtoh: c[5],
             bytes_dtod: c[6],
             memsets: c[7],
+            graph_launches: c[8],
+            graph_nodes: c[9],
         }
     }
 }
+
+/// How many counters hip-emu keeps (the length of its `hipemuGetStats` array).
+const COUNTERS: usize = 10;
 
 /// `hipemuGetStats(scope, out, len) -> count`.
 type GetStatsFn = unsafe extern "C" fn(u32, *mut u64, usize) -> usize;
@@ -78,12 +89,12 @@ pub fn stats(scope: StatsScope) -> Option<EmuStats> {
     // SAFETY: hip-emu defines `hipemuGetStats` with exactly the `GetStatsFn` prototype; no
     // other runtime exports the name.
     let f = (*GET.get_or_init(|| unsafe { symbol::<GetStatsFn>(b"hipemuGetStats\0") }))?;
-    let mut counters = [0u64; 8];
+    let mut counters = [0u64; COUNTERS];
     let scope = match scope {
         StatsScope::Process => 0,
         StatsScope::Thread => 1,
     };
-    // SAFETY: `counters` is valid for 8 writes; hip-emu writes at most `len` of them.
+    // SAFETY: `counters` is valid for COUNTERS writes; hip-emu writes at most `len` of them.
     let available = unsafe { f(scope, counters.as_mut_ptr(), counters.len()) };
     // hip-emu reports how many counters it has: fewer than ours means an older emulator whose
     // array would leave some of ours unwritten (zero), so refuse rather than report zeros.
@@ -193,14 +204,15 @@ mod tests {
 
     #[test]
     fn since_subtracts_each_counter() {
-        let a = EmuStats::from_counters(&[1, 2, 3, 4, 5, 6, 7, 8]);
-        let b = EmuStats::from_counters(&[3, 2, 5, 4, 15, 6, 7, 9]);
+        let a = EmuStats::from_counters(&[1, 2, 3, 4, 5, 6, 7, 8, 1, 4]);
+        let b = EmuStats::from_counters(&[3, 2, 5, 4, 15, 6, 7, 9, 2, 9]);
         let d = b.since(&a);
         assert_eq!(d.launches, 2);
         assert_eq!(d.host_waits, 0);
         assert_eq!(d.mallocs, 2);
         assert_eq!(d.bytes_htod, 10);
         assert_eq!(d.memsets, 1);
+        assert_eq!((d.graph_launches, d.graph_nodes), (1, 5));
         assert_eq!(a.since(&b).launches, 0);
     }
 }

@@ -6,7 +6,8 @@
 //! - The safe layer: [`Device`] (properties, limits, allocator, Drop-error log), [`Stream`],
 //!   [`Event`], [`DeviceBuffer`] with borrow-checked views, [`PinnedHostBuffer`], [`Module`] /
 //!   [`Function`] with a checked [`LaunchConfig`] and an unsafe argument builder, and [`Blas`]
-//!   (hipBLAS, rocBLAS as fallback) for row-major GEMM, and [`Comm`] (RCCL collectives across
+//!   (hipBLAS, rocBLAS as fallback) for row-major GEMM, [`Graph`] / [`GraphExec`] (stream
+//!   capture and replay), and [`Comm`] (RCCL collectives across
 //!   devices, with a completion timeout), and [`ddp`] (data parallel on top of it: launcher
 //!   variables, the unique-id rendezvous, the bucketed gradient reducer, ZeRO-1 shards).
 //! - Pure logic usable without a GPU: [`module::bundle`] / [`module::elf`] (code-object
@@ -37,6 +38,7 @@ mod device_memory;
 pub mod emu;
 pub mod error;
 pub mod event;
+pub mod graph;
 pub mod launch;
 pub mod memory;
 pub mod module;
@@ -48,6 +50,7 @@ pub use comm::{Comm, CommElement, CommError, ReduceOp, UniqueId};
 pub use device::{Device, MemoryInfo, EMULATED_FIGURE_LABEL, EMULATED_NAME_MARK};
 pub use error::{Error, Result};
 pub use event::{Event, EventOptions};
+pub use graph::{CaptureMode, CaptureStatus, Graph, GraphExec, UpdateRefused};
 pub use launch::{
     DevicePtr, DeviceRepr, KernelArg, KernelArgs, LaunchConfig, LaunchError, LaunchLimits,
 };

@@ -64,6 +64,8 @@ fn counters_match_a_known_sequence_of_calls() {
             bytes_dtoh: 4000,
             bytes_dtod: 0,
             memsets: 0,
+            graph_launches: 0,
+            graph_nodes: 0,
         }
     );
     // The process figures include this thread's.

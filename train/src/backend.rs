@@ -309,6 +309,11 @@ pub trait Backend<T: TrainElement> {
         accum: usize,
         scalars: &mut Self::Scalars,
     ) -> Result<()>;
+    /// Runs the fused AdamW `a` over every tensor of a step (the device backend: one launch over
+    /// a device-side table, whatever the tensor count).
+    fn run_adamw(&self, a: AdamW<'_, '_, Self::Space, T>) -> Result<()> {
+        a.run(self.queue()).map_err(op)
+    }
     /// Stores the global L2 norm of `grads` in `scalars` (non-finite iff a gradient is).
     fn grad_norm(&self, grads: &[&Self::Buf<T>], scalars: &mut Self::Scalars) -> Result<()>;
     /// ZeRO stage 1: [`Backend::grad_norm`] of every rank's gradients when this rank holds the
@@ -351,8 +356,8 @@ pub trait Backend<T: TrainElement> {
     fn reset_peak_memory(&self);
 }
 
-/// One AdamW update of every tensor of `tensors` in one fused op (one launch per table of
-/// tensors on a device): `param` updated (through f32 `master` weights when given: `param` is
+/// One AdamW update of every tensor of `tensors` in one fused op (one launch on a device, over
+/// a device-side table of the tensors): `param` updated (through f32 `master` weights when given: `param` is
 /// then rewritten as their rounding), the gradient scaled as `scaling` says with the norm taken
 /// from `scalars` (on the backend, no host read), each with `hyper`'s weight decay or none
 /// ([`AdamWSlot::decay`]); nothing changes when that norm is not finite.
@@ -380,7 +385,7 @@ pub fn adamw_all<T: TrainElement, B: Backend<T>>(
             lr_scale: None,
         })
         .collect();
-    AdamW::<B::Space, T> {
+    be.run_adamw(AdamW::<B::Space, T> {
         params: AdamWParams {
             lr: hyper.lr,
             beta1: hyper.beta1,
@@ -394,7 +399,5 @@ pub fn adamw_all<T: TrainElement, B: Backend<T>>(
         grad_scale: grad_scale.as_ref().map(View::view),
         found_inf: Some(found_inf.view()),
         tensors: &mut slots,
-    }
-    .run(be.queue())
-    .map_err(op)
+    })
 }

@@ -309,10 +309,13 @@ pub unsafe fn submit(
         unsafe { call.run() };
         Ok(())
     };
-    dev.executor
-        .enqueue(info.id, name.to_owned(), Box::new(work))
-        .map_err(|f| BlasFail::Runtime(f.message))?;
-    crate::runtime::stats::bump(crate::runtime::stats::Counter::Launches);
+    use crate::runtime::graph::{self, Kind, Node};
+    let node = Node::run(name, Kind::Blas, std::sync::Arc::new(work));
+    let captured =
+        graph::submit(dev.ordinal, info.id, node).map_err(|f| BlasFail::Runtime(f.message))?;
+    if !captured {
+        crate::runtime::stats::bump(crate::runtime::stats::Counter::Launches);
+    }
     Ok(())
 }
 

@@ -126,6 +126,7 @@ hip_exports! {
     /// Waits for every stream of the current device; returns (once) any fault of its work.
     fn hipDeviceSynchronize() {
         let dev = runtime()?.current()?;
+        super::graph::refuse_wait(Some(dev.ordinal), None, "hipDeviceSynchronize")?;
         super::stats::bump(super::stats::Counter::HostWaits);
         dev.executor.sync_all()
     }

@@ -6,8 +6,11 @@ use std::ffi::{c_int, c_uchar, c_uint, c_ushort, c_void};
 
 use hip_sys::{hipDeviceptr_t, hipError_t, hipMemcpyKind, hipStream_t};
 
+use std::sync::Arc;
+
 use super::device::Device;
 use super::error::{Fail, Res};
+use super::graph::{self, Kind, Node};
 use super::memory::{self, Owner};
 use super::stats::{self, Counter};
 use super::{hip_exports, out, runtime};
@@ -75,6 +78,11 @@ pub(super) fn copy(
         (Side::Host, Side::Host) => None,
     };
     let name_owned = name.to_owned();
+    let check_name = name.to_owned();
+    let check = move || {
+        check_side(dst, bytes, dst_side, &format!("{check_name} destination"))?;
+        check_side(src, bytes, src_side, &format!("{check_name} source"))
+    };
     let work = move || {
         memory::check_unpoisoned(dst, bytes, &format!("{name_owned} destination"))?;
         memory::check_unpoisoned(src, bytes, &format!("{name_owned} source"))?;
@@ -86,23 +94,31 @@ pub(super) fn copy(
         }
         Ok(())
     };
-    submit(name, stream, sync, Box::new(work))?;
+    let mut node = Node::run(name, Kind::Copy, Arc::new(work)).checked(Arc::new(check));
     if let Some(counter) = direction {
-        stats::add(counter, bytes as u64);
+        node = node.counting(counter, bytes as u64);
+    }
+    if !submit(name, stream, sync, node)? {
+        if let Some(counter) = direction {
+            stats::add(counter, bytes as u64);
+        }
     }
     Ok(())
 }
 
-/// Queue `work` on `stream`; with `sync`, wait for it (and report a fault of that stream).
-fn submit(name: &str, stream: hipStream_t, sync: bool, work: super::queue::Work) -> Res {
+/// Queue `node` on `stream` (or add it to the stream's capture: `Ok(true)`); with `sync`, wait
+/// for it (and report a fault of that stream), which a capturing stream refuses.
+fn submit(name: &str, stream: hipStream_t, sync: bool, node: Node) -> Res<bool> {
     let (dev, info) = runtime()?.stream(stream)?;
-    let seq = dev.executor.enqueue(info.id, name.to_owned(), work)?;
     if sync {
-        let _ = seq;
+        graph::refuse_wait(Some(dev.ordinal), Some(info.id), name)?;
+    }
+    let captured = graph::submit(dev.ordinal, info.id, node)?;
+    if sync {
         stats::bump(Counter::HostWaits);
         dev.executor.sync_stream(info.id)?;
     }
-    Ok(())
+    Ok(captured)
 }
 
 /// Queue a memset of `count` elements of `width` bytes, each `value`'s low bytes.
@@ -122,6 +138,8 @@ fn memset(
     })?;
     check_side(dst, bytes, Side::Device, &format!("{name} destination"))?;
     let what = format!("{name} destination");
+    let check_what = what.clone();
+    let check = move || check_side(dst, bytes, Side::Device, &check_what);
     let work = move || {
         memory::check_unpoisoned(dst, bytes, &what)?;
         if width == 1 {
@@ -143,8 +161,13 @@ fn memset(
         }
         Ok(())
     };
-    stats::bump(Counter::Memsets);
-    submit(name, stream, sync, Box::new(work))
+    let node = Node::run(name, Kind::Memset, Arc::new(work))
+        .checked(Arc::new(check))
+        .counting(Counter::Memsets, 1);
+    if !submit(name, stream, sync, node)? {
+        stats::bump(Counter::Memsets);
+    }
+    Ok(())
 }
 
 /// Allocate on `dev` (charged against its capacity) and return the pointer.
@@ -227,7 +250,14 @@ hip_exports! {
     /// order: work queued before it still sees the old state).
     fn hipemuPoisonAsync(ptr: *mut c_void, bytes: usize, live: c_int, stream: hipStream_t) {
         let (p, live) = (ptr as usize, live != 0);
-        submit("hipemuPoisonAsync", stream, false, Box::new(move || memory::set_poison(p, bytes, live)))
+        let (_, info) = runtime()?.stream(stream)?;
+        if graph::is_capturing(info.id) {
+            // A checker annotation, not device work: a capturing stream runs nothing until its
+            // graph is launched, and a block handed out during a capture is live from now on.
+            return memory::set_poison(p, bytes, live);
+        }
+        let work = move || memory::set_poison(p, bytes, live);
+        submit("hipemuPoisonAsync", stream, false, Node::run("hipemuPoisonAsync", Kind::Memset, Arc::new(work))).map(|_| ())
     }
 
     /// Device memory: a guarded host mapping filled with NaN bytes (see [`memory`]).
@@ -247,6 +277,7 @@ hip_exports! {
         if ptr.is_null() {
             return Ok(());
         }
+        graph::refuse_wait(None, None, "hipFree")?;
         for dev in &rt.devices {
             dev.executor.wait_idle();
         }

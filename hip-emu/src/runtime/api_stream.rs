@@ -96,12 +96,14 @@ hip_exports! {
 
     fn hipStreamSynchronize(stream: hipStream_t) {
         let (dev, info) = runtime()?.stream(stream)?;
+        super::graph::refuse_wait(Some(dev.ordinal), Some(info.id), "hipStreamSynchronize")?;
         stats::bump(Counter::HostWaits);
         dev.executor.sync_stream(info.id)
     }
 
     fn hipStreamQuery(stream: hipStream_t) {
         let (dev, info) = runtime()?.stream(stream)?;
+        super::graph::refuse_wait(Some(dev.ordinal), Some(info.id), "hipStreamQuery")?;
         ready(dev.executor.query_stream(info.id), "the stream")
     }
 
@@ -118,6 +120,9 @@ hip_exports! {
                  cross-device waits are not emulated",
                 ev.device, dev.ordinal
             )));
+        }
+        if super::graph::capture_wait(info.id, event)? {
+            return Ok(());
         }
         dev.executor.wait_event(info.id, &ev.state)
     }
@@ -155,6 +160,9 @@ hip_exports! {
                 "hipEventRecord: the event belongs to device {} and the stream to device {}",
                 ev.device, dev.ordinal
             )));
+        }
+        if super::graph::capture_record(info.id, event, &ev.state)? {
+            return Ok(());
         }
         dev.executor.record(info.id, &ev.state)
     }

@@ -12,11 +12,13 @@
 
 use std::cell::RefCell;
 use std::ffi::{c_uint, c_void};
+use std::sync::Arc;
 
 use hip_sys::{hipError_t, hipFunction_t, hipModule_t, hipStream_t};
 
 use super::device::{LDS_PER_BLOCK, MAX_THREADS_PER_BLOCK};
 use super::error::{Fail, Res};
+use super::graph::{Kind, Node};
 use super::memory;
 use super::module::{function, Function};
 use super::{hip_exports, runtime};
@@ -270,7 +272,7 @@ fn run(
     block: [u32; 3],
     dynamic_lds: usize,
     f_meta: (usize, u32),
-    params: Vec<Vec<u8>>,
+    params: &[Vec<u8>],
     (seed, cooperative): (Option<u64>, bool),
 ) -> Res {
     let slices: Vec<&[u8]> = params.iter().map(Vec::as_slice).collect();
@@ -400,28 +402,60 @@ unsafe fn launch(
     let mirrors = super::module::module(func.module as hipModule_t)
         .map(|m| m.mirrors.lock().unwrap_or_else(|p| p.into_inner()).clone())
         .unwrap_or_default();
-    dev.executor.enqueue(
-        info.id,
+    let check = replay_check(&func, &params);
+    let work = move || {
+        // The module's variables go in before the kernel and come back after it.
+        use super::globals::{sync, Direction};
+        sync(&mirrors, Direction::In);
+        let result = run(
+            kernel,
+            grid,
+            block,
+            dynamic,
+            meta,
+            &params,
+            (seed, cooperative),
+        );
+        sync(&mirrors, Direction::Out);
+        result
+    };
+    let node = Node::run(
         format!("kernel `{name}`"),
-        Box::new(move || {
-            // The module's variables go in before the kernel and come back after it.
-            use super::globals::{sync, Direction};
-            sync(&mirrors, Direction::In);
-            let result = run(
-                kernel,
-                grid,
-                block,
-                dynamic,
-                meta,
-                params,
-                (seed, cooperative),
-            );
-            sync(&mirrors, Direction::Out);
-            result
-        }),
-    )?;
-    super::stats::bump(super::stats::Counter::Launches);
+        Kind::Kernel(f as usize),
+        Arc::new(work),
+    )
+    .checked(check);
+    if !super::graph::submit(dev.ordinal, info.id, node)? {
+        super::stats::bump(super::stats::Counter::Launches);
+    }
     Ok(())
+}
+
+/// The check a graph launch repeats for a captured kernel: every global pointer argument still
+/// points into a live allocation.
+fn replay_check(f: &Function, params: &[Vec<u8>]) -> super::graph::Replay {
+    let name = f.meta.name.clone();
+    let pointers: Vec<(usize, String, usize)> = params
+        .iter()
+        .zip(f.meta.explicit_args())
+        .enumerate()
+        .filter(|(_, (bytes, meta))| meta.value_kind == "global_buffer" && bytes.len() == 8)
+        .filter_map(|(i, (bytes, meta))| {
+            let addr = u64::from_le_bytes(bytes[..8].try_into().ok()?) as usize;
+            (addr != 0).then(|| (i, arg_label(meta.name.as_deref()), addr))
+        })
+        .collect();
+    Arc::new(move || {
+        for (i, label, addr) in &pointers {
+            if !memory::is_live(*addr) {
+                return Err(Fail::invalid(format!(
+                    "kernel `{name}` argument {i}{label} (a global pointer): {}",
+                    memory::describe_address(*addr)
+                )));
+            }
+        }
+        Ok(())
+    })
 }
 
 hip_exports! {

@@ -1,4 +1,5 @@
-//! The exported HIP runtime C ABI: devices, memory, streams, events, modules, launches.
+//! The exported HIP runtime C ABI: devices, memory, streams, events, modules, launches, stream
+//! capture and graphs.
 //!
 //! Every export runs inside [`error::guard`] (panics become hipErrorUnknown) and stores its
 //! status as the thread's last error. Handles (streams, events, modules, functions) are opaque
@@ -14,6 +15,7 @@ pub mod config;
 pub mod device;
 pub mod error;
 pub mod globals;
+pub mod graph;
 pub mod launch;
 pub mod memory;
 pub mod metadata;

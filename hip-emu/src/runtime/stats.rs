@@ -10,6 +10,9 @@
 //! `emu::stats` wraps it) or at process exit: with `HIPK_EMU_STATS=1` hip-emu prints one line
 //! `hip-emu stats: KEY=N` per counter to stderr (process totals).
 //!
+//! Work captured into a graph counts nothing when captured; each `hipGraphLaunch` counts one
+//! `graph_launches`, its nodes under `graph_nodes`, and its copies and memsets as usual.
+//!
 //! What counts as host-blocking: `hipDeviceSynchronize`, `hipStreamSynchronize`,
 //! `hipEventSynchronize`, and every synchronous copy or memset (`hipMemcpy*` and `hipMemset*`
 //! without `Async`), each once. `hipFree` also waits for the device (as HIP's does); it is counted
@@ -42,10 +45,14 @@ pub enum Counter {
     BytesDtoD,
     /// Memsets queued (synchronous and asynchronous).
     Memsets,
+    /// `hipGraphLaunch` calls (see `super::graph`): one per graph launched, whatever it holds.
+    GraphLaunches,
+    /// Nodes queued by those launches (kernels in a graph count here, not under `Launches`).
+    GraphNodes,
 }
 
 /// Number of counters (the length of a full `hipemuGetStats` array).
-pub const COUNT: usize = 8;
+pub const COUNT: usize = 10;
 
 impl Counter {
     /// Every counter, in index order.
@@ -58,6 +65,8 @@ impl Counter {
         Counter::BytesDtoH,
         Counter::BytesDtoD,
         Counter::Memsets,
+        Counter::GraphLaunches,
+        Counter::GraphNodes,
     ];
 
     /// The key printed at exit (and used by hip-rt).
@@ -71,6 +80,8 @@ impl Counter {
             Counter::BytesDtoH => "bytes_dtoh",
             Counter::BytesDtoD => "bytes_dtod",
             Counter::Memsets => "memsets",
+            Counter::GraphLaunches => "graph_launches",
+            Counter::GraphNodes => "graph_nodes",
         }
     }
 }
@@ -211,7 +222,7 @@ mod tests {
 
     #[test]
     fn the_exit_lines_name_every_key() {
-        let text = render(&[1, 2, 3, 4, 5, 6, 7, 8]);
+        let text = render(&[1, 2, 3, 4, 5, 6, 7, 8, 9, 10]);
         for key in [
             "launches",
             "host_waits",

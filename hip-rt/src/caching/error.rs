@@ -58,6 +58,12 @@ pub enum AllocError {
     /// A bad configuration string or value.
     #[error(transparent)]
     Config(#[from] ConfigError),
+    /// A graph capture began while another one on the same device had not ended.
+    #[error("device {device}: a graph capture is already active on this device's allocator; end it (Stream::end_capture) before beginning another")]
+    CaptureActive {
+        /// The device ordinal.
+        device: i32,
+    },
 }
 
 impl AllocError {

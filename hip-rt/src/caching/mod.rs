@@ -51,6 +51,11 @@
 //! (`tests/caching_device.rs`, `tests/device_memory_stats.rs`, `--features device`). Neither has
 //! run on a GPU.
 //!
+//! Graph capture: between [`CachingAllocator::begin_capture`] and
+//! [`CachingAllocator::end_capture`] (hip-rt's `Stream::begin_capture` / `end_capture` call
+//! them), frees are held for the graph and come back when its [`GraphPool`] drops: see the
+//! `graph` module's docs in the source (`caching/graph.rs`) and [`GraphPool`].
+//!
 //! Memory checking: the policy tells its backend which bytes of a segment hold a live block
 //! ([`Backend::mark`]: a new segment is all free; a handed-out block's requested bytes are live,
 //! its rounding slack is not; a freed block is not, in its stream's order). [`HipBackend`]
@@ -60,6 +65,7 @@
 mod backend;
 mod config;
 mod error;
+mod graph;
 pub(crate) mod hip;
 mod host;
 mod policy;
@@ -72,6 +78,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 pub use backend::{Backend, BackendError, DevicePtr, MemInfo};
 pub use config::{AllocatorConfig, ConfigError, CONFIG_ENV};
 pub use error::{AllocError, OomHint, OutOfMemory};
+pub use graph::GraphPool;
 pub use hip::{HipBackend, HipEvent};
 pub use host::{HostBackend, HostBackendError, HostCounters, HostEvent, HostStream};
 pub use policy::{allocation_size, round_size};
@@ -102,6 +109,8 @@ pub const MAX_REQUEST: usize = 1 << 60;
 struct Shared<B: Backend> {
     policy: Mutex<Policy<B>>,
     device: i32,
+    /// Graph capture: frees held for the graph (see [`GraphPool`]). Locked before `policy`.
+    graphs: Mutex<graph::Holds<B::Stream>>,
 }
 
 /// A caching allocator for one device. Cheap to clone (clones share the cache).
@@ -167,6 +176,7 @@ impl<B: Backend> CachingAllocator<B> {
             shared: Arc::new(Shared {
                 policy: Mutex::new(policy),
                 device,
+                graphs: Mutex::new(graph::Holds::default()),
             }),
         })
     }
@@ -214,6 +224,9 @@ impl<B: Backend> CachingAllocator<B> {
         if raw.id == NONE {
             return Ok(());
         }
+        if self.hold(raw.id, raw.ptr)? {
+            return Ok(());
+        }
         let mut policy = self.lock();
         if !policy.is_allocated(raw.id, raw.ptr.0) {
             return Err(self.foreign(raw.ptr));
@@ -254,11 +267,14 @@ impl<B: Backend> CachingAllocator<B> {
         if ptr.is_null() {
             return Ok(());
         }
-        let mut policy = self.lock();
-        match policy.allocated_at(ptr.0) {
-            Some(id) => policy.free(id),
-            None => Err(self.foreign(ptr)),
+        let found = self.lock().allocated_at(ptr.0);
+        let Some(id) = found else {
+            return Err(self.foreign(ptr));
+        };
+        if self.hold(id, ptr)? {
+            return Ok(());
         }
+        self.lock().free(id)
     }
 
     /// Records that the allocation at `ptr` (from [`CachingAllocator::allocate_ptr`]) is used

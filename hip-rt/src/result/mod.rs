@@ -17,6 +17,7 @@ pub type Result<T, E = hip_sys::Error> = std::result::Result<T, E>;
 pub mod device;
 pub mod error;
 pub mod event;
+pub mod graph;
 pub mod memory;
 pub mod module;
 pub mod stream;

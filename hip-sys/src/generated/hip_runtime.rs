@@ -1427,6 +1427,81 @@ const _: () = {
     ["Offset of field: dim3::y"][::std::mem::offset_of!(dim3, y) - 4usize];
     ["Offset of field: dim3::z"][::std::mem::offset_of!(dim3, z) - 8usize];
 };
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct ihipGraph {
+    _unused: [u8; 0],
+}
+pub type hipGraph_t = *mut ihipGraph;
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct hipGraphNode {
+    _unused: [u8; 0],
+}
+pub type hipGraphNode_t = *mut hipGraphNode;
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct hipGraphExec {
+    _unused: [u8; 0],
+}
+pub type hipGraphExec_t = *mut hipGraphExec;
+impl hipGraphExecUpdateResult {
+    pub const hipGraphExecUpdateSuccess: hipGraphExecUpdateResult = hipGraphExecUpdateResult(0);
+}
+impl hipGraphExecUpdateResult {
+    pub const hipGraphExecUpdateError: hipGraphExecUpdateResult = hipGraphExecUpdateResult(1);
+}
+impl hipGraphExecUpdateResult {
+    pub const hipGraphExecUpdateErrorTopologyChanged: hipGraphExecUpdateResult =
+        hipGraphExecUpdateResult(2);
+}
+impl hipGraphExecUpdateResult {
+    pub const hipGraphExecUpdateErrorNodeTypeChanged: hipGraphExecUpdateResult =
+        hipGraphExecUpdateResult(3);
+}
+impl hipGraphExecUpdateResult {
+    pub const hipGraphExecUpdateErrorFunctionChanged: hipGraphExecUpdateResult =
+        hipGraphExecUpdateResult(4);
+}
+impl hipGraphExecUpdateResult {
+    pub const hipGraphExecUpdateErrorParametersChanged: hipGraphExecUpdateResult =
+        hipGraphExecUpdateResult(5);
+}
+impl hipGraphExecUpdateResult {
+    pub const hipGraphExecUpdateErrorNotSupported: hipGraphExecUpdateResult =
+        hipGraphExecUpdateResult(6);
+}
+impl hipGraphExecUpdateResult {
+    pub const hipGraphExecUpdateErrorUnsupportedFunctionChange: hipGraphExecUpdateResult =
+        hipGraphExecUpdateResult(7);
+}
+#[repr(transparent)]
+#[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
+pub struct hipGraphExecUpdateResult(pub ::std::os::raw::c_uint);
+impl hipStreamCaptureMode {
+    pub const hipStreamCaptureModeGlobal: hipStreamCaptureMode = hipStreamCaptureMode(0);
+}
+impl hipStreamCaptureMode {
+    pub const hipStreamCaptureModeThreadLocal: hipStreamCaptureMode = hipStreamCaptureMode(1);
+}
+impl hipStreamCaptureMode {
+    pub const hipStreamCaptureModeRelaxed: hipStreamCaptureMode = hipStreamCaptureMode(2);
+}
+#[repr(transparent)]
+#[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
+pub struct hipStreamCaptureMode(pub ::std::os::raw::c_uint);
+impl hipStreamCaptureStatus {
+    pub const hipStreamCaptureStatusNone: hipStreamCaptureStatus = hipStreamCaptureStatus(0);
+}
+impl hipStreamCaptureStatus {
+    pub const hipStreamCaptureStatusActive: hipStreamCaptureStatus = hipStreamCaptureStatus(1);
+}
+impl hipStreamCaptureStatus {
+    pub const hipStreamCaptureStatusInvalidated: hipStreamCaptureStatus = hipStreamCaptureStatus(2);
+}
+#[repr(transparent)]
+#[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
+pub struct hipStreamCaptureStatus(pub ::std::os::raw::c_uint);
 pub struct HipApi {
     __library: ::libloading::Library,
     pub hipInit: Result<
@@ -1967,6 +2042,56 @@ pub struct HipApi {
         ) -> hipError_t,
         ::libloading::Error,
     >,
+    pub hipStreamBeginCapture: Result<
+        unsafe extern "C" fn(stream: hipStream_t, mode: hipStreamCaptureMode) -> hipError_t,
+        ::libloading::Error,
+    >,
+    pub hipStreamEndCapture: Result<
+        unsafe extern "C" fn(stream: hipStream_t, pGraph: *mut hipGraph_t) -> hipError_t,
+        ::libloading::Error,
+    >,
+    pub hipStreamIsCapturing: Result<
+        unsafe extern "C" fn(
+            stream: hipStream_t,
+            pCaptureStatus: *mut hipStreamCaptureStatus,
+        ) -> hipError_t,
+        ::libloading::Error,
+    >,
+    pub hipGraphDestroy:
+        Result<unsafe extern "C" fn(graph: hipGraph_t) -> hipError_t, ::libloading::Error>,
+    pub hipGraphGetNodes: Result<
+        unsafe extern "C" fn(
+            graph: hipGraph_t,
+            nodes: *mut hipGraphNode_t,
+            numNodes: *mut usize,
+        ) -> hipError_t,
+        ::libloading::Error,
+    >,
+    pub hipGraphInstantiate: Result<
+        unsafe extern "C" fn(
+            pGraphExec: *mut hipGraphExec_t,
+            graph: hipGraph_t,
+            pErrorNode: *mut hipGraphNode_t,
+            pLogBuffer: *mut ::std::os::raw::c_char,
+            bufferSize: usize,
+        ) -> hipError_t,
+        ::libloading::Error,
+    >,
+    pub hipGraphLaunch: Result<
+        unsafe extern "C" fn(graphExec: hipGraphExec_t, stream: hipStream_t) -> hipError_t,
+        ::libloading::Error,
+    >,
+    pub hipGraphExecDestroy:
+        Result<unsafe extern "C" fn(graphExec: hipGraphExec_t) -> hipError_t, ::libloading::Error>,
+    pub hipGraphExecUpdate: Result<
+        unsafe extern "C" fn(
+            hGraphExec: hipGraphExec_t,
+            hGraph: hipGraph_t,
+            hErrorNode_out: *mut hipGraphNode_t,
+            updateResult_out: *mut hipGraphExecUpdateResult,
+        ) -> hipError_t,
+        ::libloading::Error,
+    >,
     pub hipGetDevicePropertiesR0600: Result<
         unsafe extern "C" fn(
             prop: *mut ::std::os::raw::c_void,
@@ -2088,6 +2213,15 @@ impl HipApi {
         let hipOccupancyMaxPotentialBlockSize = __library
             .get(b"hipOccupancyMaxPotentialBlockSize\0")
             .map(|sym| *sym);
+        let hipStreamBeginCapture = __library.get(b"hipStreamBeginCapture\0").map(|sym| *sym);
+        let hipStreamEndCapture = __library.get(b"hipStreamEndCapture\0").map(|sym| *sym);
+        let hipStreamIsCapturing = __library.get(b"hipStreamIsCapturing\0").map(|sym| *sym);
+        let hipGraphDestroy = __library.get(b"hipGraphDestroy\0").map(|sym| *sym);
+        let hipGraphGetNodes = __library.get(b"hipGraphGetNodes\0").map(|sym| *sym);
+        let hipGraphInstantiate = __library.get(b"hipGraphInstantiate\0").map(|sym| *sym);
+        let hipGraphLaunch = __library.get(b"hipGraphLaunch\0").map(|sym| *sym);
+        let hipGraphExecDestroy = __library.get(b"hipGraphExecDestroy\0").map(|sym| *sym);
+        let hipGraphExecUpdate = __library.get(b"hipGraphExecUpdate\0").map(|sym| *sym);
         let hipGetDevicePropertiesR0600 = __library
             .get(b"hipGetDevicePropertiesR0600\0")
             .map(|sym| *sym);
@@ -2177,6 +2311,15 @@ impl HipApi {
             hipModuleOccupancyMaxPotentialBlockSize,
             hipModuleOccupancyMaxActiveBlocksPerMultiprocessor,
             hipOccupancyMaxPotentialBlockSize,
+            hipStreamBeginCapture,
+            hipStreamEndCapture,
+            hipStreamIsCapturing,
+            hipGraphDestroy,
+            hipGraphGetNodes,
+            hipGraphInstantiate,
+            hipGraphLaunch,
+            hipGraphExecDestroy,
+            hipGraphExecUpdate,
             hipGetDevicePropertiesR0600,
         })
     }
@@ -3049,6 +3192,101 @@ impl HipApi {
             f,
             dynSharedMemPerBlk,
             blockSizeLimit,
+        )
+    }
+    pub unsafe fn hipStreamBeginCapture(
+        &self,
+        stream: hipStream_t,
+        mode: hipStreamCaptureMode,
+    ) -> hipError_t {
+        (self
+            .hipStreamBeginCapture
+            .as_ref()
+            .expect("Expected function, got error."))(stream, mode)
+    }
+    pub unsafe fn hipStreamEndCapture(
+        &self,
+        stream: hipStream_t,
+        pGraph: *mut hipGraph_t,
+    ) -> hipError_t {
+        (self
+            .hipStreamEndCapture
+            .as_ref()
+            .expect("Expected function, got error."))(stream, pGraph)
+    }
+    pub unsafe fn hipStreamIsCapturing(
+        &self,
+        stream: hipStream_t,
+        pCaptureStatus: *mut hipStreamCaptureStatus,
+    ) -> hipError_t {
+        (self
+            .hipStreamIsCapturing
+            .as_ref()
+            .expect("Expected function, got error."))(stream, pCaptureStatus)
+    }
+    pub unsafe fn hipGraphDestroy(&self, graph: hipGraph_t) -> hipError_t {
+        (self
+            .hipGraphDestroy
+            .as_ref()
+            .expect("Expected function, got error."))(graph)
+    }
+    pub unsafe fn hipGraphGetNodes(
+        &self,
+        graph: hipGraph_t,
+        nodes: *mut hipGraphNode_t,
+        numNodes: *mut usize,
+    ) -> hipError_t {
+        (self
+            .hipGraphGetNodes
+            .as_ref()
+            .expect("Expected function, got error."))(graph, nodes, numNodes)
+    }
+    pub unsafe fn hipGraphInstantiate(
+        &self,
+        pGraphExec: *mut hipGraphExec_t,
+        graph: hipGraph_t,
+        pErrorNode: *mut hipGraphNode_t,
+        pLogBuffer: *mut ::std::os::raw::c_char,
+        bufferSize: usize,
+    ) -> hipError_t {
+        (self
+            .hipGraphInstantiate
+            .as_ref()
+            .expect("Expected function, got error."))(
+            pGraphExec, graph, pErrorNode, pLogBuffer, bufferSize,
+        )
+    }
+    pub unsafe fn hipGraphLaunch(
+        &self,
+        graphExec: hipGraphExec_t,
+        stream: hipStream_t,
+    ) -> hipError_t {
+        (self
+            .hipGraphLaunch
+            .as_ref()
+            .expect("Expected function, got error."))(graphExec, stream)
+    }
+    pub unsafe fn hipGraphExecDestroy(&self, graphExec: hipGraphExec_t) -> hipError_t {
+        (self
+            .hipGraphExecDestroy
+            .as_ref()
+            .expect("Expected function, got error."))(graphExec)
+    }
+    pub unsafe fn hipGraphExecUpdate(
+        &self,
+        hGraphExec: hipGraphExec_t,
+        hGraph: hipGraph_t,
+        hErrorNode_out: *mut hipGraphNode_t,
+        updateResult_out: *mut hipGraphExecUpdateResult,
+    ) -> hipError_t {
+        (self
+            .hipGraphExecUpdate
+            .as_ref()
+            .expect("Expected function, got error."))(
+            hGraphExec,
+            hGraph,
+            hErrorNode_out,
+            updateResult_out,
         )
     }
     pub unsafe fn hipGetDevicePropertiesR0600(

@@ -18,7 +18,7 @@ use crate::params::{check_len, DeviceElement, OnDevice};
 use hip_rt::memory::buffer::{DeviceBuffer, DeviceView, DeviceViewMut};
 use hip_rt::{DevicePtr, DeviceRepr, Function, LaunchBuilder, LaunchConfig, Stream};
 
-const SOURCE: &str = "adamw";
+pub(super) const SOURCE: &str = "adamw";
 /// Elements per chunk (one block's unit of work).
 pub const CHUNK: usize = 1 << 16;
 /// Tensors per AdamW launch (`kAdamwTableRows` in `kernels/adamw.hip`).
@@ -26,36 +26,36 @@ pub const ADAMW_TABLE_ROWS: usize = 24;
 /// Tensors per non-finite or L2 norm launch (`kRefTableRows` in `kernels/adamw.hip`).
 pub const REF_TABLE_ROWS: usize = 48;
 /// Threads per block of every kernel in `kernels/adamw.hip`.
-const BLOCK: u32 = 256;
+pub(super) const BLOCK: u32 = 256;
 /// Grid cap, in blocks per compute unit (blocks walk the chunks grid-stride).
-const BLOCKS_PER_CU: u32 = 8;
+pub(super) const BLOCKS_PER_CU: u32 = 8;
 
 /// A tensor row of the AdamW kernel's table (`AdamwTensor` in `kernels/adamw.hip`).
 #[repr(C)]
-#[derive(Clone, Copy, Debug, Default, PartialEq)]
-struct AdamwDesc {
-    param: u64,
-    grad: u64,
-    exp_avg: u64,
-    exp_avg_sq: u64,
-    max_exp_avg_sq: u64,
-    master: u64,
-    numel: i64,
-    first_chunk: i64,
+#[derive(Clone, Copy, Debug, Default, PartialEq, bytemuck::Pod, bytemuck::Zeroable)]
+pub(super) struct AdamwDesc {
+    pub(super) param: u64,
+    pub(super) grad: u64,
+    pub(super) exp_avg: u64,
+    pub(super) exp_avg_sq: u64,
+    pub(super) max_exp_avg_sq: u64,
+    pub(super) master: u64,
+    pub(super) numel: i64,
+    pub(super) first_chunk: i64,
     /// This tensor's `1 − lr·weight_decay` (its own lr and weight decay, rounded from f64).
-    decay: f32,
+    pub(super) decay: f32,
     /// This tensor's `lr / (1 − β1^step)`.
-    step_size: f32,
+    pub(super) step_size: f32,
 }
 
 /// A tensor row of the helpers' table (`TensorRef` in `kernels/adamw.hip`).
 #[repr(C)]
-#[derive(Clone, Copy, Debug, Default, PartialEq)]
-struct TensorRef {
-    data: u64,
-    numel: i64,
-    first_chunk: i64,
-    reserved: i64,
+#[derive(Clone, Copy, Debug, Default, PartialEq, bytemuck::Pod, bytemuck::Zeroable)]
+pub(super) struct TensorRef {
+    pub(super) data: u64,
+    pub(super) numel: i64,
+    pub(super) first_chunk: i64,
+    pub(super) reserved: i64,
 }
 
 /// A table passed by value in the kernel arguments (`AdamwTable` / `RefTable` in
@@ -136,7 +136,7 @@ fn groups<R: Row, const N: usize>(rows: &[R]) -> Vec<Group<R, N>> {
 
 /// The first chunk of each tensor and the total, for tensors of `lens` elements and chunks of
 /// `chunk`. Empty tensors own no chunk.
-fn chunk_starts(lens: &[usize], chunk: usize) -> (Vec<i64>, i64) {
+pub(super) fn chunk_starts(lens: &[usize], chunk: usize) -> (Vec<i64>, i64) {
     let mut next = 0i64;
     let starts = lens
         .iter()
@@ -152,19 +152,19 @@ fn chunk_starts(lens: &[usize], chunk: usize) -> (Vec<i64>, i64) {
 /// Hyper-parameters as the kernel takes them: f32 values computed in f64 from the config and
 /// the step (bias corrections included).
 #[derive(Clone, Copy, Debug, PartialEq)]
-struct KernelScalars {
-    beta1: f32,
-    one_minus_beta1: f32,
-    beta2: f32,
-    one_minus_beta2: f32,
-    eps: f32,
-    decay: f32,
-    step_size: f32,
-    bias2_sqrt: f32,
+pub(super) struct KernelScalars {
+    pub(super) beta1: f32,
+    pub(super) one_minus_beta1: f32,
+    pub(super) beta2: f32,
+    pub(super) one_minus_beta2: f32,
+    pub(super) eps: f32,
+    pub(super) decay: f32,
+    pub(super) step_size: f32,
+    pub(super) bias2_sqrt: f32,
 }
 
 impl KernelScalars {
-    fn new(c: &AdamWParams) -> KernelScalars {
+    pub(super) fn new(c: &AdamWParams) -> KernelScalars {
         let t = c.step as f64;
         KernelScalars {
             beta1: c.beta1 as f32,
@@ -188,32 +188,8 @@ pub fn adamw<T: DeviceElement>(
     a: AdamW<'_, '_, OnDevice, T>,
 ) -> Result<(), OpError> {
     a.validate()?;
-    let scalar = |what: &'static str, v: Option<&dyn DeviceView<f32>>| match v {
-        None => Ok(DevicePtr::NULL),
-        Some(v) => ptr(stream, what, v),
-    };
-    let grad_scale = scalar("grad_scale", a.grad_scale)?;
-    let found_inf = scalar("found_inf", a.found_inf)?;
-    let mut rows = Vec::with_capacity(a.tensors.len());
-    for t in a.tensors.iter().filter(|t| t.param.len() > 0) {
-        let own = KernelScalars::new(&t.hyper(&a.params)?);
-        let opt = |what, v: &Option<&mut dyn DeviceViewMut<f32>>| match v {
-            Some(v) => ptr(stream, what, &**v).map(|p| p.0),
-            None => Ok(0),
-        };
-        rows.push(AdamwDesc {
-            param: ptr(stream, "param", &*t.param)?.0,
-            grad: ptr(stream, "grad", t.grad)?.0,
-            exp_avg: ptr(stream, "exp_avg", &*t.exp_avg)?.0,
-            exp_avg_sq: ptr(stream, "exp_avg_sq", &*t.exp_avg_sq)?.0,
-            max_exp_avg_sq: opt("max_exp_avg_sq", &t.max_exp_avg_sq)?,
-            master: opt("master", &t.master)?,
-            numel: t.param.len() as i64,
-            first_chunk: 0,
-            decay: own.decay,
-            step_size: own.step_size,
-        });
-    }
+    let (grad_scale, found_inf) = scalars(stream, &a)?;
+    let rows = adamw_rows(stream, &a)?;
     if rows.is_empty() {
         return Ok(());
     }
@@ -246,8 +222,52 @@ pub fn adamw<T: DeviceElement>(
     Ok(())
 }
 
+/// The device addresses of `grad_scale` and `found_inf` (null when absent).
+fn scalars<T: DeviceElement>(
+    stream: &Stream,
+    a: &AdamW<'_, '_, OnDevice, T>,
+) -> Result<(DevicePtr, DevicePtr), OpError> {
+    let scalar = |what: &'static str, v: Option<&dyn DeviceView<f32>>| match v {
+        None => Ok(DevicePtr::NULL),
+        Some(v) => ptr(stream, what, v),
+    };
+    Ok((
+        scalar("grad_scale", a.grad_scale)?,
+        scalar("found_inf", a.found_inf)?,
+    ))
+}
+
+/// The kernel's rows for `a`'s non-empty tensors (first chunks not set), each with its own
+/// `decay` and `step_size`; every buffer is recorded on `stream`.
+pub(super) fn adamw_rows<T: DeviceElement>(
+    stream: &Stream,
+    a: &AdamW<'_, '_, OnDevice, T>,
+) -> Result<Vec<AdamwDesc>, OpError> {
+    let mut rows = Vec::with_capacity(a.tensors.len());
+    for t in a.tensors.iter().filter(|t| t.param.len() > 0) {
+        let own = KernelScalars::new(&t.hyper(&a.params)?);
+        let opt = |what, v: &Option<&mut dyn DeviceViewMut<f32>>| match v {
+            Some(v) => ptr(stream, what, &**v).map(|p| p.0),
+            None => Ok(0),
+        };
+        rows.push(AdamwDesc {
+            param: ptr(stream, "param", &*t.param)?.0,
+            grad: ptr(stream, "grad", t.grad)?.0,
+            exp_avg: ptr(stream, "exp_avg", &*t.exp_avg)?.0,
+            exp_avg_sq: ptr(stream, "exp_avg_sq", &*t.exp_avg_sq)?.0,
+            max_exp_avg_sq: opt("max_exp_avg_sq", &t.max_exp_avg_sq)?,
+            master: opt("master", &t.master)?,
+            numel: t.param.len() as i64,
+            first_chunk: 0,
+            decay: own.decay,
+            step_size: own.step_size,
+        });
+    }
+    Ok(rows)
+}
+
 /// The helpers' rows for `tensors` (empty ones left out).
-fn tensor_rows<T: DeviceElement>(
+pub(super) fn tensor_rows<T: DeviceElement>(
     stream: &Stream,
     tensors: &[&dyn DeviceView<T>],
 ) -> Result<Vec<TensorRef>, OpError> {

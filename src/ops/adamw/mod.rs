@@ -1,18 +1,22 @@
 //! Fused multi-tensor AdamW (torch.optim.AdamW's semantics) and the trainer helpers (non-finite
 //! check, global L2 norm): the op's parameters and argument structs ([`AdamW`],
 //! [`AdamWTensor`]), shared by the CPU reference ([`crate::cpu`]) and the launchers
-//! (`kernels/adamw.hip`).
+//! (`kernels/adamw.hip`): by-value tables ([`adamw`], [`l2_norm`], [`non_finite`]) and
+//! device-side tables, one launch whatever the tensor count ([`OptimizerTables`],
+//! [`adamw_tabled`], [`l2_norm_tabled`]).
 
 pub(crate) mod cpu;
 mod device;
 #[cfg(feature = "golden")]
 mod golden;
+mod table;
 
 pub use device::{adamw, l2_norm, non_finite, ADAMW_TABLE_ROWS, CHUNK, REF_TABLE_ROWS};
 #[cfg(feature = "golden")]
 pub use golden::AdamWCase;
 #[cfg(feature = "golden")]
 pub(crate) use golden::GOLDEN;
+pub use table::{adamw_tabled, l2_norm_tabled, NormClip, OptimizerTables};
 
 use crate::params::{check_len, invalid, opt_numel, ShapeError, Space, TensorLen};
 
