@@ -44,7 +44,7 @@ namespace {
 
 constexpr int kBlock = 256;
 /// Columns of x per K step of lora_down.
-constexpr int kKc = 32;
+constexpr int kKc = 16;
 /// Rows per LDS chunk of lora_up / lora_gradw.
 constexpr int kRc = 16;
 
@@ -72,20 +72,22 @@ __device__ void down_impl(const T* __restrict__ x, const T* __restrict__ w, T* _
   float acc[RP];
 #pragma unroll
   for (int j = 0; j < RP; ++j) acc[j] = 0.0f;
-  if constexpr (RP == 8) HIPK_HOT_LOOP_BEGIN("down_k elems=32 min_t=1 kind=memory");
-  if constexpr (RP == 16) HIPK_HOT_LOOP_BEGIN("down_k elems=32 min_t=1 kind=memory");
-  if constexpr (RP == 32) HIPK_HOT_LOOP_BEGIN("down_k elems=32 min_t=1 kind=memory");
-  if constexpr (RP == 64) HIPK_HOT_LOOP_BEGIN("down_k elems=32 min_t=1 kind=memory");
+  if constexpr (RP == 8) HIPK_HOT_LOOP_BEGIN("down_k elems=16 min_t=1 kind=memory");
+  if constexpr (RP == 16) HIPK_HOT_LOOP_BEGIN("down_k elems=16 min_t=1 kind=memory");
+  if constexpr (RP == 32) HIPK_HOT_LOOP_BEGIN("down_k elems=16 min_t=1 kind=memory");
+  if constexpr (RP == 64) HIPK_HOT_LOOP_BEGIN("down_k elems=16 min_t=1 kind=memory");
   for (int c0 = 0; c0 < k; c0 += kKc) {
-    // x [256, 32]: element e = t + 256·i is row e / 32, column e % 32 (a row segment per 32
-    // lanes, consecutive columns in consecutive lanes).
-#pragma unroll
-    for (int i = 0; i < kKc; ++i) {
-      const int e = t + kBlock * i;
-      const int r = e / kKc;
-      const int c = e % kKc;
-      const int64_t row = row0 + r;
-      xs[r][c] = (row < rows && c0 + c < k) ? hipk::load_as_float(x, row * k + c0 + c) : 0.0f;
+    // x [256, 16]: element t + 256·i is row t / 16 + 16·i, column t % 16 (a row segment per
+    // 16 lanes, consecutive columns in consecutive lanes).
+    {
+      const int c = t % kKc;
+      const bool col_ok = c0 + c < k;
+      const T* xp = x + (row0 + t / kKc) * k + c0 + c;
+#pragma unroll 4
+      for (int i = 0; i < kBlock / kKc; ++i) {
+        const int r = t / kKc + (kBlock / kKc) * i;
+        xs[r][c] = (col_ok && row0 + r < rows) ? hipk::load_as_float(xp, static_cast<int64_t>(kBlock / kKc) * i * k) : 0.0f;
+      }
     }
     // W [32, RP]: element e = t + 256·i is column e / RP, rank e % RP.
 #pragma unroll
@@ -100,7 +102,7 @@ __device__ void down_impl(const T* __restrict__ x, const T* __restrict__ w, T* _
       }
     }
     __syncthreads();
-#pragma unroll 4
+#pragma unroll 1
     for (int c = 0; c < kKc; ++c) {
       const float xv = xs[t][c];
 #pragma unroll
@@ -115,6 +117,17 @@ __device__ void down_impl(const T* __restrict__ x, const T* __restrict__ w, T* _
   for (int j = 0; j < RP; ++j) {
     if (j < rank) hipk::store_from_float(out, row * rank + j, alpha * acc[j]);
   }
+}
+
+/// `p`, through an empty asm statement that also reads `after`: loads through the result wait
+/// for `after` (the compiler cannot hoist them above the computation of `after`).
+__device__ __forceinline__ const float* opaque_after(const float* p, float after) {
+#if defined(__HIP_DEVICE_COMPILE__)
+  asm volatile("" : "+v"(p) : "v"(after));
+#else
+  (void)after;
+#endif
+  return p;
 }
 
 /// u rows [n0, n0 + kRc) into us (f32, zero past `rows` and `rank`); every thread takes part.
@@ -141,10 +154,14 @@ __device__ void up_impl(const T* __restrict__ u, const T* __restrict__ w, T* __r
   __shared__ float us[kRc][RP];
   const int64_t c = static_cast<int64_t>(blockIdx.x) * kBlock + threadIdx.x;
   const bool live = c < cols;
+  // W(c, 0..RP): branch-free loads of valid addresses (the last column and rank stand in for
+  // those past the end), then zeroed past the rank: 64 branches around loads spill at RP = 64.
   float wv[RP];
+  const T* wp = w + (live ? c : cols - 1) * w_sc;
 #pragma unroll
   for (int j = 0; j < RP; ++j) {
-    wv[j] = (live && j < rank) ? hipk::load_as_float(w, c * w_sc + j * w_sj) : 0.0f;
+    wv[j] = j < rank ? hipk::load_as_float(wp, 0) : 0.0f;
+    if (j + 1 < rank) wp += w_sj;
   }
   const int64_t first = static_cast<int64_t>(blockIdx.y) * rows_per_block;
   const int64_t last = first + rows_per_block < rows ? first + rows_per_block : rows;
@@ -157,10 +174,17 @@ __device__ void up_impl(const T* __restrict__ u, const T* __restrict__ w, T* __r
     __syncthreads();
     if (live) {
       const int nr = last - n0 < kRc ? static_cast<int>(last - n0) : kRc;
+#pragma unroll 1
       for (int r = 0; r < nr; ++r) {
         float s = 0.0f;
+        const float* ur = us[r];
 #pragma unroll
-        for (int j = 0; j < RP; ++j) s += us[r][j] * wv[j];
+        for (int j = 0; j < RP; ++j) {
+          s += ur[j] * wv[j];
+          // At most 16 LDS values in flight beside the RP of W (RP = 64 spills otherwise): the
+          // next 16 reads take their address from an opaque zero that depends on s.
+          if (j % 16 == 15) ur = opaque_after(ur, s);
+        }
         const int64_t i = (n0 + r) * cols + c;
         const float old = beta != 0.0f ? beta * hipk::load_as_float(y, i) : 0.0f;
         hipk::store_from_float(y, i, old + alpha * s);
@@ -240,18 +264,21 @@ __device__ void gradw_final_impl(const GradwJob& job, int64_t groups, int rank) 
 
 }  // namespace
 
+/// The rank kernels: 256 threads, at least 2 waves per SIMD (VGPRs <= 128, LDS <= 32 KiB).
+#define LORA_KERNEL(NAME) extern "C" __global__ void __launch_bounds__(kBlock, 2) NAME
+
 #define LORA_RANK_KERNELS(suffix, T, RP)                                                      \
-  HIPK_KERNEL(lora_down_r##RP##_##suffix, kBlock)                                             \
+  LORA_KERNEL(lora_down_r##RP##_##suffix)                                                     \
   (const T* x, const T* w, T* out, int64_t rows, int k, int rank, int64_t w_sc, int64_t w_sj, \
    float alpha) {                                                                             \
     down_impl<RP, T>(x, w, out, rows, k, rank, w_sc, w_sj, alpha);                            \
   }                                                                                           \
-  HIPK_KERNEL(lora_up_r##RP##_##suffix, kBlock)                                               \
+  LORA_KERNEL(lora_up_r##RP##_##suffix)                                                       \
   (const T* u, const T* w, T* y, int64_t rows, int cols, int rank, int64_t w_sc,              \
    int64_t w_sj, float alpha, float beta, int64_t rows_per_block) {                           \
     up_impl<RP, T>(u, w, y, rows, cols, rank, w_sc, w_sj, alpha, beta, rows_per_block);       \
   }                                                                                           \
-  HIPK_KERNEL(lora_gradw_r##RP##_##suffix, kBlock)                                            \
+  LORA_KERNEL(lora_gradw_r##RP##_##suffix)                                                    \
   (GradwJob job0, GradwJob job1, int64_t rows, int rank, int64_t rows_per_group) {            \
     gradw_impl<RP, T>(blockIdx.z == 0 ? job0 : job1, rows, rank, rows_per_group);             \
   }

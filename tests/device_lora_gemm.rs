@@ -21,10 +21,7 @@ use hip_rt::{DeviceBuffer, Stream};
 
 #[test]
 fn golden_lora_cases_pass_on_the_device() {
-    run_golden_cases(
-        |op| matches!(op, "lora_forward" | "lora_backward"),
-        "LoRA",
-    );
+    run_golden_cases(|op| matches!(op, "lora_forward" | "lora_backward"), "LoRA");
 }
 
 struct Target<T> {
@@ -86,10 +83,29 @@ fn lora_case<T: DeviceElement>(s: &Stream, p: LoraParams, kernel: LoraKernel, se
     )
     .unwrap();
     let dt = T::DTYPE;
-    assert_close(&format!("u {what}"), Rule::Reduction, dt, p.d_in, &download(s, &du_), &u);
-    assert_close(&format!("y {what}"), Rule::Reduction, dt, r + 1, &download(s, &dy_), &y);
+    assert_close(
+        &format!("u {what}"),
+        Rule::Reduction,
+        dt,
+        p.d_in,
+        &download(s, &du_),
+        &u,
+    );
+    assert_close(
+        &format!("y {what}"),
+        Rule::Reduction,
+        dt,
+        r + 1,
+        &download(s, &dy_),
+        &y,
+    );
     // Backward from the reference's u (so both sides start from the same rounded values).
-    let mut g = (vec![T::from_f64(0.0); n * r], t.da.clone(), t.db.clone(), t.dx.clone());
+    let mut g = (
+        vec![T::from_f64(0.0); n * r],
+        t.da.clone(),
+        t.db.clone(),
+        t.dx.clone(),
+    );
     cpu::lora_backward(LoraBackward::<Host, T> {
         params: p,
         x: &t.x,
@@ -123,10 +139,38 @@ fn lora_case<T: DeviceElement>(s: &Stream, p: LoraParams, kernel: LoraKernel, se
         kernel,
     )
     .unwrap();
-    assert_close(&format!("du {what}"), Rule::Reduction, dt, p.d_out, &download(s, &ddu), &g.0);
-    assert_close(&format!("da {what}"), Rule::Reduction, dt, n + 1, &download(s, &dda), &g.1);
-    assert_close(&format!("db {what}"), Rule::Reduction, dt, n + 1, &download(s, &ddb), &g.2);
-    assert_close(&format!("dx {what}"), Rule::Reduction, dt, r + 1, &download(s, &ddx), &g.3);
+    assert_close(
+        &format!("du {what}"),
+        Rule::Reduction,
+        dt,
+        p.d_out,
+        &download(s, &ddu),
+        &g.0,
+    );
+    assert_close(
+        &format!("da {what}"),
+        Rule::Reduction,
+        dt,
+        n + 1,
+        &download(s, &dda),
+        &g.1,
+    );
+    assert_close(
+        &format!("db {what}"),
+        Rule::Reduction,
+        dt,
+        n + 1,
+        &download(s, &ddb),
+        &g.2,
+    );
+    assert_close(
+        &format!("dx {what}"),
+        Rule::Reduction,
+        dt,
+        r + 1,
+        &download(s, &ddx),
+        &g.3,
+    );
 }
 
 #[test]
@@ -174,8 +218,13 @@ fn the_split_is_bit_identical_run_to_run() {
     let p = LoraParams::new(900, 3, 7, 5, 0.5);
     let t = target::<f32>(&p, 3);
     let run = || {
-        let (x, dy, a, b) = (upload(&s, &t.x), upload(&s, &t.dy), upload(&s, &t.a), upload(&s, &t.b));
-        let u = upload(&s, &t.x[..p.rows * p.rank]);
+        let (x, dy, a, b) = (
+            upload(&s, &t.x),
+            upload(&s, &t.dy),
+            upload(&s, &t.a),
+            upload(&s, &t.b),
+        );
+        let u = upload(&s, &Rng(4).vec::<f32>(p.rows * p.rank, 1.0));
         let mut du = DeviceBuffer::<f32>::zeroed(&s, p.rows * p.rank).unwrap();
         let (mut da, mut db, mut dx) = (upload(&s, &t.da), upload(&s, &t.db), upload(&s, &t.dx));
         ops::lora_backward(
@@ -211,12 +260,26 @@ fn one_target_takes_2_launches_forward_and_at_most_4_backward() {
         let p = LoraParams::new(rows, 48, 40, 8, 2.0);
         let cus = s.device().compute_units();
         let split = GradwPlan::new(rows, 48, 8, 4, cus).groups > 1;
-        assert_eq!(split, expect_bwd == 4, "rows {rows}: the plan this case is about");
+        assert_eq!(
+            split,
+            expect_bwd == 4,
+            "rows {rows}: the plan this case is about"
+        );
         let t = target::<f32>(&p, 5);
-        let (x, a, b, dy) = (upload(&s, &t.x), upload(&s, &t.a), upload(&s, &t.b), upload(&s, &t.dy));
+        let (x, a, b, dy) = (
+            upload(&s, &t.x),
+            upload(&s, &t.a),
+            upload(&s, &t.b),
+            upload(&s, &t.dy),
+        );
         let mut u = DeviceBuffer::<f32>::zeroed(&s, rows * 8).unwrap();
         let mut du = DeviceBuffer::<f32>::zeroed(&s, rows * 8).unwrap();
-        let (mut y, mut da, mut db, mut dx) = (upload(&s, &t.y), upload(&s, &t.da), upload(&s, &t.db), upload(&s, &t.dx));
+        let (mut y, mut da, mut db, mut dx) = (
+            upload(&s, &t.y),
+            upload(&s, &t.da),
+            upload(&s, &t.db),
+            upload(&s, &t.dx),
+        );
         let count = |f: &mut dyn FnMut()| {
             let before = hip_rt::emu::stats(hip_rt::emu::StatsScope::Thread).unwrap();
             f();
@@ -224,7 +287,18 @@ fn one_target_takes_2_launches_forward_and_at_most_4_backward() {
             after.since(&before).launches
         };
         let fwd = count(&mut || {
-            ops::lora_forward(&s, LoraForward { params: p, x: &x, a: &a, b: &b, u: &mut u, y: &mut y }).unwrap()
+            ops::lora_forward(
+                &s,
+                LoraForward {
+                    params: p,
+                    x: &x,
+                    a: &a,
+                    b: &b,
+                    u: &mut u,
+                    y: &mut y,
+                },
+            )
+            .unwrap()
         });
         let bwd = count(&mut || {
             ops::lora_backward(
@@ -250,7 +324,14 @@ fn one_target_takes_2_launches_forward_and_at_most_4_backward() {
         let gemm = count(&mut || {
             ops::lora_forward_with(
                 &s,
-                LoraForward { params: p, x: &x, a: &a, b: &b, u: &mut u, y: &mut y },
+                LoraForward {
+                    params: p,
+                    x: &x,
+                    a: &a,
+                    b: &b,
+                    u: &mut u,
+                    y: &mut y,
+                },
                 LoraKernel::Gemm,
             )
             .unwrap()
@@ -276,10 +357,10 @@ fn the_tuner_runs_the_skinny_candidate_on_the_three_forms() {
         ..MatmulParams::new(m, n, k)
     };
     for (k, shape) in [
-        mm(70, 8, 33, false, true, 0.0),   // u = x·Aᵀ
-        mm(70, 40, 8, false, true, 1.0),   // y += s·u·Bᵀ
-        mm(40, 8, 700, true, false, 1.0),  // dB += s·dyᵀ·u
-        mm(8, 33, 700, true, false, 0.0),  // dA = duᵀ·x
+        mm(70, 8, 33, false, true, 0.0),  // u = x·Aᵀ
+        mm(70, 40, 8, false, true, 1.0),  // y += s·u·Bᵀ
+        mm(40, 8, 700, true, false, 1.0), // dB += s·dyᵀ·u
+        mm(8, 33, 700, true, false, 0.0), // dA = duᵀ·x
     ]
     .into_iter()
     .enumerate()
@@ -289,11 +370,29 @@ fn the_tuner_runs_the_skinny_candidate_on_the_three_forms() {
         let b = rng.vec::<f32>(shape.b_len().unwrap(), 1.0);
         let c = rng.vec::<f32>(shape.out_len().unwrap(), 1.0);
         let mut want = c.clone();
-        cpu::matmul(Matmul::<Host, f32> { params: shape, a: &a, b: &b, out: &mut want }).unwrap();
+        cpu::matmul(Matmul::<Host, f32> {
+            params: shape,
+            a: &a,
+            b: &b,
+            out: &mut want,
+        })
+        .unwrap();
         let (da, db, mut dc) = (upload(&s, &a), upload(&s, &b), upload(&s, &c));
-        let args = Matmul::<OnDevice, f32> { params: shape, a: &da, b: &db, out: &mut dc };
+        let args = Matmul::<OnDevice, f32> {
+            params: shape,
+            a: &da,
+            b: &db,
+            out: &mut dc,
+        };
         tuner.matmul(&s, args).unwrap();
-        assert_close("out", Rule::Reduction, hip_kernels::params::DType::F32, shape.k, &download(&s, &dc), &want);
+        assert_close(
+            "out",
+            Rule::Reduction,
+            hip_kernels::params::DType::F32,
+            shape.k,
+            &download(&s, &dc),
+            &want,
+        );
     }
     let text = std::fs::read_to_string(&file).unwrap();
     assert_eq!(text.matches("hipk-skinny=").count(), 4, "{text}");

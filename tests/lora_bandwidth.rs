@@ -42,15 +42,38 @@ fn figures(r: usize, dt: &str, elem: usize) -> [(String, Traffic); 3] {
     let b = baseline();
     let rc = rank_class(r).unwrap();
     let e = elem as f64;
-    let down = down_traffic(N, C, r, e, loop_bytes(&b, &format!("lora_down_r{rc}_{dt}"), "down_k"));
+    let down = down_traffic(
+        N,
+        C,
+        r,
+        e,
+        loop_bytes(&b, &format!("lora_down_r{rc}_{dt}"), "down_k"),
+    );
     let rpb = up_rows_per_block(N, C, rc, CUS);
-    let up = up_traffic(N, C, r, rpb, e, loop_bytes(&b, &format!("lora_up_r{rc}_{dt}"), "up_rows"));
+    let up = up_traffic(
+        N,
+        C,
+        r,
+        rpb,
+        e,
+        loop_bytes(&b, &format!("lora_up_r{rc}_{dt}"), "up_rows"),
+    );
     let plan = GradwPlan::new(N, C, r, elem, CUS);
-    let gradw = gradw_traffic(N, C, r, plan, e, loop_bytes(&b, &format!("lora_gradw_r{rc}_{dt}"), "gradw_rows"));
+    let gradw = gradw_traffic(
+        N,
+        C,
+        r,
+        plan,
+        e,
+        loop_bytes(&b, &format!("lora_gradw_r{rc}_{dt}"), "gradw_rows"),
+    );
     [
         (format!("lora_down_r{rc}_{dt}"), down),
         (format!("lora_up_r{rc}_{dt}"), up),
-        (format!("lora_gradw_r{rc}_{dt} ({} groups)", plan.groups), gradw),
+        (
+            format!("lora_gradw_r{rc}_{dt} ({} groups)", plan.groups),
+            gradw,
+        ),
     ]
 }
 
@@ -66,7 +89,10 @@ fn rank_8_and_64_move_at_least_80_percent_of_the_bound() {
                     t.moved / (1 << 20) as f64,
                 );
                 assert!(pct >= 80.0, "{name} at r = {r}: {pct:.1} % < 80 %");
-                assert!(pct <= 100.0 + 1e-9, "{name}: moves less than it must? {t:?}");
+                assert!(
+                    pct <= 100.0 + 1e-9,
+                    "{name}: moves less than it must? {t:?}"
+                );
             }
         }
     }

@@ -22,7 +22,8 @@ fn down(
     for n in 0..rows {
         let xr = &x[n * k..(n + 1) * k];
         for j in 0..rank {
-            out[n * rank + j] = alpha * xr.iter().enumerate().map(|(c, v)| v * w(c, j)).sum::<f64>();
+            out[n * rank + j] =
+                alpha * xr.iter().enumerate().map(|(c, v)| v * w(c, j)).sum::<f64>();
         }
     }
     out
@@ -114,7 +115,8 @@ mod tests {
         // u = 1·3 + 2·(−1) = 1; y += 2·1·[0.5, 4].
         assert_eq!((u, y), ([1.0], [11.0, 28.0]));
         let dy = [1.0f32, -1.0];
-        let (mut du, mut da, mut db, mut dx) = ([0f32], [1.0f32, 1.0], [1.0f32, 1.0], [5.0f32, 5.0]);
+        let (mut du, mut da, mut db, mut dx) =
+            ([0f32], [1.0f32, 1.0], [1.0f32, 1.0], [5.0f32, 5.0]);
         lora_backward(LoraBackward::<Host, f32> {
             params: p.accumulating(),
             x: &x,

@@ -30,12 +30,26 @@ fn grid_dim(op: &'static str, what: &'static str, n: u64) -> Result<u32, OpError
     u32::try_from(n.max(1))
         .ok()
         .filter(|&g| g <= i32::MAX as u32)
-        .ok_or_else(|| invalid(op, what, n, "needs more blocks than a grid holds; split the call").into())
+        .ok_or_else(|| {
+            invalid(
+                op,
+                what,
+                n,
+                "needs more blocks than a grid holds; split the call",
+            )
+            .into()
+        })
 }
 
 fn as_i32(op: &'static str, what: &'static str, n: usize) -> Result<i32, OpError> {
     i32::try_from(n).map_err(|_| {
-        invalid(op, what, n, "must be at most 2^31 − 1 on the skinny kernels; use LoraKernel::Gemm").into()
+        invalid(
+            op,
+            what,
+            n,
+            "must be at most 2^31 − 1 on the skinny kernels; use LoraKernel::Gemm",
+        )
+        .into()
     })
 }
 
@@ -45,7 +59,10 @@ fn by_class(r: usize, list: [[&'static str; 3]; 4]) -> Result<[&'static str; 3],
         op: "lora_gemm",
         reason: "the skinny kernels take ranks 1 to 64",
     })?;
-    let i = plan::RANK_CLASSES.iter().position(|&c| c == class).unwrap_or(3);
+    let i = plan::RANK_CLASSES
+        .iter()
+        .position(|&c| c == class)
+        .unwrap_or(3);
     Ok(list[i])
 }
 
@@ -55,14 +72,27 @@ fn launch_down<T: DeviceElement>(
     g: &SkinnyGemm,
     [x, w, out]: [DevicePtr; 3],
 ) -> Result<(), OpError> {
-    let SkinnyGemm::Down { rows, k, rank, w_sc, w_sj, alpha } = *g else {
+    let SkinnyGemm::Down {
+        rows,
+        k,
+        rank,
+        w_sc,
+        w_sj,
+        alpha,
+    } = *g
+    else {
         return Ok(());
     };
     if rows == 0 {
         return Ok(());
     }
     let op = "lora_down";
-    let list = [names::LORA_DOWN_R8, names::LORA_DOWN_R16, names::LORA_DOWN_R32, names::LORA_DOWN_R64];
+    let list = [
+        names::LORA_DOWN_R8,
+        names::LORA_DOWN_R16,
+        names::LORA_DOWN_R32,
+        names::LORA_DOWN_R64,
+    ];
     let f = kernel::<T>(stream, SOURCE, by_class(rank, list)?)?;
     let grid = grid_dim(op, "rows", (rows as u64).div_ceil(plan::DOWN_ROWS))?;
     let mut b = stream.launch_builder(&f);
@@ -89,14 +119,28 @@ fn launch_up<T: DeviceElement>(
     g: &SkinnyGemm,
     [u, w, y]: [DevicePtr; 3],
 ) -> Result<(), OpError> {
-    let SkinnyGemm::Up { rows, cols, rank, w_sc, w_sj, alpha, beta } = *g else {
+    let SkinnyGemm::Up {
+        rows,
+        cols,
+        rank,
+        w_sc,
+        w_sj,
+        alpha,
+        beta,
+    } = *g
+    else {
         return Ok(());
     };
     if rows == 0 {
         return Ok(());
     }
     let op = "lora_up";
-    let list = [names::LORA_UP_R8, names::LORA_UP_R16, names::LORA_UP_R32, names::LORA_UP_R64];
+    let list = [
+        names::LORA_UP_R8,
+        names::LORA_UP_R16,
+        names::LORA_UP_R32,
+        names::LORA_UP_R64,
+    ];
     let names = by_class(rank, list)?;
     let class = plan::rank_class(rank).unwrap_or(plan::RANK_CLASSES[3]);
     let rpb = plan::up_rows_per_block(rows, cols, class, stream.device().compute_units());
@@ -104,7 +148,13 @@ fn launch_up<T: DeviceElement>(
     let gx = grid_dim(op, "cols", (cols as u64).div_ceil(u64::from(BLOCK)))?;
     let gy = grid_dim(op, "rows", (rows as u64).div_ceil(rpb))?;
     if gy > 65535 {
-        return Err(invalid(op, "rows", rows, "needs more than 65535 row blocks; split the call").into());
+        return Err(invalid(
+            op,
+            "rows",
+            rows,
+            "needs more than 65535 row blocks; split the call",
+        )
+        .into());
     }
     let mut b = stream.launch_builder(&f);
     b.value(u)
@@ -161,13 +211,25 @@ fn launch_gradw<T: DeviceElement>(
     };
     let (rows, rank) = (first.rows, first.rank);
     if jobs.len() > 2 || jobs.iter().any(|(s, _)| s.rows != rows || s.rank != rank) {
-        return Err(invalid(op, "jobs", jobs.len(), "one or two jobs of the same rows and rank").into());
+        return Err(invalid(
+            op,
+            "jobs",
+            jobs.len(),
+            "one or two jobs of the same rows and rank",
+        )
+        .into());
     }
     let widest = jobs.iter().map(|(s, _)| s.cols).max().unwrap_or(0);
     for (s, _) in jobs {
         as_i32(op, "cols", s.cols)?;
     }
-    let plan = GradwPlan::new(rows, widest, rank, std::mem::size_of::<T>(), stream.device().compute_units());
+    let plan = GradwPlan::new(
+        rows,
+        widest,
+        rank,
+        std::mem::size_of::<T>(),
+        stream.device().compute_units(),
+    );
     let split = plan.groups > 1;
     let mut partials = Vec::new();
     let mut table = [GradwJob::default(); 2];
@@ -193,7 +255,12 @@ fn launch_gradw<T: DeviceElement>(
         };
     }
     let njobs = jobs.len() as u32;
-    let list = [names::LORA_GRADW_R8, names::LORA_GRADW_R16, names::LORA_GRADW_R32, names::LORA_GRADW_R64];
+    let list = [
+        names::LORA_GRADW_R8,
+        names::LORA_GRADW_R16,
+        names::LORA_GRADW_R32,
+        names::LORA_GRADW_R64,
+    ];
     let f = kernel::<T>(stream, SOURCE, by_class(rank, list)?)?;
     let gx = grid_dim(op, "cols", (widest as u64).div_ceil(u64::from(BLOCK)))?;
     let gy = grid_dim(op, "rows", plan.groups)?;
@@ -210,7 +277,11 @@ fn launch_gradw<T: DeviceElement>(
     unsafe { b.launch(&cfg((gx, gy, njobs))) }?;
     if split {
         let f = kernel::<T>(stream, SOURCE, names::LORA_GRADW_FINAL)?;
-        let gx = grid_dim(op, "cols·rank", ((widest * rank) as u64).div_ceil(u64::from(BLOCK)))?;
+        let gx = grid_dim(
+            op,
+            "cols·rank",
+            ((widest * rank) as u64).div_ceil(u64::from(BLOCK)),
+        )?;
         let mut b = stream.launch_builder(&f);
         b.value(table[0])
             .value(table[1])
@@ -241,7 +312,11 @@ pub(crate) fn skinny_matmul<T: DeviceElement>(
         op: MatmulParams::OP,
         reason: "not a skinny GEMM (see SkinnyGemm::of)",
     })?;
-    let (pa, pb, po) = (ptr(stream, "a", a)?, ptr(stream, "b", b)?, ptr(stream, "out", &*out)?);
+    let (pa, pb, po) = (
+        ptr(stream, "a", a)?,
+        ptr(stream, "b", b)?,
+        ptr(stream, "out", &*out)?,
+    );
     match (g, operands) {
         (SkinnyGemm::Down { .. }, _) => launch_down::<T>(stream, &g, [pa, pb, po]),
         (SkinnyGemm::Up { .. }, _) => launch_up::<T>(stream, &g, [pa, pb, po]),
@@ -259,7 +334,15 @@ fn resolve(kernel: LoraKernel, p: &LoraParams) -> Result<LoraKernel, OpError> {
     })
 }
 
-fn mm(m: usize, n: usize, k: usize, trans_a: bool, trans_b: bool, alpha: f32, beta: f32) -> MatmulParams {
+fn mm(
+    m: usize,
+    n: usize,
+    k: usize,
+    trans_a: bool,
+    trans_b: bool,
+    alpha: f32,
+    beta: f32,
+) -> MatmulParams {
     MatmulParams {
         trans_a,
         trans_b,
@@ -292,17 +375,53 @@ pub fn lora_forward_with<T: DeviceElement>(
     let down = mm(n, r, din, false, true, 1.0, 0.0);
     let up = mm(n, dout, r, false, true, s, 1.0);
     if resolve(kernel, &p)? == LoraKernel::Gemm {
-        crate::ops::matmul(stream, Matmul { params: down, a: a.x, b: a.a, out: &mut *a.u })?;
+        crate::ops::matmul(
+            stream,
+            Matmul {
+                params: down,
+                a: a.x,
+                b: a.a,
+                out: &mut *a.u,
+            },
+        )?;
         let u: &dyn DeviceView<T> = &*a.u;
-        return crate::ops::matmul(stream, Matmul { params: up, a: u, b: a.b, out: a.y });
+        return crate::ops::matmul(
+            stream,
+            Matmul {
+                params: up,
+                a: u,
+                b: a.b,
+                out: a.y,
+            },
+        );
     }
     if n == 0 {
         return Ok(());
     }
-    let (x, wa, wb) = (ptr(stream, "x", a.x)?, ptr(stream, "a", a.a)?, ptr(stream, "b", a.b)?);
+    let (x, wa, wb) = (
+        ptr(stream, "x", a.x)?,
+        ptr(stream, "a", a.a)?,
+        ptr(stream, "b", a.b)?,
+    );
     let (u, y) = (ptr(stream, "u", &*a.u)?, ptr(stream, "y", &*a.y)?);
-    let (gd, _) = SkinnyGemm::of(&down).ok_or(OpError::NoKernel { op: LoraParams::FORWARD, reason: "rank past 64" })?;
-    let (gu, _) = SkinnyGemm::of(&up).ok_or(OpError::NoKernel { op: LoraParams::FORWARD, reason: "rank past 64" })?;
+    // u = x·Aᵀ: W(c, j) = A[j·in + c]; y += s·u·Bᵀ: W(c, j) = B[c·r + j].
+    let gd = SkinnyGemm::Down {
+        rows: n,
+        k: din,
+        rank: r,
+        w_sc: 1,
+        w_sj: din,
+        alpha: 1.0,
+    };
+    let gu = SkinnyGemm::Up {
+        rows: n,
+        cols: dout,
+        rank: r,
+        w_sc: r,
+        w_sj: 1,
+        alpha: s,
+        beta: 1.0,
+    };
     launch_down::<T>(stream, &gd, [x, wa, u])?;
     launch_up::<T>(stream, &gu, [u, wb, y])
 }
@@ -335,11 +454,43 @@ pub fn lora_backward_with<T: DeviceElement>(
     let da_mm = mm(r, din, n, true, false, 1.0, beta);
     let dx_mm = mm(n, din, r, false, false, 1.0, 1.0);
     if resolve(kernel, &p)? == LoraKernel::Gemm {
-        crate::ops::matmul(stream, Matmul { params: du_mm, a: a.dy, b: a.b, out: &mut *a.du })?;
-        crate::ops::matmul(stream, Matmul { params: db_mm, a: a.dy, b: a.u, out: a.db })?;
+        crate::ops::matmul(
+            stream,
+            Matmul {
+                params: du_mm,
+                a: a.dy,
+                b: a.b,
+                out: &mut *a.du,
+            },
+        )?;
+        crate::ops::matmul(
+            stream,
+            Matmul {
+                params: db_mm,
+                a: a.dy,
+                b: a.u,
+                out: a.db,
+            },
+        )?;
         let du: &dyn DeviceView<T> = &*a.du;
-        crate::ops::matmul(stream, Matmul { params: da_mm, a: du, b: a.x, out: a.da })?;
-        return crate::ops::matmul(stream, Matmul { params: dx_mm, a: du, b: a.a, out: a.dx });
+        crate::ops::matmul(
+            stream,
+            Matmul {
+                params: da_mm,
+                a: du,
+                b: a.x,
+                out: a.da,
+            },
+        )?;
+        return crate::ops::matmul(
+            stream,
+            Matmul {
+                params: dx_mm,
+                a: du,
+                b: a.a,
+                out: a.dx,
+            },
+        );
     }
     if n == 0 {
         // No rows: du and dx are empty; the sums are zero (overwritten) or unchanged.
@@ -349,7 +500,6 @@ pub fn lora_backward_with<T: DeviceElement>(
         }
         return Ok(());
     }
-    let none = || OpError::NoKernel { op: LoraParams::BACKWARD, reason: "rank past 64" };
     let (x, dy, wa, wb, u) = (
         ptr(stream, "x", a.x)?,
         ptr(stream, "dy", a.dy)?,
@@ -363,13 +513,42 @@ pub fn lora_backward_with<T: DeviceElement>(
         ptr(stream, "db", &*a.db)?,
         ptr(stream, "dx", &*a.dx)?,
     );
-    let (g_du, _) = SkinnyGemm::of(&du_mm).ok_or_else(none)?;
-    let (g_dx, _) = SkinnyGemm::of(&dx_mm).ok_or_else(none)?;
-    let (SkinnyGemm::Gradw(s_db), _) = SkinnyGemm::of(&db_mm).ok_or_else(none)? else {
-        return Err(none());
+    // du = s·dy·B: W(c, j) = B[c·r + j]; dx += du·A: W(c, j) = A[j·in + c].
+    let g_du = SkinnyGemm::Down {
+        rows: n,
+        k: dout,
+        rank: r,
+        w_sc: r,
+        w_sj: 1,
+        alpha: s,
     };
-    let (SkinnyGemm::Gradw(s_da), _) = SkinnyGemm::of(&da_mm).ok_or_else(none)? else {
-        return Err(none());
+    let g_dx = SkinnyGemm::Up {
+        rows: n,
+        cols: din,
+        rank: r,
+        w_sc: 1,
+        w_sj: din,
+        alpha: 1.0,
+        beta: 1.0,
+    };
+    // dB [out, r] (+)= s·dyᵀ·u and dA [r, in] (+)= duᵀ·x.
+    let s_db = GradwShape {
+        rows: n,
+        cols: dout,
+        rank: r,
+        g_sc: r,
+        g_sj: 1,
+        alpha: s,
+        accumulate: p.accumulate,
+    };
+    let s_da = GradwShape {
+        rows: n,
+        cols: din,
+        rank: r,
+        g_sc: 1,
+        g_sj: din,
+        alpha: 1.0,
+        accumulate: p.accumulate,
     };
     launch_down::<T>(stream, &g_du, [dy, wb, du])?;
     launch_gradw::<T>(stream, &[(s_db, [dy, u, db]), (s_da, [x, du, da])])?;

@@ -226,7 +226,13 @@ impl Traffic {
 
 /// [`Traffic`] of `lora_down` for x `[rows, k]` and rank class `rc` (rank r): the loop moves
 /// `loop_bytes_per_elem` per x element (x plus W's share); outside it, out `[rows, r]` is written.
-pub fn down_traffic(rows: usize, k: usize, r: usize, elem: f64, loop_bytes_per_elem: f64) -> Traffic {
+pub fn down_traffic(
+    rows: usize,
+    k: usize,
+    r: usize,
+    elem: f64,
+    loop_bytes_per_elem: f64,
+) -> Traffic {
     let (n, k, r) = (rows as f64, k as f64, r as f64);
     Traffic {
         must: elem * (n * k + k * r + n * r),
@@ -304,26 +310,83 @@ mod tests {
         // u = x·Aᵀ: A [r, in] → W(c, j) = A[j·in + c].
         let (g, o) = SkinnyGemm::of(&mm(100, 8, 768, false, true, 0.0)).unwrap();
         assert_eq!(o, Operands::AB);
-        assert!(matches!(g, SkinnyGemm::Down { rows: 100, k: 768, rank: 8, w_sc: 1, w_sj: 768, .. }));
+        assert!(matches!(
+            g,
+            SkinnyGemm::Down {
+                rows: 100,
+                k: 768,
+                rank: 8,
+                w_sc: 1,
+                w_sj: 768,
+                ..
+            }
+        ));
         // du = s·dy·B: B [out, r] → W(c, j) = B[c·r + j].
         let (g, _) = SkinnyGemm::of(&mm(100, 8, 2304, false, false, 0.0)).unwrap();
-        assert!(matches!(g, SkinnyGemm::Down { w_sc: 8, w_sj: 1, .. }));
+        assert!(matches!(
+            g,
+            SkinnyGemm::Down {
+                w_sc: 8,
+                w_sj: 1,
+                ..
+            }
+        ));
         // y += s·u·Bᵀ and dx += du·A.
         let (g, _) = SkinnyGemm::of(&mm(100, 2304, 8, false, true, 1.0)).unwrap();
-        assert!(matches!(g, SkinnyGemm::Up { cols: 2304, rank: 8, w_sc: 8, w_sj: 1, .. }));
+        assert!(matches!(
+            g,
+            SkinnyGemm::Up {
+                cols: 2304,
+                rank: 8,
+                w_sc: 8,
+                w_sj: 1,
+                ..
+            }
+        ));
         let (g, _) = SkinnyGemm::of(&mm(100, 768, 8, false, false, 1.0)).unwrap();
-        assert!(matches!(g, SkinnyGemm::Up { w_sc: 1, w_sj: 768, .. }));
+        assert!(matches!(
+            g,
+            SkinnyGemm::Up {
+                w_sc: 1,
+                w_sj: 768,
+                ..
+            }
+        ));
         // dB = dyᵀ·u [out, r] and dA = duᵀ·x [r, in].
         let (g, o) = SkinnyGemm::of(&mm(2304, 8, 100, true, false, 1.0)).unwrap();
         assert_eq!(o, Operands::DU);
-        assert!(matches!(g, SkinnyGemm::Gradw(GradwShape { cols: 2304, rank: 8, g_sc: 8, g_sj: 1, accumulate: true, .. })));
+        assert!(matches!(
+            g,
+            SkinnyGemm::Gradw(GradwShape {
+                cols: 2304,
+                rank: 8,
+                g_sc: 8,
+                g_sj: 1,
+                accumulate: true,
+                ..
+            })
+        ));
         let (g, o) = SkinnyGemm::of(&mm(8, 768, 100, true, false, 0.0)).unwrap();
         assert_eq!(o, Operands::UD);
-        assert!(matches!(g, SkinnyGemm::Gradw(GradwShape { cols: 768, rank: 8, g_sc: 1, g_sj: 768, accumulate: false, .. })));
+        assert!(matches!(
+            g,
+            SkinnyGemm::Gradw(GradwShape {
+                cols: 768,
+                rank: 8,
+                g_sc: 1,
+                g_sj: 768,
+                accumulate: false,
+                ..
+            })
+        ));
         // Not skinny: wide on both sides, a general beta, a batch, transposes it does not take.
         assert!(SkinnyGemm::of(&mm(100, 100, 100, false, false, 0.0)).is_none());
         assert!(SkinnyGemm::of(&mm(100, 8, 768, false, true, 0.5)).is_none());
-        assert!(SkinnyGemm::of(&MatmulParams { batch: 2, ..mm(100, 8, 768, false, true, 0.0) }).is_none());
+        assert!(SkinnyGemm::of(&MatmulParams {
+            batch: 2,
+            ..mm(100, 8, 768, false, true, 0.0)
+        })
+        .is_none());
         assert!(SkinnyGemm::of(&mm(100, 768, 8, true, true, 0.0)).is_none());
         assert!(SkinnyGemm::of(&mm(100, 65, 768, false, true, 0.0)).is_none());
     }
@@ -340,7 +403,10 @@ mod tests {
         ] {
             let p = GradwPlan::new(rows, cols, rank, bytes, cus);
             assert!(p.groups * p.rows_per_group >= rows as u64, "{p:?}");
-            assert!((p.groups - 1) * p.rows_per_group < rows.max(1) as u64, "{p:?}");
+            assert!(
+                (p.groups - 1) * p.rows_per_group < rows.max(1) as u64,
+                "{p:?}"
+            );
             if p.groups > 1 {
                 // Partials (f32, written and read) stay under 1/16 of d's bytes.
                 let partial = 8 * p.groups * (cols * rank) as u64;
@@ -356,9 +422,9 @@ mod tests {
 
     #[test]
     fn traffic_counts_each_operand_once_at_the_bound() {
-        // A loop that moves exactly its minimum leaves only the outside-loop extras.
-        let t = down_traffic(4096, 4096, 8, 2.0, 2.0);
-        assert!(t.ratio() > 0.99 && t.ratio() <= 1.0, "{t:?}");
+        // lora_down's loop moves x plus W [16, RP] per 256·16 x elements.
+        let t = down_traffic(4096, 4096, 8, 2.0, 2.0 * (1.0 + 8.0 / 256.0));
+        assert!(t.ratio() > 0.96 && t.ratio() <= 1.0, "{t:?}");
         let t = up_traffic(4096, 4096, 64, 512, 2.0, 4.0);
         assert!(t.ratio() < 1.0 && t.ratio() > 0.9, "{t:?}");
         let plan = GradwPlan {

@@ -68,7 +68,11 @@ pub(crate) fn candidates<T: DeviceElement>() -> Vec<Candidate<T>> {
         Candidate::new("hipk-small", |_| true, ours_small::<T>),
         Candidate::new("hipblas", blas_applies, hipblas::<T>),
         Candidate::new("hipk-mc", |c| mc_applies(T::DTYPE, c), ours_mc::<T>),
-        Candidate::new("hipk-skinny", |c| skinny_applies(c.params), ours_skinny::<T>),
+        Candidate::new(
+            "hipk-skinny",
+            |c| skinny_applies(c.params),
+            ours_skinny::<T>,
+        ),
     ]
 }
 
