@@ -72,10 +72,10 @@ __device__ void down_impl(const T* __restrict__ x, const T* __restrict__ w, T* _
   float acc[RP];
 #pragma unroll
   for (int j = 0; j < RP; ++j) acc[j] = 0.0f;
-  if constexpr (RP == 8) HIPK_HOT_LOOP_BEGIN("down_k elems=16 min_t=1 kind=memory");
-  if constexpr (RP == 16) HIPK_HOT_LOOP_BEGIN("down_k elems=16 min_t=1 kind=memory");
-  if constexpr (RP == 32) HIPK_HOT_LOOP_BEGIN("down_k elems=16 min_t=1 kind=memory");
-  if constexpr (RP == 64) HIPK_HOT_LOOP_BEGIN("down_k elems=16 min_t=1 kind=memory");
+  if constexpr (RP == 8) HIPK_HOT_LOOP_BEGIN("down_k elems=16 min_t=1 kind=memory inner_trip=16");
+  if constexpr (RP == 16) HIPK_HOT_LOOP_BEGIN("down_k elems=16 min_t=1 kind=memory inner_trip=16");
+  if constexpr (RP == 32) HIPK_HOT_LOOP_BEGIN("down_k elems=16 min_t=1 kind=memory inner_trip=16");
+  if constexpr (RP == 64) HIPK_HOT_LOOP_BEGIN("down_k elems=16 min_t=1 kind=memory inner_trip=16");
   for (int c0 = 0; c0 < k; c0 += kKc) {
     // x [256, 16]: element t + 256·i is row t / 16 + 16·i, column t % 16 (a row segment per
     // 16 lanes, consecutive columns in consecutive lanes).
@@ -83,7 +83,7 @@ __device__ void down_impl(const T* __restrict__ x, const T* __restrict__ w, T* _
       const int c = t % kKc;
       const bool col_ok = c0 + c < k;
       const T* xp = x + (row0 + t / kKc) * k + c0 + c;
-#pragma unroll 4
+#pragma unroll
       for (int i = 0; i < kBlock / kKc; ++i) {
         const int r = t / kKc + (kBlock / kKc) * i;
         xs[r][c] = (col_ok && row0 + r < rows) ? hipk::load_as_float(xp, static_cast<int64_t>(kBlock / kKc) * i * k) : 0.0f;
@@ -119,15 +119,16 @@ __device__ void down_impl(const T* __restrict__ x, const T* __restrict__ w, T* _
   }
 }
 
-/// `p`, through an empty asm statement that also reads `after`: loads through the result wait
-/// for `after` (the compiler cannot hoist them above the computation of `after`).
-__device__ __forceinline__ const float* opaque_after(const float* p, float after) {
+/// `z` (0), through an empty asm statement that also reads `after`: LDS reads indexed with the
+/// result wait for `after` (the compiler cannot hoist them above its computation), and stay LDS
+/// reads (an opaque pointer would turn them into flat loads).
+__device__ __forceinline__ int opaque_zero_after(int z, float after) {
 #if defined(__HIP_DEVICE_COMPILE__)
-  asm volatile("" : "+v"(p) : "v"(after));
+  asm volatile("" : "+v"(z) : "v"(after));
 #else
   (void)after;
 #endif
-  return p;
+  return z;
 }
 
 /// u rows [n0, n0 + kRc) into us (f32, zero past `rows` and `rank`); every thread takes part.
@@ -177,13 +178,13 @@ __device__ void up_impl(const T* __restrict__ u, const T* __restrict__ w, T* __r
 #pragma unroll 1
       for (int r = 0; r < nr; ++r) {
         float s = 0.0f;
-        const float* ur = us[r];
+        int z = 0;
 #pragma unroll
         for (int j = 0; j < RP; ++j) {
-          s += ur[j] * wv[j];
+          s += us[r][j + z] * wv[j];
           // At most 16 LDS values in flight beside the RP of W (RP = 64 spills otherwise): the
-          // next 16 reads take their address from an opaque zero that depends on s.
-          if (j % 16 == 15) ur = opaque_after(ur, s);
+          // next 16 reads take their index from an opaque zero that depends on s.
+          if (j % 16 == 15) z = opaque_zero_after(z, s);
         }
         const int64_t i = (n0 + r) * cols + c;
         const float old = beta != 0.0f ? beta * hipk::load_as_float(y, i) : 0.0f;
@@ -219,6 +220,7 @@ __device__ void gradw_impl(const GradwJob& job, int64_t rows, int rank, int64_t 
     __syncthreads();
     if (live) {
       const int nr = last - n0 < kRc ? static_cast<int>(last - n0) : kRc;
+#pragma unroll 1
       for (int r = 0; r < nr; ++r) {
         const float dv = hipk::load_as_float(d, (n0 + r) * cols + c);
 #pragma unroll
