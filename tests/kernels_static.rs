@@ -38,7 +38,11 @@ fn extra_archs_of(source: &str, bundle: &Bundle<'_>) -> Vec<&'static str> {
 
 /// Minimum waves per SIMD a kernel must allow on the gate arch.
 fn min_occupancy(kernel: &str) -> u32 {
-    if kernel.starts_with("matmul_") || kernel.starts_with("attention_") {
+    // GEMM-like kernels with register accumulators (the LoRA skinny GEMMs: issue 35).
+    if kernel.starts_with("matmul_")
+        || kernel.starts_with("attention_")
+        || kernel.starts_with("lora_")
+    {
         2
     } else {
         4

@@ -365,6 +365,11 @@ def main():
     gen_g = torch.Generator().manual_seed(args.seed + 31)
     gen_attention_gqa.check_definitions(gen_g)
     gen_attention_gqa.generate(w, gen_g)
+    # LoRA skinny GEMMs (issue 35): their own generator; definitions asserted against autograd.
+    import gen_lora
+    gen_lo = torch.Generator().manual_seed(args.seed + 35)
+    gen_lora.check_definitions(gen_lo)
+    gen_lora.generate(w, gen_lo)
     total = sum(os.path.getsize(os.path.join(args.out, f)) for f in os.listdir(args.out)
                 if f.endswith(".safetensors"))
     print(f"wrote {len(w.names)} cases to {args.out} ({total / 1e6:.2f} MB)")

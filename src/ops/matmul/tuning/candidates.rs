@@ -6,6 +6,7 @@ use hip_rt::memory::buffer::{DeviceView, DeviceViewMut};
 use hip_rt::{Blas, Stream};
 
 use crate::ops::launch::ptr;
+use crate::ops::lora_gemm::{skinny_applies, skinny_matmul};
 use crate::ops::matmul::{
     arch_has_matrix_cores, device::launch_gemm_tiled, MatmulKernel, MatmulLayout, MatmulParams,
     MatmulTile,
@@ -67,6 +68,11 @@ pub(crate) fn candidates<T: DeviceElement>() -> Vec<Candidate<T>> {
         Candidate::new("hipk-small", |_| true, ours_small::<T>),
         Candidate::new("hipblas", blas_applies, hipblas::<T>),
         Candidate::new("hipk-mc", |c| mc_applies(T::DTYPE, c), ours_mc::<T>),
+        Candidate::new(
+            "hipk-skinny",
+            |c| skinny_applies(c.params),
+            ours_skinny::<T>,
+        ),
     ]
 }
 
@@ -136,6 +142,18 @@ fn ours_small<T: DeviceElement>(
         b,
         out,
     )
+}
+
+/// The LoRA skinny kernels (`kernels/lora_gemm.hip`) on the GEMMs they recognise
+/// ([`crate::ops::lora_gemm::plan::SkinnyGemm::of`]: one rank-sized dimension, packed).
+fn ours_skinny<T: DeviceElement>(
+    cx: &Context<'_>,
+    p: &MatmulParams,
+    a: &dyn DeviceView<T>,
+    b: &dyn DeviceView<T>,
+    out: &mut dyn DeviceViewMut<T>,
+) -> Result<(), OpError> {
+    skinny_matmul::<T>(cx.stream, p, a, b, out)
 }
 
 /// hipBLAS takes packed operands only (hip-rt's `Blas` has no leading-dimension arguments).

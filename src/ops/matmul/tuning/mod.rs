@@ -33,6 +33,7 @@
 
 mod candidates;
 mod file;
+mod skinny;
 mod tuner;
 
 use std::path::PathBuf;
@@ -43,6 +44,7 @@ use std::time::Duration;
 use hip_rt::{Event, EventOptions, Stream};
 
 pub use file::{Entry, MachineKey, ResultsFile, ShapeKey, Timing, MAGIC};
+pub use skinny::lora_rule;
 pub use tuner::{GemmTuner, TuningStats};
 
 use super::Matmul;
