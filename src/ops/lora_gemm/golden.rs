@@ -2,14 +2,12 @@
 
 use super::{LoraBackward, LoraForward, LoraParams};
 use crate::golden::{
-    download, upload, Case, CaseReader, GoldenCase, GoldenError, GoldenOp, Outputs, TensorData,
-    Want,
+    Case, CaseReader, GoldenCase, GoldenError, GoldenOp, GoldenSpace, Outputs, TensorData, Want,
 };
-use crate::ops::OpError;
-use crate::params::{DType, Element, ShapeError};
+use crate::ops::{OpError, Run};
+use crate::params::DType;
 use crate::tolerance::{tolerance, Rule, Tolerance};
-use crate::{cpu, ops, with_dtype};
-use hip_rt::{DeviceBuffer, Stream};
+use crate::{golden_runs, with_dtype};
 use std::any::Any;
 
 /// The golden ops of this family.
@@ -139,42 +137,36 @@ fn parse_backward(r: &mut CaseReader<'_>) -> Result<Case, GoldenError> {
     ))
 }
 
+impl LoraForwardCase {
+    fn run<S: GoldenSpace>(&self, q: S::Queue<'_>) -> Result<Outputs, OpError> {
+        const OP: &str = LoraParams::FORWARD;
+        let p = self.params;
+        with_dtype!(self.x.dtype(), T => {
+            let x = S::typed::<T>(q, &self.x, OP, "x")?;
+            let a = S::typed::<T>(q, &self.a, OP, "a")?;
+            let b = S::typed::<T>(q, &self.b, OP, "b")?;
+            let mut y = S::typed::<T>(q, &self.y, OP, "y")?;
+            let mut u = S::zeros::<T>(q, p.rows * p.rank)?;
+            LoraForward::<S, T> {
+                params: p,
+                x: S::input(&x),
+                a: S::input(&a),
+                b: S::input(&b),
+                u: S::output(&mut u),
+                y: S::output(&mut y),
+            }
+            .run(q)?;
+            Ok(vec![("u", S::tensor(q, &u)?), ("y", S::tensor(q, &y)?)])
+        })
+    }
+}
+
 impl GoldenCase for LoraForwardCase {
     fn op(&self) -> &'static str {
         LoraParams::FORWARD
     }
 
-    fn run_cpu(&self) -> Result<Outputs, ShapeError> {
-        const OP: &str = LoraParams::FORWARD;
-        let p = self.params;
-        with_dtype!(self.x.dtype(), T => {
-            let mut u = vec![T::from_f64(0.0); p.rows * p.rank];
-            let mut y = self.y.typed::<T>(OP, "y")?.to_vec();
-            cpu::lora_forward(LoraForward::<_, T> {
-                params: p,
-                x: self.x.typed::<T>(OP, "x")?,
-                a: self.a.typed::<T>(OP, "a")?,
-                b: self.b.typed::<T>(OP, "b")?,
-                u: &mut u,
-                y: &mut y,
-            })?;
-            Ok(vec![("u", TensorData::from_slice(&u)), ("y", TensorData::from_slice(&y))])
-        })
-    }
-
-    fn run_device(&self, s: &Stream) -> Result<Outputs, OpError> {
-        const OP: &str = LoraParams::FORWARD;
-        let p = self.params;
-        with_dtype!(self.x.dtype(), T => {
-            let x = upload(s, self.x.typed::<T>(OP, "x")?)?;
-            let a = upload(s, self.a.typed::<T>(OP, "a")?)?;
-            let b = upload(s, self.b.typed::<T>(OP, "b")?)?;
-            let mut y = upload(s, self.y.typed::<T>(OP, "y")?)?;
-            let mut u = DeviceBuffer::<T>::zeroed(s, p.rows * p.rank)?;
-            ops::lora_forward(s, LoraForward { params: p, x: &x, a: &a, b: &b, u: &mut u, y: &mut y })?;
-            Ok(vec![("u", download(s, &u)?), ("y", download(s, &y)?)])
-        })
-    }
+    golden_runs!();
 
     fn tolerance(&self, output: &str, dtype: DType) -> Tolerance {
         // u: a d_in-term reduction; y: the rank-term reduction of the rounded u plus y.
@@ -188,65 +180,49 @@ impl GoldenCase for LoraForwardCase {
     }
 }
 
+impl LoraBackwardCase {
+    fn run<S: GoldenSpace>(&self, q: S::Queue<'_>) -> Result<Outputs, OpError> {
+        const OP: &str = LoraParams::BACKWARD;
+        let p = self.params;
+        with_dtype!(self.x.dtype(), T => {
+            let x = S::typed::<T>(q, &self.x, OP, "x")?;
+            let dy = S::typed::<T>(q, &self.dy, OP, "dy")?;
+            let a = S::typed::<T>(q, &self.a, OP, "a")?;
+            let b = S::typed::<T>(q, &self.b, OP, "b")?;
+            let u = S::typed::<T>(q, &self.u, OP, "u")?;
+            let mut da = S::typed::<T>(q, &self.da, OP, "da")?;
+            let mut db = S::typed::<T>(q, &self.db, OP, "db")?;
+            let mut dx = S::typed::<T>(q, &self.dx, OP, "dx")?;
+            let mut du = S::zeros::<T>(q, p.rows * p.rank)?;
+            LoraBackward::<S, T> {
+                params: p,
+                x: S::input(&x),
+                dy: S::input(&dy),
+                a: S::input(&a),
+                b: S::input(&b),
+                u: S::input(&u),
+                du: S::output(&mut du),
+                da: S::output(&mut da),
+                db: S::output(&mut db),
+                dx: S::output(&mut dx),
+            }
+            .run(q)?;
+            Ok(vec![
+                ("du", S::tensor(q, &du)?),
+                ("da", S::tensor(q, &da)?),
+                ("db", S::tensor(q, &db)?),
+                ("dx", S::tensor(q, &dx)?),
+            ])
+        })
+    }
+}
+
 impl GoldenCase for LoraBackwardCase {
     fn op(&self) -> &'static str {
         LoraParams::BACKWARD
     }
 
-    fn run_cpu(&self) -> Result<Outputs, ShapeError> {
-        const OP: &str = LoraParams::BACKWARD;
-        let p = self.params;
-        with_dtype!(self.x.dtype(), T => {
-            let mut du = vec![T::from_f64(0.0); p.rows * p.rank];
-            let mut da = self.da.typed::<T>(OP, "da")?.to_vec();
-            let mut db = self.db.typed::<T>(OP, "db")?.to_vec();
-            let mut dx = self.dx.typed::<T>(OP, "dx")?.to_vec();
-            cpu::lora_backward(LoraBackward::<_, T> {
-                params: p,
-                x: self.x.typed::<T>(OP, "x")?,
-                dy: self.dy.typed::<T>(OP, "dy")?,
-                a: self.a.typed::<T>(OP, "a")?,
-                b: self.b.typed::<T>(OP, "b")?,
-                u: self.u.typed::<T>(OP, "u")?,
-                du: &mut du,
-                da: &mut da,
-                db: &mut db,
-                dx: &mut dx,
-            })?;
-            Ok(vec![
-                ("du", TensorData::from_slice(&du)),
-                ("da", TensorData::from_slice(&da)),
-                ("db", TensorData::from_slice(&db)),
-                ("dx", TensorData::from_slice(&dx)),
-            ])
-        })
-    }
-
-    fn run_device(&self, s: &Stream) -> Result<Outputs, OpError> {
-        const OP: &str = LoraParams::BACKWARD;
-        let p = self.params;
-        with_dtype!(self.x.dtype(), T => {
-            let x = upload(s, self.x.typed::<T>(OP, "x")?)?;
-            let dy = upload(s, self.dy.typed::<T>(OP, "dy")?)?;
-            let a = upload(s, self.a.typed::<T>(OP, "a")?)?;
-            let b = upload(s, self.b.typed::<T>(OP, "b")?)?;
-            let u = upload(s, self.u.typed::<T>(OP, "u")?)?;
-            let mut da = upload(s, self.da.typed::<T>(OP, "da")?)?;
-            let mut db = upload(s, self.db.typed::<T>(OP, "db")?)?;
-            let mut dx = upload(s, self.dx.typed::<T>(OP, "dx")?)?;
-            let mut du = DeviceBuffer::<T>::zeroed(s, p.rows * p.rank)?;
-            ops::lora_backward(s, LoraBackward {
-                params: p, x: &x, dy: &dy, a: &a, b: &b, u: &u,
-                du: &mut du, da: &mut da, db: &mut db, dx: &mut dx,
-            })?;
-            Ok(vec![
-                ("du", download(s, &du)?),
-                ("da", download(s, &da)?),
-                ("db", download(s, &db)?),
-                ("dx", download(s, &dx)?),
-            ])
-        })
-    }
+    golden_runs!();
 
     fn tolerance(&self, output: &str, dtype: DType) -> Tolerance {
         // du: a d_out-term reduction; da, db: rows-term reductions (plus the old value); dx: the

@@ -24,6 +24,11 @@ pub use golden::{LoraBackwardCase, LoraForwardCase};
 
 pub(crate) use device::{skinny_applies, skinny_matmul};
 
+crate::ops::run::launch! {
+    LoraForward['a] T => lora_forward, lora_forward;
+    LoraBackward['a] T => lora_backward, lora_backward;
+}
+
 use crate::params::{check_len, checked_len, invalid, ShapeError, Space, TensorLen};
 
 /// The largest rank the skinny kernels take (their widest rank class); larger ranks run on
