@@ -12,8 +12,8 @@
 //   lora_down_r<RP>_<T>(x, w, out, rows, k, rank, w_sc, w_sj, alpha)
 //     out[n, j] = alpha · Σ_c x[n, c]·W(c, j)              (u = x·Aᵀ; du = s·dy·B)
 //     Block: 256 threads = 256 rows, one row per thread, acc[RP] in registers. Per K step of
-//     kKc = 32 columns the block stages x [256, 32] (coalesced: 32 lanes per row segment) and
-//     W [32, RP] into LDS (f32); each thread then reads its row of the x tile and the W tile
+//     kKc = 16 columns the block stages x [256, 16] (coalesced: 16 lanes per row segment) and
+//     W [16, RP] into LDS (f32); each thread then reads its row of the x tile and the W tile
 //     (a broadcast: every lane reads the same address). x is read once; W once per block.
 //   lora_up_r<RP>_<T>(u, w, y, rows, cols, rank, w_sc, w_sj, alpha, beta, rows_per_block)
 //     y[n, c] = beta·y[n, c] + alpha · Σ_j u[n, j]·W(c, j)  (y += s·u·Bᵀ; dx += du·A; y is not
@@ -33,11 +33,22 @@
 //     G(c, j) = (accumulate ? G(c, j) : 0) + alpha · Σ_g partial[g, c, j], thread per (c, j).
 //
 // Bytes (the hot loops' global bytes per element, `cargo xtask isa-report --only lora_gemm`,
-// static, gfx906): down reads x once plus W [32, RP] per 256·32 x elements, i.e. (1 + RP/256)
+// static, gfx906): down reads x once plus W [16, RP] per 256·16 x elements, i.e. (1 + RP/256)
 // elements of T per x element; up moves y twice plus u [16, RP] per 256·16 y elements; gradw
 // reads d once plus u. docs/PERFORMANCE.md ("LoRA's skinny GEMMs") turns them into the whole
 // kernels' share of the bandwidth bound at N = C = 4096 with the outside-loop bytes of the plan.
-// Resource usage: see docs/ISA-REPORT.md (lora_gemm rows).
+//
+// Resource usage on gfx906 (hipcc 5.2 / clang 15, -O3; f16, the other dtypes within a few
+// VGPRs), from docs/isa-baseline.json; the rank kernels are bounded to 2 waves per SIMD
+// (__launch_bounds__(256, 2)); B/elem = the hot loop's global bytes per element vs the minimum:
+//   kernel              VGPRs  SGPRs  LDS B  waves/SIMD  scratch  B/elem (min)
+//   lora_down_r8          28     66  17920       3         0     2.125 (2)
+//   lora_down_r64         98     68  21504       2         0     2.5   (2)
+//   lora_up_r8            31     30    512       8         0     4.125 (4)
+//   lora_up_r64           97     38   4096       2         0     4.5   (4)
+//   lora_gradw_r8         41     60    512       5         0     2.125 (2)
+//   lora_gradw_r64       111     56   4096       2         0     2.5   (2)
+//   lora_gradw_final      15     34      0      10         0       -
 #include "common.h"
 
 namespace {
@@ -89,7 +100,7 @@ __device__ void down_impl(const T* __restrict__ x, const T* __restrict__ w, T* _
         xs[r][c] = (col_ok && row0 + r < rows) ? hipk::load_as_float(xp, static_cast<int64_t>(kBlock / kKc) * i * k) : 0.0f;
       }
     }
-    // W [32, RP]: element e = t + 256·i is column e / RP, rank e % RP.
+    // W [16, RP]: element e = t + 256·i is column e / RP, rank e % RP.
 #pragma unroll
     for (int i = 0; i < (kKc * RP + kBlock - 1) / kBlock; ++i) {
       const int e = t + kBlock * i;

@@ -17,6 +17,7 @@ use hip_kernels::ops::{
     LayerNormBackwardCase, LayerNormForwardCase, LayerNormParams, LinearCrossEntropyCase,
     LinearCrossEntropyParams, MatmulCase, MatmulParams,
 };
+use hip_kernels::ops::{LoraBackwardCase, LoraForwardCase, LoraParams};
 use hip_kernels::ops::{
     RmsNormBackwardCase, RmsNormForwardCase, RmsNormParams, RmsNormVariant, RopeCase, RopeParams,
     RopeScaling, SwigluBackwardCase, SwigluForwardCase, SwigluParams,
@@ -63,7 +64,7 @@ fn attention_params() -> AttentionParams {
 
 /// One row per op, each covering f32, f16 and bf16.
 pub fn items(stream: &Stream) -> Vec<Item> {
-    let ops: [(&str, CaseFn); 15] = [
+    let ops: [(&str, CaseFn); 17] = [
         ("layernorm_forward", layernorm_forward),
         ("layernorm_backward", layernorm_backward),
         ("adamw", adamw),
@@ -82,6 +83,8 @@ pub fn items(stream: &Stream) -> Vec<Item> {
         ("rope_backward", rope_backward),
         ("swiglu_forward", swiglu_forward),
         ("swiglu_backward", swiglu_backward),
+        ("lora_forward", lora_forward),
+        ("lora_backward", lora_backward),
     ];
     ops.into_iter()
         .map(|(name, case)| {
@@ -422,6 +425,43 @@ fn swiglu_backward(dtype: DType) -> Result<Box<dyn GoldenCase>, String> {
     }))
 }
 
+/// A LoRA target of 300 rows, 70 → 260 features at rank 12 (rank class 16; two column blocks;
+/// two row blocks of `lora_down`), accumulating gradients.
+const LORA: LoraParams = LoraParams {
+    rows: 300,
+    d_in: 70,
+    d_out: 260,
+    rank: 12,
+    scale: 0.5,
+    accumulate: true,
+};
+
+fn lora_forward(dtype: DType) -> Result<Box<dyn GoldenCase>, String> {
+    let p = LORA;
+    Ok(Box::new(LoraForwardCase {
+        params: p,
+        x: data(dtype, p.rows * p.d_in, 25),
+        a: data(dtype, p.rank * p.d_in, 26),
+        b: data(dtype, p.d_out * p.rank, 27),
+        y: data(dtype, p.rows * p.d_out, 28),
+    }))
+}
+
+fn lora_backward(dtype: DType) -> Result<Box<dyn GoldenCase>, String> {
+    let p = LORA;
+    Ok(Box::new(LoraBackwardCase {
+        params: p,
+        x: data(dtype, p.rows * p.d_in, 29),
+        dy: data(dtype, p.rows * p.d_out, 30),
+        a: data(dtype, p.rank * p.d_in, 31),
+        b: data(dtype, p.d_out * p.rank, 32),
+        u: data(dtype, p.rows * p.rank, 33),
+        da: data(dtype, p.rank * p.d_in, 34),
+        db: data(dtype, p.d_out * p.rank, 35),
+        dx: data(dtype, p.rows * p.d_in, 36),
+    }))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -452,13 +492,15 @@ mod tests {
 
     #[test]
     fn every_case_runs_on_the_cpu() {
-        let cases: [CaseFn; 6] = [
+        let cases: [CaseFn; 8] = [
             layernorm_forward,
             layernorm_backward,
             adamw,
             matmul,
             attention_forward,
             attention_backward,
+            lora_forward,
+            lora_backward,
         ];
         for dtype in DType::ALL {
             for case in cases {
