@@ -7,10 +7,11 @@ use crate::error::{Result, TrainError};
 use crate::weights::{read_model_tensors, take_strict, to_safetensors};
 use std::path::Path;
 
-/// Old transformers saves carry each layer's rotary table as a buffer; it is recomputed from
-/// the config, so it is ignored.
+/// Old transformers saves (and ChatGLM's) carry the rotary table as a buffer; it is recomputed
+/// from the config, so it is ignored.
 fn is_rotary_buffer(name: &str) -> bool {
-    name.starts_with("model.layers.") && name.ends_with(".self_attn.rotary_emb.inv_freq")
+    name == "transformer.rotary_pos_emb.inv_freq"
+        || name.starts_with("model.layers.") && name.ends_with(".self_attn.rotary_emb.inv_freq")
 }
 
 /// The parameters of `cfg` from the model directory `dir`, in [`Layout::new`]'s order. Every
