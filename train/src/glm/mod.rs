@@ -5,4 +5,5 @@
 //! (docs/TRAIN-GLM.md).
 
 pub mod config;
+pub mod convert;
 pub mod params;

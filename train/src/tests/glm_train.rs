@@ -170,3 +170,39 @@ fn lora_on_glm_is_refused_until_implemented() {
         .to_string();
     assert!(e.contains("LoRA on the chatglm family"), "{e}");
 }
+
+#[test]
+fn save_format_hf_writes_a_chatglm_run_as_glm() {
+    let s = Scratch::new("chatglm-as-glm");
+    let ck = s.path("ck");
+    let run = crate::train::run(&glm_args(
+        "glm_base",
+        "chatglm",
+        &strs(&[
+            "--steps",
+            "3",
+            "--checkpoint-dir",
+            ck.to_str().unwrap(),
+            "--save-every",
+            "3",
+            "--save-format",
+            "hf",
+        ]),
+    ))
+    .unwrap();
+    let step3 = ck.join("step_3");
+    let cfg = cfg_of(&step3);
+    assert_eq!(cfg.family, crate::llama::Family::Glm);
+    let names = crate::weights::read_f32_tensors(&step3.join("model.safetensors")).unwrap();
+    assert_eq!(names["model.layers.0.self_attn.k_proj.weight"].0, vec![32, 48]);
+    assert!(names.contains_key("model.layers.1.mlp.gate_up_proj.weight"));
+    // The glm checkpoint resumes the chatglm run's trajectory with --model the checkpoint.
+    let glm_run = glm_args("glm_base", "glm", &strs(&["--steps", "4"]));
+    let full = crate::train::run(&glm_run).unwrap();
+    assert_eq!(run[2].loss, full[2].loss);
+    let mut resumed = glm_run.clone();
+    resumed.model = step3.clone();
+    resumed.resume = Some(step3);
+    let next = crate::train::run(&resumed).unwrap();
+    assert_eq!((next[0].step, next[0].loss), (4, full[3].loss));
+}
