@@ -179,7 +179,11 @@ impl ModelConfig {
                 Family::Qwen2,
                 raw,
             )?)),
-            "glm" => Ok(Self::Llama(LlamaConfig::from_value(path, Family::Glm, raw)?)),
+            "glm" => Ok(Self::Llama(LlamaConfig::from_value(
+                path,
+                Family::Glm,
+                raw,
+            )?)),
             "chatglm" => Ok(Self::Llama(crate::glm::config::chatglm_from_value(
                 path, raw,
             )?)),

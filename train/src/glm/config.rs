@@ -71,7 +71,13 @@ pub fn chatglm_from_value(path: &Path, raw: Value) -> Result<LlamaConfig> {
         prefix: "",
     };
     let not_this = "ChatGLM-6B v1 and P-tuning checkpoints are not supported";
-    require(&k, "rmsnorm", &Value::Bool(true), &Value::Bool(true), not_this)?;
+    require(
+        &k,
+        "rmsnorm",
+        &Value::Bool(true),
+        &Value::Bool(true),
+        not_this,
+    )?;
     for key in [
         "add_bias_linear",
         "apply_residual_connection_post_layernorm",

@@ -40,8 +40,7 @@ pub fn save_config(cfg: &LlamaConfig, format: SaveFormat) -> Result<LlamaConfig>
     }
     if let Some(o) = raw.as_object_mut() {
         // transformers' Embedding(padding_idx) needs an id below the vocabulary.
-        if o
-            .get("pad_token_id")
+        if o.get("pad_token_id")
             .and_then(Value::as_u64)
             .is_some_and(|p| p >= cfg.vocab as u64)
         {
@@ -67,14 +66,30 @@ mod tests {
         let glm = save_config(&chat, SaveFormat::Hf).unwrap();
         assert_eq!(glm.family, Family::Glm);
         assert_eq!(
-            (glm.rotary_dim, glm.rotary.theta, glm.eps, glm.kv_heads, glm.biases),
-            (chat.rotary_dim, chat.rotary.theta, chat.eps, chat.kv_heads, chat.biases)
+            (
+                glm.rotary_dim,
+                glm.rotary.theta,
+                glm.eps,
+                glm.kv_heads,
+                glm.biases
+            ),
+            (
+                chat.rotary_dim,
+                chat.rotary.theta,
+                chat.eps,
+                chat.kv_heads,
+                chat.biases
+            )
         );
         let shapes = |c: &LlamaConfig| -> Vec<Vec<usize>> {
             Trained::new(c).specs.into_iter().map(|s| s.shape).collect()
         };
         assert_eq!(shapes(&glm), shapes(&chat));
-        let names: Vec<String> = Layout::new(&glm).specs.into_iter().map(|s| s.name).collect();
+        let names: Vec<String> = Layout::new(&glm)
+            .specs
+            .into_iter()
+            .map(|s| s.name)
+            .collect();
         assert!(names.contains(&"model.layers.1.self_attn.k_proj.bias".to_string()));
         assert_eq!(save_config(&chat, SaveFormat::Native).unwrap(), chat);
     }

@@ -140,7 +140,10 @@ mod tests {
     fn both_layouts_train_the_same_fused_tensors() {
         let (g, c) = (cfg(glm()), cfg(chatglm()));
         // GlmConfig's defaults: K = 2, biases on q/k/v, partial 0.5, eps 1.5625e-7.
-        assert_eq!((g.kv_heads, g.biases.qkv, g.rotary_dim, g.eps), (2, true, 4, 1.5625e-7));
+        assert_eq!(
+            (g.kv_heads, g.biases.qkv, g.rotary_dim, g.eps),
+            (2, true, 4, 1.5625e-7)
+        );
         assert!(g.interleaved && c.interleaved);
         assert_eq!((c.kv_heads, c.rotary_dim), (2, 4));
         let (lg, lc) = (Layout::new(&g), Layout::new(&c));
@@ -150,7 +153,10 @@ mod tests {
             lc.specs[lc.layers[1].weight[0]].name,
             "transformer.encoder.layers.1.self_attention.query_key_value.weight"
         );
-        assert_eq!(lc.specs[lc.layers[1].weight[0]].shape, vec![(4 + 4) * 8, 32]);
+        assert_eq!(
+            lc.specs[lc.layers[1].weight[0]].shape,
+            vec![(4 + 4) * 8, 32]
+        );
         assert_eq!(
             lg.specs[lg.layers[0].weight[4]].name,
             "model.layers.0.mlp.gate_up_proj.weight"
@@ -177,7 +183,10 @@ mod tests {
             ("original_rope", serde_json::json!(false)),
             ("pre_seq_len", serde_json::json!(128)),
             ("quantization_bit", serde_json::json!(4)),
-            ("apply_residual_connection_post_layernorm", serde_json::json!(true)),
+            (
+                "apply_residual_connection_post_layernorm",
+                serde_json::json!(true),
+            ),
         ] {
             let mut raw = chatglm();
             raw[key] = value;
@@ -202,8 +211,7 @@ mod tests {
         assert!(e.contains("default"), "{e}");
         // rope_parameters spelling of the factor, and rope_ratio's θ.
         let mut raw = glm();
-        raw["rope_parameters"] =
-            serde_json::json!({"rope_type": "default", "rope_theta": 500.0, "partial_rotary_factor": 1.0});
+        raw["rope_parameters"] = serde_json::json!({"rope_type": "default", "rope_theta": 500.0, "partial_rotary_factor": 1.0});
         let g = cfg(raw);
         assert_eq!((g.rotary_dim, g.rotary.theta), (8, 500.0));
         let mut raw = chatglm();

@@ -39,7 +39,13 @@ fn glm_and_chatglm_on_a_device_match_transformers_and_two_devices_equal_one() {
     let outs = crate::parallel::run_devices(&args, &[0, 1], true).unwrap();
     for (g, w) in outs[0].logs.iter().zip(&one) {
         let rel = |a: f64, b: f64| (a - b).abs() / b.abs();
-        assert!(rel(g.loss, w.loss) <= DDP_RTOL, "step {}: {} vs {}", g.step, g.loss, w.loss);
+        assert!(
+            rel(g.loss, w.loss) <= DDP_RTOL,
+            "step {}: {} vs {}",
+            g.step,
+            g.loss,
+            w.loss
+        );
         assert!(
             rel(g.grad_norm, w.grad_norm) <= 10.0 * DDP_RTOL,
             "step {}: {} vs {}",

@@ -46,7 +46,10 @@ pub(super) fn glm_compare(ours: &[StepLog], name: &str, rtol: f64) -> f64 {
         .lines()
         .map(|l| serde_json::from_str(l).unwrap())
         .collect();
-    assert!(!ours.is_empty() && ours.len() <= refs.len(), "{name}: steps");
+    assert!(
+        !ours.is_empty() && ours.len() <= refs.len(),
+        "{name}: steps"
+    );
     let (mut max_loss, mut max_norm) = (0.0f64, 0.0f64);
     for (o, r) in ours.iter().zip(&refs) {
         assert_eq!(o.step, r["step"].as_u64().unwrap());
@@ -119,7 +122,12 @@ fn a_chatglm_checkpoint_keeps_its_layout_and_resumes_bit_for_bit() {
     let s = Scratch::new("chatglm-resume");
     let ck = s.path("ck");
     let flags = |extra: &[&str]| {
-        let mut f = strs(&["--checkpoint-dir", ck.to_str().unwrap(), "--save-every", "4"]);
+        let mut f = strs(&[
+            "--checkpoint-dir",
+            ck.to_str().unwrap(),
+            "--save-every",
+            "4",
+        ]);
         f.extend(strs(extra));
         f
     };
@@ -165,9 +173,13 @@ fn the_first_progress_line_names_the_family() {
 
 #[test]
 fn lora_on_glm_is_refused_until_implemented() {
-    let e = crate::train::run(&glm_args("glm_base", "chatglm", &strs(&["--lora-rank", "4"])))
-        .unwrap_err()
-        .to_string();
+    let e = crate::train::run(&glm_args(
+        "glm_base",
+        "chatglm",
+        &strs(&["--lora-rank", "4"]),
+    ))
+    .unwrap_err()
+    .to_string();
     assert!(e.contains("LoRA on the chatglm family"), "{e}");
 }
 
@@ -194,7 +206,10 @@ fn save_format_hf_writes_a_chatglm_run_as_glm() {
     let cfg = cfg_of(&step3);
     assert_eq!(cfg.family, crate::llama::Family::Glm);
     let names = crate::weights::read_f32_tensors(&step3.join("model.safetensors")).unwrap();
-    assert_eq!(names["model.layers.0.self_attn.k_proj.weight"].0, vec![32, 48]);
+    assert_eq!(
+        names["model.layers.0.self_attn.k_proj.weight"].0,
+        vec![32, 48]
+    );
     assert!(names.contains_key("model.layers.1.mlp.gate_up_proj.weight"));
     // The glm checkpoint resumes the chatglm run's trajectory with --model the checkpoint.
     let glm_run = glm_args("glm_base", "glm", &strs(&["--steps", "4"]));
@@ -205,4 +220,25 @@ fn save_format_hf_writes_a_chatglm_run_as_glm() {
     resumed.resume = Some(step3);
     let next = crate::train::run(&resumed).unwrap();
     assert_eq!((next[0].step, next[0].loss), (4, full[3].loss));
+}
+
+#[test]
+fn pytorch_bin_weights_only_is_an_error_saying_to_convert() {
+    let s = Scratch::new("chatglm-bin");
+    let dir = s.path("m");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::copy(
+        glm_dir().join("chatglm/config.json"),
+        dir.join("config.json"),
+    )
+    .unwrap();
+    std::fs::write(dir.join("pytorch_model-00001-of-00007.bin"), b"not read").unwrap();
+    let mut args = glm_args("glm_base", "chatglm", &strs(&["--steps", "1"]));
+    args.model = dir.clone();
+    let e = crate::train::run(&args).unwrap_err().to_string();
+    assert!(
+        e.contains("pytorch_model") && e.contains("safetensors"),
+        "{e}"
+    );
+    assert!(e.contains(&dir.display().to_string()), "{e}");
 }
