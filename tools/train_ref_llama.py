@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""transformers + PEFT float64 reference of the LLaMA family's training (docs/TRAIN-LLAMA.md).
+"""transformers + PEFT float64 reference of the LLaMA family's training (docs/TRAIN-LLAMA.md),
+also of `glm` (GlmForCausalLM, docs/TRAIN-GLM.md).
 
 The model is transformers' own `LlamaForCausalLM` / `Qwen2ForCausalLM` (from_pretrained on the
 model directory: config.json, single or sharded safetensors), in float64 with eager attention;
@@ -120,6 +121,8 @@ def spec_frequencies(cfg):
     theta = params.get("rope_theta", getattr(cfg, "rope_theta", 10000.0))
     rope_type = params.get("rope_type", "default")
     d = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
+    # GLM turns only the first int(D * partial_rotary_factor) dims of a head.
+    d = int(d * params.get("partial_rotary_factor", 1.0))
     f = 1.0 / (theta ** (torch.arange(0, d, 2, dtype=F64) / d))
     if rope_type == "llama3":
         factor, low, high = params["factor"], params["low_freq_factor"], params["high_freq_factor"]

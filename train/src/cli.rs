@@ -66,6 +66,15 @@ pub enum Precision {
     F16,
 }
 
+/// Layout of saved checkpoints (`--save-format`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum SaveFormat {
+    /// The layout the model was read in.
+    Native,
+    /// transformers' own classes: a `chatglm` run is written as `glm`.
+    Hf,
+}
+
 /// Train a GPT-2 with hip-kernels (see docs/TRAIN-GPT2.md in the hip-kernels repository).
 #[derive(Debug, Clone, Parser)]
 #[command(name = "train_gpt2", version, args_override_self = true)]
@@ -131,6 +140,10 @@ pub struct Args {
     /// Save every N steps and at the last step (0 = never).
     #[arg(long, default_value_t = 0)]
     pub save_every: u64,
+    /// Layout of saved checkpoints: `native` (the layout read) or `hf` (a `chatglm` run
+    /// written as transformers' `glm`, which loads without remote code).
+    #[arg(long, value_enum, default_value_t = SaveFormat::Native)]
+    pub save_format: SaveFormat,
     /// Continue from a checkpoint directory `DIR/step_<s>`.
     #[arg(long)]
     pub resume: Option<PathBuf>,

@@ -138,12 +138,12 @@ impl GptConfig {
 pub enum ModelConfig {
     /// `gpt2` (or no `model_type`, as GPT-2 configs written before the key existed).
     Gpt2(GptConfig),
-    /// `llama` or `qwen2`.
+    /// `llama`, `qwen2`, `glm` or `chatglm`.
     Llama(crate::llama::LlamaConfig),
 }
 
 /// The `model_type` values the trainer reads.
-pub const MODEL_TYPES: &str = "gpt2, llama, qwen2";
+pub const MODEL_TYPES: &str = "gpt2, llama, qwen2, glm, chatglm";
 
 impl ModelConfig {
     /// Read `path` and check it as its `model_type` says.
@@ -178,6 +178,14 @@ impl ModelConfig {
                 path,
                 Family::Qwen2,
                 raw,
+            )?)),
+            "glm" => Ok(Self::Llama(LlamaConfig::from_value(
+                path,
+                Family::Glm,
+                raw,
+            )?)),
+            "chatglm" => Ok(Self::Llama(crate::glm::config::chatglm_from_value(
+                path, raw,
             )?)),
             other => Err(TrainError::file(
                 path,

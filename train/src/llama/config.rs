@@ -13,6 +13,12 @@ pub enum Family {
     Llama,
     /// `Qwen2ForCausalLM` (`model_type` `qwen2`): biases on q, k, v; none on o or the MLP.
     Qwen2,
+    /// `GlmForCausalLM` (`model_type` `glm`): fused gate-up, partial interleaved rotary
+    /// (`crate::glm`).
+    Glm,
+    /// THUDM's ChatGLM2/3 / GLM-4 layout (`model_type` `chatglm`): fused q/k/v and gate-up
+    /// (`crate::glm`).
+    ChatGlm,
 }
 
 impl Family {
@@ -21,6 +27,8 @@ impl Family {
         match self {
             Family::Llama => "llama",
             Family::Qwen2 => "qwen2",
+            Family::Glm => "glm",
+            Family::ChatGlm => "chatglm",
         }
     }
 }
@@ -74,6 +82,10 @@ pub struct LlamaConfig {
     pub biases: Biases,
     /// Rotary parameters.
     pub rotary: Rotary,
+    /// Dims of each head the rotary turns (D, or D·`partial_rotary_factor` for GLM).
+    pub rotary_dim: usize,
+    /// Rotary pairs are (x_{2i}, x_{2i+1}) (GLM) rather than (x_i, x_{i+R/2}).
+    pub interleaved: bool,
     /// The file as read, written back unchanged into checkpoints.
     pub raw: Value,
     /// Where it was read from (named in errors).
@@ -84,45 +96,45 @@ pub struct LlamaConfig {
 const COUNT_MAX: u64 = 1 << 24;
 
 /// Reads keys of one JSON object, with errors naming the file and the key.
-struct Keys<'a> {
-    path: &'a Path,
-    obj: &'a Map<String, Value>,
+pub(crate) struct Keys<'a> {
+    pub(crate) path: &'a Path,
+    pub(crate) obj: &'a Map<String, Value>,
     /// `rope_parameters.` when reading the nested object, for error messages.
-    prefix: &'static str,
+    pub(crate) prefix: &'static str,
 }
 
 impl Keys<'_> {
-    fn bad(&self, key: &str, v: &Value, why: &str) -> TrainError {
+    pub(crate) fn bad(&self, key: &str, v: &Value, why: &str) -> TrainError {
         TrainError::file(self.path, format!("`{}{key}` = {v}: {why}", self.prefix))
     }
 
     /// A present, non-null value.
-    fn get(&self, key: &str) -> Option<&Value> {
+    pub(crate) fn get(&self, key: &str) -> Option<&Value> {
         self.obj.get(key).filter(|v| !v.is_null())
     }
 
-    fn count(&self, key: &str) -> Result<usize> {
+    pub(crate) fn count(&self, key: &str) -> Result<usize> {
         let v = self
             .get(key)
             .ok_or_else(|| TrainError::file(self.path, format!("has no `{}{key}`", self.prefix)))?;
         self.count_value(key, v)
     }
 
-    fn count_value(&self, key: &str, v: &Value) -> Result<usize> {
+    pub(crate) fn count_value(&self, key: &str, v: &Value) -> Result<usize> {
         match v.as_u64().filter(|n| (1..=COUNT_MAX).contains(n)) {
             Some(n) => usize::try_from(n).map_err(|_| self.bad(key, v, "does not fit")),
             None => Err(self.bad(key, v, "must be an integer in 1..=16777216")),
         }
     }
 
-    fn count_or(&self, key: &str, default: usize) -> Result<usize> {
+    pub(crate) fn count_or(&self, key: &str, default: usize) -> Result<usize> {
         match self.get(key) {
             None => Ok(default),
             Some(v) => self.count_value(key, v),
         }
     }
 
-    fn number_or(&self, key: &str, default: f64, positive: bool) -> Result<f64> {
+    pub(crate) fn number_or(&self, key: &str, default: f64, positive: bool) -> Result<f64> {
         match self.get(key) {
             None => Ok(default),
             Some(v) => match v.as_f64() {
@@ -140,7 +152,7 @@ impl Keys<'_> {
         }
     }
 
-    fn number(&self, key: &str) -> Result<f64> {
+    pub(crate) fn number(&self, key: &str) -> Result<f64> {
         match self.get(key) {
             None => Err(TrainError::file(
                 self.path,
@@ -150,7 +162,7 @@ impl Keys<'_> {
         }
     }
 
-    fn flag_or(&self, key: &str, default: bool) -> Result<bool> {
+    pub(crate) fn flag_or(&self, key: &str, default: bool) -> Result<bool> {
         match self.get(key) {
             None => Ok(default),
             Some(Value::Bool(b)) => Ok(*b),
@@ -158,7 +170,7 @@ impl Keys<'_> {
         }
     }
 
-    fn string(&self, key: &str) -> Result<Option<&str>> {
+    pub(crate) fn string(&self, key: &str) -> Result<Option<&str>> {
         match self.get(key) {
             None => Ok(None),
             Some(Value::String(s)) => Ok(Some(s)),
@@ -169,7 +181,8 @@ impl Keys<'_> {
 
 /// The rotary parameters in either spelling: transformers 5's `rope_parameters`, or
 /// `rope_theta` with `rope_scaling` (what the Hub's checkpoints hold).
-fn rotary(top: &Keys<'_>) -> Result<Rotary> {
+/// With `partial_ok` (GLM) a `partial_rotary_factor` is left to the caller.
+pub(crate) fn rotary(top: &Keys<'_>, partial_ok: bool) -> Result<Rotary> {
     let path = top.path;
     let nested = match top.get("rope_parameters") {
         None => None,
@@ -197,7 +210,11 @@ fn rotary(top: &Keys<'_>) -> Result<Rotary> {
             .map_or(Ok(10000.0), |n| n.number_or("rope_theta", 10000.0, true))?,
         None => top.number_or("rope_theta", 10000.0, true)?,
     };
-    for k in [Some(top), nested.as_ref()].into_iter().flatten() {
+    for k in [Some(top), nested.as_ref()]
+        .into_iter()
+        .flatten()
+        .filter(|_| !partial_ok)
+    {
         if let Some(v) = k.get("partial_rotary_factor") {
             if v.as_f64() != Some(1.0) {
                 return Err(k.bad(
@@ -261,7 +278,9 @@ impl LlamaConfig {
         let inner = k.count("intermediate_size")?;
         let layers = k.count("num_hidden_layers")?;
         let heads = k.count("num_attention_heads")?;
-        let kv_heads = k.count_or("num_key_value_heads", heads)?;
+        let glm = family == Family::Glm;
+        // GlmConfig's defaults for absent keys.
+        let kv_heads = k.count_or("num_key_value_heads", if glm { 2 } else { heads })?;
         if heads % kv_heads != 0 {
             return Err(TrainError::file(
                 path,
@@ -273,6 +292,7 @@ impl LlamaConfig {
         }
         let head_dim = match k.get("head_dim") {
             Some(v) => k.count_value("head_dim", v)?,
+            None if glm => 128,
             None if channels % heads == 0 => channels / heads,
             None => {
                 return Err(TrainError::file(
@@ -291,7 +311,7 @@ impl LlamaConfig {
             ));
         }
         let positions = k.count("max_position_embeddings")?;
-        let eps = k.number_or("rms_norm_eps", 1e-6, false)?;
+        let eps = k.number_or("rms_norm_eps", if glm { 1.5625e-7 } else { 1e-6 }, false)?;
         let tied = k.flag_or("tie_word_embeddings", false)?;
         match k.get("hidden_act") {
             None => {}
@@ -307,6 +327,11 @@ impl LlamaConfig {
                     mlp: k.flag_or("mlp_bias", false)?,
                 }
             }
+            Family::Glm | Family::ChatGlm => Biases {
+                qkv: k.flag_or("attention_bias", true)?,
+                o: false,
+                mlp: false,
+            },
             Family::Qwen2 => {
                 if k.flag_or("use_sliding_window", false)? {
                     return Err(k.bad(
@@ -322,7 +347,11 @@ impl LlamaConfig {
                 }
             }
         };
-        let rotary = rotary(&k)?;
+        let rotary = rotary(&k, glm)?;
+        let rotary_dim = match glm {
+            true => crate::glm::config::glm_rotary_dim(&k, &rotary, head_dim)?,
+            false => head_dim,
+        };
         Ok(Self {
             family,
             vocab,
@@ -337,6 +366,8 @@ impl LlamaConfig {
             tied,
             biases,
             rotary,
+            rotary_dim,
+            interleaved: glm,
             raw,
             path: path.to_path_buf(),
         })
@@ -368,6 +399,7 @@ impl LlamaConfig {
             other.biases,
         ) && self.eps == other.eps
             && self.rotary == other.rotary
+            && (self.rotary_dim, self.interleaved) == (other.rotary_dim, other.interleaved)
     }
 
     /// One-line description: `llama L=2 C=48 H=4 K=2 D=16 F=96 V=128`.
@@ -385,11 +417,12 @@ impl LlamaConfig {
         )
     }
 
-    /// The rotary frequency table (`D/2` f32 values) the rope op takes.
+    /// The rotary frequency table (`R/2` f32 values, R = [`Self::rotary_dim`]) the rope op
+    /// takes.
     pub fn frequencies(&self) -> Result<Vec<f32>> {
         hip_kernels::ops::rope::rope_frequencies(
             self.rotary.theta,
-            self.head_dim,
+            self.rotary_dim,
             self.rotary.scaling,
         )
         .map_err(|e| TrainError::file(&self.path, format!("rotary parameters: {e}")))

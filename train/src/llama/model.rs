@@ -47,6 +47,10 @@ pub struct LlamaDims {
     pub vocab: usize,
     /// RMSNorm epsilon.
     pub eps: f32,
+    /// Dims of each head the rotary turns (the first R of D).
+    pub rotary_dim: usize,
+    /// Rotary pairs are adjacent dims (GLM) rather than dims R/2 apart.
+    pub interleaved: bool,
 }
 
 impl LlamaDims {
@@ -91,8 +95,8 @@ impl LlamaDims {
             seq: self.seq,
             heads,
             head_dim: self.head_dim,
-            rotary_dim: self.head_dim,
-            interleaved: false,
+            rotary_dim: self.rotary_dim,
+            interleaved: self.interleaved,
         }
     }
 }
@@ -160,7 +164,7 @@ pub struct Llama<'b, T: TrainElement, B: Backend<T>> {
     pub exp_avg: Vec<B::Buf<f32>>,
     /// AdamW second moments.
     pub exp_avg_sq: Vec<B::Buf<f32>>,
-    /// The rotary frequency table `[D/2]`.
+    /// The rotary frequency table `[R/2]`.
     freqs: B::Buf<f32>,
     /// Positions 0..T of every row (the token stream's).
     stream_positions: B::Ids,
@@ -221,6 +225,8 @@ impl<'b, T: TrainElement, B: Backend<T>> Llama<'b, T, B> {
             inner: cfg.inner,
             vocab: cfg.vocab,
             eps: cfg.eps as f32,
+            rotary_dim: cfg.rotary_dim,
+            interleaved: cfg.interleaved,
         };
         let up_stat = |(i, t): (usize, &Vec<f32>)| match mine(i) {
             true => backend.upload::<f32>(t),

@@ -92,7 +92,8 @@ pub struct LayerIndex {
     pub input_norm: usize,
     /// `post_attention_layernorm.weight`.
     pub post_norm: usize,
-    /// Each linear's weight, in [`Linear::ALL`]'s order.
+    /// Each linear's weight, in [`Linear::ALL`]'s order (linears that one HF tensor holds
+    /// fused, as GLM's gate and up, share its index).
     pub weight: [usize; 7],
     /// Each linear's bias, when it has one.
     pub bias: [Option<usize>; 7],
@@ -117,6 +118,9 @@ impl Layout {
     /// The layout of `cfg`'s parameters: the embedding, per layer the two norms then each
     /// linear's weight (and bias), the final norm, the lm_head when untied.
     pub fn new(cfg: &LlamaConfig) -> Self {
+        if let Some(glm) = crate::glm::params::layout(cfg) {
+            return glm;
+        }
         let mut specs = Vec::new();
         let mut push = |name: String, shape: Vec<usize>| {
             specs.push(Spec { name, shape });
@@ -218,7 +222,10 @@ impl Trained {
         let hf = Layout::new(cfg);
         let mut specs = Vec::new();
         let mut parts = Vec::new();
-        let mut push = |name: String, from: Vec<usize>| {
+        let mut push = |name: String, mut from: Vec<usize>| {
+            // A fused HF tensor (GLM's gate_up_proj, ChatGLM's query_key_value) stands for
+            // several linears: take it once.
+            from.dedup();
             let first = &hf.specs[from[0]].shape;
             let rows: usize = from.iter().map(|&i| hf.specs[i].shape[0]).sum();
             let mut shape = first.clone();

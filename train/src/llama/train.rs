@@ -193,6 +193,10 @@ fn train<T: TrainElement, B: Backend<T>>(
     )?;
     let hf = Layout::new(&s.cfg);
     let trained = Trained::new(&s.cfg);
+    // The config and layout checkpoints are written in (`--save-format hf`: chatglm as glm).
+    let save_cfg = crate::glm::convert::save_config(&s.cfg, args.save_format)?;
+    let save_hf = Layout::new(&save_cfg);
+    let save_trained = Trained::new(&save_cfg);
     let first = first_step(&r.state)?;
     let world = role.world;
     let positions_per_step = args.batch * args.seq * args.grad_accum * world;
@@ -311,10 +315,10 @@ fn train<T: TrainElement, B: Backend<T>>(
             let path = ckpt::save(
                 dir,
                 &Snapshot {
-                    config: &s.cfg,
-                    params: &trained.split(&hf, &params),
-                    exp_avg: &trained.split(&hf, &m),
-                    exp_avg_sq: &trained.split(&hf, &v),
+                    config: &save_cfg,
+                    params: &save_trained.split(&save_hf, &params),
+                    exp_avg: &save_trained.split(&save_hf, &m),
+                    exp_avg_sq: &save_trained.split(&save_hf, &v),
                     state: &state,
                 },
             )?;

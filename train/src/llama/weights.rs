@@ -7,16 +7,18 @@ use crate::error::{Result, TrainError};
 use crate::weights::{read_model_tensors, take_strict, to_safetensors};
 use std::path::Path;
 
-/// Old transformers saves carry each layer's rotary table as a buffer; it is recomputed from
-/// the config, so it is ignored.
+/// Old transformers saves (and ChatGLM's) carry the rotary table as a buffer; it is recomputed
+/// from the config, so it is ignored.
 fn is_rotary_buffer(name: &str) -> bool {
-    name.starts_with("model.layers.") && name.ends_with(".self_attn.rotary_emb.inv_freq")
+    name == "transformer.rotary_pos_emb.inv_freq"
+        || name.starts_with("model.layers.") && name.ends_with(".self_attn.rotary_emb.inv_freq")
 }
 
 /// The parameters of `cfg` from the model directory `dir`, in [`Layout::new`]'s order. Every
 /// missing, unexpected, misshapen or non-finite tensor is an error naming it; with tied
 /// embeddings a `lm_head.weight` must equal `model.embed_tokens.weight` and is dropped.
 pub fn load(dir: &Path, cfg: &LlamaConfig) -> Result<Vec<Vec<f32>>> {
+    refuse_bin_only(dir)?;
     let (mut tensors, files) = read_model_tensors(dir)?;
     let what = match files.as_slice() {
         [one] => one.clone(),
@@ -40,6 +42,31 @@ pub fn load(dir: &Path, cfg: &LlamaConfig) -> Result<Vec<Vec<f32>>> {
         }
     }
     Ok(values)
+}
+
+/// A directory with PyTorch `pytorch_model*.bin` weights and no safetensors (ChatGLM3-6B's own
+/// release) is an error saying how to convert it.
+fn refuse_bin_only(dir: &Path) -> Result<()> {
+    let has = |f: &str| dir.join(f).exists();
+    if has("model.safetensors") || has(crate::weights::INDEX_FILE) {
+        return Ok(());
+    }
+    let bin = std::fs::read_dir(dir)
+        .map(|it| {
+            it.flatten().any(|e| {
+                let n = e.file_name().to_string_lossy().into_owned();
+                n.starts_with("pytorch_model") && n.ends_with(".bin")
+            })
+        })
+        .unwrap_or(false);
+    match bin {
+        true => Err(TrainError::file(
+            dir,
+            "holds only PyTorch pytorch_model*.bin weights; convert them to safetensors (e.g. \
+             load with transformers and save_pretrained(dir, safe_serialization=True))",
+        )),
+        false => Ok(()),
+    }
 }
 
 /// The parameters as f32 safetensors bytes under their HF names (no lm_head when tied).

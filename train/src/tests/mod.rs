@@ -9,6 +9,9 @@ mod device;
 #[cfg(feature = "device")]
 mod faults;
 mod files_on_disk;
+#[cfg(feature = "device")]
+mod glm_device;
+mod glm_train;
 mod interrupted_save;
 #[cfg(feature = "device")]
 mod llama_device;

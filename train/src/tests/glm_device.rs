@@ -1,0 +1,61 @@
+//! The tiny GLM on hip-emu: both layouts against transformers' GlmForCausalLM float64 figures,
+//! and two devices against one.
+
+use super::glm_train::{glm_args, glm_compare};
+use super::llama_train::LOSS_RTOL_DEVICE;
+use super::{emu_setup, strs};
+
+/// Steps per device run: a tiny-model step on hip-emu takes about a second.
+const STEPS: &str = "3";
+
+/// Between 2 ranks and one device with the global batch (f32): the runs differ only in the
+/// order of the sum across ranks.
+const DDP_RTOL: f64 = 1e-5;
+
+/// The collectives of concurrent runs would share hip-emu's device queues: one at a time.
+static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+#[test]
+fn glm_and_chatglm_on_a_device_match_transformers_and_two_devices_equal_one() {
+    let _s = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    emu_setup();
+    let mut one = Vec::new();
+    for model in ["glm", "chatglm"] {
+        let logs = crate::train::run(&glm_args(
+            "glm_base",
+            model,
+            &strs(&["--steps", STEPS, "--device", "0"]),
+        ))
+        .unwrap();
+        glm_compare(&logs, "glm_base", LOSS_RTOL_DEVICE);
+        one = logs;
+    }
+    // The same global batch: 2 ranks × --batch 2.
+    let args = glm_args(
+        "glm_base",
+        "chatglm",
+        &strs(&["--steps", STEPS, "--batch", "2", "--devices", "0,1"]),
+    );
+    let outs = crate::parallel::run_devices(&args, &[0, 1], true).unwrap();
+    for (g, w) in outs[0].logs.iter().zip(&one) {
+        let rel = |a: f64, b: f64| (a - b).abs() / b.abs();
+        assert!(
+            rel(g.loss, w.loss) <= DDP_RTOL,
+            "step {}: {} vs {}",
+            g.step,
+            g.loss,
+            w.loss
+        );
+        assert!(
+            rel(g.grad_norm, w.grad_norm) <= 10.0 * DDP_RTOL,
+            "step {}: {} vs {}",
+            g.step,
+            g.grad_norm,
+            w.grad_norm
+        );
+    }
+    assert_eq!(outs[0].logs.len(), one.len());
+    let [p0, _] = outs[0].tensors.as_ref().unwrap();
+    let [p1, _] = outs[1].tensors.as_ref().unwrap();
+    assert_eq!(p0, p1, "the ranks' parameters differ");
+}
