@@ -9,6 +9,9 @@ use std::process::ExitCode;
 /// commands): parse the command line, train, and map the outcome to the exit status (0 done,
 /// 1 failed at run time, 2 bad usage).
 pub fn main_as(name: &'static str) -> ExitCode {
+    if let Some(code) = crate::subcommands::dispatch() {
+        return code;
+    }
     let parsed = Args::command()
         .name(name)
         .bin_name(name)

@@ -1,0 +1,59 @@
+//! SFT data as fine-tuners have it (docs/SFT.md): JSONL conversations or alpaca records,
+//! rendered with the model's chat template, tokenised with the model's tokenizer, the loss on
+//! the assistant's tokens only, packed into rows of `--seq` positions.
+//!
+//! - [`jsonl`]: lines with bounded memory, offsets and the file's fingerprint.
+//! - [`record`]: a line as a conversation (`messages` or alpaca).
+//! - [`tokenizer`], [`template`]: `--tokenizer DIR` (tokenizer.json, tokenizer_config.json).
+//! - [`example`]: the incremental rendering rule, labels, `--cutoff-len`.
+//! - [`index`]: the first pass (statistics, row plan); [`pack`]: rows and micro-batches.
+//! - [`feeder`]: micro-batches made ahead on a background thread into staging slots.
+//! - [`eval`]: the held-out set; [`state`]: the data position and fingerprints for resuming.
+//! - [`preview`]: `sft-preview`, the look before training.
+
+pub mod error;
+pub mod eval;
+pub mod example;
+pub mod feeder;
+pub mod index;
+pub mod jsonl;
+pub mod pack;
+pub mod preview;
+pub mod record;
+pub mod state;
+pub mod template;
+pub mod tokenizer;
+
+#[cfg(test)]
+mod tests;
+
+pub use error::SftError;
+pub use example::{Example, IGNORE};
+pub use feeder::{Fed, FeedStats, Feeder, Slot, Split};
+pub use index::{SftIndex, Stats, DEFAULT_CUTOFF_LEN};
+pub use pack::SftBatch;
+pub use state::DataState;
+pub use tokenizer::SftTokenizer;
+
+use std::path::Path;
+use std::sync::Arc;
+
+/// `--data FILE.jsonl --tokenizer DIR`: the tokenizer and the file's index.
+pub fn open(
+    data: &Path,
+    tokenizer: &Path,
+    cutoff_len: usize,
+    seq: usize,
+) -> error::Result<(Arc<SftTokenizer>, Arc<SftIndex>)> {
+    index::check_flags(cutoff_len, seq)?;
+    let tok = Arc::new(SftTokenizer::load(tokenizer)?);
+    let idx = Arc::new(SftIndex::build(data, &tok, cutoff_len, seq)?);
+    Ok((tok, idx))
+}
+
+/// Whether `--data` names SFT examples (a `.jsonl` file) rather than a token stream.
+pub fn is_sft_data(path: &Path) -> bool {
+    path.extension()
+        .and_then(|e| e.to_str())
+        .is_some_and(|e| e.eq_ignore_ascii_case("jsonl"))
+}
