@@ -65,8 +65,9 @@ pub fn parse(path: &Path, line: u64, text: &str) -> Result<Record> {
         line,
         col: Some(e.column() as u64),
         msg: format!(
-            "malformed JSON ({e}); each line must be one JSON object: \
-             {{\"messages\": [...]}} or {{\"instruction\": ..., \"output\": ...}}"
+            "malformed JSON ({}); each line must be one JSON object: \
+             {{\"messages\": [...]}} or {{\"instruction\": ..., \"output\": ...}}",
+            json_message(&e)
         ),
     })?;
     let err = |msg: String| SftError::line(path, line, msg);
@@ -90,6 +91,15 @@ pub fn parse(path: &Path, line: u64, text: &str) -> Result<Record> {
              (a list of {{\"role\", \"content\"}}) or `instruction` and `output`",
             keys(&obj)
         ))),
+    }
+}
+
+/// serde_json's message without its `at line L column C` (the line is the file's, given apart).
+pub fn json_message(e: &serde_json::Error) -> String {
+    let s = e.to_string();
+    match s.rsplit_once(" at line ") {
+        Some((m, _)) => m.to_string(),
+        None => s,
     }
 }
 
