@@ -92,7 +92,7 @@ pub fn read_log(path: &Path) -> Result<Run> {
                 ),
             ));
         };
-        let mut put = |key: &str, scale: f64, into: &mut Vec<(f64, f64)>| {
+        let put = |key: &str, scale: f64, into: &mut Vec<(f64, f64)>| {
             if let Some(x) = v.get(key).and_then(serde_json::Value::as_f64) {
                 if x.is_finite() {
                     into.push((step, x * scale));
@@ -140,7 +140,9 @@ fn register_font() -> Result<()> {
     if ok {
         Ok(())
     } else {
-        Err(TrainError::Op("plot: the built-in font did not load".into()))
+        Err(TrainError::Op(
+            "plot: the built-in font did not load".into(),
+        ))
     }
 }
 
@@ -214,10 +216,7 @@ fn draw<DB: DrawingBackend>(
     let (top, bottom) = root.split_vertically(h * 62 / 100);
     let (x0, x1, y0, y1) = ranges(runs.iter().flat_map(|r| [&r.loss[..], &r.eval_loss[..]]));
     let mut chart = ChartBuilder::on(&top);
-    chart
-        .margin(12)
-        .x_label_area_size(34)
-        .y_label_area_size(56);
+    chart.margin(12).x_label_area_size(34).y_label_area_size(56);
     if let Some(t) = title {
         chart.caption(t, ("sans-serif", 22));
     }
@@ -226,6 +225,7 @@ fn draw<DB: DrawingBackend>(
         .configure_mesh()
         .x_desc("step")
         .y_desc("loss")
+        .x_label_formatter(&|v| step_label(*v))
         .light_line_style(RGBColor(235, 235, 235))
         .label_style(("sans-serif", 14))
         .draw()
@@ -308,16 +308,29 @@ fn small_panel<DB: DrawingBackend>(
         .y_labels(4)
         .light_line_style(RGBColor(240, 240, 240))
         .label_style(("sans-serif", 12))
+        .x_label_formatter(&|v| step_label(*v))
         .y_label_formatter(&|v| short_number(*v))
         .draw()
         .map_err(e)?;
     for (i, run) in runs.iter().enumerate() {
         let c = COLORS[i % COLORS.len()];
         chart
-            .draw_series(LineSeries::new(pick(run).iter().copied(), c.stroke_width(2)))
+            .draw_series(LineSeries::new(
+                pick(run).iter().copied(),
+                c.stroke_width(2),
+            ))
             .map_err(e)?;
     }
     Ok(())
+}
+
+/// A step tick: whole steps without decimals.
+fn step_label(v: f64) -> String {
+    if (v - v.round()).abs() < 1e-9 {
+        format!("{v:.0}")
+    } else {
+        format!("{v:.1}")
+    }
 }
 
 /// A tick label: `1.0e-3` for small or large magnitudes, `12.5` otherwise.
@@ -334,15 +347,16 @@ fn short_number(v: f64) -> String {
 /// Parse `plot`'s arguments (`argv` without the program and subcommand names) and run.
 pub fn main_with(argv: Vec<std::ffi::OsString>) -> std::process::ExitCode {
     use clap::Parser;
-    let args =
-        match PlotArgs::try_parse_from(std::iter::once(std::ffi::OsString::from("plot")).chain(argv)) {
-            Ok(a) => a,
-            Err(e) => {
-                let code = e.exit_code();
-                let _ = e.print();
-                return std::process::ExitCode::from(code.clamp(0, 255) as u8);
-            }
-        };
+    let args = match PlotArgs::try_parse_from(
+        std::iter::once(std::ffi::OsString::from("plot")).chain(argv),
+    ) {
+        Ok(a) => a,
+        Err(e) => {
+            let code = e.exit_code();
+            let _ = e.print();
+            return std::process::ExitCode::from(code.clamp(0, 255) as u8);
+        }
+    };
     match run(&args) {
         Ok(()) => {
             println!("wrote {}", args.output.display());
@@ -352,5 +366,113 @@ pub fn main_with(argv: Vec<std::ffi::OsString>) -> std::process::ExitCode {
             eprintln!("error: {e}");
             std::process::ExitCode::from(e.exit_code())
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A log of `n` steps whose loss falls from `start`, with eval lines every 5 steps.
+    fn log(dir: &Path, name: &str, start: f64, n: u64, mem: bool) -> PathBuf {
+        let mut s = String::new();
+        for step in 1..=n {
+            let loss = start / (1.0 + 0.1 * step as f64);
+            let mut line = serde_json::json!({"step": step, "loss": loss, "lr": 1e-3 * step as f64 / n as f64,
+                "grad_norm": 2.0 / step as f64, "tokens_per_s": 100.0, "tokens": 40 + step});
+            if mem {
+                line["mem_peak"] = serde_json::json!(1_048_576 * (100 + step));
+            }
+            s.push_str(&format!("{line}\n"));
+            if step % 5 == 0 || step == n {
+                s.push_str(&format!(
+                    "{}\n",
+                    serde_json::json!({"step": step, "eval_loss": loss * 1.1, "eval_tokens": 48})
+                ));
+            }
+        }
+        let p = dir.join(name);
+        std::fs::write(&p, s).unwrap();
+        p
+    }
+
+    #[test]
+    fn reads_step_and_eval_lines() {
+        let d = tempfile::tempdir().unwrap();
+        let run = read_log(&log(d.path(), "a.jsonl", 4.0, 12, true)).unwrap();
+        assert_eq!(run.name, "a.jsonl");
+        assert_eq!(run.loss.len(), 12);
+        assert_eq!(
+            run.eval_loss.iter().map(|p| p.0).collect::<Vec<_>>(),
+            [5.0, 10.0, 12.0]
+        );
+        assert_eq!(run.mem_peak[0], (1.0, 101.0));
+        assert!((run.eval_loss[0].1 - 1.1 * 4.0 / 1.5).abs() < 1e-12);
+    }
+
+    #[test]
+    fn draws_svg_and_png_of_several_runs() {
+        let d = tempfile::tempdir().unwrap();
+        let a = log(d.path(), "run_a.jsonl", 4.0, 20, true);
+        let b = log(d.path(), "run_b.jsonl", 3.0, 15, false);
+        for ext in ["svg", "png"] {
+            let out = d.path().join(format!("runs.{ext}"));
+            let args = PlotArgs {
+                logs: vec![a.clone(), b.clone()],
+                output: out.clone(),
+                size: (800, 600),
+                title: Some("two runs".into()),
+            };
+            run(&args).unwrap();
+            let bytes = std::fs::read(&out).unwrap();
+            if ext == "svg" {
+                let s = String::from_utf8(bytes).unwrap();
+                for text in [
+                    "run_a.jsonl loss",
+                    "run_b.jsonl eval_loss",
+                    "grad_norm",
+                    "mem_peak (MiB)",
+                    "two runs",
+                ] {
+                    assert!(s.contains(text), "{text} missing from the SVG");
+                }
+            } else {
+                assert_eq!(&bytes[..8], b"\x89PNG\r\n\x1a\n");
+                // IHDR: width and height, big-endian.
+                assert_eq!(u32::from_be_bytes(bytes[16..20].try_into().unwrap()), 800);
+                assert_eq!(u32::from_be_bytes(bytes[20..24].try_into().unwrap()), 600);
+            }
+        }
+    }
+
+    #[test]
+    fn bad_logs_and_outputs_are_errors() {
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path().join("bad.jsonl");
+        std::fs::write(
+            &p,
+            "{\"step\": 1, \"loss\": 2.0}\n{\"step\": 2, \"loss\" 1}\n",
+        )
+        .unwrap();
+        let e = read_log(&p).unwrap_err().to_string();
+        assert!(e.contains("bad.jsonl: line 2, column 20: not JSON"), "{e}");
+        std::fs::write(&p, "{\"loss\": 2.0}\n").unwrap();
+        let e = read_log(&p).unwrap_err().to_string();
+        assert!(e.contains("line 1: no numeric `step`"), "{e}");
+        std::fs::write(&p, "{\"step\": 1, \"eval_tokens\": 3}\n").unwrap();
+        assert!(read_log(&p)
+            .unwrap_err()
+            .to_string()
+            .contains("is it a --log file?"));
+        let good = log(d.path(), "g.jsonl", 2.0, 3, false);
+        let args = PlotArgs {
+            logs: vec![good],
+            output: d.path().join("x.jpg"),
+            size: (800, 600),
+            title: None,
+        };
+        let e = run(&args).unwrap_err();
+        assert_eq!(e.exit_code(), 2);
+        assert!(parse_size("10x10").is_err() && parse_size("800x600") == Ok((800, 600)));
     }
 }

@@ -42,11 +42,7 @@ impl Example {
 
     /// Counted targets among its positions (labels 1..).
     pub fn counted(&self) -> usize {
-        self.labels
-            .iter()
-            .skip(1)
-            .filter(|&&l| l != IGNORE)
-            .count()
+        self.labels.iter().skip(1).filter(|&&l| l != IGNORE).count()
     }
 }
 
@@ -69,10 +65,9 @@ pub enum ExampleError {
 impl std::fmt::Display for ExampleError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            ExampleError::Template(m) => write!(
-                f,
-                "the chat template failed on this conversation: {m}"
-            ),
+            ExampleError::Template(m) => {
+                write!(f, "the chat template failed on this conversation: {m}")
+            }
             ExampleError::NotIncremental { message } => write!(
                 f,
                 "the chat template does not render incrementally: the conversation up to \

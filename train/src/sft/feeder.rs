@@ -95,7 +95,13 @@ impl RowMaker {
         let line = reader.next_line()?.ok_or_else(changed)?;
         // Where the reader stands now: the next entry needs no seek if it follows directly.
         self.at = reader.offset();
-        match example_of_line(&self.path, entry.line, &line.text, &self.tok, index.cutoff_len)? {
+        match example_of_line(
+            &self.path,
+            entry.line,
+            &line.text,
+            &self.tok,
+            index.cutoff_len,
+        )? {
             Some(Some(ex)) if ex.ids.len() == entry.tokens as usize => Ok(ex),
             _ => Err(changed()),
         }
@@ -200,7 +206,7 @@ impl<S: Slot> Feeder<S> {
 
     /// The next micro-batch (waits only if the producer is behind; counted in
     /// [`stats`](Self::stats)).
-    pub fn next(&mut self) -> Result<Fed<S>> {
+    pub fn take(&mut self) -> Result<Fed<S>> {
         let got = match self.full.try_recv() {
             Ok(x) => x,
             Err(TryRecvError::Empty) => {
@@ -218,7 +224,7 @@ impl<S: Slot> Feeder<S> {
 
     /// Hand a slot back for the producer to fill again.
     pub fn recycle(&self, slot: S) {
-        // The producer gone (it stopped on an error): the next `next` reports it.
+        // The producer gone (it stopped on an error): the next `take` reports it.
         let _ = self.free.send(slot);
     }
 
@@ -229,7 +235,11 @@ impl<S: Slot> Feeder<S> {
 
     /// The producer's end, as an error.
     fn stopped(&mut self) -> SftError {
-        let panicked = self.thread.take().map(|t| t.join().is_err()).unwrap_or(false);
+        let panicked = self
+            .thread
+            .take()
+            .map(|t| t.join().is_err())
+            .unwrap_or(false);
         SftError::Producer(if panicked {
             "its thread panicked".into()
         } else {

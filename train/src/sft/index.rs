@@ -201,7 +201,12 @@ impl SftIndex {
         let rows = plan(&positions, seq);
         let row_counted: Vec<u32> = rows
             .iter()
-            .map(|r| entries[r.first..r.first + r.count].iter().map(|e| e.counted).sum())
+            .map(|r| {
+                entries[r.first..r.first + r.count]
+                    .iter()
+                    .map(|e| e.counted)
+                    .sum()
+            })
             .collect();
         stats.rows = rows.len() as u64;
         stats.positions = stats.rows * seq as u64;

@@ -74,11 +74,7 @@ pub fn run(args: &PreviewArgs, out: &mut dyn Write) -> crate::error::Result<()> 
     for (line, ex) in &shown {
         writeln!(out).map_err(w)?;
         match ex {
-            None => writeln!(
-                out,
-                "── line {line}: no assistant turn (dropped) ──"
-            )
-            .map_err(w)?,
+            None => writeln!(out, "── line {line}: no assistant turn (dropped) ──").map_err(w)?,
             Some(ex) => {
                 writeln!(out, "── line {line}: {} ──", counts(ex, args.cutoff_len)).map_err(w)?;
                 writeln!(out, "{}", marked(&tok, ex, color)).map_err(w)?;

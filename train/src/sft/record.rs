@@ -133,10 +133,7 @@ fn string_field<'a>(
     match obj.get(key) {
         None | Some(Value::Null) => Ok(None),
         Some(Value::String(s)) => Ok(Some(s)),
-        Some(v) => Err(format!(
-            "{what}`{key}` is a JSON {}, not a string",
-            kind(v)
-        )),
+        Some(v) => Err(format!("{what}`{key}` is a JSON {}, not a string", kind(v))),
     }
 }
 
@@ -199,9 +196,8 @@ fn messages(v: &Value) -> Result<Vec<Message>, String> {
                 ))
             }
         };
-        let content = string_field(m, "content", &at)?.ok_or_else(|| {
-            format!("messages[{i}] ({}) has no `content` string", role.as_str())
-        })?;
+        let content = string_field(m, "content", &at)?
+            .ok_or_else(|| format!("messages[{i}] ({}) has no `content` string", role.as_str()))?;
         out.push(Message::new(role, content));
     }
     Ok(out)

@@ -89,9 +89,7 @@ impl DataState {
         self.epoch
             .checked_mul(rows)
             .and_then(|g| g.checked_add(self.row))
-            .ok_or_else(|| {
-                SftError::file(&index.path, format!("epoch {} overflows", self.epoch))
-            })
+            .ok_or_else(|| SftError::file(&index.path, format!("epoch {} overflows", self.epoch)))
     }
 }
 

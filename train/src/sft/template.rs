@@ -50,7 +50,11 @@ impl ChatTemplate {
 
     /// The text of `messages`, with the assistant's prompt appended when
     /// `add_generation_prompt` (and the template supports it).
-    pub fn render(&self, messages: &[Message], add_generation_prompt: bool) -> Result<String, String> {
+    pub fn render(
+        &self,
+        messages: &[Message],
+        add_generation_prompt: bool,
+    ) -> Result<String, String> {
         let msgs: Vec<Msg<'_>> = messages
             .iter()
             .map(|m| Msg {

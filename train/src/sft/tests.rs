@@ -46,7 +46,8 @@ fn check_against(name: &str, file: &str, exp: &Value) {
     let mut seen = 0;
     let mut r = LineReader::open(&path).unwrap();
     while let Some(line) = r.next_line().unwrap() {
-        let Some(ex) = example_of_line(&path, line.number, &line.text, &tok, cutoff).unwrap() else {
+        let Some(ex) = example_of_line(&path, line.number, &line.text, &tok, cutoff).unwrap()
+        else {
             continue;
         };
         let want = &examples[seen];
@@ -61,7 +62,12 @@ fn check_against(name: &str, file: &str, exp: &Value) {
         let ids: Vec<i64> = ex.ids.iter().map(|&t| i64::from(t)).collect();
         assert_eq!(ids, ints(&want["ids"]), "{name} line {}: ids", line.number);
         let labels: Vec<i64> = ex.labels.iter().map(|&t| i64::from(t)).collect();
-        assert_eq!(labels, ints(&want["labels"]), "{name} line {}: labels", line.number);
+        assert_eq!(
+            labels,
+            ints(&want["labels"]),
+            "{name} line {}: labels",
+            line.number
+        );
         assert_eq!(ex.full_len as u64, want["full_len"].as_u64().unwrap());
         assert_eq!(ex.is_dropped(), want["dropped"].as_bool().unwrap());
     }
@@ -82,10 +88,26 @@ fn check_against(name: &str, file: &str, exp: &Value) {
         let mut b = SftBatch::default();
         maker.push_row(&index, g as u64, &mut b).unwrap();
         let as64 = |v: &[i32]| v.iter().map(|&x| i64::from(x)).collect::<Vec<_>>();
-        assert_eq!(as64(&b.inputs), ints(&want["inputs"]), "{name} row {g}: inputs");
-        assert_eq!(as64(&b.targets), ints(&want["targets"]), "{name} row {g}: targets");
-        assert_eq!(as64(&b.positions), ints(&want["positions"]), "{name} row {g}: positions");
-        assert_eq!(as64(&b.cu_seqlens), ints(&want["cu_seqlens"]), "{name} row {g}: cu_seqlens");
+        assert_eq!(
+            as64(&b.inputs),
+            ints(&want["inputs"]),
+            "{name} row {g}: inputs"
+        );
+        assert_eq!(
+            as64(&b.targets),
+            ints(&want["targets"]),
+            "{name} row {g}: targets"
+        );
+        assert_eq!(
+            as64(&b.positions),
+            ints(&want["positions"]),
+            "{name} row {g}: positions"
+        );
+        assert_eq!(
+            as64(&b.cu_seqlens),
+            ints(&want["cu_seqlens"]),
+            "{name} row {g}: cu_seqlens"
+        );
         assert_eq!(b.counted() as u32, index.row_counted[g]);
     }
 }
@@ -115,8 +137,10 @@ fn fixture_covers_what_the_issue_lists() {
         .filter(|e| e["full_len"].as_u64() > exp["cutoff_len"].as_u64())
         .count();
     assert!(cut >= 5, "{cut} examples cut");
-    assert!(ex.iter().any(|e| e["dropped"].as_bool().unwrap()
-        && e["full_len"].as_u64() > exp["cutoff_len"].as_u64()));
+    assert!(ex
+        .iter()
+        .any(|e| e["dropped"].as_bool().unwrap()
+            && e["full_len"].as_u64() > exp["cutoff_len"].as_u64()));
     let text = std::fs::read_to_string(dir().join("train.jsonl")).unwrap();
     assert!(text.contains('机') && text.contains('🎉') && text.contains("\"system\""));
 }
@@ -142,25 +166,36 @@ fn feeder_runs_ahead_in_order_across_epochs_and_ranks() {
         rank,
     });
     let start = rows - 3; // the first micro-batch straddles the epoch's end
-    let mut whole: Feeder<SftBatch> =
-        Feeder::start(Arc::clone(&index), Arc::clone(&tok), single, start, vec![SftBatch::default(); 3])
-            .unwrap();
+    let mut whole: Feeder<SftBatch> = Feeder::start(
+        Arc::clone(&index),
+        Arc::clone(&tok),
+        single,
+        start,
+        vec![SftBatch::default(); 3],
+    )
+    .unwrap();
     let mut per_rank: Vec<Feeder<SftBatch>> = ranks
         .iter()
         .map(|&s| {
-            Feeder::start(Arc::clone(&index), Arc::clone(&tok), s, start, vec![SftBatch::default(); 2])
-                .unwrap()
+            Feeder::start(
+                Arc::clone(&index),
+                Arc::clone(&tok),
+                s,
+                start,
+                vec![SftBatch::default(); 2],
+            )
+            .unwrap()
         })
         .collect();
     for k in 0..(rows / 4 + 3) {
         let g = start + 4 * k;
-        let w = whole.next().unwrap();
+        let w = whole.take().unwrap();
         assert_eq!(w.row, g);
         assert_eq!(w.slot, sequential(&index, &tok, single, g));
         assert_eq!(w.counted, index.counted_rows(g, 4));
         let half = w.slot.inputs.len() / 2;
         for (r, f) in per_rank.iter_mut().enumerate() {
-            let p = f.next().unwrap();
+            let p = f.take().unwrap();
             assert_eq!(p.slot.inputs[..], w.slot.inputs[r * half..(r + 1) * half]);
             assert_eq!(p.slot.targets[..], w.slot.targets[r * half..(r + 1) * half]);
             assert_eq!(p.slot.cu_seqlens.last().copied(), Some(half as i32));
@@ -183,9 +218,15 @@ fn resume_refuses_other_data_or_tokenizer() {
     let back: DataState = serde_json::from_str(&serde_json::to_string(&state).unwrap()).unwrap();
     assert_eq!(back.resume_row(&train, &tok_a).unwrap(), g);
     let e = back.resume_row(&eval, &tok_a).unwrap_err().to_string();
-    assert!(e.contains("eval.jsonl") && e.contains("not the data"), "{e}");
+    assert!(
+        e.contains("eval.jsonl") && e.contains("not the data"),
+        "{e}"
+    );
     let e = back.resume_row(&train, &tok_b).unwrap_err().to_string();
-    assert!(e.contains("tokenizer_sysprompt") && e.contains("not the tokenizer"), "{e}");
+    assert!(
+        e.contains("tokenizer_sysprompt") && e.contains("not the tokenizer"),
+        "{e}"
+    );
     let other_seq = SftIndex::build(&dir().join("train.jsonl"), &tok_a, 96, 256).unwrap();
     let e = back.resume_row(&other_seq, &tok_a).unwrap_err().to_string();
     assert!(e.contains("--seq 256") && e.contains("--seq 128"), "{e}");
@@ -201,8 +242,16 @@ fn eval_split_covers_every_row_once() {
     let mut split_total = 0;
     let mut lens = Vec::new();
     for rank in 0..3 {
-        let b = eval::eval_batches(&index, Arc::clone(&tok), Split { batch: 2, world: 3, rank })
-            .unwrap();
+        let b = eval::eval_batches(
+            &index,
+            Arc::clone(&tok),
+            Split {
+                batch: 2,
+                world: 3,
+                rank,
+            },
+        )
+        .unwrap();
         lens.push(b.len());
         split_total += b.iter().map(SftBatch::counted).sum::<usize>();
         assert!(b.iter().all(|x| x.inputs.len() == 2 * 128));
@@ -232,9 +281,18 @@ fn preview_marks_trained_tokens() {
     let e0 = &exp["examples"][0];
     let n = ints(&e0["ids"]).len();
     let trained = ints(&e0["labels"]).iter().filter(|&&l| l != -100).count();
-    assert!(s.contains(&format!("── line 1: {n} tokens, {trained} trained ──")), "{s}");
-    assert!(s.contains("57 examples read, 2 dropped (1 without an assistant turn)"), "{s}");
-    assert!(s.contains(&format!("{} rows of 128", exp["stats"]["rows"])), "{s}");
+    assert!(
+        s.contains(&format!("── line 1: {n} tokens, {trained} trained ──")),
+        "{s}"
+    );
+    assert!(
+        s.contains("57 examples read, 2 dropped (1 without an assistant turn)"),
+        "{s}"
+    );
+    assert!(
+        s.contains(&format!("{} rows of 128", exp["stats"]["rows"])),
+        "{s}"
+    );
 }
 
 // ---- bad input ----
@@ -260,7 +318,10 @@ const GOOD: &str = r#"{"instruction": "hi", "output": "hello"}"#;
 #[test]
 fn malformed_json_names_line_and_column() {
     let e = index_err(format!("{GOOD}\n{{\"instruction\": \"a\", \"output\": }}\n").as_bytes());
-    assert!(e.contains("data.jsonl:2:") && e.contains("malformed JSON"), "{e}");
+    assert!(
+        e.contains("data.jsonl:2:") && e.contains("malformed JSON"),
+        "{e}"
+    );
     let col: u64 = e.split(':').nth(2).unwrap().parse().unwrap();
     assert_eq!(col, 32, "{e}");
     assert!(e.contains("malformed JSON (expected value);"), "{e}");
@@ -270,31 +331,65 @@ fn malformed_json_names_line_and_column() {
 fn records_of_neither_format_or_bad_fields_are_errors() {
     let cases: [(&str, &str); 9] = [
         ("[1, 2]", "is a JSON array, not an object"),
-        (r#"{"prompt": "a", "completion": "b"}"#, "neither a conversation nor an alpaca record"),
+        (
+            r#"{"prompt": "a", "completion": "b"}"#,
+            "neither a conversation nor an alpaca record",
+        ),
         (r#"{"instruction": "a"}"#, "alpaca record without `output`"),
-        (r#"{"instruction": 3, "output": "b"}"#, "`instruction` is a JSON number, not a string"),
-        (r#"{"instruction": "a", "output": "b", "input": ["x"]}"#, "`input` is a JSON array"),
-        (r#"{"messages": [{"role": "tool", "content": "x"}]}"#, "unknown role `tool`"),
-        (r#"{"messages": [{"role": "user"}]}"#, "messages[0] (user) has no `content`"),
-        (r#"{"messages": [{"role": "user", "content": 1}]}"#, "messages[0].`content` is a JSON number"),
+        (
+            r#"{"instruction": 3, "output": "b"}"#,
+            "`instruction` is a JSON number, not a string",
+        ),
+        (
+            r#"{"instruction": "a", "output": "b", "input": ["x"]}"#,
+            "`input` is a JSON array",
+        ),
+        (
+            r#"{"messages": [{"role": "tool", "content": "x"}]}"#,
+            "unknown role `tool`",
+        ),
+        (
+            r#"{"messages": [{"role": "user"}]}"#,
+            "messages[0] (user) has no `content`",
+        ),
+        (
+            r#"{"messages": [{"role": "user", "content": 1}]}"#,
+            "messages[0].`content` is a JSON number",
+        ),
         (r#"{"messages": "hi"}"#, "`messages` is a JSON string"),
     ];
     for (line, want) in cases {
         let e = index_err(format!("{GOOD}\n\n{line}\n").as_bytes());
-        assert!(e.contains("data.jsonl:3: ") && e.contains(want), "{line}: {e}");
+        assert!(
+            e.contains("data.jsonl:3: ") && e.contains(want),
+            "{line}: {e}"
+        );
     }
 }
 
 #[test]
 fn conversation_without_assistant_is_dropped_and_counted() {
-    let data = format!("{GOOD}\n{}\n{GOOD}\n", r#"{"messages": [{"role": "user", "content": "x"}]}"#);
+    let data = format!(
+        "{GOOD}\n{}\n{GOOD}\n",
+        r#"{"messages": [{"role": "user", "content": "x"}]}"#
+    );
     let (_d, p) = with_data(data.as_bytes());
     let index = SftIndex::build(&p, &tok("chatml"), 96, 128).unwrap();
-    assert_eq!((index.stats.read, index.stats.dropped, index.stats.no_assistant), (3, 1, 1));
+    assert_eq!(
+        (
+            index.stats.read,
+            index.stats.dropped,
+            index.stats.no_assistant
+        ),
+        (3, 1, 1)
+    );
     assert_eq!(index.entries.len(), 2);
     let only = r#"{"messages": [{"role": "user", "content": "x"}]}"#;
     let e = index_err(format!("{only}\n").as_bytes());
-    assert!(e.contains("holds no example to train on (1 read, 1 dropped"), "{e}");
+    assert!(
+        e.contains("holds no example to train on (1 read, 1 dropped"),
+        "{e}"
+    );
 }
 
 #[test]
@@ -317,7 +412,10 @@ fn a_huge_line_is_refused_with_bounded_memory() {
     let mut r = LineReader::open(&p).unwrap().with_max_line(1 << 20);
     assert!(r.next_line().unwrap().is_some());
     let e = r.next_line().unwrap_err().to_string();
-    assert!(e.contains("huge.jsonl:2: the line is longer than 1 MiB"), "{e}");
+    assert!(
+        e.contains("huge.jsonl:2: the line is longer than 1 MiB"),
+        "{e}"
+    );
 }
 
 #[test]
@@ -325,7 +423,10 @@ fn cutoff_above_seq_plus_one_is_a_usage_error() {
     let (_d, p) = with_data(GOOD.as_bytes());
     let e = SftIndex::build(&p, &tok("chatml"), 130, 128).unwrap_err();
     assert!(matches!(e, SftError::Usage(_)));
-    assert!(e.to_string().contains("--cutoff-len 130 with --seq 128"), "{e}");
+    assert!(
+        e.to_string().contains("--cutoff-len 130 with --seq 128"),
+        "{e}"
+    );
     assert_eq!(crate::error::TrainError::from(e).exit_code(), 2);
     assert!(SftIndex::build(&p, &tok("chatml"), 129, 128).is_ok());
 }
@@ -336,7 +437,10 @@ fn ids_beyond_the_models_vocab_are_refused() {
     let index = SftIndex::build(&dir().join("train.jsonl"), &tok, 96, 128).unwrap();
     let max = index.max_id.unwrap();
     assert!(index.check_vocab(max.id as usize + 1, tok.pad_id).is_ok());
-    let e = index.check_vocab(max.id as usize, tok.pad_id).unwrap_err().to_string();
+    let e = index
+        .check_vocab(max.id as usize, tok.pad_id)
+        .unwrap_err()
+        .to_string();
     assert!(
         e.contains(&format!("train.jsonl:{}:", max.line)) && e.contains("vocab_size"),
         "{e}"
@@ -371,7 +475,10 @@ fn template_that_does_not_render_incrementally_is_an_error() {
     let e = SftIndex::build(&p, &SftTokenizer::load(&tdir).unwrap(), 96, 128)
         .unwrap_err()
         .to_string();
-    assert!(e.contains("data.jsonl:1: ") && e.contains("does not render incrementally"), "{e}");
+    assert!(
+        e.contains("data.jsonl:1: ") && e.contains("does not render incrementally"),
+        "{e}"
+    );
 }
 
 #[test]
@@ -388,10 +495,16 @@ fn template_errors_are_reported_with_the_line() {
     let e = SftIndex::build(&p, &SftTokenizer::load(&tdir).unwrap(), 96, 128)
         .unwrap_err()
         .to_string();
-    assert!(e.contains("data.jsonl:2: ") && e.contains("no system prompts here"), "{e}");
+    assert!(
+        e.contains("data.jsonl:2: ") && e.contains("no system prompts here"),
+        "{e}"
+    );
     let (_t2, bad) = tokenizer_with("{% for m in messages %}{{ m.content }");
     let e = SftTokenizer::load(&bad).unwrap_err().to_string();
-    assert!(e.contains("tokenizer_config.json") && e.contains("does not compile"), "{e}");
+    assert!(
+        e.contains("tokenizer_config.json") && e.contains("does not compile"),
+        "{e}"
+    );
 }
 
 #[test]
@@ -402,7 +515,12 @@ fn python_string_methods_and_loop_variables_render() {
          {% if not loop.last %}|{% endif %}{% endfor %}{{ eos_token }}",
     );
     let t = SftTokenizer::load(&tdir).unwrap();
-    let Record::Messages(m) = parse(Path::new("x"), 1, r#"{"instruction": " hi ", "output": "yo"}"#).unwrap() else {
+    let Record::Messages(m) = parse(
+        Path::new("x"),
+        1,
+        r#"{"instruction": " hi ", "output": "yo"}"#,
+    )
+    .unwrap() else {
         panic!()
     };
     assert_eq!(
@@ -417,17 +535,27 @@ fn corrupt_or_missing_tokenizer_files_are_errors() {
     let e = SftTokenizer::load(d.path()).unwrap_err().to_string();
     assert!(e.contains("tokenizer.json: not found"), "{e}");
     let src = dir().join("tokenizer_chatml");
-    std::fs::copy(src.join("tokenizer_config.json"), d.path().join("tokenizer_config.json"))
-        .unwrap();
+    std::fs::copy(
+        src.join("tokenizer_config.json"),
+        d.path().join("tokenizer_config.json"),
+    )
+    .unwrap();
     let mut tj = std::fs::read(src.join("tokenizer.json")).unwrap();
     tj.truncate(tj.len() / 2);
     std::fs::write(d.path().join("tokenizer.json"), &tj).unwrap();
     let e = SftTokenizer::load(d.path()).unwrap_err().to_string();
     assert!(e.contains("tokenizer.json: is not a tokenizer"), "{e}");
     std::fs::copy(src.join("tokenizer.json"), d.path().join("tokenizer.json")).unwrap();
-    std::fs::write(d.path().join("tokenizer_config.json"), b"{\"bos_token\": \"a\",\n  \"x\" 1}").unwrap();
+    std::fs::write(
+        d.path().join("tokenizer_config.json"),
+        b"{\"bos_token\": \"a\",\n  \"x\" 1}",
+    )
+    .unwrap();
     let e = SftTokenizer::load(d.path()).unwrap_err().to_string();
-    assert!(e.contains("tokenizer_config.json:2:") && e.contains("malformed JSON"), "{e}");
+    assert!(
+        e.contains("tokenizer_config.json:2:") && e.contains("malformed JSON"),
+        "{e}"
+    );
     std::fs::write(d.path().join("tokenizer_config.json"), b"{}").unwrap();
     let e = SftTokenizer::load(d.path()).unwrap_err().to_string();
     assert!(e.contains("has no `chat_template`"), "{e}");
@@ -439,7 +567,14 @@ fn a_file_changed_under_the_producer_is_reported() {
     let (_d, p) = with_data(data.as_bytes());
     let tok = tok("chatml");
     let index = SftIndex::build(&p, &tok, 96, 128).unwrap();
-    std::fs::write(&p, format!("{GOOD}\n{}\n", r#"{"instruction": "a much longer question than before", "output": "b"}"#)).unwrap();
+    std::fs::write(
+        &p,
+        format!(
+            "{GOOD}\n{}\n",
+            r#"{"instruction": "a much longer question than before", "output": "b"}"#
+        ),
+    )
+    .unwrap();
     let mut m = RowMaker::new(&p, Arc::clone(&tok));
     let e = m
         .micro_batch(&index, Split::single(1), 0, &mut SftBatch::default())

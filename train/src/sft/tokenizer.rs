@@ -86,9 +86,8 @@ impl SftTokenizer {
             _ => {
                 let jinja = dir.join("chat_template.jinja");
                 if jinja.is_file() {
-                    String::from_utf8(read(&jinja)?).map_err(|_| {
-                        SftError::file(&jinja, "is not UTF-8")
-                    })?
+                    String::from_utf8(read(&jinja)?)
+                        .map_err(|_| SftError::file(&jinja, "is not UTF-8"))?
                 } else {
                     return Err(SftError::file(
                         &cj,
@@ -109,12 +108,8 @@ impl SftTokenizer {
             .get("pad_token")
             .and_then(|t| tok.token_to_id(t))
             .unwrap_or(0);
-        let template = ChatTemplate::new(&source, tokens).map_err(|m| {
-            SftError::file(
-                &cj,
-                format!("its chat_template does not compile: {m}"),
-            )
-        })?;
+        let template = ChatTemplate::new(&source, tokens)
+            .map_err(|m| SftError::file(&cj, format!("its chat_template does not compile: {m}")))?;
         Ok(Self {
             dir: dir.to_path_buf(),
             tok,
@@ -134,7 +129,11 @@ impl SftTokenizer {
     }
 
     /// The chat template's text of `messages`.
-    pub fn render(&self, messages: &[Message], add_generation_prompt: bool) -> Result<String, String> {
+    pub fn render(
+        &self,
+        messages: &[Message],
+        add_generation_prompt: bool,
+    ) -> Result<String, String> {
         self.template.render(messages, add_generation_prompt)
     }
 
