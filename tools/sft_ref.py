@@ -281,5 +281,163 @@ def main():
               f"padding {s['padding']}/{s['positions']}, counted {s['counted']}")
 
 
+
+
+# ---- Training on SFT data: the float64 transformers reference -------------------------------
+#
+# A tiny LlamaForCausalLM whose vocabulary is the tokenizer's, trained on the ChatML rendering
+# of train.jsonl packed as above, with the loss of every step divided by the step's count of
+# counted targets over all its micro-batches (micro-batches of unequal counts with
+# --grad-accum), each packed sequence run on its own (position ids from 0), and the held-out
+# loss of eval.jsonl (counted-target mean, no gradients) after every EVAL_EVERY-th step and the
+# last. Written: tests/data/sft/model/ and tests/data/sft/ref_train.jsonl (step lines, then
+# eval lines `{"step", "eval_loss", "eval_tokens"}`); the run's flags in tests/data/sft/run.json.
+
+RUN = {"template": "chatml", "cutoff_len": 64, "seq": 64, "batch": 2, "grad_accum": 2,
+       "steps": 8, "lr": 1e-2, "eval_every": 4}
+
+
+def tiny_model(vocab, out):
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    cfg = LlamaConfig(vocab_size=vocab, hidden_size=32, intermediate_size=64,
+                      num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                      head_dim=8, max_position_embeddings=128, rms_norm_eps=1e-5,
+                      tie_word_embeddings=True, rope_theta=10000.0, hidden_act="silu",
+                      bos_token_id=0, eos_token_id=2, pad_token_id=0)
+    torch.manual_seed(0)
+    model = LlamaForCausalLM(cfg).to(torch.float32)
+    model.save_pretrained(out, safe_serialization=True)
+    for extra in ["generation_config.json"]:
+        p = os.path.join(out, extra)
+        if os.path.exists(p):
+            os.remove(p)
+
+
+def rotary_f64(model, torch):
+    """transformers computes the rotary angles in float32: the same frequencies in float64."""
+    rot = model.model.rotary_emb
+    d = model.config.head_dim
+    params = getattr(model.config, "rope_parameters", None) or {}
+    theta = params.get("rope_theta", getattr(model.config, "rope_theta", 10000.0))
+    assert params.get("rope_type", "default") == "default"
+    inv = 1.0 / (theta ** (torch.arange(0, d, 2, dtype=torch.float64) / d))
+    assert torch.allclose(inv, rot.inv_freq.to(torch.float64), rtol=1e-6, atol=0)
+
+    def forward(x, position_ids):
+        freqs = position_ids[..., None].to(torch.float64) * inv
+        emb = torch.cat((freqs, freqs), dim=-1)
+        return emb.cos().to(x.dtype), emb.sin().to(x.dtype)
+
+    rot.forward = forward
+
+
+def micro_batches(rows, batch, first_row, count):
+    """`count` micro-batches of `batch` rows from global row `first_row` (rows cycle: epochs)."""
+    out = []
+    g = first_row
+    for _ in range(count):
+        mb = {"inputs": [], "targets": [], "positions": [], "cu_seqlens": [0]}
+        for r in range(batch):
+            row = rows[(g + r) % len(rows)]
+            base = len(mb["inputs"])
+            mb["inputs"] += row["inputs"]
+            mb["targets"] += row["targets"]
+            mb["positions"] += row["positions"]
+            mb["cu_seqlens"] += [base + c for c in row["cu_seqlens"][1:]]
+        out.append(mb)
+        g += batch
+    return out
+
+
+def loss_sum(model, mb, torch):
+    """Summed cross-entropy of a micro-batch's counted targets, each sequence alone."""
+    import torch.nn.functional as F
+
+    inputs = torch.tensor(mb["inputs"], dtype=torch.long)
+    targets = torch.tensor(mb["targets"], dtype=torch.long)
+    total = torch.zeros((), dtype=torch.float64)
+    cu = mb["cu_seqlens"]
+    for s, e in zip(cu[:-1], cu[1:]):
+        if (targets[s:e] == -100).all():
+            continue
+        pos = torch.tensor(mb["positions"][s:e])[None]
+        logits = model(input_ids=inputs[s:e][None], position_ids=pos, use_cache=False).logits[0]
+        total = total + F.cross_entropy(logits.to(torch.float64), targets[s:e],
+                                        ignore_index=-100, reduction="sum")
+    return total
+
+
+def train_reference():
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    tdir = os.path.join(OUT, f"tokenizer_{RUN['template']}")
+    hf = PreTrainedTokenizerFast.from_pretrained(tdir)
+    mdir = os.path.join(OUT, "model")
+    tiny_model(len(hf), mdir)
+    recs = examples()
+    lines = [(i + 1, r) for i, r in enumerate(recs) if r is not None]
+    train = expected(hf, lines, RUN["cutoff_len"], RUN["seq"])
+    ev = expected(hf, [(i + 1, r) for i, r in enumerate(eval_examples())], RUN["cutoff_len"], RUN["seq"])
+    torch.use_deterministic_algorithms(True)
+    model = AutoModelForCausalLM.from_pretrained(mdir, dtype=torch.float64, attn_implementation="eager")
+    rotary_f64(model, torch)
+    model.train()
+    params = [p for p in model.parameters() if p.requires_grad]
+    decay = [p for p in params if p.dim() == 2]
+    no_decay = [p for p in params if p.dim() != 2]
+    opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.0},
+                             {"params": no_decay, "weight_decay": 0.0}],
+                            lr=RUN["lr"], betas=(0.9, 0.999), eps=1e-8, foreach=False)
+    b, k = RUN["batch"], RUN["grad_accum"]
+    log = []
+    counts = []
+
+    def evaluate(step):
+        mbs = micro_batches(ev["rows"], b, 0, (len(ev["rows"]) + b - 1) // b)
+        # Rows past the end of the eval set are padding: drop the wrapped ones.
+        n_rows = len(ev["rows"])
+        total, count = 0.0, 0
+        with torch.no_grad():
+            for i, mb in enumerate(mbs):
+                keep = max(0, min(b, n_rows - i * b))
+                t = RUN["seq"] * keep
+                sub = {"inputs": mb["inputs"][:t], "targets": mb["targets"][:t],
+                       "positions": mb["positions"][:t],
+                       "cu_seqlens": [c for c in mb["cu_seqlens"] if c <= t]}
+                total += loss_sum(model, sub, torch).item()
+                count += sum(1 for y in sub["targets"] if y != -100)
+        log.append({"step": step, "eval_loss": total / count, "eval_tokens": count})
+
+    for s in range(1, RUN["steps"] + 1):
+        opt.zero_grad(set_to_none=True)
+        mbs = micro_batches(train["rows"], b, (s - 1) * b * k, k)
+        per_mb = [sum(1 for y in mb["targets"] if y != -100) for mb in mbs]
+        counts.append(per_mb)
+        count = sum(per_mb)
+        loss_total = 0.0
+        for mb in mbs:
+            loss = loss_sum(model, mb, torch) / count
+            loss.backward()
+            loss_total += loss.item()
+        norm = torch.sqrt(sum((p.grad * p.grad).sum() for p in params)).item()
+        opt.step()
+        log.append({"step": s, "loss": loss_total, "lr": RUN["lr"], "grad_norm": norm, "tokens": count})
+        print(f"step {s}/{RUN['steps']} | loss {loss_total:.6f} | norm {norm:.4f} | tokens {count} {per_mb}")
+        if s % RUN["eval_every"] == 0 or s == RUN["steps"]:
+            evaluate(s)
+            print(f"eval step {s} | eval_loss {log[-1]['eval_loss']:.6f} | eval_tokens {log[-1]['eval_tokens']}")
+    assert any(len(set(c)) > 1 for c in counts), "micro-batches of equal counts only"
+    with open(os.path.join(OUT, "ref_train.jsonl"), "w") as f:
+        for rec in log:
+            f.write(json.dumps(rec) + "\n")
+    with open(os.path.join(OUT, "run.json"), "w") as f:
+        json.dump(RUN, f, indent=1)
+        f.write("\n")
+
+
 if __name__ == "__main__":
     main()
+    train_reference()
