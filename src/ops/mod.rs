@@ -11,9 +11,11 @@
 
 mod error;
 pub(crate) mod launch;
+pub mod run;
 
 pub use crate::params::DeviceElement;
 pub use error::OpError;
+pub use run::{Kernels, Launch, Run};
 
 use crate::embedded::{kernel_names, KernelFile};
 #[cfg(feature = "golden")]

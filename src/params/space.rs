@@ -45,12 +45,15 @@ pub fn opt_numel(t: &Option<impl TensorLen>) -> Option<usize> {
 }
 
 /// Where the tensors of an op's argument struct live: `In` for tensors the op reads, `Out` for
-/// tensors it writes (or reads and writes), both for element type `T`.
+/// tensors it writes (or reads and writes), both for element type `T`; `Queue` is what an op
+/// struct of this space runs on ([`crate::ops::Run`]).
 pub trait Space: 'static {
     /// A tensor the op only reads.
     type In<'a, T: hip_rt::Element + 'a>: TensorLen;
     /// A tensor the op writes.
     type Out<'a, T: hip_rt::Element + 'a>: TensorLen;
+    /// Where an op runs: `()` on the host, the stream its work is queued on for a device.
+    type Queue<'q>: Copy;
 }
 
 /// Host slices: the CPU reference's arguments ([`crate::cpu`]).
@@ -60,6 +63,7 @@ pub struct Host;
 impl Space for Host {
     type In<'a, T: hip_rt::Element + 'a> = &'a [T];
     type Out<'a, T: hip_rt::Element + 'a> = &'a mut [T];
+    type Queue<'q> = ();
 }
 
 /// Device buffers or views of them (`hip_rt::DeviceBuffer`, `DeviceSlice`, ...): the
@@ -70,6 +74,7 @@ pub struct OnDevice;
 impl Space for OnDevice {
     type In<'a, T: hip_rt::Element + 'a> = &'a dyn DeviceView<T>;
     type Out<'a, T: hip_rt::Element + 'a> = &'a mut dyn DeviceViewMut<T>;
+    type Queue<'q> = &'q hip_rt::Stream;
 }
 
 /// Host f64 slices whatever the storage type: the f64 cores of [`crate::cpu::exact`].
@@ -79,4 +84,5 @@ pub struct Exact;
 impl Space for Exact {
     type In<'a, T: hip_rt::Element + 'a> = &'a [f64];
     type Out<'a, T: hip_rt::Element + 'a> = &'a mut [f64];
+    type Queue<'q> = ();
 }

@@ -20,6 +20,45 @@ const WINDOWS: usize = 64;
 
 /// The settings of this rank's run.
 pub(crate) fn settings(args: &Args, setup: &Setup) -> Settings {
+    settings_of(
+        args,
+        setup.cfg.describe(),
+        weights(setup),
+        data(&setup.tokens.ids, setup.loader.pos),
+        setup.restored.state.step + 1,
+    )
+}
+
+/// The settings of this rank's run of a LLaMA-family model.
+pub(crate) fn llama_settings(args: &Args, setup: &crate::llama::train::LlamaSetup) -> Settings {
+    use crate::llama::train::Source;
+    let r = &setup.restored;
+    let mut h = Sha256::new();
+    for group in [&r.params, &r.exp_avg, &r.exp_avg_sq] {
+        feed(&mut h, &group.iter().collect::<Vec<_>>());
+    }
+    settings_of(
+        args,
+        setup.cfg.describe(),
+        hex(h),
+        match &setup.source {
+            Source::Stream { tokens, loader } => data(&tokens.ids, loader.pos),
+            Source::Batches { list, next } => {
+                let mut h = Sha256::new();
+                h.update((*next as u64).to_le_bytes());
+                for b in list {
+                    h.update(bytemuck::cast_slice::<i32, u8>(&b.inputs));
+                    h.update(bytemuck::cast_slice::<i32, u8>(&b.targets));
+                }
+                hex(h)
+            }
+        },
+        r.state.step + 1,
+    )
+}
+
+/// The flags that change what a step computes, the model's shape and the fingerprints.
+fn settings_of(args: &Args, shape: String, weights: String, data: String, first: u64) -> Settings {
     let mut s: Vec<(String, String)> = Vec::new();
     let mut put = |k: &str, v: String| s.push((k.to_string(), v));
     put("--batch", args.batch.to_string());
@@ -42,10 +81,10 @@ pub(crate) fn settings(args: &Args, setup: &Setup) -> Settings {
     put("--lora-rank", args.lora_rank.to_string());
     put("--lora-alpha", format!("{:?}", args.lora_alpha));
     put("--lora-targets", format!("{:?}", args.lora_targets));
-    put("model shape", setup.cfg.describe());
-    put("initial weights (sha256)", weights(setup));
-    put("data (sha256 of a sample)", data(setup));
-    put("first step", (setup.restored.state.step + 1).to_string());
+    put("model shape", shape);
+    put("initial weights (sha256)", weights);
+    put("data (sha256 of a sample)", data);
+    put("first step", first.to_string());
     Settings(s)
 }
 
@@ -76,16 +115,15 @@ fn weights(setup: &Setup) -> String {
 }
 
 /// The token file: its length, the loader's position and 64 evenly spaced windows.
-fn data(setup: &Setup) -> String {
-    let ids = &setup.tokens.ids;
+fn data(ids: &[u32], pos: usize) -> String {
     let mut h = Sha256::new();
     h.update((ids.len() as u64).to_le_bytes());
-    h.update((setup.loader.pos as u64).to_le_bytes());
+    h.update((pos as u64).to_le_bytes());
     let stride = (ids.len() / WINDOWS).max(1);
     for w in 0..WINDOWS {
         let start = (w * stride).min(ids.len());
         let end = (start + WINDOW).min(ids.len());
-        h.update(bytemuck::cast_slice::<u16, u8>(&ids[start..end]));
+        h.update(bytemuck::cast_slice::<u32, u8>(&ids[start..end]));
     }
     hex(h)
 }

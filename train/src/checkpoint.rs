@@ -475,7 +475,7 @@ pub fn load(dir: &Path, cfg: &GptConfig) -> Result<Restored> {
 
 /// An AdamW moment read back: every value finite, and a second moment (`exp_avg_sq`, a running
 /// mean of squares) never negative. A checkpoint breaking either would train on NaN.
-fn check_moment(path: &Path, name: &str, data: &[f32], second: bool) -> Result<()> {
+pub(crate) fn check_moment(path: &Path, name: &str, data: &[f32], second: bool) -> Result<()> {
     let bad = |i: usize| !data[i].is_finite() || (second && data[i] < 0.0);
     match (0..data.len()).find(|&i| bad(i)) {
         None => Ok(()),

@@ -1,4 +1,5 @@
-//! `config.json` (HF GPT-2 keys) and the model's dimensions.
+//! `config.json`: the family its `model_type` names ([`ModelConfig`]), and GPT-2's keys and
+//! dimensions ([`GptConfig`]; the LLaMA family's are in [`crate::llama::config`]).
 
 use crate::error::{read_regular, Result, TrainError};
 use serde_json::Value;
@@ -129,5 +130,61 @@ impl GptConfig {
             "vocab_size={} n_positions={} n_embd={} n_layer={} n_head={} n_inner={}",
             self.vocab, self.positions, self.channels, self.layers, self.heads, self.inner
         )
+    }
+}
+
+/// A model's `config.json`, by family (`model_type`).
+#[derive(Debug, Clone, PartialEq)]
+pub enum ModelConfig {
+    /// `gpt2` (or no `model_type`, as GPT-2 configs written before the key existed).
+    Gpt2(GptConfig),
+    /// `llama` or `qwen2`.
+    Llama(crate::llama::LlamaConfig),
+}
+
+/// The `model_type` values the trainer reads.
+pub const MODEL_TYPES: &str = "gpt2, llama, qwen2";
+
+impl ModelConfig {
+    /// Read `path` and check it as its `model_type` says.
+    pub fn load(path: &Path) -> Result<Self> {
+        let bytes = read_regular(path, CONFIG_CAP)?;
+        let raw: Value = serde_json::from_slice(&bytes)
+            .map_err(|e| TrainError::file(path, format!("is not valid JSON: {e}")))?;
+        Self::from_value(path, raw)
+    }
+
+    /// Check a parsed config.
+    pub fn from_value(path: &Path, raw: Value) -> Result<Self> {
+        use crate::llama::{Family, LlamaConfig};
+        let kind = match raw.get("model_type") {
+            None | Some(Value::Null) => "gpt2".to_string(),
+            Some(Value::String(s)) => s.clone(),
+            Some(v) => {
+                return Err(TrainError::file(
+                    path,
+                    format!("`model_type` = {v}: must be a string, one of {MODEL_TYPES}"),
+                ))
+            }
+        };
+        match kind.as_str() {
+            "gpt2" => Ok(Self::Gpt2(GptConfig::from_value(path, raw)?)),
+            "llama" => Ok(Self::Llama(LlamaConfig::from_value(
+                path,
+                Family::Llama,
+                raw,
+            )?)),
+            "qwen2" => Ok(Self::Llama(LlamaConfig::from_value(
+                path,
+                Family::Qwen2,
+                raw,
+            )?)),
+            other => Err(TrainError::file(
+                path,
+                format!(
+                    "`model_type` = \"{other}\" is not supported; the trainer reads {MODEL_TYPES}"
+                ),
+            )),
+        }
     }
 }

@@ -19,6 +19,7 @@ pub mod cpu_backend;
 pub mod data;
 pub mod device_backend;
 pub mod error;
+pub mod llama;
 pub mod lora;
 pub mod model;
 pub mod op_runner;

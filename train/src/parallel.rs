@@ -32,8 +32,31 @@ use std::sync::Mutex;
 /// outcome in rank order (`keep_params`: with its final parameters). The first error of any
 /// rank, rank 0's first, is returned, naming its rank.
 pub fn run_devices(args: &Args, list: &[usize], keep_params: bool) -> Result<Vec<RankOutcome>> {
+    let (model_dir, _) = crate::weights::model_paths(&args.model);
+    if let crate::config::ModelConfig::Llama(cfg) =
+        crate::config::ModelConfig::load(&model_dir.join("config.json"))?
+    {
+        let setup = crate::llama::train::prepare(args, cfg, list.len())?;
+        return run_threads(args, list, setup, |backend, role, setup| {
+            crate::llama::train::train_as(backend, args, setup, role, keep_params)
+        });
+    }
+    let setup = prepare_shared(args, list.len())?;
+    run_threads(args, list, setup, |backend, role, setup| {
+        run_rank(backend, args, role, Some(setup), keep_params)
+    })
+}
+
+/// One thread per device of `list`, each running `rank` with its backend, role and a copy of
+/// `setup`; every rank's outcome in rank order, or the first error (the rank that failed
+/// first, which aborted the others).
+fn run_threads<S: Clone + Send>(
+    args: &Args,
+    list: &[usize],
+    setup: S,
+    rank_fn: impl Fn(&DeviceBackend, Role, S) -> Result<RankOutcome> + Sync,
+) -> Result<Vec<RankOutcome>> {
     let world = list.len();
-    let setup = prepare_shared(args, world)?;
     let devices = list
         .iter()
         .map(|&n| {
@@ -58,7 +81,7 @@ pub fn run_devices(args: &Args, list: &[usize], keep_params: bool) -> Result<Vec
             .enumerate()
             .map(|(rank, comm)| {
                 let setup = setup.clone();
-                let (aborts, first_failed) = (&aborts, &first_failed);
+                let (aborts, first_failed, rank_fn) = (&aborts, &first_failed, &rank_fn);
                 scope.spawn(move || {
                     let role = Role { rank, world };
                     let fail = |e: &TrainError| {
@@ -73,7 +96,7 @@ pub fn run_devices(args: &Args, list: &[usize], keep_params: bool) -> Result<Vec
                         DeviceBackend::with_comm(comm, args.grad_accum).inspect_err(fail)?;
                     // Aborted before the backend (and its communicator) is dropped: a
                     // communicator's teardown may wait for the other ranks.
-                    run_rank(&backend, args, role, Some(setup), keep_params).inspect_err(fail)
+                    rank_fn(&backend, role, setup).inspect_err(fail)
                 })
             })
             .collect();
@@ -110,12 +133,6 @@ pub fn run_launched(args: &Args, env: LaunchEnv) -> Result<Vec<StepLog>> {
         rank: env.rank,
         world: env.world_size,
     };
-    let at = |e: &dyn std::fmt::Display| {
-        dev(format!(
-            "rank {} of {} (LOCAL_RANK {}): {e}",
-            env.rank, env.world_size, env.local_rank
-        ))
-    };
     // Usage errors of the variables first (exit 2): the rendezvous port and the secret.
     let usage = |e: &dyn std::fmt::Display| TrainError::Usage(e.to_string());
     hip_rt::ddp::rendezvous_port(&env, |v| std::env::var(v).ok()).map_err(|e| usage(&e))?;
@@ -123,9 +140,42 @@ pub fn run_launched(args: &Args, env: LaunchEnv) -> Result<Vec<StepLog>> {
     if let (Some(note), true) = (env.note(), role.primary()) {
         println!("note: {note}");
     }
+    let (model_dir, _) = crate::weights::model_paths(&args.model);
+    if let crate::config::ModelConfig::Llama(cfg) =
+        crate::config::ModelConfig::load(&model_dir.join("config.json"))?
+    {
+        let setup = match role.primary() {
+            true => crate::llama::train::prepare(args, cfg, role.world)?,
+            false => crate::llama::train::setup(args, cfg, role.world)?,
+        };
+        let settings = crate::agree::llama_settings(args, &setup);
+        return join_and_run(args, &env, secret, settings, |backend| {
+            crate::llama::train::train_as(backend, args, setup, role, false)
+        });
+    }
     let setup = prepare_for(args, role)?;
+    let settings = crate::agree::settings(args, &setup);
+    join_and_run(args, &env, secret, settings, |backend| {
+        run_rank(backend, args, role, Some(setup), false)
+    })
+}
+
+/// Join the job (the rendezvous compares `settings`) and run this rank with `rank_fn`.
+fn join_and_run(
+    args: &Args,
+    env: &LaunchEnv,
+    secret: hip_rt::ddp::Secret,
+    settings: hip_rt::ddp::Settings,
+    rank_fn: impl FnOnce(&DeviceBackend) -> Result<RankOutcome>,
+) -> Result<Vec<StepLog>> {
+    let at = |e: &dyn std::fmt::Display| {
+        dev(format!(
+            "rank {} of {} (LOCAL_RANK {}): {e}",
+            env.rank, env.world_size, env.local_rank
+        ))
+    };
     let options = RendezvousOptions {
-        settings: crate::agree::settings(args, &setup),
+        settings,
         secret: Some(secret),
         ..RendezvousOptions::default()
     };
@@ -134,7 +184,7 @@ pub fn run_launched(args: &Args, env: LaunchEnv) -> Result<Vec<StepLog>> {
         .ok_or_else(|| at(&"the launcher variables went away"))?;
     let liveness = joined.liveness;
     let backend = DeviceBackend::with_comm(joined.comm, args.grad_accum)?;
-    match run_rank(&backend, args, role, Some(setup), false) {
+    match rank_fn(&backend) {
         Ok(o) => {
             liveness.finish();
             Ok(o.logs)

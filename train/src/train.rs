@@ -188,50 +188,8 @@ fn setup(args: &Args, world: usize) -> Result<Setup> {
                 }
                 None => checkpoint::load(dir, &cfg)?,
             };
-            let s = &r.state;
-            // `batch` in a checkpoint is the global batch (ranks × --batch): a checkpoint
-            // resumes on another number of devices when the global batch agrees.
-            let same = (s.batch, s.seq, s.grad_accum, s.dtype)
-                == (global_batch, args.seq, args.grad_accum, args.dtype);
-            if !same {
-                let ranks = match world {
-                    1 => String::new(),
-                    w => format!(
-                        " (here {w} ranks × --batch {} = {global_batch})",
-                        args.batch
-                    ),
-                };
-                return Err(TrainError::file(
-                    dir,
-                    format!(
-                        "checkpoint was trained with --batch {} --seq {} --grad-accum {} --dtype {:?} \
-                         (batch: rows per micro-batch over all ranks){ranks}; resume with the same flags",
-                        s.batch, s.seq, s.grad_accum, s.dtype
-                    ),
-                ));
-            }
-            if s.data_tokens != tokens.ids.len() || s.loader_pos > tokens.ids.len() {
-                return Err(TrainError::file(
-                    dir,
-                    format!(
-                        "checkpoint was trained on a token file of {} tokens (next position {}); {} holds {}",
-                        s.data_tokens,
-                        s.loader_pos,
-                        args.data.display(),
-                        tokens.ids.len()
-                    ),
-                ));
-            }
-            if s.step >= args.steps {
-                return Err(TrainError::file(
-                    dir,
-                    format!(
-                        "checkpoint is at step {}, --steps {} leaves nothing to train",
-                        s.step, args.steps
-                    ),
-                ));
-            }
-            loader.pos = s.loader_pos;
+            check_resumed(args, dir, &r.state, world, tokens.ids.len())?;
+            loader.pos = r.state.loader_pos;
             r
         }
     };
@@ -244,7 +202,63 @@ fn setup(args: &Args, world: usize) -> Result<Setup> {
     })
 }
 
-fn new_state(
+/// A checkpoint's state `s` against this run: the same global batch (ranks × `--batch`),
+/// `--seq`, `--grad-accum`, `--dtype` and data, and a step before `--steps`. Errors name `dir`
+/// and the flags to give.
+pub(crate) fn check_resumed(
+    args: &Args,
+    dir: &std::path::Path,
+    s: &TrainerState,
+    world: usize,
+    data_tokens: usize,
+) -> Result<()> {
+    let global_batch = args.batch.saturating_mul(world);
+    // `batch` in a checkpoint is the global batch (ranks × --batch): a checkpoint
+    // resumes on another number of devices when the global batch agrees.
+    let same = (s.batch, s.seq, s.grad_accum, s.dtype)
+        == (global_batch, args.seq, args.grad_accum, args.dtype);
+    if !same {
+        let ranks = match world {
+            1 => String::new(),
+            w => format!(
+                " (here {w} ranks × --batch {} = {global_batch})",
+                args.batch
+            ),
+        };
+        return Err(TrainError::file(
+            dir,
+            format!(
+                "checkpoint was trained with --batch {} --seq {} --grad-accum {} --dtype {:?} \
+                 (batch: rows per micro-batch over all ranks){ranks}; resume with the same flags",
+                s.batch, s.seq, s.grad_accum, s.dtype
+            ),
+        ));
+    }
+    if s.data_tokens != data_tokens || s.loader_pos > data_tokens {
+        return Err(TrainError::file(
+            dir,
+            format!(
+                "checkpoint was trained on a token file of {} tokens (next position {}); {} holds {}",
+                s.data_tokens,
+                s.loader_pos,
+                args.data.display(),
+                data_tokens
+            ),
+        ));
+    }
+    if s.step >= args.steps {
+        return Err(TrainError::file(
+            dir,
+            format!(
+                "checkpoint is at step {}, --steps {} leaves nothing to train",
+                s.step, args.steps
+            ),
+        ));
+    }
+    Ok(())
+}
+
+pub(crate) fn new_state(
     args: &Args,
     global_batch: usize,
     step: u64,
@@ -302,6 +316,12 @@ pub fn run(args: &Args) -> Result<Vec<StepLog>> {
             .map(|r| r.logs)
             .unwrap_or_default()),
         (None, None) => {
+            let (model_dir, _) = model_paths(&args.model);
+            if let crate::config::ModelConfig::Llama(cfg) =
+                crate::config::ModelConfig::load(&model_dir.join("config.json"))?
+            {
+                return crate::llama::train::run_single(args, cfg);
+            }
             let setup = prepare(args, 1)?;
             match args.device {
                 Device::Cpu => train_as(&Cpu, args, setup, Role::SINGLE),
@@ -337,6 +357,9 @@ pub struct RankOutcome {
     /// Its gradient buffers after the last step, when asked for (with ZeRO stage 1 only the
     /// tensors it owns hold the sums across ranks).
     pub grads: Option<crate::params::Params<Vec<f32>>>,
+    /// A LLaMA-family rank, when asked for: its final f32 parameters and its gradient
+    /// buffers, in HF order (`crate::llama::Layout`).
+    pub tensors: Option<[Vec<Vec<f32>>; 2]>,
 }
 
 /// A data-parallel rank's run on `backend`: [`prepare`] on rank 0 (the others only read), then
@@ -362,6 +385,7 @@ pub(crate) fn run_rank(
         logs,
         params,
         grads,
+        tensors: None,
     })
 }
 

@@ -234,3 +234,130 @@ pub fn params_to_safetensors(params: &Params<Vec<f32>>, cfg: &GptConfig) -> Resu
         .collect();
     to_safetensors(&list)
 }
+
+/// The sharded checkpoint's index file (HF's name).
+pub const INDEX_FILE: &str = "model.safetensors.index.json";
+
+/// Every tensor of the model in directory `dir` as f32 with its shape: `model.safetensors`, or
+/// the shards `model.safetensors.index.json` lists (`weight_map`: tensor → file in `dir`).
+/// With an index, a tensor missing from the shard it is mapped to, a tensor in a shard that
+/// the index does not map there (or in two shards), and a shard outside `dir` are errors naming
+/// them. Returns the tensors and the files read.
+pub fn read_model_tensors(dir: &Path) -> Result<(BTreeMap<String, HostTensor>, Vec<PathBuf>)> {
+    let index = dir.join(INDEX_FILE);
+    if !index.exists() {
+        let single = dir.join("model.safetensors");
+        return Ok((read_f32_tensors(&single)?, vec![single]));
+    }
+    let bytes = read_regular(&index, CONFIG_INDEX_CAP)?;
+    let raw: serde_json::Value = serde_json::from_slice(&bytes)
+        .map_err(|e| TrainError::file(&index, format!("is not valid JSON: {e}")))?;
+    let map = raw
+        .get("weight_map")
+        .and_then(|m| m.as_object())
+        .ok_or_else(|| TrainError::file(&index, "has no `weight_map` object"))?;
+    // Shard file → the tensors the index puts there.
+    let mut shards: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    for (tensor, file) in map {
+        let file = file.as_str().ok_or_else(|| {
+            TrainError::file(
+                &index,
+                format!("`weight_map` maps `{tensor}` to {file}, not a file name"),
+            )
+        })?;
+        let plain = Path::new(file)
+            .file_name()
+            .is_some_and(|n| n == std::ffi::OsStr::new(file));
+        if !plain || file == ".." || file == "." {
+            return Err(TrainError::file(
+                &index,
+                format!(
+                    "`weight_map` maps `{tensor}` to `{file}`, which is not a file in {}",
+                    dir.display()
+                ),
+            ));
+        }
+        shards
+            .entry(file.to_string())
+            .or_default()
+            .insert(tensor.clone());
+    }
+    let mut out = BTreeMap::new();
+    let mut files = Vec::new();
+    for (file, listed) in &shards {
+        let path = dir.join(file);
+        let tensors = read_f32_tensors(&path)?;
+        for name in listed {
+            if !tensors.contains_key(name) {
+                return Err(TrainError::file(
+                    &path,
+                    format!("has no tensor `{name}`, which {INDEX_FILE} maps to this shard"),
+                ));
+            }
+        }
+        for (name, t) in tensors {
+            if !listed.contains(&name) {
+                let where_ = match map.get(&name).and_then(|f| f.as_str()) {
+                    Some(other) => format!("maps it to `{other}` (a tensor in two shards)"),
+                    None => "does not list it".to_string(),
+                };
+                return Err(TrainError::file(
+                    &path,
+                    format!("holds tensor `{name}` but {INDEX_FILE} {where_}"),
+                ));
+            }
+            out.insert(name, t);
+        }
+        files.push(path);
+    }
+    Ok((out, files))
+}
+
+/// Largest index file read (real ones are tens of KB).
+const CONFIG_INDEX_CAP: u64 = 64 << 20;
+
+/// Take the tensors `specs` names (in that order) out of `tensors`, checking each shape and
+/// that every value is finite; a missing, misshapen, non-finite or (left over) unexpected
+/// tensor is an error naming it and `what` (the file or files read).
+pub fn take_strict(
+    what: &Path,
+    mut tensors: BTreeMap<String, HostTensor>,
+    specs: &[crate::params::Spec],
+    describe: &str,
+) -> Result<Vec<Vec<f32>>> {
+    let mut values = Vec::with_capacity(specs.len());
+    for spec in specs {
+        let Some((shape, data)) = tensors.remove(&spec.name) else {
+            return Err(TrainError::file(
+                what,
+                format!(
+                    "tensor `{}` (shape {:?}) is missing; config.json says {describe}",
+                    spec.name, spec.shape
+                ),
+            ));
+        };
+        if shape != spec.shape {
+            return Err(TrainError::file(
+                what,
+                format!(
+                    "tensor `{}` has shape {shape:?} but config.json ({describe}) needs {:?}",
+                    spec.name, spec.shape
+                ),
+            ));
+        }
+        if let Some(i) = data.iter().position(|x| !x.is_finite()) {
+            return Err(TrainError::file(
+                what,
+                format!("tensor `{}` holds {} at flat index {i}", spec.name, data[i]),
+            ));
+        }
+        values.push(data);
+    }
+    if let Some((name, _)) = tensors.into_iter().next() {
+        return Err(TrainError::file(
+            what,
+            format!("unexpected tensor `{name}` (not a parameter of {describe})"),
+        ));
+    }
+    Ok(values)
+}

@@ -16,6 +16,11 @@ pub(crate) use golden::GOLDEN;
 
 use crate::params::{check_len, invalid, opt_numel, ShapeError, Space, TensorLen};
 
+// Each struct runs itself on its space (`ops::Run`): the CPU reference, or the launcher.
+crate::ops::run::launch! {
+    AdamW['a, 'b] T => adamw, adamw;
+}
+
 /// AdamW hyper-parameters, with torch.optim.AdamW's meaning (decoupled weight decay), and the
 /// step number.
 ///

@@ -32,6 +32,14 @@ pub use varlen::{check_cu_seqlens, visible_key_range};
 
 use crate::params::{check_len, checked_len, invalid, ShapeError, Space, TensorLen};
 
+// Each struct runs itself on its space (`ops::Run`): the CPU reference, or the launcher.
+crate::ops::run::launch! {
+    AttentionForward['a] T => attention_forward, attention_forward;
+    AttentionBackward['a] T => attention_backward, attention_backward;
+    AttentionForwardStrided['a] T => attention_forward_strided, attention_forward_strided;
+    AttentionBackwardStrided['a] T => attention_backward_strided, attention_backward_strided;
+}
+
 /// Dimensions and hyper-parameters of attention (forward and backward).
 ///
 /// Causal masking is bottom-right aligned: key `j` is visible to query `i` iff

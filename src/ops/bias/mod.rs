@@ -17,6 +17,12 @@ pub use golden::{BiasBackwardCase, MatmulBiasCase};
 use crate::ops::matmul::MatmulParams;
 use crate::params::{check_len, checked_len, ShapeError, Space, TensorLen};
 
+// Each struct runs itself on its space (`ops::Run`): the CPU reference, or the launcher.
+crate::ops::run::launch! {
+    MatmulBias['a] T => matmul_bias, matmul_bias;
+    BiasBackward['a] T => bias_backward, bias_backward;
+}
+
 /// Dimensions, transposes and activation of [`MatmulBias`] (the GEMM's as in
 /// [`MatmulParams`], with alpha 1 and beta 0: the epilogue adds the bias instead of beta·C).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -16,6 +16,11 @@ pub(crate) use golden::GOLDEN;
 
 use crate::params::{check_len, invalid, ShapeError, Space, TensorLen};
 
+// Each struct runs itself on its space (`ops::Run`): the CPU reference, or the launcher.
+crate::ops::run::launch! {
+    ClipGradScale['a] => clip_grad_scale, clip_grad_scale;
+}
+
 /// Added to the norm before dividing, as `clip_grad_norm_` does.
 pub const CLIP_EPS: f64 = 1e-6;
 

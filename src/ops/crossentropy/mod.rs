@@ -22,6 +22,12 @@ pub use linear_device::linear_cross_entropy;
 
 use crate::params::{check_len, checked_len, invalid, ShapeError, Space, TensorLen};
 
+// Each struct runs itself on its space (`ops::Run`): the CPU reference, or the launcher.
+crate::ops::run::launch! {
+    SoftmaxCrossEntropy['a] T => softmax_cross_entropy, softmax_cross_entropy;
+    LinearCrossEntropy['a] T => linear_cross_entropy, linear_cross_entropy;
+}
+
 /// The target value of a row that takes no part in the loss (PyTorch's default `ignore_index`).
 pub const IGNORE_INDEX: i32 = -100;
 

@@ -15,6 +15,12 @@ pub use golden::{EncoderBackwardCase, EncoderForwardCase};
 
 use crate::params::{check_len, checked_len, invalid, ShapeError, Space, TensorLen};
 
+// Each struct runs itself on its space (`ops::Run`): the CPU reference, or the launcher.
+crate::ops::run::launch! {
+    EncoderForward['a] T => encoder_forward, encoder_forward;
+    EncoderBackward['a] T => encoder_backward, encoder_backward;
+}
+
 /// Dimensions of the embedding of `tokens` `[batch, seq]` with `wte` `[vocab, channels]` and
 /// `wpe` `[positions, channels]` (only the first `seq` rows of `wpe` are used), and the
 /// backward's `accumulate`.

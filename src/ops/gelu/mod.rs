@@ -16,6 +16,13 @@ pub(crate) use golden::GOLDEN;
 
 use crate::params::{check_len, ShapeError, Space, TensorLen};
 
+// Each struct runs itself on its space (`ops::Run`): the CPU reference, or the launcher.
+crate::ops::run::launch! {
+    GeluForward['a] T => gelu_forward, gelu_forward;
+    GeluBackward['a] T => gelu_backward, gelu_backward;
+    ResidualAdd['a] T => residual_add, residual_add;
+}
+
 /// The one parameter of an elementwise op: the length of every tensor.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ElementwiseParams {

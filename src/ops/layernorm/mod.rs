@@ -22,6 +22,13 @@ pub use residual::{
 
 use crate::params::{check_len, checked_len, invalid, ShapeError, Space, TensorLen};
 
+// Each struct runs itself on its space (`ops::Run`): the CPU reference, or the launcher.
+crate::ops::run::launch! {
+    LayerNormForward['a] T => layernorm_forward, layernorm_forward;
+    LayerNormBackward['a] T => layernorm_backward, layernorm_backward;
+    ResidualLayerNormForward['a] T => residual_layernorm_forward, residual_layernorm_forward;
+}
+
 /// Dimensions and hyper-parameters of layer norm (forward and backward).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct LayerNormParams {

@@ -23,6 +23,11 @@ pub use tuning::{
 
 use crate::params::{check_len, checked_len, invalid, ShapeError, Space, TensorLen};
 
+// Each struct runs itself on its space (`ops::Run`): the CPU reference, or the launcher.
+crate::ops::run::launch! {
+    Matmul['a] T => matmul, matmul;
+}
+
 /// Dimensions and scalars of `out = alpha·op(A)·op(B) + beta·C`, row-major.
 ///
 /// `a` is `[batch, m, k]` (`[batch, k, m]` if `trans_a`), `b` is `[batch, k, n]` (`[batch, n, k]`

@@ -16,6 +16,13 @@ pub use golden::{RmsNormBackwardCase, RmsNormForwardCase, RmsNormVariant};
 
 use crate::params::{check_len, checked_len, invalid, ShapeError, Space, TensorLen};
 
+// Each struct runs itself on its space (`ops::Run`): the CPU reference, or the launcher.
+crate::ops::run::launch! {
+    RmsNormForward['a] T => rmsnorm_forward, rmsnorm_forward;
+    ResidualRmsNormForward['a] T => residual_rmsnorm_forward, residual_rmsnorm_forward;
+    RmsNormBackward['a] T => rmsnorm_backward, rmsnorm_backward;
+}
+
 /// Dimensions and epsilon of RMS norm (forward, backward and the residual forward).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct RmsNormParams {

@@ -18,6 +18,12 @@ pub use golden::{SwigluBackwardCase, SwigluForwardCase};
 
 use crate::params::{check_len, checked_len, ShapeError, Space, TensorLen};
 
+// Each struct runs itself on its space (`ops::Run`): the CPU reference, or the launcher.
+crate::ops::run::launch! {
+    SwigluForward['a] T => swiglu_forward, swiglu_forward;
+    SwigluBackward['a] T => swiglu_backward, swiglu_backward;
+}
+
 /// Dimensions of SwiGLU (forward and backward).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SwigluParams {

@@ -1,0 +1,996 @@
+//! The LLaMA-family forward and backward (docs/TRAIN-LLAMA.md, "Forward"), written once over
+//! [`Backend`]: each op is its argument struct (`hip_kernels::ops`, named fields) built on the
+//! backend's space and run on its queue.
+//!
+//! q, k and v come out of one GEMM into one `[N, (H + 2K)·D]` tensor (the weights stacked by
+//! rows, [`Trained`]); rotary and attention read their heads in place through strided layouts,
+//! and the attention backward writes their gradients into one tensor of the same layout, which
+//! one GEMM takes back to the input. The gate and up projections likewise form one `[N, 2F]`
+//! tensor that SwiGLU reads fused. Each residual add is fused with the RMSNorm after it.
+
+use super::config::LlamaConfig;
+use super::params::Trained;
+use crate::backend::{
+    adamw_all, gemm, AdamWSlot, AdamWStep, Backend, GradScaling, IdCheck, TrainElement, View,
+};
+use crate::data::Batch;
+use crate::error::{Result, TrainError};
+use crate::model::zero_owners;
+use hip_kernels::ops::{
+    AttentionBackwardStrided, AttentionForwardStrided, AttentionLayout, AttentionParams,
+    BiasBackward, BiasParams, CrossEntropyParams, EncoderBackward, EncoderForward, EncoderParams,
+    GateUp, GateUpGrad, Matmul, MatmulBias, MatmulBiasParams, MatmulParams, ResidualRmsNormForward,
+    RmsNormBackward, RmsNormForward, RmsNormParams, Rope, RopeBackward, RopeParams, Run,
+    SoftmaxCrossEntropy, Strided, SwigluBackward, SwigluForward, SwigluParams,
+};
+use hip_kernels::params::DType;
+use std::marker::PhantomData;
+
+/// Dimensions of one micro-batch of a LLaMA-family model.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct LlamaDims {
+    /// Rows B.
+    pub batch: usize,
+    /// Positions per row T.
+    pub seq: usize,
+    /// Width C.
+    pub channels: usize,
+    /// Query heads H.
+    pub heads: usize,
+    /// Key/value heads K.
+    pub kv_heads: usize,
+    /// Head dimension D.
+    pub head_dim: usize,
+    /// MLP width F.
+    pub inner: usize,
+    /// Vocabulary V.
+    pub vocab: usize,
+    /// RMSNorm epsilon.
+    pub eps: f32,
+}
+
+impl LlamaDims {
+    /// Positions of a micro-batch, N = B·T.
+    pub fn rows(&self) -> usize {
+        self.batch * self.seq
+    }
+
+    /// Width of the fused q/k/v rows, (H + 2K)·D.
+    pub fn qkv_width(&self) -> usize {
+        (self.heads + 2 * self.kv_heads) * self.head_dim
+    }
+
+    fn norm(&self) -> RmsNormParams {
+        RmsNormParams {
+            rows: self.rows(),
+            cols: self.channels,
+            eps: self.eps,
+        }
+    }
+
+    /// Where q (`which` 0), k (1) and v (2) sit in the fused `[rows, (H + 2K)·D]` tensor, as
+    /// `[batch, heads, seq, D]` views.
+    fn qkv_layout(&self, which: usize, batch_rows: usize) -> AttentionLayout {
+        let (h, k, d, w) = (self.heads, self.kv_heads, self.head_dim, self.qkv_width());
+        let offset = match which {
+            0 => 0,
+            1 => h * d,
+            _ => (h + k) * d,
+        };
+        AttentionLayout {
+            offset,
+            batch_stride: batch_rows * w,
+            head_stride: d,
+            seq_stride: w,
+        }
+    }
+
+    fn rope(&self, heads: usize) -> RopeParams {
+        RopeParams {
+            batch: self.batch,
+            seq: self.seq,
+            heads,
+            head_dim: self.head_dim,
+            rotary_dim: self.head_dim,
+            interleaved: false,
+        }
+    }
+}
+
+/// Saved activations of one layer (`N = B·T` rows): `A` tensors, `S` f32 statistics.
+struct LayerActs<A, S> {
+    /// The layer's input normed `[N, C]` and its `rstd`.
+    h1: A,
+    rstd1: S,
+    /// q, k, v `[N, (H + 2K)·D]`, q and k rotated.
+    qkv: A,
+    /// Attention output `[N, H·D]` and its log-sum-exp.
+    att: A,
+    lse: S,
+    /// Residual after attention `[N, C]`, normed, `rstd`.
+    resid_mid: A,
+    h2: A,
+    rstd2: S,
+    /// gate and up `[N, 2F]`, SwiGLU of them `[N, F]`.
+    gate_up: A,
+    act: A,
+    /// Residual after the MLP `[N, C]`.
+    resid_out: A,
+}
+
+/// Activations of the whole model plus the backward's scratch.
+struct Acts<A, S> {
+    embedded: A,
+    layers: Vec<LayerActs<A, S>>,
+    /// Final norm `[N, C]` and its `rstd`.
+    hf: A,
+    rstdf: S,
+    /// Logits `[N, V]`, then their gradient.
+    logits: A,
+    losses: S,
+    /// `[N, C]` scratch: a branch output in the forward, a branch gradient in the backward.
+    branch: A,
+    /// Gradient of the residual stream `[N, C]`.
+    dres: A,
+    dqkv: A,
+    datt: A,
+    dgate_up: A,
+    dact: A,
+    /// The embedding op adds a position table: zeros `[T, C]` (LLaMA has none) and the
+    /// gradient it writes, never read.
+    no_positions: A,
+    no_positions_grad: A,
+}
+
+/// A LLaMA-family model on a backend with storage type `T`: parameters (in the [`Trained`]
+/// order), their gradients, f32 master weights (when `T` is not f32), f32 AdamW moments and
+/// activations.
+pub struct Llama<'b, T: TrainElement, B: Backend<T>> {
+    backend: &'b B,
+    /// Dimensions of a micro-batch.
+    pub dims: LlamaDims,
+    layout: Trained,
+    /// Parameters in `T`.
+    pub params: Vec<B::Buf<T>>,
+    /// f32 master weights, when `T` is not f32.
+    pub master: Option<Vec<B::Buf<f32>>>,
+    /// Gradients, accumulated over the micro-batches of a step.
+    pub grads: Vec<B::Buf<T>>,
+    /// AdamW first moments.
+    pub exp_avg: Vec<B::Buf<f32>>,
+    /// AdamW second moments.
+    pub exp_avg_sq: Vec<B::Buf<f32>>,
+    /// The rotary frequency table `[D/2]`.
+    freqs: B::Buf<f32>,
+    /// Positions 0..T of every row (the token stream's).
+    stream_positions: B::Ids,
+    /// Weight decay applies (2-D tensors), in the trained order.
+    decays: Vec<bool>,
+    /// ZeRO stage 1: the rank that keeps each tensor's AdamW state (and f32 master weights)
+    /// and updates it; `None`: every rank keeps and updates all.
+    owners: Option<Vec<usize>>,
+    acts: Acts<B::Buf<T>, B::Buf<f32>>,
+    _t: PhantomData<T>,
+}
+
+fn op(e: hip_kernels::ops::OpError) -> TrainError {
+    TrainError::Op(e.to_string())
+}
+
+/// [`gemm`] adding to the output (a weight gradient accumulated over micro-batches).
+fn gemm_acc(m: usize, n: usize, k: usize, trans_a: bool, trans_b: bool) -> MatmulParams {
+    MatmulParams {
+        beta: 1.0,
+        ..gemm(m, n, k, trans_a, trans_b)
+    }
+}
+
+impl<'b, T: TrainElement, B: Backend<T>> Llama<'b, T, B> {
+    /// Upload `[params, exp_avg, exp_avg_sq]` (in the [`Trained`] order) for micro-batches of
+    /// `batch × seq`. With `zero` (ZeRO stage 1) and several ranks, this rank keeps the moments
+    /// and master weights of its share of the tensors only ([`zero_owners`]).
+    pub fn new(
+        backend: &'b B,
+        cfg: &LlamaConfig,
+        [params, exp_avg, exp_avg_sq]: [&[Vec<f32>]; 3],
+        [batch, seq]: [usize; 2],
+        zero: bool,
+    ) -> Result<Self> {
+        let layout = Trained::new(cfg);
+        if params.len() != layout.specs.len() {
+            return Err(TrainError::Op(format!(
+                "{} tensors for {}, which trains {}",
+                params.len(),
+                cfg.describe(),
+                layout.specs.len()
+            )));
+        }
+        let owners = (zero && backend.world() > 1).then(|| {
+            let lens: Vec<usize> = params.iter().map(Vec::len).collect();
+            zero_owners(&lens, backend.world())
+        });
+        let rank = backend.rank();
+        let mine = |i: usize| owners.as_ref().map_or(true, |o| o[i] == rank);
+        let dims = LlamaDims {
+            batch,
+            seq,
+            channels: cfg.channels,
+            heads: cfg.heads,
+            kv_heads: cfg.kv_heads,
+            head_dim: cfg.head_dim,
+            inner: cfg.inner,
+            vocab: cfg.vocab,
+            eps: cfg.eps as f32,
+        };
+        let up_stat = |(i, t): (usize, &Vec<f32>)| match mine(i) {
+            true => backend.upload::<f32>(t),
+            false => backend.zeros::<f32>(0),
+        };
+        let (n, c, f) = (dims.rows(), dims.channels, dims.inner);
+        let hd = dims.heads * dims.head_dim;
+        let z = |len: usize| backend.zeros::<T>(len);
+        let zs = |len: usize| backend.zeros::<f32>(len);
+        let layers = (0..cfg.layers)
+            .map(|_| {
+                Ok(LayerActs {
+                    h1: z(n * c)?,
+                    rstd1: zs(n)?,
+                    qkv: z(n * dims.qkv_width())?,
+                    att: z(n * hd)?,
+                    lse: zs(n * dims.heads)?,
+                    resid_mid: z(n * c)?,
+                    h2: z(n * c)?,
+                    rstd2: zs(n)?,
+                    gate_up: z(n * 2 * f)?,
+                    act: z(n * f)?,
+                    resid_out: z(n * c)?,
+                })
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let acts = Acts {
+            embedded: z(n * c)?,
+            layers,
+            hf: z(n * c)?,
+            rstdf: zs(n)?,
+            logits: z(n * dims.vocab)?,
+            losses: zs(n)?,
+            branch: z(n * c)?,
+            dres: z(n * c)?,
+            dqkv: z(n * dims.qkv_width())?,
+            datt: z(n * hd)?,
+            dgate_up: z(n * 2 * f)?,
+            dact: z(n * f)?,
+            no_positions: z(seq * c)?,
+            no_positions_grad: z(seq * c)?,
+        };
+        let positions: Vec<i32> = (0..n)
+            .map(|i| i32::try_from(i % seq.max(1)).unwrap_or(i32::MAX))
+            .collect();
+        let stat = |group: &[Vec<f32>]| -> Result<Vec<B::Buf<f32>>> {
+            group.iter().enumerate().map(up_stat).collect()
+        };
+        Ok(Self {
+            backend,
+            dims,
+            params: params
+                .iter()
+                .map(|t| backend.upload::<T>(t))
+                .collect::<Result<_>>()?,
+            master: match <T as hip_kernels::params::Element>::DTYPE {
+                DType::F32 => None,
+                _ => Some(stat(params)?),
+            },
+            grads: params
+                .iter()
+                .map(|t| backend.zeros::<T>(t.len()))
+                .collect::<Result<_>>()?,
+            exp_avg: stat(exp_avg)?,
+            exp_avg_sq: stat(exp_avg_sq)?,
+            freqs: backend.upload::<f32>(&cfg.frequencies()?)?,
+            stream_positions: backend.ids(&positions)?,
+            decays: layout.specs.iter().map(|s| s.decays()).collect(),
+            layout,
+            owners,
+            acts,
+            _t: PhantomData,
+        })
+    }
+
+    /// Set every gradient to zero (start of a step).
+    pub fn zero_grads(&mut self) -> Result<()> {
+        for g in self.grads.iter_mut() {
+            self.backend.fill_zero(g)?;
+        }
+        self.backend.fill_zero(&mut self.acts.no_positions_grad)
+    }
+
+    /// Forward and backward of one micro-batch (this rank's rows of `batch`): its summed loss
+    /// over counted targets divided by `divisor` (the step's counted targets over every
+    /// micro-batch and rank) is added to `scalars`, and the gradients of that times
+    /// `loss_scale` accumulate. With several ranks the gradients are summed across ranks (each
+    /// rank's share already divided by the global count), and `last` (the step's last
+    /// micro-batch) hands each layer's gradients to the backend's all-reduce (with ZeRO stage 1:
+    /// a reduce to each tensor's owner) as soon as the backward has produced them.
+    pub fn forward_backward(
+        &mut self,
+        batch: &Batch,
+        divisor: usize,
+        loss_scale: f64,
+        scalars: &mut B::Scalars,
+        last: bool,
+    ) -> Result<()> {
+        let be = self.backend;
+        let d = self.dims;
+        let n = d.rows();
+        if batch.inputs.len() != n || batch.targets.len() != n {
+            return Err(TrainError::Op(format!(
+                "a micro-batch of {} inputs and {} targets for {} rows × {} positions",
+                batch.inputs.len(),
+                batch.targets.len(),
+                d.batch,
+                d.seq
+            )));
+        }
+        let inputs = be.ids(&batch.inputs)?;
+        let targets = be.ids(&batch.targets)?;
+        // Packed rows bring their positions and sequence boundaries; a token stream uses 0..T.
+        let own_positions = batch.positions.as_deref().map(|p| be.ids(p)).transpose()?;
+        let cu_seqlens = batch.cu_seqlens.as_deref().map(|c| be.ids(c)).transpose()?;
+        let (positions, cu) = (own_positions.as_ref(), cu_seqlens.as_ref());
+        self.forward(&inputs, positions, cu)?;
+        let check = self.check("target token");
+        let a = &mut self.acts;
+        let ce = SoftmaxCrossEntropy::<B::Space, T> {
+            params: CrossEntropyParams {
+                dloss: Some(loss_scale as f32),
+                divisor: Some(divisor as f32),
+                ..CrossEntropyParams::new(n, d.vocab)
+            },
+            logits: a.logits.view_mut(),
+            targets: targets.view(),
+            losses: a.losses.view_mut(),
+            loss: None,
+            totals: None,
+            error: None,
+        };
+        be.cross_entropy(ce, &targets, check, 1, scalars)?;
+        self.backward(&inputs, positions, cu, last)?;
+        if last {
+            be.grads_reduced()?;
+        }
+        Ok(())
+    }
+
+    fn check(&self, what: &'static str) -> IdCheck {
+        IdCheck {
+            what,
+            seq: self.dims.seq,
+            vocab: self.dims.vocab,
+        }
+    }
+
+    /// Attention's parameters and the rows of its `[batch, seq]` view: the micro-batch's rows,
+    /// or (packed sequences) one row of all N positions whose `cu_seqlens` keep them apart.
+    fn attention(&self, packed: bool) -> (AttentionParams, usize) {
+        let d = self.dims;
+        let (batch, t) = match packed {
+            false => (d.batch, d.seq),
+            true => (1, d.rows()),
+        };
+        let params = AttentionParams {
+            batch,
+            heads: d.heads,
+            n_kv_heads: d.kv_heads,
+            tq: t,
+            tk: t,
+            head_dim: d.head_dim,
+            causal: true,
+            scale: AttentionParams::default_scale(d.head_dim),
+        };
+        (params, t)
+    }
+
+    fn forward(
+        &mut self,
+        inputs: &B::Ids,
+        positions: Option<&B::Ids>,
+        cu: Option<&B::Ids>,
+    ) -> Result<()> {
+        let (be, d, p, lo) = (self.backend, self.dims, &self.params, &self.layout);
+        let (attn, t_rows) = self.attention(cu.is_some());
+        let check = self.check("input token");
+        let positions = positions.unwrap_or(&self.stream_positions);
+        let a = &mut self.acts;
+        let queue = be.queue();
+        let (n, c, f) = (d.rows(), d.channels, d.inner);
+        let (hd, w) = (d.heads * d.head_dim, d.qkv_width());
+        let embed = EncoderForward::<B::Space, T> {
+            params: EncoderParams {
+                batch: d.batch,
+                seq: d.seq,
+                channels: c,
+                vocab: d.vocab,
+                positions: d.seq,
+                accumulate: false,
+            },
+            tokens: inputs.view(),
+            wte: p[lo.embed].view(),
+            wpe: a.no_positions.view(),
+            out: a.embedded.view_mut(),
+            error: None,
+        };
+        be.encoder_forward(embed, inputs, check)?;
+        if let Some(s) = a.layers.first_mut() {
+            RmsNormForward::<B::Space, T> {
+                params: d.norm(),
+                x: a.embedded.view(),
+                weight: p[lo.layers[0].input_norm].view(),
+                y: s.h1.view_mut(),
+                rstd: s.rstd1.view_mut(),
+            }
+            .run(queue)
+            .map_err(op)?;
+        }
+        for l in 0..lo.layers.len() {
+            let (done, rest) = a.layers.split_at_mut(l);
+            let x = done.last().map_or(&a.embedded, |prev| &prev.resid_out);
+            let (s, later) = rest
+                .split_first_mut()
+                .ok_or_else(|| TrainError::Op(format!("layer {l} has no activations")))?;
+            let li = lo.layers[l];
+            linear_forward::<T, B>(
+                queue,
+                [n, w, c],
+                &s.h1,
+                &p[li.qkv_w],
+                li.qkv_b.map(|b| &p[b]),
+                &mut s.qkv,
+            )?;
+            for (which, heads) in [(0, d.heads), (1, d.kv_heads)] {
+                Rope::<B::Space, T> {
+                    params: d.rope(heads),
+                    x: s.qkv.view_mut(),
+                    layout: d.qkv_layout(which, d.seq),
+                    positions: positions.view(),
+                    freqs: self.freqs.view(),
+                }
+                .run(queue)
+                .map_err(op)?;
+            }
+            let [q, k, v] = [0, 1, 2].map(|which| Strided::<B::Space, T> {
+                data: s.qkv.view(),
+                layout: d.qkv_layout(which, t_rows),
+            });
+            AttentionForwardStrided::<B::Space, T> {
+                params: attn,
+                q,
+                k,
+                v,
+                out: s.att.view_mut(),
+                out_layout: AttentionLayout::bthd(t_rows, d.heads, d.head_dim),
+                lse: s.lse.view_mut(),
+                cu_seqlens: cu.map(View::view),
+            }
+            .run(queue)
+            .map_err(op)?;
+            linear_forward::<T, B>(
+                queue,
+                [n, c, hd],
+                &s.att,
+                &p[li.o_w],
+                li.o_b.map(|b| &p[b]),
+                &mut a.branch,
+            )?;
+            ResidualRmsNormForward::<B::Space, T> {
+                params: d.norm(),
+                a: x.view(),
+                b: a.branch.view(),
+                weight: p[li.post_norm].view(),
+                residual: s.resid_mid.view_mut(),
+                y: s.h2.view_mut(),
+                rstd: s.rstd2.view_mut(),
+            }
+            .run(queue)
+            .map_err(op)?;
+            linear_forward::<T, B>(
+                queue,
+                [n, 2 * f, c],
+                &s.h2,
+                &p[li.gate_up_w],
+                li.gate_up_b.map(|b| &p[b]),
+                &mut s.gate_up,
+            )?;
+            SwigluForward::<B::Space, T> {
+                params: SwigluParams { rows: n, ffn: f },
+                input: GateUp::Fused {
+                    gate_up: s.gate_up.view(),
+                },
+                h: s.act.view_mut(),
+            }
+            .run(queue)
+            .map_err(op)?;
+            linear_forward::<T, B>(
+                queue,
+                [n, c, f],
+                &s.act,
+                &p[li.down_w],
+                li.down_b.map(|b| &p[b]),
+                &mut a.branch,
+            )?;
+            let (weight, y, rstd) = match later.first_mut() {
+                Some(next) => (
+                    &p[lo.layers[l + 1].input_norm],
+                    &mut next.h1,
+                    &mut next.rstd1,
+                ),
+                None => (&p[lo.norm], &mut a.hf, &mut a.rstdf),
+            };
+            ResidualRmsNormForward::<B::Space, T> {
+                params: d.norm(),
+                a: s.resid_mid.view(),
+                b: a.branch.view(),
+                weight: weight.view(),
+                residual: s.resid_out.view_mut(),
+                y: y.view_mut(),
+                rstd: rstd.view_mut(),
+            }
+            .run(queue)
+            .map_err(op)?;
+        }
+        if lo.layers.is_empty() {
+            RmsNormForward::<B::Space, T> {
+                params: d.norm(),
+                x: a.embedded.view(),
+                weight: p[lo.norm].view(),
+                y: a.hf.view_mut(),
+                rstd: a.rstdf.view_mut(),
+            }
+            .run(queue)
+            .map_err(op)?;
+        }
+        let head = &p[lo.lm_head.unwrap_or(lo.embed)];
+        Matmul::<B::Space, T> {
+            params: gemm(n, d.vocab, c, false, true),
+            a: a.hf.view(),
+            b: head.view(),
+            out: a.logits.view_mut(),
+        }
+        .run(queue)
+        .map_err(op)?;
+        Ok(())
+    }
+
+    fn backward(
+        &mut self,
+        inputs: &B::Ids,
+        positions: Option<&B::Ids>,
+        cu: Option<&B::Ids>,
+        last: bool,
+    ) -> Result<()> {
+        let (be, d, p, lo) = (self.backend, self.dims, &self.params, &self.layout);
+        let (attn, t_rows) = self.attention(cu.is_some());
+        let positions = positions.unwrap_or(&self.stream_positions);
+        let g = &mut self.grads;
+        let a = &mut self.acts;
+        let queue = be.queue();
+        let owners = self.owners.as_deref();
+        let (n, c, f, v) = (d.rows(), d.channels, d.inner, d.vocab);
+        let (hd, w) = (d.heads * d.head_dim, d.qkv_width());
+        // logits = hf · Wlmᵀ; `a.logits` now holds dlogits.
+        let head = lo.lm_head.unwrap_or(lo.embed);
+        Matmul::<B::Space, T> {
+            params: gemm_acc(v, c, n, true, false),
+            a: a.logits.view(),
+            b: a.hf.view(),
+            out: g[head].view_mut(),
+        }
+        .run(queue)
+        .map_err(op)?;
+        Matmul::<B::Space, T> {
+            params: gemm(n, c, v, false, false),
+            a: a.logits.view(),
+            b: p[head].view(),
+            out: a.branch.view_mut(),
+        }
+        .run(queue)
+        .map_err(op)?;
+        be.fill_zero(&mut a.dres)?;
+        let x_last = a.layers.last().map_or(&a.embedded, |s| &s.resid_out);
+        RmsNormBackward::<B::Space, T> {
+            params: d.norm(),
+            x: x_last.view(),
+            weight: p[lo.norm].view(),
+            dy: a.branch.view(),
+            rstd: a.rstdf.view(),
+            dx: a.dres.view_mut(),
+            dweight: g[lo.norm].view_mut(),
+            accumulate: true,
+        }
+        .run(queue)
+        .map_err(op)?;
+        if last {
+            let mut ready = vec![lo.norm];
+            ready.extend(lo.lm_head);
+            ready_bucket::<T, B>(be, g, &ready, owners)?;
+        }
+        for l in (0..lo.layers.len()).rev() {
+            let (done, rest) = a.layers.split_at(l);
+            let x = done.last().map_or(&a.embedded, |prev| &prev.resid_out);
+            let s = &rest[0];
+            let li = lo.layers[l];
+            // MLP: resid_out = resid_mid + swiglu(h2·Wguᵀ)·Wdᵀ.
+            linear_backward::<T, B>(
+                queue,
+                [n, c, f],
+                &s.act,
+                &p[li.down_w],
+                &a.dres,
+                &mut a.dact,
+                g,
+                (li.down_w, li.down_b),
+            )?;
+            SwigluBackward::<B::Space, T> {
+                params: SwigluParams { rows: n, ffn: f },
+                input: GateUp::Fused {
+                    gate_up: s.gate_up.view(),
+                },
+                dh: a.dact.view(),
+                grad: GateUpGrad::Fused {
+                    dgate_up: a.dgate_up.view_mut(),
+                },
+            }
+            .run(queue)
+            .map_err(op)?;
+            linear_backward::<T, B>(
+                queue,
+                [n, 2 * f, c],
+                &s.h2,
+                &p[li.gate_up_w],
+                &a.dgate_up,
+                &mut a.branch,
+                g,
+                (li.gate_up_w, li.gate_up_b),
+            )?;
+            RmsNormBackward::<B::Space, T> {
+                params: d.norm(),
+                x: s.resid_mid.view(),
+                weight: p[li.post_norm].view(),
+                dy: a.branch.view(),
+                rstd: s.rstd2.view(),
+                dx: a.dres.view_mut(),
+                dweight: g[li.post_norm].view_mut(),
+                accumulate: true,
+            }
+            .run(queue)
+            .map_err(op)?;
+            // Attention: resid_mid = x + attn(rope(h1·Wqkvᵀ))·Woᵀ.
+            linear_backward::<T, B>(
+                queue,
+                [n, c, hd],
+                &s.att,
+                &p[li.o_w],
+                &a.dres,
+                &mut a.datt,
+                g,
+                (li.o_w, li.o_b),
+            )?;
+            let [q, k, vv] = [0, 1, 2].map(|which| Strided::<B::Space, T> {
+                data: s.qkv.view(),
+                layout: d.qkv_layout(which, t_rows),
+            });
+            let att_layout = AttentionLayout::bthd(t_rows, d.heads, d.head_dim);
+            // `dqkv` is written whole: the three layouts tile [N, (H + 2K)·D].
+            AttentionBackwardStrided::<B::Space, T> {
+                params: attn,
+                q,
+                k,
+                v: vv,
+                out: Strided {
+                    data: s.att.view(),
+                    layout: att_layout,
+                },
+                dout: Strided {
+                    data: a.datt.view(),
+                    layout: att_layout,
+                },
+                lse: s.lse.view(),
+                dqkv: a.dqkv.view_mut(),
+                dq: d.qkv_layout(0, t_rows),
+                dk: d.qkv_layout(1, t_rows),
+                dv: d.qkv_layout(2, t_rows),
+                cu_seqlens: cu.map(View::view),
+            }
+            .run(queue)
+            .map_err(op)?;
+            for (which, heads) in [(0, d.heads), (1, d.kv_heads)] {
+                RopeBackward::<B::Space, T> {
+                    grad: Rope {
+                        params: d.rope(heads),
+                        x: a.dqkv.view_mut(),
+                        layout: d.qkv_layout(which, d.seq),
+                        positions: positions.view(),
+                        freqs: self.freqs.view(),
+                    },
+                }
+                .run(queue)
+                .map_err(op)?;
+            }
+            linear_backward::<T, B>(
+                queue,
+                [n, w, c],
+                &s.h1,
+                &p[li.qkv_w],
+                &a.dqkv,
+                &mut a.branch,
+                g,
+                (li.qkv_w, li.qkv_b),
+            )?;
+            RmsNormBackward::<B::Space, T> {
+                params: d.norm(),
+                x: x.view(),
+                weight: p[li.input_norm].view(),
+                dy: a.branch.view(),
+                rstd: s.rstd1.view(),
+                dx: a.dres.view_mut(),
+                dweight: g[li.input_norm].view_mut(),
+                accumulate: true,
+            }
+            .run(queue)
+            .map_err(op)?;
+            if last {
+                let mut ready = vec![li.input_norm, li.qkv_w, li.o_w, li.post_norm];
+                ready.extend([li.gate_up_w, li.down_w]);
+                ready.extend(
+                    [li.qkv_b, li.o_b, li.gate_up_b, li.down_b]
+                        .into_iter()
+                        .flatten(),
+                );
+                ready_bucket::<T, B>(be, g, &ready, owners)?;
+            }
+        }
+        // The forward checked these ids; the kernel never indexes with a bad one.
+        EncoderBackward::<B::Space, T> {
+            params: EncoderParams {
+                batch: d.batch,
+                seq: d.seq,
+                channels: c,
+                vocab: v,
+                positions: d.seq,
+                accumulate: true,
+            },
+            tokens: inputs.view(),
+            dout: a.dres.view(),
+            dwte: g[lo.embed].view_mut(),
+            dwpe: a.no_positions_grad.view_mut(),
+            error: None,
+        }
+        .run(queue)
+        .map_err(op)?;
+        if last {
+            ready_bucket::<T, B>(be, g, &[lo.embed], owners)?;
+        }
+        Ok(())
+    }
+
+    /// Store the global gradient norm in `scalars` (with ZeRO stage 1 the norm combines every
+    /// rank's norm over the tensors it owns).
+    pub fn grad_norm(&self, scalars: &mut B::Scalars) -> Result<()> {
+        let rank = self.backend.rank();
+        match &self.owners {
+            Some(o) => {
+                let owned: Vec<&B::Buf<T>> = self
+                    .grads
+                    .iter()
+                    .zip(o)
+                    .filter(|(_, &r)| r == rank)
+                    .map(|(t, _)| t)
+                    .collect();
+                self.backend.grad_norm_sharded(&owned, scalars)
+            }
+            None => {
+                let all: Vec<&B::Buf<T>> = self.grads.iter().collect();
+                self.backend.grad_norm(&all, scalars)
+            }
+        }
+    }
+
+    /// One AdamW step over every parameter with `hyper` (its weight decay on 2-D tensors only),
+    /// the gradients unscaled and clipped as `scaling` says; skipped entirely on a non-finite
+    /// gradient norm.
+    pub fn update(
+        &mut self,
+        hyper: &AdamWStep,
+        scaling: GradScaling,
+        scalars: &B::Scalars,
+    ) -> Result<()> {
+        let rank = self.backend.rank();
+        let owners = self.owners.as_deref();
+        let mut masters = self.master.as_mut().map(|m| m.iter_mut());
+        let mut slots: Vec<AdamWSlot<'_, B::Buf<T>, B::Buf<f32>>> = self
+            .params
+            .iter_mut()
+            .zip(&self.grads)
+            .zip(self.exp_avg.iter_mut())
+            .zip(self.exp_avg_sq.iter_mut())
+            .zip(&self.decays)
+            .map(
+                |((((param, grad), exp_avg), exp_avg_sq), &decay)| AdamWSlot {
+                    master: masters.as_mut().and_then(|it| it.next()),
+                    param,
+                    grad,
+                    exp_avg,
+                    exp_avg_sq,
+                    decay,
+                },
+            )
+            .enumerate()
+            .filter(|(i, _)| owners.map_or(true, |o| o[*i] == rank))
+            .map(|(_, slot)| slot)
+            .collect();
+        adamw_all(self.backend, hyper, scaling, scalars, &mut slots)?;
+        drop(slots);
+        if let Some(o) = owners {
+            // Each tensor's owner updated it: hand the new values to every rank.
+            let mut bufs: Vec<_> = self.params.iter_mut().zip(o.iter().copied()).collect();
+            self.backend.broadcast(&mut bufs)?;
+        }
+        Ok(())
+    }
+
+    /// This rank's gradient buffers on the host as they stand (trained order).
+    pub fn download_grads(&self) -> Result<Vec<Vec<f32>>> {
+        self.grads
+            .iter()
+            .map(|t| self.backend.download(t))
+            .collect()
+    }
+
+    /// f32 parameters (the master weights when there are) and moments on the host, in the
+    /// trained order. With ZeRO every rank must call it at the same point: each tensor's state
+    /// comes from its owner.
+    pub fn download(&self) -> Result<[Vec<Vec<f32>>; 3]> {
+        let be = self.backend;
+        let down = |group: &[B::Buf<f32>]| -> Result<Vec<Vec<f32>>> {
+            group.iter().map(|t| be.download(t)).collect()
+        };
+        if let Some(o) = &self.owners {
+            let lens: Vec<usize> = self.params.iter().map(|t| be.len_of(t)).collect();
+            let gather = |group: &[B::Buf<f32>]| -> Result<Vec<Vec<f32>>> {
+                let mut full = group
+                    .iter()
+                    .enumerate()
+                    .map(|(i, t)| match o[i] == be.rank() {
+                        true => be.download(t).and_then(|h| be.upload::<f32>(&h)),
+                        false => be.zeros::<f32>(lens[i]),
+                    })
+                    .collect::<Result<Vec<_>>>()?;
+                let mut bufs: Vec<_> = full.iter_mut().zip(o.iter().copied()).collect();
+                be.broadcast(&mut bufs)?;
+                down(&full)
+            };
+            let params = match &self.master {
+                Some(m) => gather(m)?,
+                None => self
+                    .params
+                    .iter()
+                    .map(|t| be.download(t))
+                    .collect::<Result<_>>()?,
+            };
+            return Ok([params, gather(&self.exp_avg)?, gather(&self.exp_avg_sq)?]);
+        }
+        let params = match &self.master {
+            Some(m) => down(m)?,
+            None => self
+                .params
+                .iter()
+                .map(|t| be.download(t))
+                .collect::<Result<_>>()?,
+        };
+        Ok([params, down(&self.exp_avg)?, down(&self.exp_avg_sq)?])
+    }
+}
+
+/// Hand the gradients `ids` to the backend's reduction across ranks (one bucket; with ZeRO
+/// stage 1 each to its owner).
+fn ready_bucket<T: TrainElement, B: Backend<T>>(
+    be: &B,
+    grads: &mut [B::Buf<T>],
+    ids: &[usize],
+    owners: Option<&[usize]>,
+) -> Result<()> {
+    let mut sorted = ids.to_vec();
+    sorted.sort_unstable();
+    // The buffers in index order, and their roots in the same order.
+    let roots: Option<Vec<usize>> = owners.map(|o| sorted.iter().map(|&i| o[i]).collect());
+    let mut bufs: Vec<&mut B::Buf<T>> = grads
+        .iter_mut()
+        .enumerate()
+        .filter(|(i, _)| sorted.binary_search(i).is_ok())
+        .map(|(_, g)| g)
+        .collect();
+    be.grads_ready(&mut bufs, roots.as_deref())
+}
+
+/// `out = x·Wᵀ (+ b)`: `x` `[rows, inputs]`, `W` `[outputs, inputs]` (HF Linear), `[rows,
+/// outputs, inputs]` in `dims`.
+fn linear_forward<T: TrainElement, B: Backend<T>>(
+    queue: crate::backend::Queue<'_, B, T>,
+    [rows, outputs, inputs]: [usize; 3],
+    x: &B::Buf<T>,
+    weight: &B::Buf<T>,
+    bias: Option<&B::Buf<T>>,
+    out: &mut B::Buf<T>,
+) -> Result<()> {
+    match bias {
+        Some(bias) => MatmulBias::<B::Space, T> {
+            params: MatmulBiasParams {
+                trans_b: true,
+                ..MatmulBiasParams::new(rows, outputs, inputs)
+            },
+            a: x.view(),
+            b: weight.view(),
+            bias: bias.view(),
+            out: out.view_mut(),
+            pre_gelu: None,
+        }
+        .run(queue),
+        None => Matmul::<B::Space, T> {
+            params: gemm(rows, outputs, inputs, false, true),
+            a: x.view(),
+            b: weight.view(),
+            out: out.view_mut(),
+        }
+        .run(queue),
+    }
+    .map_err(op)
+}
+
+/// The backward of [`linear_forward`]: `dW += doutᵀ·x`, `db += Σ_rows dout` (the gradients
+/// `grads[w]`, `grads[b]`), then `dx = dout·W` (written).
+#[allow(clippy::too_many_arguments)]
+fn linear_backward<T: TrainElement, B: Backend<T>>(
+    queue: crate::backend::Queue<'_, B, T>,
+    [rows, outputs, inputs]: [usize; 3],
+    x: &B::Buf<T>,
+    weight: &B::Buf<T>,
+    dout: &B::Buf<T>,
+    dx: &mut B::Buf<T>,
+    grads: &mut [B::Buf<T>],
+    (w, b): (usize, Option<usize>),
+) -> Result<()> {
+    let dw = grads
+        .get_mut(w)
+        .ok_or_else(|| TrainError::Op(format!("no gradient {w}")))?;
+    Matmul::<B::Space, T> {
+        params: gemm_acc(outputs, inputs, rows, true, false),
+        a: dout.view(),
+        b: x.view(),
+        out: dw.view_mut(),
+    }
+    .run(queue)
+    .map_err(op)?;
+    if let Some(b) = b {
+        let db = grads
+            .get_mut(b)
+            .ok_or_else(|| TrainError::Op(format!("no gradient {b}")))?;
+        BiasBackward::<B::Space, T> {
+            params: BiasParams {
+                rows,
+                cols: outputs,
+                accumulate: true,
+            },
+            dout: dout.view(),
+            dbias: db.view_mut(),
+        }
+        .run(queue)
+        .map_err(op)?;
+    }
+    Matmul::<B::Space, T> {
+        params: gemm(rows, inputs, outputs, false, false),
+        a: dout.view(),
+        b: weight.view(),
+        out: dx.view_mut(),
+    }
+    .run(queue)
+    .map_err(op)
+}

@@ -1,0 +1,372 @@
+//! The training loop of a LLaMA-family run: GPT-2's loop (schedule, clipping, AdamW, f16 loss
+//! scaling, log and checkpoint cadence, `crate::train`) around [`Llama`], with the loss
+//! divided by the step's global count of counted targets.
+
+use super::checkpoint::{self as ckpt, Restored, Snapshot};
+use super::config::LlamaConfig;
+use super::model::Llama;
+use super::params::{Layout, Trained};
+use crate::backend::{AdamWStep, Backend, GradScaling, TrainElement};
+use crate::cli::{Args, Device, Precision};
+use crate::cpu_backend::Cpu;
+use crate::data::{Batch, Loader, Tokens};
+use crate::device_backend::DeviceBackend;
+use crate::error::{Result, TrainError};
+use crate::train::{
+    check_resumed, json_line, new_state, sci2, LossScaler, RankOutcome, Role, StepLog,
+};
+use half::{bf16, f16};
+use std::io::Write;
+use std::time::Instant;
+
+/// Where micro-batches come from.
+#[derive(Clone)]
+pub(crate) enum Source {
+    /// A token file and the spec's loader (every target counted).
+    Stream {
+        /// The file's ids.
+        tokens: Tokens,
+        /// The loader over them.
+        loader: Loader,
+    },
+    /// Ready micro-batches of the global batch (packed rows: positions, sequence boundaries,
+    /// targets −100 where not counted), taken in order and cycled.
+    Batches {
+        /// The micro-batches.
+        list: Vec<Batch>,
+        /// Index of the next one.
+        next: usize,
+    },
+}
+
+impl Source {
+    /// The next micro-batch of the global batch.
+    fn next(&mut self) -> Batch {
+        match self {
+            Source::Stream { tokens, loader } => loader.next(tokens),
+            Source::Batches { list, next } => {
+                let b = list.get(*next % list.len().max(1)).cloned();
+                *next += 1;
+                b.unwrap_or_else(|| Batch::stream(Vec::new(), Vec::new()))
+            }
+        }
+    }
+
+    /// The position to resume from, and the data's length (checked on resume).
+    fn position(&self) -> (usize, usize) {
+        match self {
+            Source::Stream { tokens, loader } => (loader.pos, tokens.ids.len()),
+            Source::Batches { list, next } => (*next, list.len()),
+        }
+    }
+}
+
+/// Everything loaded and checked before the first step (tensors in the [`Trained`] order).
+#[derive(Clone)]
+pub(crate) struct LlamaSetup {
+    pub(crate) cfg: LlamaConfig,
+    pub(crate) source: Source,
+    pub(crate) restored: Restored,
+}
+
+/// Load and check what a run of `world` ranks reads (the loader takes `world × --batch` rows
+/// per micro-batch; every rank keeps its own `--batch` rows).
+pub(crate) fn setup(args: &Args, cfg: LlamaConfig, world: usize) -> Result<LlamaSetup> {
+    if args.lora_rank > 0 {
+        return Err(TrainError::Usage(format!(
+            "--lora-rank {}: LoRA on the {} family is not implemented yet; fine-tune it fully \
+             (no --lora-rank)",
+            args.lora_rank,
+            cfg.family.name()
+        )));
+    }
+    if args.seq > cfg.positions {
+        return Err(TrainError::file(
+            &cfg.path,
+            format!(
+                "--seq {} is longer than max_position_embeddings = {}; use --seq <= {}",
+                args.seq, cfg.positions, cfg.positions
+            ),
+        ));
+    }
+    let tokens = Tokens::load(&args.data, cfg.vocab)?;
+    let global_batch = args.batch.checked_mul(world).ok_or_else(|| {
+        TrainError::Usage(format!("--batch {} × {world} ranks overflows", args.batch))
+    })?;
+    let mut loader = Loader::new(&args.data, &tokens, global_batch, args.seq)?;
+    let trained = Trained::new(&cfg);
+    let restored = match &args.resume {
+        None => {
+            let (model_dir, _) = crate::weights::model_paths(&args.model);
+            let params = trained.fuse(&super::weights::load(&model_dir, &cfg)?);
+            let zeros: Vec<Vec<f32>> = params.iter().map(|t| vec![0.0; t.len()]).collect();
+            Restored {
+                params,
+                exp_avg: zeros.clone(),
+                exp_avg_sq: zeros,
+                state: new_state(args, global_batch, 0, 0, tokens.ids.len()),
+            }
+        }
+        Some(dir) => {
+            let r = ckpt::load(dir, &cfg)?;
+            check_resumed(args, dir, &r.state, world, tokens.ids.len())?;
+            loader.pos = r.state.loader_pos;
+            Restored {
+                params: trained.fuse(&r.params),
+                exp_avg: trained.fuse(&r.exp_avg),
+                exp_avg_sq: trained.fuse(&r.exp_avg_sq),
+                state: r.state,
+            }
+        }
+    };
+    Ok(LlamaSetup {
+        cfg,
+        source: Source::Stream { tokens, loader },
+        restored,
+    })
+}
+
+/// Rank 0's checks of its outputs, the setup, and the checkpoint directory made ready.
+pub(crate) fn prepare(args: &Args, cfg: LlamaConfig, world: usize) -> Result<LlamaSetup> {
+    crate::outputs::check_log(args)?;
+    let s = setup(args, cfg, world)?;
+    crate::outputs::check_checkpoint_dir(args, first_step(&s.restored.state)?)?;
+    if let Some(dir) = &args.checkpoint_dir {
+        crate::checkpoint::prepare_dir(dir)?;
+    }
+    Ok(s)
+}
+
+fn first_step(state: &crate::checkpoint::TrainerState) -> Result<u64> {
+    state
+        .step
+        .checked_add(1)
+        .ok_or_else(|| TrainError::Op(format!("step {} is the last step there is", state.step)))
+}
+
+/// One process, one device or the CPU.
+pub(crate) fn run_single(args: &Args, cfg: LlamaConfig) -> Result<Vec<StepLog>> {
+    let s = prepare(args, cfg, 1)?;
+    let out = match args.device {
+        Device::Cpu => train_as(&Cpu, args, s, Role::SINGLE, false)?,
+        Device::Gpu(n) => train_as(
+            &DeviceBackend::new(n, args.grad_accum)?,
+            args,
+            s,
+            Role::SINGLE,
+            false,
+        )?,
+    };
+    Ok(out.logs)
+}
+
+/// [`train`] with the storage type `--dtype` names.
+pub(crate) fn train_as<B>(
+    backend: &B,
+    args: &Args,
+    s: LlamaSetup,
+    role: Role,
+    keep: bool,
+) -> Result<RankOutcome>
+where
+    B: Backend<f32> + Backend<bf16> + Backend<f16>,
+{
+    match args.dtype {
+        Precision::F32 => train::<f32, _>(backend, args, s, role, keep),
+        Precision::Bf16 => train::<bf16, _>(backend, args, s, role, keep),
+        Precision::F16 => train::<f16, _>(backend, args, s, role, keep),
+    }
+}
+
+/// `12.3 MiB`.
+fn mib(bytes: u64) -> String {
+    format!("{:.1} MiB", bytes as f64 / (1u64 << 20) as f64)
+}
+
+fn train<T: TrainElement, B: Backend<T>>(
+    backend: &B,
+    args: &Args,
+    mut s: LlamaSetup,
+    role: Role,
+    keep: bool,
+) -> Result<RankOutcome> {
+    let r = &s.restored;
+    let mut model = Llama::<T, B>::new(
+        backend,
+        &s.cfg,
+        [&r.params, &r.exp_avg, &r.exp_avg_sq],
+        [args.batch, args.seq],
+        args.zero == 1,
+    )?;
+    let hf = Layout::new(&s.cfg);
+    let trained = Trained::new(&s.cfg);
+    let first = first_step(&r.state)?;
+    let world = role.world;
+    let positions_per_step = args.batch * args.seq * args.grad_accum * world;
+    if role.primary() {
+        let on = match world {
+            1 => backend.name(),
+            w => format!("{}, rank 0 of {w}", backend.name()),
+        };
+        println!(
+            "hipk-train on {on}: {} | {} parameters | steps {first}..={} | {positions_per_step} \
+             tokens/step",
+            s.cfg.describe(),
+            hf.count(),
+            args.steps,
+        );
+    }
+    let mut log = match (&args.log, role.primary()) {
+        (Some(p), true) => Some(std::io::BufWriter::new(
+            std::fs::File::create(p).map_err(TrainError::io(p))?,
+        )),
+        _ => None,
+    };
+    let clip = (args.grad_clip > 0.0).then_some(args.grad_clip);
+    let mut adam_steps = r.state.adam_steps;
+    let mut scaler = (args.dtype == Precision::F16).then_some(LossScaler {
+        scale: r.state.loss_scale,
+        clean: r.state.scale_clean_steps,
+        window: args.scale_window,
+    });
+    let rows = args.batch * args.seq;
+    let mine = role.rank * rows..(role.rank + 1) * rows;
+    let tok_note = if backend.emulated() {
+        " (emulated)"
+    } else {
+        ""
+    };
+    let mut out = Vec::new();
+    for step in first..=args.steps {
+        let t0 = Instant::now();
+        backend.reset_peak_memory();
+        let mut scalars = backend.scalars()?;
+        model.zero_grads()?;
+        // The step's micro-batches (every rank reads the whole global batch), and the divisor:
+        // its counted targets over all micro-batches and ranks, known before the step.
+        let batches: Vec<Batch> = (0..args.grad_accum).map(|_| s.source.next()).collect();
+        let counted: usize = batches.iter().map(|b| b.counted(0..b.targets.len())).sum();
+        if counted == 0 {
+            return Err(TrainError::Op(format!(
+                "step {step} has no counted target (every target is -100)"
+            )));
+        }
+        for (micro, b) in batches.iter().enumerate() {
+            let loss_scale = scaler.map_or(1.0, |sc| sc.scale);
+            let last = micro + 1 == args.grad_accum;
+            model.forward_backward(
+                &b.rows(mine.clone()),
+                counted,
+                loss_scale,
+                &mut scalars,
+                last,
+            )?;
+        }
+        model.grad_norm(&mut scalars)?;
+        let lr = args.lr_at(step);
+        let hyper = AdamWStep {
+            lr,
+            beta1: args.beta1,
+            beta2: args.beta2,
+            eps: args.eps,
+            weight_decay: args.weight_decay,
+            step: adam_steps.checked_add(1).ok_or_else(|| {
+                TrainError::Op(format!("AdamW's step count {adam_steps} cannot grow"))
+            })?,
+        };
+        let loss_scale = scaler.map_or(1.0, |sc| sc.scale);
+        model.update(&hyper, GradScaling { loss_scale, clip }, &scalars)?;
+        let read = backend.read_step(&scalars)?;
+        let skipped = !read.grad_norm.is_finite();
+        if skipped && scaler.is_none() {
+            return Err(TrainError::Op(format!(
+                "step {step}: the gradient norm is {} (loss {}); lower --lr or use --grad-clip",
+                read.grad_norm, read.loss
+            )));
+        }
+        let l = StepLog {
+            step,
+            loss: read.loss,
+            lr,
+            grad_norm: read.grad_norm / loss_scale,
+            tokens_per_s: positions_per_step as f64 / t0.elapsed().as_secs_f64().max(1e-9),
+            scaler: scaler.map(|sc| (sc.scale, skipped)),
+            mem: backend.memory(),
+            world_size: world,
+        };
+        if let Some(sc) = scaler.as_mut() {
+            sc.update(skipped);
+        }
+        if !skipped {
+            adam_steps += 1;
+        }
+        if role.primary() {
+            let scale_note = match l.scaler {
+                Some((sc, true)) => format!(" | scale {sc} skipped"),
+                Some((sc, false)) => format!(" | scale {sc}"),
+                None => String::new(),
+            };
+            let mem_note = l.mem.map_or(String::new(), |m| {
+                format!(
+                    " | mem {} alloc, {} reserved, {} peak",
+                    mib(m.allocated),
+                    mib(m.reserved),
+                    mib(m.peak)
+                )
+            });
+            println!(
+                "step {}/{} | loss {:.6} | lr {} | norm {:.4} | {:.0} tok/s{tok_note}{scale_note}{mem_note}",
+                l.step,
+                args.steps,
+                l.loss,
+                sci2(l.lr),
+                l.grad_norm,
+                l.tokens_per_s
+            );
+        }
+        if let (Some(w), Some(p)) = (log.as_mut(), &args.log) {
+            writeln!(w, "{}", json_line(&l))
+                .and_then(|()| w.flush())
+                .map_err(TrainError::io(p))?;
+        }
+        out.push(l);
+        let due = args.save_every > 0 && (step % args.save_every == 0 || step == args.steps);
+        let gathers = role.primary() || (args.zero == 1 && world > 1);
+        if let (true, true, Some(dir)) = (due, gathers, &args.checkpoint_dir) {
+            let (pos, len) = s.source.position();
+            let mut state = new_state(args, args.batch * world, step, pos, len);
+            if let Some(sc) = scaler {
+                (state.loss_scale, state.scale_clean_steps) = (sc.scale, sc.clean);
+            }
+            state.adam_steps = adam_steps;
+            let [params, m, v] = model.download()?;
+            if !role.primary() {
+                continue;
+            }
+            let path = ckpt::save(
+                dir,
+                &Snapshot {
+                    config: &s.cfg,
+                    params: &trained.split(&hf, &params),
+                    exp_avg: &trained.split(&hf, &m),
+                    exp_avg_sq: &trained.split(&hf, &v),
+                    state: &state,
+                },
+            )?;
+            println!("saved {}", path.display());
+        }
+    }
+    let tensors = match keep {
+        true => Some([
+            trained.split(&hf, &model.download()?[0]),
+            trained.split(&hf, &model.download_grads()?),
+        ]),
+        false => None,
+    };
+    Ok(RankOutcome {
+        logs: out,
+        params: None,
+        grads: None,
+        tensors,
+    })
+}
