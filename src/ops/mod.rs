@@ -15,7 +15,7 @@ pub mod run;
 
 pub use crate::params::DeviceElement;
 pub use error::OpError;
-pub use run::{Kernels, Launch, Run};
+pub use run::{Launch, Run};
 
 use crate::embedded::{kernel_names, KernelFile};
 #[cfg(feature = "golden")]
@@ -50,10 +50,19 @@ pub use rmsnorm::*;
 pub use rope::*;
 pub use swiglu::*;
 
-/// Joins each family's `cpu` module (re-exported in [`crate::cpu`]) and `GOLDEN` to the
-/// registry. Adding a family is one `mod`, one `pub use` and one name in this list.
+/// Joins each family's `cpu` module (re-exported in [`crate::cpu`]), its `Kernels` (to
+/// [`Kernels`]) and `GOLDEN` to the registry. Adding a family is one `mod`, one `pub use` and one
+/// name in this list.
 macro_rules! registry {
     ($($family:ident),* $(,)?) => {
+        /// Every op for storage type `T` on the space `Self` (the CPU reference on
+        /// [`crate::params::Host`], the launchers on [`crate::params::OnDevice`]): generic code
+        /// takes `S: Kernels<T>` and runs any op struct built for `S` with `args.run(queue)`
+        /// ([`Run`]). Bundles every family's `Kernels<T>`; blanket-implemented.
+        pub trait Kernels<T: DeviceElement>: crate::params::Space $(+ $family::Kernels<T>)* {}
+
+        impl<T: DeviceElement, S: crate::params::Space $(+ $family::Kernels<T>)*> Kernels<T> for S {}
+
         /// The CPU functions of every family (re-exported by [`crate::cpu`]).
         pub(crate) mod cpu_functions {
             $(pub use super::$family::cpu::*;)*

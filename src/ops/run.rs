@@ -24,18 +24,15 @@
 //! ```
 //!
 //! Each family implements [`Launch`] for its structs beside its CPU and device functions (the
-//! `launch!` macro of this module, one line per struct); [`Kernels`] bundles them all.
+//! `launch!` macro of this module, one line per struct, which also makes the family's
+//! `Kernels<T>`); [`Kernels`] bundles every family's (the `registry!` list of `src/ops/mod.rs`).
 
-use super::{
-    AdamW, AttentionBackward, AttentionBackwardStrided, AttentionForward, AttentionForwardStrided,
-    BiasBackward, ClipGradScale, EncoderBackward, EncoderForward, GeluBackward, GeluForward,
-    LayerNormBackward, LayerNormForward, LinearCrossEntropy, Matmul, MatmulBias, OpError,
-    ResidualAdd, ResidualLayerNormForward, ResidualRmsNormForward, RmsNormBackward,
-    RmsNormForward, Rope, RopeBackward, SoftmaxCrossEntropy, SwigluBackward, SwigluForward,
-};
-use crate::params::{DeviceElement, Space};
+use super::OpError;
+use crate::params::Space;
 #[cfg(doc)]
 use crate::params::{Host, OnDevice};
+#[cfg(doc)]
+use super::Kernels;
 
 /// How the space `Self` runs the op struct `A`: the CPU reference for [`Host`], the launcher
 /// on the queue's stream for [`OnDevice`]. Call it through [`Run::run`].
@@ -55,99 +52,64 @@ pub trait Run<S: Space> {
     fn run(self, queue: S::Queue<'_>) -> Result<(), OpError>;
 }
 
-/// [`Launch`] for [`Host`] (`crate::cpu::$cpu`) and [`OnDevice`] (`crate::ops::$device`), and
-/// [`Run`] on any space that launches it, for op structs `$op<$lifetimes, S, $t>` (written
-/// `$op[$lifetimes] $t`; `$t`, the storage type's name, where the struct has one).
+/// For the op structs of one family, `$op<$lifetimes, S, $t>` (written `$op[$lifetimes] $t`;
+/// `$t`, the storage type's name, where the struct has one): [`Launch`] for [`Host`]
+/// (`crate::cpu::$cpu`) and [`OnDevice`] (`crate::ops::$device`), [`Run`] on any space that
+/// launches it, and the family's `Kernels<T>` (every struct of the family on one space), which
+/// [`crate::ops::Kernels`] bundles. The functions take the struct or what it converts `into`.
 macro_rules! launch {
-    ($($op:ident [$($lt:lifetime),+] $($t:ident)? => $cpu:ident, $device:ident;)*) => {$(
-        impl<$($lt,)+ $($t: $crate::params::DeviceElement)?>
-            $crate::ops::Launch<$op<$($lt,)+ $crate::params::Host $(, $t)?>> for $crate::params::Host
-        {
-            fn launch(
-                args: $op<$($lt,)+ $crate::params::Host $(, $t)?>,
-                (): (),
-            ) -> Result<(), $crate::ops::OpError> {
-                $crate::cpu::$cpu(args).map(|_| ()).map_err(Into::into)
+    ($($op:ident [$($lt:lifetime),+] $($t:ident)? => $cpu:ident, $device:ident;)*) => {
+        $(
+            impl<$($lt,)+ $($t: $crate::params::DeviceElement)?>
+                $crate::ops::Launch<$op<$($lt,)+ $crate::params::Host $(, $t)?>>
+                for $crate::params::Host
+            {
+                #[allow(clippy::useless_conversion)]
+                fn launch(
+                    args: $op<$($lt,)+ $crate::params::Host $(, $t)?>,
+                    (): (),
+                ) -> Result<(), $crate::ops::OpError> {
+                    $crate::cpu::$cpu(args.into()).map(|_| ()).map_err(Into::into)
+                }
             }
+
+            impl<$($lt,)+ $($t: $crate::params::DeviceElement)?>
+                $crate::ops::Launch<$op<$($lt,)+ $crate::params::OnDevice $(, $t)?>>
+                for $crate::params::OnDevice
+            {
+                #[allow(clippy::useless_conversion)]
+                fn launch(
+                    args: $op<$($lt,)+ $crate::params::OnDevice $(, $t)?>,
+                    stream: &hip_rt::Stream,
+                ) -> Result<(), $crate::ops::OpError> {
+                    $crate::ops::$device(stream, args.into())
+                }
+            }
+
+            impl<$($lt,)+ S: $crate::ops::Launch<$op<$($lt,)+ S $(, $t)?>> $(, $t: hip_rt::Element)?>
+                $crate::ops::Run<S> for $op<$($lt,)+ S $(, $t)?>
+            {
+                fn run(
+                    self,
+                    queue: <S as $crate::params::Space>::Queue<'_>,
+                ) -> Result<(), $crate::ops::OpError> {
+                    S::launch(self, queue)
+                }
+            }
+        )*
+
+        /// Every op struct of this family for storage type `T` on the space `Self` (part of
+        /// [`crate::ops::Kernels`]); blanket-implemented for every space that launches them.
+        pub trait Kernels<T: $crate::params::DeviceElement>:
+            $crate::params::Space $(+ for<$($lt),+> $crate::ops::Launch<$op<$($lt,)+ Self $(, $t)?>>)*
+        {
         }
 
-        impl<$($lt,)+ $($t: $crate::params::DeviceElement)?>
-            $crate::ops::Launch<$op<$($lt,)+ $crate::params::OnDevice $(, $t)?>>
-            for $crate::params::OnDevice
-        {
-            fn launch(
-                args: $op<$($lt,)+ $crate::params::OnDevice $(, $t)?>,
-                stream: &hip_rt::Stream,
-            ) -> Result<(), $crate::ops::OpError> {
-                $crate::ops::$device(stream, args)
-            }
-        }
-
-        $crate::ops::run::run_by_launch!($op[$($lt),+] $($t)?);
-    )*};
-}
-
-/// [`Run`] for the op struct `$op<$lifetimes, S, $t>` (written `$op[$lifetimes] $t`, `$t` the
-/// storage type's name when it has one) on every space that launches it.
-macro_rules! run_by_launch {
-    ($op:ident [$($lt:lifetime),+] $($t:ident)?) => {
-        impl<$($lt,)+ S: $crate::ops::Launch<$op<$($lt,)+ S $(, $t)?>> $(, $t: hip_rt::Element)?>
-            $crate::ops::Run<S> for $op<$($lt,)+ S $(, $t)?>
-        {
-            fn run(
-                self,
-                queue: <S as $crate::params::Space>::Queue<'_>,
-            ) -> Result<(), $crate::ops::OpError> {
-                S::launch(self, queue)
-            }
-        }
-    };
-}
-
-pub(crate) use {launch, run_by_launch};
-
-/// Every op's [`Launch`] for storage type `T` on one space: generic code takes `S: Kernels<T>`
-/// and runs any op struct of `S` ([`Run`]). Implemented for every space that launches them all
-/// ([`Host`] and [`OnDevice`]). A new op struct goes in the list below.
-macro_rules! kernels {
-    ($($op:ident [$($lt:lifetime),+] $($t:ident)?;)*) => {
-        /// Every op for storage type `T` on the space `Self` (the CPU reference on [`Host`],
-        /// the launchers on [`OnDevice`]): with `S: Kernels<T>`, `args.run(queue)` runs any op
-        /// struct built for `S`. Blanket-implemented for every space that launches them all.
-        pub trait Kernels<T: DeviceElement>: Space $(+ for<$($lt),+> Launch<$op<$($lt,)+ Self $(, $t)?>>)* {}
-
-        impl<T: DeviceElement, S: Space $(+ for<$($lt),+> Launch<$op<$($lt,)+ S $(, $t)?>>)*> Kernels<T>
-            for S
+        impl<T: $crate::params::DeviceElement, S> Kernels<T> for S where
+            S: $crate::params::Space $(+ for<$($lt),+> $crate::ops::Launch<$op<$($lt,)+ S $(, $t)?>>)*
         {
         }
     };
 }
 
-kernels! {
-    Matmul['a] T;
-    MatmulBias['a] T;
-    BiasBackward['a] T;
-    LayerNormForward['a] T;
-    ResidualLayerNormForward['a] T;
-    LayerNormBackward['a] T;
-    RmsNormForward['a] T;
-    ResidualRmsNormForward['a] T;
-    RmsNormBackward['a] T;
-    Rope['a] T;
-    RopeBackward['a] T;
-    SwigluForward['a] T;
-    SwigluBackward['a] T;
-    AttentionForward['a] T;
-    AttentionBackward['a] T;
-    AttentionForwardStrided['a] T;
-    AttentionBackwardStrided['a] T;
-    SoftmaxCrossEntropy['a] T;
-    LinearCrossEntropy['a] T;
-    EncoderForward['a] T;
-    EncoderBackward['a] T;
-    GeluForward['a] T;
-    GeluBackward['a] T;
-    ResidualAdd['a] T;
-    AdamW['a, 'b] T;
-    ClipGradScale['a];
-}
+pub(crate) use launch;

@@ -1,13 +1,22 @@
-//! What the model needs from a compute backend: buffers and the ops of a GPT-2 training step,
-//! with llm.c's accumulate-into-gradient semantics, for one storage type `T` of weights,
-//! activations and gradients (f32, bf16, f16); statistics, master weights and optimizer moments
-//! are f32. The model ([`crate::model`]) is written once against this trait, and the trait is
-//! implemented once, in [`crate::op_runner`], over the two places ops run: [`crate::cpu_backend`] (the
-//! CPU reference, `hip_kernels::cpu`) and [`crate::device_backend`] (the launchers of
-//! `hip_kernels::ops` on a `hip_rt` stream and a caching allocator: every method only queues
-//! work, and the trainer's one host read per step is [`Backend::read_step`]).
+//! What the model needs from a compute backend: what differs between the CPU reference and a
+//! device, for one storage type `T` of weights, activations and gradients (f32, bf16, f16;
+//! statistics, master weights and optimizer moments are f32). The model ([`crate::model`])
+//! builds each op's argument struct (`hip_kernels::ops`, named fields) on the backend's
+//! [`Backend::Space`] and runs it with `.run(backend.queue())` ([`hip_kernels::ops::Run`]);
+//! the backend supplies the buffers and their views, the queue, the per-step scalars (loss,
+//! gradient norm, the token-id checks read at the step's end) and the communication between
+//! ranks. Two implementations: [`crate::cpu_backend`] (the CPU reference, `hip_kernels::cpu`)
+//! and [`crate::device_backend`] (the launchers on a `hip_rt` stream and a caching allocator:
+//! every op only queues work, and the trainer's one host read per step is
+//! [`Backend::read_step`]).
 
-use crate::error::Result;
+use crate::error::{op, Result};
+use hip_kernels::ops::{
+    AdamW, AdamWParams, AdamWTensor, AttentionLayout, AttentionParams, EncoderForward,
+    EncoderParams, Kernels, LayerNormParams, MatmulLayout, MatmulParams, Qkv, Run,
+    SoftmaxCrossEntropy,
+};
+use hip_kernels::params::{Space, TensorLen};
 
 /// A storage type the trainer supports (f32, bf16, f16): the kernels have it, and RCCL can
 /// sum it across ranks.
@@ -47,21 +56,79 @@ impl Dims {
     }
 }
 
-/// A row-major product `op(A)·op(B)`: `A` is `[m, k]` (`[k, m]` if `trans_a`), `B` is `[k, n]`
-/// (`[n, k]` if `trans_b`), the output `[m, n]`. The trainer's own type, so that the model does
-/// not change when the crate's op structs do; each backend converts it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Gemm {
-    /// Rows of op(A) and of the output.
-    pub m: usize,
-    /// Columns of op(B) and of the output.
-    pub n: usize,
-    /// Inner dimension.
-    pub k: usize,
-    /// A is stored transposed.
-    pub trans_a: bool,
-    /// B is stored transposed.
-    pub trans_b: bool,
+/// One row-major product `out = op(A)·op(B)`: `A` is `[m, k]` (`[k, m]` if `trans_a`), `B` is
+/// `[k, n]` (`[n, k]` if `trans_b`), the output `[m, n]`, written (`beta = 0`); set `beta: 1.0`
+/// to add to the output instead, `alpha` to scale the product.
+pub fn gemm(m: usize, n: usize, k: usize, trans_a: bool, trans_b: bool) -> MatmulParams {
+    MatmulParams {
+        batch: 1,
+        m,
+        n,
+        k,
+        trans_a,
+        trans_b,
+        alpha: 1.0,
+        beta: 0.0,
+        layout: MatmulLayout::PACKED,
+    }
+}
+
+impl Dims {
+    /// Layer norm over the micro-batch's rows.
+    pub fn ln(&self) -> LayerNormParams {
+        LayerNormParams {
+            rows: self.rows(),
+            cols: self.channels,
+            eps: self.eps,
+        }
+    }
+
+    /// The embedding op on the micro-batch.
+    pub fn encoder(&self, accumulate: bool) -> EncoderParams {
+        EncoderParams {
+            batch: self.batch,
+            seq: self.seq,
+            channels: self.channels,
+            vocab: self.vocab,
+            positions: self.positions,
+            accumulate,
+        }
+    }
+
+    /// Causal attention on the micro-batch, scale 1/√D.
+    pub fn attention(&self) -> AttentionParams {
+        let d = self.head_dim();
+        AttentionParams {
+            batch: self.batch,
+            heads: self.heads,
+            n_kv_heads: self.heads,
+            tq: self.seq,
+            tk: self.seq,
+            head_dim: d,
+            causal: true,
+            scale: AttentionParams::default_scale(d),
+        }
+    }
+
+    /// Where q, k and v sit in the fused projection `[B, T, 3, H, D]`.
+    pub fn qkv_layouts(&self) -> [AttentionLayout; 3] {
+        let (t, h, dd) = (self.seq, self.heads, self.head_dim());
+        [Qkv::Q, Qkv::K, Qkv::V].map(|w| AttentionLayout::fused_qkv(w, t, h, dd))
+    }
+
+    /// The attention output's layout `[B, T, H, D]`.
+    pub fn bthd(&self) -> AttentionLayout {
+        AttentionLayout::bthd(self.seq, self.heads, self.head_dim())
+    }
+
+    /// The range check of the micro-batch's token ids `what` ("input token", "target token").
+    pub fn token_check(&self, what: &'static str) -> IdCheck {
+        IdCheck {
+            what,
+            seq: self.seq,
+            vocab: self.vocab,
+        }
+    }
 }
 
 /// AdamW's hyper-parameters for one tensor at one step (torch.optim.AdamW's meaning).
@@ -131,225 +198,139 @@ pub struct MemStats {
     pub peak: u64,
 }
 
-/// A compute backend for training with storage type `T`. Buffers are `T` (`Buf`), f32
-/// (`Stat`: layer-norm statistics, lse, master weights, AdamW moments) or token ids (`Ids`).
+/// A buffer as an op struct's tensor in the space `S`: a `Vec` on the host, a device buffer on
+/// a device.
+pub trait View<S: Space, U: hip_rt::Element> {
+    /// The buffer as a tensor the op reads.
+    fn view(&self) -> S::In<'_, U>;
+    /// The buffer as a tensor the op writes.
+    fn view_mut(&mut self) -> S::Out<'_, U>;
+}
+
+/// A token-id tensor that an op range-checks, for the error that names a bad id.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct IdCheck {
+    /// What the ids are ("input token", "target token").
+    pub what: &'static str,
+    /// Positions per row (to name a bad id's `b` and `t`).
+    pub seq: usize,
+    /// The ids must be below it.
+    pub vocab: usize,
+}
+
+/// AdamW's one-element scalars of a step, on the backend: what the update reads without a host
+/// wait ([`Backend::update_scalars`]).
+pub struct UpdateScalars<B> {
+    /// Divides the stored gradients (loss scale and clipping); absent when it would be 1.
+    pub grad_scale: Option<B>,
+    /// 1 when the gradient norm is not finite: the update then changes nothing.
+    pub found_inf: B,
+}
+
+/// The queue of backend `B`'s space, what every op struct runs on.
+pub type Queue<'q, B, T> = <<B as Backend<T>>::Space as Space>::Queue<'q>;
+
+/// A compute backend for training with storage type `T`: buffers (`Buf<T>` for the storage type,
+/// `Buf<f32>` for statistics, master weights and AdamW moments, `Ids` for token ids), where the
+/// op structs built on them run ([`Backend::Space`], [`Backend::queue`]), and what differs
+/// between the CPU and a device besides: the step's scalars, token-id checks and
+/// communication.
 ///
-/// "Accumulates" means the result is added to what the output holds (gradient accumulation over
-/// micro-batches starts from zeroed gradients); "writes" means the output is overwritten.
+/// The ops follow llm.c's accumulate-into-gradient semantics: a step's gradients start zeroed
+/// and each micro-batch adds into them.
 pub trait Backend<T: TrainElement> {
-    /// A tensor of `T`.
-    type Buf;
-    /// An f32 tensor.
-    type Stat;
-    /// Token ids (i32).
-    type Ids;
+    /// Where the op structs' tensors live; it runs every op for `T` and f32.
+    type Space: Kernels<T> + Kernels<f32>;
+    /// A tensor of `U` (`T`, or f32 for statistics and optimizer state).
+    type Buf<U: TrainElement>: View<Self::Space, U>;
+    /// Token ids (i32), with whatever the backend keeps to report a bad one.
+    type Ids: View<Self::Space, i32>;
     /// Per-step scalars kept on the backend until [`Backend::read_step`].
     type Scalars;
 
+    /// What op structs of [`Backend::Space`] run on (`()` on the CPU, the compute stream).
+    fn queue(&self) -> <Self::Space as Space>::Queue<'_>;
+    /// `buf` as a tensor an op reads.
+    fn view<'a, U: hip_rt::Element>(
+        &self,
+        buf: &'a impl View<Self::Space, U>,
+    ) -> <Self::Space as Space>::In<'a, U> {
+        buf.view()
+    }
+    /// `buf` as a tensor an op writes.
+    fn view_mut<'a, U: hip_rt::Element>(
+        &self,
+        buf: &'a mut impl View<Self::Space, U>,
+    ) -> <Self::Space as Space>::Out<'a, U> {
+        buf.view_mut()
+    }
+    /// Elements in `buf`.
+    fn len_of<U: TrainElement>(&self, buf: &Self::Buf<U>) -> usize {
+        buf.view().numel()
+    }
+
     /// Human-readable name for the progress output.
     fn name(&self) -> String;
-    /// Elements in `buf`.
-    fn len_of(&self, buf: &Self::Buf) -> usize;
     /// A zero-filled buffer of `len` elements.
-    fn zeros(&self, len: usize) -> Result<Self::Buf>;
-    /// A zero-filled f32 buffer of `len` elements.
-    fn zeros_stat(&self, len: usize) -> Result<Self::Stat>;
-    /// A buffer holding `host` rounded to `T`.
-    fn upload(&self, host: &[f32]) -> Result<Self::Buf>;
+    fn zeros<U: TrainElement>(&self, len: usize) -> Result<Self::Buf<U>>;
+    /// A buffer holding `host` rounded to `U`.
+    fn upload<U: TrainElement>(&self, host: &[f32]) -> Result<Self::Buf<U>>;
     /// The contents of `buf`, widened to f32 (a host wait on a device).
-    fn download(&self, buf: &Self::Buf) -> Result<Vec<f32>>;
-    /// An f32 buffer holding `host`.
-    fn upload_stat(&self, host: &[f32]) -> Result<Self::Stat>;
-    /// The contents of an f32 buffer (a host wait on a device).
-    fn download_stat(&self, buf: &Self::Stat) -> Result<Vec<f32>>;
+    fn download<U: TrainElement>(&self, buf: &Self::Buf<U>) -> Result<Vec<f32>>;
     /// Set every element of `buf` to 0.
-    fn fill_zero(&self, buf: &mut Self::Buf) -> Result<()>;
+    fn fill_zero<U: TrainElement>(&self, buf: &mut Self::Buf<U>) -> Result<()>;
     /// Token ids on the backend.
     fn ids(&self, host: &[i32]) -> Result<Self::Ids>;
     /// Fresh per-step scalars (loss sum 0, norm unset).
     fn scalars(&self) -> Result<Self::Scalars>;
 
-    /// Writes `out[b,t,:] = wte[tok[b,t],:] + wpe[t,:]`.
+    /// Runs the embedding `a` of the token ids `ids` (built with `error: None`): on a device
+    /// with a slot of the step's flags for a bad id, read and reported (named as `check` says)
+    /// by [`Backend::read_step`]; on the CPU the reference returns the error itself.
     fn encoder_forward(
         &self,
-        d: &Dims,
-        tokens: &Self::Ids,
-        wte: &Self::Buf,
-        wpe: &Self::Buf,
-        out: &mut Self::Buf,
+        a: EncoderForward<'_, Self::Space, T>,
+        ids: &Self::Ids,
+        check: IdCheck,
     ) -> Result<()>;
-    /// Accumulates the embedding gradients of `dout` into `dwte`, `dwpe`.
-    fn encoder_backward(
-        &self,
-        d: &Dims,
-        tokens: &Self::Ids,
-        dout: &Self::Buf,
-        dwte: &mut Self::Buf,
-        dwpe: &mut Self::Buf,
-    ) -> Result<()>;
-    /// `out = op(A)·op(B)`, written, or added to `out` with `accumulate`.
-    fn matmul(
-        &self,
-        shape: Gemm,
-        a: &Self::Buf,
-        b: &Self::Buf,
-        out: &mut Self::Buf,
-        accumulate: bool,
-    ) -> Result<()>;
-    /// `out = alpha·op(A)·op(B) + beta·out` (LoRA's scaled adapter products, folded into the
-    /// target's output or gradient with `beta = 1`).
-    fn matmul_scaled(
-        &self,
-        shape: Gemm,
-        a: &Self::Buf,
-        b: &Self::Buf,
-        out: &mut Self::Buf,
-        alpha: f32,
-        beta: f32,
-    ) -> Result<()>;
-    /// Writes `out = gelu_tanh(x)` (the MLP's activation when LoRA adds to its input first).
-    fn gelu_forward(&self, x: &Self::Buf, out: &mut Self::Buf) -> Result<()>;
-    /// Writes `out = A·B + bias`; with `pre_gelu`, writes the sum there and `gelu_tanh` of it
-    /// to `out`.
-    fn matmul_bias(
-        &self,
-        shape: Gemm,
-        a: &Self::Buf,
-        b: &Self::Buf,
-        bias: &Self::Buf,
-        out: &mut Self::Buf,
-        pre_gelu: Option<&mut Self::Buf>,
-    ) -> Result<()>;
-    /// Accumulates the column sums of `dout` `[rows, cols]` into `dbias` `[cols]`.
-    fn bias_backward(&self, rows: usize, dout: &Self::Buf, dbias: &mut Self::Buf) -> Result<()>;
-    /// Layer norm over rows of `d.channels`: writes `y`, `mean`, `rstd`.
-    #[allow(clippy::too_many_arguments)]
-    fn layernorm_forward(
-        &self,
-        d: &Dims,
-        x: &Self::Buf,
-        weight: &Self::Buf,
-        bias: &Self::Buf,
-        y: &mut Self::Buf,
-        mean: &mut Self::Stat,
-        rstd: &mut Self::Stat,
-    ) -> Result<()>;
-    /// The residual add fused with the next layer norm (one launch on a device): writes
-    /// `residual = a + b` (rounded to `T`) and the layer norm of that stored residual into `y`,
-    /// `mean`, `rstd`; the same values as an add then [`Backend::layernorm_forward`].
-    #[allow(clippy::too_many_arguments)]
-    fn residual_layernorm_forward(
-        &self,
-        d: &Dims,
-        a: &Self::Buf,
-        b: &Self::Buf,
-        weight: &Self::Buf,
-        bias: &Self::Buf,
-        residual: &mut Self::Buf,
-        y: &mut Self::Buf,
-        mean: &mut Self::Stat,
-        rstd: &mut Self::Stat,
-    ) -> Result<()>;
-    /// Layer norm backward: accumulates `dx` into `dresidual`, and `dweight`, `dbias`.
-    #[allow(clippy::too_many_arguments)]
-    fn layernorm_backward(
-        &self,
-        d: &Dims,
-        x: &Self::Buf,
-        weight: &Self::Buf,
-        dy: &Self::Buf,
-        mean: &Self::Stat,
-        rstd: &Self::Stat,
-        dresidual: &mut Self::Buf,
-        dweight: &mut Self::Buf,
-        dbias: &mut Self::Buf,
-    ) -> Result<()>;
-    /// Causal attention reading q, k, v from `qkv` `[B, T, 3, H, D]`: writes `out` `[B, T, H, D]`
-    /// and `lse` `[B, H, T]`.
-    fn attention_forward(
-        &self,
-        d: &Dims,
-        qkv: &Self::Buf,
-        out: &mut Self::Buf,
-        lse: &mut Self::Stat,
-    ) -> Result<()>;
-    /// Attention backward: writes `dqkv` `[B, T, 3, H, D]`.
-    #[allow(clippy::too_many_arguments)]
-    fn attention_backward(
-        &self,
-        d: &Dims,
-        qkv: &Self::Buf,
-        out: &Self::Buf,
-        dout: &Self::Buf,
-        lse: &Self::Stat,
-        dqkv: &mut Self::Buf,
-    ) -> Result<()>;
-    /// Writes `dx = dout · gelu_tanh'(pre)`.
-    fn gelu_backward(&self, pre: &Self::Buf, dout: &Self::Buf, dx: &mut Self::Buf) -> Result<()>;
-    /// Fused softmax cross-entropy over `logits` `[N, V]` of one of `accum` micro-batches: adds
-    /// the mean loss divided by `accum` to the step's loss in `scalars`, and overwrites `logits`
-    /// with its gradient `loss_scale·(softmax − onehot)/(N·accum)`.
+    /// Runs the fused softmax cross-entropy `a` of one of `accum` micro-batches (built with
+    /// `loss: None, error: None`) and adds its mean loss divided by `accum` to the step's loss
+    /// in `scalars` (on a device, in the step's slot for it: no host wait); a bad target of
+    /// `targets` is reported as [`Backend::encoder_forward`] reports a bad token.
     fn cross_entropy(
         &self,
-        d: &Dims,
-        logits: &mut Self::Buf,
+        a: SoftmaxCrossEntropy<'_, Self::Space, T>,
         targets: &Self::Ids,
+        check: IdCheck,
         accum: usize,
-        loss_scale: f64,
         scalars: &mut Self::Scalars,
     ) -> Result<()>;
     /// Stores the global L2 norm of `grads` in `scalars` (non-finite iff a gradient is).
-    fn grad_norm(&self, grads: &[&Self::Buf], scalars: &mut Self::Scalars) -> Result<()>;
+    fn grad_norm(&self, grads: &[&Self::Buf<T>], scalars: &mut Self::Scalars) -> Result<()>;
     /// ZeRO stage 1: [`Backend::grad_norm`] of every rank's gradients when this rank holds the
     /// summed gradients of `owned` only (its share, see [`Backend::grads_ready`]'s `roots`):
     /// each rank's norm over its share, combined across ranks (the same value on every rank).
-    fn grad_norm_sharded(&self, owned: &[&Self::Buf], scalars: &mut Self::Scalars) -> Result<()>;
-    /// One AdamW update of `param` (through f32 `master` weights when given: `param` is then
-    /// rewritten as their rounding), the gradient scaled as `scaling` says with the norm taken
-    /// from `scalars` (on the backend, no host read); nothing changes when that norm is not
-    /// finite.
-    ///
-    /// All `tensors` in one fused call (one launch per table of tensors on a device), each with
-    /// `hyper`'s weight decay or none ([`AdamWSlot::decay`]).
-    fn adamw_all(
+    fn grad_norm_sharded(
         &self,
-        hyper: &AdamWStep,
-        scaling: GradScaling,
-        scalars: &Self::Scalars,
-        tensors: &mut [AdamWSlot<'_, Self::Buf, Self::Stat>],
+        owned: &[&Self::Buf<T>],
+        scalars: &mut Self::Scalars,
     ) -> Result<()>;
-    /// [`Backend::adamw_all`] of one tensor with `hyper`'s weight decay (the tests' entry).
-    /// Only the device tests call it.
-    #[cfg(all(test, feature = "device"))]
-    #[allow(clippy::too_many_arguments)]
-    fn adamw(
+    /// AdamW's one-element `grad_scale` (absent when 1: the loss scale, clipped by the norm in
+    /// `scalars` as `scaling` says) and `found_inf` (1 when that norm is not finite), computed
+    /// without a host read.
+    fn update_scalars(
         &self,
-        hyper: &AdamWStep,
         scaling: GradScaling,
         scalars: &Self::Scalars,
-        master: Option<&mut Self::Stat>,
-        param: &mut Self::Buf,
-        grad: &Self::Buf,
-        exp_avg: &mut Self::Stat,
-        exp_avg_sq: &mut Self::Stat,
-    ) -> Result<()> {
-        let slot = AdamWSlot {
-            master,
-            param,
-            grad,
-            exp_avg,
-            exp_avg_sq,
-            decay: true,
-        };
-        self.adamw_all(hyper, scaling, scalars, &mut [slot])
-    }
+    ) -> Result<UpdateScalars<Self::Buf<f32>>>;
     /// Data parallel: `grads` are final for this step (their last contribution is queued).
     /// Starts their sum across ranks on a communication stream, ordered after that work by an
     /// event, while the rest of the backward pass runs. `roots`: `None` sums into every rank
     /// (all-reduce); ZeRO stage 1 gives each tensor's owner (one per tensor), and the sum lands
     /// on the owner only (a reduce to it; the other ranks' buffers keep their own
     /// contribution). Nothing on one device.
-    fn grads_ready(&self, grads: &mut [&mut Self::Buf], roots: Option<&[usize]>) -> Result<()>;
+    fn grads_ready(&self, grads: &mut [&mut Self::Buf<T>], roots: Option<&[usize]>)
+        -> Result<()>;
     /// Data parallel: makes the work queued from now on wait (on the device) for every sum
     /// started by [`Backend::grads_ready`]. Nothing on one device.
     fn grads_reduced(&self) -> Result<()>;
@@ -359,9 +340,7 @@ pub trait Backend<T: TrainElement> {
     fn rank(&self) -> usize;
     /// Data parallel: every `(buffer, root)` becomes rank `root`'s contents on every rank
     /// (one group of broadcasts on the compute stream). Nothing on one device.
-    fn broadcast(&self, bufs: &mut [(&mut Self::Buf, usize)]) -> Result<()>;
-    /// [`Backend::broadcast`] of f32 buffers.
-    fn broadcast_stat(&self, bufs: &mut [(&mut Self::Stat, usize)]) -> Result<()>;
+    fn broadcast<U: TrainElement>(&self, bufs: &mut [(&mut Self::Buf<U>, usize)]) -> Result<()>;
     /// The step's loss and gradient norm: the one host read of a step.
     fn read_step(&self, scalars: &Self::Scalars) -> Result<StepRead>;
     /// The allocator's figures now (`None` on the CPU, which has no device allocator).
@@ -370,4 +349,52 @@ pub trait Backend<T: TrainElement> {
     fn emulated(&self) -> bool;
     /// Start a new peak for [`MemStats::peak`] (nothing on the CPU).
     fn reset_peak_memory(&self);
+}
+
+/// One AdamW update of every tensor of `tensors` in one fused op (one launch per table of
+/// tensors on a device): `param` updated (through f32 `master` weights when given: `param` is
+/// then rewritten as their rounding), the gradient scaled as `scaling` says with the norm taken
+/// from `scalars` (on the backend, no host read), each with `hyper`'s weight decay or none
+/// ([`AdamWSlot::decay`]); nothing changes when that norm is not finite.
+pub fn adamw_all<T: TrainElement, B: Backend<T>>(
+    be: &B,
+    hyper: &AdamWStep,
+    scaling: GradScaling,
+    scalars: &B::Scalars,
+    tensors: &mut [AdamWSlot<'_, B::Buf<T>, B::Buf<f32>>],
+) -> Result<()> {
+    let UpdateScalars {
+        grad_scale,
+        found_inf,
+    } = be.update_scalars(scaling, scalars)?;
+    let mut slots: Vec<AdamWTensor<'_, B::Space, T>> = tensors
+        .iter_mut()
+        .map(|t| AdamWTensor {
+            param: t.param.view_mut(),
+            grad: t.grad.view(),
+            exp_avg: t.exp_avg.view_mut(),
+            exp_avg_sq: t.exp_avg_sq.view_mut(),
+            max_exp_avg_sq: None,
+            master: t.master.as_deref_mut().map(View::view_mut),
+            weight_decay: (!t.decay).then_some(0.0),
+            lr_scale: None,
+        })
+        .collect();
+    AdamW::<B::Space, T> {
+        params: AdamWParams {
+            lr: hyper.lr,
+            beta1: hyper.beta1,
+            beta2: hyper.beta2,
+            eps: hyper.eps,
+            weight_decay: hyper.weight_decay,
+            maximize: false,
+            amsgrad: false,
+            step: hyper.step,
+        },
+        grad_scale: grad_scale.as_ref().map(View::view),
+        found_inf: Some(found_inf.view()),
+        tensors: &mut slots,
+    }
+    .run(be.queue())
+    .map_err(op)
 }

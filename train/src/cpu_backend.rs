@@ -1,18 +1,14 @@
 //! The CPU backend: every op is the crate's CPU reference (`hip_kernels::cpu`, f64 inside, each
-//! output rounded once to its storage type: f32, bf16 or f16). The oracle, not a fast path.
-//! Its argument structs are built in [`crate::op_runner`], shared with the device backend.
+//! output rounded once to its storage type: f32, bf16 or f16), run by the op structs the model
+//! builds on [`Host`]. The oracle, not a fast path.
 
-use crate::backend::TrainElement;
-use crate::backend::{Dims, GradScaling, StepRead};
-use crate::error::{op, Result};
-use crate::op_runner::{cross_entropy_args, encoder_forward_args, OpRunner, UpdateScalars};
-use hip_kernels::cpu;
-use hip_kernels::ops::{
-    AdamW, AttentionBackwardStrided, AttentionForwardStrided, BiasBackward, ClipGradScale,
-    ClipParams, EncoderBackward, GeluBackward, GeluForward, LayerNormBackward, LayerNormForward,
-    Matmul, MatmulBias, ResidualLayerNormForward,
+use crate::backend::{
+    Backend, GradScaling, IdCheck, MemStats, StepRead, TrainElement, UpdateScalars, View,
 };
-use hip_kernels::params::{DType, Host};
+use crate::error::{op, Result};
+use hip_kernels::cpu;
+use hip_kernels::ops::{ClipGradScale, ClipParams, EncoderForward, SoftmaxCrossEntropy};
+use hip_kernels::params::Host;
 
 /// The CPU reference as a [`crate::backend::Backend`].
 #[derive(Debug, Default, Clone, Copy)]
@@ -25,46 +21,43 @@ pub struct CpuScalars {
     norm: f64,
 }
 
-impl OpRunner for Cpu {
+impl<U: hip_rt::Element> View<Host, U> for Vec<U> {
+    fn view(&self) -> &[U] {
+        self
+    }
+
+    fn view_mut(&mut self) -> &mut [U] {
+        self
+    }
+}
+
+impl<T: TrainElement> Backend<T> for Cpu {
     type Space = Host;
-    type Buf<T: TrainElement> = Vec<T>;
+    type Buf<U: TrainElement> = Vec<U>;
     type Ids = Vec<i32>;
     type Scalars = CpuScalars;
 
-    fn view<T: TrainElement>(buf: &Vec<T>) -> &[T] {
-        buf
-    }
+    fn queue(&self) {}
 
-    fn view_mut<T: TrainElement>(buf: &mut Vec<T>) -> &mut [T] {
-        buf
-    }
-
-    fn ids_view(ids: &Vec<i32>) -> &[i32] {
-        ids
-    }
-
-    fn len<T: TrainElement>(buf: &Vec<T>) -> usize {
-        buf.len()
-    }
-
-    fn describe(&self, dtype: DType) -> String {
+    fn name(&self) -> String {
+        let dtype = <T as hip_kernels::params::Element>::DTYPE;
         format!("cpu ({dtype}, hip_kernels::cpu reference)")
     }
 
-    fn zeros<T: TrainElement>(&self, len: usize) -> Result<Vec<T>> {
-        Ok(vec![T::from_f32(0.0); len])
+    fn zeros<U: TrainElement>(&self, len: usize) -> Result<Vec<U>> {
+        Ok(vec![U::from_f32(0.0); len])
     }
 
-    fn upload<T: TrainElement>(&self, host: &[f32]) -> Result<Vec<T>> {
-        Ok(host.iter().map(|&x| T::from_f32(x)).collect())
+    fn upload<U: TrainElement>(&self, host: &[f32]) -> Result<Vec<U>> {
+        Ok(host.iter().map(|&x| U::from_f32(x)).collect())
     }
 
-    fn download<T: TrainElement>(&self, buf: &Vec<T>) -> Result<Vec<f32>> {
+    fn download<U: TrainElement>(&self, buf: &Vec<U>) -> Result<Vec<f32>> {
         Ok(buf.iter().map(|x| x.to_f32()).collect())
     }
 
-    fn fill_zero<T: TrainElement>(&self, buf: &mut Vec<T>) -> Result<()> {
-        buf.fill(T::from_f32(0.0));
+    fn fill_zero<U: TrainElement>(&self, buf: &mut Vec<U>) -> Result<()> {
+        buf.fill(U::from_f32(0.0));
         Ok(())
     }
 
@@ -76,119 +69,39 @@ impl OpRunner for Cpu {
         Ok(CpuScalars::default())
     }
 
-    fn encoder_forward<T: TrainElement>(
+    /// No flag: the CPU reference checks the ids itself and returns the error.
+    fn encoder_forward(
         &self,
-        d: &Dims,
-        tokens: &Vec<i32>,
-        wte: &Vec<T>,
-        wpe: &Vec<T>,
-        out: &mut Vec<T>,
+        a: EncoderForward<'_, Host, T>,
+        _ids: &Vec<i32>,
+        _check: IdCheck,
     ) -> Result<()> {
-        cpu::encoder_forward(encoder_forward_args::<Host, T>(
-            d,
-            tokens,
-            [wte, wpe],
-            out,
-            None,
-        ))
-        .map_err(op)
+        cpu::encoder_forward(a).map_err(op)
     }
 
-    fn cross_entropy<T: TrainElement>(
+    /// The f64 mean of the CPU reference, added unrounded.
+    fn cross_entropy(
         &self,
-        d: &Dims,
-        logits: &mut Vec<T>,
-        targets: &Vec<i32>,
-        dloss: f32,
+        a: SoftmaxCrossEntropy<'_, Host, T>,
+        _targets: &Vec<i32>,
+        _check: IdCheck,
         accum: usize,
         scalars: &mut CpuScalars,
     ) -> Result<()> {
-        let mut losses = vec![0.0f32; d.rows()];
-        let mean = cpu::softmax_cross_entropy(cross_entropy_args::<Host, T>(
-            d,
-            dloss,
-            logits,
-            targets,
-            &mut losses,
-            None,
-            None,
-        ))
-        .map_err(op)?;
+        let mean = cpu::softmax_cross_entropy(a).map_err(op)?;
         scalars.loss += mean / accum as f64;
         Ok(())
     }
 
-    fn run_encoder_backward<T: TrainElement>(&self, a: EncoderBackward<'_, Host, T>) -> Result<()> {
-        cpu::encoder_backward(a).map_err(op)
-    }
-
-    fn run_matmul<T: TrainElement>(&self, a: Matmul<'_, Host, T>) -> Result<()> {
-        cpu::matmul(a).map_err(op)
-    }
-
-    fn run_matmul_bias<T: TrainElement>(&self, a: MatmulBias<'_, Host, T>) -> Result<()> {
-        cpu::matmul_bias(a).map_err(op)
-    }
-
-    fn run_bias_backward<T: TrainElement>(&self, a: BiasBackward<'_, Host, T>) -> Result<()> {
-        cpu::bias_backward(a).map_err(op)
-    }
-
-    fn run_layernorm_forward<T: TrainElement>(
-        &self,
-        a: LayerNormForward<'_, Host, T>,
-    ) -> Result<()> {
-        cpu::layernorm_forward(a).map_err(op)
-    }
-
-    fn run_residual_layernorm_forward<T: TrainElement>(
-        &self,
-        a: ResidualLayerNormForward<'_, Host, T>,
-    ) -> Result<()> {
-        cpu::residual_layernorm_forward(a).map_err(op)
-    }
-
-    fn run_layernorm_backward<T: TrainElement>(
-        &self,
-        a: LayerNormBackward<'_, Host, T>,
-    ) -> Result<()> {
-        cpu::layernorm_backward(a).map_err(op)
-    }
-
-    fn run_attention_forward<T: TrainElement>(
-        &self,
-        a: AttentionForwardStrided<'_, Host, T>,
-    ) -> Result<()> {
-        cpu::attention_forward_strided(a).map_err(op)
-    }
-
-    fn run_attention_backward<T: TrainElement>(
-        &self,
-        a: AttentionBackwardStrided<'_, Host, T>,
-    ) -> Result<()> {
-        cpu::attention_backward_strided(a).map_err(op)
-    }
-
-    fn run_gelu_forward<T: TrainElement>(&self, a: GeluForward<'_, Host, T>) -> Result<()> {
-        cpu::gelu_forward(a).map_err(op)
-    }
-
-    fn run_gelu_backward<T: TrainElement>(&self, a: GeluBackward<'_, Host, T>) -> Result<()> {
-        cpu::gelu_backward(a).map_err(op)
-    }
-
-    fn run_adamw<T: TrainElement>(&self, a: AdamW<'_, '_, Host, T>) -> Result<()> {
-        cpu::adamw(a).map_err(op)
-    }
-
-    fn grad_norm<T: TrainElement>(
-        &self,
-        grads: &[&Vec<T>],
-        scalars: &mut CpuScalars,
-    ) -> Result<()> {
+    fn grad_norm(&self, grads: &[&Vec<T>], scalars: &mut CpuScalars) -> Result<()> {
         let slices: Vec<&[T]> = grads.iter().map(|g| g.as_slice()).collect();
         scalars.norm = cpu::l2_norm(&slices);
         Ok(())
+    }
+
+    /// One rank holds every tensor: the plain norm.
+    fn grad_norm_sharded(&self, owned: &[&Vec<T>], scalars: &mut CpuScalars) -> Result<()> {
+        Backend::<T>::grad_norm(self, owned, scalars)
     }
 
     fn update_scalars(
@@ -218,10 +131,40 @@ impl OpRunner for Cpu {
         })
     }
 
+    fn grads_ready(&self, _grads: &mut [&mut Vec<T>], _roots: Option<&[usize]>) -> Result<()> {
+        Ok(())
+    }
+
+    fn grads_reduced(&self) -> Result<()> {
+        Ok(())
+    }
+
+    fn world(&self) -> usize {
+        1
+    }
+
+    fn rank(&self) -> usize {
+        0
+    }
+
+    fn broadcast<U: TrainElement>(&self, _bufs: &mut [(&mut Vec<U>, usize)]) -> Result<()> {
+        Ok(())
+    }
+
     fn read_step(&self, scalars: &CpuScalars) -> Result<StepRead> {
         Ok(StepRead {
             loss: scalars.loss,
             grad_norm: scalars.norm,
         })
     }
+
+    fn memory(&self) -> Option<MemStats> {
+        None
+    }
+
+    fn emulated(&self) -> bool {
+        false
+    }
+
+    fn reset_peak_memory(&self) {}
 }

@@ -1,20 +1,19 @@
 //! The device backend (`--device N`): every op is a launcher of `hip_kernels::ops` queued on one
 //! `hip_rt` stream, every buffer comes from a caching allocator (PyTorch's policy, stream-ordered
-//! frees). Methods only queue work; the one host wait of a step is [`crate::backend::Backend::read_step`], which
-//! reads the step's losses, gradient norm and token-id flags.
+//! frees): the op structs the model builds on [`OnDevice`] run on its stream. Methods only queue
+//! work; the one host wait of a step is [`Backend::read_step`], which reads the step's losses,
+//! gradient norm and token-id flags.
 //!
 //! Has run on hip-emu (the CPU-emulated HIP device, `cargo build -p hip-emu`), never on a GPU.
 
-use crate::backend::TrainElement;
-use crate::backend::{Dims, GradScaling, MemStats, StepRead};
-use crate::error::{dev, op, Result, TrainError};
-use crate::op_runner::{cross_entropy_args, encoder_forward_args, OpRunner, UpdateScalars};
-use hip_kernels::ops::{
-    self, AdamW, AttentionBackwardStrided, AttentionForwardStrided, BiasBackward, ClipGradScale,
-    ClipParams, EncoderBackward, GeluBackward, GeluForward, LayerNormBackward, LayerNormForward,
-    Matmul, MatmulBias, ResidualLayerNormForward, NO_ERROR,
+use crate::backend::{
+    Backend, GradScaling, IdCheck, MemStats, StepRead, TrainElement, UpdateScalars, View,
 };
-use hip_kernels::params::{DType, OnDevice};
+use crate::error::{dev, op, Result, TrainError};
+use hip_kernels::ops::{
+    self, ClipGradScale, ClipParams, EncoderForward, Run, SoftmaxCrossEntropy, NO_ERROR,
+};
+use hip_kernels::params::OnDevice;
 use hip_rt::{
     Comm, Device, DeviceBuffer, DeviceView, DeviceViewMut, Event, EventOptions, PinnedHostBuffer,
     ReduceOp, Stream, StreamOptions,
@@ -83,7 +82,7 @@ struct Ddp {
     done: Event,
 }
 
-/// One HIP device as a [`crate::backend::Backend`] (through [`OpRunner`]), alone or as one rank of
+/// One HIP device as a [`Backend`], alone or as one rank of
 /// a data-parallel run ([`DeviceBackend::with_comm`]).
 pub struct DeviceBackend {
     ordinal: i32,
@@ -190,220 +189,42 @@ impl DeviceBackend {
         Ok(ids)
     }
 
-    /// Run `f` with the next flag slot of the step, which will check `ids` (`what`).
+    /// Run `f` with the next flag slot of the step, which will check `ids` as `check` says.
     fn with_flag<R>(
         &self,
-        what: &'static str,
+        check: IdCheck,
         ids: &DeviceIds,
-        d: &Dims,
         f: impl FnOnce(&mut dyn DeviceViewMut<u32>) -> Result<R>,
     ) -> Result<R> {
         let mut st = self.state.borrow_mut();
         let slot = st.checks.len();
         if slot >= st.flags.len() {
-            return Err(TrainError::Op(format!(
-                "the device backend was made for {} micro-batches per step; a step ran more",
-                self.slots
-            )));
+            return Err(self.too_many_micro_batches());
         }
         st.checks.push(Check {
-            what,
+            what: check.what,
             host: ids.host.clone(),
-            seq: d.seq,
-            vocab: d.vocab,
+            seq: check.seq,
+            vocab: check.vocab,
         });
         let mut flag = st.flags.slice_mut(slot..slot + 1).map_err(dev)?;
         f(&mut flag)
     }
-}
 
-impl OpRunner for DeviceBackend {
-    type Space = OnDevice;
-    type Buf<T: TrainElement> = DeviceBuffer<T>;
-    type Ids = DeviceIds;
-    type Scalars = DeviceScalars;
-
-    fn view<T: TrainElement>(buf: &DeviceBuffer<T>) -> &dyn DeviceView<T> {
-        buf
+    fn too_many_micro_batches(&self) -> TrainError {
+        TrainError::Op(format!(
+            "the device backend was made for {} micro-batches per step; a step ran more",
+            self.slots
+        ))
     }
 
-    fn view_mut<T: TrainElement>(buf: &mut DeviceBuffer<T>) -> &mut dyn DeviceViewMut<T> {
-        buf
+    /// Ranks of the data-parallel run (1 without one).
+    fn world_size(&self) -> usize {
+        self.ddp.as_ref().map_or(1, |d| d.comm.world())
     }
 
-    fn ids_view(ids: &DeviceIds) -> &dyn DeviceView<i32> {
-        &ids.ids
-    }
-
-    fn len<T: TrainElement>(buf: &DeviceBuffer<T>) -> usize {
-        buf.len()
-    }
-
-    fn describe(&self, dtype: DType) -> String {
-        let emu = if self.device.is_emulated() {
-            format!("; {}", hip_rt::EMULATED_FIGURE_LABEL)
-        } else {
-            String::new()
-        };
-        format!(
-            "device {} ({}, {dtype}, {} CUs{emu})",
-            self.ordinal,
-            self.device.name(),
-            self.device.compute_units()
-        )
-    }
-
-    fn zeros<T: TrainElement>(&self, len: usize) -> Result<DeviceBuffer<T>> {
-        DeviceBuffer::zeroed(&self.stream, len).map_err(dev)
-    }
-
-    /// A host wait (a synchronous copy): used when the model is set up, not in a step.
-    fn upload<T: TrainElement>(&self, host: &[f32]) -> Result<DeviceBuffer<T>> {
-        self.settle()?;
-        let data: Vec<T> = host.iter().map(|&x| T::from_f32(x)).collect();
-        DeviceBuffer::from_slice(&self.stream, &data).map_err(dev)
-    }
-
-    fn download<T: TrainElement>(&self, buf: &DeviceBuffer<T>) -> Result<Vec<f32>> {
-        self.settle()?;
-        let data = buf.to_vec(&self.stream).map_err(dev)?;
-        Ok(data.iter().map(|x| x.to_f32()).collect())
-    }
-
-    fn fill_zero<T: TrainElement>(&self, buf: &mut DeviceBuffer<T>) -> Result<()> {
-        self.stream.memset_zero(buf).map_err(dev)
-    }
-
-    fn ids(&self, host: &[i32]) -> Result<DeviceIds> {
-        Ok(DeviceIds {
-            ids: self.upload_ids(host)?,
-            host: host.into(),
-        })
-    }
-
-    fn scalars(&self) -> Result<DeviceScalars> {
-        Ok(DeviceScalars {
-            values: DeviceBuffer::zeroed(&self.stream, self.slots + 1).map_err(dev)?,
-            divisors: Vec::with_capacity(self.slots),
-        })
-    }
-
-    fn encoder_forward<T: TrainElement>(
-        &self,
-        d: &Dims,
-        tokens: &DeviceIds,
-        wte: &DeviceBuffer<T>,
-        wpe: &DeviceBuffer<T>,
-        out: &mut DeviceBuffer<T>,
-    ) -> Result<()> {
-        self.with_flag("input token", tokens, d, |flag| {
-            let args =
-                encoder_forward_args::<OnDevice, T>(d, &tokens.ids, [wte, wpe], out, Some(flag));
-            ops::encoder_forward(&self.stream, args).map_err(op)
-        })
-    }
-
-    fn cross_entropy<T: TrainElement>(
-        &self,
-        d: &Dims,
-        logits: &mut DeviceBuffer<T>,
-        targets: &DeviceIds,
-        dloss: f32,
-        accum: usize,
-        scalars: &mut DeviceScalars,
-    ) -> Result<()> {
-        let slot = scalars.divisors.len();
-        if slot >= self.slots {
-            return Err(TrainError::Op(format!(
-                "the device backend was made for {} micro-batches per step; a step ran more",
-                self.slots
-            )));
-        }
-        let mut losses = DeviceBuffer::<f32>::alloc(&self.stream, d.rows()).map_err(dev)?;
-        let mut loss = scalars.values.slice_mut(slot..slot + 1).map_err(dev)?;
-        self.with_flag("target token", targets, d, |flag| {
-            let args = cross_entropy_args::<OnDevice, T>(
-                d,
-                dloss,
-                logits,
-                &targets.ids,
-                &mut losses,
-                Some(&mut loss),
-                Some(flag),
-            );
-            ops::softmax_cross_entropy(&self.stream, args).map_err(op)
-        })?;
-        scalars.divisors.push(accum);
-        Ok(())
-    }
-
-    fn run_encoder_backward<T: TrainElement>(
-        &self,
-        a: EncoderBackward<'_, OnDevice, T>,
-    ) -> Result<()> {
-        ops::encoder_backward(&self.stream, a).map_err(op)
-    }
-
-    fn run_matmul<T: TrainElement>(&self, a: Matmul<'_, OnDevice, T>) -> Result<()> {
-        ops::matmul(&self.stream, a).map_err(op)
-    }
-
-    fn run_matmul_bias<T: TrainElement>(&self, a: MatmulBias<'_, OnDevice, T>) -> Result<()> {
-        ops::matmul_bias(&self.stream, a).map_err(op)
-    }
-
-    fn run_bias_backward<T: TrainElement>(&self, a: BiasBackward<'_, OnDevice, T>) -> Result<()> {
-        ops::bias_backward(&self.stream, a).map_err(op)
-    }
-
-    fn run_layernorm_forward<T: TrainElement>(
-        &self,
-        a: LayerNormForward<'_, OnDevice, T>,
-    ) -> Result<()> {
-        ops::layernorm_forward(&self.stream, a).map_err(op)
-    }
-
-    fn run_residual_layernorm_forward<T: TrainElement>(
-        &self,
-        a: ResidualLayerNormForward<'_, OnDevice, T>,
-    ) -> Result<()> {
-        ops::residual_layernorm_forward(&self.stream, a).map_err(op)
-    }
-
-    fn run_layernorm_backward<T: TrainElement>(
-        &self,
-        a: LayerNormBackward<'_, OnDevice, T>,
-    ) -> Result<()> {
-        ops::layernorm_backward(&self.stream, a).map_err(op)
-    }
-
-    fn run_attention_forward<T: TrainElement>(
-        &self,
-        a: AttentionForwardStrided<'_, OnDevice, T>,
-    ) -> Result<()> {
-        ops::attention_forward_strided(&self.stream, a).map_err(op)
-    }
-
-    fn run_attention_backward<T: TrainElement>(
-        &self,
-        a: AttentionBackwardStrided<'_, OnDevice, T>,
-    ) -> Result<()> {
-        ops::attention_backward_strided(&self.stream, a).map_err(op)
-    }
-
-    fn run_gelu_forward<T: TrainElement>(&self, a: GeluForward<'_, OnDevice, T>) -> Result<()> {
-        ops::gelu_forward(&self.stream, a).map_err(op)
-    }
-
-    fn run_gelu_backward<T: TrainElement>(&self, a: GeluBackward<'_, OnDevice, T>) -> Result<()> {
-        ops::gelu_backward(&self.stream, a).map_err(op)
-    }
-
-    fn run_adamw<T: TrainElement>(&self, a: AdamW<'_, '_, OnDevice, T>) -> Result<()> {
-        ops::adamw(&self.stream, a).map_err(op)
-    }
-
-    fn grad_norm<T: TrainElement>(
+    /// [`Backend::grad_norm`] of any storage type.
+    fn norm_into<T: TrainElement>(
         &self,
         grads: &[&DeviceBuffer<T>],
         scalars: &mut DeviceScalars,
@@ -423,18 +244,155 @@ impl OpRunner for DeviceBackend {
             .map_err(dev)?;
         ops::l2_norm(&self.stream, &views, &mut norm).map_err(op)
     }
+}
 
-    fn grad_norm_sharded<T: TrainElement>(
+impl<U: hip_rt::Element> View<OnDevice, U> for DeviceBuffer<U> {
+    fn view(&self) -> &dyn DeviceView<U> {
+        self
+    }
+
+    fn view_mut(&mut self) -> &mut dyn DeviceViewMut<U> {
+        self
+    }
+}
+
+impl View<OnDevice, i32> for DeviceIds {
+    fn view(&self) -> &dyn DeviceView<i32> {
+        &self.ids
+    }
+
+    fn view_mut(&mut self) -> &mut dyn DeviceViewMut<i32> {
+        &mut self.ids
+    }
+}
+
+impl<T: TrainElement> Backend<T> for DeviceBackend {
+    type Space = OnDevice;
+    type Buf<U: TrainElement> = DeviceBuffer<U>;
+    type Ids = DeviceIds;
+    type Scalars = DeviceScalars;
+
+    fn queue(&self) -> &Stream {
+        &self.stream
+    }
+
+    fn name(&self) -> String {
+        let dtype = <T as hip_kernels::params::Element>::DTYPE;
+        let emu = if self.device.is_emulated() {
+            format!("; {}", hip_rt::EMULATED_FIGURE_LABEL)
+        } else {
+            String::new()
+        };
+        format!(
+            "device {} ({}, {dtype}, {} CUs{emu})",
+            self.ordinal,
+            self.device.name(),
+            self.device.compute_units()
+        )
+    }
+
+    fn zeros<U: TrainElement>(&self, len: usize) -> Result<DeviceBuffer<U>> {
+        DeviceBuffer::zeroed(&self.stream, len).map_err(dev)
+    }
+
+    /// A host wait (a synchronous copy): used when the model is set up, not in a step.
+    fn upload<U: TrainElement>(&self, host: &[f32]) -> Result<DeviceBuffer<U>> {
+        self.settle()?;
+        let data: Vec<U> = host.iter().map(|&x| U::from_f32(x)).collect();
+        DeviceBuffer::from_slice(&self.stream, &data).map_err(dev)
+    }
+
+    fn download<U: TrainElement>(&self, buf: &DeviceBuffer<U>) -> Result<Vec<f32>> {
+        self.settle()?;
+        let data = buf.to_vec(&self.stream).map_err(dev)?;
+        Ok(data.iter().map(|x| x.to_f32()).collect())
+    }
+
+    fn fill_zero<U: TrainElement>(&self, buf: &mut DeviceBuffer<U>) -> Result<()> {
+        self.stream.memset_zero(buf).map_err(dev)
+    }
+
+    fn ids(&self, host: &[i32]) -> Result<DeviceIds> {
+        Ok(DeviceIds {
+            ids: self.upload_ids(host)?,
+            host: host.into(),
+        })
+    }
+
+    fn scalars(&self) -> Result<DeviceScalars> {
+        Ok(DeviceScalars {
+            values: DeviceBuffer::zeroed(&self.stream, self.slots + 1).map_err(dev)?,
+            divisors: Vec::with_capacity(self.slots),
+        })
+    }
+
+    fn encoder_forward(
+        &self,
+        a: EncoderForward<'_, OnDevice, T>,
+        ids: &DeviceIds,
+        check: IdCheck,
+    ) -> Result<()> {
+        self.with_flag(check, ids, |flag| {
+            EncoderForward::<OnDevice, T> {
+                error: Some(flag),
+                params: a.params,
+                tokens: a.tokens,
+                wte: a.wte,
+                wpe: a.wpe,
+                out: a.out,
+            }
+            .run(&self.stream)
+            .map_err(op)
+        })
+    }
+
+    /// The mean loss goes to the step's slot for this micro-batch (read by [`Backend::read_step`]).
+    fn cross_entropy(
+        &self,
+        a: SoftmaxCrossEntropy<'_, OnDevice, T>,
+        targets: &DeviceIds,
+        check: IdCheck,
+        accum: usize,
+        scalars: &mut DeviceScalars,
+    ) -> Result<()> {
+        let slot = scalars.divisors.len();
+        if slot >= self.slots {
+            return Err(self.too_many_micro_batches());
+        }
+        let mut loss = scalars.values.slice_mut(slot..slot + 1).map_err(dev)?;
+        self.with_flag(check, targets, |flag| {
+            SoftmaxCrossEntropy::<OnDevice, T> {
+                loss: Some(&mut loss),
+                error: Some(flag),
+                params: a.params,
+                logits: a.logits,
+                targets: a.targets,
+                losses: a.losses,
+                // Behind `Option` the view needs an explicit coercion to the shorter lifetime.
+                totals: a.totals.map(|t| t as &mut dyn DeviceViewMut<f32>),
+            }
+            .run(&self.stream)
+            .map_err(op)
+        })?;
+        scalars.divisors.push(accum);
+        Ok(())
+    }
+
+    fn grad_norm(&self, grads: &[&DeviceBuffer<T>], scalars: &mut DeviceScalars) -> Result<()> {
+        self.norm_into(grads, scalars)
+    }
+
+    fn grad_norm_sharded(
         &self,
         owned: &[&DeviceBuffer<T>],
         scalars: &mut DeviceScalars,
     ) -> Result<()> {
         let Some(d) = &self.ddp else {
-            return self.grad_norm(owned, scalars);
+            return self.norm_into(owned, scalars);
         };
         // This rank's norm over the tensors it owns (it alone holds their sums), then every
         // rank's, gathered: √(Σ_r n_r²) is the norm over all tensors, the same on every rank.
-        self.grad_norm(owned, scalars)?;
+        self.norm_into(owned, scalars)?;
         let s = &self.stream;
         let mut parts = DeviceBuffer::<f32>::alloc(s, d.comm.world()).map_err(dev)?;
         {
@@ -550,14 +508,14 @@ impl OpRunner for DeviceBackend {
             .zip(&values)
             .map(|(&k, &l)| f64::from(l) / k as f64)
             .sum::<f64>()
-            / OpRunner::world(self) as f64;
+            / self.world_size() as f64;
         Ok(StepRead {
             loss,
             grad_norm: f64::from(values[self.slots]),
         })
     }
 
-    fn grads_ready<T: TrainElement>(
+    fn grads_ready(
         &self,
         grads: &mut [&mut DeviceBuffer<T>],
         roots: Option<&[usize]>,
@@ -601,14 +559,14 @@ impl OpRunner for DeviceBackend {
     }
 
     fn world(&self) -> usize {
-        self.ddp.as_ref().map_or(1, |d| d.comm.world())
+        self.world_size()
     }
 
     fn rank(&self) -> usize {
         self.ddp.as_ref().map_or(0, |d| d.comm.rank())
     }
 
-    fn broadcast<T: TrainElement>(&self, bufs: &mut [(&mut DeviceBuffer<T>, usize)]) -> Result<()> {
+    fn broadcast<U: TrainElement>(&self, bufs: &mut [(&mut DeviceBuffer<U>, usize)]) -> Result<()> {
         let Some(d) = &self.ddp else {
             return Ok(());
         };

@@ -81,6 +81,14 @@ pub fn op(e: impl std::fmt::Display) -> TrainError {
     TrainError::Op(e.to_string())
 }
 
+/// An op struct's run (`hip_kernels::ops::Run`) that failed, as [`op`] reports it, so that the
+/// model's `.run(queue)?` reads as one line.
+impl From<hip_kernels::ops::OpError> for TrainError {
+    fn from(e: hip_kernels::ops::OpError) -> Self {
+        op(e)
+    }
+}
+
 /// A device or runtime error as a [`TrainError::Device`].
 pub fn dev(e: impl std::fmt::Display) -> TrainError {
     TrainError::Device(e.to_string())

@@ -1,9 +1,11 @@
 //! A GPT-2 trainer on hip-kernels' ops, matching PyTorch step for step (docs/TRAIN-GPT2.md).
 //!
-//! The model ([`model::Gpt2`]) is written once against [`backend::Backend`]; the backends differ
-//! only in where tensors live and which function runs an op ([`op_runner::OpRunner`]): the CPU reference
-//! ([`cpu_backend::Cpu`], `hip_kernels::cpu`) or a HIP device ([`device_backend::DeviceBackend`],
-//! `hip_kernels::ops` on a stream). [`train::run`] is the whole command line; the `train_gpt2`
+//! The model ([`model::Gpt2`]) is written once against [`backend::Backend`]: it builds each op's
+//! argument struct (`hip_kernels::ops`, named fields) on the backend's space and runs it with
+//! `.run(backend.queue())` (`hip_kernels::ops::Run`): the CPU reference on the host
+//! ([`cpu_backend::Cpu`], `hip_kernels::cpu`) or the launchers on a HIP device's stream
+//! ([`device_backend::DeviceBackend`]). The backends differ only in where tensors live and what
+//! else is not an op: allocation, copies, the step's scalars and the communication between ranks. [`train::run`] is the whole command line; the `train_gpt2`
 //! binary is a thin wrapper around it.
 //!
 //! Exit status of the binary ([`error::TrainError::exit_code`]): 0 done, 1 failed at run time,
@@ -22,7 +24,6 @@ pub mod error;
 pub mod llama;
 pub mod lora;
 pub mod model;
-pub mod op_runner;
 pub mod outputs;
 pub mod parallel;
 pub mod params;

@@ -1,12 +1,21 @@
-//! GPT-2 forward and backward, written once over [`Backend`].
+//! GPT-2 forward and backward, written once over [`Backend`]: each op is its argument struct
+//! (`hip_kernels::ops`, named fields) built on the backend's space and run on its queue.
 
-use crate::backend::TrainElement;
-use crate::backend::{AdamWSlot, AdamWStep, Backend, Dims, Gemm, GradScaling};
+use crate::backend::{
+    adamw_all, gemm, AdamWSlot, AdamWStep, Backend, Dims, GradScaling, Queue, TrainElement,
+    View,
+};
 use crate::config::GptConfig;
 use crate::error::{Result, TrainError};
 use crate::lora::adapters::Adapters;
 use crate::lora::{HostAdapters, Target};
 use crate::params::{specs, Params};
+use hip_kernels::ops::{
+    AttentionBackwardStrided, AttentionForwardStrided, BiasBackward, BiasParams,
+    CrossEntropyParams, ElementwiseParams, EncoderBackward, EncoderForward, GeluBackward,
+    GeluForward, LayerNormBackward, LayerNormForward, Matmul, MatmulBias, MatmulBiasParams,
+    MatmulParams, ResidualLayerNormForward, Run, SoftmaxCrossEntropy, Strided,
+};
 use hip_kernels::params::DType;
 use std::marker::PhantomData;
 
@@ -44,6 +53,8 @@ struct Acts<T, S> {
     dfc_gelu: T,
     dfc_pre: T,
     datty: T,
+    /// The loss of each position `[N]`.
+    losses: S,
 }
 
 /// A GPT-2 on a backend with storage type `T`: parameters, their gradients, f32 master weights
@@ -54,36 +65,47 @@ pub struct Gpt2<'b, T: TrainElement, B: Backend<T>> {
     pub dims: Dims,
     layers: usize,
     /// Parameters in `T`.
-    pub params: Params<B::Buf>,
+    pub params: Params<B::Buf<T>>,
     /// f32 master weights, when `T` is not f32.
-    pub master: Option<Params<B::Stat>>,
+    pub master: Option<Params<B::Buf<f32>>>,
     /// Gradients, accumulated over the micro-batches of a step (`None`: the base is frozen, LoRA).
-    pub grads: Option<Params<B::Buf>>,
+    pub grads: Option<Params<B::Buf<T>>>,
     /// AdamW first moments (`None` when frozen).
-    pub exp_avg: Option<Params<B::Stat>>,
+    pub exp_avg: Option<Params<B::Buf<f32>>>,
     /// AdamW second moments (`None` when frozen).
-    pub exp_avg_sq: Option<Params<B::Stat>>,
+    pub exp_avg_sq: Option<Params<B::Buf<f32>>>,
     /// LoRA's adapters, the only trainable tensors when present.
     pub lora: Option<Adapters<T, B>>,
     /// With a frozen base: where the layer norms' unused weight gradients go (`[C]` each; the
     /// op always writes them).
-    frozen_ln: Option<[B::Buf; 2]>,
+    frozen_ln: Option<[B::Buf<T>; 2]>,
     /// Weight decay applies (2-D tensors), in canonical order.
     decays: Vec<bool>,
     /// ZeRO stage 1: the rank that keeps each tensor's AdamW state (and f32 master weights)
     /// and updates it, in canonical order; `None`: every rank keeps and updates all.
     owners: Option<Vec<usize>>,
-    acts: Acts<B::Buf, B::Stat>,
+    acts: Acts<B::Buf<T>, B::Buf<f32>>,
     _t: PhantomData<T>,
 }
 
-fn mm(m: usize, n: usize, k: usize, trans_a: bool, trans_b: bool) -> Gemm {
-    Gemm {
+/// `out = A·B + bias` with `A` `[m, k]`, `B` `[k, n]`; with `gelu`, `out = gelu_tanh` of that.
+fn gemm_bias(m: usize, n: usize, k: usize, gelu: bool) -> MatmulBiasParams {
+    MatmulBiasParams {
+        batch: 1,
         m,
         n,
         k,
-        trans_a,
-        trans_b,
+        trans_a: false,
+        trans_b: false,
+        gelu,
+    }
+}
+
+/// [`gemm`] adding to the output (a weight gradient accumulated over micro-batches).
+fn gemm_acc(m: usize, n: usize, k: usize, trans_a: bool, trans_b: bool) -> MatmulParams {
+    MatmulParams {
+        beta: 1.0,
+        ..gemm(m, n, k, trans_a, trans_b)
     }
 }
 
@@ -156,15 +178,15 @@ impl<'b, T: TrainElement, B: Backend<T>> Gpt2<'b, T, B> {
             positions: cfg.positions,
             eps: cfg.eps as f32,
         };
-        let up = |_: usize, t: &Vec<f32>| backend.upload(t);
+        let up = |_: usize, t: &Vec<f32>| backend.upload::<T>(t);
         let up_stat = |i: usize, t: &Vec<f32>| match mine(i) {
-            true => backend.upload_stat(t),
-            false => backend.zeros_stat(0),
+            true => backend.upload::<f32>(t),
+            false => backend.zeros::<f32>(0),
         };
-        let zero = |_: usize, t: &Vec<f32>| backend.zeros(t.len());
+        let zero = |_: usize, t: &Vec<f32>| backend.zeros::<T>(t.len());
         let (n, c, f) = (dims.rows(), dims.channels, dims.inner);
-        let z = |len: usize| backend.zeros(len);
-        let zs = |len: usize| backend.zeros_stat(len);
+        let z = |len: usize| backend.zeros::<T>(len);
+        let zs = |len: usize| backend.zeros::<f32>(len);
         let lse_len = batch * cfg.heads * seq;
         let layers = (0..cfg.layers)
             .map(|_| {
@@ -198,6 +220,7 @@ impl<'b, T: TrainElement, B: Backend<T>> Gpt2<'b, T, B> {
             dfc_gelu: z(n * f)?,
             dfc_pre: z(n * f)?,
             datty: z(n * c)?,
+            losses: zs(n)?,
         };
         let trains_base = moments.is_some();
         Ok(Self {
@@ -264,7 +287,20 @@ impl<'b, T: TrainElement, B: Backend<T>> Gpt2<'b, T, B> {
             1 => loss_scale,
             w => loss_scale / w as f64,
         };
-        be.cross_entropy(&d, &mut self.acts.logits, targets, accum, share, scalars)?;
+        let a = &mut self.acts;
+        let a_ce = SoftmaxCrossEntropy::<B::Space, T> {
+            params: CrossEntropyParams {
+                dloss: Some((share / accum as f64) as f32),
+                ..CrossEntropyParams::new(d.rows(), d.vocab)
+            },
+            logits: a.logits.view_mut(),
+            targets: targets.view(),
+            losses: a.losses.view_mut(),
+            loss: None,
+            totals: None,
+            error: None,
+        };
+        be.cross_entropy(a_ce, targets, d.token_check("target token"), accum, scalars)?;
         self.backward(inputs, last)?;
         if last {
             be.grads_reduced()?;
@@ -274,22 +310,32 @@ impl<'b, T: TrainElement, B: Backend<T>> Gpt2<'b, T, B> {
 
     fn forward(&mut self, inputs: &B::Ids) -> Result<()> {
         let (be, d, p, a) = (self.backend, self.dims, &self.params, &mut self.acts);
+        let queue = be.queue();
         let mut lora = self.lora.as_mut();
         let (n, c, f) = (d.rows(), d.channels, d.inner);
-        be.encoder_forward(&d, inputs, &p.wte, &p.wpe, &mut a.encoded)?;
+        let embed = EncoderForward::<B::Space, T> {
+            params: d.encoder(false),
+            tokens: inputs.view(),
+            wte: p.wte.view(),
+            wpe: p.wpe.view(),
+            out: a.encoded.view_mut(),
+            error: None,
+        };
+        be.encoder_forward(embed, inputs, d.token_check("input token"))?;
         // The first layer norm reads the embeddings; every later one is fused with the residual
         // add before it (the next layer's ln_1, or ln_f after the last layer).
         if let Some(s) = a.layers.first_mut() {
             let w = &p.layers[0];
-            be.layernorm_forward(
-                &d,
-                &a.encoded,
-                &w.ln1_w,
-                &w.ln1_b,
-                &mut s.ln1,
-                &mut s.ln1_mean,
-                &mut s.ln1_rstd,
-            )?;
+            LayerNormForward::<B::Space, T> {
+                params: d.ln(),
+                x: a.encoded.view(),
+                weight: w.ln1_w.view(),
+                bias: w.ln1_b.view(),
+                y: s.ln1.view_mut(),
+                mean: s.ln1_mean.view_mut(),
+                rstd: s.ln1_rstd.view_mut(),
+            }
+            .run(queue)?;
         }
         for l in 0..self.layers {
             let (done, rest) = a.layers.split_at_mut(l);
@@ -298,72 +344,99 @@ impl<'b, T: TrainElement, B: Backend<T>> Gpt2<'b, T, B> {
                 .split_first_mut()
                 .ok_or_else(|| TrainError::Op(format!("layer {l} has no activations")))?;
             let w = &p.layers[l];
-            be.matmul_bias(
-                mm(n, 3 * c, c, false, false),
-                &s.ln1,
-                &w.qkv_w,
-                &w.qkv_b,
-                &mut s.qkv,
-                None,
-            )?;
+            MatmulBias::<B::Space, T> {
+                params: gemm_bias(n, 3 * c, c, false),
+                a: s.ln1.view(),
+                b: w.qkv_w.view(),
+                bias: w.qkv_b.view(),
+                out: s.qkv.view_mut(),
+                pre_gelu: None,
+            }
+            .run(queue)?;
             if let Some(lo) = lora.as_deref_mut() {
                 lo.forward(be, l, Target::CAttn, &s.ln1, &mut s.qkv)?;
             }
-            be.attention_forward(&d, &s.qkv, &mut s.atty, &mut s.lse)?;
-            be.matmul_bias(
-                mm(n, c, c, false, false),
-                &s.atty,
-                &w.proj_w,
-                &w.proj_b,
-                &mut a.branch,
-                None,
-            )?;
+            // q, k, v read from the fused `qkv` [B, T, 3, H, D]; `atty` [B, T, H, D].
+            let [q, k, v] = d.qkv_layouts().map(|layout| Strided::<B::Space, T> {
+                data: s.qkv.view(),
+                layout,
+            });
+            AttentionForwardStrided::<B::Space, T> {
+                params: d.attention(),
+                q,
+                k,
+                v,
+                out: s.atty.view_mut(),
+                out_layout: d.bthd(),
+                lse: s.lse.view_mut(),
+                cu_seqlens: None,
+            }
+            .run(queue)?;
+            MatmulBias::<B::Space, T> {
+                params: gemm_bias(n, c, c, false),
+                a: s.atty.view(),
+                b: w.proj_w.view(),
+                bias: w.proj_b.view(),
+                out: a.branch.view_mut(),
+                pre_gelu: None,
+            }
+            .run(queue)?;
             if let Some(lo) = lora.as_deref_mut() {
                 lo.forward(be, l, Target::AttnProj, &s.atty, &mut a.branch)?;
             }
-            be.residual_layernorm_forward(
-                &d,
-                x,
-                &a.branch,
-                &w.ln2_w,
-                &w.ln2_b,
-                &mut s.resid_mid,
-                &mut s.ln2,
-                &mut s.ln2_mean,
-                &mut s.ln2_rstd,
-            )?;
+            ResidualLayerNormForward::<B::Space, T> {
+                params: d.ln(),
+                a: x.view(),
+                b: a.branch.view(),
+                weight: w.ln2_w.view(),
+                bias: w.ln2_b.view(),
+                residual: s.resid_mid.view_mut(),
+                y: s.ln2.view_mut(),
+                mean: s.ln2_mean.view_mut(),
+                rstd: s.ln2_rstd.view_mut(),
+            }
+            .run(queue)?;
+            let fc = |gelu| gemm_bias(n, f, c, gelu);
             match lora.as_deref_mut().filter(|lo| lo.adapts(Target::CFc)) {
                 // The adapter adds to GELU's input: the bias GEMM writes it, the adapter
                 // accumulates into it, then GELU.
                 Some(lo) => {
-                    be.matmul_bias(
-                        mm(n, f, c, false, false),
-                        &s.ln2,
-                        &w.fc_w,
-                        &w.fc_b,
-                        &mut s.fc_pre,
-                        None,
-                    )?;
+                    MatmulBias::<B::Space, T> {
+                        params: fc(false),
+                        a: s.ln2.view(),
+                        b: w.fc_w.view(),
+                        bias: w.fc_b.view(),
+                        out: s.fc_pre.view_mut(),
+                        pre_gelu: None,
+                    }
+                    .run(queue)?;
                     lo.forward(be, l, Target::CFc, &s.ln2, &mut s.fc_pre)?;
-                    be.gelu_forward(&s.fc_pre, &mut s.fc_gelu)?;
+                    GeluForward::<B::Space, T> {
+                        params: ElementwiseParams { len: n * f },
+                        x: s.fc_pre.view(),
+                        out: s.fc_gelu.view_mut(),
+                    }
+                    .run(queue)?;
                 }
-                None => be.matmul_bias(
-                    mm(n, f, c, false, false),
-                    &s.ln2,
-                    &w.fc_w,
-                    &w.fc_b,
-                    &mut s.fc_gelu,
-                    Some(&mut s.fc_pre),
-                )?,
+                None => MatmulBias::<B::Space, T> {
+                    params: fc(true),
+                    a: s.ln2.view(),
+                    b: w.fc_w.view(),
+                    bias: w.fc_b.view(),
+                    out: s.fc_gelu.view_mut(),
+                    pre_gelu: Some(s.fc_pre.view_mut()),
+                }
+                .run(queue)?,
             }
-            be.matmul_bias(
-                mm(n, c, f, false, false),
-                &s.fc_gelu,
-                &w.mproj_w,
-                &w.mproj_b,
-                &mut a.branch,
-                None,
-            )?;
+            MatmulBias::<B::Space, T> {
+                params: gemm_bias(n, c, f, false),
+                a: s.fc_gelu.view(),
+                b: w.mproj_w.view(),
+                bias: w.mproj_b.view(),
+                out: a.branch.view_mut(),
+                pre_gelu: None,
+            }
+            .run(queue)?;
             if let Some(lo) = lora.as_deref_mut() {
                 lo.forward(be, l, Target::MlpProj, &s.fc_gelu, &mut a.branch)?;
             }
@@ -386,40 +459,44 @@ impl<'b, T: TrainElement, B: Backend<T>> Gpt2<'b, T, B> {
                     &mut a.lnf_rstd,
                 ),
             };
-            be.residual_layernorm_forward(
-                &d,
-                &s.resid_mid,
-                &a.branch,
-                ln_w,
-                ln_b,
-                &mut s.resid_out,
-                y,
-                mean,
-                rstd,
-            )?;
+            ResidualLayerNormForward::<B::Space, T> {
+                params: d.ln(),
+                a: s.resid_mid.view(),
+                b: a.branch.view(),
+                weight: ln_w.view(),
+                bias: ln_b.view(),
+                residual: s.resid_out.view_mut(),
+                y: y.view_mut(),
+                mean: mean.view_mut(),
+                rstd: rstd.view_mut(),
+            }
+            .run(queue)?;
         }
         if self.layers == 0 {
-            be.layernorm_forward(
-                &d,
-                &a.encoded,
-                &p.lnf_w,
-                &p.lnf_b,
-                &mut a.lnf,
-                &mut a.lnf_mean,
-                &mut a.lnf_rstd,
-            )?;
+            LayerNormForward::<B::Space, T> {
+                params: d.ln(),
+                x: a.encoded.view(),
+                weight: p.lnf_w.view(),
+                bias: p.lnf_b.view(),
+                y: a.lnf.view_mut(),
+                mean: a.lnf_mean.view_mut(),
+                rstd: a.lnf_rstd.view_mut(),
+            }
+            .run(queue)?;
         }
-        be.matmul(
-            mm(n, d.vocab, c, false, true),
-            &a.lnf,
-            &p.wte,
-            &mut a.logits,
-            false,
-        )
+        Matmul::<B::Space, T> {
+            params: gemm(n, d.vocab, c, false, true),
+            a: a.lnf.view(),
+            b: p.wte.view(),
+            out: a.logits.view_mut(),
+        }
+        .run(queue)?;
+        Ok(())
     }
 
     fn backward(&mut self, inputs: &B::Ids, last: bool) -> Result<()> {
         let (be, d, p, a) = (self.backend, self.dims, &self.params, &mut self.acts);
+        let queue = be.queue();
         // `None` with a frozen base (LoRA): no weight gradient is computed, only the input
         // gradients the adapters need.
         let mut g = self.grads.as_mut();
@@ -431,38 +508,42 @@ impl<'b, T: TrainElement, B: Backend<T>> Gpt2<'b, T, B> {
         let (n, c, f, v) = (d.rows(), d.channels, d.inner, d.vocab);
         // logits = lnf · wteᵀ; `a.logits` now holds dlogits.
         if let Some(g) = g.as_deref_mut() {
-            be.matmul(
-                mm(v, c, n, true, false),
-                &a.logits,
-                &a.lnf,
-                &mut g.wte,
-                true,
-            )?;
+            Matmul::<B::Space, T> {
+                params: gemm_acc(v, c, n, true, false),
+                a: a.logits.view(),
+                b: a.lnf.view(),
+                out: g.wte.view_mut(),
+            }
+            .run(queue)?;
         }
-        be.matmul(
-            mm(n, c, v, false, false),
-            &a.logits,
-            &p.wte,
-            &mut a.branch,
-            false,
-        )?;
+        Matmul::<B::Space, T> {
+            params: gemm(n, c, v, false, false),
+            a: a.logits.view(),
+            b: p.wte.view(),
+            out: a.branch.view_mut(),
+        }
+        .run(queue)?;
         be.fill_zero(&mut a.dres)?;
         let x_last = a.layers.last().map_or(&a.encoded, |s| &s.resid_out);
         let (dw, db) = ln_grads(
             g.as_deref_mut().map(|g| (&mut g.lnf_w, &mut g.lnf_b)),
             frozen.as_deref_mut(),
         )?;
-        be.layernorm_backward(
-            &d,
-            x_last,
-            &p.lnf_w,
-            &a.branch,
-            &a.lnf_mean,
-            &a.lnf_rstd,
-            &mut a.dres,
-            dw,
-            db,
-        )?;
+        // Layer norm backwards accumulate into the step's gradients in place (one rounding to
+        // T), `dx` into the residual stream's gradient.
+        LayerNormBackward::<B::Space, T> {
+            params: d.ln(),
+            x: x_last.view(),
+            weight: p.lnf_w.view(),
+            dy: a.branch.view(),
+            mean: a.lnf_mean.view(),
+            rstd: a.lnf_rstd.view(),
+            dx: a.dres.view_mut(),
+            dweight: dw.view_mut(),
+            dbias: db.view_mut(),
+            accumulate: true,
+        }
+        .run(queue)?;
         if let (true, Some(g)) = (last, g.as_deref_mut()) {
             let at = 2 + 12 * self.layers;
             be.grads_ready(&mut [&mut g.lnf_w, &mut g.lnf_b], roots(at, 2))?;
@@ -473,44 +554,38 @@ impl<'b, T: TrainElement, B: Backend<T>> Gpt2<'b, T, B> {
             let (w, s) = (&p.layers[l], &rest[0]);
             let mut gw = g.as_deref_mut().map(|g| &mut g.layers[l]);
             // MLP: resid_out = resid_mid + gelu(ln2·Wfc + bfc)·Wmproj + bmproj.
-            if let Some(gw) = gw.as_deref_mut() {
-                be.matmul(
-                    mm(f, c, n, true, false),
-                    &s.fc_gelu,
-                    &a.dres,
-                    &mut gw.mproj_w,
-                    true,
-                )?;
-                be.bias_backward(n, &a.dres, &mut gw.mproj_b)?;
+            Linear {
+                rows: n,
+                inputs: f,
+                outputs: c,
+                x: &s.fc_gelu,
+                weight: &w.mproj_w,
+                dout: &a.dres,
+                dx: &mut a.dfc_gelu,
+                grads: gw.as_deref_mut().map(|g| (&mut g.mproj_w, &mut g.mproj_b)),
             }
-            be.matmul(
-                mm(n, f, c, false, true),
-                &a.dres,
-                &w.mproj_w,
-                &mut a.dfc_gelu,
-                false,
-            )?;
+            .backward::<T, B>(queue)?;
             if let Some(lo) = lora.as_deref_mut() {
                 lo.backward(be, l, Target::MlpProj, &s.fc_gelu, &a.dres, &mut a.dfc_gelu)?;
             }
-            be.gelu_backward(&s.fc_pre, &a.dfc_gelu, &mut a.dfc_pre)?;
-            if let Some(gw) = gw.as_deref_mut() {
-                be.matmul(
-                    mm(c, f, n, true, false),
-                    &s.ln2,
-                    &a.dfc_pre,
-                    &mut gw.fc_w,
-                    true,
-                )?;
-                be.bias_backward(n, &a.dfc_pre, &mut gw.fc_b)?;
+            GeluBackward::<B::Space, T> {
+                params: ElementwiseParams { len: n * f },
+                x: s.fc_pre.view(),
+                dout: a.dfc_gelu.view(),
+                dx: a.dfc_pre.view_mut(),
             }
-            be.matmul(
-                mm(n, c, f, false, true),
-                &a.dfc_pre,
-                &w.fc_w,
-                &mut a.branch,
-                false,
-            )?;
+            .run(queue)?;
+            Linear {
+                rows: n,
+                inputs: c,
+                outputs: f,
+                x: &s.ln2,
+                weight: &w.fc_w,
+                dout: &a.dfc_pre,
+                dx: &mut a.branch,
+                grads: gw.as_deref_mut().map(|g| (&mut g.fc_w, &mut g.fc_b)),
+            }
+            .backward::<T, B>(queue)?;
             if let Some(lo) = lora.as_deref_mut() {
                 lo.backward(be, l, Target::CFc, &s.ln2, &a.dfc_pre, &mut a.branch)?;
             }
@@ -518,56 +593,72 @@ impl<'b, T: TrainElement, B: Backend<T>> Gpt2<'b, T, B> {
                 gw.as_deref_mut().map(|g| (&mut g.ln2_w, &mut g.ln2_b)),
                 frozen.as_deref_mut(),
             )?;
-            be.layernorm_backward(
-                &d,
-                &s.resid_mid,
-                &w.ln2_w,
-                &a.branch,
-                &s.ln2_mean,
-                &s.ln2_rstd,
-                &mut a.dres,
-                dw,
-                db,
-            )?;
-            // Attention: resid_mid = x + attn(ln1·Wqkv + bqkv)·Wproj + bproj.
-            if let Some(gw) = gw.as_deref_mut() {
-                be.matmul(
-                    mm(c, c, n, true, false),
-                    &s.atty,
-                    &a.dres,
-                    &mut gw.proj_w,
-                    true,
-                )?;
-                be.bias_backward(n, &a.dres, &mut gw.proj_b)?;
+            LayerNormBackward::<B::Space, T> {
+                params: d.ln(),
+                x: s.resid_mid.view(),
+                weight: w.ln2_w.view(),
+                dy: a.branch.view(),
+                mean: s.ln2_mean.view(),
+                rstd: s.ln2_rstd.view(),
+                dx: a.dres.view_mut(),
+                dweight: dw.view_mut(),
+                dbias: db.view_mut(),
+                accumulate: true,
             }
-            be.matmul(
-                mm(n, c, c, false, true),
-                &a.dres,
-                &w.proj_w,
-                &mut a.datty,
-                false,
-            )?;
+            .run(queue)?;
+            // Attention: resid_mid = x + attn(ln1·Wqkv + bqkv)·Wproj + bproj.
+            Linear {
+                rows: n,
+                inputs: c,
+                outputs: c,
+                x: &s.atty,
+                weight: &w.proj_w,
+                dout: &a.dres,
+                dx: &mut a.datty,
+                grads: gw.as_deref_mut().map(|g| (&mut g.proj_w, &mut g.proj_b)),
+            }
+            .backward::<T, B>(queue)?;
             if let Some(lo) = lora.as_deref_mut() {
                 lo.backward(be, l, Target::AttnProj, &s.atty, &a.dres, &mut a.datty)?;
             }
-            be.attention_backward(&d, &s.qkv, &s.atty, &a.datty, &s.lse, &mut a.dqkv)?;
-            if let Some(gw) = gw.as_deref_mut() {
-                be.matmul(
-                    mm(c, 3 * c, n, true, false),
-                    &s.ln1,
-                    &a.dqkv,
-                    &mut gw.qkv_w,
-                    true,
-                )?;
-                be.bias_backward(n, &a.dqkv, &mut gw.qkv_b)?;
+            // `dqkv` is written whole: the three fused layouts tile [B, T, 3, H, D].
+            let [q, k, v] = d.qkv_layouts().map(|layout| Strided::<B::Space, T> {
+                data: s.qkv.view(),
+                layout,
+            });
+            let [dq, dk, dv] = d.qkv_layouts();
+            AttentionBackwardStrided::<B::Space, T> {
+                params: d.attention(),
+                q,
+                k,
+                v,
+                out: Strided {
+                    data: s.atty.view(),
+                    layout: d.bthd(),
+                },
+                dout: Strided {
+                    data: a.datty.view(),
+                    layout: d.bthd(),
+                },
+                lse: s.lse.view(),
+                dqkv: a.dqkv.view_mut(),
+                dq,
+                dk,
+                dv,
+                cu_seqlens: None,
             }
-            be.matmul(
-                mm(n, c, 3 * c, false, true),
-                &a.dqkv,
-                &w.qkv_w,
-                &mut a.branch,
-                false,
-            )?;
+            .run(queue)?;
+            Linear {
+                rows: n,
+                inputs: c,
+                outputs: 3 * c,
+                x: &s.ln1,
+                weight: &w.qkv_w,
+                dout: &a.dqkv,
+                dx: &mut a.branch,
+                grads: gw.as_deref_mut().map(|g| (&mut g.qkv_w, &mut g.qkv_b)),
+            }
+            .backward::<T, B>(queue)?;
             if let Some(lo) = lora.as_deref_mut() {
                 lo.backward(be, l, Target::CAttn, &s.ln1, &a.dqkv, &mut a.branch)?;
             }
@@ -575,17 +666,19 @@ impl<'b, T: TrainElement, B: Backend<T>> Gpt2<'b, T, B> {
                 gw.as_deref_mut().map(|g| (&mut g.ln1_w, &mut g.ln1_b)),
                 frozen.as_deref_mut(),
             )?;
-            be.layernorm_backward(
-                &d,
-                x,
-                &w.ln1_w,
-                &a.branch,
-                &s.ln1_mean,
-                &s.ln1_rstd,
-                &mut a.dres,
-                dw,
-                db,
-            )?;
+            LayerNormBackward::<B::Space, T> {
+                params: d.ln(),
+                x: x.view(),
+                weight: w.ln1_w.view(),
+                dy: a.branch.view(),
+                mean: s.ln1_mean.view(),
+                rstd: s.ln1_rstd.view(),
+                dx: a.dres.view_mut(),
+                dweight: dw.view_mut(),
+                dbias: db.view_mut(),
+                accumulate: true,
+            }
+            .run(queue)?;
             if let (true, Some(gw)) = (last, gw) {
                 // Layer l's twelve gradients are final: one bucket.
                 be.grads_ready(&mut gw.iter_mut(), roots(2 + 12 * l, 12))?;
@@ -596,7 +689,16 @@ impl<'b, T: TrainElement, B: Backend<T>> Gpt2<'b, T, B> {
             be.grads_ready(&mut lo.grads.iter_mut().collect::<Vec<_>>(), None)?;
         }
         if let Some(g) = g {
-            be.encoder_backward(&d, inputs, &a.dres, &mut g.wte, &mut g.wpe)?;
+            // The forward checked these ids; the kernel never indexes with a bad one.
+            EncoderBackward::<B::Space, T> {
+                params: d.encoder(true),
+                tokens: inputs.view(),
+                dout: a.dres.view(),
+                dwte: g.wte.view_mut(),
+                dwpe: g.wpe.view_mut(),
+                error: None,
+            }
+            .run(queue)?;
             if last {
                 be.grads_ready(&mut [&mut g.wte, &mut g.wpe], roots(0, 2))?;
             }
@@ -612,7 +714,7 @@ impl<'b, T: TrainElement, B: Backend<T>> Gpt2<'b, T, B> {
         match (&self.lora, &self.grads, &self.owners) {
             (Some(lo), _, _) => self.backend.grad_norm(&lo.grad_refs(), scalars),
             (None, Some(g), Some(o)) => {
-                let owned: Vec<&B::Buf> = g
+                let owned: Vec<&B::Buf<T>> = g
                     .iter()
                     .into_iter()
                     .zip(o)
@@ -652,7 +754,7 @@ impl<'b, T: TrainElement, B: Backend<T>> Gpt2<'b, T, B> {
         let vs = vs.iter_mut();
         let rank = self.backend.rank();
         let owners = self.owners.as_deref();
-        let mut slots: Vec<AdamWSlot<'_, B::Buf, B::Stat>> = params
+        let mut slots: Vec<AdamWSlot<'_, B::Buf<T>, B::Buf<f32>>> = params
             .into_iter()
             .zip(grads)
             .zip(ms)
@@ -672,8 +774,7 @@ impl<'b, T: TrainElement, B: Backend<T>> Gpt2<'b, T, B> {
             .filter(|(i, _)| owners.map_or(true, |o| o[*i] == rank))
             .map(|(_, slot)| slot)
             .collect();
-        self.backend
-            .adamw_all(hyper, scaling, scalars, &mut slots)?;
+        adamw_all(self.backend, hyper, scaling, scalars, &mut slots)?;
         drop(slots);
         if let Some(o) = owners {
             // Each tensor's owner updated it: hand the new values to every rank.
@@ -710,14 +811,14 @@ impl<'b, T: TrainElement, B: Backend<T>> Gpt2<'b, T, B> {
         };
         if let Some(o) = &self.owners {
             let lens: Vec<usize> = self.params.iter().iter().map(|t| be.len_of(t)).collect();
-            let gather = |p: &Params<B::Stat>| -> Result<Params<Vec<f32>>> {
+            let gather = |p: &Params<B::Buf<f32>>| -> Result<Params<Vec<f32>>> {
                 let mut full = p.try_map(|i, t| match o[i] == be.rank() {
-                    true => be.download_stat(t).and_then(|h| be.upload_stat(&h)),
-                    false => be.zeros_stat(lens[i]),
+                    true => be.download(t).and_then(|h| be.upload::<f32>(&h)),
+                    false => be.zeros::<f32>(lens[i]),
                 })?;
                 let mut bufs: Vec<_> = full.iter_mut().into_iter().zip(o.iter().copied()).collect();
-                be.broadcast_stat(&mut bufs)?;
-                full.try_map(|_, t| be.download_stat(t))
+                be.broadcast(&mut bufs)?;
+                full.try_map(|_, t| be.download(t))
             };
             let params = match &self.master {
                 Some(m) => gather(m)?,
@@ -725,7 +826,7 @@ impl<'b, T: TrainElement, B: Backend<T>> Gpt2<'b, T, B> {
             };
             return Ok([params, gather(exp_avg)?, gather(exp_avg_sq)?]);
         }
-        let stat = |_: usize, t: &B::Stat| be.download_stat(t);
+        let stat = |_: usize, t: &B::Buf<f32>| be.download(t);
         let params = match &self.master {
             Some(m) => m.try_map(stat)?,
             None => self.params.try_map(|_, t| be.download(t))?,
@@ -746,6 +847,69 @@ fn ln_grads<'x, U>(
         (None, None) => Err(TrainError::Op(
             "a layer norm's weight gradients have no buffer".into(),
         )),
+    }
+}
+
+/// The tensors of a linear layer `out = x·W + b` (`x` `[rows, inputs]`, `W` `[inputs, outputs]`)
+/// in the backward.
+struct Linear<'x, U> {
+    rows: usize,
+    inputs: usize,
+    outputs: usize,
+    /// The forward's input.
+    x: &'x U,
+    /// `W`.
+    weight: &'x U,
+    /// Gradient of `out` `[rows, outputs]`.
+    dout: &'x U,
+    /// Gradient of `x`: written.
+    dx: &'x mut U,
+    /// Gradients of `W` and `b`, accumulated; `None` when the weights are frozen (LoRA).
+    grads: Option<(&'x mut U, &'x mut U)>,
+}
+
+impl<U> Linear<'_, U> {
+    /// `dW += xᵀ·dout`, `db += Σ_rows dout` (when the weights train), then `dx = dout·Wᵀ`.
+    fn backward<T: TrainElement, B: Backend<T, Buf<T> = U>>(
+        self,
+        queue: Queue<'_, B, T>,
+    ) -> Result<()>
+    where
+        U: View<B::Space, T>,
+    {
+        let Linear {
+            rows: n,
+            inputs: k,
+            outputs: m,
+            ..
+        } = self;
+        if let Some((dweight, dbias)) = self.grads {
+            Matmul::<B::Space, T> {
+                params: gemm_acc(k, m, n, true, false),
+                a: self.x.view(),
+                b: self.dout.view(),
+                out: dweight.view_mut(),
+            }
+            .run(queue)?;
+            BiasBackward::<B::Space, T> {
+                params: BiasParams {
+                    rows: n,
+                    cols: m,
+                    accumulate: true,
+                },
+                dout: self.dout.view(),
+                dbias: dbias.view_mut(),
+            }
+            .run(queue)?;
+        }
+        Matmul::<B::Space, T> {
+            params: gemm(n, k, m, false, true),
+            a: self.dout.view(),
+            b: self.weight.view(),
+            out: self.dx.view_mut(),
+        }
+        .run(queue)?;
+        Ok(())
     }
 }
 

@@ -23,11 +23,12 @@ pub use golden::RopeCase;
 pub(crate) use golden::GOLDEN;
 
 use crate::ops::AttentionLayout;
-use crate::params::{check_len, checked_len, invalid, Host, OnDevice, ShapeError, Space, TensorLen};
+use crate::params::{check_len, checked_len, invalid, ShapeError, Space, TensorLen};
 
 // Each struct runs itself on its space (`ops::Run`): the CPU reference, or the launcher.
 crate::ops::run::launch! {
     Rope['a] T => rope_forward, rope_forward;
+    RopeBackward['a] T => rope_backward, rope_backward;
 }
 
 /// The largest head dimension the op takes.
@@ -129,28 +130,16 @@ pub struct RopeBackward<'a, S: Space, T: hip_rt::Element> {
     pub grad: Rope<'a, S, T>,
 }
 
-impl<'a, T: crate::params::DeviceElement> crate::ops::Launch<RopeBackward<'a, Host, T>> for Host {
-    fn launch(args: RopeBackward<'a, Host, T>, (): ()) -> Result<(), crate::ops::OpError> {
-        Ok(crate::cpu::rope_backward(args.grad)?)
+impl<'a, S: Space, T: hip_rt::Element> From<RopeBackward<'a, S, T>> for Rope<'a, S, T> {
+    fn from(b: RopeBackward<'a, S, T>) -> Self {
+        b.grad
     }
 }
-
-impl<'a, T: crate::params::DeviceElement> crate::ops::Launch<RopeBackward<'a, OnDevice, T>>
-    for OnDevice
-{
-    fn launch(
-        args: RopeBackward<'a, OnDevice, T>,
-        stream: &hip_rt::Stream,
-    ) -> Result<(), crate::ops::OpError> {
-        rope_backward(stream, args.grad)
-    }
-}
-
-crate::ops::run::run_by_launch!(RopeBackward['a] T);
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::params::Host;
 
     fn params() -> RopeParams {
         RopeParams {

@@ -9,21 +9,18 @@
 //! The frozen weight's gradient `xᵀ @ dy` is never computed.
 
 use super::{HostAdapters, LoraConfig, Target};
-use crate::backend::TrainElement;
-use crate::backend::{AdamWSlot, AdamWStep, Backend, Gemm, GradScaling};
+use crate::backend::{
+    adamw_all, gemm, AdamWSlot, AdamWStep, Backend, GradScaling, TrainElement, View,
+};
 use crate::config::GptConfig;
 use crate::error::{Result, TrainError};
+use hip_kernels::ops::{Matmul, MatmulParams, Run};
 use hip_kernels::params::DType;
 use std::marker::PhantomData;
 
-fn mm(m: usize, n: usize, k: usize, trans_a: bool, trans_b: bool) -> Gemm {
-    Gemm {
-        m,
-        n,
-        k,
-        trans_a,
-        trans_b,
-    }
+/// [`gemm`] as `alpha·op(A)·op(B) + beta·out`.
+fn scaled(p: MatmulParams, alpha: f32, beta: f32) -> MatmulParams {
+    MatmulParams { alpha, beta, ..p }
 }
 
 /// The adapters of a GPT-2 on backend `B` with storage type `T`.
@@ -35,19 +32,19 @@ pub struct Adapters<T: TrainElement, B: Backend<T>> {
     /// Rows N of a micro-batch.
     rows: usize,
     /// `lora_A`, `lora_B`, … in [`LoraConfig::specs`]' order, in `T`.
-    pub params: Vec<B::Buf>,
+    pub params: Vec<B::Buf<T>>,
     /// f32 master weights, when `T` is not f32.
-    pub master: Option<Vec<B::Stat>>,
+    pub master: Option<Vec<B::Buf<f32>>>,
     /// Gradients, accumulated over a step's micro-batches.
-    pub grads: Vec<B::Buf>,
+    pub grads: Vec<B::Buf<T>>,
     /// AdamW first moments.
-    pub exp_avg: Vec<B::Stat>,
+    pub exp_avg: Vec<B::Buf<f32>>,
     /// AdamW second moments.
-    pub exp_avg_sq: Vec<B::Stat>,
+    pub exp_avg_sq: Vec<B::Buf<f32>>,
     /// `u = x @ Aᵀ` `[N, r]` of every adapted module (saved for the backward), one per `lora_A`.
-    saved: Vec<B::Buf>,
+    saved: Vec<B::Buf<T>>,
     /// Scratch `du` `[N, r]`.
-    du: B::Buf,
+    du: B::Buf<T>,
     _t: PhantomData<T>,
 }
 
@@ -64,8 +61,8 @@ impl<T: TrainElement, B: Backend<T>> Adapters<T, B> {
                 specs.len()
             )));
         }
-        let up = |v: &Vec<f32>| be.upload(v);
-        let up_stat = |v: &Vec<f32>| be.upload_stat(v);
+        let up = |v: &Vec<f32>| be.upload::<T>(v);
+        let up_stat = |v: &Vec<f32>| be.upload::<f32>(v);
         let size = rows
             .checked_mul(r)
             .ok_or_else(|| TrainError::Op(format!("{rows} rows × rank {r} overflows")))?;
@@ -87,12 +84,12 @@ impl<T: TrainElement, B: Backend<T>> Adapters<T, B> {
             grads: host
                 .params
                 .iter()
-                .map(|p| be.zeros(p.len()))
+                .map(|p| be.zeros::<T>(p.len()))
                 .collect::<Result<_>>()?,
             exp_avg: host.exp_avg.iter().map(up_stat).collect::<Result<_>>()?,
             exp_avg_sq: host.exp_avg_sq.iter().map(up_stat).collect::<Result<_>>()?,
             saved: (0..specs.len() / 2)
-                .map(|_| be.zeros(size))
+                .map(|_| be.zeros::<T>(size))
                 .collect::<Result<_>>()?,
             du: be.zeros(size)?,
             cfg,
@@ -118,23 +115,31 @@ impl<T: TrainElement, B: Backend<T>> Adapters<T, B> {
         be: &B,
         l: usize,
         t: Target,
-        x: &B::Buf,
-        y: &mut B::Buf,
+        x: &B::Buf<T>,
+        y: &mut B::Buf<T>,
     ) -> Result<()> {
         let Some((i, n_in, n_out)) = self.slot(l, t) else {
             return Ok(());
         };
         let (n, r, s) = (self.rows, self.cfg.rank, self.cfg.scale() as f32);
         let u = &mut self.saved[i / 2];
-        be.matmul(mm(n, r, n_in, false, true), x, &self.params[i], u, false)?;
-        be.matmul_scaled(
-            mm(n, n_out, r, false, true),
-            u,
-            &self.params[i + 1],
-            y,
-            s,
-            1.0,
-        )
+        let queue = be.queue();
+        Matmul::<B::Space, T> {
+            params: gemm(n, r, n_in, false, true),
+            a: x.view(),
+            b: self.params[i].view(),
+            out: u.view_mut(),
+        }
+        .run(queue)?;
+        // Accumulates into the target's output (beta = 1).
+        Matmul::<B::Space, T> {
+            params: scaled(gemm(n, n_out, r, false, true), s, 1.0),
+            a: u.view(),
+            b: self.params[i + 1].view(),
+            out: y.view_mut(),
+        }
+        .run(queue)?;
+        Ok(())
     }
 
     /// The adapters' part of the backward of layer `l`'s target `t` with input `x` and output
@@ -145,9 +150,9 @@ impl<T: TrainElement, B: Backend<T>> Adapters<T, B> {
         be: &B,
         l: usize,
         t: Target,
-        x: &B::Buf,
-        dy: &B::Buf,
-        dx: &mut B::Buf,
+        x: &B::Buf<T>,
+        dy: &B::Buf<T>,
+        dx: &mut B::Buf<T>,
     ) -> Result<()> {
         let Some((i, n_in, n_out)) = self.slot(l, t) else {
             return Ok(());
@@ -155,27 +160,40 @@ impl<T: TrainElement, B: Backend<T>> Adapters<T, B> {
         let (n, r, s) = (self.rows, self.cfg.rank, self.cfg.scale() as f32);
         let u = &self.saved[i / 2];
         let (ga, gb) = self.grads.split_at_mut(i + 1);
+        let queue = be.queue();
         // dB [out, r] += s · dyᵀ @ u.
-        be.matmul_scaled(mm(n_out, r, n, true, false), dy, u, &mut gb[0], s, 1.0)?;
+        Matmul::<B::Space, T> {
+            params: scaled(gemm(n_out, r, n, true, false), s, 1.0),
+            a: dy.view(),
+            b: u.view(),
+            out: gb[0].view_mut(),
+        }
+        .run(queue)?;
         // du [N, r] = s · dy @ B.
-        be.matmul_scaled(
-            mm(n, r, n_out, false, false),
-            dy,
-            &self.params[i + 1],
-            &mut self.du,
-            s,
-            0.0,
-        )?;
+        Matmul::<B::Space, T> {
+            params: scaled(gemm(n, r, n_out, false, false), s, 0.0),
+            a: dy.view(),
+            b: self.params[i + 1].view(),
+            out: self.du.view_mut(),
+        }
+        .run(queue)?;
         // dA [r, in] += duᵀ @ x.
-        be.matmul(mm(r, n_in, n, true, false), &self.du, x, &mut ga[i], true)?;
+        Matmul::<B::Space, T> {
+            params: scaled(gemm(r, n_in, n, true, false), 1.0, 1.0),
+            a: self.du.view(),
+            b: x.view(),
+            out: ga[i].view_mut(),
+        }
+        .run(queue)?;
         // dx [N, in] += du @ A.
-        be.matmul(
-            mm(n, n_in, r, false, false),
-            &self.du,
-            &self.params[i],
-            dx,
-            true,
-        )
+        Matmul::<B::Space, T> {
+            params: scaled(gemm(n, n_in, r, false, false), 1.0, 1.0),
+            a: self.du.view(),
+            b: self.params[i].view(),
+            out: dx.view_mut(),
+        }
+        .run(queue)?;
+        Ok(())
     }
 
     /// Zero the gradients (start of a step).
@@ -187,7 +205,7 @@ impl<T: TrainElement, B: Backend<T>> Adapters<T, B> {
     }
 
     /// The gradients, for the norm.
-    pub fn grad_refs(&self) -> Vec<&B::Buf> {
+    pub fn grad_refs(&self) -> Vec<&B::Buf<T>> {
         self.grads.iter().collect()
     }
 
@@ -200,7 +218,7 @@ impl<T: TrainElement, B: Backend<T>> Adapters<T, B> {
         scalars: &B::Scalars,
     ) -> Result<()> {
         let mut masters = self.master.as_mut().map(|m| m.iter_mut());
-        let mut slots: Vec<AdamWSlot<'_, B::Buf, B::Stat>> = self
+        let mut slots: Vec<AdamWSlot<'_, B::Buf<T>, B::Buf<f32>>> = self
             .params
             .iter_mut()
             .zip(&self.grads)
@@ -214,12 +232,12 @@ impl<T: TrainElement, B: Backend<T>> Adapters<T, B> {
                 decay: true,
             })
             .collect();
-        be.adamw_all(hyper, scaling, scalars, &mut slots)
+        adamw_all(be, hyper, scaling, scalars, &mut slots)
     }
 
     /// The adapters (f32: the master weights when there are) and their moments on the host.
     pub fn download(&self, be: &B) -> Result<HostAdapters> {
-        let stat = |t: &B::Stat| be.download_stat(t);
+        let stat = |t: &B::Buf<f32>| be.download(t);
         let params = match &self.master {
             Some(m) => m.iter().map(stat).collect::<Result<_>>()?,
             None => self
