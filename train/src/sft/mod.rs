@@ -10,6 +10,7 @@
 //! - [`feeder`]: micro-batches made ahead on a background thread into staging slots.
 //! - [`eval`]: the held-out set; [`state`]: the data position and fingerprints for resuming.
 //! - [`preview`]: `sft-preview`, the look before training.
+//! - [`source`]: what the trainer reads (global micro-batches, checkpoints' data state, eval).
 
 pub mod error;
 pub mod eval;
@@ -20,6 +21,7 @@ pub mod jsonl;
 pub mod pack;
 pub mod preview;
 pub mod record;
+pub mod source;
 pub mod state;
 pub mod template;
 pub mod tokenizer;
