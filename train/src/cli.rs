@@ -76,7 +76,7 @@ pub struct Args {
     /// Model: a directory with model.safetensors + config.json, or the .safetensors file.
     #[arg(long)]
     pub model: PathBuf,
-    /// Token file (llm.c format).
+    /// Token file (llm.c format), or SFT examples (`.jsonl`, with --tokenizer; docs/SFT.md).
     #[arg(long)]
     pub data: PathBuf,
     /// Rows per micro-batch.
@@ -166,6 +166,20 @@ pub struct Args {
     /// With each checkpoint, also write the merged model (model.safetensors + config.json).
     #[arg(long)]
     pub merge_on_save: bool,
+    /// SFT data (`--data FILE.jsonl`): the model's tokenizer directory (tokenizer.json,
+    /// tokenizer_config.json with its chat_template).
+    #[arg(long)]
+    pub tokenizer: Option<PathBuf>,
+    /// SFT data: tokens kept of each example (at most --seq + 1).
+    #[arg(long, default_value_t = crate::sft::DEFAULT_CUTOFF_LEN)]
+    pub cutoff_len: usize,
+    /// SFT held-out examples (`.jsonl`): the loss over them after every --eval-every steps and
+    /// after the last.
+    #[arg(long)]
+    pub eval_data: Option<PathBuf>,
+    /// Steps between evaluations of --eval-data (0: after the last step only).
+    #[arg(long, default_value_t = 0)]
+    pub eval_every: u64,
 }
 
 /// `0,1,2`: a `--devices` list as written.

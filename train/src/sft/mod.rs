@@ -21,6 +21,7 @@ pub mod jsonl;
 pub mod pack;
 pub mod preview;
 pub mod record;
+pub mod setup;
 pub mod source;
 pub mod state;
 pub mod template;
