@@ -49,8 +49,9 @@ pub(crate) fn setup(args: &Args, cfg: LlamaConfig, world: usize) -> Result<Llama
         }
         Some(dir) => {
             let r = ckpt::load(dir, &cfg)?;
-            check_resumed(args, dir, &r.state, world, rows)?;
+            // The data and tokenizer first: a refusal names which of them differs.
             src.resume_from(dir)?;
+            check_resumed(args, dir, &r.state, world, rows)?;
             ckpt::Restored {
                 params: trained.fuse(&r.params),
                 exp_avg: trained.fuse(&r.exp_avg),

@@ -137,10 +137,7 @@ impl SftSource {
 
     /// What the consumer saw of the producer (waits for data).
     pub fn feed_stats(&self) -> FeedStats {
-        self.feeder
-            .as_ref()
-            .map(Feeder::stats)
-            .unwrap_or_default()
+        self.feeder.as_ref().map(Feeder::stats).unwrap_or_default()
     }
 
     /// The checkpoint's position: the row within its epoch and the rows of an epoch (what the
@@ -175,7 +172,10 @@ impl SftSource {
             )
         })?;
         let state: DataState = serde_json::from_slice(&bytes).map_err(|e| {
-            crate::error::TrainError::file(&p, format!("malformed ({e}); the checkpoint is damaged"))
+            crate::error::TrainError::file(
+                &p,
+                format!("malformed ({e}); the checkpoint is damaged"),
+            )
         })?;
         self.next_row = state.resume_row(&self.index, &self.tok)?;
         self.feeder = None;

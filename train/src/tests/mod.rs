@@ -18,6 +18,7 @@ mod parallel;
 mod peft;
 mod reference;
 mod resume;
+mod sft_train;
 
 use crate::cli::Args;
 use crate::error::TrainError;
