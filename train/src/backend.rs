@@ -310,8 +310,11 @@ pub trait Backend<T: TrainElement> {
     /// ZeRO stage 1: [`Backend::grad_norm`] of every rank's gradients when this rank holds the
     /// summed gradients of `owned` only (its share, see [`Backend::grads_ready`]'s `roots`):
     /// each rank's norm over its share, combined across ranks (the same value on every rank).
-    fn grad_norm_sharded(&self, owned: &[&Self::Buf<T>], scalars: &mut Self::Scalars)
-        -> Result<()>;
+    fn grad_norm_sharded(
+        &self,
+        owned: &[&Self::Buf<T>],
+        scalars: &mut Self::Scalars,
+    ) -> Result<()>;
     /// AdamW's one-element `grad_scale` (absent when 1: the loss scale, clipped by the norm in
     /// `scalars` as `scaling` says) and `found_inf` (1 when that norm is not finite), computed
     /// without a host read.
@@ -326,7 +329,8 @@ pub trait Backend<T: TrainElement> {
     /// (all-reduce); ZeRO stage 1 gives each tensor's owner (one per tensor), and the sum lands
     /// on the owner only (a reduce to it; the other ranks' buffers keep their own
     /// contribution). Nothing on one device.
-    fn grads_ready(&self, grads: &mut [&mut Self::Buf<T>], roots: Option<&[usize]>) -> Result<()>;
+    fn grads_ready(&self, grads: &mut [&mut Self::Buf<T>], roots: Option<&[usize]>)
+        -> Result<()>;
     /// Data parallel: makes the work queued from now on wait (on the device) for every sum
     /// started by [`Backend::grads_ready`]. Nothing on one device.
     fn grads_reduced(&self) -> Result<()>;

@@ -2,7 +2,8 @@
 //! (`hip_kernels::ops`, named fields) built on the backend's space and run on its queue.
 
 use crate::backend::{
-    adamw_all, gemm, AdamWSlot, AdamWStep, Backend, Dims, GradScaling, Queue, TrainElement, View,
+    adamw_all, gemm, AdamWSlot, AdamWStep, Backend, Dims, GradScaling, Queue, TrainElement,
+    View,
 };
 use crate::config::GptConfig;
 use crate::error::{Result, TrainError};
