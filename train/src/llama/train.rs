@@ -52,7 +52,7 @@ impl Source {
                 *next += 1;
                 b.unwrap_or_else(|| Batch::stream(Vec::new(), Vec::new()))
             }
-            Source::Sft(src) => src.next()?,
+            Source::Sft(src) => src.next_batch()?,
         })
     }
 

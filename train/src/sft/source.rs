@@ -107,7 +107,7 @@ impl SftSource {
     }
 
     /// The next global micro-batch.
-    pub fn next(&mut self) -> Result<Batch> {
+    pub fn next_batch(&mut self) -> Result<Batch> {
         if self.feeder.is_none() {
             let slots = vec![SftBatch::default(); AHEAD];
             self.feeder = Some(Feeder::start(
