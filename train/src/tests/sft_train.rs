@@ -221,3 +221,17 @@ fn sft_flags_are_checked() {
         "{e}"
     );
 }
+
+/// Two emulated devices of `--batch 1` each (the reference's two rows per micro-batch split over
+/// the ranks): the same figures within the device bound (f32 accumulation in the kernels).
+#[cfg(feature = "device")]
+#[test]
+fn sft_training_matches_transformers_on_two_emulated_devices() {
+    let s = Scratch::new("sft-dev");
+    let log = s.path("log.jsonl");
+    let mut f = flags(&["--devices", "0,1", "--batch", "1", "--log"]);
+    f.push(log.display().to_string());
+    let args = args_with(&dir().join("model"), &dir().join("train.jsonl"), &f);
+    run(&args).unwrap();
+    compare(&lines(&log), super::llama_train::LOSS_RTOL_DEVICE);
+}
