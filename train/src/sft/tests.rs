@@ -604,3 +604,29 @@ fn example_rule_on_a_two_turn_conversation() {
          <|im_start|>user\nc<|im_end|>\n<|im_start|>assistant\n[[d<|im_end|>\n]]"
     );
 }
+
+#[test]
+fn a_consumer_slower_than_the_producer_never_waits() {
+    // The producer fills every slot while the consumer is busy (here: asleep); taking them then
+    // waits for nothing. Recycled slots are filled again in the background.
+    let tok = tok("chatml");
+    let index = Arc::new(SftIndex::build(&dir().join("train.jsonl"), &tok, 96, 128).unwrap());
+    let mut f: Feeder<SftBatch> = Feeder::start(
+        Arc::clone(&index),
+        Arc::clone(&tok),
+        Split::single(2),
+        0,
+        vec![SftBatch::default(); 3],
+    )
+    .unwrap();
+    for _ in 0..3 {
+        std::thread::sleep(std::time::Duration::from_millis(1500));
+        for _ in 0..3 {
+            let fed = f.take().unwrap();
+            f.recycle(fed.slot);
+        }
+    }
+    let st = f.stats();
+    assert_eq!(st.taken, 9);
+    assert_eq!(st.waited, 0, "{st:?}");
+}
