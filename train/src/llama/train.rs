@@ -390,6 +390,15 @@ fn train<T: TrainElement, B: Backend<T>>(
             println!("saved {}", path.display());
         }
     }
+    if let (Source::Sft(src), true) = (&s.source, role.primary()) {
+        let f = src.feed_stats();
+        println!(
+            "data: the trainer waited for the SFT producer {} times of {} micro-batches ({:.3} s)",
+            f.waited,
+            f.taken,
+            f.wait.as_secs_f64()
+        );
+    }
     let tensors = match keep {
         true => Some([
             trained.split(&hf, &model.download()?[0]),
