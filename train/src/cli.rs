@@ -268,6 +268,7 @@ impl Args {
                 self.save_every
             ));
         }
+        crate::sft::check_args(self)?;
         crate::lora::LoraConfig::from_args(self)?;
         if self.lora_rank > 0 && self.zero > 0 {
             return bad(format!(

@@ -60,3 +60,47 @@ pub fn is_sft_data(path: &Path) -> bool {
         .and_then(|e| e.to_str())
         .is_some_and(|e| e.eq_ignore_ascii_case("jsonl"))
 }
+
+/// The SFT flags against `--data`: `--tokenizer` and `--eval-data` only with SFT examples,
+/// `--eval-every` only with `--eval-data`, `--cutoff-len` within `--seq` + 1 (usage errors).
+pub fn check_args(args: &crate::cli::Args) -> crate::error::Result<()> {
+    let bad = |m: String| Err(crate::error::TrainError::Usage(m));
+    if is_sft_data(&args.data) {
+        if args.tokenizer.is_none() {
+            return bad(format!(
+                "--data {} is SFT examples (.jsonl): give the model's tokenizer with --tokenizer \
+                 DIR (tokenizer.json and tokenizer_config.json)",
+                args.data.display()
+            ));
+        }
+        index::check_flags(args.cutoff_len, args.seq)?;
+    } else {
+        for (flag, given) in [
+            ("--tokenizer", args.tokenizer.is_some()),
+            ("--eval-data", args.eval_data.is_some()),
+        ] {
+            if given {
+                return bad(format!(
+                    "{flag} is for SFT examples, but --data {} is a token file (SFT data is a \
+                     .jsonl file)",
+                    args.data.display()
+                ));
+            }
+        }
+    }
+    if args.eval_every > 0 && args.eval_data.is_none() {
+        return bad(format!(
+            "--eval-every {} needs --eval-data FILE.jsonl",
+            args.eval_every
+        ));
+    }
+    if let Some(e) = &args.eval_data {
+        if !is_sft_data(e) {
+            return bad(format!(
+                "--eval-data {}: held-out SFT examples are a .jsonl file",
+                e.display()
+            ));
+        }
+    }
+    Ok(())
+}

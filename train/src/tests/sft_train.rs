@@ -220,6 +220,22 @@ fn sft_flags_are_checked() {
         e.to_string().contains("--cutoff-len 66 with --seq 64"),
         "{e}"
     );
+    // SFT flags with a token file, --eval-every without --eval-data.
+    let tokens = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/data/train_gpt2/tokens.bin");
+    let tok = dir().join("tokenizer_chatml").display().to_string();
+    let e = run(&args_with(&model, &tokens, &strs(&["--tokenizer", &tok]))).unwrap_err();
+    assert!(
+        e.to_string().contains("--tokenizer is for SFT examples"),
+        "{e}"
+    );
+    let mut f = flags(&[]);
+    let i = f.iter().position(|x| x == "--eval-data").unwrap();
+    f.drain(i..i + 2);
+    let e = run(&args_with(&model, &data, &f)).unwrap_err();
+    assert!(
+        e.to_string().contains("--eval-every 4 needs --eval-data"),
+        "{e}"
+    );
 }
 
 /// One emulated device: the packed rows, positions and sequence bounds through the device's
