@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 
 /// Draw training logs.
 #[derive(Debug, Clone, clap::Parser)]
-#[command(name = "plot", args_override_self = true)]
+#[command(name = "plot", bin_name = "hipk-train plot", args_override_self = true)]
 pub struct PlotArgs {
     /// The logs (`--log` files of training runs), overlaid.
     #[arg(required = true)]

@@ -21,7 +21,11 @@ pub enum Mark {
 
 /// Show how SFT data will be tokenised, masked and packed, without training.
 #[derive(Debug, Clone, clap::Parser)]
-#[command(name = "sft-preview", args_override_self = true)]
+#[command(
+    name = "sft-preview",
+    bin_name = "hipk-train sft-preview",
+    args_override_self = true
+)]
 pub struct PreviewArgs {
     /// The examples (`.jsonl`: `messages` or alpaca records).
     #[arg(long)]
