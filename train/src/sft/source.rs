@@ -122,7 +122,7 @@ impl SftSource {
             .feeder
             .as_mut()
             .ok_or_else(|| SftError::Producer("not started".into()))?;
-        let fed = f.take()?;
+        let mut fed = f.take()?;
         if fed.row != self.next_row {
             return Err(SftError::Producer(format!(
                 "made row {} where row {} was due",
@@ -130,7 +130,9 @@ impl SftSource {
             )));
         }
         self.next_row += self.global_batch as u64;
-        let out = fed.slot.clone();
+        // The batch moves out; the slot goes back empty and the producer thread allocates it
+        // again (no copy on the trainer's thread).
+        let out = std::mem::take(&mut fed.slot);
         f.recycle(fed.slot);
         Ok(to_batch(out))
     }
