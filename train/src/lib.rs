@@ -8,6 +8,9 @@
 //! else is not an op: allocation, copies, the step's scalars and the communication between ranks. [`train::run`] is the whole command line; the `train_gpt2`
 //! binary is a thin wrapper around it.
 //!
+//! The LLaMA family (Llama, Qwen2; docs/TRAIN-LLAMA.md) is [`llama::model::Llama`] over the same
+//! backends, chosen by `model_type` in `config.json` ([`config::ModelConfig`]).
+//!
 //! Exit status of the binary ([`error::TrainError::exit_code`]): 0 done, 1 failed at run time,
 //! 2 bad usage.
 #![deny(unsafe_op_in_unsafe_fn)]

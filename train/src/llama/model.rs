@@ -340,10 +340,17 @@ impl<'b, T: TrainElement, B: Backend<T>> Llama<'b, T, B> {
         self.forward(&inputs, positions, cu)?;
         let check = self.check("target token");
         let a = &mut self.acts;
+        // The backend's step read sums each micro-batch's `loss` over the W ranks and divides
+        // by W (GPT-2's mean of per-rank means). Here every rank's `loss` is already its share
+        // of the global mean (its sum over the global count), so the op divides by count / W
+        // (a W-fold `loss`, which that read brings back) and the gradient's `dloss` is
+        // `loss_scale / W` (so the gradient is `loss_scale · (softmax − onehot) / count`). With
+        // W = 1, and for any power-of-two W, both factors are exact.
+        let world = be.world() as f64;
         let ce = SoftmaxCrossEntropy::<B::Space, T> {
             params: CrossEntropyParams {
-                dloss: Some(loss_scale as f32),
-                divisor: Some(divisor as f32),
+                dloss: Some((loss_scale / world) as f32),
+                divisor: Some((divisor as f64 / world) as f32),
                 ..CrossEntropyParams::new(n, d.vocab)
             },
             logits: a.logits.view_mut(),

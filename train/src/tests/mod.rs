@@ -10,6 +10,8 @@ mod device;
 mod faults;
 mod files_on_disk;
 mod interrupted_save;
+#[cfg(feature = "device")]
+mod llama_device;
 mod llama_files;
 mod llama_train;
 mod lora;

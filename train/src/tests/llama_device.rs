@@ -1,0 +1,208 @@
+//! The tiny llama and qwen2 on hip-emu: against the transformers float64 figures, packed
+//! sequences, and data parallelism (threads, ZeRO-1, processes) against one device.
+
+use super::llama_train::{compare, packed_batches, variant_args, LOSS_RTOL_DEVICE};
+use super::{emu_setup, strs};
+use crate::device_backend::DeviceBackend;
+use crate::llama::train::{setup, train_as, Source};
+use crate::train::{Role, StepLog};
+
+/// Steps per device run: a tiny-model step on hip-emu takes about a second.
+const STEPS: &str = "3";
+
+/// Between W ranks and one device with the global batch (f32): the runs differ only in the
+/// order of the sum across ranks.
+const DDP_RTOL: f64 = 1e-5;
+
+/// The collectives of concurrent runs would share hip-emu's device queues: one at a time.
+static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+fn rel(a: f64, b: f64) -> f64 {
+    (a - b).abs() / b.abs().max(1e-30)
+}
+
+fn assert_close(what: &str, got: &[StepLog], want: &[StepLog], tol: f64) {
+    assert_eq!(got.len(), want.len(), "{what}: steps");
+    for (g, w) in got.iter().zip(want) {
+        assert_eq!(g.step, w.step);
+        assert!(
+            rel(g.loss, w.loss) <= tol,
+            "{what} step {}: loss {} vs {}",
+            g.step,
+            g.loss,
+            w.loss
+        );
+        assert!(
+            rel(g.grad_norm, w.grad_norm) <= 10.0 * tol,
+            "{what} step {}: grad_norm {} vs {}",
+            g.step,
+            g.grad_norm,
+            w.grad_norm
+        );
+    }
+}
+
+#[test]
+fn llama_and_qwen2_on_a_device_match_transformers() {
+    let _s = serial();
+    emu_setup();
+    // qwen2's schedule (warmup, cosine) depends on --steps: its whole run.
+    for (name, steps) in [("llama_base", STEPS), ("qwen2_base", "10")] {
+        let logs = crate::train::run(&variant_args(
+            name,
+            &strs(&["--steps", steps, "--device", "0"]),
+        ))
+        .unwrap();
+        assert!(logs.iter().all(|l| l.mem.is_some()));
+        compare(&logs, name, LOSS_RTOL_DEVICE);
+    }
+}
+
+#[test]
+fn packed_sequences_on_a_device_match_transformers() {
+    let _s = serial();
+    emu_setup();
+    let args = variant_args("llama_packed", &strs(&["--steps", STEPS, "--device", "0"]));
+    let stream = variant_args(
+        "llama_base",
+        &strs(&["--steps", STEPS, "--batch", "2", "--grad-accum", "2"]),
+    );
+    let cfg = match crate::config::ModelConfig::load(&args.model.join("config.json")).unwrap() {
+        crate::config::ModelConfig::Llama(c) => c,
+        crate::config::ModelConfig::Gpt2(_) => unreachable!("a llama config"),
+    };
+    let mut s = setup(&stream, cfg, 1).unwrap();
+    s.source = Source::Batches {
+        list: packed_batches(),
+        next: 0,
+    };
+    let be = DeviceBackend::new(0, args.grad_accum).unwrap();
+    let out = train_as(&be, &args, s, Role::SINGLE, false).unwrap();
+    compare(&out.logs, "llama_packed", LOSS_RTOL_DEVICE);
+}
+
+#[test]
+fn two_devices_and_zero_1_reproduce_one_device() {
+    let _s = serial();
+    emu_setup();
+    for name in ["qwen2_base", "llama_base"] {
+        let one = crate::train::run(&variant_args(
+            name,
+            &strs(&["--steps", STEPS, "--device", "0"]),
+        ))
+        .unwrap();
+        for zero in ["0", "1"] {
+            // The same global batch: 2 ranks × --batch 2.
+            let args = variant_args(
+                name,
+                &strs(&[
+                    "--steps",
+                    STEPS,
+                    "--batch",
+                    "2",
+                    "--devices",
+                    "0,1",
+                    "--zero",
+                    zero,
+                ]),
+            );
+            let outs = crate::parallel::run_devices(&args, &[0, 1], true).unwrap();
+            let what = format!("{name} on 2 devices, --zero {zero}");
+            assert_close(&what, &outs[0].logs, &one, DDP_RTOL);
+            let [p0, _] = outs[0].tensors.as_ref().unwrap();
+            let [p1, _] = outs[1].tensors.as_ref().unwrap();
+            assert_eq!(p0, p1, "{what}: the ranks' parameters differ");
+        }
+    }
+}
+
+/// The child's `--log` file (set only in the children of the launcher test).
+const CHILD_LOG: &str = "HIPK_LLAMA_TEST_CHILD_LOG";
+
+/// A child rank of [`two_processes_through_the_launcher_variables`]: qwen2 with `--batch 2`.
+/// Returns false in the parent (the variable is not set there).
+fn child_rank() -> bool {
+    let Ok(log) = std::env::var(CHILD_LOG) else {
+        return false;
+    };
+    let mut extra = strs(&["--steps", STEPS, "--batch", "2"]);
+    if !log.is_empty() {
+        extra.extend(["--log".to_string(), log]);
+    }
+    crate::train::run(&variant_args("qwen2_base", &extra)).unwrap();
+    true
+}
+
+#[test]
+fn two_processes_through_the_launcher_variables() {
+    const NAME: &str = "tests::llama_device::two_processes_through_the_launcher_variables";
+    if child_rank() {
+        return;
+    }
+    let _s = serial();
+    emu_setup();
+    let s = super::Scratch::new("llama-procs");
+    let log = s.path("rank0.jsonl");
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .unwrap()
+        .port();
+    let children: Vec<_> = (0..2)
+        .map(|rank| {
+            let child_log = match rank {
+                0 => log.display().to_string(),
+                _ => String::new(),
+            };
+            std::process::Command::new(std::env::current_exe().unwrap())
+                .args([NAME, "--exact", "--test-threads=1", "--nocapture"])
+                .env(CHILD_LOG, child_log)
+                .env("RANK", rank.to_string())
+                .env("LOCAL_RANK", rank.to_string())
+                .env("WORLD_SIZE", "2")
+                .env("MASTER_ADDR", "127.0.0.1")
+                .env("MASTER_PORT", port.to_string())
+                .env("HIPK_RDZV_SECRET", "llama-tests-secret-0123456789abcdef")
+                .stdout(std::process::Stdio::piped())
+                .stderr(std::process::Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    for (rank, c) in children.into_iter().enumerate() {
+        let out = c.wait_with_output().unwrap();
+        let text = String::from_utf8_lossy(&out.stdout).to_string()
+            + &String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "rank {rank} failed:\n{text}");
+    }
+    let one = crate::train::run(&variant_args(
+        "qwen2_base",
+        &strs(&["--steps", STEPS, "--device", "0"]),
+    ))
+    .unwrap();
+    let logged: Vec<serde_json::Value> = std::fs::read_to_string(&log)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(logged.len(), one.len());
+    for (l, w) in logged.iter().zip(&one) {
+        assert_eq!(l["world_size"], 2);
+        let loss = l["loss"].as_f64().unwrap();
+        let norm = l["grad_norm"].as_f64().unwrap();
+        assert!(
+            rel(loss, w.loss) <= DDP_RTOL,
+            "step {}: {loss} vs {}",
+            w.step,
+            w.loss
+        );
+        assert!(
+            rel(norm, w.grad_norm) <= 10.0 * DDP_RTOL,
+            "step {}: {norm}",
+            w.step
+        );
+    }
+}
