@@ -255,13 +255,14 @@ fn sft_training_matches_transformers_on_an_emulated_device() {
 /// Two emulated devices of `--batch 1` each (the reference's two rows per micro-batch split over
 /// the ranks): the same figures within the device bound.
 ///
-/// Ignored: the device backend's data-parallel loss read divides the rank-summed loss by W (the
-/// token stream's mean of rank means), so a LLaMA-family run on W ranks logs 1/W of the global
-/// counted-target loss (seen: 3.273792 for 6.547584 on 2 ranks, grad_norm right), and the run
-/// then stalled at step 2's all-reduce on hip-emu. Run with `--ignored` once that is fixed.
+/// Ignored: on hip-emu a two-rank SFT run stalls, at random, before one rank queues step 2's
+/// first all-reduce (the other times out waiting for it; seen with and without --eval-data and
+/// --log, and once not at all), while a token-stream two-rank run of the tiny llama of
+/// tests/data/train_llama passes; step 1's loss and grad_norm are right. Not yet understood; run
+/// with `--ignored` to reproduce.
 #[cfg(feature = "device")]
 #[test]
-#[ignore = "the device backend's data-parallel loss read divides by W (LLaMA divides by the global count)"]
+#[ignore = "two-rank SFT runs stall on hip-emu before step 2's first all-reduce (not yet understood)"]
 fn sft_training_matches_transformers_on_two_emulated_devices() {
     let s = Scratch::new("sft-dev");
     let log = s.path("log.jsonl");
