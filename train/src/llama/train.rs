@@ -324,7 +324,8 @@ fn train<T: TrainElement, B: Backend<T>>(
         out.push(l);
         if let Source::Sft(src) = &s.source {
             if let Some(ev) = crate::sft::setup::eval_due(args, step, src) {
-                let (loss, n) = crate::sft::setup::evaluate(&mut model, backend, ev, mine.clone())?;
+                let (loss, n) =
+                    crate::sft::setup::evaluate(&mut model, backend, ev, mine.clone(), world)?;
                 let line = crate::sft::setup::eval_line(step, loss, n);
                 if role.primary() {
                     println!("eval step {step} | eval_loss {loss:.6} | eval_tokens {n}");

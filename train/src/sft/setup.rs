@@ -94,12 +94,16 @@ pub fn eval_due<'a>(args: &Args, step: u64, src: &'a SftSource) -> Option<&'a Sf
 /// The counted-target mean loss over the whole held-out set, and its counted targets.
 ///
 /// Every rank computes it over every rank's rows in turn (the model takes `--batch` rows at a
-/// time), so each holds the global figure without communication.
+/// time), so each holds the global figure without communication. Each part is read on its own
+/// (a step's scalars hold `--grad-accum` losses); the backend's read divides by the `world`
+/// ranks (its losses are rank shares summed by the step's all-reduce, which an evaluation does
+/// not run), so the read is scaled back by `world`.
 pub(crate) fn evaluate<T: TrainElement, B: Backend<T>>(
     model: &mut Llama<'_, T, B>,
     backend: &B,
     ev: &SftEval,
     mine: std::ops::Range<usize>,
+    world: usize,
 ) -> Result<(f64, usize)> {
     let total: usize = ev
         .batches
@@ -113,16 +117,17 @@ pub(crate) fn evaluate<T: TrainElement, B: Backend<T>>(
         ));
     }
     let per = mine.len();
-    let mut scalars = backend.scalars()?;
+    let mut loss = 0.0;
     for b in &ev.batches {
         let parts = b.targets.len() / per.max(1);
         for r in 0..parts {
             let part = b.rows(r * per..(r + 1) * per);
             if part.counted(0..part.targets.len()) > 0 {
+                let mut scalars = backend.scalars()?;
                 model.eval_loss(&part, total, &mut scalars)?;
+                loss += backend.read_step(&scalars)?.loss * world as f64;
             }
         }
     }
-    let read = backend.read_step(&scalars)?;
-    Ok((read.loss, total))
+    Ok((loss, total))
 }

@@ -253,18 +253,10 @@ fn sft_training_matches_transformers_on_an_emulated_device() {
 }
 
 /// Two emulated devices of `--batch 1` each (the reference's two rows per micro-batch split over
-/// the ranks): the same figures within the device bound.
-///
-/// Ignored: a two-rank SFT run deadlocks on hip-emu at step 2 (gdb): the device backend's
-/// `upload_ids` replaces a pinned staging buffer whenever an upload's length changes (the
-/// `cu_seqlens` of packed rows differ in length from one micro-batch to the next), the old
-/// buffer's `hipHostFree` waits for every emulated device to go idle, and the other rank's device
-/// is blocked in the all-reduce waiting for this rank. The token stream's uploads keep one length,
-/// so its two-rank runs pass. Fix: staging buffers that only grow (copy a prefix). Run with
-/// `--ignored` to check.
+/// the ranks, each rank's sequence bounds of another length): the same figures within the device
+/// bound, eval_loss included.
 #[cfg(feature = "device")]
 #[test]
-#[ignore = "device backend: a pinned staging buffer freed mid-step (cu_seqlens change length) deadlocks two ranks on hip-emu"]
 fn sft_training_matches_transformers_on_two_emulated_devices() {
     let s = Scratch::new("sft-dev");
     let log = s.path("log.jsonl");
