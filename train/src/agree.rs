@@ -52,6 +52,13 @@ pub(crate) fn llama_settings(args: &Args, setup: &crate::llama::train::LlamaSetu
                 }
                 hex(h)
             }
+            Source::Sft(src) => {
+                let mut h = Sha256::new();
+                h.update(src.index.sha256.as_bytes());
+                h.update(src.tok.fingerprint.as_bytes());
+                h.update(src.next_row.to_le_bytes());
+                hex(h)
+            }
         },
         r.state.step + 1,
     )

@@ -9,6 +9,9 @@ use std::process::ExitCode;
 /// commands): parse the command line, train, and map the outcome to the exit status (0 done,
 /// 1 failed at run time, 2 bad usage).
 pub fn main_as(name: &'static str) -> ExitCode {
+    if let Some(code) = crate::subcommands::dispatch() {
+        return code;
+    }
     let parsed = Args::command()
         .name(name)
         .bin_name(name)
@@ -82,7 +85,7 @@ pub struct Args {
     /// Model: a directory with model.safetensors + config.json, or the .safetensors file.
     #[arg(long)]
     pub model: PathBuf,
-    /// Token file (llm.c format).
+    /// Token file (llm.c format), or SFT examples (`.jsonl`, with --tokenizer; docs/SFT.md).
     #[arg(long)]
     pub data: PathBuf,
     /// Rows per micro-batch.
@@ -176,6 +179,20 @@ pub struct Args {
     /// With each checkpoint, also write the merged model (model.safetensors + config.json).
     #[arg(long)]
     pub merge_on_save: bool,
+    /// SFT data (`--data FILE.jsonl`): the model's tokenizer directory (tokenizer.json,
+    /// tokenizer_config.json with its chat_template).
+    #[arg(long)]
+    pub tokenizer: Option<PathBuf>,
+    /// SFT data: tokens kept of each example (at most --seq + 1).
+    #[arg(long, default_value_t = crate::sft::DEFAULT_CUTOFF_LEN)]
+    pub cutoff_len: usize,
+    /// SFT held-out examples (`.jsonl`): the loss over them after every --eval-every steps and
+    /// after the last.
+    #[arg(long)]
+    pub eval_data: Option<PathBuf>,
+    /// Steps between evaluations of --eval-data (0: after the last step only).
+    #[arg(long, default_value_t = 0)]
+    pub eval_every: u64,
 }
 
 /// `0,1,2`: a `--devices` list as written.
@@ -264,6 +281,7 @@ impl Args {
                 self.save_every
             ));
         }
+        crate::sft::check_args(self)?;
         crate::lora::LoraConfig::from_args(self)?;
         if self.lora_rank > 0 && self.zero > 0 {
             return bad(format!(

@@ -45,6 +45,9 @@ struct StepState {
     /// Pinned staging of token-id uploads, reused step after step; `next` is the first one not
     /// used in this step.
     staging: Vec<PinnedHostBuffer<i32>>,
+    /// Staging buffers of other lengths, kept for reuse (one per length met): never freed while
+    /// training (see `upload_ids`).
+    retired: Vec<PinnedHostBuffer<i32>>,
     next: usize,
     /// Pinned staging of the loss scale (f16) for AdamW's device-side grad scale. Rewritten only
     /// when no copy from it is queued: `scale_queued` says whether one may be (set by an upload,
@@ -150,6 +153,7 @@ impl DeviceBackend {
         let slots = accum.max(1);
         let state = StepState {
             staging: Vec::new(),
+            retired: Vec::new(),
             next: 0,
             scale_staging: PinnedHostBuffer::new(&device, 1).map_err(|e| at(&e))?,
             scale_queued: false,
@@ -174,13 +178,20 @@ impl DeviceBackend {
     /// Queue the upload of `host` through a pinned staging buffer (no host wait: the staging
     /// buffer is reused only after the step's read has waited for its copy).
     fn upload_ids(&self, host: &[i32]) -> Result<DeviceBuffer<i32>> {
-        let mut st = self.state.borrow_mut();
+        let mut guard = self.state.borrow_mut();
+        let st = &mut *guard;
         let i = st.next;
         st.next += 1;
         if st.staging.get(i).map_or(true, |b| b.len() != host.len()) {
-            let fresh = PinnedHostBuffer::new(&self.device, host.len()).map_err(dev)?;
+            let fresh = match st.retired.iter().position(|b| b.len() == host.len()) {
+                Some(k) => st.retired.swap_remove(k),
+                None => PinnedHostBuffer::new(&self.device, host.len()).map_err(dev)?,
+            };
             match st.staging.get_mut(i) {
-                Some(slot) => *slot = fresh,
+                // The old buffer is kept, not freed: `hipHostFree` waits for the devices, which
+                // with several ranks in one process deadlocks on a device waiting in a collective
+                // for this rank (packed rows' `cu_seqlens` change length between micro-batches).
+                Some(slot) => st.retired.push(std::mem::replace(slot, fresh)),
                 None => st.staging.push(fresh),
             }
         }

@@ -374,6 +374,50 @@ impl<'b, T: TrainElement, B: Backend<T>> Llama<'b, T, B> {
         Ok(())
     }
 
+    /// The held-out loss of one micro-batch (this rank's rows of `batch`): its summed loss over
+    /// counted targets divided by `divisor` is added to `scalars`. Forward only: no gradient,
+    /// the weights and gradients untouched.
+    pub fn eval_loss(
+        &mut self,
+        batch: &Batch,
+        divisor: usize,
+        scalars: &mut B::Scalars,
+    ) -> Result<()> {
+        let be = self.backend;
+        let d = self.dims;
+        let n = d.rows();
+        if batch.inputs.len() != n || batch.targets.len() != n {
+            return Err(TrainError::Op(format!(
+                "an eval micro-batch of {} inputs and {} targets for {} rows × {} positions",
+                batch.inputs.len(),
+                batch.targets.len(),
+                d.batch,
+                d.seq
+            )));
+        }
+        let inputs = be.ids(&batch.inputs)?;
+        let targets = be.ids(&batch.targets)?;
+        let own_positions = batch.positions.as_deref().map(|p| be.ids(p)).transpose()?;
+        let cu_seqlens = batch.cu_seqlens.as_deref().map(|c| be.ids(c)).transpose()?;
+        self.forward(&inputs, own_positions.as_ref(), cu_seqlens.as_ref())?;
+        let check = self.check("target token");
+        let a = &mut self.acts;
+        let ce = SoftmaxCrossEntropy::<B::Space, T> {
+            params: CrossEntropyParams {
+                dloss: None,
+                divisor: Some(divisor as f32),
+                ..CrossEntropyParams::new(n, d.vocab)
+            },
+            logits: a.logits.view_mut(),
+            targets: targets.view(),
+            losses: a.losses.view_mut(),
+            loss: None,
+            totals: None,
+            error: None,
+        };
+        be.cross_entropy(ce, &targets, check, 1, scalars)
+    }
+
     fn check(&self, what: &'static str) -> IdCheck {
         IdCheck {
             what,

@@ -12,8 +12,11 @@ use crate::cpu_backend::Cpu;
 use crate::data::{Batch, Loader, Tokens};
 use crate::device_backend::DeviceBackend;
 use crate::error::{Result, TrainError};
-use crate::train::{check_resumed, emit_step, new_state, LossScaler, RankOutcome, Role, StepLog};
+use crate::train::{
+    check_resumed, emit_step, json_line, new_state, LossScaler, RankOutcome, Role, StepLog,
+};
 use half::{bf16, f16};
+use std::io::Write;
 use std::time::Instant;
 
 /// Where micro-batches come from: a token file, or micro-batches prepared elsewhere (packed
@@ -35,19 +38,23 @@ pub enum Source {
         /// Index of the next one.
         next: usize,
     },
+    /// SFT examples (`--data FILE.jsonl --tokenizer DIR`), packed and made ahead on a
+    /// background thread (docs/SFT.md).
+    Sft(Box<crate::sft::source::SftSource>),
 }
 
 impl Source {
     /// The next micro-batch of the global batch.
-    fn next(&mut self) -> Batch {
-        match self {
+    fn next(&mut self) -> Result<Batch> {
+        Ok(match self {
             Source::Stream { tokens, loader } => loader.next(tokens),
             Source::Batches { list, next } => {
                 let b = list.get(*next % list.len().max(1)).cloned();
                 *next += 1;
                 b.unwrap_or_else(|| Batch::stream(Vec::new(), Vec::new()))
             }
-        }
+            Source::Sft(src) => src.next_batch()?,
+        })
     }
 
     /// The position to resume from, and the data's length (checked on resume).
@@ -55,6 +62,7 @@ impl Source {
         match self {
             Source::Stream { tokens, loader } => (loader.pos, tokens.ids.len()),
             Source::Batches { list, next } => (*next, list.len()),
+            Source::Sft(src) => src.position(),
         }
     }
 }
@@ -86,6 +94,9 @@ pub(crate) fn setup(args: &Args, cfg: LlamaConfig, world: usize) -> Result<Llama
                 args.seq, cfg.positions, cfg.positions
             ),
         ));
+    }
+    if crate::sft::is_sft_data(&args.data) {
+        return crate::sft::setup::setup(args, cfg, world);
     }
     let tokens = Tokens::load(&args.data, cfg.vocab)?;
     let global_batch = args.batch.checked_mul(world).ok_or_else(|| {
@@ -212,6 +223,9 @@ fn train<T: TrainElement, B: Backend<T>>(
             hf.count(),
             args.steps,
         );
+        if let Source::Sft(src) = &s.source {
+            println!("data: {}", src.summary());
+        }
     }
     let mut log = match (&args.log, role.primary()) {
         (Some(p), true) => Some(std::io::BufWriter::new(
@@ -241,7 +255,9 @@ fn train<T: TrainElement, B: Backend<T>>(
         model.zero_grads()?;
         // The step's micro-batches (every rank reads the whole global batch), and the divisor:
         // its counted targets over all micro-batches and ranks, known before the step.
-        let batches: Vec<Batch> = (0..args.grad_accum).map(|_| s.source.next()).collect();
+        let batches = (0..args.grad_accum)
+            .map(|_| s.source.next())
+            .collect::<Result<Vec<Batch>>>()?;
         let counted: usize = batches.iter().map(|b| b.counted(0..b.targets.len())).sum();
         if counted == 0 {
             return Err(TrainError::Op(format!(
@@ -297,8 +313,34 @@ fn train<T: TrainElement, B: Backend<T>>(
         if !skipped {
             adam_steps += 1;
         }
-        emit_step(&l, args, role, tok_note, &mut log)?;
+        if let Source::Sft(_) = &s.source {
+            // SFT data: the log line also has the step's counted targets (`tokens`).
+            emit_step(&l, args, role, tok_note, &mut None)?;
+            if let (Some(w), Some(p)) = (log.as_mut(), &args.log) {
+                let line = crate::sft::setup::with_tokens(&json_line(&l), counted);
+                writeln!(w, "{line}")
+                    .and_then(|()| w.flush())
+                    .map_err(TrainError::io(p))?;
+            }
+        } else {
+            emit_step(&l, args, role, tok_note, &mut log)?;
+        }
         out.push(l);
+        if let Source::Sft(src) = &s.source {
+            if let Some(ev) = crate::sft::setup::eval_due(args, step, src) {
+                let (loss, n) =
+                    crate::sft::setup::evaluate(&mut model, backend, ev, mine.clone(), world)?;
+                let line = crate::sft::setup::eval_line(step, loss, n);
+                if role.primary() {
+                    println!("eval step {step} | eval_loss {loss:.6} | eval_tokens {n}");
+                }
+                if let (Some(w), Some(p)) = (log.as_mut(), &args.log) {
+                    writeln!(w, "{line}")
+                        .and_then(|()| w.flush())
+                        .map_err(TrainError::io(p))?;
+                }
+            }
+        }
         let due = args.save_every > 0 && (step % args.save_every == 0 || step == args.steps);
         let gathers = role.primary() || (args.zero == 1 && world > 1);
         if let (true, true, Some(dir)) = (due, gathers, &args.checkpoint_dir) {
@@ -322,8 +364,20 @@ fn train<T: TrainElement, B: Backend<T>>(
                     state: &state,
                 },
             )?;
+            if let Source::Sft(src) = &s.source {
+                src.save_state(&path)?;
+            }
             println!("saved {}", path.display());
         }
+    }
+    if let (Source::Sft(src), true) = (&s.source, role.primary()) {
+        let f = src.feed_stats();
+        println!(
+            "data: the trainer waited for the SFT producer {} times of {} micro-batches ({:.3} s)",
+            f.waited,
+            f.taken,
+            f.wait.as_secs_f64()
+        );
     }
     let tensors = match keep {
         true => Some([

@@ -23,6 +23,7 @@ mod parallel;
 mod peft;
 mod reference;
 mod resume;
+mod sft_train;
 
 use crate::cli::Args;
 use crate::error::TrainError;

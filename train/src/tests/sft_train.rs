@@ -1,0 +1,268 @@
+//! Training on SFT data (tests/data/sft, tools/sft_ref.py): the tiny llama on the packed ChatML
+//! rows against transformers' float64 run step for step (loss, grad_norm, the step's counted
+//! targets with micro-batches of unequal counts, eval_loss), resuming mid-run on the same data,
+//! and refusing other data or another tokenizer.
+
+use super::{args_with, strs, Scratch};
+use crate::error::TrainError;
+use crate::train::run;
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+
+/// tests/data/sft.
+fn dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/data/sft")
+}
+
+/// The reference run's flags (tests/data/sft/run.json) plus `extra`.
+fn flags(extra: &[&str]) -> Vec<String> {
+    let run: Value =
+        serde_json::from_slice(&std::fs::read(dir().join("run.json")).unwrap()).unwrap();
+    let n = |k: &str| run[k].as_u64().unwrap().to_string();
+    let tok = dir().join(format!("tokenizer_{}", run["template"].as_str().unwrap()));
+    let mut f = strs(&["--tokenizer"]);
+    f.push(tok.display().to_string());
+    f.push("--eval-data".into());
+    f.push(dir().join("eval.jsonl").display().to_string());
+    for (flag, key) in [
+        ("--cutoff-len", "cutoff_len"),
+        ("--seq", "seq"),
+        ("--batch", "batch"),
+        ("--grad-accum", "grad_accum"),
+        ("--steps", "steps"),
+        ("--eval-every", "eval_every"),
+    ] {
+        f.push(flag.into());
+        f.push(n(key));
+    }
+    f.push("--lr".into());
+    f.push(format!("{:e}", run["lr"].as_f64().unwrap()));
+    f.extend(extra.iter().map(|s| s.to_string()));
+    f
+}
+
+fn lines(p: &Path) -> Vec<Value> {
+    std::fs::read_to_string(p)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+fn rel(a: f64, b: f64) -> f64 {
+    (a - b).abs() / b.abs()
+}
+
+/// Loss (and eval_loss) within `rtol` of the reference, grad_norm within 10 × `rtol`, the
+/// step's counted targets and eval_tokens equal; every reference line present, in order.
+fn compare(ours: &[Value], rtol: f64) -> f64 {
+    let refs = lines(&dir().join("ref_train.jsonl"));
+    assert_eq!(ours.len(), refs.len(), "log lines");
+    let mut worst = 0.0f64;
+    for (o, r) in ours.iter().zip(&refs) {
+        assert_eq!(o["step"], r["step"]);
+        if let Some(e) = r["eval_loss"].as_f64() {
+            assert!(o.get("loss").is_none(), "an eval line has no loss key");
+            let d = rel(o["eval_loss"].as_f64().unwrap(), e);
+            assert!(d <= rtol, "step {}: eval_loss off by {d:e}", r["step"]);
+            assert_eq!(o["eval_tokens"], r["eval_tokens"]);
+            worst = worst.max(d);
+        } else {
+            let d = rel(o["loss"].as_f64().unwrap(), r["loss"].as_f64().unwrap());
+            let dn = rel(
+                o["grad_norm"].as_f64().unwrap(),
+                r["grad_norm"].as_f64().unwrap(),
+            );
+            assert!(d <= rtol, "step {}: loss off by {d:e}", r["step"]);
+            assert!(
+                dn <= 10.0 * rtol,
+                "step {}: grad_norm off by {dn:e}",
+                r["step"]
+            );
+            assert_eq!(
+                o["tokens"], r["tokens"],
+                "step {}: counted targets",
+                r["step"]
+            );
+            worst = worst.max(d);
+        }
+    }
+    worst
+}
+
+/// The reference's steps include micro-batches of unequal counted targets (with
+/// --grad-accum 2 a mean of means would differ): checked on the committed figures.
+#[test]
+fn sft_training_matches_transformers_on_the_cpu() {
+    let s = Scratch::new("sft");
+    let log = s.path("log.jsonl");
+    let mut f = flags(&["--log"]);
+    f.push(log.display().to_string());
+    let args = args_with(&dir().join("model"), &dir().join("train.jsonl"), &f);
+    run(&args).unwrap();
+    let worst = compare(&lines(&log), super::llama_train::LOSS_RTOL_CPU);
+    assert!(worst < super::llama_train::LOSS_RTOL_CPU, "{worst:e}");
+}
+
+#[test]
+fn sft_resume_continues_and_refuses_other_data_or_tokenizer() {
+    let s = Scratch::new("sft-resume");
+    let ck = s.path("ck");
+    let whole = s.path("whole.jsonl");
+    let ck_s = ck.display().to_string();
+    // Steps 1..=2 saved, then 3..=4 resumed: the same log lines as the uninterrupted run.
+    let mut f = flags(&[
+        "--steps",
+        "2",
+        "--save-every",
+        "2",
+        "--checkpoint-dir",
+        &ck_s,
+    ]);
+    f.extend(["--log".into(), s.path("a.jsonl").display().to_string()]);
+    run(&args_with(
+        &dir().join("model"),
+        &dir().join("train.jsonl"),
+        &f,
+    ))
+    .unwrap();
+    let step2 = ck.join("step_2");
+    let state: Value =
+        serde_json::from_slice(&std::fs::read(step2.join("sft_data.json")).unwrap()).unwrap();
+    assert_eq!(
+        (state["row"].as_u64(), state["epoch"].as_u64()),
+        (Some(8), Some(0))
+    );
+    let mut f = flags(&["--resume", &step2.display().to_string(), "--steps", "4"]);
+    f.extend(["--log".into(), s.path("b.jsonl").display().to_string()]);
+    run(&args_with(
+        &dir().join("model"),
+        &dir().join("train.jsonl"),
+        &f,
+    ))
+    .unwrap();
+    let mut f = flags(&["--steps", "4", "--log"]);
+    f.push(whole.display().to_string());
+    run(&args_with(
+        &dir().join("model"),
+        &dir().join("train.jsonl"),
+        &f,
+    ))
+    .unwrap();
+    let strip = |v: Vec<Value>| -> Vec<Value> {
+        v.into_iter()
+            .map(|mut x| {
+                if let Some(o) = x.as_object_mut() {
+                    o.remove("tokens_per_s");
+                }
+                x
+            })
+            .collect()
+    };
+    // The first part's run ended at step 2, so it evaluated there (after its last step).
+    let mut resumed: Vec<Value> = strip(lines(&s.path("a.jsonl")))
+        .into_iter()
+        .filter(|v| v.get("eval_loss").is_none())
+        .collect();
+    resumed.extend(strip(lines(&s.path("b.jsonl"))));
+    assert_eq!(resumed, strip(lines(&whole)));
+
+    // Other data, another tokenizer: refused, naming which.
+    let other = s.path("other.jsonl");
+    let mut text = std::fs::read_to_string(dir().join("train.jsonl")).unwrap();
+    text.push_str("{\"instruction\": \"one more\", \"output\": \"line\"}\n");
+    std::fs::write(&other, text).unwrap();
+    let f = flags(&["--resume", &step2.display().to_string()]);
+    let e = run(&args_with(&dir().join("model"), &other, &f)).unwrap_err();
+    let msg = e.to_string();
+    assert!(
+        msg.contains("other.jsonl") && (msg.contains("not the data") || msg.contains("rows")),
+        "{msg}"
+    );
+    let mut f = flags(&["--resume", &step2.display().to_string()]);
+    let i = f.iter().position(|x| x == "--tokenizer").unwrap();
+    f[i + 1] = dir().join("tokenizer_sysprompt").display().to_string();
+    let msg = run(&args_with(
+        &dir().join("model"),
+        &dir().join("train.jsonl"),
+        &f,
+    ))
+    .unwrap_err()
+    .to_string();
+    assert!(
+        msg.contains("tokenizer_sysprompt") && msg.contains("not the tokenizer"),
+        "{msg}"
+    );
+}
+
+#[test]
+fn sft_flags_are_checked() {
+    let model = dir().join("model");
+    let data = dir().join("train.jsonl");
+    // No --tokenizer.
+    let e = run(&args_with(
+        &model,
+        &data,
+        &strs(&["--seq", "64", "--steps", "1"]),
+    ))
+    .unwrap_err();
+    assert!(
+        matches!(e, TrainError::Usage(_)) && e.to_string().contains("--tokenizer DIR"),
+        "{e}"
+    );
+    // --cutoff-len above --seq + 1.
+    let mut f = flags(&[]);
+    let i = f.iter().position(|x| x == "--cutoff-len").unwrap();
+    f[i + 1] = "66".into();
+    let e = run(&args_with(&model, &data, &f)).unwrap_err();
+    assert_eq!(e.exit_code(), 2, "{e}");
+    assert!(
+        e.to_string().contains("--cutoff-len 66 with --seq 64"),
+        "{e}"
+    );
+    // SFT flags with a token file, --eval-every without --eval-data.
+    let tokens = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/data/train_gpt2/tokens.bin");
+    let tok = dir().join("tokenizer_chatml").display().to_string();
+    let e = run(&args_with(&model, &tokens, &strs(&["--tokenizer", &tok]))).unwrap_err();
+    assert!(
+        e.to_string().contains("--tokenizer is for SFT examples"),
+        "{e}"
+    );
+    let mut f = flags(&[]);
+    let i = f.iter().position(|x| x == "--eval-data").unwrap();
+    f.drain(i..i + 2);
+    let e = run(&args_with(&model, &data, &f)).unwrap_err();
+    assert!(
+        e.to_string().contains("--eval-every 4 needs --eval-data"),
+        "{e}"
+    );
+}
+
+/// One emulated device: the packed rows, positions and sequence bounds through the device's
+/// kernels (variable-length attention), within the device bound (f32 accumulation).
+#[cfg(feature = "device")]
+#[test]
+fn sft_training_matches_transformers_on_an_emulated_device() {
+    let s = Scratch::new("sft-dev1");
+    let log = s.path("log.jsonl");
+    let mut f = flags(&["--device", "0", "--log"]);
+    f.push(log.display().to_string());
+    let args = args_with(&dir().join("model"), &dir().join("train.jsonl"), &f);
+    run(&args).unwrap();
+    compare(&lines(&log), super::llama_train::LOSS_RTOL_DEVICE);
+}
+
+/// Two emulated devices of `--batch 1` each (the reference's two rows per micro-batch split over
+/// the ranks, each rank's sequence bounds of another length): the same figures within the device
+/// bound, eval_loss included.
+#[cfg(feature = "device")]
+#[test]
+fn sft_training_matches_transformers_on_two_emulated_devices() {
+    let s = Scratch::new("sft-dev");
+    let log = s.path("log.jsonl");
+    let mut f = flags(&["--devices", "0,1", "--batch", "1", "--log"]);
+    f.push(log.display().to_string());
+    let args = args_with(&dir().join("model"), &dir().join("train.jsonl"), &f);
+    run(&args).unwrap();
+    compare(&lines(&log), super::llama_train::LOSS_RTOL_DEVICE);
+}
