@@ -27,12 +27,12 @@
 //! `launch!` macro of this module, one line per struct, which also makes the family's
 //! `Kernels<T>`); [`Kernels`] bundles every family's (the `registry!` list of `src/ops/mod.rs`).
 
+#[cfg(doc)]
+use super::Kernels;
 use super::OpError;
 use crate::params::Space;
 #[cfg(doc)]
 use crate::params::{Host, OnDevice};
-#[cfg(doc)]
-use super::Kernels;
 
 /// How the space `Self` runs the op struct `A`: the CPU reference for [`Host`], the launcher
 /// on the queue's stream for [`OnDevice`]. Call it through [`Run::run`].

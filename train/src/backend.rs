@@ -227,6 +227,10 @@ pub struct UpdateScalars<B> {
     pub found_inf: B,
 }
 
+/// An [`AdamWSlot`] of backend `B`'s buffers.
+pub type BackendSlot<'a, B, T> =
+    AdamWSlot<'a, <B as Backend<T>>::Buf<T>, <B as Backend<T>>::Buf<f32>>;
+
 /// The queue of backend `B`'s space, what every op struct runs on.
 pub type Queue<'q, B, T> = <<B as Backend<T>>::Space as Space>::Queue<'q>;
 
@@ -310,11 +314,8 @@ pub trait Backend<T: TrainElement> {
     /// ZeRO stage 1: [`Backend::grad_norm`] of every rank's gradients when this rank holds the
     /// summed gradients of `owned` only (its share, see [`Backend::grads_ready`]'s `roots`):
     /// each rank's norm over its share, combined across ranks (the same value on every rank).
-    fn grad_norm_sharded(
-        &self,
-        owned: &[&Self::Buf<T>],
-        scalars: &mut Self::Scalars,
-    ) -> Result<()>;
+    fn grad_norm_sharded(&self, owned: &[&Self::Buf<T>], scalars: &mut Self::Scalars)
+        -> Result<()>;
     /// AdamW's one-element `grad_scale` (absent when 1: the loss scale, clipped by the norm in
     /// `scalars` as `scaling` says) and `found_inf` (1 when that norm is not finite), computed
     /// without a host read.
@@ -329,8 +330,7 @@ pub trait Backend<T: TrainElement> {
     /// (all-reduce); ZeRO stage 1 gives each tensor's owner (one per tensor), and the sum lands
     /// on the owner only (a reduce to it; the other ranks' buffers keep their own
     /// contribution). Nothing on one device.
-    fn grads_ready(&self, grads: &mut [&mut Self::Buf<T>], roots: Option<&[usize]>)
-        -> Result<()>;
+    fn grads_ready(&self, grads: &mut [&mut Self::Buf<T>], roots: Option<&[usize]>) -> Result<()>;
     /// Data parallel: makes the work queued from now on wait (on the device) for every sum
     /// started by [`Backend::grads_ready`]. Nothing on one device.
     fn grads_reduced(&self) -> Result<()>;
@@ -361,7 +361,7 @@ pub fn adamw_all<T: TrainElement, B: Backend<T>>(
     hyper: &AdamWStep,
     scaling: GradScaling,
     scalars: &B::Scalars,
-    tensors: &mut [AdamWSlot<'_, B::Buf<T>, B::Buf<f32>>],
+    tensors: &mut [BackendSlot<'_, B, T>],
 ) -> Result<()> {
     let UpdateScalars {
         grad_scale,

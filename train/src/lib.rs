@@ -30,6 +30,7 @@ pub mod model;
 pub mod outputs;
 pub mod parallel;
 pub mod params;
+pub mod spm;
 pub mod train;
 pub mod trainer_state;
 pub mod weights;

@@ -5,12 +5,10 @@
 //! Needs hipcc (to build the code object) and the kernels' host build (clang++ >= 15); without
 //! either it prints why and checks nothing else (a fresh clone without ROCm still passes).
 
+mod checks_image;
 #[path = "../../tests/common/mod.rs"]
 mod common;
 mod overrun;
-
-use std::path::Path;
-use std::process::Command;
 
 use hip_rt::{DeviceBuffer, DevicePtr, LaunchConfig, Module, Stream, StreamOptions};
 use hip_sys::hipError_t;
@@ -18,46 +16,9 @@ use hip_sys::hipError_t;
 /// The checks.hip code object built by hipcc, or why it cannot be.
 fn code_object() -> Result<Vec<u8>, String> {
     static IMAGE: std::sync::OnceLock<Result<Vec<u8>, String>> = std::sync::OnceLock::new();
-    IMAGE.get_or_init(build_code_object).clone()
-}
-
-fn build_code_object() -> Result<Vec<u8>, String> {
-    let cxx = hip_build::host::HostCompiler::find()
-        .map_err(|e| format!("the kernels cannot be built for hip-emu: {e}"))?;
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/kernels/checks.hip");
-    let out = std::env::temp_dir().join(format!(
-        "hip-emu-runtime-launch-{}.hsaco",
-        std::process::id()
-    ));
-    let hipcc = std::env::var("HIPCC").unwrap_or_else(|_| "hipcc".into());
-    let status = Command::new(&hipcc)
-        .args(["--genco", "--offload-arch=gfx906"])
-        .arg(&src)
-        .arg("-o")
-        .arg(&out)
-        .output()
-        .map_err(|e| format!("`{hipcc}` is not runnable ({e})"))?;
-    if !status.status.success() {
-        panic!(
-            "hipcc failed on {}:\n{}",
-            src.display(),
-            String::from_utf8_lossy(&status.stderr)
-        );
-    }
-    let bytes = std::fs::read(&out).map_err(|e| e.to_string())?;
-    let _ = std::fs::remove_file(&out);
-    // The host build hip-emu runs, under the code object's key, in a directory it is told about.
-    let base = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
-    let mut opts = hip_build::host::HostOptions::new(base.join("hipemu-host"));
-    opts.source_root = Some(common::repo_root());
-    opts.race = true;
-    let object = cxx.compile(&src, &opts).map_err(|e| e.to_string())?;
-    let dir = base.join("hipemu-keys");
-    hip_build::host::install(&object.path, &bytes, &dir).map_err(|e| e.to_string())?;
-    if !hip_rt::emu::add_kernel_dir(&dir) {
-        return Err("the loaded HIP runtime is not hip-emu".into());
-    }
-    Ok(bytes)
+    IMAGE
+        .get_or_init(|| checks_image::build("launch", true, common::repo_root()))
+        .clone()
 }
 
 struct Setup {

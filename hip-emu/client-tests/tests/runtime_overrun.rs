@@ -7,57 +7,19 @@
 //! Needs hipcc (to build the code object) and clang++ >= 15; without either it prints why and
 //! checks nothing else.
 
+mod checks_image;
 #[path = "../../tests/common/mod.rs"]
 mod common;
 mod overrun;
-
-use std::path::Path;
-use std::process::Command;
 
 use hip_rt::{Device, Module, Stream, StreamOptions};
 
 /// The checks.hip code object built by hipcc (its host build installed), or why it cannot be.
 fn code_object() -> Result<Vec<u8>, String> {
     static IMAGE: std::sync::OnceLock<Result<Vec<u8>, String>> = std::sync::OnceLock::new();
-    IMAGE.get_or_init(build_code_object).clone()
-}
-
-fn build_code_object() -> Result<Vec<u8>, String> {
-    let cxx = hip_build::host::HostCompiler::find()
-        .map_err(|e| format!("the kernels cannot be built for hip-emu: {e}"))?;
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/kernels/checks.hip");
-    let out = std::env::temp_dir().join(format!(
-        "hip-emu-runtime-overrun-{}.hsaco",
-        std::process::id()
-    ));
-    let hipcc = std::env::var("HIPCC").unwrap_or_else(|_| "hipcc".into());
-    let status = Command::new(&hipcc)
-        .args(["--genco", "--offload-arch=gfx906"])
-        .arg(&src)
-        .arg("-o")
-        .arg(&out)
-        .output()
-        .map_err(|e| format!("`{hipcc}` is not runnable ({e})"))?;
-    if !status.status.success() {
-        panic!(
-            "hipcc failed on {}:\n{}",
-            src.display(),
-            String::from_utf8_lossy(&status.stderr)
-        );
-    }
-    let bytes = std::fs::read(&out).map_err(|e| e.to_string())?;
-    let _ = std::fs::remove_file(&out);
-    let base = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
-    let mut opts = hip_build::host::HostOptions::new(base.join("hipemu-host"));
-    opts.source_root = Some(common::repo_root());
-    opts.race = false;
-    let object = cxx.compile(&src, &opts).map_err(|e| e.to_string())?;
-    let dir = base.join("hipemu-keys-overrun");
-    hip_build::host::install(&object.path, &bytes, &dir).map_err(|e| e.to_string())?;
-    if !hip_rt::emu::add_kernel_dir(&dir) {
-        return Err("the loaded HIP runtime is not hip-emu".into());
-    }
-    Ok(bytes)
+    IMAGE
+        .get_or_init(|| checks_image::build("overrun", false, common::repo_root()))
+        .clone()
 }
 
 /// A stream and the test kernels on device 0 with the direct allocator (`caching` false) or

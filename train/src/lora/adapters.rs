@@ -10,7 +10,7 @@
 
 use super::{HostAdapters, LoraConfig, Target};
 use crate::backend::{
-    adamw_all, gemm, AdamWSlot, AdamWStep, Backend, GradScaling, TrainElement, View,
+    adamw_all, gemm, AdamWSlot, AdamWStep, Backend, BackendSlot, GradScaling, TrainElement, View,
 };
 use crate::config::GptConfig;
 use crate::error::{Result, TrainError};
@@ -218,7 +218,7 @@ impl<T: TrainElement, B: Backend<T>> Adapters<T, B> {
         scalars: &B::Scalars,
     ) -> Result<()> {
         let mut masters = self.master.as_mut().map(|m| m.iter_mut());
-        let mut slots: Vec<AdamWSlot<'_, B::Buf<T>, B::Buf<f32>>> = self
+        let mut slots: Vec<BackendSlot<'_, B, T>> = self
             .params
             .iter_mut()
             .zip(&self.grads)

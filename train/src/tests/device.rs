@@ -19,13 +19,13 @@ use crate::device_backend::{DeviceBackend, DeviceIds};
 use crate::error::{Result, TrainError};
 use crate::train::StepLog;
 use hip_kernels::hip_rt::DeviceBuffer;
-use hip_kernels::params::OnDevice;
 use hip_kernels::ops::{
     AttentionBackwardStrided, AttentionForwardStrided, BiasBackward, BiasParams,
     CrossEntropyParams, ElementwiseParams, EncoderBackward, EncoderForward, GeluBackward,
     LayerNormBackward, LayerNormForward, Matmul, MatmulBias, MatmulBiasParams, MatmulParams,
     ResidualLayerNormForward, Run, SoftmaxCrossEntropy, Strided,
 };
+use hip_kernels::params::OnDevice;
 
 /// Relative loss difference allowed on the device (issue 14): the kernels accumulate in f32
 /// (the CPU reference in f64), which moves 20-step losses by far less than this.
