@@ -26,6 +26,7 @@ pub mod device_backend;
 pub mod error;
 pub mod llama;
 pub mod lora;
+pub mod memory;
 pub mod model;
 pub mod outputs;
 pub mod parallel;
