@@ -351,13 +351,13 @@ fn show_memory_estimate(args: &Args, launched: Option<&LaunchEnv>) -> Result<boo
     let primary = launched.map_or(true, |e| e.rank == 0);
     if args.memory_estimate {
         if primary {
-            let (what, est) = crate::memory::for_args(args, world)?;
+            let (what, est) = crate::memory::for_args(args, world, None)?;
             println!("{}", est.table(&what));
         }
         return Ok(true);
     }
     if primary && crate::memory::on_device(args, launched.is_some()) {
-        let (what, est) = crate::memory::for_args(args, world)?;
+        let (what, est) = crate::memory::for_args(args, world, None)?;
         println!("{}", est.table(&what));
     }
     Ok(false)

@@ -216,11 +216,11 @@ fn margin(sizes: &[usize], peak: u64) -> u64 {
     };
     let large: usize = sizes
         .iter()
-        .filter(|&&s| s > KMIN_LARGE_ALLOC)
+        .filter(|&&s| s >= KMIN_LARGE_ALLOC)
         .map(|&s| allocation_size(s) - s)
         .sum();
     let slack =
-        packed(0, MIB, KSMALL_BUFFER) + packed(MIB, KMIN_LARGE_ALLOC, KLARGE_BUFFER) + large;
+        packed(0, MIB, KSMALL_BUFFER) + packed(MIB, KMIN_LARGE_ALLOC - 1, KLARGE_BUFFER) + large;
     slack as u64 + peak / 50
 }
 

@@ -5,6 +5,7 @@
 //! predicts them, a training run refuses them with a usage error that says so.
 
 pub mod estimate;
+pub mod table;
 
 use crate::cli::{Args, Device, Precision};
 use crate::config::ModelConfig;
@@ -79,9 +80,14 @@ fn llama_lora(lora: &LoraConfig, cfg: &LlamaConfig) -> LoraPlan {
     }
 }
 
-/// The estimate of the run `args` describes on `world` ranks (reads only config.json), and a
-/// one-line description of what it is of.
-pub fn for_args(args: &Args, world: usize) -> Result<(String, estimate::Estimate)> {
+/// The estimate of the run `args` describes on `world` ranks (reads only config.json), of
+/// `rank` (`None`: the rank with the largest share), and a one-line description of what it is
+/// of.
+pub fn for_args(
+    args: &Args,
+    world: usize,
+    rank: Option<usize>,
+) -> Result<(String, estimate::Estimate)> {
     let (model_dir, _) = crate::weights::model_paths(&args.model);
     let cfg = ModelConfig::load(&model_dir.join("config.json"))?;
     let lora = LoraConfig::from_args(args)?;
@@ -104,14 +110,18 @@ pub fn for_args(args: &Args, world: usize) -> Result<(String, estimate::Estimate
         offload: args.offload_optimizer.is_some(),
         bucket_elems,
     };
+    let of = |shape: Shape, s: &Settings| match rank {
+        Some(r) => estimate::estimate_rank(shape, s, r),
+        None => estimate::estimate(shape, s),
+    };
     let (describe, est) = match &cfg {
         ModelConfig::Gpt2(c) => {
             s.lora = lora.as_ref().map(|l| LoraPlan::gpt2(l, c));
-            (c.describe(), estimate::estimate(Shape::Gpt2(c), &s))
+            (c.describe(), of(Shape::Gpt2(c), &s))
         }
         ModelConfig::Llama(c) => {
             s.lora = lora.as_ref().map(|l| llama_lora(l, c));
-            (c.describe(), estimate::estimate(Shape::Llama(c), &s))
+            (c.describe(), of(Shape::Llama(c), &s))
         }
     };
     let mut what = vec![
