@@ -154,3 +154,50 @@ fn estimate_elem_bytes(d: Precision) -> usize {
 pub fn on_device(args: &Args, launched: bool) -> bool {
     launched || args.devices.is_some() || matches!(args.device, Device::Gpu(_))
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::cli::Args;
+    use crate::error::TrainError;
+    use clap::Parser;
+
+    fn args(extra: &[&str]) -> Args {
+        let mut argv = vec!["hipk-train", "--model", "m", "--data", "d"];
+        argv.extend_from_slice(extra);
+        Args::try_parse_from(argv).unwrap()
+    }
+
+    fn usage(extra: &[&str]) -> String {
+        let a = args(extra);
+        let r = a.validate().and_then(|()| super::check_world(&a, 1));
+        match r {
+            Err(TrainError::Usage(m)) => m,
+            other => panic!("{extra:?}: expected a usage error, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn memory_flags_give_usage_errors_naming_the_flag() {
+        let m = usage(&["--zero", "2", "--memory-estimate"]);
+        assert!(m.contains("--zero 2 with 1 rank"), "{m}");
+        let m = usage(&["--zero", "3"]);
+        assert!(m.starts_with("--zero 3"), "{m}");
+        let m = usage(&["--bucket-mb", "64"]);
+        assert!(m.starts_with("--bucket-mb 64") && m.contains("--zero 2"), "{m}");
+        let m = usage(&["--zero", "2", "--bucket-mb", "0"]);
+        assert!(m.starts_with("--bucket-mb 0"), "{m}");
+        for (flags, name) in [
+            (&["--grad-checkpoint"][..], "--grad-checkpoint"),
+            (&["--offload-optimizer", "cpu"][..], "--offload-optimizer cpu"),
+            (&["--zero", "2", "--devices", "0,1"][..], "--zero 2"),
+        ] {
+            let m = usage(flags);
+            assert!(m.starts_with(name) && m.contains("--memory-estimate"), "{m}");
+        }
+        let m = usage(&["--zero", "1", "--lora-rank", "4"]);
+        assert!(m.contains("--lora-rank 4"), "{m}");
+        // With --memory-estimate the planned flags are accepted.
+        let a = args(&["--memory-estimate", "--grad-checkpoint", "--offload-optimizer", "cpu"]);
+        assert!(a.validate().is_ok());
+    }
+}
