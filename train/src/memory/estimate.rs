@@ -1,6 +1,7 @@
 //! The per-rank device memory of a run, predicted from the model's shape and the flags: every
 //! buffer the trainer allocates, each rounded as the caching allocator rounds it
-//! ([`hip_rt::caching::round_size`]: at least 512 B, a multiple of 512 B), summed by part.
+//! ([`hip_rt::caching::round_size`]: at least 512 B, a multiple of 512 B, after hip-emu's guard
+//! byte), summed by part.
 //!
 //! The sum is what the allocator's `allocated_bytes` peak (`mem_peak` in the step log) measures:
 //! the lists below mirror the models' constructors (`crate::model::Gpt2`,
@@ -111,6 +112,9 @@ pub struct Settings {
     pub offload: bool,
     /// ZeRO stage 2's reduce-scatter bucket, in elements.
     pub bucket_elems: usize,
+    /// Bytes the allocator adds to every request before rounding: 1 on hip-emu (a guard byte
+    /// after each block, so that its memory checker sees an overrun), 0 on a GPU.
+    pub guard_slack: usize,
 }
 
 /// DeepSpeed's `reduce_bucket_size` default, in elements: ZeRO stage 2's bucket.
@@ -174,6 +178,8 @@ fn elem_bytes(d: Precision) -> usize {
 
 /// The running sums.
 struct Tally {
+    /// [`Settings::guard_slack`].
+    slack: usize,
     parts: [u64; 7],
     buffers: [u64; 7],
     /// Each allocation's rounded size (for the margin).
@@ -181,8 +187,9 @@ struct Tally {
 }
 
 impl Tally {
-    fn new() -> Self {
+    fn new(slack: usize) -> Self {
         Self {
+            slack,
             parts: [0; 7],
             buffers: [0; 7],
             sizes: Vec::new(),
@@ -195,7 +202,7 @@ impl Tally {
         if n == 0 {
             return;
         }
-        let r = hip_rt::caching::round_size(n);
+        let r = hip_rt::caching::round_size(n.saturating_add(self.slack));
         let i = Part::ALL.iter().position(|&p| p == part).unwrap_or(0);
         self.parts[i] += r as u64;
         self.buffers[i] += 1;
@@ -289,7 +296,7 @@ pub fn estimate(shape: Shape, s: &Settings) -> Estimate {
 /// The predicted table of `rank`.
 pub fn estimate_rank(shape: Shape, s: &Settings, rank: usize) -> Estimate {
     let t = elem_bytes(s.dtype);
-    let mut y = Tally::new();
+    let mut y = Tally::new(s.guard_slack);
     let (trained, frozen) = tensors(shape, s);
     // Weights: the frozen base (LoRA) and the trained tensors, in the storage type.
     for &n in frozen.iter().chain(&trained) {

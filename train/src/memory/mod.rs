@@ -109,6 +109,7 @@ pub fn for_args(
         grad_checkpoint: args.grad_checkpoint,
         offload: args.offload_optimizer.is_some(),
         bucket_elems,
+        guard_slack: guard_slack(),
     };
     let of = |shape: Shape, s: &Settings| match rank {
         Some(r) => estimate::estimate_rank(shape, s, r),
@@ -140,6 +141,12 @@ pub fn for_args(
         what.push("optimizer offloaded to cpu".into());
     }
     Ok((format!("{describe}; {}", what.join(", ")), est))
+}
+
+/// hip-emu's guard byte per allocation when the loaded HIP runtime is hip-emu (the figures
+/// are then the emulator's), else none.
+fn guard_slack() -> usize {
+    usize::from(hip_rt::emu::is_hip_emu())
 }
 
 fn estimate_elem_bytes(d: Precision) -> usize {
@@ -183,21 +190,35 @@ mod tests {
         let m = usage(&["--zero", "3"]);
         assert!(m.starts_with("--zero 3"), "{m}");
         let m = usage(&["--bucket-mb", "64"]);
-        assert!(m.starts_with("--bucket-mb 64") && m.contains("--zero 2"), "{m}");
+        assert!(
+            m.starts_with("--bucket-mb 64") && m.contains("--zero 2"),
+            "{m}"
+        );
         let m = usage(&["--zero", "2", "--bucket-mb", "0"]);
         assert!(m.starts_with("--bucket-mb 0"), "{m}");
         for (flags, name) in [
             (&["--grad-checkpoint"][..], "--grad-checkpoint"),
-            (&["--offload-optimizer", "cpu"][..], "--offload-optimizer cpu"),
+            (
+                &["--offload-optimizer", "cpu"][..],
+                "--offload-optimizer cpu",
+            ),
             (&["--zero", "2", "--devices", "0,1"][..], "--zero 2"),
         ] {
             let m = usage(flags);
-            assert!(m.starts_with(name) && m.contains("--memory-estimate"), "{m}");
+            assert!(
+                m.starts_with(name) && m.contains("--memory-estimate"),
+                "{m}"
+            );
         }
         let m = usage(&["--zero", "1", "--lora-rank", "4"]);
         assert!(m.contains("--lora-rank 4"), "{m}");
         // With --memory-estimate the planned flags are accepted.
-        let a = args(&["--memory-estimate", "--grad-checkpoint", "--offload-optimizer", "cpu"]);
+        let a = args(&[
+            "--memory-estimate",
+            "--grad-checkpoint",
+            "--offload-optimizer",
+            "cpu",
+        ]);
         assert!(a.validate().is_ok());
     }
 }
