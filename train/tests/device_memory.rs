@@ -61,6 +61,9 @@ fn check(label: &str, a: &Args, world: usize) -> (u64, u64) {
     (predicted, measured)
 }
 
+/// A configuration: label, (model, tokens) under tests/data, flags, ranks.
+type Case<'a> = (&'a str, (&'a str, &'a str), Vec<&'a str>, usize);
+
 #[test]
 fn the_estimate_is_within_ten_percent_of_the_measured_peak() {
     let emu = std::env::var("HIPK_HIP_LIBRARY").unwrap_or_default();
@@ -77,7 +80,7 @@ fn the_estimate_is_within_ten_percent_of_the_measured_peak() {
         "--lora-targets",
         "attn.c_attn,attn.c_proj,mlp.c_fc,mlp.c_proj",
     ];
-    let cases: Vec<(&str, (&str, &str), Vec<&str>, usize)> = vec![
+    let cases: Vec<Case> = vec![
         ("gpt2 f32 full", gpt2, vec!["--device", "0"], 1),
         (
             "gpt2 bf16 full",

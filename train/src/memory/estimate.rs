@@ -127,7 +127,7 @@ pub struct Estimate {
     pub parts: [u64; 7],
     /// Buffers counted, in [`Part::ALL`]'s order.
     pub buffers: [u64; 7],
-    /// Reserved beyond allocated: segment rounding and fragmentation (see [`margin`]).
+    /// Reserved beyond allocated: segment rounding and fragmentation.
     pub margin: u64,
     /// The rank the figures are of (the one with the largest share).
     pub rank: usize,
