@@ -430,33 +430,9 @@ pub fn load(dir: &Path, cfg: &GptConfig) -> Result<Restored> {
     let params = load_params(&dir.join("model.safetensors"), cfg)?;
     let opt_path = dir.join("optimizer.safetensors");
     let mut opt = read_f32_tensors(&opt_path)?;
+    let all = specs(cfg);
     let mut take = |prefix: &str| -> Result<Params<Vec<f32>>> {
-        let mut v = Vec::new();
-        for s in specs(cfg) {
-            let name = format!("{prefix}.{}", s.name);
-            match opt.remove(&name) {
-                Some((shape, data)) if shape == s.shape => {
-                    check_moment(&opt_path, &name, &data, prefix == "exp_avg_sq")?;
-                    v.push(data)
-                }
-                Some((shape, _)) => {
-                    return Err(TrainError::file(
-                        &opt_path,
-                        format!(
-                            "tensor `{name}` has shape {shape:?}, expected {:?}",
-                            s.shape
-                        ),
-                    ))
-                }
-                None => {
-                    return Err(TrainError::file(
-                        &opt_path,
-                        format!("tensor `{name}` is missing"),
-                    ))
-                }
-            }
-        }
-        Params::from_vec(v, cfg.layers)
+        Params::from_vec(take_moments(&opt_path, &mut opt, prefix, &all)?, cfg.layers)
     };
     let (exp_avg, exp_avg_sq) = (take("exp_avg")?, take("exp_avg_sq")?);
     if let Some(name) = opt.keys().next() {
@@ -473,9 +449,46 @@ pub fn load(dir: &Path, cfg: &GptConfig) -> Result<Restored> {
     })
 }
 
+/// The AdamW moments `<prefix>.<name>` of every tensor of `specs` (in that order), taken out of
+/// the tensors of `opt_path`; a missing or misshapen one, or a bad value
+/// (`check_moment`), is an error naming it.
+pub(crate) fn take_moments(
+    opt_path: &Path,
+    opt: &mut std::collections::BTreeMap<String, crate::weights::HostTensor>,
+    prefix: &str,
+    specs: &[crate::params::Spec],
+) -> Result<Vec<Vec<f32>>> {
+    let mut v = Vec::with_capacity(specs.len());
+    for s in specs {
+        let name = format!("{prefix}.{}", s.name);
+        match opt.remove(&name) {
+            Some((shape, data)) if shape == s.shape => {
+                check_moment(opt_path, &name, &data, prefix == "exp_avg_sq")?;
+                v.push(data)
+            }
+            Some((shape, _)) => {
+                return Err(TrainError::file(
+                    opt_path,
+                    format!(
+                        "tensor `{name}` has shape {shape:?}, expected {:?}",
+                        s.shape
+                    ),
+                ))
+            }
+            None => {
+                return Err(TrainError::file(
+                    opt_path,
+                    format!("tensor `{name}` is missing"),
+                ))
+            }
+        }
+    }
+    Ok(v)
+}
+
 /// An AdamW moment read back: every value finite, and a second moment (`exp_avg_sq`, a running
 /// mean of squares) never negative. A checkpoint breaking either would train on NaN.
-pub(crate) fn check_moment(path: &Path, name: &str, data: &[f32], second: bool) -> Result<()> {
+fn check_moment(path: &Path, name: &str, data: &[f32], second: bool) -> Result<()> {
     let bad = |i: usize| !data[i].is_finite() || (second && data[i] < 0.0);
     match (0..data.len()).find(|&i| bad(i)) {
         None => Ok(()),

@@ -467,6 +467,46 @@ fn train_keep<T: TrainElement>(
     train::<T, _>(backend, args, setup, role, keep_params)
 }
 
+/// The step's progress line (rank 0) and its JSONL record (`--log`, rank 0's writer).
+pub(crate) fn emit_step(
+    l: &StepLog,
+    args: &Args,
+    role: Role,
+    tok_note: &str,
+    log: &mut Option<std::io::BufWriter<std::fs::File>>,
+) -> Result<()> {
+    let scale_note = match l.scaler {
+        Some((sc, true)) => format!(" | scale {sc} skipped"),
+        Some((sc, false)) => format!(" | scale {sc}"),
+        None => String::new(),
+    };
+    let mem_note = l.mem.map_or(String::new(), |m| {
+        format!(
+            " | mem {} alloc, {} reserved, {} peak",
+            mib(m.allocated),
+            mib(m.reserved),
+            mib(m.peak)
+        )
+    });
+    if role.primary() {
+        println!(
+            "step {}/{} | loss {:.6} | lr {} | norm {:.4} | {:.0} tok/s{tok_note}{scale_note}{mem_note}",
+            l.step,
+            args.steps,
+            l.loss,
+            sci2(l.lr),
+            l.grad_norm,
+            l.tokens_per_s
+        );
+    }
+    if let (Some(w), Some(p)) = (log.as_mut(), &args.log) {
+        writeln!(w, "{}", json_line(l))
+            .and_then(|()| w.flush())
+            .map_err(TrainError::io(p))?;
+    }
+    Ok(())
+}
+
 /// `12.3 MiB`.
 fn mib(bytes: u64) -> String {
     format!("{:.1} MiB", bytes as f64 / (1u64 << 20) as f64)
@@ -587,35 +627,7 @@ fn train<T: TrainElement, B: Backend<T>>(
         if !skipped {
             adam_steps += 1;
         }
-        let scale_note = match l.scaler {
-            Some((sc, true)) => format!(" | scale {sc} skipped"),
-            Some((sc, false)) => format!(" | scale {sc}"),
-            None => String::new(),
-        };
-        let mem_note = l.mem.map_or(String::new(), |m| {
-            format!(
-                " | mem {} alloc, {} reserved, {} peak",
-                mib(m.allocated),
-                mib(m.reserved),
-                mib(m.peak)
-            )
-        });
-        if role.primary() {
-            println!(
-            "step {}/{} | loss {:.6} | lr {} | norm {:.4} | {:.0} tok/s{tok_note}{scale_note}{mem_note}",
-            l.step,
-            args.steps,
-            l.loss,
-            sci2(l.lr),
-            l.grad_norm,
-            l.tokens_per_s
-        );
-        }
-        if let (Some(w), Some(p)) = (log.as_mut(), &args.log) {
-            writeln!(w, "{}", json_line(&l))
-                .and_then(|()| w.flush())
-                .map_err(TrainError::io(p))?;
-        }
+        emit_step(&l, args, role, tok_note, &mut log)?;
         out.push(l);
         let due = args.save_every > 0 && (step % args.save_every == 0 || step == args.steps);
         // With ZeRO every rank takes part in gathering the state rank 0 saves.

@@ -5,7 +5,7 @@
 
 use super::config::LlamaConfig;
 use super::params::Layout;
-use crate::checkpoint::{check_moment, save_files, TrainerState};
+use crate::checkpoint::{save_files, take_moments, TrainerState};
 use crate::error::{read_regular, Result, TrainError};
 use crate::weights::{read_f32_tensors, to_safetensors};
 use std::path::{Path, PathBuf};
@@ -117,34 +117,7 @@ pub fn load(dir: &Path, cfg: &LlamaConfig) -> Result<Restored> {
     let opt_path = dir.join("optimizer.safetensors");
     let mut opt = read_f32_tensors(&opt_path)?;
     let layout = Layout::new(cfg);
-    let mut take = |prefix: &str| -> Result<Vec<Vec<f32>>> {
-        let mut v = Vec::new();
-        for s in &layout.specs {
-            let name = format!("{prefix}.{}", s.name);
-            match opt.remove(&name) {
-                Some((shape, data)) if shape == s.shape => {
-                    check_moment(&opt_path, &name, &data, prefix == "exp_avg_sq")?;
-                    v.push(data)
-                }
-                Some((shape, _)) => {
-                    return Err(TrainError::file(
-                        &opt_path,
-                        format!(
-                            "tensor `{name}` has shape {shape:?}, expected {:?}",
-                            s.shape
-                        ),
-                    ))
-                }
-                None => {
-                    return Err(TrainError::file(
-                        &opt_path,
-                        format!("tensor `{name}` is missing"),
-                    ))
-                }
-            }
-        }
-        Ok(v)
-    };
+    let mut take = |prefix: &str| take_moments(&opt_path, &mut opt, prefix, &layout.specs);
     let (exp_avg, exp_avg_sq) = (take("exp_avg")?, take("exp_avg_sq")?);
     if let Some(name) = opt.keys().next() {
         return Err(TrainError::file(

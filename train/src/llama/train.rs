@@ -12,11 +12,8 @@ use crate::cpu_backend::Cpu;
 use crate::data::{Batch, Loader, Tokens};
 use crate::device_backend::DeviceBackend;
 use crate::error::{Result, TrainError};
-use crate::train::{
-    check_resumed, json_line, new_state, sci2, LossScaler, RankOutcome, Role, StepLog,
-};
+use crate::train::{check_resumed, emit_step, new_state, LossScaler, RankOutcome, Role, StepLog};
 use half::{bf16, f16};
-use std::io::Write;
 use std::time::Instant;
 
 /// Where micro-batches come from: a token file, or micro-batches prepared elsewhere (packed
@@ -179,11 +176,6 @@ where
     }
 }
 
-/// `12.3 MiB`.
-fn mib(bytes: u64) -> String {
-    format!("{:.1} MiB", bytes as f64 / (1u64 << 20) as f64)
-}
-
 fn train<T: TrainElement, B: Backend<T>>(
     backend: &B,
     args: &Args,
@@ -301,35 +293,7 @@ fn train<T: TrainElement, B: Backend<T>>(
         if !skipped {
             adam_steps += 1;
         }
-        if role.primary() {
-            let scale_note = match l.scaler {
-                Some((sc, true)) => format!(" | scale {sc} skipped"),
-                Some((sc, false)) => format!(" | scale {sc}"),
-                None => String::new(),
-            };
-            let mem_note = l.mem.map_or(String::new(), |m| {
-                format!(
-                    " | mem {} alloc, {} reserved, {} peak",
-                    mib(m.allocated),
-                    mib(m.reserved),
-                    mib(m.peak)
-                )
-            });
-            println!(
-                "step {}/{} | loss {:.6} | lr {} | norm {:.4} | {:.0} tok/s{tok_note}{scale_note}{mem_note}",
-                l.step,
-                args.steps,
-                l.loss,
-                sci2(l.lr),
-                l.grad_norm,
-                l.tokens_per_s
-            );
-        }
-        if let (Some(w), Some(p)) = (log.as_mut(), &args.log) {
-            writeln!(w, "{}", json_line(&l))
-                .and_then(|()| w.flush())
-                .map_err(TrainError::io(p))?;
-        }
+        emit_step(&l, args, role, tok_note, &mut log)?;
         out.push(l);
         let due = args.save_every > 0 && (step % args.save_every == 0 || step == args.steps);
         let gathers = role.primary() || (args.zero == 1 && world > 1);

@@ -291,6 +291,18 @@ fn a_packed_batch_counts_its_targets() {
     assert_eq!(b.counted(0..3), 2);
     assert_eq!(b.counted(3..6), 1);
     assert_eq!(Batch::stream(vec![1, 2], vec![2, 3]).counted(0..2), 2);
+    // A rank's rows: everything cut, the boundaries inside re-based, the ends added.
+    let r = b.rows(3..6);
+    assert_eq!(r.inputs, [0, 4, 5]);
+    assert_eq!(r.targets, [-100, -100, 6]);
+    assert_eq!(r.positions, Some(vec![0, 0, 1]));
+    assert_eq!(r.cu_seqlens, Some(vec![0, 1, 3]));
+    let first = b.rows(0..3);
+    assert_eq!(first.cu_seqlens, Some(vec![0, 3]));
+    assert_eq!(
+        Batch::stream(vec![1, 2], vec![2, 3]).rows(1..2).cu_seqlens,
+        None
+    );
 }
 
 #[test]
