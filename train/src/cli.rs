@@ -131,7 +131,8 @@ pub struct Args {
     /// variables, one process per device).
     #[arg(long, value_delimiter = ',')]
     pub devices: Option<Vec<usize>>,
-    /// ZeRO stage: 0 (off) or 1 (each rank keeps the AdamW state of its share of the tensors).
+    /// ZeRO stage: 0 (off) or 1 (each rank keeps the AdamW state of its share of the tensors);
+    /// 2 (also sharded gradients) is planned: `--memory-estimate` only.
     #[arg(long, default_value_t = 0)]
     pub zero: u8,
     /// Storage type.
@@ -193,6 +194,28 @@ pub struct Args {
     /// Steps between evaluations of --eval-data (0: after the last step only).
     #[arg(long, default_value_t = 0)]
     pub eval_every: u64,
+    /// Print the predicted per-rank device memory of this run as a table (docs/MEMORY.md) and
+    /// exit 0 without training; only config.json is read.
+    #[arg(long)]
+    pub memory_estimate: bool,
+    /// Activation checkpointing: keep each layer's input only and recompute the layer in the
+    /// backward (planned: `--memory-estimate` only).
+    #[arg(long)]
+    pub grad_checkpoint: bool,
+    /// Keep AdamW's state and the f32 master weights in pinned host memory and update on the
+    /// CPU (planned: `--memory-estimate` only).
+    #[arg(long, value_enum)]
+    pub offload_optimizer: Option<Offload>,
+    /// ZeRO stage 2's reduce-scatter bucket in MiB (default: DeepSpeed's 2e8 elements).
+    #[arg(long)]
+    pub bucket_mb: Option<usize>,
+}
+
+/// Where `--offload-optimizer` puts the optimizer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Offload {
+    /// Pinned host memory, updated by the CPU.
+    Cpu,
 }
 
 /// `0,1,2`: a `--devices` list as written.
@@ -269,12 +292,14 @@ impl Args {
                 }
             }
         }
-        if self.zero > 1 {
+        if self.zero > 2 {
             return bad(format!(
-                "--zero {}: only stages 0 (off) and 1 (sharded optimizer state) exist",
+                "--zero {}: only stages 0 (off), 1 (sharded optimizer state) and 2 (also \
+                 sharded gradients, --memory-estimate only) exist",
                 self.zero
             ));
         }
+        crate::memory::check_flags(self)?;
         if self.save_every > 0 && self.checkpoint_dir.is_none() {
             return bad(format!(
                 "--save-every {} needs --checkpoint-dir DIR",

@@ -27,6 +27,7 @@ pub mod error;
 pub mod glm;
 pub mod llama;
 pub mod lora;
+pub mod memory;
 pub mod model;
 pub mod outputs;
 pub mod parallel;

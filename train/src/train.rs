@@ -299,6 +299,9 @@ pub(crate) fn new_state(
 pub fn run(args: &Args) -> Result<Vec<StepLog>> {
     args.validate()?;
     let launched = LaunchEnv::from_env().map_err(|e| TrainError::Usage(e.to_string()))?;
+    if show_memory_estimate(args, launched.as_ref())? {
+        return Ok(Vec::new());
+    }
     if launched.is_some() || args.devices.is_some() {
         // Bounds every wait on another rank: checked before any work.
         hip_rt::comm::default_timeout().map_err(|e| TrainError::Usage(e.to_string()))?;
@@ -334,6 +337,30 @@ pub fn run(args: &Args) -> Result<Vec<StepLog>> {
             }
         }
     }
+}
+
+/// The memory estimate (crate::memory): with `--memory-estimate` printed alone (returns true:
+/// exit without training); otherwise printed by rank 0 of a device run before it starts.
+fn show_memory_estimate(args: &Args, launched: Option<&LaunchEnv>) -> Result<bool> {
+    let world = match (launched, &args.devices) {
+        (Some(env), _) => env.world_size,
+        (None, Some(list)) => list.len(),
+        (None, None) => 1,
+    };
+    crate::memory::check_world(args, world)?;
+    let primary = launched.map_or(true, |e| e.rank == 0);
+    if args.memory_estimate {
+        if primary {
+            let (what, est) = crate::memory::for_args(args, world, None)?;
+            println!("{}", est.table(&what));
+        }
+        return Ok(true);
+    }
+    if primary && crate::memory::on_device(args, launched.is_some()) {
+        let (what, est) = crate::memory::for_args(args, world, None)?;
+        println!("{}", est.table(&what));
+    }
+    Ok(false)
 }
 
 /// Rank 0's checks of its outputs, the setup, and the checkpoint directory made ready.

@@ -1,0 +1,224 @@
+//! Device memory of a run: the per-rank estimate (`--memory-estimate`, [`estimate`]) and the
+//! checks of the memory flags (docs/MEMORY.md).
+//!
+//! `--zero 2`, `--grad-checkpoint` and `--offload-optimizer cpu` are planned: the estimate
+//! predicts them, a training run refuses them with a usage error that says so.
+
+pub mod estimate;
+pub mod table;
+
+use crate::cli::{Args, Device, Precision};
+use crate::config::ModelConfig;
+use crate::error::{Result, TrainError};
+use crate::llama::{Linear, LlamaConfig};
+use crate::lora::{LoraConfig, Target};
+use estimate::{LoraPlan, Settings, Shape, DEFAULT_BUCKET_ELEMS};
+
+/// The memory flags alone: `--bucket-mb` only with `--zero 2` and at least 1; outside
+/// `--memory-estimate`, the planned features refused by name.
+pub fn check_flags(args: &Args) -> Result<()> {
+    let bad = |m: String| Err(TrainError::Usage(m));
+    if let Some(mb) = args.bucket_mb {
+        if mb == 0 {
+            return bad("--bucket-mb 0: must be at least 1".into());
+        }
+        if args.zero != 2 {
+            return bad(format!(
+                "--bucket-mb {mb} sizes ZeRO stage 2's gradient buckets, but --zero is {}: \
+                 add --zero 2 or drop --bucket-mb",
+                args.zero
+            ));
+        }
+    }
+    if args.memory_estimate {
+        return Ok(());
+    }
+    let planned = [
+        ("--zero 2", args.zero == 2),
+        ("--grad-checkpoint", args.grad_checkpoint),
+        ("--offload-optimizer cpu", args.offload_optimizer.is_some()),
+    ];
+    match planned.iter().find(|(_, on)| *on) {
+        Some((flag, _)) => bad(format!(
+            "{flag} is not implemented in training yet: `--memory-estimate` predicts its \
+             memory (docs/MEMORY.md); drop {flag} to train"
+        )),
+        None => Ok(()),
+    }
+}
+
+/// The checks that need the number of ranks `world`.
+pub fn check_world(args: &Args, world: usize) -> Result<()> {
+    if args.zero == 2 && world < 2 {
+        return Err(TrainError::Usage(format!(
+            "--zero 2 with {world} rank: ZeRO shards across ranks; run on several devices \
+             (--devices 0,1,… or one process per device) or drop --zero"
+        )));
+    }
+    Ok(())
+}
+
+/// LoRA's adapters on a LLaMA-family model, GPT-2's target names taken by meaning:
+/// `attn.c_attn` q, k and v; `attn.c_proj` o; `mlp.c_fc` gate and up; `mlp.c_proj` down.
+fn llama_lora(lora: &LoraConfig, cfg: &LlamaConfig) -> LoraPlan {
+    let mut modules = Vec::new();
+    for t in &lora.targets {
+        let linears: &[Linear] = match t {
+            Target::CAttn => &[Linear::Q, Linear::K, Linear::V],
+            Target::AttnProj => &[Linear::O],
+            Target::CFc => &[Linear::Gate, Linear::Up],
+            Target::MlpProj => &[Linear::Down],
+        };
+        for l in linears {
+            let [out, inp] = l.shape(cfg);
+            modules.push((inp, out));
+        }
+    }
+    LoraPlan {
+        rank: lora.rank,
+        modules,
+    }
+}
+
+/// The estimate of the run `args` describes on `world` ranks (reads only config.json), of
+/// `rank` (`None`: the rank with the largest share), and a one-line description of what it is
+/// of.
+pub fn for_args(
+    args: &Args,
+    world: usize,
+    rank: Option<usize>,
+) -> Result<(String, estimate::Estimate)> {
+    let (model_dir, _) = crate::weights::model_paths(&args.model);
+    let cfg = ModelConfig::load(&model_dir.join("config.json"))?;
+    let lora = LoraConfig::from_args(args)?;
+    let bucket_elems = match args.bucket_mb {
+        Some(mb) => {
+            let bytes = mb.saturating_mul(1 << 20);
+            bytes / estimate_elem_bytes(args.dtype)
+        }
+        None => DEFAULT_BUCKET_ELEMS,
+    };
+    let mut s = Settings {
+        dtype: args.dtype,
+        batch: args.batch,
+        seq: args.seq,
+        grad_accum: args.grad_accum,
+        world,
+        zero: args.zero,
+        lora: None,
+        grad_checkpoint: args.grad_checkpoint,
+        offload: args.offload_optimizer.is_some(),
+        bucket_elems,
+        guard_slack: guard_slack(),
+    };
+    let of = |shape: Shape, s: &Settings| match rank {
+        Some(r) => estimate::estimate_rank(shape, s, r),
+        None => estimate::estimate(shape, s),
+    };
+    let (describe, est) = match &cfg {
+        ModelConfig::Gpt2(c) => {
+            s.lora = lora.as_ref().map(|l| LoraPlan::gpt2(l, c));
+            (c.describe(), of(Shape::Gpt2(c), &s))
+        }
+        ModelConfig::Llama(c) => {
+            s.lora = lora.as_ref().map(|l| llama_lora(l, c));
+            (c.describe(), of(Shape::Llama(c), &s))
+        }
+    };
+    let mut what = vec![
+        format!("{:?}", args.dtype).to_lowercase(),
+        format!("batch {} × seq {}", args.batch, args.seq),
+        format!("{world} rank{}", if world == 1 { "" } else { "s" }),
+        format!("zero {}", args.zero),
+    ];
+    if let Some(l) = &lora {
+        what.push(format!("LoRA r={}", l.rank));
+    }
+    if args.grad_checkpoint {
+        what.push("grad-checkpoint".into());
+    }
+    if s.offload {
+        what.push("optimizer offloaded to cpu".into());
+    }
+    Ok((format!("{describe}; {}", what.join(", ")), est))
+}
+
+/// hip-emu's guard byte per allocation when the loaded HIP runtime is hip-emu (the figures
+/// are then the emulator's), else none.
+fn guard_slack() -> usize {
+    usize::from(hip_rt::emu::is_hip_emu())
+}
+
+fn estimate_elem_bytes(d: Precision) -> usize {
+    match d {
+        Precision::F32 => 4,
+        _ => 2,
+    }
+}
+
+/// Whether a run on `args.device` / `--devices` / the launcher uses a HIP device (whose memory
+/// the estimate is of).
+pub fn on_device(args: &Args, launched: bool) -> bool {
+    launched || args.devices.is_some() || matches!(args.device, Device::Gpu(_))
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::cli::Args;
+    use crate::error::TrainError;
+    use clap::Parser;
+
+    fn args(extra: &[&str]) -> Args {
+        let mut argv = vec!["hipk-train", "--model", "m", "--data", "d"];
+        argv.extend_from_slice(extra);
+        Args::try_parse_from(argv).unwrap()
+    }
+
+    fn usage(extra: &[&str]) -> String {
+        let a = args(extra);
+        let r = a.validate().and_then(|()| super::check_world(&a, 1));
+        match r {
+            Err(TrainError::Usage(m)) => m,
+            other => panic!("{extra:?}: expected a usage error, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn memory_flags_give_usage_errors_naming_the_flag() {
+        let m = usage(&["--zero", "2", "--memory-estimate"]);
+        assert!(m.contains("--zero 2 with 1 rank"), "{m}");
+        let m = usage(&["--zero", "3"]);
+        assert!(m.starts_with("--zero 3"), "{m}");
+        let m = usage(&["--bucket-mb", "64"]);
+        assert!(
+            m.starts_with("--bucket-mb 64") && m.contains("--zero 2"),
+            "{m}"
+        );
+        let m = usage(&["--zero", "2", "--bucket-mb", "0"]);
+        assert!(m.starts_with("--bucket-mb 0"), "{m}");
+        for (flags, name) in [
+            (&["--grad-checkpoint"][..], "--grad-checkpoint"),
+            (
+                &["--offload-optimizer", "cpu"][..],
+                "--offload-optimizer cpu",
+            ),
+            (&["--zero", "2", "--devices", "0,1"][..], "--zero 2"),
+        ] {
+            let m = usage(flags);
+            assert!(
+                m.starts_with(name) && m.contains("--memory-estimate"),
+                "{m}"
+            );
+        }
+        let m = usage(&["--zero", "1", "--lora-rank", "4"]);
+        assert!(m.contains("--lora-rank 4"), "{m}");
+        // With --memory-estimate the planned flags are accepted.
+        let a = args(&[
+            "--memory-estimate",
+            "--grad-checkpoint",
+            "--offload-optimizer",
+            "cpu",
+        ]);
+        assert!(a.validate().is_ok());
+    }
+}
