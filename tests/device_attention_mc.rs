@@ -156,8 +156,22 @@ fn check<T: DeviceElement>(s: &Stream, rng: &mut Rng, p: AttentionParams, cu: Op
     .unwrap();
     let len = p.tk.max(p.head_dim);
     let what = format!("{p:?} cu {cu:?}");
-    assert_close(&format!("out {what}"), Rule::Reduction, T::DTYPE, len, &out, &want);
-    assert_close(&format!("lse {what}"), Rule::Reduction, T::DTYPE, len, &lse, &want_lse);
+    assert_close(
+        &format!("out {what}"),
+        Rule::Reduction,
+        T::DTYPE,
+        len,
+        &out,
+        &want,
+    );
+    assert_close(
+        &format!("lse {what}"),
+        Rule::Reduction,
+        T::DTYPE,
+        len,
+        &lse,
+        &want_lse,
+    );
 
     let (mut wq, mut wk, mut wv) = (q.clone(), k.clone(), v.clone());
     cpu::attention_backward(AttentionBackward::<Host, T> {
@@ -285,8 +299,22 @@ fn fused_forward<T: DeviceElement>(s: &Stream, rng: &mut Rng, p: AttentionParams
     let len = p.tk.max(d);
     let what = format!("fused {p:?}");
     let ty = T::DTYPE;
-    assert_close(&format!("out {what}"), Rule::Reduction, ty, len, &download(s, &out), &want);
-    assert_close(&format!("lse {what}"), Rule::Reduction, ty, len, &download(s, &lse), &want_lse);
+    assert_close(
+        &format!("out {what}"),
+        Rule::Reduction,
+        ty,
+        len,
+        &download(s, &out),
+        &want,
+    );
+    assert_close(
+        &format!("lse {what}"),
+        Rule::Reduction,
+        ty,
+        len,
+        &download(s, &lse),
+        &want_lse,
+    );
 
     // The backward into the fused gradient [B, T, 3, H, D] (NaN beforehand: the three views
     // cover it, every element must be written), from the reference's out and lse.
@@ -341,7 +369,14 @@ fn fused_forward<T: DeviceElement>(s: &Stream, rng: &mut Rng, p: AttentionParams
     )
     .unwrap();
     let got = download(s, &dqkv_grad);
-    assert_close(&format!("dqkv {what}"), Rule::Reduction, ty, len, &got, &want_d);
+    assert_close(
+        &format!("dqkv {what}"),
+        Rule::Reduction,
+        ty,
+        len,
+        &got,
+        &want_d,
+    );
 }
 
 #[test]

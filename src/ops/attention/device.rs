@@ -8,6 +8,10 @@
 //! strided ones ([`attention_forward_strided`], [`attention_backward_strided`]) the caller's
 //! [`AttentionLayout`]s (e.g. straight from the fused QKV projection `[B, T, 3, H, D]`).
 //!
+//! On f16/bf16 with an arch that has matrix units, [`AttentionKernel::Auto`] runs the
+//! matrix-core kernels of `kernels/attention_mc.hip` instead (same arguments; see
+//! `src/ops/attention/mc.rs`); the `_with` launchers choose explicitly.
+//!
 //! Never run on a GPU: the launch plan is unit-tested, the kernels are compiled and statically
 //! checked for gfx906, and the device tests (`tests/device_matmul_attention.rs`,
 //! `tests/device_attention_strided.rs`) ran on hip-emu, the CPU emulation of a device.
@@ -559,7 +563,9 @@ fn forward<T: DeviceElement>(
         push_dims(&mut b, shape, cu, b0);
         // SAFETY: the arguments are attention_fwd_d<bucket>_<T>'s (q, Strides, k, Strides, v,
         // Strides, out, Strides, lse, RowStrides; Tq, Tk, D: int; scale: float; causal, group:
-        // int; cu: const int*; ncu: int) in order. validate() checked every view's rows
+        // int; cu: const int*; ncu: int) in order, which attention_mc_fwd_d<bucket>[_varlen]_<T>
+        // share (kernels/attention_mc.hip; launched with the plan's block size, which its
+        // __launch_bounds__ allows). validate() checked every view's rows
         // (b, h, t) with b < batch, h < its heads (heads for q and out, n_kv_heads for k and v),
         // t < its length, plus head_dim columns, lie inside its buffer, and lse's length; the
         // launch covers batches b0..b0 + grid.z, query heads h0..h0 + grid.y and key/value
@@ -756,7 +762,8 @@ fn backward<T: DeviceElement>(
         push_dims(&mut b, shape, cu, b0);
         // SAFETY: attention_bwd_dkdv_d<bucket>_<T>(q, Strides, k, Strides, v, Strides, dout,
         // Strides, lse, delta, RowStrides, dk, Strides, dv, Strides; Tq, Tk, D: int; scale:
-        // float; causal, group: int; cu: const int*; ncu: int) in order; the launch covers
+        // float; causal, group: int; cu: const int*; ncu: int) in order (the argument list of
+        // attention_mc_bwd_dkdv_d<bucket>_<T> too, 256 threads); the launch covers
         // key/value heads kh0..kh0 + grid.y < n_kv_heads and their query heads
         // (kh0 + y)·group + 0..group < heads; bounds as in the forward (validate() checked
         // every view), delta holds batch·heads·tq floats; all on the stream's device.
@@ -773,7 +780,8 @@ fn backward<T: DeviceElement>(
         push_dims(&mut b, shape, cu, b0);
         // SAFETY: attention_bwd_dq_d<bucket>_<T>(q, Strides, k, Strides, v, Strides, dout,
         // Strides, lse, delta, RowStrides, dq, Strides; Tq, Tk, D: int; scale: float; causal,
-        // group: int; cu: const int*; ncu: int) in order; bounds as in the forward.
+        // group: int; cu: const int*; ncu: int) in order (and attention_mc_bwd_dq_d<bucket>
+        // [_varlen]_<T>'s, 256 threads); bounds as in the forward.
         unsafe { b.launch(&cfg) }?;
     }
     // `delta` goes back to the allocator on drop; ptr() recorded its use on this stream.

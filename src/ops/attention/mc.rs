@@ -177,7 +177,12 @@ mod tests {
         use AttentionKernel::*;
         assert!(use_matrix_cores(Auto, DType::F16, 64, "gfx90a"));
         assert!(use_matrix_cores(Auto, DType::BF16, 128, "gfx928"));
-        assert!(use_matrix_cores(Auto, DType::BF16, 33, "gfx90a:sramecc+:xnack-"));
+        assert!(use_matrix_cores(
+            Auto,
+            DType::BF16,
+            33,
+            "gfx90a:sramecc+:xnack-"
+        ));
         assert!(!use_matrix_cores(Auto, DType::F16, 32, "gfx90a"));
         assert!(!use_matrix_cores(Auto, DType::F32, 64, "gfx90a"));
         assert!(!use_matrix_cores(Auto, DType::F16, 64, "gfx906"));
@@ -192,8 +197,7 @@ mod tests {
     #[test]
     fn buckets_grids_and_every_kernel_exist() {
         let table = kernel_names(SOURCE).expect("attention_mc is in the name table");
-        for (d, bucket, threads) in [(1, 64, 256), (64, 64, 256), (65, 128, 512), (128, 128, 512)]
-        {
+        for (d, bucket, threads) in [(1, 64, 256), (64, 64, 256), (65, 128, 512), (128, 128, 512)] {
             let p = McAttentionPlan::new(&shape(1000, 130, d));
             assert_eq!((p.bucket, p.fwd_threads), (bucket, threads), "head_dim {d}");
             let fwd_rows = 16 * threads as usize / 64;
@@ -202,13 +206,22 @@ mod tests {
             for dtype in [DType::F16, DType::BF16] {
                 let n = dtype.name();
                 for (k, want) in [
-                    (p.forward_kernel(dtype, false), format!("attention_mc_fwd_d{bucket}_{n}")),
+                    (
+                        p.forward_kernel(dtype, false),
+                        format!("attention_mc_fwd_d{bucket}_{n}"),
+                    ),
                     (
                         p.forward_kernel(dtype, true),
                         format!("attention_mc_fwd_d{bucket}_varlen_{n}"),
                     ),
-                    (p.dkdv_kernel(dtype), format!("attention_mc_bwd_dkdv_d{bucket}_{n}")),
-                    (p.dq_kernel(dtype, false), format!("attention_mc_bwd_dq_d{bucket}_{n}")),
+                    (
+                        p.dkdv_kernel(dtype),
+                        format!("attention_mc_bwd_dkdv_d{bucket}_{n}"),
+                    ),
+                    (
+                        p.dq_kernel(dtype, false),
+                        format!("attention_mc_bwd_dq_d{bucket}_{n}"),
+                    ),
                     (
                         p.dq_kernel(dtype, true),
                         format!("attention_mc_bwd_dq_d{bucket}_varlen_{n}"),

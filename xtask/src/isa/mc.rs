@@ -332,8 +332,15 @@ fn check(figs: &[McFigures], fam: &Family, src: &Path) -> Result<(), String> {
                 format!(
                     "{}: busy {:.1} % (target {}), serial {:.1} % (target {}), waves {} \
                      (target {}), scratch {}, spills {}",
-                    f.kernel, f.busy_pct, t.busy, f.serial_pct, t.serial, f.waves, t.waves,
-                    f.scratch, f.spills
+                    f.kernel,
+                    f.busy_pct,
+                    t.busy,
+                    f.serial_pct,
+                    t.serial,
+                    f.waves,
+                    t.waves,
+                    f.scratch,
+                    f.spills
                 )
             })
         })
@@ -421,7 +428,10 @@ amdhsa.kernels:
     #[test]
     fn attention_targets_follow_the_issue() {
         assert_eq!(attention_target("attention_mc_fwd_d64_f16").busy, 85.0);
-        assert_eq!(attention_target("attention_mc_fwd_d128_varlen_bf16").serial, 70.0);
+        assert_eq!(
+            attention_target("attention_mc_fwd_d128_varlen_bf16").serial,
+            70.0
+        );
         let b = attention_target("attention_mc_bwd_dkdv_d128_f16");
         assert_eq!((b.busy, b.serial, b.waves), (75.0, 60.0, 2));
     }
