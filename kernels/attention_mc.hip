@@ -59,8 +59,16 @@
 // Each output element is written once by one thread. Causal: dkdv starts at the first query
 // tile that sees its keys, dq stops after the last key tile its queries see.
 //
+// P and dS enter their tile MACs as hi + lo pairs (split4 in attention_mc.h: hi = round(x),
+// lo = round(x - hi)), so those products are as accurate as with x in f32 (the vector
+// kernels' precision, which the golden tolerances hold) at one more MFMA each.
+//
 // Figures (gfx90a, hipcc 5.2 / clang 15, -O3; `cargo xtask isa-mc`, docs/ISA-REPORT.md,
-// "Matrix-core attention (gfx90a)"): see that section; they are static, never measured.
+// "Matrix-core attention (gfx90a)"; static, never measured): every kernel 0 scratch and 2-3
+// waves/SIMD; hot-loop matrix busy 100 % (overlap model) for the f16 forward, dq and dkdv d64,
+// no-overlap 54-70 % (forward), 59-70 % (dq f16); below issue 35's targets: the d64 forward's
+// no-overlap figure, the bf16 d64 forward (busy 81 %), dkdv d64's SGPR spills and dkdv d128
+// (busy 36 %: bounds-checked staging left in its hot loop, SGPR spills).
 
 #include "attention_mc.h"
 
