@@ -14,10 +14,11 @@ fn main() {
     // or from this committed list when the kernels are not compiled.
     let builder = hip_build::Builder::new("hip-kernels")
         .names_file("kernels/kernel-names.txt")
-        // The matrix-core matmul also for CDNA's gfx90a (MFMA), which Debian's hipcc compiles:
+        // The matrix-core matmul and attention also for CDNA's gfx90a (MFMA), which Debian's hipcc compiles:
         // its code object is embedded and checked statically (DTK's hipcc builds the MMAC archs
         // gfx928/936/938 with every other kernel).
-        .source_archs("matmul_mc", &["gfx90a"]);
+        .source_archs("matmul_mc", &["gfx90a"])
+        .source_archs("attention_mc", &["gfx90a"]);
     if std::env::var_os("CARGO_FEATURE_KERNELS").is_none() {
         builder.skip(
             "hip-kernels was built without its `kernels` feature (on by default; do not pass \

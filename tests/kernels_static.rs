@@ -20,8 +20,9 @@ use hip_rt::module::bundle::Bundle;
 const GATE_ARCH: &str = "gfx906";
 
 /// Extra code objects of one source (build.rs: `hip_build::Builder::source_archs`): the
-/// matrix-core matmul is also built for CDNA's gfx90a when the compiler accepts it.
-const EXTRA_ARCHS: &[(&str, &str)] = &[("matmul_mc", "gfx90a")];
+/// matrix-core matmul and attention are also built for CDNA's gfx90a when the compiler accepts
+/// it.
+const EXTRA_ARCHS: &[(&str, &str)] = &[("matmul_mc", "gfx90a"), ("attention_mc", "gfx90a")];
 
 /// The extra archs of `source` present in its bundle.
 fn extra_archs_of(source: &str, bundle: &Bundle<'_>) -> Vec<&'static str> {
@@ -266,8 +267,8 @@ fn every_kernel_has_figures_for_every_arch() {
                     .unwrap_or_else(|| panic!("{name} has no resource figures for {arch}"));
                 assert_eq!(r.source, file.source);
                 // The matrix-core kernels only trap (no registers) on archs without the unit.
-                let trap_only =
-                    file.source == "matmul_mc" && !hip_kernels::ops::arch_has_matrix_cores(arch);
+                let trap_only = matches!(file.source, "matmul_mc" | "attention_mc")
+                    && !hip_kernels::ops::arch_has_matrix_cores(arch);
                 assert!(
                     (r.usage.vgprs > 0 || trap_only) && r.usage.occupancy > 0,
                     "{r:?}"
@@ -282,24 +283,34 @@ fn every_kernel_has_figures_for_every_arch() {
 /// per SIMD. Static only: nothing here has run on a gfx90a.
 #[test]
 fn matrix_core_matmul_is_built_clean_for_gfx90a() {
+    built_clean_for_gfx90a("matmul_mc", 16);
+}
+
+/// The same for the matrix-core attention (`kernels/attention_mc.hip`, 20 kernels).
+#[test]
+fn matrix_core_attention_is_built_clean_for_gfx90a() {
+    built_clean_for_gfx90a("attention_mc", 20);
+}
+
+fn built_clean_for_gfx90a(source: &str, count: usize) {
     if !built() {
         return;
     }
-    let Ok(b) = kernels::bundle("matmul_mc") else {
-        panic!("kernels/matmul_mc.hip was not built");
+    let Ok(b) = kernels::bundle(source) else {
+        panic!("kernels/{source}.hip was not built");
     };
     let bundle = Bundle::parse(b.bytes).expect("embedded bundle parses");
-    if extra_archs_of("matmul_mc", &bundle).is_empty() && !kernels::archs().contains(&"gfx90a") {
+    if extra_archs_of(source, &bundle).is_empty() && !kernels::archs().contains(&"gfx90a") {
         assert!(
             std::env::var_os("HIPK_REQUIRE_KERNELS").is_none(),
-            "HIPK_REQUIRE_KERNELS is set but matmul_mc has no gfx90a code object (the compiler \
+            "HIPK_REQUIRE_KERNELS is set but {source} has no gfx90a code object (the compiler \
              rejected gfx90a?)"
         );
         eprintln!("no gfx90a code object (compiler without gfx90a): skipped");
         return;
     }
-    let names = kernel_names("matmul_mc").expect("matmul_mc in the name table");
-    assert_eq!(names.len(), 16, "{names:?}");
+    let names = kernel_names(source).expect("source in the name table");
+    assert_eq!(names.len(), count, "{names:?}");
     let mut failures = Vec::new();
     for &name in names {
         let Some(r) = kernels::resource(name, "gfx90a") else {

@@ -8,10 +8,15 @@
 //! strided ones ([`attention_forward_strided`], [`attention_backward_strided`]) the caller's
 //! [`AttentionLayout`]s (e.g. straight from the fused QKV projection `[B, T, 3, H, D]`).
 //!
+//! On f16/bf16 with an arch that has matrix units, [`AttentionKernel::Auto`] runs the
+//! matrix-core kernels of `kernels/attention_mc.hip` instead (same arguments; see
+//! `src/ops/attention/mc.rs`); the `_with` launchers choose explicitly.
+//!
 //! Never run on a GPU: the launch plan is unit-tested, the kernels are compiled and statically
 //! checked for gfx906, and the device tests (`tests/device_matmul_attention.rs`,
 //! `tests/device_attention_strided.rs`) ran on hip-emu, the CPU emulation of a device.
 
+use super::mc::{self, AttentionKernel, McAttentionPlan};
 use super::{
     AttentionBackward, AttentionBackwardStrided, AttentionForward, AttentionForwardStrided,
     AttentionLayout, AttentionParams,
@@ -404,6 +409,17 @@ pub fn attention_forward<T: DeviceElement>(
     stream: &Stream,
     a: AttentionForward<'_, OnDevice, T>,
 ) -> Result<(), OpError> {
+    attention_forward_with(stream, a, AttentionKernel::Auto)
+}
+
+/// [`attention_forward`] with an explicit kernel family ([`AttentionKernel`]): `MatrixCore`
+/// runs the matrix-core kernels (f16/bf16; on an arch with matrix cores or on hip-emu, else a
+/// typed error), `Plain` the vector kernels, `Auto` what [`attention_forward`] picks.
+pub fn attention_forward_with<T: DeviceElement>(
+    stream: &Stream,
+    a: AttentionForward<'_, OnDevice, T>,
+    kernel: AttentionKernel,
+) -> Result<(), OpError> {
     a.validate()?;
     let s = &a.params;
     let plan = AttentionPlan::new(s)?;
@@ -431,6 +447,7 @@ pub fn attention_forward<T: DeviceElement>(
         ],
         plse,
         &cu,
+        kernel,
     )
 }
 
@@ -446,6 +463,16 @@ pub fn attention_forward_strided<T: DeviceElement>(
     stream: &Stream,
     a: AttentionForwardStrided<'_, OnDevice, T>,
 ) -> Result<(), OpError> {
+    attention_forward_strided_with(stream, a, AttentionKernel::Auto)
+}
+
+/// [`attention_forward_strided`] with an explicit kernel family (see
+/// [`attention_forward_with`]).
+pub fn attention_forward_strided_with<T: DeviceElement>(
+    stream: &Stream,
+    a: AttentionForwardStrided<'_, OnDevice, T>,
+    kernel: AttentionKernel,
+) -> Result<(), OpError> {
     a.validate()?;
     let s = &a.params;
     let plan = AttentionPlan::new(s)?;
@@ -455,7 +482,36 @@ pub fn attention_forward_strided<T: DeviceElement>(
     let out = View::new(ptr(stream, "out", a.out)?, a.out_layout, s, s.tq);
     let plse = ptr(stream, "lse", a.lse)?;
     let cu = SeqStarts::new(stream, s, a.cu_seqlens)?;
-    forward::<T>(stream, s, &plan, [q, k, v, out], plse, &cu)
+    forward::<T>(stream, s, &plan, [q, k, v, out], plse, &cu, kernel)
+}
+
+/// The matrix-core plan when `kernel` resolves to the matrix-core kernels for `T` and `shape`
+/// on the stream's device (`None`: the vector kernels), or the typed error of a
+/// [`AttentionKernel::MatrixCore`] request that cannot be served.
+fn mc_plan<T: DeviceElement>(
+    stream: &Stream,
+    shape: &AttentionParams,
+    kernel: AttentionKernel,
+) -> Result<Option<McAttentionPlan>, OpError> {
+    let device = stream.device();
+    if !mc::use_matrix_cores(kernel, T::DTYPE, shape.head_dim, device.arch()) {
+        return Ok(None);
+    }
+    if let Some(reason) = mc::refusal(T::DTYPE, device.arch(), device.is_emulated()) {
+        return Err(OpError::NoKernel {
+            op: AttentionParams::OP,
+            reason,
+        });
+    }
+    Ok(Some(McAttentionPlan::new(shape)))
+}
+
+/// A kernel of the matrix-core plan (`None` only for f32, which [`mc_plan`] refused).
+fn mc_kernel(name: Option<&'static str>) -> Result<&'static str, OpError> {
+    name.ok_or(OpError::NoKernel {
+        op: AttentionParams::OP,
+        reason: "the matrix-core attention takes f16 or bf16",
+    })
 }
 
 /// The forward launches over validated views `[q, k, v, out]`.
@@ -466,27 +522,37 @@ fn forward<T: DeviceElement>(
     views: [View; 4],
     plse: DevicePtr,
     cu: &SeqStarts,
+    kernel: AttentionKernel,
 ) -> Result<(), OpError> {
+    let mc = mc_plan::<T>(stream, shape, kernel)?;
     if plan.heads == 0 || shape.tq == 0 {
         return Ok(());
     }
-    let f = kernel_named(
-        stream,
-        SOURCE,
-        plan.kernel_for(AttentionStage::Forward, T::DTYPE, cu),
-    )?;
+    let f = match &mc {
+        Some(p) => kernel_named(
+            stream,
+            mc::SOURCE,
+            mc_kernel(p.forward_kernel(T::DTYPE, cu.on()))?,
+        )?,
+        None => kernel_named(
+            stream,
+            SOURCE,
+            plan.kernel_for(AttentionStage::Forward, T::DTYPE, cu),
+        )?,
+    };
     let stats = Stats {
         heads: shape.heads,
         tq: shape.tq,
     };
     let group = shape.group();
     let [q, k, v, out] = views;
-    let fwd_blocks = if cu.on() {
-        plan.fwd_varlen_blocks
-    } else {
-        plan.fwd_blocks
+    let (fwd_blocks, threads) = match &mc {
+        Some(p) => (p.fwd_blocks, p.fwd_threads),
+        None if cu.on() => (plan.fwd_varlen_blocks, BLOCK),
+        None => (plan.fwd_blocks, BLOCK),
     };
-    for (b0, h0, cfg) in launches(fwd_blocks, shape.batch, shape.heads, group) {
+    for (b0, h0, mut cfg) in launches(fwd_blocks, shape.batch, shape.heads, group) {
+        cfg.block = (threads, 1, 1);
         let mut b = stream.launch_builder(&f);
         q.push::<T>(&mut b, b0, h0);
         // h0 is a multiple of the group (launches()): key/value head h0 / group.
@@ -497,7 +563,9 @@ fn forward<T: DeviceElement>(
         push_dims(&mut b, shape, cu, b0);
         // SAFETY: the arguments are attention_fwd_d<bucket>_<T>'s (q, Strides, k, Strides, v,
         // Strides, out, Strides, lse, RowStrides; Tq, Tk, D: int; scale: float; causal, group:
-        // int; cu: const int*; ncu: int) in order. validate() checked every view's rows
+        // int; cu: const int*; ncu: int) in order, which attention_mc_fwd_d<bucket>[_varlen]_<T>
+        // share (kernels/attention_mc.hip; launched with the plan's block size, which its
+        // __launch_bounds__ allows). validate() checked every view's rows
         // (b, h, t) with b < batch, h < its heads (heads for q and out, n_kv_heads for k and v),
         // t < its length, plus head_dim columns, lie inside its buffer, and lse's length; the
         // launch covers batches b0..b0 + grid.z, query heads h0..h0 + grid.y and key/value
@@ -521,6 +589,16 @@ pub fn attention_backward<T: DeviceElement>(
     stream: &Stream,
     a: AttentionBackward<'_, OnDevice, T>,
 ) -> Result<(), OpError> {
+    attention_backward_with(stream, a, AttentionKernel::Auto)
+}
+
+/// [`attention_backward`] with an explicit kernel family (see [`attention_forward_with`]; the
+/// delta pre-pass is the vector kernel's either way).
+pub fn attention_backward_with<T: DeviceElement>(
+    stream: &Stream,
+    a: AttentionBackward<'_, OnDevice, T>,
+    kernel: AttentionKernel,
+) -> Result<(), OpError> {
     a.validate()?;
     let s = &a.params;
     let plan = AttentionPlan::new(s)?;
@@ -542,7 +620,7 @@ pub fn attention_backward<T: DeviceElement>(
         View::kv(ptr(stream, "dv", a.dv)?, lk, s),
     ];
     let cu = SeqStarts::new(stream, s, a.cu_seqlens)?;
-    backward::<T>(stream, s, &plan, inputs, plse, grads, &cu)
+    backward::<T>(stream, s, &plan, inputs, plse, grads, &cu, kernel)
 }
 
 /// [`AttentionBackwardStrided`] on `stream`, from the forward's `out` and `lse`: every input
@@ -556,6 +634,16 @@ pub fn attention_backward<T: DeviceElement>(
 pub fn attention_backward_strided<T: DeviceElement>(
     stream: &Stream,
     a: AttentionBackwardStrided<'_, OnDevice, T>,
+) -> Result<(), OpError> {
+    attention_backward_strided_with(stream, a, AttentionKernel::Auto)
+}
+
+/// [`attention_backward_strided`] with an explicit kernel family (see
+/// [`attention_backward_with`]).
+pub fn attention_backward_strided_with<T: DeviceElement>(
+    stream: &Stream,
+    a: AttentionBackwardStrided<'_, OnDevice, T>,
+    kernel: AttentionKernel,
 ) -> Result<(), OpError> {
     a.validate()?;
     let s = &a.params;
@@ -575,11 +663,12 @@ pub fn attention_backward_strided<T: DeviceElement>(
         View::kv(pd, a.dv, s),
     ];
     let cu = SeqStarts::new(stream, s, a.cu_seqlens)?;
-    backward::<T>(stream, s, &plan, inputs, plse, grads, &cu)
+    backward::<T>(stream, s, &plan, inputs, plse, grads, &cu, kernel)
 }
 
 /// The backward launches over validated views: inputs `[q, k, v, out, dout]`, gradients
 /// `[dq, dk, dv]`.
+#[allow(clippy::too_many_arguments)]
 fn backward<T: DeviceElement>(
     stream: &Stream,
     shape: &AttentionParams,
@@ -588,7 +677,9 @@ fn backward<T: DeviceElement>(
     plse: DevicePtr,
     grads: [View; 3],
     cu: &SeqStarts,
+    kernel: AttentionKernel,
 ) -> Result<(), OpError> {
+    let mc = mc_plan::<T>(stream, shape, kernel)?;
     if plan.heads == 0 || (shape.tq == 0 && shape.tk == 0) {
         return Ok(());
     }
@@ -623,16 +714,30 @@ fn backward<T: DeviceElement>(
             unsafe { b.launch(&cfg) }?;
         }
     }
-    let fdkdv = kernel_named(
-        stream,
-        SOURCE,
-        plan.kernel(AttentionStage::BackwardDkDv, dtype),
-    )?;
-    let fdq = kernel_named(
-        stream,
-        SOURCE,
-        plan.kernel_for(AttentionStage::BackwardDq, dtype, cu),
-    )?;
+    let (fdkdv, fdq, dkdv_blocks, dq_blocks, threads) = match &mc {
+        Some(p) => (
+            kernel_named(stream, mc::SOURCE, mc_kernel(p.dkdv_kernel(dtype))?)?,
+            kernel_named(stream, mc::SOURCE, mc_kernel(p.dq_kernel(dtype, cu.on()))?)?,
+            p.dkdv_blocks,
+            p.dq_blocks,
+            mc::MC_BWD_THREADS,
+        ),
+        None => (
+            kernel_named(
+                stream,
+                SOURCE,
+                plan.kernel(AttentionStage::BackwardDkDv, dtype),
+            )?,
+            kernel_named(
+                stream,
+                SOURCE,
+                plan.kernel_for(AttentionStage::BackwardDq, dtype, cu),
+            )?,
+            plan.dkdv_blocks,
+            plan.dq_blocks,
+            BLOCK,
+        ),
+    };
     let group = shape.group();
     // Query head h0 (a multiple of the group) and key/value head h0 / group.
     let shared = |b: &mut LaunchBuilder<'_>, b0: usize, h0: usize| {
@@ -645,10 +750,11 @@ fn backward<T: DeviceElement>(
             .value(stats.strides());
     };
     // dk, dv: one block row per key/value head, looping over its group's query heads.
-    for (b0, kh0, cfg) in launches(plan.dkdv_blocks, shape.batch, shape.n_kv_heads, 1) {
-        if plan.dkdv_blocks == 0 {
+    for (b0, kh0, mut cfg) in launches(dkdv_blocks, shape.batch, shape.n_kv_heads, 1) {
+        if dkdv_blocks == 0 {
             break;
         }
+        cfg.block = (threads, 1, 1);
         let mut b = stream.launch_builder(&fdkdv);
         shared(&mut b, b0, kh0 * group);
         dk.push::<T>(&mut b, b0, kh0);
@@ -656,23 +762,26 @@ fn backward<T: DeviceElement>(
         push_dims(&mut b, shape, cu, b0);
         // SAFETY: attention_bwd_dkdv_d<bucket>_<T>(q, Strides, k, Strides, v, Strides, dout,
         // Strides, lse, delta, RowStrides, dk, Strides, dv, Strides; Tq, Tk, D: int; scale:
-        // float; causal, group: int; cu: const int*; ncu: int) in order; the launch covers
+        // float; causal, group: int; cu: const int*; ncu: int) in order (the argument list of
+        // attention_mc_bwd_dkdv_d<bucket>_<T> too, 256 threads); the launch covers
         // key/value heads kh0..kh0 + grid.y < n_kv_heads and their query heads
         // (kh0 + y)·group + 0..group < heads; bounds as in the forward (validate() checked
         // every view), delta holds batch·heads·tq floats; all on the stream's device.
         unsafe { b.launch(&cfg) }?;
     }
-    for (b0, h0, cfg) in launches(plan.dq_blocks, shape.batch, shape.heads, group) {
-        if plan.dq_blocks == 0 {
+    for (b0, h0, mut cfg) in launches(dq_blocks, shape.batch, shape.heads, group) {
+        if dq_blocks == 0 {
             break;
         }
+        cfg.block = (threads, 1, 1);
         let mut b = stream.launch_builder(&fdq);
         shared(&mut b, b0, h0);
         dq.push::<T>(&mut b, b0, h0);
         push_dims(&mut b, shape, cu, b0);
         // SAFETY: attention_bwd_dq_d<bucket>_<T>(q, Strides, k, Strides, v, Strides, dout,
         // Strides, lse, delta, RowStrides, dq, Strides; Tq, Tk, D: int; scale: float; causal,
-        // group: int; cu: const int*; ncu: int) in order; bounds as in the forward.
+        // group: int; cu: const int*; ncu: int) in order (and attention_mc_bwd_dq_d<bucket>
+        // [_varlen]_<T>'s, 256 threads); bounds as in the forward.
         unsafe { b.launch(&cfg) }?;
     }
     // `delta` goes back to the allocator on drop; ptr() recorded its use on this stream.

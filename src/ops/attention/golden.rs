@@ -1,6 +1,6 @@
 //! Golden cases of `attention_forward` and `attention_backward`: parsing and running them.
 
-use super::{AttentionBackward, AttentionForward, AttentionParams};
+use super::{AttentionBackward, AttentionForward, AttentionKernel, AttentionParams};
 use crate::golden::{
     download, download_f32, f32s, upload, Case, CaseReader, GoldenCase, GoldenError, GoldenOp,
     Outputs, TensorData, Want,
@@ -201,23 +201,7 @@ impl GoldenCase for AttentionForwardCase {
     }
 
     fn run_device(&self, s: &Stream) -> Result<Outputs, OpError> {
-        with_dtype!(self.q.dtype(), T => {
-            let q = self.q.typed::<T>(OP, "q")?;
-            let (dq, dk, dv) = (upload(s, q)?, upload(s, self.k.typed::<T>(OP, "k")?)?, upload(s, self.v.typed::<T>(OP, "v")?)?);
-            let mut out = DeviceBuffer::<T>::zeroed(s, q.len())?;
-            let mut lse = DeviceBuffer::<f32>::zeroed(s, self.params.lse_len()?)?;
-            let cu = self.cu_seqlens.as_deref().map(|c| DeviceBuffer::from_slice(s, c)).transpose()?;
-            ops::attention_forward(s, AttentionForward {
-                params: self.params,
-                q: &dq,
-                k: &dk,
-                v: &dv,
-                out: &mut out,
-                lse: &mut lse,
-                cu_seqlens: cu.as_ref().map(|c| c as _),
-            })?;
-            Ok(vec![("out", download(s, &out)?), ("lse", TensorData::F32(download_f32(s, &lse)?))])
-        })
+        self.run_device_with(s, AttentionKernel::Auto)
     }
 
     fn tolerance(&self, output: &str, dtype: DType) -> Tolerance {
@@ -227,6 +211,30 @@ impl GoldenCase for AttentionForwardCase {
 
     fn as_any(&self) -> &dyn Any {
         self
+    }
+}
+
+impl AttentionForwardCase {
+    /// [`GoldenCase::run_device`] on the kernel family `kernel` (the golden tests of the
+    /// matrix-core kernels pass [`AttentionKernel::MatrixCore`]).
+    pub fn run_device_with(&self, s: &Stream, kernel: AttentionKernel) -> Result<Outputs, OpError> {
+        with_dtype!(self.q.dtype(), T => {
+            let q = self.q.typed::<T>(OP, "q")?;
+            let (dq, dk, dv) = (upload(s, q)?, upload(s, self.k.typed::<T>(OP, "k")?)?, upload(s, self.v.typed::<T>(OP, "v")?)?);
+            let mut out = DeviceBuffer::<T>::zeroed(s, q.len())?;
+            let mut lse = DeviceBuffer::<f32>::zeroed(s, self.params.lse_len()?)?;
+            let cu = self.cu_seqlens.as_deref().map(|c| DeviceBuffer::from_slice(s, c)).transpose()?;
+            ops::attention_forward_with(s, AttentionForward {
+                params: self.params,
+                q: &dq,
+                k: &dk,
+                v: &dv,
+                out: &mut out,
+                lse: &mut lse,
+                cu_seqlens: cu.as_ref().map(|c| c as _),
+            }, kernel)?;
+            Ok(vec![("out", download(s, &out)?), ("lse", TensorData::F32(download_f32(s, &lse)?))])
+        })
     }
 }
 
@@ -261,32 +269,7 @@ impl GoldenCase for AttentionBackwardCase {
     }
 
     fn run_device(&self, s: &Stream) -> Result<Outputs, OpError> {
-        with_dtype!(self.q.dtype(), T => {
-            let (q, k, v) = (self.q.typed::<T>(OP, "q")?, self.k.typed::<T>(OP, "k")?, self.v.typed::<T>(OP, "v")?);
-            let (bq, bk, bv) = (upload(s, q)?, upload(s, k)?, upload(s, v)?);
-            let (bo, bdo) = (upload(s, self.out.typed::<T>(OP, "out")?)?, upload(s, self.dout.typed::<T>(OP, "dout")?)?);
-            let blse = upload(s, &self.lse)?;
-            // Garbage in the outputs: every element must be written.
-            let nan = <T as Element>::from_f64(f64::NAN);
-            let mut dq = upload(s, &vec![nan; q.len()])?;
-            let mut dk = upload(s, &vec![nan; k.len()])?;
-            let mut dv = upload(s, &vec![nan; v.len()])?;
-            let cu = self.cu_seqlens.as_deref().map(|c| DeviceBuffer::from_slice(s, c)).transpose()?;
-            ops::attention_backward(s, AttentionBackward {
-                params: self.params,
-                q: &bq,
-                k: &bk,
-                v: &bv,
-                out: &bo,
-                dout: &bdo,
-                lse: &blse,
-                dq: &mut dq,
-                dk: &mut dk,
-                dv: &mut dv,
-                cu_seqlens: cu.as_ref().map(|c| c as _),
-            })?;
-            Ok(vec![("dq", download(s, &dq)?), ("dk", download(s, &dk)?), ("dv", download(s, &dv)?)])
-        })
+        self.run_device_with(s, AttentionKernel::Auto)
     }
 
     fn tolerance(&self, output: &str, dtype: DType) -> Tolerance {
@@ -304,5 +287,38 @@ impl GoldenCase for AttentionBackwardCase {
 
     fn as_any(&self) -> &dyn Any {
         self
+    }
+}
+
+impl AttentionBackwardCase {
+    /// [`GoldenCase::run_device`] on the kernel family `kernel` (the golden tests of the
+    /// matrix-core kernels pass [`AttentionKernel::MatrixCore`]).
+    pub fn run_device_with(&self, s: &Stream, kernel: AttentionKernel) -> Result<Outputs, OpError> {
+        with_dtype!(self.q.dtype(), T => {
+            let (q, k, v) = (self.q.typed::<T>(OP, "q")?, self.k.typed::<T>(OP, "k")?, self.v.typed::<T>(OP, "v")?);
+            let (bq, bk, bv) = (upload(s, q)?, upload(s, k)?, upload(s, v)?);
+            let (bo, bdo) = (upload(s, self.out.typed::<T>(OP, "out")?)?, upload(s, self.dout.typed::<T>(OP, "dout")?)?);
+            let blse = upload(s, &self.lse)?;
+            // Garbage in the outputs: every element must be written.
+            let nan = <T as Element>::from_f64(f64::NAN);
+            let mut dq = upload(s, &vec![nan; q.len()])?;
+            let mut dk = upload(s, &vec![nan; k.len()])?;
+            let mut dv = upload(s, &vec![nan; v.len()])?;
+            let cu = self.cu_seqlens.as_deref().map(|c| DeviceBuffer::from_slice(s, c)).transpose()?;
+            ops::attention_backward_with(s, AttentionBackward {
+                params: self.params,
+                q: &bq,
+                k: &bk,
+                v: &bv,
+                out: &bo,
+                dout: &bdo,
+                lse: &blse,
+                dq: &mut dq,
+                dk: &mut dk,
+                dv: &mut dv,
+                cu_seqlens: cu.as_ref().map(|c| c as _),
+            }, kernel)?;
+            Ok(vec![("dq", download(s, &dq)?), ("dk", download(s, &dk)?), ("dv", download(s, &dv)?)])
+        })
     }
 }

@@ -3,8 +3,8 @@
 //! `[3, B, H, T, D]` (`layout = packed`, output `[B, H, T, D]`).
 
 use super::{
-    AttentionBackwardStrided, AttentionForwardStrided, AttentionLayout, AttentionParams, Qkv,
-    Strided,
+    AttentionBackwardStrided, AttentionForwardStrided, AttentionKernel, AttentionLayout,
+    AttentionParams, Qkv, Strided,
 };
 use crate::golden::{
     download, download_f32, f32s, upload, Case, CaseReader, GoldenCase, GoldenError, Outputs,
@@ -166,43 +166,7 @@ impl GoldenCase for AttentionStridedCase {
     }
 
     fn run_device(&self, s: &Stream) -> Result<Outputs, OpError> {
-        let p = self.params;
-        with_dtype!(self.qkv.dtype(), T => {
-            let qkv = upload(s, self.qkv.typed::<T>(OP, "qkv")?)?;
-            let view = |w| Strided::<OnDevice, T> { data: &qkv, layout: self.qkv_layout(w) };
-            let out_layout = self.out_layout();
-            // NaN in every output: the views cover the whole buffers, so each element must be
-            // written.
-            let nan = <T as Element>::from_f64(f64::NAN);
-            match &self.backward {
-                None => {
-                    let mut out = upload(s, &vec![nan; p.q_len()?])?;
-                    let mut lse = upload(s, &vec![f32::NAN; p.lse_len()?])?;
-                    ops::attention_forward_strided(s, AttentionForwardStrided {
-                        params: p, q: view(Qkv::Q), k: view(Qkv::K), v: view(Qkv::V),
-                        out: &mut out, out_layout, lse: &mut lse,
-                        cu_seqlens: None,
-                    })?;
-                    Ok(vec![("out", download(s, &out)?), ("lse", TensorData::F32(download_f32(s, &lse)?))])
-                }
-                Some((out, dout, lse)) => {
-                    let bo = upload(s, out.typed::<T>(OP, "out")?)?;
-                    let bdo = upload(s, dout.typed::<T>(OP, "dout")?)?;
-                    let blse = upload(s, lse)?;
-                    let mut dqkv = upload(s, &vec![nan; self.qkv.len()])?;
-                    ops::attention_backward_strided(s, AttentionBackwardStrided {
-                        params: p, q: view(Qkv::Q), k: view(Qkv::K), v: view(Qkv::V),
-                        out: Strided { data: &bo, layout: out_layout },
-                        dout: Strided { data: &bdo, layout: out_layout },
-                        lse: &blse,
-                        dqkv: &mut dqkv,
-                        dq: self.qkv_layout(Qkv::Q), dk: self.qkv_layout(Qkv::K), dv: self.qkv_layout(Qkv::V),
-                        cu_seqlens: None,
-                    })?;
-                    Ok(vec![("dqkv", download(s, &dqkv)?)])
-                }
-            }
-        })
+        self.run_device_with(s, AttentionKernel::Auto)
     }
 
     fn tolerance(&self, output: &str, dtype: DType) -> Tolerance {
@@ -215,5 +179,49 @@ impl GoldenCase for AttentionStridedCase {
 
     fn as_any(&self) -> &dyn Any {
         self
+    }
+}
+
+impl AttentionStridedCase {
+    /// [`GoldenCase::run_device`] on the kernel family `kernel` (the golden tests of the
+    /// matrix-core kernels pass [`AttentionKernel::MatrixCore`]).
+    pub fn run_device_with(&self, s: &Stream, kernel: AttentionKernel) -> Result<Outputs, OpError> {
+        let p = self.params;
+        with_dtype!(self.qkv.dtype(), T => {
+            let qkv = upload(s, self.qkv.typed::<T>(OP, "qkv")?)?;
+            let view = |w| Strided::<OnDevice, T> { data: &qkv, layout: self.qkv_layout(w) };
+            let out_layout = self.out_layout();
+            // NaN in every output: the views cover the whole buffers, so each element must be
+            // written.
+            let nan = <T as Element>::from_f64(f64::NAN);
+            match &self.backward {
+                None => {
+                    let mut out = upload(s, &vec![nan; p.q_len()?])?;
+                    let mut lse = upload(s, &vec![f32::NAN; p.lse_len()?])?;
+                    ops::attention_forward_strided_with(s, AttentionForwardStrided {
+                        params: p, q: view(Qkv::Q), k: view(Qkv::K), v: view(Qkv::V),
+                        out: &mut out, out_layout, lse: &mut lse,
+                        cu_seqlens: None,
+                    }, kernel)?;
+                    Ok(vec![("out", download(s, &out)?), ("lse", TensorData::F32(download_f32(s, &lse)?))])
+                }
+                Some((out, dout, lse)) => {
+                    let bo = upload(s, out.typed::<T>(OP, "out")?)?;
+                    let bdo = upload(s, dout.typed::<T>(OP, "dout")?)?;
+                    let blse = upload(s, lse)?;
+                    let mut dqkv = upload(s, &vec![nan; self.qkv.len()])?;
+                    ops::attention_backward_strided_with(s, AttentionBackwardStrided {
+                        params: p, q: view(Qkv::Q), k: view(Qkv::K), v: view(Qkv::V),
+                        out: Strided { data: &bo, layout: out_layout },
+                        dout: Strided { data: &bdo, layout: out_layout },
+                        lse: &blse,
+                        dqkv: &mut dqkv,
+                        dq: self.qkv_layout(Qkv::Q), dk: self.qkv_layout(Qkv::K), dv: self.qkv_layout(Qkv::V),
+                        cu_seqlens: None,
+                    }, kernel)?;
+                    Ok(vec![("dqkv", download(s, &dqkv)?)])
+                }
+            }
+        })
     }
 }

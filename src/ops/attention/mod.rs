@@ -12,12 +12,15 @@ mod device;
 mod golden;
 #[cfg(feature = "golden")]
 mod golden_strided;
+mod mc;
 mod strided;
 pub(crate) mod varlen;
 
 pub use device::{
-    attention_backward, attention_backward_strided, attention_forward, attention_forward_strided,
-    AttentionPlan, AttentionStage, MAX_HEADS_PER_LAUNCH, MAX_HEAD_DIM, MAX_T,
+    attention_backward, attention_backward_strided, attention_backward_strided_with,
+    attention_backward_with, attention_forward, attention_forward_strided,
+    attention_forward_strided_with, attention_forward_with, AttentionPlan, AttentionStage,
+    MAX_HEADS_PER_LAUNCH, MAX_HEAD_DIM, MAX_T,
 };
 #[cfg(feature = "golden")]
 pub(crate) use golden::GOLDEN;
@@ -25,6 +28,7 @@ pub(crate) use golden::GOLDEN;
 pub use golden::{AttentionBackwardCase, AttentionForwardCase};
 #[cfg(feature = "golden")]
 pub use golden_strided::AttentionStridedCase;
+pub use mc::{AttentionKernel, McAttentionPlan, MC_BWD_ROWS};
 pub use strided::{
     AttentionBackwardStrided, AttentionForwardStrided, AttentionLayout, Qkv, Strided,
 };

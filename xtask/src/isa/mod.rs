@@ -84,12 +84,15 @@ pub fn run(args: &IsaArgs) -> Result<(), String> {
         );
     }
     let sources = sources(&root.join("kernels"), &args.only)?;
-    // The matrix-core matmul only traps on archs without matrix cores: its figures are
-    // `cargo xtask isa-mc`'s (gfx90a), not this report's.
+    // The matrix-core matmul and attention only trap on archs without matrix cores: their
+    // figures are `cargo xtask isa-mc`'s (gfx90a), not this report's.
     let sources: Vec<PathBuf> = sources
         .into_iter()
         .filter(|p| {
-            args.arch == mc::ARCH || p.file_stem() != Some(std::ffi::OsStr::new("matmul_mc"))
+            args.arch == mc::ARCH
+                || !mc::SOURCES
+                    .iter()
+                    .any(|s| p.file_stem() == Some(std::ffi::OsStr::new(s)))
         })
         .collect();
     let out_dir = root.join("target").join("isa-report").join(&args.arch);
