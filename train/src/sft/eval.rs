@@ -1,5 +1,6 @@
-//! `--eval-data`: the held-out set, rendered, masked and packed as the training data, split over
-//! the ranks, made once and kept (eval sets are small) for every evaluation.
+//! `--eval-data`: the held-out set, rendered, masked and packed as the training data, made once
+//! and kept (eval sets are small) for every evaluation; each rank evaluates its share of every
+//! micro-batch's rows (`setup::evaluate`).
 
 use super::error::Result;
 use super::feeder::{RowMaker, Split};

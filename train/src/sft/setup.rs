@@ -93,11 +93,12 @@ pub fn eval_due<'a>(args: &Args, step: u64, src: &'a SftSource) -> Option<&'a Sf
 
 /// The counted-target mean loss over the whole held-out set, and its counted targets.
 ///
-/// Every rank computes it over every rank's rows in turn (the model takes `--batch` rows at a
-/// time), so each holds the global figure without communication. Each part is read on its own
-/// (a step's scalars hold `--grad-accum` losses); the backend's read divides by the `world`
-/// ranks (its losses are rank shares summed by the step's all-reduce, which an evaluation does
-/// not run), so the read is scaled back by `world`.
+/// Each eval micro-batch holds every rank's rows (`mine` is this rank's range of positions in
+/// it): each rank runs the forward on its share only, with the global count of counted targets
+/// as the divisor, and the ranks' sums are exchanged once per evaluation (each rank broadcasts
+/// its f64 share as two f32s, high and low part, so the sum keeps f64 precision). The backend's
+/// read divides by the `world` ranks (its losses are rank shares summed by the step's
+/// all-reduce, which an evaluation does not run), so each read is scaled back by `world`.
 pub(crate) fn evaluate<T: TrainElement, B: Backend<T>>(
     model: &mut Llama<'_, T, B>,
     backend: &B,
@@ -116,18 +117,42 @@ pub(crate) fn evaluate<T: TrainElement, B: Backend<T>>(
             "has no counted target to evaluate",
         ));
     }
-    let per = mine.len();
-    let mut loss = 0.0;
+    let mut share = 0.0;
     for b in &ev.batches {
-        let parts = b.targets.len() / per.max(1);
-        for r in 0..parts {
-            let part = b.rows(r * per..(r + 1) * per);
-            if part.counted(0..part.targets.len()) > 0 {
-                let mut scalars = backend.scalars()?;
-                model.eval_loss(&part, total, &mut scalars)?;
-                loss += backend.read_step(&scalars)?.loss * world as f64;
-            }
+        let part = b.rows(mine.clone());
+        if part.counted(0..part.targets.len()) > 0 {
+            let mut scalars = backend.scalars()?;
+            model.eval_loss(&part, total, &mut scalars)?;
+            share += backend.read_step(&scalars)?.loss * world as f64;
         }
     }
-    Ok((loss, total))
+    Ok((sum_over_ranks(backend, share)?, total))
+}
+
+/// The sum over the ranks of each rank's `value` (the value itself on one rank): every rank's
+/// value, as an f32 pair (high, low), broadcast from its owner in one group.
+fn sum_over_ranks<T: TrainElement, B: Backend<T>>(backend: &B, value: f64) -> Result<f64> {
+    let world = backend.world();
+    if world == 1 {
+        return Ok(value);
+    }
+    let hi = value as f32;
+    let lo = (value - f64::from(hi)) as f32;
+    let mut slots = (0..world)
+        .map(|r| {
+            if r == backend.rank() {
+                backend.upload::<f32>(&[hi, lo])
+            } else {
+                backend.zeros::<f32>(2)
+            }
+        })
+        .collect::<Result<Vec<_>>>()?;
+    let mut roots: Vec<_> = slots.iter_mut().enumerate().map(|(r, b)| (b, r)).collect();
+    backend.broadcast::<f32>(&mut roots)?;
+    let mut sum = 0.0;
+    for slot in &slots {
+        let v = backend.download::<f32>(slot)?;
+        sum += f64::from(v[0]) + f64::from(v[1]);
+    }
+    Ok(sum)
 }
