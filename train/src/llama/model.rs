@@ -9,7 +9,7 @@
 //! tensor that SwiGLU reads fused. Each residual add is fused with the RMSNorm after it.
 
 use super::config::LlamaConfig;
-use super::params::Trained;
+use super::params::{Linear, Trained};
 use crate::backend::{
     adamw_all, gemm, AdamWSlot, AdamWStep, Backend, GradScaling, IdCheck, TrainElement, View,
 };
@@ -170,6 +170,9 @@ pub struct Llama<'b, T: TrainElement, B: Backend<T>> {
     /// and updates it; `None`: every rank keeps and updates all.
     owners: Option<Vec<usize>>,
     acts: Acts<B::Buf<T>, B::Buf<f32>>,
+    /// LoRA's adapters (`--lora-rank`): they add into the targets' outputs; the base is then
+    /// not updated.
+    pub lora: Option<super::lora::LlamaAdapters<T, B>>,
     _t: PhantomData<T>,
 }
 
@@ -292,6 +295,7 @@ impl<'b, T: TrainElement, B: Backend<T>> Llama<'b, T, B> {
             layout,
             owners,
             acts,
+            lora: None,
             _t: PhantomData,
         })
     }
@@ -300,6 +304,9 @@ impl<'b, T: TrainElement, B: Backend<T>> Llama<'b, T, B> {
     pub fn zero_grads(&mut self) -> Result<()> {
         for g in self.grads.iter_mut() {
             self.backend.fill_zero(g)?;
+        }
+        if let Some(lo) = self.lora.as_mut() {
+            lo.zero_grads(self.backend)?;
         }
         self.backend.fill_zero(&mut self.acts.no_positions_grad)
     }
@@ -408,6 +415,7 @@ impl<'b, T: TrainElement, B: Backend<T>> Llama<'b, T, B> {
         let check = self.check("input token");
         let positions = positions.unwrap_or(&self.stream_positions);
         let a = &mut self.acts;
+        let mut lora = self.lora.as_mut();
         let queue = be.queue();
         let (n, c, f) = (d.rows(), d.channels, d.inner);
         let (hd, w) = (d.heads * d.head_dim, d.qkv_width());
@@ -453,6 +461,11 @@ impl<'b, T: TrainElement, B: Backend<T>> Llama<'b, T, B> {
                 li.qkv_b.map(|b| &p[b]),
                 &mut s.qkv,
             )?;
+            if let Some(lo) = lora.as_deref_mut() {
+                for t in [Linear::Q, Linear::K, Linear::V] {
+                    lo.forward(be, l, t, &s.h1, &mut s.qkv)?;
+                }
+            }
             for (which, heads) in [(0, d.heads), (1, d.kv_heads)] {
                 Rope::<B::Space, T> {
                     params: d.rope(heads),
@@ -488,6 +501,9 @@ impl<'b, T: TrainElement, B: Backend<T>> Llama<'b, T, B> {
                 li.o_b.map(|b| &p[b]),
                 &mut a.branch,
             )?;
+            if let Some(lo) = lora.as_deref_mut() {
+                lo.forward(be, l, Linear::O, &s.att, &mut a.branch)?;
+            }
             ResidualRmsNormForward::<B::Space, T> {
                 params: d.norm(),
                 a: x.view(),
@@ -507,6 +523,11 @@ impl<'b, T: TrainElement, B: Backend<T>> Llama<'b, T, B> {
                 li.gate_up_b.map(|b| &p[b]),
                 &mut s.gate_up,
             )?;
+            if let Some(lo) = lora.as_deref_mut() {
+                for t in [Linear::Gate, Linear::Up] {
+                    lo.forward(be, l, t, &s.h2, &mut s.gate_up)?;
+                }
+            }
             SwigluForward::<B::Space, T> {
                 params: SwigluParams { rows: n, ffn: f },
                 input: GateUp::Fused {
@@ -524,6 +545,9 @@ impl<'b, T: TrainElement, B: Backend<T>> Llama<'b, T, B> {
                 li.down_b.map(|b| &p[b]),
                 &mut a.branch,
             )?;
+            if let Some(lo) = lora.as_deref_mut() {
+                lo.forward(be, l, Linear::Down, &s.act, &mut a.branch)?;
+            }
             let (weight, y, rstd) = match later.first_mut() {
                 Some(next) => (
                     &p[lo.layers[l + 1].input_norm],
@@ -579,6 +603,7 @@ impl<'b, T: TrainElement, B: Backend<T>> Llama<'b, T, B> {
         let positions = positions.unwrap_or(&self.stream_positions);
         let g = &mut self.grads;
         let a = &mut self.acts;
+        let mut lora = self.lora.as_mut();
         let queue = be.queue();
         let owners = self.owners.as_deref();
         let (n, c, f, v) = (d.rows(), d.channels, d.inner, d.vocab);
@@ -636,6 +661,9 @@ impl<'b, T: TrainElement, B: Backend<T>> Llama<'b, T, B> {
                 g,
                 (li.down_w, li.down_b),
             )?;
+            if let Some(lo) = lora.as_deref_mut() {
+                lo.backward(be, l, Linear::Down, &s.act, &mut a.dres, &mut a.dact)?;
+            }
             SwigluBackward::<B::Space, T> {
                 params: SwigluParams { rows: n, ffn: f },
                 input: GateUp::Fused {
@@ -658,6 +686,11 @@ impl<'b, T: TrainElement, B: Backend<T>> Llama<'b, T, B> {
                 g,
                 (li.gate_up_w, li.gate_up_b),
             )?;
+            if let Some(lo) = lora.as_deref_mut() {
+                for t in [Linear::Gate, Linear::Up] {
+                    lo.backward(be, l, t, &s.h2, &mut a.dgate_up, &mut a.branch)?;
+                }
+            }
             RmsNormBackward::<B::Space, T> {
                 params: d.norm(),
                 x: s.resid_mid.view(),
@@ -681,6 +714,9 @@ impl<'b, T: TrainElement, B: Backend<T>> Llama<'b, T, B> {
                 g,
                 (li.o_w, li.o_b),
             )?;
+            if let Some(lo) = lora.as_deref_mut() {
+                lo.backward(be, l, Linear::O, &s.att, &mut a.dres, &mut a.datt)?;
+            }
             let [q, k, vv] = [0, 1, 2].map(|which| Strided::<B::Space, T> {
                 data: s.qkv.view(),
                 layout: d.qkv_layout(which, t_rows),
@@ -732,6 +768,11 @@ impl<'b, T: TrainElement, B: Backend<T>> Llama<'b, T, B> {
                 g,
                 (li.qkv_w, li.qkv_b),
             )?;
+            if let Some(lo) = lora.as_deref_mut() {
+                for t in [Linear::Q, Linear::K, Linear::V] {
+                    lo.backward(be, l, t, &s.h1, &mut a.dqkv, &mut a.branch)?;
+                }
+            }
             RmsNormBackward::<B::Space, T> {
                 params: d.norm(),
                 x: x.view(),

@@ -4,6 +4,7 @@
 
 use super::checkpoint::{self as ckpt, Restored, Snapshot};
 use super::config::LlamaConfig;
+use super::lora::{LlamaAdapters, LlamaLora};
 use super::model::Llama;
 use super::params::{Layout, Trained};
 use crate::backend::{AdamWStep, Backend, GradScaling, TrainElement};
@@ -65,18 +66,28 @@ pub(crate) struct LlamaSetup {
     pub(crate) cfg: LlamaConfig,
     pub(crate) source: Source,
     pub(crate) restored: Restored,
+    /// LoRA's flags and first `[params, exp_avg, exp_avg_sq]` (PEFT's order).
+    pub(crate) lora: Option<(LlamaLora, [Vec<Vec<f32>>; 3])>,
 }
 
 /// Load and check what a run of `world` ranks reads (the loader takes `world × --batch` rows
 /// per micro-batch; every rank keeps its own `--batch` rows).
 pub(crate) fn setup(args: &Args, cfg: LlamaConfig, world: usize) -> Result<LlamaSetup> {
-    if args.lora_rank > 0 {
+    let lora = LlamaLora::from_args(args)?;
+    if lora.is_some() && world > 1 {
         return Err(TrainError::Usage(format!(
-            "--lora-rank {}: LoRA on the {} family is not implemented yet; fine-tune it fully \
-             (no --lora-rank)",
+            "--lora-rank {} on {world} ranks: LoRA on the {} family runs on one device or the \
+             CPU for now",
             args.lora_rank,
             cfg.family.name()
         )));
+    }
+    if lora.is_some() && args.resume.is_some() {
+        return Err(TrainError::Usage(
+            "--resume of a LoRA run of this family is not implemented yet; start from the saved \
+             adapters with --lora-init DIR"
+                .into(),
+        ));
     }
     if args.seq > cfg.positions {
         return Err(TrainError::file(
@@ -117,10 +128,22 @@ pub(crate) fn setup(args: &Args, cfg: LlamaConfig, world: usize) -> Result<Llama
             }
         }
     };
+    let adapters = match &lora {
+        None => None,
+        Some(lo) => {
+            let values = match &args.lora_init {
+                Some(path) => super::lora::load(path, lo, &cfg)?,
+                None => super::lora::seeded(lo, &cfg, args.seed.unwrap_or(0)),
+            };
+            let zeros: Vec<Vec<f32>> = values.iter().map(|t| vec![0.0; t.len()]).collect();
+            Some((lo.clone(), [values, zeros.clone(), zeros]))
+        }
+    };
     Ok(LlamaSetup {
         cfg,
         source: Source::Stream { tokens, loader },
         restored,
+        lora: adapters,
     })
 }
 
@@ -191,6 +214,15 @@ fn train<T: TrainElement, B: Backend<T>>(
         [args.batch, args.seq],
         args.zero == 1,
     )?;
+    if let Some((lo, [p, m, v])) = &s.lora {
+        model.lora = Some(LlamaAdapters::new(
+            backend,
+            &s.cfg,
+            lo.clone(),
+            [p, m, v],
+            args.batch * args.seq,
+        )?);
+    }
     let hf = Layout::new(&s.cfg);
     let trained = Trained::new(&s.cfg);
     let first = first_step(&r.state)?;
@@ -255,7 +287,10 @@ fn train<T: TrainElement, B: Backend<T>>(
                 last,
             )?;
         }
-        model.grad_norm(&mut scalars)?;
+        match &model.lora {
+            Some(lo) => lo.grad_norm(backend, &mut scalars)?,
+            None => model.grad_norm(&mut scalars)?,
+        }
         let lr = args.lr_at(step);
         let hyper = AdamWStep {
             lr,
@@ -268,7 +303,11 @@ fn train<T: TrainElement, B: Backend<T>>(
             })?,
         };
         let loss_scale = scaler.map_or(1.0, |sc| sc.scale);
-        model.update(&hyper, GradScaling { loss_scale, clip }, &scalars)?;
+        let scaling = GradScaling { loss_scale, clip };
+        match model.lora.as_mut() {
+            Some(lo) => lo.update(backend, &hyper, scaling, &scalars)?,
+            None => model.update(&hyper, scaling, &scalars)?,
+        }
         let read = backend.read_step(&scalars)?;
         let skipped = !read.grad_norm.is_finite();
         if skipped && scaler.is_none() {
