@@ -169,6 +169,8 @@ pub struct Llama<'b, T: TrainElement, B: Backend<T>> {
     /// ZeRO stage 1: the rank that keeps each tensor's AdamW state (and f32 master weights)
     /// and updates it; `None`: every rank keeps and updates all.
     owners: Option<Vec<usize>>,
+    /// LoRA: the base is never updated and has no gradients of its 2-D weights.
+    frozen: bool,
     acts: Acts<B::Buf<T>, B::Buf<f32>>,
     /// LoRA's adapters (`--lora-rank`): they add into the targets' outputs; the base is then
     /// not updated.
@@ -191,13 +193,17 @@ fn gemm_acc(m: usize, n: usize, k: usize, trans_a: bool, trans_b: bool) -> Matmu
 impl<'b, T: TrainElement, B: Backend<T>> Llama<'b, T, B> {
     /// Upload `[params, exp_avg, exp_avg_sq]` (in the [`Trained`] order) for micro-batches of
     /// `batch × seq`. With `zero` (ZeRO stage 1) and several ranks, this rank keeps the moments
-    /// and master weights of its share of the tensors only ([`zero_owners`]).
+    /// and master weights of its share of the tensors only ([`zero_owners`]). With `frozen`
+    /// (LoRA) the model is never updated: no master weights, no moments, and no gradient
+    /// buffers for the 2-D weights (the backward skips their products); only the small 1-D
+    /// tensors keep a gradient buffer, written and never read.
     pub fn new(
         backend: &'b B,
         cfg: &LlamaConfig,
         [params, exp_avg, exp_avg_sq]: [&[Vec<f32>]; 3],
         [batch, seq]: [usize; 2],
         zero: bool,
+        frozen: bool,
     ) -> Result<Self> {
         let layout = Trained::new(cfg);
         if params.len() != layout.specs.len() {
@@ -225,10 +231,11 @@ impl<'b, T: TrainElement, B: Backend<T>> Llama<'b, T, B> {
             vocab: cfg.vocab,
             eps: cfg.eps as f32,
         };
-        let up_stat = |(i, t): (usize, &Vec<f32>)| match mine(i) {
+        let up_stat = |(i, t): (usize, &Vec<f32>)| match mine(i) && !frozen {
             true => backend.upload::<f32>(t),
             false => backend.zeros::<f32>(0),
         };
+        let decays: Vec<bool> = layout.specs.iter().map(|s| s.decays()).collect();
         let (n, c, f) = (dims.rows(), dims.channels, dims.inner);
         let hd = dims.heads * dims.head_dim;
         let z = |len: usize| backend.zeros::<T>(len);
@@ -279,19 +286,21 @@ impl<'b, T: TrainElement, B: Backend<T>> Llama<'b, T, B> {
                 .iter()
                 .map(|t| backend.upload::<T>(t))
                 .collect::<Result<_>>()?,
-            master: match <T as hip_kernels::params::Element>::DTYPE {
-                DType::F32 => None,
+            master: match (<T as hip_kernels::params::Element>::DTYPE, frozen) {
+                (DType::F32, _) | (_, true) => None,
                 _ => Some(stat(params)?),
             },
             grads: params
                 .iter()
-                .map(|t| backend.zeros::<T>(t.len()))
+                .zip(&decays)
+                .map(|(t, &d)| backend.zeros::<T>(if frozen && d { 0 } else { t.len() }))
                 .collect::<Result<_>>()?,
             exp_avg: stat(exp_avg)?,
             exp_avg_sq: stat(exp_avg_sq)?,
             freqs: backend.upload::<f32>(&cfg.frequencies()?)?,
             stream_positions: backend.ids(&positions)?,
-            decays: layout.specs.iter().map(|s| s.decays()).collect(),
+            decays,
+            frozen,
             layout,
             owners,
             acts,
@@ -610,14 +619,17 @@ impl<'b, T: TrainElement, B: Backend<T>> Llama<'b, T, B> {
         let (hd, w) = (d.heads * d.head_dim, d.qkv_width());
         // logits = hf · Wlmᵀ; `a.logits` now holds dlogits.
         let head = lo.lm_head.unwrap_or(lo.embed);
-        Matmul::<B::Space, T> {
-            params: gemm_acc(v, c, n, true, false),
-            a: a.logits.view(),
-            b: a.hf.view(),
-            out: g[head].view_mut(),
+        let frozen = self.frozen;
+        if !frozen {
+            Matmul::<B::Space, T> {
+                params: gemm_acc(v, c, n, true, false),
+                a: a.logits.view(),
+                b: a.hf.view(),
+                out: g[head].view_mut(),
+            }
+            .run(queue)
+            .map_err(op)?;
         }
-        .run(queue)
-        .map_err(op)?;
         Matmul::<B::Space, T> {
             params: gemm(n, c, v, false, false),
             a: a.logits.view(),
@@ -660,6 +672,7 @@ impl<'b, T: TrainElement, B: Backend<T>> Llama<'b, T, B> {
                 &mut a.dact,
                 g,
                 (li.down_w, li.down_b),
+                frozen,
             )?;
             if let Some(lo) = lora.as_deref_mut() {
                 lo.backward(be, l, Linear::Down, &s.act, &mut a.dres, &mut a.dact)?;
@@ -685,6 +698,7 @@ impl<'b, T: TrainElement, B: Backend<T>> Llama<'b, T, B> {
                 &mut a.branch,
                 g,
                 (li.gate_up_w, li.gate_up_b),
+                frozen,
             )?;
             if let Some(lo) = lora.as_deref_mut() {
                 for t in [Linear::Gate, Linear::Up] {
@@ -713,6 +727,7 @@ impl<'b, T: TrainElement, B: Backend<T>> Llama<'b, T, B> {
                 &mut a.datt,
                 g,
                 (li.o_w, li.o_b),
+                frozen,
             )?;
             if let Some(lo) = lora.as_deref_mut() {
                 lo.backward(be, l, Linear::O, &s.att, &mut a.dres, &mut a.datt)?;
@@ -767,6 +782,7 @@ impl<'b, T: TrainElement, B: Backend<T>> Llama<'b, T, B> {
                 &mut a.branch,
                 g,
                 (li.qkv_w, li.qkv_b),
+                frozen,
             )?;
             if let Some(lo) = lora.as_deref_mut() {
                 for t in [Linear::Q, Linear::K, Linear::V] {
@@ -795,6 +811,9 @@ impl<'b, T: TrainElement, B: Backend<T>> Llama<'b, T, B> {
                 );
                 ready_bucket::<T, B>(be, g, &ready, owners)?;
             }
+        }
+        if frozen {
+            return Ok(());
         }
         // The forward checked these ids; the kernel never indexes with a bad one.
         EncoderBackward::<B::Space, T> {
@@ -994,7 +1013,7 @@ fn linear_forward<T: TrainElement, B: Backend<T>>(
 }
 
 /// The backward of [`linear_forward`]: `dW += doutᵀ·x`, `db += Σ_rows dout` (the gradients
-/// `grads[w]`, `grads[b]`), then `dx = dout·W` (written).
+/// `grads[w]`, `grads[b]`; skipped when `frozen`), then `dx = dout·W` (written).
 #[allow(clippy::too_many_arguments)]
 fn linear_backward<T: TrainElement, B: Backend<T>>(
     queue: crate::backend::Queue<'_, B, T>,
@@ -1005,7 +1024,18 @@ fn linear_backward<T: TrainElement, B: Backend<T>>(
     dx: &mut B::Buf<T>,
     grads: &mut [B::Buf<T>],
     (w, b): (usize, Option<usize>),
+    frozen: bool,
 ) -> Result<()> {
+    if frozen {
+        return Matmul::<B::Space, T> {
+            params: gemm(rows, inputs, outputs, false, false),
+            a: dout.view(),
+            b: weight.view(),
+            out: dx.view_mut(),
+        }
+        .run(queue)
+        .map_err(op);
+    }
     let dw = grads
         .get_mut(w)
         .ok_or_else(|| TrainError::Op(format!("no gradient {w}")))?;

@@ -213,6 +213,7 @@ fn train<T: TrainElement, B: Backend<T>>(
         [&r.params, &r.exp_avg, &r.exp_avg_sq],
         [args.batch, args.seq],
         args.zero == 1,
+        s.lora.is_some(),
     )?;
     if let Some((lo, [p, m, v])) = &s.lora {
         model.lora = Some(LlamaAdapters::new(
