@@ -547,3 +547,55 @@ impl<T: TrainElement, B: Backend<T>> LlamaAdapters<T, B> {
         ])
     }
 }
+
+/// Write a LoRA checkpoint `dir/step_<s>/` atomically: `adapter_model.safetensors` (PEFT's
+/// names), `adapter_config.json`, the adapters' AdamW moments (`optimizer.safetensors`) and
+/// `trainer.json`. The frozen base is not written.
+pub fn save(
+    dir: &Path,
+    lora: &LlamaLora,
+    cfg: &LlamaConfig,
+    [params, exp_avg, exp_avg_sq]: &[Vec<Vec<f32>>; 3],
+    base_model: &Path,
+    state: &crate::checkpoint::TrainerState,
+) -> Result<std::path::PathBuf> {
+    let specs = lora.specs(cfg);
+    let named = |prefix: &str, group: &'_ [Vec<f32>]| -> Vec<(String, Vec<usize>, Vec<f32>)> {
+        specs
+            .iter()
+            .zip(group)
+            .map(|(s, t)| (format!("{prefix}{}", s.name), s.shape.clone(), t.clone()))
+            .collect()
+    };
+    let adapters = named("", params);
+    let mut moments = named("exp_avg.", exp_avg);
+    moments.extend(named("exp_avg_sq.", exp_avg_sq));
+    let json = |v: &Value, name: &str| {
+        serde_json::to_vec_pretty(v).map_err(|e| TrainError::Op(format!("serializing {name}: {e}")))
+    };
+    let state_json = serde_json::to_vec_pretty(state)
+        .map_err(|e| TrainError::Op(format!("serializing trainer.json: {e}")))?;
+    let files = vec![
+        (
+            ADAPTER_MODEL,
+            crate::weights::to_safetensors(&as_refs(&adapters))?,
+        ),
+        (
+            ADAPTER_CONFIG,
+            json(&lora.peft_config(base_model), ADAPTER_CONFIG)?,
+        ),
+        (
+            crate::lora::checkpoint::OPTIMIZER,
+            crate::weights::to_safetensors(&as_refs(&moments))?,
+        ),
+        ("trainer.json", state_json),
+    ];
+    crate::checkpoint::save_files(dir, state.step, &files)
+}
+
+/// The `(name, shape, data)` triples as `to_safetensors` takes them.
+fn as_refs(v: &[(String, Vec<usize>, Vec<f32>)]) -> Vec<(String, Vec<usize>, &[f32])> {
+    v.iter()
+        .map(|(n, s, t)| (n.clone(), s.clone(), t.as_slice()))
+        .collect()
+}

@@ -344,6 +344,12 @@ fn train<T: TrainElement, B: Backend<T>>(
                 (state.loss_scale, state.scale_clean_steps) = (sc.scale, sc.clean);
             }
             state.adam_steps = adam_steps;
+            if let (Some(lo), Some((flags, _))) = (&model.lora, &s.lora) {
+                let host = lo.download(backend)?;
+                let path = super::lora::save(dir, flags, &s.cfg, &host, &args.model, &state)?;
+                println!("saved {}", path.display());
+                continue;
+            }
             let [params, m, v] = model.download()?;
             if !role.primary() {
                 continue;

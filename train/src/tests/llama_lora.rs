@@ -38,3 +38,95 @@ fn lora_flags_of_another_family_are_refused() {
         .to_string();
     assert!(e.contains("adapter_config.json"), "{e}");
 }
+
+#[test]
+fn a_lora_checkpoint_is_a_peft_adapter_that_lora_init_reads() {
+    let s = super::Scratch::new("llama-lora-save");
+    let ck = s.path("ck");
+    let dir = ck.to_str().unwrap();
+    let run = crate::train::run(&lora_args(&strs(&[
+        "--steps",
+        "4",
+        "--checkpoint-dir",
+        dir,
+        "--save-every",
+        "4",
+    ])))
+    .unwrap();
+    let step4 = ck.join("step_4");
+    for f in [
+        "adapter_model.safetensors",
+        "adapter_config.json",
+        "optimizer.safetensors",
+        "trainer.json",
+    ] {
+        assert!(step4.join(f).is_file(), "{f}");
+    }
+    assert!(!step4.join("model.safetensors").exists());
+    let t = crate::weights::read_f32_tensors(&step4.join("adapter_model.safetensors")).unwrap();
+    // 2 layers × 7 targets × (A, B), in PEFT's names and Linear layout.
+    assert_eq!(t.len(), 28);
+    let a = &t["base_model.model.model.layers.1.self_attn.k_proj.lora_A.weight"];
+    let b = &t["base_model.model.model.layers.1.self_attn.k_proj.lora_B.weight"];
+    assert_eq!(
+        (a.0.as_slice(), b.0.as_slice()),
+        (&[4, 32][..], &[8, 4][..])
+    );
+    let c: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(step4.join("adapter_config.json")).unwrap()).unwrap();
+    assert_eq!(c["peft_type"], "LORA");
+    assert_eq!(c["r"], 4);
+    assert_eq!(c["lora_alpha"], 8.0);
+    assert_eq!(c["fan_in_fan_out"], false);
+    assert_eq!(c["target_modules"].as_array().unwrap().len(), 7);
+    // The saved adapters start a run: its first loss is not the PEFT file's first loss (the
+    // adapters trained 4 steps) and the run proceeds.
+    let again = crate::train::run(&lora_args(&strs(&[
+        "--steps",
+        "1",
+        "--lora-init",
+        step4.to_str().unwrap(),
+    ])))
+    .unwrap();
+    assert!(again[0].loss.is_finite());
+    assert_ne!(again[0].loss, run[0].loss);
+}
+
+#[test]
+fn bf16_lora_keeps_the_base_in_16_bits_and_stays_near_f32() {
+    // The frozen bf16 base: no f32 master copy, no moments, no 2-D gradient buffers.
+    let (_, model, _) = variant("qwen2_lora");
+    let cfg = match crate::config::ModelConfig::load(&model.join("config.json")).unwrap() {
+        crate::config::ModelConfig::Llama(c) => c,
+        crate::config::ModelConfig::Gpt2(_) => panic!("not a llama"),
+    };
+    let params = crate::llama::params::Trained::new(&cfg)
+        .fuse(&crate::llama::weights::load(&model, &cfg).unwrap());
+    let none: Vec<Vec<f32>> = params.iter().map(|_| Vec::new()).collect();
+    let frozen = crate::llama::model::Llama::<half::bf16, crate::cpu_backend::Cpu>::new(
+        &crate::cpu_backend::Cpu,
+        &cfg,
+        [&params, &none, &none],
+        [4, 16],
+        false,
+        true,
+    )
+    .unwrap();
+    assert!(frozen.master.is_none());
+    assert!(frozen.exp_avg.iter().all(Vec::is_empty));
+    let big: usize = frozen.grads.iter().filter(|g| g.len() >= 32 * 32).count();
+    assert_eq!(big, 0, "a 2-D weight has a gradient buffer");
+
+    let f32_run = crate::train::run(&lora_args(&strs(&["--steps", "3"]))).unwrap();
+    let bf16 = crate::train::run(&lora_args(&strs(&["--steps", "3", "--dtype", "bf16"]))).unwrap();
+    for (a, b) in f32_run.iter().zip(&bf16) {
+        let rel = super::llama_train::rel(b.loss, a.loss);
+        assert!(
+            rel <= 2e-2,
+            "step {}: bf16 {} vs f32 {}",
+            a.step,
+            b.loss,
+            a.loss
+        );
+    }
+}
