@@ -3,7 +3,7 @@
 //! (`ref_qwen2_lora.jsonl`, tools/train_ref_llama.py), and the adapters' flags and files.
 
 use super::llama_files::llama_dir;
-use super::llama_train::{compare, variant, LOSS_RTOL_CPU};
+use super::llama_train::{compare, rel, variant, LOSS_RTOL_CPU};
 use super::{args_with, strs};
 use crate::cli::Args;
 
@@ -120,7 +120,7 @@ fn bf16_lora_keeps_the_base_in_16_bits_and_stays_near_f32() {
     let f32_run = crate::train::run(&lora_args(&strs(&["--steps", "3"]))).unwrap();
     let bf16 = crate::train::run(&lora_args(&strs(&["--steps", "3", "--dtype", "bf16"]))).unwrap();
     for (a, b) in f32_run.iter().zip(&bf16) {
-        let rel = super::llama_train::rel(b.loss, a.loss);
+        let rel = rel(b.loss, a.loss);
         assert!(
             rel <= 2e-2,
             "step {}: bf16 {} vs f32 {}",
@@ -129,4 +129,21 @@ fn bf16_lora_keeps_the_base_in_16_bits_and_stays_near_f32() {
             a.loss
         );
     }
+}
+
+#[test]
+fn peft_loads_our_adapters_and_gives_the_next_step_loss() {
+    // tools/hf_interop_llama.py: PEFT's loss (PeftModel.from_pretrained on the base, float64)
+    // of step 5's batch with the trainer's step_4 adapters, and the trainer's step-5 loss.
+    let v: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(llama_dir().join("interop.json")).unwrap()).unwrap();
+    let r = &v["qwen2_lora"];
+    let hf = r["transformers_loss"].as_f64().unwrap();
+    let ours = r["trainer_loss"].as_f64().unwrap();
+    assert!(rel(hf, ours) <= LOSS_RTOL_CPU, "PEFT {hf} vs {ours}");
+    let now = crate::train::run(&lora_args(&strs(&["--steps", "5"]))).unwrap()[4].loss;
+    assert!(
+        rel(now, hf) <= LOSS_RTOL_CPU,
+        "step 5 now {now} vs PEFT {hf}"
+    );
 }
