@@ -238,7 +238,20 @@ fn train<T: TrainElement, B: Backend<T>>(
             "hipk-train on {on}: {} | {} parameters | steps {first}..={} | {positions_per_step} \
              tokens/step",
             s.cfg.describe(),
-            hf.count(),
+            match &s.lora {
+                None => hf.count().to_string(),
+                Some((lo, [p, _, _])) => {
+                    let trainable: usize = p.iter().map(Vec::len).sum();
+                    let names: Vec<_> = lo.targets.iter().map(|t| t.name()).collect();
+                    format!(
+                        "LoRA r={} alpha={} on {}: {trainable} trainable of {}",
+                        lo.rank,
+                        lo.alpha,
+                        names.join(","),
+                        hf.count() + trainable
+                    )
+                }
+            },
             args.steps,
         );
     }
