@@ -82,6 +82,13 @@ pub(crate) fn setup(args: &Args, cfg: LlamaConfig, world: usize) -> Result<Llama
             cfg.family.name()
         )));
     }
+    if lora.is_some() && args.merge_on_save {
+        return Err(TrainError::Usage(format!(
+            "--merge-on-save is not implemented for the {} family yet; drop it (the adapters \
+             are saved in PEFT's format, which PEFT merges with merge_and_unload)",
+            cfg.family.name()
+        )));
+    }
     if lora.is_some() && args.resume.is_some() {
         return Err(TrainError::Usage(
             "--resume of a LoRA run of this family is not implemented yet; start from the saved \

@@ -147,3 +147,27 @@ fn peft_loads_our_adapters_and_gives_the_next_step_loss() {
         "step 5 now {now} vs PEFT {hf}"
     );
 }
+
+#[test]
+fn lora_flags_not_implemented_for_this_family_are_usage_errors() {
+    let s = super::Scratch::new("llama-lora-refused");
+    let ck = s.path("ck");
+    let dir = ck.to_str().unwrap();
+    for (extra, want) in [
+        (
+            strs(&[
+                "--checkpoint-dir",
+                dir,
+                "--save-every",
+                "2",
+                "--merge-on-save",
+            ]),
+            "--merge-on-save",
+        ),
+        (strs(&["--devices", "0,1"]), "ranks"),
+    ] {
+        let e = crate::train::run(&lora_args(&extra)).unwrap_err();
+        assert!(matches!(e, crate::error::TrainError::Usage(_)), "{e}");
+        assert!(e.to_string().contains(want), "{e}");
+    }
+}
