@@ -239,6 +239,20 @@ pub fn check_flags(args: &Args) -> Result<Option<(usize, f64)>> {
     if args.merge_on_save && args.checkpoint_dir.is_none() {
         return bad("--merge-on-save needs --checkpoint-dir DIR and --save-every N".into());
     }
+    // Before the model is read: a name no family adapts (each family checks its own later).
+    let llama: Vec<&str> = crate::llama::Linear::ALL.iter().map(|t| t.name()).collect();
+    let list = args.lora_targets.as_deref().unwrap_or(DEFAULT_TARGETS);
+    for name in list.split(',').map(str::trim) {
+        if Target::parse(name).is_none() && !llama.contains(&name) {
+            let gpt2: Vec<_> = Target::ALL.iter().map(|t| t.name()).collect();
+            return bad(format!(
+                "--lora-targets: `{name}` is not a target; choose from {} (GPT-2) or {} (LLaMA, \
+                 Qwen2)",
+                gpt2.join(", "),
+                llama.join(", ")
+            ));
+        }
+    }
     Ok(Some((args.lora_rank, alpha)))
 }
 

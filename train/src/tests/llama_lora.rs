@@ -31,7 +31,10 @@ fn lora_flags_of_another_family_are_refused() {
     let e = crate::train::run(&lora_args(&strs(&["--lora-targets", "attn.c_attn"])))
         .unwrap_err()
         .to_string();
-    assert!(e.contains("`attn.c_attn` is not a target"), "{e}");
+    assert!(
+        e.contains("`attn.c_attn` is not a target of this model"),
+        "{e}"
+    );
     // The PEFT file's adapter_config.json disagrees with a smaller target list.
     let e = crate::train::run(&lora_args(&strs(&["--lora-targets", "q_proj,v_proj"])))
         .unwrap_err()
