@@ -5,7 +5,7 @@
 //! tensor ([`Site`]: q, k and v share one `[N, (H + 2K)·D]` output, gate and up one `[N, 2F]`).
 //! Its adapters `lora_A` `[r, in]` and `lora_B` `[out, r]` add `s · (x·Aᵀ)·Bᵀ` (s = alpha / r)
 //! into that block: the GEMM writes through a view starting at the block's first column with
-//! the stacked width as its leading dimension ([`View::with_tail_mut`]), so nothing is copied.
+//! the stacked width as its leading dimension ([`Tail::tail_mut`]), so nothing is copied.
 //! The backward reads the block of the output gradient the same way.
 //!
 //! Other families plug in by building their own [`Site`] list (a fused target such as GLM's
