@@ -200,43 +200,97 @@ pub fn load(path: &Path, lora: &LlamaLora, cfg: &LlamaConfig) -> Result<Vec<Vec<
     if config.exists() {
         check_config(&config, lora)?;
     }
-    let mut tensors: BTreeMap<_, _> = read_f32_tensors(&file)?;
+    take(&file, read_f32_tensors(&file)?, "", &lora.specs(cfg), lora)
+}
+
+/// Take `prefix` + each spec's name out of `tensors` (checked as [`load`] says); a tensor left
+/// over is an error.
+fn take(
+    file: &Path,
+    mut tensors: BTreeMap<String, crate::weights::HostTensor>,
+    prefix: &str,
+    specs: &[Spec],
+    lora: &LlamaLora,
+) -> Result<Vec<Vec<f32>>> {
     let mut out = Vec::new();
-    for s in lora.specs(cfg) {
-        let Some((shape, data)) = tensors.remove(&s.name) else {
+    for s in specs {
+        let name = format!("{prefix}{}", s.name);
+        let Some((shape, data)) = tensors.remove(&name) else {
             return Err(TrainError::file(
-                &file,
+                file,
                 format!(
-                    "tensor `{}` (shape {:?}) is missing; --lora-rank {} and --lora-targets \
+                    "tensor `{name}` (shape {:?}) is missing; --lora-rank {} and --lora-targets \
                      need it",
-                    s.name, s.shape, lora.rank
+                    s.shape, lora.rank
                 ),
             ));
         };
         if shape != s.shape {
             return Err(TrainError::file(
-                &file,
+                file,
                 format!(
-                    "tensor `{}` has shape {shape:?}, expected {:?} (check --lora-rank)",
-                    s.name, s.shape
+                    "tensor `{name}` has shape {shape:?}, expected {:?} (check --lora-rank)",
+                    s.shape
                 ),
             ));
         }
         if let Some(i) = data.iter().position(|x| !x.is_finite()) {
             return Err(TrainError::file(
-                &file,
-                format!("tensor `{}` holds {} at flat index {i}", s.name, data[i]),
+                file,
+                format!("tensor `{name}` holds {} at flat index {i}", data[i]),
             ));
         }
         out.push(data);
     }
     if let Some(name) = tensors.keys().next() {
         return Err(TrainError::file(
-            &file,
+            file,
             format!("tensor `{name}` is not an adapter of this model and these LoRA flags"),
         ));
     }
     Ok(out)
+}
+
+/// The adapters, their moments and the trainer state of a LoRA checkpoint `dir` written by
+/// [`save`] (or a PEFT adapter directory beside the trainer's `optimizer.safetensors` and
+/// `trainer.json`) for the flags `lora`.
+pub fn resume(
+    dir: &Path,
+    lora: &LlamaLora,
+    cfg: &LlamaConfig,
+) -> Result<([Vec<Vec<f32>>; 3], crate::checkpoint::TrainerState)> {
+    if !dir.exists() {
+        crate::checkpoint::recover_for_resume(dir)?;
+    }
+    if !dir.join(ADAPTER_CONFIG).is_file() {
+        return Err(TrainError::file(
+            dir,
+            format!(
+                "has no {ADAPTER_CONFIG}: not a LoRA checkpoint DIR/step_<s> (resume a full \
+                 fine-tuning checkpoint without --lora-rank)"
+            ),
+        ));
+    }
+    let params = load(dir, lora, cfg)?;
+    let state_path = dir.join("trainer.json");
+    let state = crate::checkpoint::TrainerState::from_json(
+        &state_path,
+        &crate::error::read_regular(&state_path, 1 << 20)?,
+    )?;
+    let opt_path = dir.join(crate::lora::checkpoint::OPTIMIZER);
+    let (first, second): (BTreeMap<_, _>, BTreeMap<_, _>) = read_f32_tensors(&opt_path)?
+        .into_iter()
+        .partition(|(k, _)| k.starts_with("exp_avg."));
+    let specs = lora.specs(cfg);
+    let exp_avg = take(&opt_path, first, "exp_avg.", &specs, lora)?;
+    let exp_avg_sq = take(&opt_path, second, "exp_avg_sq.", &specs, lora)?;
+    if let Some(x) = exp_avg_sq.iter().flatten().find(|x| **x < 0.0) {
+        return Err(TrainError::file(
+            &opt_path,
+            format!("a second moment holds {x}; it must be >= 0"),
+        ));
+    }
+    Ok(([params, exp_avg, exp_avg_sq], state))
 }
 
 /// Check PEFT's `adapter_config.json` at `path` against the flags (`r`, `lora_alpha`,

@@ -89,13 +89,6 @@ pub(crate) fn setup(args: &Args, cfg: LlamaConfig, world: usize) -> Result<Llama
             cfg.family.name()
         )));
     }
-    if lora.is_some() && args.resume.is_some() {
-        return Err(TrainError::Usage(
-            "--resume of a LoRA run of this family is not implemented yet; start from the saved \
-             adapters with --lora-init DIR"
-                .into(),
-        ));
-    }
     if args.seq > cfg.positions {
         return Err(TrainError::file(
             &cfg.path,
@@ -111,7 +104,26 @@ pub(crate) fn setup(args: &Args, cfg: LlamaConfig, world: usize) -> Result<Llama
     })?;
     let mut loader = Loader::new(&args.data, &tokens, global_batch, args.seq)?;
     let trained = Trained::new(&cfg);
+    let mut resumed_adapters = None;
     let restored = match &args.resume {
+        Some(dir) if lora.is_some() => {
+            let lo = lora
+                .as_ref()
+                .ok_or_else(|| TrainError::Op("LoRA flags".into()))?;
+            let (adapters, state) = super::lora::resume(dir, lo, &cfg)?;
+            check_resumed(args, dir, &state, world, tokens.ids.len())?;
+            loader.pos = state.loader_pos;
+            resumed_adapters = Some(adapters);
+            let (model_dir, _) = crate::weights::model_paths(&args.model);
+            let params = trained.fuse(&super::weights::load(&model_dir, &cfg)?);
+            let none: Vec<Vec<f32>> = params.iter().map(|_| Vec::new()).collect();
+            Restored {
+                params,
+                exp_avg: none.clone(),
+                exp_avg_sq: none,
+                state,
+            }
+        }
         None => {
             let (model_dir, _) = crate::weights::model_paths(&args.model);
             let params = trained.fuse(&super::weights::load(&model_dir, &cfg)?);
@@ -137,6 +149,10 @@ pub(crate) fn setup(args: &Args, cfg: LlamaConfig, world: usize) -> Result<Llama
     };
     let adapters = match &lora {
         None => None,
+        Some(lo) if resumed_adapters.is_some() => {
+            let a = resumed_adapters.take().unwrap_or_default();
+            Some((lo.clone(), a))
+        }
         Some(lo) => {
             let values = match &args.lora_init {
                 Some(path) => super::lora::load(path, lo, &cfg)?,

@@ -174,3 +174,23 @@ fn lora_flags_not_implemented_for_this_family_are_usage_errors() {
         assert!(e.to_string().contains(want), "{e}");
     }
 }
+
+#[test]
+fn a_resumed_lora_run_continues_bit_for_bit() {
+    let s = super::Scratch::new("llama-lora-resume");
+    let ck = s.path("ck");
+    let dir = ck.to_str().unwrap();
+    let save = strs(&["--checkpoint-dir", dir, "--save-every", "4", "--steps", "6"]);
+    let full = crate::train::run(&lora_args(&save)).unwrap();
+    // The same flags without --lora-init (the checkpoint holds the adapters).
+    let (flags, model, data) = variant("qwen2_lora");
+    let at = flags.iter().position(|f| f == "--lora-init").unwrap();
+    let mut flags: Vec<String> = [&flags[..at], &flags[at + 2..]].concat();
+    flags.extend(strs(&["--steps", "6", "--resume"]));
+    flags.push(ck.join("step_4").display().to_string());
+    let resumed = crate::train::run(&args_with(&model, &data, &flags)).unwrap();
+    assert_eq!(resumed.len(), 2);
+    for (a, b) in full[4..].iter().zip(&resumed) {
+        assert_eq!((a.step, a.loss, a.grad_norm), (b.step, b.loss, b.grad_norm));
+    }
+}
