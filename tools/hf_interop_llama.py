@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """A hipk-train checkpoint of the tiny qwen2 and llama loads in transformers and gives the
-trainer's next-step loss.
+trainer's next-step loss; a LoRA checkpoint (adapter files) loads in PEFT on its base model
+and gives the same.
 
 For each model: runs `hipk-train` (the binary given by --trainer) for the variant's flags with
 `--save-every 4`, loads `step_4/` with `AutoModelForCausalLM.from_pretrained` (float64, eager
@@ -44,9 +45,9 @@ def main():
 
     variants = json.load(open(os.path.join(DATA, "variants.json")))
     out = {}
-    for name in ("qwen2_base", "llama_base"):
+    for name in ("qwen2_base", "llama_base", "qwen2_lora"):
         v = variants[name]
-        flags = v["flags"]
+        flags = [os.path.join(DATA, f) if f == "peft" else f for f in v["flags"]]
         batch, seq = int(flags[flags.index("--batch") + 1]), int(flags[flags.index("--seq") + 1])
         with tempfile.TemporaryDirectory() as tmp:
             log = os.path.join(tmp, "run.jsonl")
@@ -57,8 +58,16 @@ def main():
             steps = [json.loads(line) for line in open(log)]
             step_dir = os.path.join(tmp, "step_4")
             state = json.load(open(os.path.join(step_dir, "trainer.json")))
-            model = AutoModelForCausalLM.from_pretrained(step_dir, dtype=torch.float64,
-                                                         attn_implementation="eager")
+            if name.endswith("_lora"):
+                # The trainer's adapters in PEFT on the base model they were trained on.
+                from peft import PeftModel
+                base = AutoModelForCausalLM.from_pretrained(
+                    os.path.join(DATA, v["model"]), dtype=torch.float64,
+                    attn_implementation="eager")
+                model = PeftModel.from_pretrained(base, step_dir).to(torch.float64)
+            else:
+                model = AutoModelForCausalLM.from_pretrained(step_dir, dtype=torch.float64,
+                                                             attn_implementation="eager")
             toks = read_tokens(os.path.join(DATA, v["data"]))
             pos = state["loader_pos"]
             if pos + batch * seq + 1 > len(toks):

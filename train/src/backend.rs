@@ -207,6 +207,17 @@ pub trait View<S: Space, U: hip_rt::Element> {
     fn view_mut(&mut self) -> S::Out<'_, U>;
 }
 
+/// A buffer's elements from an offset on, as a buffer of its own: a column block of a wider
+/// row-major tensor for an op with a leading dimension (LoRA's adapters on stacked q/k/v).
+pub trait Tail<S: Space, U: hip_rt::Element> {
+    /// The view from the offset on.
+    type Of<'a>: View<S, U>
+    where
+        Self: 'a;
+    /// Elements `offset..` of the buffer; an offset past the end is an error.
+    fn tail_mut(&mut self, offset: usize) -> Result<Self::Of<'_>>;
+}
+
 /// A token-id tensor that an op range-checks, for the error that names a bad id.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct IdCheck {
@@ -246,7 +257,7 @@ pub trait Backend<T: TrainElement> {
     /// Where the op structs' tensors live; it runs every op for `T` and f32.
     type Space: Kernels<T> + Kernels<f32>;
     /// A tensor of `U` (`T`, or f32 for statistics and optimizer state).
-    type Buf<U: TrainElement>: View<Self::Space, U>;
+    type Buf<U: TrainElement>: View<Self::Space, U> + Tail<Self::Space, U>;
     /// Token ids (i32), with whatever the backend keeps to report a bad one.
     type Ids: View<Self::Space, i32>;
     /// Per-step scalars kept on the backend until [`Backend::read_step`].

@@ -307,7 +307,7 @@ impl Args {
             ));
         }
         crate::sft::check_args(self)?;
-        crate::lora::LoraConfig::from_args(self)?;
+        crate::lora::check_flags(self)?;
         if self.lora_rank > 0 && self.zero > 0 {
             return bad(format!(
                 "--zero {} with --lora-rank {}: ZeRO shards the base model's optimizer state, \

@@ -3,9 +3,9 @@
 //! builds on [`Host`]. The oracle, not a fast path.
 
 use crate::backend::{
-    Backend, GradScaling, IdCheck, MemStats, StepRead, TrainElement, UpdateScalars, View,
+    Backend, GradScaling, IdCheck, MemStats, StepRead, Tail, TrainElement, UpdateScalars, View,
 };
-use crate::error::{op, Result};
+use crate::error::{op, Result, TrainError};
 use hip_kernels::cpu;
 use hip_kernels::ops::{ClipGradScale, ClipParams, EncoderForward, SoftmaxCrossEntropy};
 use hip_kernels::params::Host;
@@ -28,6 +28,26 @@ impl<U: hip_rt::Element> View<Host, U> for Vec<U> {
 
     fn view_mut(&mut self) -> &mut [U] {
         self
+    }
+}
+
+impl<U: hip_rt::Element> View<Host, U> for &mut [U] {
+    fn view(&self) -> &[U] {
+        self
+    }
+
+    fn view_mut(&mut self) -> &mut [U] {
+        self
+    }
+}
+
+impl<U: hip_rt::Element> Tail<Host, U> for Vec<U> {
+    type Of<'a> = &'a mut [U];
+
+    fn tail_mut(&mut self, offset: usize) -> Result<&mut [U]> {
+        let len = self.len();
+        self.get_mut(offset..)
+            .ok_or_else(|| TrainError::Op(format!("offset {offset} past {len} elements")))
     }
 }
 

@@ -7,7 +7,7 @@
 //! Has run on hip-emu (the CPU-emulated HIP device, `cargo build -p hip-emu`), never on a GPU.
 
 use crate::backend::{
-    Backend, GradScaling, IdCheck, MemStats, StepRead, TrainElement, UpdateScalars, View,
+    Backend, GradScaling, IdCheck, MemStats, StepRead, Tail, TrainElement, UpdateScalars, View,
 };
 use crate::error::{dev, op, Result, TrainError};
 use hip_kernels::ops::{
@@ -15,8 +15,8 @@ use hip_kernels::ops::{
 };
 use hip_kernels::params::OnDevice;
 use hip_rt::{
-    Comm, Device, DeviceBuffer, DeviceView, DeviceViewMut, Event, EventOptions, PinnedHostBuffer,
-    ReduceOp, Stream, StreamOptions,
+    Comm, Device, DeviceBuffer, DeviceSliceMut, DeviceView, DeviceViewMut, Event, EventOptions,
+    PinnedHostBuffer, ReduceOp, Stream, StreamOptions,
 };
 use std::cell::RefCell;
 use std::rc::Rc;
@@ -270,6 +270,24 @@ impl<U: hip_rt::Element> View<OnDevice, U> for DeviceBuffer<U> {
 
     fn view_mut(&mut self) -> &mut dyn DeviceViewMut<U> {
         self
+    }
+}
+
+impl<U: hip_rt::Element> View<OnDevice, U> for DeviceSliceMut<'_, U> {
+    fn view(&self) -> &dyn DeviceView<U> {
+        self
+    }
+
+    fn view_mut(&mut self) -> &mut dyn DeviceViewMut<U> {
+        self
+    }
+}
+
+impl<U: hip_rt::Element> Tail<OnDevice, U> for DeviceBuffer<U> {
+    type Of<'a> = DeviceSliceMut<'a, U>;
+
+    fn tail_mut(&mut self, offset: usize) -> Result<DeviceSliceMut<'_, U>> {
+        self.slice_mut(offset..).map_err(dev)
     }
 }
 

@@ -3,6 +3,7 @@
 
 pub mod checkpoint;
 pub mod config;
+pub mod lora;
 pub mod model;
 pub mod params;
 pub mod train;

@@ -9,7 +9,7 @@
 //! tensor that SwiGLU reads fused. Each residual add is fused with the RMSNorm after it.
 
 use super::config::LlamaConfig;
-use super::params::Trained;
+use super::params::{Linear, Trained};
 use crate::backend::{
     adamw_all, gemm, AdamWSlot, AdamWStep, Backend, GradScaling, IdCheck, TrainElement, View,
 };
@@ -173,7 +173,12 @@ pub struct Llama<'b, T: TrainElement, B: Backend<T>> {
     /// ZeRO stage 1: the rank that keeps each tensor's AdamW state (and f32 master weights)
     /// and updates it; `None`: every rank keeps and updates all.
     owners: Option<Vec<usize>>,
+    /// LoRA: the base is never updated and has no gradients of its 2-D weights.
+    frozen: bool,
     acts: Acts<B::Buf<T>, B::Buf<f32>>,
+    /// LoRA's adapters (`--lora-rank`): they add into the targets' outputs; the base is then
+    /// not updated.
+    pub lora: Option<super::lora::LlamaAdapters<T, B>>,
     _t: PhantomData<T>,
 }
 
@@ -192,13 +197,17 @@ fn gemm_acc(m: usize, n: usize, k: usize, trans_a: bool, trans_b: bool) -> Matmu
 impl<'b, T: TrainElement, B: Backend<T>> Llama<'b, T, B> {
     /// Upload `[params, exp_avg, exp_avg_sq]` (in the [`Trained`] order) for micro-batches of
     /// `batch × seq`. With `zero` (ZeRO stage 1) and several ranks, this rank keeps the moments
-    /// and master weights of its share of the tensors only ([`zero_owners`]).
+    /// and master weights of its share of the tensors only ([`zero_owners`]). With `frozen`
+    /// (LoRA) the model is never updated: no master weights, no moments, and no gradient
+    /// buffers for the 2-D weights (the backward skips their products); only the small 1-D
+    /// tensors keep a gradient buffer, written and never read.
     pub fn new(
         backend: &'b B,
         cfg: &LlamaConfig,
         [params, exp_avg, exp_avg_sq]: [&[Vec<f32>]; 3],
         [batch, seq]: [usize; 2],
         zero: bool,
+        frozen: bool,
     ) -> Result<Self> {
         let layout = Trained::new(cfg);
         if params.len() != layout.specs.len() {
@@ -228,10 +237,11 @@ impl<'b, T: TrainElement, B: Backend<T>> Llama<'b, T, B> {
             rotary_dim: cfg.rotary_dim,
             interleaved: cfg.interleaved,
         };
-        let up_stat = |(i, t): (usize, &Vec<f32>)| match mine(i) {
+        let up_stat = |(i, t): (usize, &Vec<f32>)| match mine(i) && !frozen {
             true => backend.upload::<f32>(t),
             false => backend.zeros::<f32>(0),
         };
+        let decays: Vec<bool> = layout.specs.iter().map(|s| s.decays()).collect();
         let (n, c, f) = (dims.rows(), dims.channels, dims.inner);
         let hd = dims.heads * dims.head_dim;
         let z = |len: usize| backend.zeros::<T>(len);
@@ -282,22 +292,25 @@ impl<'b, T: TrainElement, B: Backend<T>> Llama<'b, T, B> {
                 .iter()
                 .map(|t| backend.upload::<T>(t))
                 .collect::<Result<_>>()?,
-            master: match <T as hip_kernels::params::Element>::DTYPE {
-                DType::F32 => None,
+            master: match (<T as hip_kernels::params::Element>::DTYPE, frozen) {
+                (DType::F32, _) | (_, true) => None,
                 _ => Some(stat(params)?),
             },
             grads: params
                 .iter()
-                .map(|t| backend.zeros::<T>(t.len()))
+                .zip(&decays)
+                .map(|(t, &d)| backend.zeros::<T>(if frozen && d { 0 } else { t.len() }))
                 .collect::<Result<_>>()?,
             exp_avg: stat(exp_avg)?,
             exp_avg_sq: stat(exp_avg_sq)?,
             freqs: backend.upload::<f32>(&cfg.frequencies()?)?,
             stream_positions: backend.ids(&positions)?,
-            decays: layout.specs.iter().map(|s| s.decays()).collect(),
+            decays,
+            frozen,
             layout,
             owners,
             acts,
+            lora: None,
             _t: PhantomData,
         })
     }
@@ -306,6 +319,9 @@ impl<'b, T: TrainElement, B: Backend<T>> Llama<'b, T, B> {
     pub fn zero_grads(&mut self) -> Result<()> {
         for g in self.grads.iter_mut() {
             self.backend.fill_zero(g)?;
+        }
+        if let Some(lo) = self.lora.as_mut() {
+            lo.zero_grads(self.backend)?;
         }
         self.backend.fill_zero(&mut self.acts.no_positions_grad)
     }
@@ -458,6 +474,7 @@ impl<'b, T: TrainElement, B: Backend<T>> Llama<'b, T, B> {
         let check = self.check("input token");
         let positions = positions.unwrap_or(&self.stream_positions);
         let a = &mut self.acts;
+        let mut lora = self.lora.as_mut();
         let queue = be.queue();
         let (n, c, f) = (d.rows(), d.channels, d.inner);
         let (hd, w) = (d.heads * d.head_dim, d.qkv_width());
@@ -503,6 +520,11 @@ impl<'b, T: TrainElement, B: Backend<T>> Llama<'b, T, B> {
                 li.qkv_b.map(|b| &p[b]),
                 &mut s.qkv,
             )?;
+            if let Some(lo) = lora.as_deref_mut() {
+                for t in [Linear::Q, Linear::K, Linear::V] {
+                    lo.forward(be, l, t, &s.h1, &mut s.qkv)?;
+                }
+            }
             for (which, heads) in [(0, d.heads), (1, d.kv_heads)] {
                 Rope::<B::Space, T> {
                     params: d.rope(heads),
@@ -538,6 +560,9 @@ impl<'b, T: TrainElement, B: Backend<T>> Llama<'b, T, B> {
                 li.o_b.map(|b| &p[b]),
                 &mut a.branch,
             )?;
+            if let Some(lo) = lora.as_deref_mut() {
+                lo.forward(be, l, Linear::O, &s.att, &mut a.branch)?;
+            }
             ResidualRmsNormForward::<B::Space, T> {
                 params: d.norm(),
                 a: x.view(),
@@ -557,6 +582,11 @@ impl<'b, T: TrainElement, B: Backend<T>> Llama<'b, T, B> {
                 li.gate_up_b.map(|b| &p[b]),
                 &mut s.gate_up,
             )?;
+            if let Some(lo) = lora.as_deref_mut() {
+                for t in [Linear::Gate, Linear::Up] {
+                    lo.forward(be, l, t, &s.h2, &mut s.gate_up)?;
+                }
+            }
             SwigluForward::<B::Space, T> {
                 params: SwigluParams { rows: n, ffn: f },
                 input: GateUp::Fused {
@@ -574,6 +604,9 @@ impl<'b, T: TrainElement, B: Backend<T>> Llama<'b, T, B> {
                 li.down_b.map(|b| &p[b]),
                 &mut a.branch,
             )?;
+            if let Some(lo) = lora.as_deref_mut() {
+                lo.forward(be, l, Linear::Down, &s.act, &mut a.branch)?;
+            }
             let (weight, y, rstd) = match later.first_mut() {
                 Some(next) => (
                     &p[lo.layers[l + 1].input_norm],
@@ -629,20 +662,24 @@ impl<'b, T: TrainElement, B: Backend<T>> Llama<'b, T, B> {
         let positions = positions.unwrap_or(&self.stream_positions);
         let g = &mut self.grads;
         let a = &mut self.acts;
+        let mut lora = self.lora.as_mut();
         let queue = be.queue();
         let owners = self.owners.as_deref();
         let (n, c, f, v) = (d.rows(), d.channels, d.inner, d.vocab);
         let (hd, w) = (d.heads * d.head_dim, d.qkv_width());
         // logits = hf · Wlmᵀ; `a.logits` now holds dlogits.
         let head = lo.lm_head.unwrap_or(lo.embed);
-        Matmul::<B::Space, T> {
-            params: gemm_acc(v, c, n, true, false),
-            a: a.logits.view(),
-            b: a.hf.view(),
-            out: g[head].view_mut(),
+        let frozen = self.frozen;
+        if !frozen {
+            Matmul::<B::Space, T> {
+                params: gemm_acc(v, c, n, true, false),
+                a: a.logits.view(),
+                b: a.hf.view(),
+                out: g[head].view_mut(),
+            }
+            .run(queue)
+            .map_err(op)?;
         }
-        .run(queue)
-        .map_err(op)?;
         Matmul::<B::Space, T> {
             params: gemm(n, c, v, false, false),
             a: a.logits.view(),
@@ -685,7 +722,11 @@ impl<'b, T: TrainElement, B: Backend<T>> Llama<'b, T, B> {
                 &mut a.dact,
                 g,
                 (li.down_w, li.down_b),
+                frozen,
             )?;
+            if let Some(lo) = lora.as_deref_mut() {
+                lo.backward(be, l, Linear::Down, &s.act, &mut a.dres, &mut a.dact)?;
+            }
             SwigluBackward::<B::Space, T> {
                 params: SwigluParams { rows: n, ffn: f },
                 input: GateUp::Fused {
@@ -707,7 +748,13 @@ impl<'b, T: TrainElement, B: Backend<T>> Llama<'b, T, B> {
                 &mut a.branch,
                 g,
                 (li.gate_up_w, li.gate_up_b),
+                frozen,
             )?;
+            if let Some(lo) = lora.as_deref_mut() {
+                for t in [Linear::Gate, Linear::Up] {
+                    lo.backward(be, l, t, &s.h2, &mut a.dgate_up, &mut a.branch)?;
+                }
+            }
             RmsNormBackward::<B::Space, T> {
                 params: d.norm(),
                 x: s.resid_mid.view(),
@@ -730,7 +777,11 @@ impl<'b, T: TrainElement, B: Backend<T>> Llama<'b, T, B> {
                 &mut a.datt,
                 g,
                 (li.o_w, li.o_b),
+                frozen,
             )?;
+            if let Some(lo) = lora.as_deref_mut() {
+                lo.backward(be, l, Linear::O, &s.att, &mut a.dres, &mut a.datt)?;
+            }
             let [q, k, vv] = [0, 1, 2].map(|which| Strided::<B::Space, T> {
                 data: s.qkv.view(),
                 layout: d.qkv_layout(which, t_rows),
@@ -781,7 +832,13 @@ impl<'b, T: TrainElement, B: Backend<T>> Llama<'b, T, B> {
                 &mut a.branch,
                 g,
                 (li.qkv_w, li.qkv_b),
+                frozen,
             )?;
+            if let Some(lo) = lora.as_deref_mut() {
+                for t in [Linear::Q, Linear::K, Linear::V] {
+                    lo.backward(be, l, t, &s.h1, &mut a.dqkv, &mut a.branch)?;
+                }
+            }
             RmsNormBackward::<B::Space, T> {
                 params: d.norm(),
                 x: x.view(),
@@ -804,6 +861,9 @@ impl<'b, T: TrainElement, B: Backend<T>> Llama<'b, T, B> {
                 );
                 ready_bucket::<T, B>(be, g, &ready, owners)?;
             }
+        }
+        if frozen {
+            return Ok(());
         }
         // The forward checked these ids; the kernel never indexes with a bad one.
         EncoderBackward::<B::Space, T> {
@@ -1003,7 +1063,7 @@ fn linear_forward<T: TrainElement, B: Backend<T>>(
 }
 
 /// The backward of [`linear_forward`]: `dW += doutᵀ·x`, `db += Σ_rows dout` (the gradients
-/// `grads[w]`, `grads[b]`), then `dx = dout·W` (written).
+/// `grads[w]`, `grads[b]`; skipped when `frozen`), then `dx = dout·W` (written).
 #[allow(clippy::too_many_arguments)]
 fn linear_backward<T: TrainElement, B: Backend<T>>(
     queue: crate::backend::Queue<'_, B, T>,
@@ -1014,7 +1074,18 @@ fn linear_backward<T: TrainElement, B: Backend<T>>(
     dx: &mut B::Buf<T>,
     grads: &mut [B::Buf<T>],
     (w, b): (usize, Option<usize>),
+    frozen: bool,
 ) -> Result<()> {
+    if frozen {
+        return Matmul::<B::Space, T> {
+            params: gemm(rows, inputs, outputs, false, false),
+            a: dout.view(),
+            b: weight.view(),
+            out: dx.view_mut(),
+        }
+        .run(queue)
+        .map_err(op);
+    }
     let dw = grads
         .get_mut(w)
         .ok_or_else(|| TrainError::Op(format!("no gradient {w}")))?;

@@ -4,6 +4,7 @@
 
 use super::checkpoint::{self as ckpt, Restored, Snapshot};
 use super::config::LlamaConfig;
+use super::lora::{LlamaAdapters, LlamaLora};
 use super::model::Llama;
 use super::params::{Layout, Trained};
 use crate::backend::{AdamWStep, Backend, GradScaling, TrainElement};
@@ -73,16 +74,26 @@ pub(crate) struct LlamaSetup {
     pub(crate) cfg: LlamaConfig,
     pub(crate) source: Source,
     pub(crate) restored: Restored,
+    /// LoRA's flags and first `[params, exp_avg, exp_avg_sq]` (PEFT's order).
+    pub(crate) lora: Option<(LlamaLora, [Vec<Vec<f32>>; 3])>,
 }
 
 /// Load and check what a run of `world` ranks reads (the loader takes `world × --batch` rows
 /// per micro-batch; every rank keeps its own `--batch` rows).
 pub(crate) fn setup(args: &Args, cfg: LlamaConfig, world: usize) -> Result<LlamaSetup> {
-    if args.lora_rank > 0 {
+    let lora = LlamaLora::from_args(args)?;
+    if lora.is_some() && world > 1 {
         return Err(TrainError::Usage(format!(
-            "--lora-rank {}: LoRA on the {} family is not implemented yet; fine-tune it fully \
-             (no --lora-rank)",
+            "--lora-rank {} on {world} ranks: LoRA on the {} family runs on one device or the \
+             CPU for now",
             args.lora_rank,
+            cfg.family.name()
+        )));
+    }
+    if lora.is_some() && args.merge_on_save {
+        return Err(TrainError::Usage(format!(
+            "--merge-on-save is not implemented for the {} family yet; drop it (the adapters \
+             are saved in PEFT's format, which PEFT merges with merge_and_unload)",
             cfg.family.name()
         )));
     }
@@ -104,7 +115,26 @@ pub(crate) fn setup(args: &Args, cfg: LlamaConfig, world: usize) -> Result<Llama
     })?;
     let mut loader = Loader::new(&args.data, &tokens, global_batch, args.seq)?;
     let trained = Trained::new(&cfg);
+    let mut resumed_adapters = None;
     let restored = match &args.resume {
+        Some(dir) if lora.is_some() => {
+            let lo = lora
+                .as_ref()
+                .ok_or_else(|| TrainError::Op("LoRA flags".into()))?;
+            let (adapters, state) = super::lora::resume(dir, lo, &cfg)?;
+            check_resumed(args, dir, &state, world, tokens.ids.len())?;
+            loader.pos = state.loader_pos;
+            resumed_adapters = Some(adapters);
+            let (model_dir, _) = crate::weights::model_paths(&args.model);
+            let params = trained.fuse(&super::weights::load(&model_dir, &cfg)?);
+            let none: Vec<Vec<f32>> = params.iter().map(|_| Vec::new()).collect();
+            Restored {
+                params,
+                exp_avg: none.clone(),
+                exp_avg_sq: none,
+                state,
+            }
+        }
         None => {
             let (model_dir, _) = crate::weights::model_paths(&args.model);
             let params = trained.fuse(&super::weights::load(&model_dir, &cfg)?);
@@ -128,10 +158,26 @@ pub(crate) fn setup(args: &Args, cfg: LlamaConfig, world: usize) -> Result<Llama
             }
         }
     };
+    let adapters = match &lora {
+        None => None,
+        Some(lo) if resumed_adapters.is_some() => {
+            let a = resumed_adapters.take().unwrap_or_default();
+            Some((lo.clone(), a))
+        }
+        Some(lo) => {
+            let values = match &args.lora_init {
+                Some(path) => super::lora::load(path, lo, &cfg)?,
+                None => super::lora::seeded(lo, &cfg, args.seed.unwrap_or(0)),
+            };
+            let zeros: Vec<Vec<f32>> = values.iter().map(|t| vec![0.0; t.len()]).collect();
+            Some((lo.clone(), [values, zeros.clone(), zeros]))
+        }
+    };
     Ok(LlamaSetup {
         cfg,
         source: Source::Stream { tokens, loader },
         restored,
+        lora: adapters,
     })
 }
 
@@ -201,7 +247,17 @@ fn train<T: TrainElement, B: Backend<T>>(
         [&r.params, &r.exp_avg, &r.exp_avg_sq],
         [args.batch, args.seq],
         args.zero == 1,
+        s.lora.is_some(),
     )?;
+    if let Some((lo, [p, m, v])) = &s.lora {
+        model.lora = Some(LlamaAdapters::new(
+            backend,
+            &s.cfg,
+            lo.clone(),
+            [p, m, v],
+            args.batch * args.seq,
+        )?);
+    }
     let hf = Layout::new(&s.cfg);
     let trained = Trained::new(&s.cfg);
     // The config and layout checkpoints are written in (`--save-format hf`: chatglm as glm).
@@ -220,7 +276,20 @@ fn train<T: TrainElement, B: Backend<T>>(
             "hipk-train on {on}: {} | {} parameters | steps {first}..={} | {positions_per_step} \
              tokens/step",
             s.cfg.describe(),
-            hf.count(),
+            match &s.lora {
+                None => hf.count().to_string(),
+                Some((lo, [p, _, _])) => {
+                    let trainable: usize = p.iter().map(Vec::len).sum();
+                    let names: Vec<_> = lo.targets.iter().map(|t| t.name()).collect();
+                    format!(
+                        "LoRA r={} alpha={} on {}: {trainable} trainable of {}",
+                        lo.rank,
+                        lo.alpha,
+                        names.join(","),
+                        hf.count() + trainable
+                    )
+                }
+            },
             args.steps,
         );
         if let Source::Sft(src) = &s.source {
@@ -275,7 +344,10 @@ fn train<T: TrainElement, B: Backend<T>>(
                 last,
             )?;
         }
-        model.grad_norm(&mut scalars)?;
+        match &model.lora {
+            Some(lo) => lo.grad_norm(backend, &mut scalars)?,
+            None => model.grad_norm(&mut scalars)?,
+        }
         let lr = args.lr_at(step);
         let hyper = AdamWStep {
             lr,
@@ -288,7 +360,11 @@ fn train<T: TrainElement, B: Backend<T>>(
             })?,
         };
         let loss_scale = scaler.map_or(1.0, |sc| sc.scale);
-        model.update(&hyper, GradScaling { loss_scale, clip }, &scalars)?;
+        let scaling = GradScaling { loss_scale, clip };
+        match model.lora.as_mut() {
+            Some(lo) => lo.update(backend, &hyper, scaling, &scalars)?,
+            None => model.update(&hyper, scaling, &scalars)?,
+        }
         let read = backend.read_step(&scalars)?;
         let skipped = !read.grad_norm.is_finite();
         if skipped && scaler.is_none() {
@@ -350,6 +426,12 @@ fn train<T: TrainElement, B: Backend<T>>(
                 (state.loss_scale, state.scale_clean_steps) = (sc.scale, sc.clean);
             }
             state.adam_steps = adam_steps;
+            if let (Some(lo), Some((flags, _))) = (&model.lora, &s.lora) {
+                let host = lo.download(backend)?;
+                let path = super::lora::save(dir, flags, &s.cfg, &host, &args.model, &state)?;
+                println!("saved {}", path.display());
+                continue;
+            }
             let [params, m, v] = model.download()?;
             if !role.primary() {
                 continue;

@@ -97,34 +97,10 @@ impl LoraConfig {
     /// The LoRA flags of `args` checked: `None` without `--lora-rank` (or with 0), when no
     /// LoRA-only flag may be given either. Every error is a usage error naming the flag.
     pub fn from_args(args: &Args) -> Result<Option<Self>> {
-        let bad = |m: String| Err(TrainError::Usage(m));
-        if args.lora_rank == 0 {
-            let given = [
-                ("--lora-alpha", args.lora_alpha.is_some()),
-                ("--lora-targets", args.lora_targets.is_some()),
-                ("--lora-init", args.lora_init.is_some()),
-                ("--seed", args.seed.is_some()),
-                ("--merge-on-save", args.merge_on_save),
-            ];
-            if let Some((flag, _)) = given.iter().find(|(_, g)| *g) {
-                return bad(format!(
-                    "{flag} is a LoRA flag, but --lora-rank is {}: set --lora-rank r > 0 to \
-                     fine-tune with LoRA, or drop {flag}",
-                    args.lora_rank
-                ));
-            }
+        let Some((rank, alpha)) = check_flags(args)? else {
             return Ok(None);
-        }
-        if args.lora_rank > MAX_RANK {
-            return bad(format!(
-                "--lora-rank {}: must be at most {MAX_RANK}",
-                args.lora_rank
-            ));
-        }
-        let alpha = args.lora_alpha.unwrap_or(args.lora_rank as f64);
-        if !(alpha.is_finite() && alpha > 0.0) {
-            return bad(format!("--lora-alpha {alpha}: must be a finite number > 0"));
-        }
+        };
+        let bad = |m: String| Err(TrainError::Usage(m));
         let list = args.lora_targets.as_deref().unwrap_or(DEFAULT_TARGETS);
         let mut targets = Vec::new();
         for name in list.split(',').map(str::trim) {
@@ -141,24 +117,8 @@ impl LoraConfig {
             targets.push(t);
         }
         targets.sort();
-        if args.lora_init.is_some() && args.seed.is_some() {
-            return bad(
-                "--seed seeds the adapters' initialisation, which --lora-init replaces: give one"
-                    .into(),
-            );
-        }
-        if args.lora_init.is_some() && args.resume.is_some() {
-            return bad(
-                "--lora-init sets the first adapters, but --resume restores them from the \
-                 checkpoint: give one"
-                    .into(),
-            );
-        }
-        if args.merge_on_save && args.checkpoint_dir.is_none() {
-            return bad("--merge-on-save needs --checkpoint-dir DIR and --save-every N".into());
-        }
         Ok(Some(Self {
-            rank: args.lora_rank,
+            rank,
             alpha,
             targets,
         }))
@@ -229,6 +189,71 @@ impl HostAdapters {
             exp_avg_sq: zeros,
         }
     }
+}
+
+/// The LoRA flags of `args` checked, whatever the model family (its targets are the family's
+/// to parse): `None` without `--lora-rank` (or with 0), else `(rank, alpha)`. Every error is a
+/// usage error naming the flag.
+pub fn check_flags(args: &Args) -> Result<Option<(usize, f64)>> {
+    let bad = |m: String| Err(TrainError::Usage(m));
+    if args.lora_rank == 0 {
+        let given = [
+            ("--lora-alpha", args.lora_alpha.is_some()),
+            ("--lora-targets", args.lora_targets.is_some()),
+            ("--lora-init", args.lora_init.is_some()),
+            ("--seed", args.seed.is_some()),
+            ("--merge-on-save", args.merge_on_save),
+        ];
+        if let Some((flag, _)) = given.iter().find(|(_, g)| *g) {
+            return bad(format!(
+                "{flag} is a LoRA flag, but --lora-rank is {}: set --lora-rank r > 0 to \
+                 fine-tune with LoRA, or drop {flag}",
+                args.lora_rank
+            ));
+        }
+        return Ok(None);
+    }
+    if args.lora_rank > MAX_RANK {
+        return bad(format!(
+            "--lora-rank {}: must be at most {MAX_RANK}",
+            args.lora_rank
+        ));
+    }
+    let alpha = args.lora_alpha.unwrap_or(args.lora_rank as f64);
+    if !(alpha.is_finite() && alpha > 0.0) {
+        return bad(format!("--lora-alpha {alpha}: must be a finite number > 0"));
+    }
+    if args.lora_init.is_some() && args.seed.is_some() {
+        return bad(
+            "--seed seeds the adapters' initialisation, which --lora-init replaces: give one"
+                .into(),
+        );
+    }
+    if args.lora_init.is_some() && args.resume.is_some() {
+        return bad(
+            "--lora-init sets the first adapters, but --resume restores them from the \
+             checkpoint: give one"
+                .into(),
+        );
+    }
+    if args.merge_on_save && args.checkpoint_dir.is_none() {
+        return bad("--merge-on-save needs --checkpoint-dir DIR and --save-every N".into());
+    }
+    // Before the model is read: a name no family adapts (each family checks its own later).
+    let llama: Vec<&str> = crate::llama::Linear::ALL.iter().map(|t| t.name()).collect();
+    let list = args.lora_targets.as_deref().unwrap_or(DEFAULT_TARGETS);
+    for name in list.split(',').map(str::trim) {
+        if Target::parse(name).is_none() && !llama.contains(&name) {
+            let gpt2: Vec<_> = Target::ALL.iter().map(|t| t.name()).collect();
+            return bad(format!(
+                "--lora-targets: `{name}` is not a target; choose from {} (GPT-2) or {} (LLaMA, \
+                 Qwen2)",
+                gpt2.join(", "),
+                llama.join(", ")
+            ));
+        }
+    }
+    Ok(Some((args.lora_rank, alpha)))
 }
 
 /// A [`crate::checkpoint::Restored`] of a frozen base: `params`, no optimizer state (empty

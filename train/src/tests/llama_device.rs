@@ -235,3 +235,28 @@ fn bf16_and_f16_on_a_device_follow_the_cpu_backend() {
         }
     }
 }
+
+#[test]
+fn qwen2_lora_on_a_device_matches_peft_and_its_bf16_base_stays_small() {
+    let _s = serial();
+    emu_setup();
+    let logs = crate::train::run(&super::llama_lora::lora_args(&strs(&["--device", "0"]))).unwrap();
+    compare(&logs, "qwen2_lora", LOSS_RTOL_DEVICE);
+    // bf16: LoRA keeps the frozen base in 16 bits (no f32 master, no moments, no weight
+    // gradients); full fine-tuning has all three.
+    let peak = |logs: &[StepLog]| logs.iter().filter_map(|l| l.mem).map(|m| m.peak).max();
+    let lora = crate::train::run(&super::llama_lora::lora_args(&strs(&[
+        "--device", "0", "--steps", "2", "--dtype", "bf16",
+    ])))
+    .unwrap();
+    let full = crate::train::run(&variant_args(
+        "qwen2_base",
+        &strs(&["--device", "0", "--steps", "2", "--dtype", "bf16"]),
+    ))
+    .unwrap();
+    let (lora, full) = (peak(&lora).unwrap(), peak(&full).unwrap());
+    println!(
+        "qwen2 bf16 on hip-emu: mem_peak LoRA r=4 (7 targets) {lora} B, full fine-tuning {full} B"
+    );
+    assert!(lora < full, "LoRA {lora} B vs full {full} B");
+}

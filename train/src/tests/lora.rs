@@ -409,7 +409,7 @@ fn lora_only_flags_without_a_rank_are_usage_errors() {
         "--lora-targets",
         "attn.c_attn,mlp.c_gate",
     ]));
-    assert_eq!(err.exit_code(), 2);
+    assert_eq!(err.exit_code(), 2, "{err}");
     let text = err.to_string();
     assert!(
         text.contains("mlp.c_gate") && text.contains("mlp.c_proj"),

@@ -16,6 +16,7 @@ mod interrupted_save;
 #[cfg(feature = "device")]
 mod llama_device;
 mod llama_files;
+mod llama_lora;
 mod llama_train;
 mod lora;
 mod mixed;
