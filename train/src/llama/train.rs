@@ -429,6 +429,9 @@ fn train<T: TrainElement, B: Backend<T>>(
             if let (Some(lo), Some((flags, _))) = (&model.lora, &s.lora) {
                 let host = lo.download(backend)?;
                 let path = super::lora::save(dir, flags, &s.cfg, &host, &args.model, &state)?;
+                if let Source::Sft(src) = &s.source {
+                    src.save_state(&path)?;
+                }
                 println!("saved {}", path.display());
                 continue;
             }

@@ -35,10 +35,30 @@ pub(crate) fn setup(args: &Args, cfg: LlamaConfig, world: usize) -> Result<Llama
     )?;
     let rows = src.index.rows.len();
     let trained = Trained::new(&cfg);
-    let restored = match &args.resume {
-        None => {
-            let (model_dir, _) = crate::weights::model_paths(&args.model);
-            let params = trained.fuse(&crate::llama::weights::load(&model_dir, &cfg)?);
+    let lora = crate::llama::lora::LlamaLora::from_args(args)?;
+    let base = |cfg: &LlamaConfig| -> Result<Vec<Vec<f32>>> {
+        let (model_dir, _) = crate::weights::model_paths(&args.model);
+        Ok(trained.fuse(&crate::llama::weights::load(&model_dir, cfg)?))
+    };
+    let mut resumed_adapters = None;
+    let restored = match (&args.resume, &lora) {
+        (Some(dir), Some(lo)) => {
+            let (adapters, state) = crate::llama::lora::resume(dir, lo, &cfg)?;
+            // The data and tokenizer first: a refusal names which of them differs.
+            src.resume_from(dir)?;
+            check_resumed(args, dir, &state, world, rows)?;
+            resumed_adapters = Some(adapters);
+            let params = base(&cfg)?;
+            let none: Vec<Vec<f32>> = params.iter().map(|_| Vec::new()).collect();
+            ckpt::Restored {
+                params,
+                exp_avg: none.clone(),
+                exp_avg_sq: none,
+                state,
+            }
+        }
+        (None, _) => {
+            let params = base(&cfg)?;
             let zeros: Vec<Vec<f32>> = params.iter().map(|t| vec![0.0; t.len()]).collect();
             ckpt::Restored {
                 params,
@@ -47,7 +67,7 @@ pub(crate) fn setup(args: &Args, cfg: LlamaConfig, world: usize) -> Result<Llama
                 state: new_state(args, global_batch, 0, 0, rows),
             }
         }
-        Some(dir) => {
+        (Some(dir), None) => {
             let r = ckpt::load(dir, &cfg)?;
             // The data and tokenizer first: a refusal names which of them differs.
             src.resume_from(dir)?;
@@ -60,10 +80,25 @@ pub(crate) fn setup(args: &Args, cfg: LlamaConfig, world: usize) -> Result<Llama
             }
         }
     };
+    let adapters = match lora {
+        None => None,
+        Some(lo) => match resumed_adapters {
+            Some(a) => Some((lo, a)),
+            None => {
+                let values = match &args.lora_init {
+                    Some(path) => crate::llama::lora::load(path, &lo, &cfg)?,
+                    None => crate::llama::lora::seeded(&lo, &cfg, args.seed.unwrap_or(0)),
+                };
+                let zeros: Vec<Vec<f32>> = values.iter().map(|t| vec![0.0; t.len()]).collect();
+                Some((lo, [values, zeros.clone(), zeros]))
+            }
+        },
+    };
     Ok(LlamaSetup {
         cfg,
         source: Source::Sft(Box::new(src)),
         restored,
+        lora: adapters,
     })
 }
 

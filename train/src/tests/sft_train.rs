@@ -266,3 +266,55 @@ fn sft_training_matches_transformers_on_two_emulated_devices() {
     run(&args).unwrap();
     compare(&lines(&log), super::llama_train::LOSS_RTOL_DEVICE);
 }
+
+/// LoRA on SFT data: a seeded start (B = 0) leaves the model as it was, so step 1's loss is the
+/// full fine-tune's step 1; then only the adapters move the loss, and a LoRA step saved and
+/// resumed continues the same run.
+#[test]
+fn sft_with_lora_starts_at_the_base_loss_and_resumes() {
+    let s = Scratch::new("sft-lora");
+    let ck = s.path("ck");
+    let ck_s = ck.display().to_string();
+    let lora = [
+        "--lora-rank",
+        "4",
+        "--lora-targets",
+        "q_proj,v_proj,down_proj",
+    ];
+    let base = run(&args_with(
+        &dir().join("model"),
+        &dir().join("train.jsonl"),
+        &flags(&["--steps", "1"]),
+    ))
+    .unwrap();
+    let mut f = flags(&[
+        "--steps",
+        "3",
+        "--save-every",
+        "2",
+        "--checkpoint-dir",
+        &ck_s,
+    ]);
+    f.extend(strs(&lora));
+    let whole = run(&args_with(
+        &dir().join("model"),
+        &dir().join("train.jsonl"),
+        &f,
+    ))
+    .unwrap();
+    assert_eq!(
+        whole[0].loss, base[0].loss,
+        "B = 0 leaves the base model's loss"
+    );
+    assert_ne!(whole[2].loss, whole[0].loss, "the adapters train");
+    let mut r = flags(&["--steps", "3", "--resume"]);
+    r.push(ck.join("step_2").display().to_string());
+    r.extend(strs(&lora));
+    let resumed = run(&args_with(
+        &dir().join("model"),
+        &dir().join("train.jsonl"),
+        &r,
+    ))
+    .unwrap();
+    assert_eq!(resumed.last().map(|l| l.loss), whole.last().map(|l| l.loss));
+}
