@@ -10,8 +10,8 @@ pub mod table;
 use crate::cli::{Args, Device, Precision};
 use crate::config::ModelConfig;
 use crate::error::{Result, TrainError};
-use crate::llama::{Linear, LlamaConfig};
-use crate::lora::{LoraConfig, Target};
+use crate::llama::LlamaConfig;
+use crate::lora::LoraConfig;
 use estimate::{LoraPlan, Settings, Shape, DEFAULT_BUCKET_ELEMS};
 
 /// The memory flags alone: `--bucket-mb` only with `--zero 2` and at least 1; outside
@@ -58,22 +58,16 @@ pub fn check_world(args: &Args, world: usize) -> Result<()> {
     Ok(())
 }
 
-/// LoRA's adapters on a LLaMA-family model, GPT-2's target names taken by meaning:
-/// `attn.c_attn` q, k and v; `attn.c_proj` o; `mlp.c_fc` gate and up; `mlp.c_proj` down.
-fn llama_lora(lora: &LoraConfig, cfg: &LlamaConfig) -> LoraPlan {
-    let mut modules = Vec::new();
-    for t in &lora.targets {
-        let linears: &[Linear] = match t {
-            Target::CAttn => &[Linear::Q, Linear::K, Linear::V],
-            Target::AttnProj => &[Linear::O],
-            Target::CFc => &[Linear::Gate, Linear::Up],
-            Target::MlpProj => &[Linear::Down],
-        };
-        for l in linears {
+/// LoRA's adapters on a LLaMA-family model (`--lora-targets` in HF's names).
+fn llama_lora(lora: &crate::llama::lora::LlamaLora, cfg: &LlamaConfig) -> LoraPlan {
+    let modules = lora
+        .targets
+        .iter()
+        .map(|l| {
             let [out, inp] = l.shape(cfg);
-            modules.push((inp, out));
-        }
-    }
+            (inp, out)
+        })
+        .collect();
     LoraPlan {
         rank: lora.rank,
         modules,
@@ -90,7 +84,6 @@ pub fn for_args(
 ) -> Result<(String, estimate::Estimate)> {
     let (model_dir, _) = crate::weights::model_paths(&args.model);
     let cfg = ModelConfig::load(&model_dir.join("config.json"))?;
-    let lora = LoraConfig::from_args(args)?;
     let bucket_elems = match args.bucket_mb {
         Some(mb) => {
             let bytes = mb.saturating_mul(1 << 20);
@@ -117,11 +110,11 @@ pub fn for_args(
     };
     let (describe, est) = match &cfg {
         ModelConfig::Gpt2(c) => {
-            s.lora = lora.as_ref().map(|l| LoraPlan::gpt2(l, c));
+            s.lora = LoraConfig::from_args(args)?.map(|l| LoraPlan::gpt2(&l, c));
             (c.describe(), of(Shape::Gpt2(c), &s))
         }
         ModelConfig::Llama(c) => {
-            s.lora = lora.as_ref().map(|l| llama_lora(l, c));
+            s.lora = crate::llama::lora::LlamaLora::from_args(args)?.map(|l| llama_lora(&l, c));
             (c.describe(), of(Shape::Llama(c), &s))
         }
     };
@@ -131,7 +124,7 @@ pub fn for_args(
         format!("{world} rank{}", if world == 1 { "" } else { "s" }),
         format!("zero {}", args.zero),
     ];
-    if let Some(l) = &lora {
+    if let Some(l) = &s.lora {
         what.push(format!("LoRA r={}", l.rank));
     }
     if args.grad_checkpoint {
