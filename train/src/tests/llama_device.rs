@@ -238,6 +238,12 @@ fn bf16_and_f16_on_a_device_follow_the_cpu_backend() {
 
 #[test]
 fn qwen2_lora_on_a_device_matches_peft_and_its_bf16_base_stays_small() {
+    // The peaks compared below are the device's: alone in a process.
+    if super::alone(
+        "tests::llama_device::qwen2_lora_on_a_device_matches_peft_and_its_bf16_base_stays_small",
+    ) {
+        return;
+    }
     let _s = serial();
     emu_setup();
     let logs = crate::train::run(&super::llama_lora::lora_args(&strs(&["--device", "0"]))).unwrap();

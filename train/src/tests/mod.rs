@@ -66,6 +66,41 @@ fn args_with(model: &Path, data: &Path, extra: &[String]) -> Args {
     Args::try_parse_from(argv).unwrap()
 }
 
+/// Set in the child of [`alone`] to the name of the test it runs.
+#[cfg(feature = "device")]
+const ALONE: &str = "HIPK_TRAIN_TEST_ALONE";
+
+/// Run test `name` (its full path, as `cargo test` prints it) again in a child process of this
+/// test binary, alone: for a test that asserts device memory, which the tests running beside it
+/// in this process would change (hip-emu's devices and their caching allocators are shared by
+/// the whole process). Returns true in the parent once the child passed (the caller returns),
+/// false in the child (the caller runs its body).
+#[cfg(feature = "device")]
+fn alone(name: &str) -> bool {
+    if std::env::var(ALONE).as_deref() == Ok(name) {
+        return false;
+    }
+    emu_setup();
+    let out = std::process::Command::new(std::env::current_exe().unwrap())
+        .args([name, "--exact", "--test-threads=1", "--nocapture"])
+        .env(ALONE, name)
+        .output()
+        .expect("start this test binary again");
+    let text =
+        String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
+    println!("{text}");
+    assert!(
+        out.status.success(),
+        "{name} failed in its own process:\n{text}"
+    );
+    // A misspelt name would pass by running nothing.
+    assert!(
+        text.contains("1 passed"),
+        "{name} did not run in its own process:\n{text}"
+    );
+    true
+}
+
 /// On hip-emu (`HIPK_HIP_LIBRARY` names libhip_emu.so): four emulated devices and hip-emu's
 /// emulated RCCL, unless set otherwise. Called before any device is touched (hip-emu reads
 /// `HIPK_EMU_DEVICES` once, when it starts).
