@@ -320,9 +320,8 @@ pub trait Backend<T: TrainElement> {
         accum: usize,
         scalars: &mut Self::Scalars,
     ) -> Result<()>;
-    /// Runs the fused AdamW `a` over every tensor of a step (a backend may override it, e.g. with
-    /// hip-kernels' device-side tensor tables; the device backend does not yet: see
-    /// docs/PERFORMANCE.md).
+    /// Runs the fused AdamW `a` over every tensor of a step (the device backend: one launch over
+    /// a device-side table, whatever the tensor count).
     fn run_adamw(&self, a: AdamW<'_, '_, Self::Space, T>) -> Result<()> {
         a.run(self.queue()).map_err(op)
     }

@@ -11,7 +11,7 @@ use crate::backend::{
 };
 use crate::error::{dev, op, Result, TrainError};
 use hip_kernels::ops::{
-    self, ClipGradScale, ClipParams, EncoderForward, Run, SoftmaxCrossEntropy, NO_ERROR,
+    self, AdamW, ClipGradScale, ClipParams, EncoderForward, Run, SoftmaxCrossEntropy, NO_ERROR,
 };
 use hip_kernels::params::OnDevice;
 use hip_rt::{
@@ -95,6 +95,9 @@ pub struct DeviceBackend {
     slots: usize,
     state: RefCell<StepState>,
     ddp: Option<Ddp>,
+    /// The few-launch optimizer's device-side tensor tables (gradient norm and AdamW), kept
+    /// across steps: one launch each whatever the tensor count.
+    tables: RefCell<ops::OptimizerTables>,
 }
 
 impl DeviceBackend {
@@ -168,6 +171,7 @@ impl DeviceBackend {
             slots,
             state: RefCell::new(state),
             ddp,
+            tables: RefCell::new(ops::OptimizerTables::new()),
         })
     }
 
@@ -253,7 +257,9 @@ impl DeviceBackend {
             .values
             .slice_mut(self.slots..self.slots + 1)
             .map_err(dev)?;
-        ops::l2_norm(&self.stream, &views, &mut norm).map_err(op)
+        // One launch over every gradient plus the final reduction (device-side table).
+        let mut tables = self.tables.borrow_mut();
+        ops::l2_norm_tabled(&self.stream, &views, &mut norm, None, &mut tables).map_err(op)
     }
 }
 
@@ -405,6 +411,13 @@ impl<T: TrainElement> Backend<T> for DeviceBackend {
         })?;
         scalars.divisors.push(accum);
         Ok(())
+    }
+
+    /// One AdamW launch whatever the tensor count (a device-side table, uploaded with one
+    /// asynchronous copy).
+    fn run_adamw(&self, a: AdamW<'_, '_, OnDevice, T>) -> Result<()> {
+        let mut tables = self.tables.borrow_mut();
+        ops::adamw_tabled(&self.stream, a, &mut tables).map_err(op)
     }
 
     fn grad_norm(&self, grads: &[&DeviceBuffer<T>], scalars: &mut DeviceScalars) -> Result<()> {
