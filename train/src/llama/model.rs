@@ -702,7 +702,9 @@ impl<'b, T: TrainElement, B: Backend<T>> Llama<'b, T, B> {
         }
         .run(queue)
         .map_err(op)?;
-        if last {
+        // A frozen base (LoRA): its 1-D gradients are scratch nobody reads; only the adapters'
+        // gradients are summed across ranks.
+        if last && !frozen {
             let mut ready = vec![lo.norm];
             ready.extend(lo.lm_head);
             ready_bucket::<T, B>(be, g, &ready, owners)?;
@@ -851,7 +853,11 @@ impl<'b, T: TrainElement, B: Backend<T>> Llama<'b, T, B> {
             }
             .run(queue)
             .map_err(op)?;
-            if last {
+            if let (true, Some(lo)) = (last, lora.as_deref_mut()) {
+                // Layer l's adapters' gradients are final: one bucket.
+                lo.grads_ready(be, l)?;
+            }
+            if last && !frozen {
                 let mut ready = vec![li.input_norm, li.qkv_w, li.o_w, li.post_norm];
                 ready.extend([li.gate_up_w, li.down_w]);
                 ready.extend(

@@ -4,7 +4,7 @@
 
 use super::checkpoint::{self as ckpt, Restored, Snapshot};
 use super::config::{Family, LlamaConfig};
-use super::lora::{LlamaAdapters, LlamaLora};
+use super::lora::{LlamaAdapters, LlamaLora, LoraResume};
 use super::model::Llama;
 use super::params::{Layout, Trained};
 use crate::backend::{AdamWStep, Backend, GradScaling, TrainElement};
@@ -76,6 +76,8 @@ pub(crate) struct LlamaSetup {
     pub(crate) restored: Restored,
     /// LoRA's flags and first `[params, exp_avg, exp_avg_sq]` (PEFT's order).
     pub(crate) lora: Option<(LlamaLora, [Vec<Vec<f32>>; 3])>,
+    /// A line rank 0 prints before the run (`--resume` of a bare PEFT adapter directory).
+    pub(crate) note: Option<String>,
 }
 
 /// Load and check what a run of `world` ranks reads (the loader takes `world × --batch` rows
@@ -87,21 +89,6 @@ pub(crate) fn setup(args: &Args, cfg: LlamaConfig, world: usize) -> Result<Llama
             "--lora-rank {}: LoRA on the {} family is not implemented yet (its fused targets \
              and PEFT names differ from llama's); train it without --lora-rank",
             args.lora_rank,
-            cfg.family.name()
-        )));
-    }
-    if lora.is_some() && world > 1 {
-        return Err(TrainError::Usage(format!(
-            "--lora-rank {} on {world} ranks: LoRA on the {} family runs on one device or the \
-             CPU for now",
-            args.lora_rank,
-            cfg.family.name()
-        )));
-    }
-    if lora.is_some() && args.merge_on_save {
-        return Err(TrainError::Usage(format!(
-            "--merge-on-save is not implemented for the {} family yet; drop it (the adapters \
-             are saved in PEFT's format, which PEFT merges with merge_and_unload)",
             cfg.family.name()
         )));
     }
@@ -124,14 +111,25 @@ pub(crate) fn setup(args: &Args, cfg: LlamaConfig, world: usize) -> Result<Llama
     let mut loader = Loader::new(&args.data, &tokens, global_batch, args.seq)?;
     let trained = Trained::new(&cfg);
     let mut resumed_adapters = None;
+    let mut note = None;
     let restored = match &args.resume {
         Some(dir) if lora.is_some() => {
             let lo = lora
                 .as_ref()
                 .ok_or_else(|| TrainError::Op("LoRA flags".into()))?;
-            let (adapters, state) = super::lora::resume(dir, lo, &cfg)?;
-            check_resumed(args, dir, &state, world, tokens.ids.len())?;
-            loader.pos = state.loader_pos;
+            let resumed = super::lora::resume(dir, lo, &cfg)?;
+            note = resumed.note(dir);
+            let (adapters, state) = match resumed {
+                LoraResume::Checkpoint(adapters, state) => {
+                    check_resumed(args, dir, &state, world, tokens.ids.len())?;
+                    loader.pos = state.loader_pos;
+                    (adapters, state)
+                }
+                LoraResume::Peft(adapters) => (
+                    adapters,
+                    new_state(args, global_batch, 0, 0, tokens.ids.len()),
+                ),
+            };
             resumed_adapters = Some(adapters);
             let (model_dir, _) = crate::weights::model_paths(&args.model);
             let params = trained.fuse(&super::weights::load(&model_dir, &cfg)?);
@@ -186,6 +184,7 @@ pub(crate) fn setup(args: &Args, cfg: LlamaConfig, world: usize) -> Result<Llama
         source: Source::Stream { tokens, loader },
         restored,
         lora: adapters,
+        note,
     })
 }
 
@@ -193,6 +192,9 @@ pub(crate) fn setup(args: &Args, cfg: LlamaConfig, world: usize) -> Result<Llama
 pub(crate) fn prepare(args: &Args, cfg: LlamaConfig, world: usize) -> Result<LlamaSetup> {
     crate::outputs::check_log(args)?;
     let s = setup(args, cfg, world)?;
+    if let Some(note) = &s.note {
+        println!("{note}");
+    }
     crate::outputs::check_checkpoint_dir(args, first_step(&s.restored.state)?)?;
     if let Some(dir) = &args.checkpoint_dir {
         crate::checkpoint::prepare_dir(dir)?;
@@ -436,7 +438,25 @@ fn train<T: TrainElement, B: Backend<T>>(
             state.adam_steps = adam_steps;
             if let (Some(lo), Some((flags, _))) = (&model.lora, &s.lora) {
                 let host = lo.download(backend)?;
-                let path = super::lora::save(dir, flags, &s.cfg, &host, &args.model, &state)?;
+                // --merge-on-save: the base (HF order) with the adapters folded in, beside them.
+                let merged = match args.merge_on_save {
+                    true => Some(super::merge::merged(
+                        &s.cfg,
+                        flags,
+                        &trained.split(&hf, &s.restored.params),
+                        &host[0],
+                    )?),
+                    false => None,
+                };
+                let path = super::lora::save(
+                    dir,
+                    flags,
+                    &s.cfg,
+                    &host,
+                    &args.model,
+                    &state,
+                    merged.as_deref(),
+                )?;
                 if let Source::Sft(src) = &s.source {
                     src.save_state(&path)?;
                 }
