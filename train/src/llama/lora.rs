@@ -586,12 +586,8 @@ impl<T: TrainElement, B: Backend<T>> LlamaAdapters<T, B> {
     pub fn grads_ready(&mut self, be: &B, l: usize) -> Result<()> {
         let per_layer = 2 * self.cfg.targets.len();
         let start = l * per_layer;
-        let mut bufs: Vec<&mut B::Buf<T>> = self
-            .grads
-            .iter_mut()
-            .skip(start)
-            .take(per_layer)
-            .collect();
+        let mut bufs: Vec<&mut B::Buf<T>> =
+            self.grads.iter_mut().skip(start).take(per_layer).collect();
         be.grads_ready(&mut bufs, None)
     }
 

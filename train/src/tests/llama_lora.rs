@@ -154,8 +154,7 @@ fn peft_loads_our_adapters_and_gives_the_next_step_loss() {
 #[test]
 fn lora_with_zero_1_is_a_usage_error_naming_the_flag() {
     // As GPT-2's LoRA: ZeRO shards optimizer state of the base, which LoRA does not have.
-    let e = crate::train::run(&lora_args(&strs(&["--devices", "0,1", "--zero", "1"])))
-        .unwrap_err();
+    let e = crate::train::run(&lora_args(&strs(&["--devices", "0,1", "--zero", "1"]))).unwrap_err();
     assert!(matches!(e, crate::error::TrainError::Usage(_)), "{e}");
     assert!(e.to_string().contains("--zero 1 with --lora-rank 4"), "{e}");
 }
@@ -337,6 +336,9 @@ fn merge_on_save_writes_w_plus_scaled_ba_and_gives_the_next_loss() {
     let peft = r["peft_loss"].as_f64().unwrap();
     let then = r["trainer_loss"].as_f64().unwrap();
     assert!(rel(hf, peft) <= LOSS_RTOL_CPU, "merged {hf} vs PEFT {peft}");
-    assert!(rel(then, hf) <= LOSS_RTOL_CPU, "trainer {then} vs merged {hf}");
+    assert!(
+        rel(then, hf) <= LOSS_RTOL_CPU,
+        "trainer {then} vs merged {hf}"
+    );
     assert!(rel(a, hf) <= LOSS_RTOL_CPU, "step 5 now {a} vs merged {hf}");
 }
