@@ -78,7 +78,13 @@ def main():
         from transformers import AutoModelForCausalLM as M
         base = M.from_pretrained(os.path.join(DATA, v["model"]), dtype=torch.float32)
         model = PeftModel.from_pretrained(base, out)
+        # The base as the committed `peft/` names it (not this machine's path).
+        for c in model.peft_config.values():
+            c.base_model_name_or_path = "qwen2"
         model.save_pretrained(out)
+        card = os.path.join(out, "README.md")
+        text = open(card).read().replace(os.path.join(DATA, v["model"]), "qwen2")
+        open(card, "w").write(text)
         print(f"wrote {out}: {sorted(os.listdir(out))}")
 
     with tempfile.TemporaryDirectory() as tmp:
