@@ -148,7 +148,8 @@ pub struct Args {
     /// written as transformers' `glm`, which loads without remote code).
     #[arg(long, value_enum, default_value_t = SaveFormat::Native)]
     pub save_format: SaveFormat,
-    /// Continue from a checkpoint directory `DIR/step_<s>`.
+    /// Continue from a checkpoint directory `DIR/step_<s>` (LLaMA-family LoRA: also a bare PEFT
+    /// adapter directory, which starts at step 1 from its adapters).
     #[arg(long)]
     pub resume: Option<PathBuf>,
     /// JSONL log, one object per step.
