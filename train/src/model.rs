@@ -18,7 +18,7 @@ use hip_kernels::params::DType;
 use std::marker::PhantomData;
 
 /// Saved activations of one layer (`N = B·T` rows): `T` tensors, `S` f32 statistics. The
-/// layer's output (the residual stream after it) lives in [`Acts::resid`].
+/// layer's output (the residual stream after it) lives in `Acts::resid`.
 struct LayerActs<T, S> {
     ln1: T,
     ln1_mean: S,
@@ -88,7 +88,7 @@ pub struct Gpt2<'b, T: TrainElement, B: Backend<T>> {
     /// and updates it, in canonical order; `None`: every rank keeps and updates all.
     owners: Option<Vec<usize>>,
     /// `--grad-checkpoint`: the forward keeps each layer's input only, and the backward
-    /// recomputes each layer's activations (into the one set of [`Acts::layers`]) before its
+    /// recomputes each layer's activations (into the one set of `Acts::layers`) before its
     /// backward.
     grad_checkpoint: bool,
     acts: Acts<B::Buf<T>, B::Buf<f32>>,

@@ -102,7 +102,7 @@ impl LlamaDims {
 }
 
 /// Saved activations of one layer (`N = B·T` rows): `A` tensors, `S` f32 statistics. The
-/// layer's output (the residual stream after it) lives in [`Acts::resid`].
+/// layer's output (the residual stream after it) lives in `Acts::resid`.
 struct LayerActs<A, S> {
     /// The layer's input normed `[N, C]` and its `rstd`.
     h1: A,
@@ -180,7 +180,7 @@ pub struct Llama<'b, T: TrainElement, B: Backend<T>> {
     /// LoRA: the base is never updated and has no gradients of its 2-D weights.
     frozen: bool,
     /// `--grad-checkpoint`: the forward keeps each layer's input only, and the backward
-    /// recomputes each layer's activations (into the one set of [`Acts::layers`]) before its
+    /// recomputes each layer's activations (into the one set of `Acts::layers`) before its
     /// backward.
     grad_checkpoint: bool,
     acts: Acts<B::Buf<T>, B::Buf<f32>>,
@@ -531,7 +531,7 @@ impl<'b, T: TrainElement, B: Backend<T>> Llama<'b, T, B> {
         let ckpt = self.grad_checkpoint;
         for l in 0..lo.layers.len() {
             let (done, rest) = a.resid.split_at_mut(l);
-            let x = done.last().map_or(&a.embedded, |prev| &*prev);
+            let x = done.last().unwrap_or(&a.embedded);
             let out = rest
                 .first_mut()
                 .ok_or_else(|| TrainError::Op(format!("layer {l} has no output buffer")))?;
@@ -1102,7 +1102,7 @@ fn layer_front<T: TrainElement, B: Backend<T>>(
         li.gate_up_b.map(|b| &p[b]),
         &mut s.gate_up,
     )?;
-    if let Some(lo) = lora.as_deref_mut() {
+    if let Some(lo) = lora {
         for t in [Linear::Gate, Linear::Up] {
             lo.forward(be, l, t, &s.h2, &mut s.gate_up)?;
         }

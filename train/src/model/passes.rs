@@ -68,7 +68,7 @@ impl<T: TrainElement, B: Backend<T>> Gpt2<'_, T, B> {
         let ckpt = self.grad_checkpoint;
         for l in 0..self.layers {
             let (done, rest) = a.resid.split_at_mut(l);
-            let x = done.last().map_or(&a.encoded, |prev| &*prev);
+            let x = done.last().unwrap_or(&a.encoded);
             let out = rest
                 .first_mut()
                 .ok_or_else(|| TrainError::Op(format!("layer {l} has no output buffer")))?;

@@ -120,6 +120,9 @@ mod on_device {
     use super::*;
     use crate::parallel::run_devices;
 
+    /// A model's name and how its args are made.
+    type Maker<'a> = (&'a str, &'a dyn Fn(&[String]) -> Args);
+
     /// 2 ranks against one device with the global batch, f32: summation order only (as
     /// the data-parallel tests' bound).
     const DDP_RTOL: f64 = 1e-5;
@@ -149,7 +152,7 @@ mod on_device {
     fn on_two_devices_it_equals_the_plain_runs() {
         let _s = serial();
         emu_setup();
-        let makers: [(&str, &dyn Fn(&[String]) -> Args); 2] = [("gpt2", &gpt2), ("llama", &llama)];
+        let makers: [Maker; 2] = [("gpt2", &gpt2), ("llama", &llama)];
         for (name, make) in makers {
             let one = run(&make(&strs(&["--steps", "3", "--device", "0"]))).unwrap();
             let two = |zero: &str, ckpt: bool| {
@@ -218,7 +221,7 @@ mod on_device {
             return;
         }
         emu_setup();
-        let makers: [(&str, &dyn Fn(&[String]) -> Args); 2] = [("gpt2", &gpt2), ("llama", &llama)];
+        let makers: [Maker; 2] = [("gpt2", &gpt2), ("llama", &llama)];
         for (name, make) in makers {
             for dtype in ["f32", "bf16"] {
                 let base = ["--device", "0", "--steps", "2", "--dtype", dtype];
