@@ -2,16 +2,22 @@
 //! the backward recomputes the layer before its backward. On one device (the CPU backend, and
 //! hip-emu in the device suite) a run with it must equal the run without it bit for bit (every
 //! step's loss and gradient norm, and every byte of the checkpoints: weights, AdamW moments,
-//! LoRA adapters), for GPT-2 and the LLaMA family, f32 and bf16, full and LoRA; on 2 emulated
+//! LoRA adapters), for GPT-2 and the LLaMA family (llama, qwen2, chatglm; packed sequences),
+//! f32 and bf16, full and LoRA; on 2 emulated
 //! devices it must equal the same 2-device run without it bit for bit, and one device within
-//! the data-parallel bound. Its memory is measured in [`on_device::activations_drop`].
+//! the data-parallel bound. Its memory is measured on hip-emu
+//! (`on_device::activations_drop_to_one_layer_plus_the_inputs`).
 
+use super::glm_train::{cfg_of, glm_args};
 use super::llama_lora::lora_args;
+use super::llama_train::packed_batches;
 use super::llama_train::variant_args;
 use super::lora::lora_flags;
 use super::{args_with, data_dir, strs, Scratch};
 use crate::cli::Args;
-use crate::train::{run, StepLog};
+use crate::cpu_backend::Cpu;
+use crate::llama::train::{setup, train_as, Source};
+use crate::train::{run, Role, StepLog};
 use std::collections::BTreeMap;
 use std::path::Path;
 
@@ -112,6 +118,42 @@ fn llama_family_on_the_cpu_is_bit_identical_with_and_without_it() {
     assert_identical("llama f32", &llama, &["--steps", "2"]);
     assert_identical("qwen2 bf16", &qwen2, &["--steps", "2", "--dtype", "bf16"]);
     assert_identical("qwen2 LoRA", &qwen2_lora, &["--steps", "2"]);
+    // GLM's partial interleaved rotary, in the chatglm layout.
+    let chatglm = |e: &[String]| glm_args("glm_base", "chatglm", e);
+    assert_identical("chatglm f32", &chatglm, &["--steps", "2"]);
+}
+
+/// Packed sequences (their positions and sequence bounds in the recomputed attention), on the
+/// GLM in the chatglm layout, as tests::glm_train runs them.
+#[test]
+fn packed_sequences_on_the_cpu_are_bit_identical_with_and_without_it() {
+    let logs: Vec<_> = [false, true]
+        .map(|ckpt| {
+            let mut extra = strs(&["--steps", "3"]);
+            if ckpt {
+                extra.push("--grad-checkpoint".into());
+            }
+            let args = glm_args("glm_packed", "chatglm", &extra);
+            let cfg = cfg_of(&args.model);
+            // The setup reads the token file; the packed rows replace it as the source.
+            let stream = glm_args(
+                "glm_base",
+                "chatglm",
+                &strs(&["--steps", "3", "--batch", "2", "--grad-accum", "2"]),
+            );
+            let mut s = setup(&stream, cfg, 1).unwrap();
+            s.source = Source::Batches {
+                list: packed_batches(),
+                next: 0,
+            };
+            bits(&train_as(&Cpu, &args, s, Role::SINGLE, false).unwrap().logs)
+        })
+        .into();
+    assert_eq!(logs[0].len(), 3);
+    assert_eq!(
+        logs[0], logs[1],
+        "packed chatglm: with and without --grad-checkpoint"
+    );
 }
 
 #[cfg(feature = "device")]
