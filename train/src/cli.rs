@@ -200,7 +200,7 @@ pub struct Args {
     #[arg(long)]
     pub memory_estimate: bool,
     /// Activation checkpointing: keep each layer's input only and recompute the layer in the
-    /// backward (planned: `--memory-estimate` only).
+    /// backward (the same results bit for bit, less device memory; docs/MEMORY.md).
     #[arg(long)]
     pub grad_checkpoint: bool,
     /// Keep AdamW's state and the f32 master weights in pinned host memory and update on the

@@ -258,6 +258,7 @@ fn train<T: TrainElement, B: Backend<T>>(
         [args.batch, args.seq],
         args.zero == 1,
         s.lora.is_some(),
+        args.grad_checkpoint,
     )?;
     if let Some((lo, [p, m, v])) = &s.lora {
         model.lora = Some(LlamaAdapters::new(

@@ -113,6 +113,7 @@ fn bf16_lora_keeps_the_base_in_16_bits_and_stays_near_f32() {
         [4, 16],
         false,
         true,
+        false,
     )
     .unwrap();
     assert!(frozen.master.is_none());

@@ -12,6 +12,7 @@ mod files_on_disk;
 #[cfg(feature = "device")]
 mod glm_device;
 mod glm_train;
+mod grad_checkpoint;
 mod interrupted_save;
 #[cfg(feature = "device")]
 mod llama_device;
