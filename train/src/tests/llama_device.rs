@@ -2,7 +2,7 @@
 //! sequences, and data parallelism (threads, ZeRO-1, processes) against one device.
 
 use super::llama_train::{compare, packed_batches, variant_args, LOSS_RTOL_DEVICE};
-use super::{emu_setup, strs};
+use super::{emu_setup, serial, strs};
 use crate::device_backend::DeviceBackend;
 use crate::llama::train::{setup, train_as, Source};
 use crate::train::{Role, StepLog};
@@ -13,13 +13,6 @@ const STEPS: &str = "3";
 /// Between W ranks and one device with the global batch (f32): the runs differ only in the
 /// order of the sum across ranks.
 const DDP_RTOL: f64 = 1e-5;
-
-/// The collectives of concurrent runs would share hip-emu's device queues: one at a time.
-static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
-
-fn serial() -> std::sync::MutexGuard<'static, ()> {
-    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
-}
 
 fn rel(a: f64, b: f64) -> f64 {
     (a - b).abs() / b.abs().max(1e-30)

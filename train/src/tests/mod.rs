@@ -67,6 +67,18 @@ fn args_with(model: &Path, data: &Path, extra: &[String]) -> Args {
     Args::try_parse_from(argv).unwrap()
 }
 
+/// One run on several emulated devices at a time, across every module of these tests: hip-emu's
+/// devices, queues and emulated RCCL are shared by the whole test process, and two such runs
+/// beside each other would share (and stall) their collectives.
+#[cfg(feature = "device")]
+static SEVERAL_DEVICES: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+/// Take [`SEVERAL_DEVICES`] (a test that failed while holding it does not poison it for others).
+#[cfg(feature = "device")]
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    SEVERAL_DEVICES.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 /// Set in the child of [`alone`] to the name of the test it runs.
 #[cfg(feature = "device")]
 const ALONE: &str = "HIPK_TRAIN_TEST_ALONE";

@@ -258,6 +258,7 @@ fn sft_training_matches_transformers_on_an_emulated_device() {
 #[cfg(feature = "device")]
 #[test]
 fn sft_training_matches_transformers_on_two_emulated_devices() {
+    let _s = super::serial();
     let s = Scratch::new("sft-dev");
     let log = s.path("log.jsonl");
     let mut f = flags(&["--devices", "0,1", "--batch", "1", "--log"]);
