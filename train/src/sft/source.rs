@@ -111,9 +111,9 @@ impl SftSource {
         })
     }
 
-    /// Stage the micro-batches into `slots` (a backend's ring, [`crate::backend::Backend::
-    /// feed_slot`]) from the next read on: the producer runs as many micro-batches ahead as
-    /// there are slots. Restarts the producer if it ran.
+    /// Stage the micro-batches into `slots` (a backend's ring: `Backend::feed_slot`) from the
+    /// next read on: the producer runs as many micro-batches ahead as there are slots.
+    /// Restarts the producer if it ran.
     pub fn stage_into(&mut self, slots: Vec<Box<dyn Slot>>) {
         self.feeder = None;
         self.slots = Some(slots);
