@@ -124,6 +124,11 @@ pub struct Args {
     /// Micro-batches per step.
     #[arg(long, default_value_t = 1)]
     pub grad_accum: usize,
+    /// SFT data on a device: upload each micro-batch from host vectors on the compute stream,
+    /// not through the ring of pinned slots and the copy stream (the data path before the
+    /// ring, kept for comparisons: the losses are bit-identical either way).
+    #[arg(long, hide = true)]
+    pub host_feed: bool,
     /// `cpu` or a HIP device index.
     #[arg(long, default_value = "cpu")]
     pub device: Device,

@@ -11,7 +11,8 @@
 use super::config::LlamaConfig;
 use super::params::{Linear, Trained, TrainedLayer};
 use crate::backend::{
-    adamw_all, gemm, AdamWSlot, AdamWStep, Backend, GradScaling, IdCheck, TrainElement, View,
+    adamw_all, gemm, AdamWSlot, AdamWStep, Backend, BatchIds, GradScaling, IdCheck, TrainElement,
+    View,
 };
 use crate::data::Batch;
 use crate::error::{Result, TrainError};
@@ -356,6 +357,21 @@ impl<'b, T: TrainElement, B: Backend<T>> Llama<'b, T, B> {
         scalars: &mut B::Scalars,
         last: bool,
     ) -> Result<()> {
+        let ids = self.backend.batch_ids(batch, None)?;
+        self.forward_backward_ids(batch, ids, divisor, loss_scale, scalars, last)
+    }
+
+    /// [`Llama::forward_backward`] on `ids`, the backend's ids of `batch` (made ahead, e.g.
+    /// staged by the SFT producer and copied on the device's copy stream).
+    pub fn forward_backward_ids(
+        &mut self,
+        batch: &Batch,
+        ids: BatchIds<B::Ids>,
+        divisor: usize,
+        loss_scale: f64,
+        scalars: &mut B::Scalars,
+        last: bool,
+    ) -> Result<()> {
         let be = self.backend;
         let d = self.dims;
         let n = d.rows();
@@ -368,11 +384,13 @@ impl<'b, T: TrainElement, B: Backend<T>> Llama<'b, T, B> {
                 d.seq
             )));
         }
-        let inputs = be.ids(&batch.inputs)?;
-        let targets = be.ids(&batch.targets)?;
+        let BatchIds {
+            inputs,
+            targets,
+            positions: own_positions,
+            cu_seqlens,
+        } = ids;
         // Packed rows bring their positions and sequence boundaries; a token stream uses 0..T.
-        let own_positions = batch.positions.as_deref().map(|p| be.ids(p)).transpose()?;
-        let cu_seqlens = batch.cu_seqlens.as_deref().map(|c| be.ids(c)).transpose()?;
         let (positions, cu) = (own_positions.as_ref(), cu_seqlens.as_ref());
         self.forward(&inputs, positions, cu)?;
         let check = self.check("target token");

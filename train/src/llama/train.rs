@@ -13,6 +13,7 @@ use crate::cpu_backend::Cpu;
 use crate::data::{Batch, Loader, Tokens};
 use crate::device_backend::DeviceBackend;
 use crate::error::{Result, TrainError};
+use crate::sft::Slot;
 use crate::train::{
     check_resumed, emit_step, json_line, new_state, LossScaler, RankOutcome, Role, StepLog,
 };
@@ -56,6 +57,25 @@ impl Source {
             }
             Source::Sft(src) => src.next_batch()?,
         })
+    }
+
+    /// The next micro-batch of the global batch, with the slot the SFT producer staged it into
+    /// (hand it back with [`Source::recycle`]); `None` for the other sources.
+    fn next_staged(&mut self) -> Result<(Batch, Option<Box<dyn Slot>>)> {
+        match self {
+            Source::Sft(src) => {
+                let (b, slot) = src.next_staged()?;
+                Ok((b, Some(slot)))
+            }
+            other => Ok((other.next()?, None)),
+        }
+    }
+
+    /// Hand a slot of [`Source::next_staged`] back to the producer.
+    fn recycle(&self, slot: Option<Box<dyn Slot>>) {
+        if let (Source::Sft(src), Some(slot)) = (self, slot) {
+            src.recycle(slot);
+        }
     }
 
     /// The position to resume from, and the data's length (checked on resume).
@@ -327,6 +347,17 @@ fn train<T: TrainElement, B: Backend<T>>(
     } else {
         ""
     };
+    if let (Source::Sft(src), false) = (&mut s.source, args.host_feed) {
+        // The device's ring of pinned slots, made once for the run: a step holds its
+        // micro-batches' slots until their copies are queued, the producer fills the rest ahead.
+        let n = args.grad_accum + crate::sft::source::AHEAD;
+        let slots = (0..n)
+            .map(|_| backend.feed_slot(mine.clone()))
+            .collect::<Result<Option<Vec<_>>>>()?;
+        if let Some(slots) = slots {
+            src.stage_into(slots);
+        }
+    }
     let mut out = Vec::new();
     for step in first..=args.steps {
         let t0 = Instant::now();
@@ -335,25 +366,29 @@ fn train<T: TrainElement, B: Backend<T>>(
         model.zero_grads()?;
         // The step's micro-batches (every rank reads the whole global batch), and the divisor:
         // its counted targets over all micro-batches and ranks, known before the step.
-        let batches = (0..args.grad_accum)
-            .map(|_| s.source.next())
-            .collect::<Result<Vec<Batch>>>()?;
-        let counted: usize = batches.iter().map(|b| b.counted(0..b.targets.len())).sum();
+        let fed = (0..args.grad_accum)
+            .map(|_| s.source.next_staged())
+            .collect::<Result<Vec<_>>>()?;
+        let counted: usize = fed.iter().map(|(b, _)| b.counted(0..b.targets.len())).sum();
         if counted == 0 {
             return Err(TrainError::Op(format!(
                 "step {step} has no counted target (every target is -100)"
             )));
         }
-        for (micro, b) in batches.iter().enumerate() {
+        // Every micro-batch's ids first: staged slots queue their copies on the device's copy
+        // stream now (copy k + 1 runs while micro-batch k computes) and go back to the
+        // producer.
+        let mut staged = Vec::with_capacity(fed.len());
+        for (b, slot) in fed {
+            let rows = b.rows(mine.clone());
+            let ids = backend.batch_ids(&rows, slot.as_deref());
+            s.source.recycle(slot);
+            staged.push((rows, ids?));
+        }
+        for (micro, (rows, ids)) in staged.into_iter().enumerate() {
             let loss_scale = scaler.map_or(1.0, |sc| sc.scale);
             let last = micro + 1 == args.grad_accum;
-            model.forward_backward(
-                &b.rows(mine.clone()),
-                counted,
-                loss_scale,
-                &mut scalars,
-                last,
-            )?;
+            model.forward_backward_ids(&rows, ids, counted, loss_scale, &mut scalars, last)?;
         }
         match &model.lora {
             Some(lo) => lo.grad_norm(backend, &mut scalars)?,
