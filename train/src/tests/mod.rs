@@ -94,6 +94,9 @@ fn alone(name: &str) -> bool {
         return false;
     }
     emu_setup();
+    // No other run on several devices beside it either: under load, a rank of the child could
+    // fall behind hip-emu's collective watchdog.
+    let _s = serial();
     let out = std::process::Command::new(std::env::current_exe().unwrap())
         .args([name, "--exact", "--test-threads=1", "--nocapture"])
         .env(ALONE, name)
