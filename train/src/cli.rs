@@ -206,9 +206,10 @@ pub struct Args {
     /// CPU (planned: `--memory-estimate` only).
     #[arg(long, value_enum)]
     pub offload_optimizer: Option<Offload>,
-    /// ZeRO stage 2's reduce-scatter bucket in MiB (default: DeepSpeed's 2e8 elements).
+    /// ZeRO stage 2's reduce-scatter bucket in MiB, fractions allowed (default: DeepSpeed's
+    /// 2e8 elements).
     #[arg(long)]
-    pub bucket_mb: Option<usize>,
+    pub bucket_mb: Option<f64>,
 }
 
 /// Where `--offload-optimizer` puts the optimizer.
@@ -295,7 +296,7 @@ impl Args {
         if self.zero > 2 {
             return bad(format!(
                 "--zero {}: only stages 0 (off), 1 (sharded optimizer state) and 2 (also \
-                 sharded gradients, --memory-estimate only) exist",
+                 sharded gradients) exist",
                 self.zero
             ));
         }

@@ -1,8 +1,9 @@
 //! Device memory of a run: the per-rank estimate (`--memory-estimate`, [`estimate`]) and the
 //! checks of the memory flags (docs/MEMORY.md).
 //!
-//! `--zero 2`, `--grad-checkpoint` and `--offload-optimizer cpu` are planned: the estimate
-//! predicts them, a training run refuses them with a usage error that says so.
+//! `--zero 2` trains ([`crate::zero2`]); `--grad-checkpoint` and `--offload-optimizer cpu` are
+//! planned: the estimate predicts them, a training run refuses them with a usage error that
+//! says so.
 
 pub mod estimate;
 pub mod table;
@@ -14,13 +15,15 @@ use crate::llama::LlamaConfig;
 use crate::lora::LoraConfig;
 use estimate::{LoraPlan, Settings, Shape, DEFAULT_BUCKET_ELEMS};
 
-/// The memory flags alone: `--bucket-mb` only with `--zero 2` and at least 1; outside
+/// The memory flags alone: `--bucket-mb` only with `--zero 2`, positive and finite; outside
 /// `--memory-estimate`, the planned features refused by name.
 pub fn check_flags(args: &Args) -> Result<()> {
     let bad = |m: String| Err(TrainError::Usage(m));
     if let Some(mb) = args.bucket_mb {
-        if mb == 0 {
-            return bad("--bucket-mb 0: must be at least 1".into());
+        if !(mb.is_finite() && mb > 0.0 && bucket_elems(args) >= 1) {
+            return bad(format!(
+                "--bucket-mb {mb}: must be a positive number of MiB holding at least one element"
+            ));
         }
         if args.zero != 2 {
             return bad(format!(
@@ -34,7 +37,6 @@ pub fn check_flags(args: &Args) -> Result<()> {
         return Ok(());
     }
     let planned = [
-        ("--zero 2", args.zero == 2),
         ("--grad-checkpoint", args.grad_checkpoint),
         ("--offload-optimizer cpu", args.offload_optimizer.is_some()),
     ];
@@ -84,13 +86,7 @@ pub fn for_args(
 ) -> Result<(String, estimate::Estimate)> {
     let (model_dir, _) = crate::weights::model_paths(&args.model);
     let cfg = ModelConfig::load(&model_dir.join("config.json"))?;
-    let bucket_elems = match args.bucket_mb {
-        Some(mb) => {
-            let bytes = mb.saturating_mul(1 << 20);
-            bytes / estimate_elem_bytes(args.dtype)
-        }
-        None => DEFAULT_BUCKET_ELEMS,
-    };
+    let bucket_elems = bucket_elems(args);
     let mut s = Settings {
         dtype: args.dtype,
         batch: args.batch,
@@ -134,6 +130,15 @@ pub fn for_args(
         what.push("optimizer offloaded to cpu".into());
     }
     Ok((format!("{describe}; {}", what.join(", ")), est))
+}
+
+/// ZeRO stage 2's bucket in elements of the storage type: `--bucket-mb` MiB, or
+/// [`DEFAULT_BUCKET_ELEMS`] (DeepSpeed's `reduce_bucket_size`).
+pub fn bucket_elems(args: &Args) -> usize {
+    match args.bucket_mb {
+        Some(mb) => (mb * (1u64 << 20) as f64 / estimate_elem_bytes(args.dtype) as f64) as usize,
+        None => DEFAULT_BUCKET_ELEMS,
+    }
 }
 
 /// hip-emu's guard byte per allocation when the loaded HIP runtime is hip-emu (the figures
@@ -195,7 +200,6 @@ mod tests {
                 &["--offload-optimizer", "cpu"][..],
                 "--offload-optimizer cpu",
             ),
-            (&["--zero", "2", "--devices", "0,1"][..], "--zero 2"),
         ] {
             let m = usage(flags);
             assert!(
