@@ -172,9 +172,9 @@ impl<'b, T: TrainElement, B: Backend<T>> Gpt2<'b, T, B> {
         let zero = |_: usize, t: &Vec<f32>| backend.zeros::<T>(if zero2 { 0 } else { t.len() });
         let decays: Vec<bool> = specs(cfg).iter().map(|s| s.decays()).collect();
         if let (true, Some([m, v])) = (zero2, moments) {
-            let host = |p: &Params<Vec<f32>>| -> Vec<&[f32]> {
+            fn host(p: &Params<Vec<f32>>) -> Vec<&[f32]> {
                 p.iter().into_iter().map(|t| &t[..]).collect()
-            };
+            }
             backend.zero2_init([&host(params), &host(m), &host(v)], &decays)?;
         }
         let (n, c, f) = (dims.rows(), dims.channels, dims.inner);

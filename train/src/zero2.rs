@@ -294,7 +294,7 @@ impl<T: TrainElement> Zero2<T> {
                     step: hyper.step,
                 },
                 grad_scale: update.grad_scale.as_ref().map(|b| b as &dyn DeviceView<f32>),
-                found_inf: Some(&update.found_inf),
+                found_inf: Some(&update.found_inf as &dyn DeviceView<f32>),
                 tensors: &mut slots,
             };
             ops::adamw_tabled(stream, a, tables).map_err(op)?;

@@ -251,7 +251,9 @@ impl<'b, T: TrainElement, B: Backend<T>> Llama<'b, T, B> {
         };
         let decays: Vec<bool> = layout.specs.iter().map(|s| s.decays()).collect();
         if zero2 {
-            let host = |g: &[Vec<f32>]| -> Vec<&[f32]> { g.iter().map(|t| &t[..]).collect() };
+            fn host(g: &[Vec<f32>]) -> Vec<&[f32]> {
+                g.iter().map(|t| &t[..]).collect()
+            }
             backend.zero2_init([&host(params), &host(exp_avg), &host(exp_avg_sq)], &decays)?;
         }
         let (n, c, f) = (dims.rows(), dims.channels, dims.inner);
