@@ -691,9 +691,7 @@ impl<T: TrainElement> Backend<T> for DeviceBackend {
     }
 
     fn zero2_ready(&self, grads: Vec<(usize, DeviceBuffer<T>)>) -> Result<()> {
-        self.with_zero2::<T, _>(|z, d| {
-            z.ready(grads, &d.comm, [&self.stream, &d.stream], &d.ready)
-        })
+        self.with_zero2::<T, _>(|z, d| z.ready(grads, &d.comm, [&self.stream, &d.stream], &d.ready))
     }
 
     fn zero2_norm(&self, scalars: &mut DeviceScalars) -> Result<()> {

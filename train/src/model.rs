@@ -126,15 +126,7 @@ impl<'b, T: TrainElement, B: Backend<T>> Gpt2<'b, T, B> {
         batch: usize,
         seq: usize,
     ) -> Result<Self> {
-        Self::build(
-            backend,
-            cfg,
-            params,
-            None,
-            Some(adapters),
-            [batch, seq],
-            0,
-        )
+        Self::build(backend, cfg, params, None, Some(adapters), [batch, seq], 0)
     }
 
     fn build(

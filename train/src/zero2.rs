@@ -88,7 +88,8 @@ impl<T: TrainElement> Zero2<T> {
     ) -> Result<Self> {
         let lens: Vec<usize> = state[0].iter().map(|t| t.len()).collect();
         for (what, group) in [("exp_avg", state[1]), ("exp_avg_sq", state[2])] {
-            let ok = group.len() == lens.len() && group.iter().zip(&lens).all(|(t, &n)| t.len() == n);
+            let ok =
+                group.len() == lens.len() && group.iter().zip(&lens).all(|(t, &n)| t.len() == n);
             if !ok {
                 return Err(TrainError::Op(format!(
                     "ZeRO 2: the {what} tensors do not match the parameters' shapes"
@@ -170,7 +171,12 @@ impl<T: TrainElement> Zero2<T> {
     /// Reduce every pending gradient to its owners on the communication stream `sync[1]`
     /// (after the work queued so far on the compute stream `sync[0]`, through `ready`), then
     /// free them once that stream is done with them.
-    pub fn flush(&mut self, comm: &Comm, [compute, stream]: [&Stream; 2], ready: &Event) -> Result<()> {
+    pub fn flush(
+        &mut self,
+        comm: &Comm,
+        [compute, stream]: [&Stream; 2],
+        ready: &Event,
+    ) -> Result<()> {
         if self.pending.is_empty() {
             return Ok(());
         }
@@ -234,7 +240,11 @@ impl<T: TrainElement> Zero2<T> {
             .pieces
             .iter()
             .enumerate()
-            .flat_map(|(i, ps)| ps.iter().filter(|p| p.owner == rank).map(move |p| (i, p.clone())))
+            .flat_map(|(i, ps)| {
+                ps.iter()
+                    .filter(|p| p.owner == rank)
+                    .map(move |p| (i, p.clone()))
+            })
             .collect();
         let mut ms = carve(&mut self.exp_avg, &owned)?;
         let mut vs = carve(&mut self.exp_avg_sq, &owned)?;
@@ -260,7 +270,8 @@ impl<T: TrainElement> Zero2<T> {
                 }
             }
         }
-        let mut param_views: Vec<hip_rt::DeviceSliceMut<'_, T>> = views.into_iter().flatten().collect();
+        let mut param_views: Vec<hip_rt::DeviceSliceMut<'_, T>> =
+            views.into_iter().flatten().collect();
         let mut masters_it = masters.as_mut().map(|m| m.iter_mut());
         let mut slots: Vec<AdamWTensor<'_, OnDevice, T>> = param_views
             .iter_mut()
@@ -293,7 +304,10 @@ impl<T: TrainElement> Zero2<T> {
                     amsgrad: false,
                     step: hyper.step,
                 },
-                grad_scale: update.grad_scale.as_ref().map(|b| b as &dyn DeviceView<f32>),
+                grad_scale: update
+                    .grad_scale
+                    .as_ref()
+                    .map(|b| b as &dyn DeviceView<f32>),
                 found_inf: Some(&update.found_inf as &dyn DeviceView<f32>),
                 tensors: &mut slots,
             };
@@ -319,7 +333,8 @@ impl<T: TrainElement> Zero2<T> {
     /// shard through a padded f32 buffer on `stream` (a host wait).
     pub fn download(&self, comm: &Comm, stream: &Stream) -> Result<Zero2Host> {
         let gather = |shard: &DeviceBuffer<f32>| -> Result<Vec<Vec<f32>>> {
-            let mut full = DeviceBuffer::<f32>::alloc(stream, self.plan.padded_len()).map_err(dev)?;
+            let mut full =
+                DeviceBuffer::<f32>::alloc(stream, self.plan.padded_len()).map_err(dev)?;
             self.plan
                 .all_gather(comm, shard, &mut full, stream)
                 .map_err(dev)?;
@@ -380,7 +395,13 @@ mod tests {
         assert_eq!(flat(&p[2]), vec![(2, 0..2, 1), (3, 2..3, 0)]);
         // Every element owned exactly once; shares differ by at most the padding.
         let per_rank: Vec<usize> = (0..4)
-            .map(|r| p.iter().flatten().filter(|x| x.owner == r).map(|x| x.range.len()).sum())
+            .map(|r| {
+                p.iter()
+                    .flatten()
+                    .filter(|x| x.owner == r)
+                    .map(|x| x.range.len())
+                    .sum()
+            })
             .collect();
         assert_eq!(per_rank, vec![3, 3, 3, 1]);
     }

@@ -290,7 +290,10 @@ impl<'a, T: Element> DeviceSliceMut<'a, T> {
     /// Two disjoint exclusive views, `..mid` and `mid..`, that take over this one (keeping its
     /// lifetime, so that a buffer can be carved into consecutive views in a loop). A `mid` past
     /// the end is [`Error::OutOfBounds`], as [`DeviceSliceMut::split_at_mut`].
-    pub fn into_split_at(self, mid: usize) -> Result<(DeviceSliceMut<'a, T>, DeviceSliceMut<'a, T>)> {
+    pub fn into_split_at(
+        self,
+        mid: usize,
+    ) -> Result<(DeviceSliceMut<'a, T>, DeviceSliceMut<'a, T>)> {
         resolve_range(..mid, self.len)?;
         let left = DeviceSliceMut {
             ptr: self.ptr,

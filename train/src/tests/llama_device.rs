@@ -98,7 +98,14 @@ fn two_devices_and_zero_1_reproduce_one_device() {
         for zero in ["0", "1", "2"] {
             // The same global batch: 2 ranks × --batch 2.
             let mut flags = strs(&[
-                "--steps", STEPS, "--batch", "2", "--devices", "0,1", "--zero", zero,
+                "--steps",
+                STEPS,
+                "--batch",
+                "2",
+                "--devices",
+                "0,1",
+                "--zero",
+                zero,
             ]);
             if zero == "2" {
                 // Buckets of 0.01 MiB: several per step on the tiny models.
@@ -178,7 +185,10 @@ fn two_processes_through_the_launcher_variables() {
             let out = c.wait_with_output().unwrap();
             let text = String::from_utf8_lossy(&out.stdout).to_string()
                 + &String::from_utf8_lossy(&out.stderr);
-            assert!(out.status.success(), "{extra:?}: rank {rank} failed:\n{text}");
+            assert!(
+                out.status.success(),
+                "{extra:?}: rank {rank} failed:\n{text}"
+            );
         }
         let one = crate::train::run(&variant_args(
             "qwen2_base",

@@ -436,9 +436,19 @@ mod on_devices {
             };
             let guard = usize::from(hip_rt::emu::is_hip_emu());
             let round = |bytes: usize| (bytes + guard).div_ceil(512) * 512;
-            let lens: Vec<usize> = plain[0].params.as_ref().unwrap().iter().iter().map(|p| p.len()).collect();
+            let lens: Vec<usize> = plain[0]
+                .params
+                .as_ref()
+                .unwrap()
+                .iter()
+                .iter()
+                .map(|p| p.len())
+                .collect();
             assert_eq!(lens.iter().sum::<usize>(), PARAMS);
-            let per_tensor: usize = lens.iter().map(|&n| round(n * t) + groups * round(n * 4)).sum();
+            let per_tensor: usize = lens
+                .iter()
+                .map(|&n| round(n * t) + groups * round(n * 4))
+                .sum();
             let shard = PARAMS.div_ceil(2);
             let sharded = round(shard * t) + groups * round(shard * 4);
             let mem = |o: &[RankOutcome], r: usize| o[r].logs.last().unwrap().mem.unwrap();
@@ -483,11 +493,25 @@ mod on_devices {
         assert_close("--zero 2 → 1 device", &one, &z2[0].logs[2..], DDP_RTOL);
         // ... on two with ZeRO 1 ...
         let z1 = ranks(2, 2, &["--resume", &from, "--zero", "1"]);
-        assert_close("--zero 2 → --zero 1", &z1[0].logs, &z2[0].logs[2..], DDP_RTOL);
+        assert_close(
+            "--zero 2 → --zero 1",
+            &z1[0].logs,
+            &z2[0].logs[2..],
+            DDP_RTOL,
+        );
         // ... and on four with ZeRO 2 (4 × 1).
-        let four = ranks(4, 1, &[&["--resume", from.as_str()][..], &ZERO2[..]].concat());
+        let four = ranks(
+            4,
+            1,
+            &[&["--resume", from.as_str()][..], &ZERO2[..]].concat(),
+        );
         assert_ranks_agree("--zero 2 on 2 → 4 devices", &four);
-        assert_close("--zero 2 on 2 → 4", &four[0].logs, &z2[0].logs[2..], DDP_RTOL);
+        assert_close(
+            "--zero 2 on 2 → 4",
+            &four[0].logs,
+            &z2[0].logs[2..],
+            DDP_RTOL,
+        );
     }
 
     /// The child side of [`two_processes_through_the_launcher_variables`] and
