@@ -131,8 +131,8 @@ pub struct Args {
     /// variables, one process per device).
     #[arg(long, value_delimiter = ',')]
     pub devices: Option<Vec<usize>>,
-    /// ZeRO stage: 0 (off) or 1 (each rank keeps the AdamW state of its share of the tensors);
-    /// 2 (also sharded gradients) is planned: `--memory-estimate` only.
+    /// ZeRO stage: 0 (off), 1 (each rank keeps the AdamW state of its share of the tensors) or
+    /// 2 (an element-granular share of the gradients and optimizer state; docs/MEMORY.md).
     #[arg(long, default_value_t = 0)]
     pub zero: u8,
     /// Storage type.
