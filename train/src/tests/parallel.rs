@@ -481,6 +481,36 @@ mod on_devices {
     }
 
     #[test]
+    fn zero_2_with_gradient_accumulation_and_f16_skips_follows_the_plain_run() {
+        let _s = serial();
+        // Two micro-batches per step: the gradients stay until the last one's backward.
+        let accum = ["--grad-accum", "2"];
+        let plain = ranks(2, 2, &accum);
+        let zero = ranks(2, 2, &[&accum[..], &ZERO2[..]].concat());
+        assert_ranks_agree("--zero 2 --grad-accum 2", &zero);
+        assert_close(
+            "--zero 2 --grad-accum 2",
+            &zero[0].logs,
+            &plain[0].logs,
+            DDP_RTOL,
+        );
+        // f16 with a first scale of 2^24: step 1 overflows and every rank skips it.
+        let f16 = [
+            "--dtype",
+            "f16",
+            "--scale-init",
+            "16777216",
+            "--scale-window",
+            "2",
+        ];
+        let plain = ranks(2, 2, &f16);
+        let zero = ranks(2, 2, &[&f16[..], &ZERO2[..]].concat());
+        assert_ranks_agree("--zero 2 f16", &zero);
+        assert_eq!(zero[0].logs[0].scaler.map(|s| s.1), Some(true), "step 1");
+        assert_close("--zero 2 f16", &zero[0].logs, &plain[0].logs, DDP_RTOL);
+    }
+
+    #[test]
     fn zero_2_checkpoints_resume_across_stages_and_world_sizes() {
         let _s = serial();
         let s = Scratch::new("ddp-zero2-resume");
