@@ -409,6 +409,57 @@ pub trait Backend<T: TrainElement> {
     fn emulated(&self) -> bool;
     /// Start a new peak for [`MemStats::peak`] (nothing on the CPU).
     fn reset_peak_memory(&self);
+
+    /// ZeRO stage 2 (docs/MEMORY.md): keep this rank's element-granular share of the flat
+    /// gradient, f32 master weight and AdamW moment buffers (`state`: every tensor's full f32
+    /// parameters and moments, in canonical order, of which only the share is kept; `decays`:
+    /// weight decay per tensor). A backend without data parallelism refuses it.
+    fn zero2_init(&self, state: [&[&[f32]]; 3], decays: &[bool]) -> Result<()> {
+        let _ = (state, decays);
+        Err(no_zero2())
+    }
+    /// ZeRO stage 2: the gradients `grads` (canonical index, buffer) are final for this step;
+    /// the backend takes them, reduces each element to its owner's gradient shard once their
+    /// bucket is full (on the communication stream) and frees them.
+    fn zero2_ready(&self, grads: Vec<(usize, Self::Buf<T>)>) -> Result<()> {
+        let _ = grads;
+        Err(no_zero2())
+    }
+    /// ZeRO stage 2: the global gradient norm from the ranks' gradient shards into `scalars`.
+    fn zero2_norm(&self, scalars: &mut Self::Scalars) -> Result<()> {
+        let _ = scalars;
+        Err(no_zero2())
+    }
+    /// ZeRO stage 2: AdamW over this rank's share (as [`adamw_all`]), then every rank's
+    /// updated share of `params` (canonical order) gathered into every rank's.
+    fn zero2_update(
+        &self,
+        hyper: &AdamWStep,
+        scaling: GradScaling,
+        scalars: &Self::Scalars,
+        params: &mut [&mut Self::Buf<T>],
+    ) -> Result<()> {
+        let _ = (hyper, scaling, scalars, params);
+        Err(no_zero2())
+    }
+    /// ZeRO stage 2: every tensor's full f32 master weights (`None` when `T` is f32 and the
+    /// parameters are their own master), first and second moments on the host, gathered from
+    /// every rank (all ranks call it at the same point).
+    fn zero2_download(&self) -> Result<Zero2Host> {
+        Err(no_zero2())
+    }
+}
+
+/// ZeRO stage 2's optimizer state on the host: `[master (None when T is f32), exp_avg,
+/// exp_avg_sq]`, one vector per tensor in canonical order.
+pub type Zero2Host = (Option<Vec<Vec<f32>>>, Vec<Vec<f32>>, Vec<Vec<f32>>);
+
+fn no_zero2() -> crate::error::TrainError {
+    crate::error::TrainError::Usage(
+        "--zero 2 shards gradients across the ranks of a data-parallel device run; this \
+         backend has none (run with --devices 0,1,… or one process per device)"
+            .into(),
+    )
 }
 
 /// One AdamW update of every tensor of `tensors` in one fused op (one launch on a device, over

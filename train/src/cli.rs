@@ -136,8 +136,8 @@ pub struct Args {
     /// variables, one process per device).
     #[arg(long, value_delimiter = ',')]
     pub devices: Option<Vec<usize>>,
-    /// ZeRO stage: 0 (off) or 1 (each rank keeps the AdamW state of its share of the tensors);
-    /// 2 (also sharded gradients) is planned: `--memory-estimate` only.
+    /// ZeRO stage: 0 (off), 1 (each rank keeps the AdamW state of its share of the tensors) or
+    /// 2 (an element-granular share of the gradients and optimizer state; docs/MEMORY.md).
     #[arg(long, default_value_t = 0)]
     pub zero: u8,
     /// Storage type.
@@ -212,9 +212,10 @@ pub struct Args {
     /// CPU (planned: `--memory-estimate` only).
     #[arg(long, value_enum)]
     pub offload_optimizer: Option<Offload>,
-    /// ZeRO stage 2's reduce-scatter bucket in MiB (default: DeepSpeed's 2e8 elements).
+    /// ZeRO stage 2's reduce-scatter bucket in MiB, fractions allowed (default: DeepSpeed's
+    /// 2e8 elements).
     #[arg(long)]
-    pub bucket_mb: Option<usize>,
+    pub bucket_mb: Option<f64>,
 }
 
 /// Where `--offload-optimizer` puts the optimizer.
@@ -301,7 +302,7 @@ impl Args {
         if self.zero > 2 {
             return bad(format!(
                 "--zero {}: only stages 0 (off), 1 (sharded optimizer state) and 2 (also \
-                 sharded gradients, --memory-estimate only) exist",
+                 sharded gradients) exist",
                 self.zero
             ));
         }

@@ -120,6 +120,10 @@ pub struct DeviceBackend {
     /// The few-launch optimizer's device-side tensor tables (gradient norm and AdamW), kept
     /// across steps: one launch each whatever the tensor count.
     tables: RefCell<ops::OptimizerTables>,
+    /// ZeRO stage 2's shards (a `crate::zero2::Zero2<T>` of the storage type), once set up.
+    zero2: RefCell<Option<Box<dyn std::any::Any>>>,
+    /// ZeRO stage 2's bucket in elements ([`DeviceBackend::set_bucket_elems`]).
+    bucket_elems: std::cell::Cell<usize>,
 }
 
 impl DeviceBackend {
@@ -201,7 +205,32 @@ impl DeviceBackend {
             state: RefCell::new(state),
             ddp,
             tables: RefCell::new(ops::OptimizerTables::new()),
+            zero2: RefCell::new(None),
+            bucket_elems: std::cell::Cell::new(crate::memory::estimate::DEFAULT_BUCKET_ELEMS),
         })
+    }
+
+    /// ZeRO stage 2's bucket: reduce the handed-over gradients once they hold `elems` elements
+    /// (default DeepSpeed's `reduce_bucket_size`, 2e8).
+    pub fn set_bucket_elems(&self, elems: usize) {
+        self.bucket_elems.set(elems.max(1));
+    }
+
+    /// Run `f` on ZeRO stage 2's state of storage type `T` and this rank's communicator.
+    fn with_zero2<T: TrainElement, R>(
+        &self,
+        f: impl FnOnce(&mut crate::zero2::Zero2<T>, &Ddp) -> Result<R>,
+    ) -> Result<R> {
+        let mut guard = self.zero2.borrow_mut();
+        let z = guard
+            .as_mut()
+            .and_then(|b| b.downcast_mut::<crate::zero2::Zero2<T>>())
+            .ok_or_else(|| TrainError::Op("ZeRO 2 used before zero2_init".into()))?;
+        let d = self
+            .ddp
+            .as_ref()
+            .ok_or_else(|| TrainError::Op("ZeRO 2 without a communicator".into()))?;
+        f(z, d)
     }
 
     /// Queue the upload of `host` through a pinned staging buffer (no host wait: the staging
@@ -642,6 +671,10 @@ impl<T: TrainElement> Backend<T> for DeviceBackend {
         let Some(d) = &self.ddp else {
             return Ok(());
         };
+        if self.zero2.borrow().is_some() {
+            // ZeRO 2: the last, partly filled bucket.
+            self.with_zero2::<T, _>(|z, d| z.flush(&d.comm, [&self.stream, &d.stream], &d.ready))?;
+        }
         d.done.record(&d.stream).map_err(dev)?;
         self.stream.wait(&d.done).map_err(dev)
     }
@@ -682,5 +715,56 @@ impl<T: TrainElement> Backend<T> for DeviceBackend {
         // `Device::get` always allocates through the caching allocator, the one case where this
         // can fail; a device without one has no peak to reset.
         let _ = self.device.reset_peak_memory_stats();
+    }
+
+    fn zero2_init(&self, state: [&[&[f32]]; 3], decays: &[bool]) -> Result<()> {
+        let Some(d) = &self.ddp else {
+            return Err(TrainError::Usage(
+                "--zero 2 with 1 rank: ZeRO shards across ranks; run on several devices \
+                 (--devices 0,1,… or one process per device) or drop --zero"
+                    .into(),
+            ));
+        };
+        let z = crate::zero2::Zero2::<T>::new(
+            &d.comm,
+            &self.stream,
+            state,
+            decays,
+            self.bucket_elems.get(),
+        )?;
+        *self.zero2.borrow_mut() = Some(Box::new(z));
+        Ok(())
+    }
+
+    fn zero2_ready(&self, grads: Vec<(usize, DeviceBuffer<T>)>) -> Result<()> {
+        self.with_zero2::<T, _>(|z, d| z.ready(grads, &d.comm, [&self.stream, &d.stream], &d.ready))
+    }
+
+    fn zero2_norm(&self, scalars: &mut DeviceScalars) -> Result<()> {
+        let guard = self.zero2.borrow();
+        let z = guard
+            .as_ref()
+            .and_then(|b| b.downcast_ref::<crate::zero2::Zero2<T>>())
+            .ok_or_else(|| TrainError::Op("ZeRO 2 used before zero2_init".into()))?;
+        <Self as Backend<T>>::grad_norm_sharded(self, &[z.grads()], scalars)
+    }
+
+    fn zero2_update(
+        &self,
+        hyper: &crate::backend::AdamWStep,
+        scaling: GradScaling,
+        scalars: &DeviceScalars,
+        params: &mut [&mut DeviceBuffer<T>],
+    ) -> Result<()> {
+        let update = <Self as Backend<T>>::update_scalars(self, scaling, scalars)?;
+        let mut tables = self.tables.borrow_mut();
+        self.with_zero2::<T, _>(|z, d| {
+            z.update(&d.comm, &self.stream, &mut tables, hyper, &update, params)
+        })
+    }
+
+    fn zero2_download(&self) -> Result<crate::backend::Zero2Host> {
+        self.settle()?;
+        self.with_zero2::<T, _>(|z, d| z.download(&d.comm, &self.stream))
     }
 }

@@ -40,6 +40,7 @@ pub mod subcommands;
 pub mod train;
 pub mod trainer_state;
 pub mod weights;
+pub mod zero2;
 
 #[cfg(test)]
 mod tests;

@@ -91,22 +91,29 @@ pub struct Gpt2<'b, T: TrainElement, B: Backend<T>> {
     /// recomputes each layer's activations (into the one set of `Acts::layers`) before its
     /// backward.
     grad_checkpoint: bool,
+    /// ZeRO stage 2: the backend keeps this rank's shards of the gradients and optimizer
+    /// state; the model's gradients are empty outside the backward that produces them.
+    zero2: bool,
+    /// Every trained tensor's length, in canonical order.
+    grad_lens: Vec<usize>,
     acts: Acts<B::Buf<T>, B::Buf<f32>>,
     _t: PhantomData<T>,
 }
 
 impl<'b, T: TrainElement, B: Backend<T>> Gpt2<'b, T, B> {
-    /// Upload `[params, exp_avg, exp_avg_sq]` for micro-batches of `batch × seq`. With `zero`
-    /// (ZeRO stage 1) and several ranks, this rank keeps the moments and master weights of its
-    /// share of the tensors only ([`zero_owners`]); the others are empty. With
-    /// `grad_checkpoint` the activations of one layer are kept at a time (`--grad-checkpoint`).
+    /// Upload `[params, exp_avg, exp_avg_sq]` for micro-batches of `batch × seq`. With ZeRO
+    /// stage `zero` 1 and several ranks, this rank keeps the moments and master weights of its
+    /// share of the tensors only ([`zero_owners`]); the others are empty. With stage 2 the
+    /// backend keeps an element-granular share of them and of the gradients
+    /// ([`crate::zero2`]). With `grad_checkpoint` the activations of one layer are kept at a
+    /// time (`--grad-checkpoint`).
     pub fn new(
         backend: &'b B,
         cfg: &GptConfig,
         [params, exp_avg, exp_avg_sq]: [&Params<Vec<f32>>; 3],
         batch: usize,
         seq: usize,
-        zero: bool,
+        zero: u8,
         grad_checkpoint: bool,
     ) -> Result<Self> {
         Self::build(
@@ -116,7 +123,7 @@ impl<'b, T: TrainElement, B: Backend<T>> Gpt2<'b, T, B> {
             Some([exp_avg, exp_avg_sq]),
             None,
             [batch, seq],
-            [zero, grad_checkpoint],
+            (zero, grad_checkpoint),
         )
     }
 
@@ -138,7 +145,7 @@ impl<'b, T: TrainElement, B: Backend<T>> Gpt2<'b, T, B> {
             None,
             Some(adapters),
             [batch, seq],
-            [false, grad_checkpoint],
+            (0, grad_checkpoint),
         )
     }
 
@@ -149,14 +156,15 @@ impl<'b, T: TrainElement, B: Backend<T>> Gpt2<'b, T, B> {
         moments: Option<[&Params<Vec<f32>>; 2]>,
         adapters: Option<&HostAdapters>,
         [batch, seq]: [usize; 2],
-        [zero, grad_checkpoint]: [bool; 2],
+        (zero, grad_checkpoint): (u8, bool),
     ) -> Result<Self> {
-        let owners = (zero && backend.world() > 1).then(|| {
+        let zero2 = zero == 2 && backend.world() > 1 && moments.is_some();
+        let owners = (zero == 1 && backend.world() > 1).then(|| {
             let lens: Vec<usize> = params.iter().iter().map(|t| t.len()).collect();
             zero_owners(&lens, backend.world())
         });
         let rank = backend.rank();
-        let mine = |i: usize| owners.as_ref().map_or(true, |o| o[i] == rank);
+        let mine = |i: usize| !zero2 && owners.as_ref().map_or(true, |o| o[i] == rank);
         let dims = Dims {
             batch,
             seq,
@@ -172,7 +180,15 @@ impl<'b, T: TrainElement, B: Backend<T>> Gpt2<'b, T, B> {
             true => backend.upload::<f32>(t),
             false => backend.zeros::<f32>(0),
         };
-        let zero = |_: usize, t: &Vec<f32>| backend.zeros::<T>(t.len());
+        // ZeRO 2: allocated by the backward (`zero2_alloc`).
+        let zero = |_: usize, t: &Vec<f32>| backend.zeros::<T>(if zero2 { 0 } else { t.len() });
+        let decays: Vec<bool> = specs(cfg).iter().map(|s| s.decays()).collect();
+        if let (true, Some([m, v])) = (zero2, moments) {
+            fn host(p: &Params<Vec<f32>>) -> Vec<&[f32]> {
+                p.iter().into_iter().map(|t| &t[..]).collect()
+            }
+            backend.zero2_init([&host(params), &host(m), &host(v)], &decays)?;
+        }
         let (n, c, f) = (dims.rows(), dims.channels, dims.inner);
         let z = |len: usize| backend.zeros::<T>(len);
         let zs = |len: usize| backend.zeros::<f32>(len);
@@ -236,9 +252,11 @@ impl<'b, T: TrainElement, B: Backend<T>> Gpt2<'b, T, B> {
             } else {
                 Some([z(c)?, z(c)?])
             },
-            decays: specs(cfg).iter().map(|s| s.decays()).collect(),
+            decays,
             owners,
             grad_checkpoint,
+            zero2,
+            grad_lens: params.iter().iter().map(|t| t.len()).collect(),
             acts,
             _t: PhantomData,
         })
@@ -246,7 +264,9 @@ impl<'b, T: TrainElement, B: Backend<T>> Gpt2<'b, T, B> {
 
     /// Set every gradient to zero (start of a step).
     pub fn zero_grads(&mut self) -> Result<()> {
-        for g in self.grads.iter_mut().flat_map(|g| g.iter_mut()) {
+        // ZeRO 2: the backward allocates them zeroed.
+        let grads = self.grads.iter_mut().filter(|_| !self.zero2);
+        for g in grads.flat_map(|g| g.iter_mut()) {
             self.backend.fill_zero(g)?;
         }
         for g in self.frozen_ln.iter_mut().flatten() {
@@ -308,6 +328,7 @@ impl<'b, T: TrainElement, B: Backend<T>> Gpt2<'b, T, B> {
         let rank = self.backend.rank();
         match (&self.lora, &self.grads, &self.owners) {
             (Some(lo), _, _) => self.backend.grad_norm(&lo.grad_refs(), scalars),
+            (None, Some(_), _) if self.zero2 => self.backend.zero2_norm(scalars),
             (None, Some(g), Some(o)) => {
                 let owned: Vec<&B::Buf<T>> = g
                     .iter()
@@ -334,6 +355,12 @@ impl<'b, T: TrainElement, B: Backend<T>> Gpt2<'b, T, B> {
     ) -> Result<()> {
         if let Some(lo) = self.lora.as_mut() {
             return lo.update(self.backend, hyper, scaling, scalars);
+        }
+        if self.zero2 {
+            let mut params = self.params.iter_mut();
+            return self
+                .backend
+                .zero2_update(hyper, scaling, scalars, &mut params);
         }
         let (Some(grads), Some(ms), Some(vs)) = (
             self.grads.as_ref(),
@@ -404,6 +431,18 @@ impl<'b, T: TrainElement, B: Backend<T>> Gpt2<'b, T, B> {
                 "the base is frozen (LoRA): it has no optimizer state to download".into(),
             ));
         };
+        if self.zero2 {
+            let (master, m, v) = be.zero2_download()?;
+            let params = match master {
+                Some(h) => Params::from_vec(h, self.layers)?,
+                None => self.params.try_map(|_, t| be.download(t))?,
+            };
+            return Ok([
+                params,
+                Params::from_vec(m, self.layers)?,
+                Params::from_vec(v, self.layers)?,
+            ]);
+        }
         if let Some(o) = &self.owners {
             let lens: Vec<usize> = self.params.iter().iter().map(|t| be.len_of(t)).collect();
             let gather = |p: &Params<B::Buf<f32>>| -> Result<Params<Vec<f32>>> {
@@ -428,6 +467,35 @@ impl<'b, T: TrainElement, B: Backend<T>> Gpt2<'b, T, B> {
         };
         Ok([params, exp_avg.try_map(stat)?, exp_avg_sq.try_map(stat)?])
     }
+}
+
+/// ZeRO stage 2: give each empty gradient of `grads` (canonical index, buffer) its zeroed
+/// buffer of `lens[index]` elements (the first micro-batch of a step; later ones find it).
+pub(crate) fn zero2_alloc<T: TrainElement, B: Backend<T>>(
+    be: &B,
+    grads: Vec<(usize, &mut B::Buf<T>)>,
+    lens: &[usize],
+) -> Result<()> {
+    for (i, g) in grads {
+        let n = lens.get(i).copied().unwrap_or(0);
+        if be.len_of(g) != n {
+            *g = be.zeros::<T>(n)?;
+        }
+    }
+    Ok(())
+}
+
+/// ZeRO stage 2: hand the final gradients `grads` (canonical index, buffer) to the backend's
+/// bucket, leaving them empty.
+pub(crate) fn zero2_hand<T: TrainElement, B: Backend<T>>(
+    be: &B,
+    grads: Vec<(usize, &mut B::Buf<T>)>,
+) -> Result<()> {
+    let taken = grads
+        .into_iter()
+        .map(|(i, g)| Ok((i, std::mem::replace(g, be.zeros::<T>(0)?))))
+        .collect::<Result<Vec<_>>>()?;
+    be.zero2_ready(taken)
 }
 
 /// ZeRO stage 1's owner of each tensor (lengths `lens` in canonical order) among `world` ranks:

@@ -531,7 +531,7 @@ fn train<T: TrainElement, B: Backend<T>>(
             [&r.params, &r.exp_avg, &r.exp_avg_sq],
             args.batch,
             args.seq,
-            args.zero == 1,
+            args.zero,
             args.grad_checkpoint,
         )?,
     };
@@ -633,7 +633,7 @@ fn train<T: TrainElement, B: Backend<T>>(
         out.push(l);
         let due = args.save_every > 0 && (step % args.save_every == 0 || step == args.steps);
         // With ZeRO every rank takes part in gathering the state rank 0 saves.
-        let gathers = role.primary() || (args.zero == 1 && world > 1);
+        let gathers = role.primary() || (args.zero >= 1 && world > 1);
         if let (true, true, Some(dir)) = (due, gathers, &args.checkpoint_dir) {
             let global_batch = args.batch * world;
             let mut state = new_state(args, global_batch, step, s.loader.pos, s.tokens.ids.len());

@@ -138,6 +138,27 @@ fn the_estimate_is_within_ten_percent_of_the_measured_peak() {
             vec!["--devices", "0,1", "--zero", "1", "--grad-checkpoint"],
             2,
         ),
+        (
+            "gpt2 f32 2 ranks zero 2",
+            gpt2,
+            vec!["--devices", "0,1", "--zero", "2", "--bucket-mb", "0.01"],
+            2,
+        ),
+        (
+            "qwen2 bf16 2 ranks zero 2",
+            qwen2,
+            vec![
+                "--devices",
+                "0,1",
+                "--zero",
+                "2",
+                "--dtype",
+                "bf16",
+                "--bucket-mb",
+                "0.01",
+            ],
+            2,
+        ),
     ];
     let mut within = 0;
     for (label, (model, tokens), extra, world) in cases {

@@ -251,7 +251,7 @@ impl<'a, T: Element> DeviceSlice<'a, T> {
     }
 }
 
-impl<T: Element> DeviceSliceMut<'_, T> {
+impl<'a, T: Element> DeviceSliceMut<'a, T> {
     /// A narrower exclusive view, borrowing this one.
     pub fn slice_mut(&mut self, range: impl RangeBounds<usize>) -> Result<DeviceSliceMut<'_, T>> {
         let r = resolve_range(range, self.len)?;
@@ -271,6 +271,29 @@ impl<T: Element> DeviceSliceMut<'_, T> {
         &mut self,
         mid: usize,
     ) -> Result<(DeviceSliceMut<'_, T>, DeviceSliceMut<'_, T>)> {
+        resolve_range(..mid, self.len)?;
+        let left = DeviceSliceMut {
+            ptr: self.ptr,
+            len: mid,
+            owner: self.owner,
+            _excl: PhantomData,
+        };
+        let right = DeviceSliceMut {
+            ptr: elem_ptr::<T>(self.ptr, mid),
+            len: self.len - mid,
+            owner: self.owner,
+            _excl: PhantomData,
+        };
+        Ok((left, right))
+    }
+
+    /// Two disjoint exclusive views, `..mid` and `mid..`, that take over this one (keeping its
+    /// lifetime, so that a buffer can be carved into consecutive views in a loop). A `mid` past
+    /// the end is [`Error::OutOfBounds`], as [`DeviceSliceMut::split_at_mut`].
+    pub fn into_split_at(
+        self,
+        mid: usize,
+    ) -> Result<(DeviceSliceMut<'a, T>, DeviceSliceMut<'a, T>)> {
         resolve_range(..mid, self.len)?;
         let left = DeviceSliceMut {
             ptr: self.ptr,

@@ -178,6 +178,11 @@ pub struct Llama<'b, T: TrainElement, B: Backend<T>> {
     /// ZeRO stage 1: the rank that keeps each tensor's AdamW state (and f32 master weights)
     /// and updates it; `None`: every rank keeps and updates all.
     owners: Option<Vec<usize>>,
+    /// ZeRO stage 2: the backend keeps this rank's shards of the gradients and optimizer
+    /// state; the model's gradients are empty outside the backward that produces them.
+    zero2: bool,
+    /// Every trained tensor's length, in the trained order.
+    grad_lens: Vec<usize>,
     /// LoRA: the base is never updated and has no gradients of its 2-D weights.
     frozen: bool,
     /// `--grad-checkpoint`: the forward keeps each layer's input only, and the backward
@@ -205,8 +210,10 @@ fn gemm_acc(m: usize, n: usize, k: usize, trans_a: bool, trans_b: bool) -> Matmu
 
 impl<'b, T: TrainElement, B: Backend<T>> Llama<'b, T, B> {
     /// Upload `[params, exp_avg, exp_avg_sq]` (in the [`Trained`] order) for micro-batches of
-    /// `batch × seq`. With `zero` (ZeRO stage 1) and several ranks, this rank keeps the moments
-    /// and master weights of its share of the tensors only ([`zero_owners`]). With `frozen`
+    /// `batch × seq`. With ZeRO stage `zero` 1 and several ranks, this rank keeps the moments
+    /// and master weights of its share of the tensors only ([`zero_owners`]); with stage 2 the
+    /// backend keeps an element-granular share of them and of the gradients
+    /// ([`crate::zero2`]). With `frozen`
     /// (LoRA) the model is never updated: no master weights, no moments, and no gradient
     /// buffers for the 2-D weights (the backward skips their products); only the small 1-D
     /// tensors keep a gradient buffer, written and never read. With `grad_checkpoint` the
@@ -216,7 +223,7 @@ impl<'b, T: TrainElement, B: Backend<T>> Llama<'b, T, B> {
         cfg: &LlamaConfig,
         [params, exp_avg, exp_avg_sq]: [&[Vec<f32>]; 3],
         [batch, seq]: [usize; 2],
-        zero: bool,
+        zero: u8,
         frozen: bool,
         grad_checkpoint: bool,
     ) -> Result<Self> {
@@ -229,12 +236,13 @@ impl<'b, T: TrainElement, B: Backend<T>> Llama<'b, T, B> {
                 layout.specs.len()
             )));
         }
-        let owners = (zero && backend.world() > 1).then(|| {
+        let zero2 = zero == 2 && backend.world() > 1 && !frozen;
+        let owners = (zero == 1 && backend.world() > 1).then(|| {
             let lens: Vec<usize> = params.iter().map(Vec::len).collect();
             zero_owners(&lens, backend.world())
         });
         let rank = backend.rank();
-        let mine = |i: usize| owners.as_ref().map_or(true, |o| o[i] == rank);
+        let mine = |i: usize| !zero2 && owners.as_ref().map_or(true, |o| o[i] == rank);
         let dims = LlamaDims {
             batch,
             seq,
@@ -253,6 +261,12 @@ impl<'b, T: TrainElement, B: Backend<T>> Llama<'b, T, B> {
             false => backend.zeros::<f32>(0),
         };
         let decays: Vec<bool> = layout.specs.iter().map(|s| s.decays()).collect();
+        if zero2 {
+            fn host(g: &[Vec<f32>]) -> Vec<&[f32]> {
+                g.iter().map(|t| &t[..]).collect()
+            }
+            backend.zero2_init([&host(params), &host(exp_avg), &host(exp_avg_sq)], &decays)?;
+        }
         let (n, c, f) = (dims.rows(), dims.channels, dims.inner);
         let hd = dims.heads * dims.head_dim;
         let z = |len: usize| backend.zeros::<T>(len);
@@ -314,7 +328,8 @@ impl<'b, T: TrainElement, B: Backend<T>> Llama<'b, T, B> {
             grads: params
                 .iter()
                 .zip(&decays)
-                .map(|(t, &d)| backend.zeros::<T>(if frozen && d { 0 } else { t.len() }))
+                // ZeRO 2: allocated by the backward (`zero2_alloc`).
+                .map(|(t, &d)| backend.zeros::<T>(if (frozen && d) || zero2 { 0 } else { t.len() }))
                 .collect::<Result<_>>()?,
             exp_avg: stat(exp_avg)?,
             exp_avg_sq: stat(exp_avg_sq)?,
@@ -323,8 +338,10 @@ impl<'b, T: TrainElement, B: Backend<T>> Llama<'b, T, B> {
             decays,
             frozen,
             grad_checkpoint,
+            grad_lens: params.iter().map(Vec::len).collect(),
             layout,
             owners,
+            zero2,
             acts,
             lora: None,
             _t: PhantomData,
@@ -333,7 +350,8 @@ impl<'b, T: TrainElement, B: Backend<T>> Llama<'b, T, B> {
 
     /// Set every gradient to zero (start of a step).
     pub fn zero_grads(&mut self) -> Result<()> {
-        for g in self.grads.iter_mut() {
+        // ZeRO 2: the backward allocates them zeroed.
+        for g in self.grads.iter_mut().filter(|_| !self.zero2) {
             self.backend.fill_zero(g)?;
         }
         if let Some(lo) = self.lora.as_mut() {
@@ -645,6 +663,14 @@ impl<'b, T: TrainElement, B: Backend<T>> Llama<'b, T, B> {
         let mut lora = self.lora.as_mut();
         let queue = be.queue();
         let owners = self.owners.as_deref();
+        // ZeRO stage 2: gradients exist only from the backward that writes them to the bucket
+        // that reduces them (lengths `z2`).
+        let z2 = self.zero2.then_some(&self.grad_lens[..]);
+        if let Some(lens) = z2 {
+            let mut first = vec![lo.embed, lo.norm];
+            first.extend(lo.lm_head);
+            zero2_alloc_ids::<T, B>(be, g, &first, lens)?;
+        }
         let (n, c, f, v) = (d.rows(), d.channels, d.inner, d.vocab);
         let (hd, w) = (d.heads * d.head_dim, d.qkv_width());
         // logits = hf · Wlmᵀ; `a.logits` now holds dlogits.
@@ -687,7 +713,10 @@ impl<'b, T: TrainElement, B: Backend<T>> Llama<'b, T, B> {
         if last && !frozen {
             let mut ready = vec![lo.norm];
             ready.extend(lo.lm_head);
-            ready_bucket::<T, B>(be, g, &ready, owners)?;
+            match z2 {
+                Some(_) => zero2_hand_ids::<T, B>(be, g, &ready)?,
+                None => ready_bucket::<T, B>(be, g, &ready, owners)?,
+            }
         }
         let cx = LayerCtx::<T, B> {
             be,
@@ -725,6 +754,16 @@ impl<'b, T: TrainElement, B: Backend<T>> Llama<'b, T, B> {
                 layer_front(&cx, p, li, l, x, s, &mut a.branch, lora.as_deref_mut())?;
             }
             let s = &*s;
+            let mut layer_ids = vec![li.input_norm, li.qkv_w, li.o_w, li.post_norm];
+            layer_ids.extend([li.gate_up_w, li.down_w]);
+            layer_ids.extend(
+                [li.qkv_b, li.o_b, li.gate_up_b, li.down_b]
+                    .into_iter()
+                    .flatten(),
+            );
+            if let Some(lens) = z2 {
+                zero2_alloc_ids::<T, B>(be, g, &layer_ids, lens)?;
+            }
             // MLP: resid_out = resid_mid + swiglu(h2·Wguᵀ)·Wdᵀ.
             linear_backward::<T, B>(
                 queue,
@@ -869,14 +908,10 @@ impl<'b, T: TrainElement, B: Backend<T>> Llama<'b, T, B> {
                 lo.grads_ready(be, l)?;
             }
             if last && !frozen {
-                let mut ready = vec![li.input_norm, li.qkv_w, li.o_w, li.post_norm];
-                ready.extend([li.gate_up_w, li.down_w]);
-                ready.extend(
-                    [li.qkv_b, li.o_b, li.gate_up_b, li.down_b]
-                        .into_iter()
-                        .flatten(),
-                );
-                ready_bucket::<T, B>(be, g, &ready, owners)?;
+                match z2 {
+                    Some(_) => zero2_hand_ids::<T, B>(be, g, &layer_ids)?,
+                    None => ready_bucket::<T, B>(be, g, &layer_ids, owners)?,
+                }
             }
         }
         if frozen {
@@ -901,7 +936,10 @@ impl<'b, T: TrainElement, B: Backend<T>> Llama<'b, T, B> {
         .run(queue)
         .map_err(op)?;
         if last {
-            ready_bucket::<T, B>(be, g, &[lo.embed], owners)?;
+            match z2 {
+                Some(_) => zero2_hand_ids::<T, B>(be, g, &[lo.embed])?,
+                None => ready_bucket::<T, B>(be, g, &[lo.embed], owners)?,
+            }
         }
         Ok(())
     }
@@ -910,6 +948,9 @@ impl<'b, T: TrainElement, B: Backend<T>> Llama<'b, T, B> {
     /// rank's norm over the tensors it owns).
     pub fn grad_norm(&self, scalars: &mut B::Scalars) -> Result<()> {
         let rank = self.backend.rank();
+        if self.zero2 {
+            return self.backend.zero2_norm(scalars);
+        }
         match &self.owners {
             Some(o) => {
                 let owned: Vec<&B::Buf<T>> = self
@@ -937,6 +978,12 @@ impl<'b, T: TrainElement, B: Backend<T>> Llama<'b, T, B> {
         scaling: GradScaling,
         scalars: &B::Scalars,
     ) -> Result<()> {
+        if self.zero2 {
+            let mut params: Vec<&mut B::Buf<T>> = self.params.iter_mut().collect();
+            return self
+                .backend
+                .zero2_update(hyper, scaling, scalars, &mut params);
+        }
         let rank = self.backend.rank();
         let owners = self.owners.as_deref();
         let mut masters = self.master.as_mut().map(|m| m.iter_mut());
@@ -987,6 +1034,18 @@ impl<'b, T: TrainElement, B: Backend<T>> Llama<'b, T, B> {
         let down = |group: &[B::Buf<f32>]| -> Result<Vec<Vec<f32>>> {
             group.iter().map(|t| be.download(t)).collect()
         };
+        if self.zero2 {
+            let (master, m, v) = be.zero2_download()?;
+            let params = match master {
+                Some(h) => h,
+                None => self
+                    .params
+                    .iter()
+                    .map(|t| be.download(t))
+                    .collect::<Result<_>>()?,
+            };
+            return Ok([params, m, v]);
+        }
         if let Some(o) = &self.owners {
             let lens: Vec<usize> = self.params.iter().map(|t| be.len_of(t)).collect();
             let gather = |group: &[B::Buf<f32>]| -> Result<Vec<Vec<f32>>> {
@@ -1141,6 +1200,35 @@ fn layer_front<T: TrainElement, B: Backend<T>>(
     .run(queue)
     .map_err(op)?;
     Ok(())
+}
+
+/// ZeRO stage 2: give each empty gradient of `ids` its zeroed buffer.
+fn zero2_alloc_ids<T: TrainElement, B: Backend<T>>(
+    be: &B,
+    grads: &mut [B::Buf<T>],
+    ids: &[usize],
+    lens: &[usize],
+) -> Result<()> {
+    let picked = grads
+        .iter_mut()
+        .enumerate()
+        .filter(|(i, _)| ids.contains(i))
+        .collect();
+    crate::model::zero2_alloc::<T, B>(be, picked, lens)
+}
+
+/// ZeRO stage 2: hand the final gradients `ids` to the backend's bucket (in index order).
+fn zero2_hand_ids<T: TrainElement, B: Backend<T>>(
+    be: &B,
+    grads: &mut [B::Buf<T>],
+    ids: &[usize],
+) -> Result<()> {
+    let picked = grads
+        .iter_mut()
+        .enumerate()
+        .filter(|(i, _)| ids.contains(i))
+        .collect();
+    crate::model::zero2_hand::<T, B>(be, picked)
 }
 
 /// Hand the gradients `ids` to the backend's reduction across ranks (one bucket; with ZeRO

@@ -276,7 +276,7 @@ fn train<T: TrainElement, B: Backend<T>>(
         &s.cfg,
         [&r.params, &r.exp_avg, &r.exp_avg_sq],
         [args.batch, args.seq],
-        args.zero == 1,
+        args.zero,
         s.lora.is_some(),
         args.grad_checkpoint,
     )?;
@@ -464,7 +464,7 @@ fn train<T: TrainElement, B: Backend<T>>(
             }
         }
         let due = args.save_every > 0 && (step % args.save_every == 0 || step == args.steps);
-        let gathers = role.primary() || (args.zero == 1 && world > 1);
+        let gathers = role.primary() || (args.zero >= 1 && world > 1);
         if let (true, true, Some(dir)) = (due, gathers, &args.checkpoint_dir) {
             let (pos, len) = s.source.position();
             let mut state = new_state(args, args.batch * world, step, pos, len);

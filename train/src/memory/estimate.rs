@@ -302,14 +302,27 @@ pub fn estimate_rank(shape: Shape, s: &Settings, rank: usize) -> Estimate {
     for &n in frozen.iter().chain(&trained) {
         y.add(Part::Weights, n, t);
     }
-    // Gradients: every trained tensor (ZeRO 2: this rank's share plus two buckets in flight).
+    // Gradients: every trained tensor. ZeRO 2 (crate::zero2): this rank's share, plus what the
+    // backward holds at once: the largest tensor (the embedding, written first and last), a
+    // bucket not yet reduced with the group that tops it, and the layer being written.
     match (s.zero, s.world) {
         (2, w) if w > 1 => {
             let total: usize = trained.iter().sum();
             y.add(Part::Gradients, total.div_ceil(w), t);
-            let bucket = s.bucket_elems.min(total);
-            y.add(Part::Gradients, bucket, t);
-            y.add(Part::Gradients, bucket, t);
+            let layers = match shape {
+                Shape::Gpt2(c) => c.layers,
+                Shape::Llama(c) => c.layers,
+            };
+            let embed = trained.iter().copied().max().unwrap_or(0);
+            let layer = (total - embed) / layers.max(1);
+            let held = embed
+                .saturating_add(s.bucket_elems)
+                .saturating_add(2 * layer)
+                .min(total);
+            y.add(Part::Gradients, embed, t);
+            if held > embed {
+                y.add(Part::Gradients, held - embed, t);
+            }
         }
         _ => trained.iter().for_each(|&n| y.add(Part::Gradients, n, t)),
     }

@@ -1,9 +1,9 @@
 //! Device memory of a run: the per-rank estimate (`--memory-estimate`, [`estimate`]) and the
 //! checks of the memory flags (docs/MEMORY.md).
 //!
-//! `--grad-checkpoint` trains (both model families). `--zero 2` and `--offload-optimizer cpu`
-//! are planned: the estimate predicts them, a training run refuses them with a usage error that
-//! says so.
+//! `--grad-checkpoint` and `--zero 2` ([`crate::zero2`]) train (both model families).
+//! `--offload-optimizer cpu` is planned: the estimate predicts it, a training run refuses it
+//! with a usage error that says so.
 
 pub mod estimate;
 pub mod table;
@@ -15,13 +15,15 @@ use crate::llama::LlamaConfig;
 use crate::lora::LoraConfig;
 use estimate::{LoraPlan, Settings, Shape, DEFAULT_BUCKET_ELEMS};
 
-/// The memory flags alone: `--bucket-mb` only with `--zero 2` and at least 1; outside
+/// The memory flags alone: `--bucket-mb` only with `--zero 2`, positive and finite; outside
 /// `--memory-estimate`, the planned features refused by name.
 pub fn check_flags(args: &Args) -> Result<()> {
     let bad = |m: String| Err(TrainError::Usage(m));
     if let Some(mb) = args.bucket_mb {
-        if mb == 0 {
-            return bad("--bucket-mb 0: must be at least 1".into());
+        if !(mb.is_finite() && mb > 0.0 && bucket_elems(args) >= 1) {
+            return bad(format!(
+                "--bucket-mb {mb}: must be a positive number of MiB holding at least one element"
+            ));
         }
         if args.zero != 2 {
             return bad(format!(
@@ -35,7 +37,6 @@ pub fn check_flags(args: &Args) -> Result<()> {
         return Ok(());
     }
     let planned = [
-        ("--zero 2", args.zero == 2),
         ("--offload-optimizer cpu", args.offload_optimizer.is_some()),
     ];
     match planned.iter().find(|(_, on)| *on) {
@@ -84,13 +85,7 @@ pub fn for_args(
 ) -> Result<(String, estimate::Estimate)> {
     let (model_dir, _) = crate::weights::model_paths(&args.model);
     let cfg = ModelConfig::load(&model_dir.join("config.json"))?;
-    let bucket_elems = match args.bucket_mb {
-        Some(mb) => {
-            let bytes = mb.saturating_mul(1 << 20);
-            bytes / estimate_elem_bytes(args.dtype)
-        }
-        None => DEFAULT_BUCKET_ELEMS,
-    };
+    let bucket_elems = bucket_elems(args);
     let mut s = Settings {
         dtype: args.dtype,
         batch: args.batch,
@@ -134,6 +129,15 @@ pub fn for_args(
         what.push("optimizer offloaded to cpu".into());
     }
     Ok((format!("{describe}; {}", what.join(", ")), est))
+}
+
+/// ZeRO stage 2's bucket in elements of the storage type: `--bucket-mb` MiB, or
+/// [`DEFAULT_BUCKET_ELEMS`] (DeepSpeed's `reduce_bucket_size`).
+pub fn bucket_elems(args: &Args) -> usize {
+    match args.bucket_mb {
+        Some(mb) => (mb * (1u64 << 20) as f64 / estimate_elem_bytes(args.dtype) as f64) as usize,
+        None => DEFAULT_BUCKET_ELEMS,
+    }
 }
 
 /// hip-emu's guard byte per allocation when the loaded HIP runtime is hip-emu (the figures
@@ -190,19 +194,11 @@ mod tests {
         let m = usage(&["--zero", "2", "--bucket-mb", "0"]);
         assert!(m.starts_with("--bucket-mb 0"), "{m}");
         assert!(args(&["--grad-checkpoint"]).validate().is_ok());
-        for (flags, name) in [
-            (
-                &["--offload-optimizer", "cpu"][..],
-                "--offload-optimizer cpu",
-            ),
-            (&["--zero", "2", "--devices", "0,1"][..], "--zero 2"),
-        ] {
-            let m = usage(flags);
-            assert!(
-                m.starts_with(name) && m.contains("--memory-estimate"),
-                "{m}"
-            );
-        }
+        let m = usage(&["--offload-optimizer", "cpu"]);
+        assert!(
+            m.starts_with("--offload-optimizer cpu") && m.contains("--memory-estimate"),
+            "{m}"
+        );
         let m = usage(&["--zero", "1", "--lora-rank", "4"]);
         assert!(m.contains("--lora-rank 4"), "{m}");
         // With --memory-estimate the planned flags are accepted.

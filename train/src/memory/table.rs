@@ -14,8 +14,8 @@ pub const CARDS: [(&str, u64); 2] = [("K100_AI 64 GB", 64), ("Z100 32 GB", 32)];
 /// The settings rows, cheapest first: `(label, zero, grad_checkpoint, offload, planned)`.
 const FULL_ROWS: [(&str, u8, bool, bool, bool); 4] = [
     ("zero 1", 1, false, false, false),
-    ("zero 2 (planned)", 2, false, false, true),
-    ("zero 2 + grad-checkpoint (planned)", 2, true, false, true),
+    ("zero 2", 2, false, false, false),
+    ("zero 2 + grad-checkpoint", 2, true, false, false),
     (
         "zero 2 + grad-checkpoint + offload cpu (planned)",
         2,

@@ -1,7 +1,7 @@
 //! The forward and backward passes of [`Gpt2`]: every op is its argument struct built with named
 //! fields on the backend's space and run on its queue (`.run(queue)`).
 
-use super::{Gpt2, LayerActs};
+use super::{zero2_alloc, zero2_hand, Gpt2, LayerActs};
 use crate::backend::{gemm, Backend, Dims, Queue, TrainElement, View};
 use crate::error::{Result, TrainError};
 use crate::lora::adapters::Adapters;
@@ -168,6 +168,15 @@ impl<T: TrainElement, B: Backend<T>> Gpt2<'_, T, B> {
         // `None` with a frozen base (LoRA): no weight gradient is computed, only the input
         // gradients the adapters need.
         let mut g = self.grads.as_mut();
+        // ZeRO stage 2: gradients exist only from the backward that writes them to the bucket
+        // that reduces them (canonical lengths `z2`).
+        let z2 = self.zero2.then_some(&self.grad_lens[..]);
+        let at_lnf = 2 + 12 * self.layers;
+        if let (Some(lens), Some(g)) = (z2, g.as_deref_mut()) {
+            let head = vec![(0, &mut g.wte), (1, &mut g.wpe)];
+            let lnf = vec![(at_lnf, &mut g.lnf_w), (at_lnf + 1, &mut g.lnf_b)];
+            zero2_alloc::<T, B>(be, head.into_iter().chain(lnf).collect(), lens)?;
+        }
         let mut lora = self.lora.as_mut();
         let mut frozen = self.frozen_ln.as_mut();
         // ZeRO stage 1: the owners of canonical tensors `at..at + k` (where their sums go).
@@ -213,8 +222,13 @@ impl<T: TrainElement, B: Backend<T>> Gpt2<'_, T, B> {
         }
         .run(queue)?;
         if let (true, Some(g)) = (last, g.as_deref_mut()) {
-            let at = 2 + 12 * self.layers;
-            be.grads_ready(&mut [&mut g.lnf_w, &mut g.lnf_b], roots(at, 2))?;
+            let at = at_lnf;
+            match z2 {
+                Some(_) => {
+                    zero2_hand::<T, B>(be, vec![(at, &mut g.lnf_w), (at + 1, &mut g.lnf_b)])?
+                }
+                None => be.grads_ready(&mut [&mut g.lnf_w, &mut g.lnf_b], roots(at, 2))?,
+            }
         }
         let ckpt = self.grad_checkpoint;
         for l in (0..self.layers).rev() {
@@ -244,6 +258,10 @@ impl<T: TrainElement, B: Backend<T>> Gpt2<'_, T, B> {
                 layer_front(be, d, w, l, x, s, &mut a.branch, lora.as_deref_mut())?;
             }
             let s = &*s;
+            if let (Some(lens), Some(g)) = (z2, g.as_deref_mut()) {
+                let bufs = g.layers[l].iter_mut().into_iter().enumerate();
+                zero2_alloc::<T, B>(be, bufs.map(|(k, b)| (2 + 12 * l + k, b)).collect(), lens)?;
+            }
             let mut gw = g.as_deref_mut().map(|g| &mut g.layers[l]);
             // MLP: resid_out = resid_mid + gelu(ln2·Wfc + bfc)·Wmproj + bmproj.
             Linear {
@@ -373,7 +391,13 @@ impl<T: TrainElement, B: Backend<T>> Gpt2<'_, T, B> {
             .run(queue)?;
             if let (true, Some(gw)) = (last, gw) {
                 // Layer l's twelve gradients are final: one bucket.
-                be.grads_ready(&mut gw.iter_mut(), roots(2 + 12 * l, 12))?;
+                match z2 {
+                    Some(_) => {
+                        let bufs = gw.iter_mut().into_iter().enumerate();
+                        zero2_hand::<T, B>(be, bufs.map(|(k, b)| (2 + 12 * l + k, b)).collect())?;
+                    }
+                    None => be.grads_ready(&mut gw.iter_mut(), roots(2 + 12 * l, 12))?,
+                }
             }
         }
         if let (true, Some(lo)) = (last, lora) {
@@ -392,7 +416,10 @@ impl<T: TrainElement, B: Backend<T>> Gpt2<'_, T, B> {
             }
             .run(queue)?;
             if last {
-                be.grads_ready(&mut [&mut g.wte, &mut g.wpe], roots(0, 2))?;
+                match z2 {
+                    Some(_) => zero2_hand::<T, B>(be, vec![(0, &mut g.wte), (1, &mut g.wpe)])?,
+                    None => be.grads_ready(&mut [&mut g.wte, &mut g.wpe], roots(0, 2))?,
+                }
             }
         }
         // Frozen embeddings (LoRA): the residual gradient ends here.

@@ -88,21 +88,23 @@ fn two_devices_and_zero_1_reproduce_one_device() {
             &strs(&["--steps", STEPS, "--device", "0"]),
         ))
         .unwrap();
-        for zero in ["0", "1"] {
+        for zero in ["0", "1", "2"] {
             // The same global batch: 2 ranks × --batch 2.
-            let args = variant_args(
-                name,
-                &strs(&[
-                    "--steps",
-                    STEPS,
-                    "--batch",
-                    "2",
-                    "--devices",
-                    "0,1",
-                    "--zero",
-                    zero,
-                ]),
-            );
+            let mut flags = strs(&[
+                "--steps",
+                STEPS,
+                "--batch",
+                "2",
+                "--devices",
+                "0,1",
+                "--zero",
+                zero,
+            ]);
+            if zero == "2" {
+                // Buckets of 0.01 MiB: several per step on the tiny models.
+                flags.extend(strs(&["--bucket-mb", "0.01"]));
+            }
+            let args = variant_args(name, &flags);
             let outs = crate::parallel::run_devices(&args, &[0, 1], true).unwrap();
             let what = format!("{name} on 2 devices, --zero {zero}");
             assert_close(&what, &outs[0].logs, &one, DDP_RTOL);
@@ -115,6 +117,8 @@ fn two_devices_and_zero_1_reproduce_one_device() {
 
 /// The child's `--log` file (set only in the children of the launcher test).
 const CHILD_LOG: &str = "HIPK_LLAMA_TEST_CHILD_LOG";
+/// The child's further flags, space-separated (the launcher test's ZeRO 2 round).
+const CHILD_EXTRA: &str = "HIPK_LLAMA_TEST_CHILD_EXTRA";
 
 /// A child rank of [`two_processes_through_the_launcher_variables`]: qwen2 with `--batch 2`.
 /// Returns false in the parent (the variable is not set there).
@@ -123,6 +127,8 @@ fn child_rank() -> bool {
         return false;
     };
     let mut extra = strs(&["--steps", STEPS, "--batch", "2"]);
+    let more = std::env::var(CHILD_EXTRA).unwrap_or_default();
+    extra.extend(more.split_whitespace().map(String::from));
     if !log.is_empty() {
         extra.extend(["--log".to_string(), log]);
     }
@@ -139,64 +145,71 @@ fn two_processes_through_the_launcher_variables() {
     let _s = serial();
     emu_setup();
     let s = super::Scratch::new("llama-procs");
-    let log = s.path("rank0.jsonl");
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .unwrap()
-        .port();
-    let children: Vec<_> = (0..2)
-        .map(|rank| {
-            let child_log = match rank {
-                0 => log.display().to_string(),
-                _ => String::new(),
-            };
-            std::process::Command::new(std::env::current_exe().unwrap())
-                .args([NAME, "--exact", "--test-threads=1", "--nocapture"])
-                .env(CHILD_LOG, child_log)
-                .env("RANK", rank.to_string())
-                .env("LOCAL_RANK", rank.to_string())
-                .env("WORLD_SIZE", "2")
-                .env("MASTER_ADDR", "127.0.0.1")
-                .env("MASTER_PORT", port.to_string())
-                .env("HIPK_RDZV_SECRET", "llama-tests-secret-0123456789abcdef")
-                .stdout(std::process::Stdio::piped())
-                .stderr(std::process::Stdio::piped())
-                .spawn()
-                .unwrap()
-        })
-        .collect();
-    for (rank, c) in children.into_iter().enumerate() {
-        let out = c.wait_with_output().unwrap();
-        let text = String::from_utf8_lossy(&out.stdout).to_string()
-            + &String::from_utf8_lossy(&out.stderr);
-        assert!(out.status.success(), "rank {rank} failed:\n{text}");
-    }
-    let one = crate::train::run(&variant_args(
-        "qwen2_base",
-        &strs(&["--steps", STEPS, "--device", "0"]),
-    ))
-    .unwrap();
-    let logged: Vec<serde_json::Value> = std::fs::read_to_string(&log)
-        .unwrap()
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect();
-    assert_eq!(logged.len(), one.len());
-    for (l, w) in logged.iter().zip(&one) {
-        assert_eq!(l["world_size"], 2);
-        let loss = l["loss"].as_f64().unwrap();
-        let norm = l["grad_norm"].as_f64().unwrap();
-        assert!(
-            rel(loss, w.loss) <= DDP_RTOL,
-            "step {}: {loss} vs {}",
-            w.step,
-            w.loss
-        );
-        assert!(
-            rel(norm, w.grad_norm) <= 10.0 * DDP_RTOL,
-            "step {}: {norm}",
-            w.step
-        );
+    // Plain data parallelism, then ZeRO 2 (0.01 MiB buckets).
+    for (round, extra) in ["", "--zero 2 --bucket-mb 0.01"].into_iter().enumerate() {
+        let log = s.path(&format!("rank0-{round}.jsonl"));
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .unwrap()
+            .port();
+        let children: Vec<_> = (0..2)
+            .map(|rank| {
+                let child_log = match rank {
+                    0 => log.display().to_string(),
+                    _ => String::new(),
+                };
+                std::process::Command::new(std::env::current_exe().unwrap())
+                    .args([NAME, "--exact", "--test-threads=1", "--nocapture"])
+                    .env(CHILD_LOG, child_log)
+                    .env(CHILD_EXTRA, extra)
+                    .env("RANK", rank.to_string())
+                    .env("LOCAL_RANK", rank.to_string())
+                    .env("WORLD_SIZE", "2")
+                    .env("MASTER_ADDR", "127.0.0.1")
+                    .env("MASTER_PORT", port.to_string())
+                    .env("HIPK_RDZV_SECRET", "llama-tests-secret-0123456789abcdef")
+                    .stdout(std::process::Stdio::piped())
+                    .stderr(std::process::Stdio::piped())
+                    .spawn()
+                    .unwrap()
+            })
+            .collect();
+        for (rank, c) in children.into_iter().enumerate() {
+            let out = c.wait_with_output().unwrap();
+            let text = String::from_utf8_lossy(&out.stdout).to_string()
+                + &String::from_utf8_lossy(&out.stderr);
+            assert!(
+                out.status.success(),
+                "{extra:?}: rank {rank} failed:\n{text}"
+            );
+        }
+        let one = crate::train::run(&variant_args(
+            "qwen2_base",
+            &strs(&["--steps", STEPS, "--device", "0"]),
+        ))
+        .unwrap();
+        let logged: Vec<serde_json::Value> = std::fs::read_to_string(&log)
+            .unwrap()
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        assert_eq!(logged.len(), one.len());
+        for (l, w) in logged.iter().zip(&one) {
+            assert_eq!(l["world_size"], 2);
+            let loss = l["loss"].as_f64().unwrap();
+            let norm = l["grad_norm"].as_f64().unwrap();
+            assert!(
+                rel(loss, w.loss) <= DDP_RTOL,
+                "step {}: {loss} vs {}",
+                w.step,
+                w.loss
+            );
+            assert!(
+                rel(norm, w.grad_norm) <= 10.0 * DDP_RTOL,
+                "step {}: {norm}",
+                w.step
+            );
+        }
     }
 }
 

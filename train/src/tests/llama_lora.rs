@@ -111,7 +111,7 @@ fn bf16_lora_keeps_the_base_in_16_bits_and_stays_near_f32() {
         &cfg,
         [&params, &none, &none],
         [4, 16],
-        false,
+        0,
         true,
         false,
     )

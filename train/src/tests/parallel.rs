@@ -10,8 +10,8 @@
 use super::{run_tiny, strs};
 use crate::error::TrainError;
 
-/// `--device N` with `--devices`, a device listed twice, a ZeRO stage other than 0 or 1 and
-/// ZeRO with LoRA are usage errors (exit status 2), found before any device is touched.
+/// `--device N` with `--devices`, a device listed twice, a ZeRO stage past 2, `--zero 2` on one
+/// rank and ZeRO with LoRA (stage 1 or 2) are usage errors (exit status 2), found before any device is touched.
 #[test]
 fn device_and_devices_together_are_usage_errors() {
     for (flags, needle) in [
@@ -24,9 +24,14 @@ fn device_and_devices_together_are_usage_errors() {
             &["--devices", "0,1", "--zero", "3"][..],
             "--zero 3: only stages 0",
         ),
+        (&["--zero", "2"][..], "--zero 2 with 1 rank"),
         (
-            &["--devices", "0,1", "--zero", "2"][..],
-            "--zero 2 is not implemented in training yet",
+            &["--devices", "0,1", "--zero", "2", "--lora-rank", "4"][..],
+            "--zero 2 with --lora-rank 4",
+        ),
+        (
+            &["--devices", "0,1", "--zero", "2", "--bucket-mb", "0"][..],
+            "--bucket-mb 0: must be a positive",
         ),
         (
             &["--devices", "0,1", "--zero", "1", "--lora-rank", "4"][..],
@@ -390,6 +395,146 @@ mod on_devices {
             DDP_RTOL,
         );
         eprintln!("--zero 1 on 4 devices vs without: loss {dl:e}, grad_norm {dn:e}");
+    }
+
+    /// `--zero 2` with buckets of 0.01 MiB (2621 f32 elements: the tiny model's 29568
+    /// parameters make about a dozen buckets).
+    const ZERO2: [&str; 4] = ["--zero", "2", "--bucket-mb", "0.01"];
+
+    #[test]
+    fn zero_2_gives_the_steps_of_the_plain_run_with_a_share_of_the_gradients() {
+        // The memory per rank compared below is the device's: alone in a process.
+        if super::super::alone(
+            "tests::parallel::on_devices::zero_2_gives_the_steps_of_the_plain_run_with_a_share_of_the_gradients",
+        ) {
+            return;
+        }
+        let _s = serial();
+        const PARAMS: usize = 29568;
+        for dtype in ["f32", "bf16"] {
+            let common = ["--dtype", dtype];
+            let plain = ranks(2, 2, &common);
+            let zero = ranks(2, 2, &[&common[..], &ZERO2[..]].concat());
+            let what = format!("--zero 2 {dtype}");
+            assert_ranks_agree(&what, &zero);
+            let (dl, dn) = assert_close(&what, &zero[0].logs, &plain[0].logs, DDP_RTOL);
+            eprintln!("{what} vs without: loss {dl:e}, grad_norm {dn:e}");
+            // Between steps a rank holds half of the gradients (storage type) and of the
+            // optimizer state (f32 moments, and in bf16 the f32 master weights): one buffer of
+            // ⌈P/2⌉ elements each instead of one per tensor, each rounded as the caching
+            // allocator does (512 B, after hip-emu's guard byte).
+            let (t, groups) = match dtype {
+                "f32" => (4, 2),
+                _ => (2, 3),
+            };
+            let guard = usize::from(hip_rt::emu::is_hip_emu());
+            let round = |bytes: usize| (bytes + guard).div_ceil(512) * 512;
+            let lens: Vec<usize> = plain[0]
+                .params
+                .as_ref()
+                .unwrap()
+                .iter()
+                .iter()
+                .map(|p| p.len())
+                .collect();
+            assert_eq!(lens.iter().sum::<usize>(), PARAMS);
+            let per_tensor: usize = lens
+                .iter()
+                .map(|&n| round(n * t) + groups * round(n * 4))
+                .sum();
+            let shard = PARAMS.div_ceil(2);
+            let sharded = round(shard * t) + groups * round(shard * 4);
+            let mem = |o: &[RankOutcome], r: usize| o[r].logs.last().unwrap().mem.unwrap();
+            for r in 0..2 {
+                let (p, z) = (mem(&plain, r), mem(&zero, r));
+                let drop = p.allocated as f64 - z.allocated as f64;
+                let expected = (per_tensor - sharded) as f64;
+                eprintln!(
+                    "{what} rank {r}: mem_allocated {} without --zero, {} with --zero 2 \
+                     (drop {drop}, expected {expected}); mem_peak {} vs {}",
+                    p.allocated, z.allocated, p.peak, z.peak
+                );
+                assert!(
+                    (0.95..=1.05).contains(&(drop / expected)),
+                    "{what} rank {r}: dropped {drop} bytes, expected about {expected}"
+                );
+                assert!(z.peak < p.peak, "{what} rank {r}: mem_peak did not drop");
+            }
+        }
+        // Four ranks.
+        let (plain, zero) = (ranks(4, 1, &[]), ranks(4, 1, &ZERO2));
+        assert_ranks_agree("--zero 2 on 4 devices", &zero);
+        let (dl, dn) = assert_close(
+            "--zero 2 on 4 devices",
+            &zero[0].logs,
+            &plain[0].logs,
+            DDP_RTOL,
+        );
+        eprintln!("--zero 2 on 4 devices vs without: loss {dl:e}, grad_norm {dn:e}");
+    }
+
+    #[test]
+    fn zero_2_with_gradient_accumulation_and_f16_skips_follows_the_plain_run() {
+        let _s = serial();
+        // Two micro-batches per step: the gradients stay until the last one's backward.
+        let accum = ["--grad-accum", "2"];
+        let plain = ranks(2, 2, &accum);
+        let zero = ranks(2, 2, &[&accum[..], &ZERO2[..]].concat());
+        assert_ranks_agree("--zero 2 --grad-accum 2", &zero);
+        assert_close(
+            "--zero 2 --grad-accum 2",
+            &zero[0].logs,
+            &plain[0].logs,
+            DDP_RTOL,
+        );
+        // f16 with a first scale of 2^24: step 1 overflows and every rank skips it.
+        let f16 = [
+            "--dtype",
+            "f16",
+            "--scale-init",
+            "16777216",
+            "--scale-window",
+            "2",
+        ];
+        let plain = ranks(2, 2, &f16);
+        let zero = ranks(2, 2, &[&f16[..], &ZERO2[..]].concat());
+        assert_ranks_agree("--zero 2 f16", &zero);
+        assert_eq!(zero[0].logs[0].scaler.map(|s| s.1), Some(true), "step 1");
+        assert_close("--zero 2 f16", &zero[0].logs, &plain[0].logs, DDP_RTOL);
+    }
+
+    #[test]
+    fn zero_2_checkpoints_resume_across_stages_and_world_sizes() {
+        let _s = serial();
+        let s = Scratch::new("ddp-zero2-resume");
+        let ck = s.path("z2").display().to_string();
+        let save = ["--checkpoint-dir", ck.as_str(), "--save-every", "2"];
+        let z2 = ranks(2, 2, &[&ZERO2[..], &save[..]].concat());
+        let from = format!("{ck}/step_2");
+        // On one device without ZeRO (global batch 4 = 1 × 4) ...
+        let one = single(4, &["--resume", &from]);
+        assert_close("--zero 2 → 1 device", &one, &z2[0].logs[2..], DDP_RTOL);
+        // ... on two with ZeRO 1 ...
+        let z1 = ranks(2, 2, &["--resume", &from, "--zero", "1"]);
+        assert_close(
+            "--zero 2 → --zero 1",
+            &z1[0].logs,
+            &z2[0].logs[2..],
+            DDP_RTOL,
+        );
+        // ... and on four with ZeRO 2 (4 × 1).
+        let four = ranks(
+            4,
+            1,
+            &[&["--resume", from.as_str()][..], &ZERO2[..]].concat(),
+        );
+        assert_ranks_agree("--zero 2 on 2 → 4 devices", &four);
+        assert_close(
+            "--zero 2 on 2 → 4",
+            &four[0].logs,
+            &z2[0].logs[2..],
+            DDP_RTOL,
+        );
     }
 
     /// The child side of [`two_processes_through_the_launcher_variables`] and
