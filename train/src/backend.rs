@@ -10,7 +10,7 @@
 //! every op only queues work, and the trainer's one host read per step is
 //! [`Backend::read_step`]).
 
-use crate::error::{op, Result};
+use crate::error::{op, Result, TrainError};
 use hip_kernels::ops::{
     AdamW, AdamWParams, AdamWTensor, AttentionLayout, AttentionParams, EncoderForward,
     EncoderParams, Kernels, LayerNormParams, MatmulLayout, MatmulParams, Qkv, Run,
@@ -365,6 +365,33 @@ pub trait Backend<T: TrainElement> {
     fn emulated(&self) -> bool;
     /// Start a new peak for [`MemStats::peak`] (nothing on the CPU).
     fn reset_peak_memory(&self);
+
+    /// `--graph` ([`crate::graph_step`]): `Ok` when this backend can capture a step as a graph
+    /// and replay it, else why not (the CPU has no graphs).
+    fn graph_capable(&self) -> std::result::Result<(), String> {
+        Err("the CPU backend runs no graphs".into())
+    }
+    /// What the next calls do in graph mode ([`crate::graph_step::Phase`]); nothing on the CPU.
+    fn graph_phase(&self, _phase: crate::graph_step::Phase) {}
+    /// Start capturing the step (phase [`crate::graph_step::Phase::Capture`]).
+    fn graph_begin(&self) -> Result<()> {
+        Err(TrainError::Op("this backend runs no graphs".into()))
+    }
+    /// End the capture, instantiate the graph and queue the copies the capture deferred; an
+    /// error leaves no graph (the step then runs eagerly).
+    fn graph_end(&self) -> Result<()> {
+        Err(TrainError::Op("this backend runs no graphs".into()))
+    }
+    /// Launch the captured step (one graph launch).
+    fn graph_launch(&self) -> Result<()> {
+        Err(TrainError::Op("this backend runs no graphs".into()))
+    }
+    /// Drop the captured graph (its held memory returns to the allocator).
+    fn graph_reset(&self) {}
+    /// Zero `scalars` again for a step that reuses them (a captured step's, replayed).
+    fn clear_scalars(&self, _scalars: &mut Self::Scalars) -> Result<()> {
+        Ok(())
+    }
 }
 
 /// One AdamW update of every tensor of `tensors` in one fused op (one launch on a device, over
