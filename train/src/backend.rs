@@ -377,8 +377,8 @@ pub trait Backend<T: TrainElement> {
     fn graph_begin(&self) -> Result<()> {
         Err(TrainError::Op("this backend runs no graphs".into()))
     }
-    /// End the capture, instantiate the graph and queue the copies the capture deferred; an
-    /// error leaves no graph (the step then runs eagerly).
+    /// End the capture and instantiate the graph; an error leaves no graph (the step then runs
+    /// eagerly).
     fn graph_end(&self) -> Result<()> {
         Err(TrainError::Op("this backend runs no graphs".into()))
     }

@@ -77,8 +77,6 @@ struct GraphState {
     /// The fixed token-id buffers and the host copies their flags name bad ids from.
     slots: IdSlots,
     hosts: RefCell<Vec<Rc<RefCell<Vec<i32>>>>>,
-    /// Slots whose copy the capture deferred (queued after it ends).
-    pending: RefCell<Vec<usize>>,
     /// The captured step's token-id checks, restored for each replay's read.
     checks: RefCell<Vec<Check>>,
     /// The loss scale AdamW unscales by, uploaded outside the graph.
@@ -222,8 +220,10 @@ impl DeviceBackend {
         })
     }
 
-    /// Graph mode's `ids`: `host` into the step's next fixed buffer (allocated on first use),
-    /// copied now ([`Phase::Upload`]) or after the capture ([`Phase::Capture`]).
+    /// Graph mode's `ids`: the step's next fixed buffer (allocated on first use), into which
+    /// [`Phase::Upload`] copies `host`. In [`Phase::Capture`] the upload pass just before has
+    /// copied it already (checked: the same ids in the same order), so nothing is queued: a copy
+    /// from pinned memory inside the graph would wait for the staging buffer.
     fn slot_ids(&self, host: &[i32], capture: bool) -> Result<DeviceIds> {
         let captured = self.graph.exec.borrow().is_some();
         let k = {
@@ -263,24 +263,30 @@ impl DeviceBackend {
             while hosts.len() <= k {
                 hosts.push(Rc::default());
             }
-            hosts[k].borrow_mut().clone_from(&host.to_vec());
             hosts[k].clone()
         };
+        let uploaded = *host_copy.borrow() == host;
         let mut ids = DeviceIds {
             ids: ManuallyDrop::new(buf),
             host: host_copy,
             home: Some((self.graph.slots.clone(), k)),
         };
-        self.stage(k, host)?;
-        match capture {
-            true => self.graph.pending.borrow_mut().push(k),
-            false => {
-                let st = self.state.borrow();
-                self.stream
-                    .copy_htod_async(&st.staging[k], &mut *ids.ids)
-                    .map_err(dev)?;
-            }
+        if capture {
+            return match uploaded {
+                true => Ok(ids),
+                false => Err(TrainError::Op(format!(
+                    "graph step: token-id tensor {k} of the captured step is not the one \
+                     uploaded before the capture; run with --no-graph"
+                ))),
+            };
         }
+        ids.host.borrow_mut().clone_from(&host.to_vec());
+        self.stage(k, host)?;
+        let st = self.state.borrow();
+        self.stream
+            .copy_htod_async(&st.staging[k], &mut *ids.ids)
+            .map_err(dev)?;
+        drop(st);
         Ok(ids)
     }
 
@@ -861,7 +867,6 @@ impl<T: TrainElement> Backend<T> for DeviceBackend {
     }
 
     fn graph_begin(&self) -> Result<()> {
-        self.graph.pending.borrow_mut().clear();
         self.state.borrow_mut().next = 0;
         self.stream
             .begin_capture(CaptureMode::Global)
@@ -876,7 +881,6 @@ impl<T: TrainElement> Backend<T> for DeviceBackend {
             .stream
             .end_capture()
             .and_then(|g| g.instantiate().map(|e| (g, e)));
-        let pending = std::mem::take(&mut *self.graph.pending.borrow_mut());
         let mut st = self.state.borrow_mut();
         let graph = match made {
             Ok(g) => g,
@@ -887,16 +891,6 @@ impl<T: TrainElement> Backend<T> for DeviceBackend {
                 return Err(dev(format!("graph capture: {e}")));
             }
         };
-        // The token ids the capture deferred, into their fixed buffers (outside the graph).
-        let mut slots = self.graph.slots.borrow_mut();
-        for k in pending {
-            let (Some(Some(buf)), Some(staging)) = (slots.get_mut(k), st.staging.get(k)) else {
-                return Err(TrainError::Op(format!(
-                    "graph step: token-id buffer {k} is missing after the capture"
-                )));
-            };
-            self.stream.copy_htod_async(staging, buf).map_err(dev)?;
-        }
         *self.graph.checks.borrow_mut() = st.checks.clone();
         *self.graph.exec.borrow_mut() = Some(graph);
         Ok(())
@@ -919,6 +913,10 @@ impl<T: TrainElement> Backend<T> for DeviceBackend {
     fn graph_reset(&self) {
         self.graph.exec.borrow_mut().take();
         self.graph.checks.borrow_mut().clear();
+        // A failed capture's checks: the step starts again, eagerly.
+        let mut st = self.state.borrow_mut();
+        st.checks.clear();
+        st.next = 0;
     }
 
     fn clear_scalars(&self, scalars: &mut DeviceScalars) -> Result<()> {

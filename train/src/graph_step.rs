@@ -100,11 +100,6 @@ impl GraphStep {
         }
     }
 
-    /// Whether steps may be graphs.
-    pub(crate) fn on(&self) -> bool {
-        self.on
-    }
-
     /// The plan of the next step, whose graph would have `key`. A capture drops the backend's
     /// old graph first.
     pub(crate) fn plan<T: TrainElement, B: Backend<T>>(&mut self, backend: &B, key: Key) -> Plan {
@@ -219,7 +214,7 @@ mod tests {
     #[test]
     fn the_cpu_runs_eager_steps() {
         let mut g = GraphStep::new::<f32, _>(&Cpu, &args(&["--graph"]), 1, None);
-        assert!(!g.on());
+        assert!(!g.on);
         assert_eq!(g.plan::<f32, _>(&Cpu, (0, 0)), Plan::Eager);
         assert_eq!(g.plan::<f32, _>(&Cpu, (0, 0)), Plan::Eager);
     }

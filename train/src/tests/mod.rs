@@ -12,6 +12,8 @@ mod files_on_disk;
 #[cfg(feature = "device")]
 mod glm_device;
 mod glm_train;
+#[cfg(feature = "device")]
+mod graph;
 mod interrupted_save;
 #[cfg(feature = "device")]
 mod llama_device;
