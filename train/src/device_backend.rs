@@ -866,8 +866,15 @@ impl<T: TrainElement> Backend<T> for DeviceBackend {
         self.graph.phase.set(phase);
     }
 
+    /// A host wait, once per capture: the stream's queued work (the upload pass's frees
+    /// included) completes before the capture starts, so that no block handed out during the
+    /// capture is still being given back by work queued before it (hip-emu's memory checker
+    /// marks such a block live at once, and a queued free would mark it dead after).
     fn graph_begin(&self) -> Result<()> {
         self.state.borrow_mut().next = 0;
+        self.stream
+            .synchronize()
+            .map_err(|e| dev(format!("graph capture: {e}")))?;
         self.stream
             .begin_capture(CaptureMode::Global)
             .map_err(|e| dev(format!("graph capture: {e}")))?;
