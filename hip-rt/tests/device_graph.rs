@@ -64,8 +64,14 @@ fn a_graph_that_frees_and_reuses_a_block() {
             Ok(())
         })
         .unwrap();
-    assert_eq!(addresses[0], cached, "a capture's requests are served from the cache");
-    assert_ne!(addresses[0], addresses[1], "a block freed in the capture is not reused by it");
+    assert_eq!(
+        addresses[0], cached,
+        "a capture's requests are served from the cache"
+    );
+    assert_ne!(
+        addresses[0], addresses[1],
+        "a block freed in the capture is not reused by it"
+    );
     let exec = graph.instantiate().unwrap();
     let held = d.memory_stats().unwrap().allocated_bytes.all().current;
 
@@ -81,11 +87,21 @@ fn a_graph_that_frees_and_reuses_a_block() {
         // SAFETY: `out` and the held temporaries are all the graph touches; all are alive.
         unsafe { exec.launch(&s) }.unwrap();
         let got = out.to_vec(&s).unwrap();
-        assert!(got[..N].iter().all(|&x| x == 2.0), "replay {replay}: first temporary");
-        assert!(got[N..].iter().all(|&x| x == 5.0), "replay {replay}: second temporary");
+        assert!(
+            got[..N].iter().all(|&x| x == 2.0),
+            "replay {replay}: first temporary"
+        );
+        assert!(
+            got[N..].iter().all(|&x| x == 5.0),
+            "replay {replay}: second temporary"
+        );
         add(&s, &f, &mut c, 1.0);
     }
-    assert_eq!(c.to_vec(&s).unwrap(), vec![103.0f32; N], "the eager buffer is intact");
+    assert_eq!(
+        c.to_vec(&s).unwrap(),
+        vec![103.0f32; N],
+        "the eager buffer is intact"
+    );
     if let (Some(b), Some(a)) = (before, emu::stats(StatsScope::Thread)) {
         let d = a.since(&b);
         // 3 replays of 6 nodes each (2 × memset, kernel, copy); the 3 eager adds are launches.

@@ -434,9 +434,9 @@ impl DeviceBackend {
                 ops::l2_norm_tabled(&self.stream, &views, &mut norm, None, &mut tables).map_err(op)
             }
             Phase::Upload => tables.upload_norm(&self.stream, &views).map_err(op),
-            // SAFETY: uploaded just before the capture from these gradients, which the model
-            // keeps allocated while the graph lives.
             Phase::Capture => {
+                // SAFETY: uploaded just before the capture from these gradients, which the
+                // model keeps for its whole run (the only run that launches this graph).
                 unsafe { tables.launch_norm::<T>(&self.stream, &mut norm, None) }.map_err(op)
             }
         }
@@ -607,14 +607,14 @@ impl<T: TrainElement> Backend<T> for DeviceBackend {
             // Graph mode: the table (learning rate, bias corrections, tensors) outside the
             // graph, the launch inside.
             Phase::Upload => tables.upload_adamw(&self.stream, &a).map_err(op),
-            // SAFETY: the table was uploaded (Phase::Upload, just before the capture) from the
-            // same model tensors `a` holds; they stay allocated while the graph lives (the
-            // model owns them and outlives the backend's graph, which `graph_reset` or the
-            // backend's drop ends).
-            Phase::Capture => unsafe {
-                tables.launch_adamw::<T>(&self.stream, a.grad_scale, a.found_inf)
+            Phase::Capture => {
+                // SAFETY: the table was uploaded (Phase::Upload, just before the capture) from
+                // the same model tensors `a` holds; the model keeps them for its whole run, and
+                // the graph is launched only in the run that captured it (a run starts by
+                // dropping any graph an earlier one left: `GraphStep::new`).
+                unsafe { tables.launch_adamw::<T>(&self.stream, a.grad_scale, a.found_inf) }
+                    .map_err(op)
             }
-            .map_err(op),
         }
     }
 
@@ -909,8 +909,9 @@ impl<T: TrainElement> Backend<T> for DeviceBackend {
             return Err(TrainError::Op("graph step: nothing was captured".into()));
         };
         self.state.borrow_mut().checks = self.graph.checks.borrow().clone();
-        // SAFETY: the graph reads and writes the model's tensors (kept by the model, which
-        // outlives the steps), the fixed token-id buffers and the optimizer's tables (kept by
+        // SAFETY: the graph reads and writes the model's tensors (kept by the model for the
+        // run, the only one that launches this graph: `GraphStep::new` drops an earlier run's),
+        // the fixed token-id buffers and the optimizer's tables (kept by
         // this backend until `graph_reset`), the step's scalars (kept by the step driver with
         // the graph) and the blocks freed during the capture (held by the graph); every kernel
         // argument was validated when captured, as for the eager launches.

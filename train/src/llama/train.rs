@@ -374,7 +374,10 @@ fn train<T: TrainElement, B: Backend<T>>(
                         backend.ids(&b.inputs)?;
                         backend.ids(&b.targets)?;
                         b.positions.as_deref().map(|p| backend.ids(p)).transpose()?;
-                        b.cu_seqlens.as_deref().map(|c| backend.ids(c)).transpose()?;
+                        b.cu_seqlens
+                            .as_deref()
+                            .map(|c| backend.ids(c))
+                            .transpose()?;
                     }
                 } else {
                     model.zero_grads()?;
