@@ -15,8 +15,11 @@ fn tiny(extra: &[String]) -> Vec<StepLog> {
     run_tiny(&f).unwrap()
 }
 
+/// One step's figures as bits: step, loss, gradient norm, learning rate, (loss scale, skipped).
+type Bits = (u64, u64, u64, u64, Option<(u64, bool)>);
+
 /// What must agree bit for bit between a graph run and an eager run.
-fn figures(logs: &[StepLog]) -> Vec<(u64, u64, u64, u64, Option<(u64, bool)>)> {
+fn figures(logs: &[StepLog]) -> Vec<Bits> {
     logs.iter()
         .map(|l| {
             (
