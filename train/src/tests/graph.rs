@@ -1,7 +1,7 @@
 //! `--graph` on hip-emu: the steady step as one graph launch plus its data copies (hip-emu's
 //! counters, what a profiler would count on a GPU), and losses bit-identical to eager steps for
-//! the tiny GPT-2 (f32 with 2 micro-batches and clipping; f16 with dynamic loss scaling, whose
-//! scale changes make the step be captured again) and LLaMA (f32, f16).
+//! the tiny GPT-2 (f32 with 2 micro-batches and clipping; f32 LoRA; f16 with dynamic loss
+//! scaling, whose scale changes make the step be captured again) and LLaMA (f32, f16).
 
 use super::llama_train::variant_args;
 use super::{run_tiny, strs, variant_flags};
@@ -69,6 +69,20 @@ fn gpt2_graph_steps_are_bit_identical_to_eager() {
             "2",
             "--grad-clip",
             "1.0",
+        ],
+    );
+    same_as_eager(
+        "gpt2 f32 LoRA r=4",
+        run,
+        &[
+            "--device",
+            "0",
+            "--steps",
+            "3",
+            "--lora-rank",
+            "4",
+            "--lora-targets",
+            "attn.c_attn,mlp.c_fc",
         ],
     );
     // The scale doubles after every 2 clean steps: captured at step 2, again at 3 and 5.
