@@ -11,7 +11,7 @@
 //! [`Backend::read_step`]).
 
 use crate::data::Batch;
-use crate::error::{op, Result};
+use crate::error::{op, Result, TrainError};
 use crate::sft::Slot;
 use hip_kernels::ops::{
     AdamW, AdamWParams, AdamWTensor, AttentionLayout, AttentionParams, EncoderForward,
@@ -410,6 +410,32 @@ pub trait Backend<T: TrainElement> {
     /// Start a new peak for [`MemStats::peak`] (nothing on the CPU).
     fn reset_peak_memory(&self);
 
+    /// `--graph` ([`crate::graph_step`]): `Ok` when this backend can capture a step as a graph
+    /// and replay it, else why not (the CPU has no graphs).
+    fn graph_capable(&self) -> std::result::Result<(), String> {
+        Err("the CPU backend runs no graphs".into())
+    }
+    /// What the next calls do in graph mode ([`crate::graph_step::Phase`]); nothing on the CPU.
+    fn graph_phase(&self, _phase: crate::graph_step::Phase) {}
+    /// Start capturing the step (phase [`crate::graph_step::Phase::Capture`]).
+    fn graph_begin(&self) -> Result<()> {
+        Err(TrainError::Op("this backend runs no graphs".into()))
+    }
+    /// End the capture and instantiate the graph; an error leaves no graph (the step then runs
+    /// eagerly).
+    fn graph_end(&self) -> Result<()> {
+        Err(TrainError::Op("this backend runs no graphs".into()))
+    }
+    /// Launch the captured step (one graph launch).
+    fn graph_launch(&self) -> Result<()> {
+        Err(TrainError::Op("this backend runs no graphs".into()))
+    }
+    /// Drop the captured graph (its held memory returns to the allocator).
+    fn graph_reset(&self) {}
+    /// Zero `scalars` again for a step that reuses them (a captured step's, replayed).
+    fn clear_scalars(&self, _scalars: &mut Self::Scalars) -> Result<()> {
+        Ok(())
+    }
     /// ZeRO stage 2 (docs/MEMORY.md): keep this rank's element-granular share of the flat
     /// gradient, f32 master weight and AdamW moment buffers (`state`: every tensor's full f32
     /// parameters and moments, in canonical order, of which only the share is kept; `decays`:
@@ -454,8 +480,8 @@ pub trait Backend<T: TrainElement> {
 /// exp_avg_sq]`, one vector per tensor in canonical order.
 pub type Zero2Host = (Option<Vec<Vec<f32>>>, Vec<Vec<f32>>, Vec<Vec<f32>>);
 
-fn no_zero2() -> crate::error::TrainError {
-    crate::error::TrainError::Usage(
+fn no_zero2() -> TrainError {
+    TrainError::Usage(
         "--zero 2 shards gradients across the ranks of a data-parallel device run; this \
          backend has none (run with --devices 0,1,… or one process per device)"
             .into(),

@@ -212,6 +212,13 @@ pub struct Args {
     /// CPU (planned: `--memory-estimate` only).
     #[arg(long, value_enum)]
     pub offload_optimizer: Option<Offload>,
+    /// Capture the steady step once as a HIP graph and replay it (one device, no SFT data; more
+    /// device memory than eager steps: see docs/PERFORMANCE.md).
+    #[arg(long, conflicts_with = "no_graph")]
+    pub graph: bool,
+    /// Launch every step's kernels one by one (the default).
+    #[arg(long)]
+    pub no_graph: bool,
     /// ZeRO stage 2's reduce-scatter bucket in MiB, fractions allowed (default: DeepSpeed's
     /// 2e8 elements).
     #[arg(long)]

@@ -14,32 +14,63 @@ use crate::data::Batch;
 use crate::error::{dev, op, Result, TrainError};
 use crate::feed::PinnedSlot;
 use crate::sft::Slot;
+use crate::graph_step::Phase;
 use hip_kernels::ops::{
     self, AdamW, ClipGradScale, ClipParams, EncoderForward, Run, SoftmaxCrossEntropy, NO_ERROR,
 };
 use hip_kernels::params::OnDevice;
 use hip_rt::{
-    Comm, Device, DeviceBuffer, DeviceSliceMut, DeviceView, DeviceViewMut, Event, EventOptions,
-    PinnedHostBuffer, ReduceOp, Stream, StreamOptions,
+    CaptureMode, Comm, Device, DeviceBuffer, DeviceSliceMut, DeviceView, DeviceViewMut, Event,
+    EventOptions, Graph, GraphExec, PinnedHostBuffer, ReduceOp, Stream, StreamOptions,
 };
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
+use std::mem::ManuallyDrop;
 use std::rc::Rc;
 
 /// Token-id tensors checked on the device per micro-batch: the encoder's inputs and the
 /// cross-entropy's targets.
 const CHECKS_PER_MICRO_BATCH: usize = 2;
 
+/// The fixed token-id buffers of a captured step (graph mode), one per `ids` call of the step
+/// in call order; a buffer is out (`None`) while a [`DeviceIds`] holds it.
+type IdSlots = Rc<RefCell<Vec<Option<DeviceBuffer<i32>>>>>;
+
 /// Token ids on the device, with the host copy they were uploaded from (to name a bad id that
 /// the device flags).
 pub struct DeviceIds {
-    ids: DeviceBuffer<i32>,
-    host: Rc<[i32]>,
+    /// Taken only in `drop`.
+    ids: ManuallyDrop<DeviceBuffer<i32>>,
+    host: Rc<RefCell<Vec<i32>>>,
+    /// Graph mode: the slot of the fixed buffer `ids` is, to which it returns on drop.
+    home: Option<(IdSlots, usize)>,
+}
+
+impl Drop for DeviceIds {
+    fn drop(&mut self) {
+        // SAFETY: `ids` is taken once, here, and never used after.
+        let ids = unsafe { ManuallyDrop::take(&mut self.ids) };
+        let Some((slots, k)) = &self.home else {
+            return drop(ids);
+        };
+        // A fixed buffer goes back to its slot (never freed while its graph may run).
+        if let Ok(mut slots) = slots.try_borrow_mut() {
+            if let Some(slot) = slots.get_mut(*k) {
+                *slot = Some(ids);
+                return;
+            }
+        }
+        drop(ids)
+    }
 }
 
 impl DeviceIds {
     /// `ids`, uploaded from `host`.
     pub fn new(ids: DeviceBuffer<i32>, host: Rc<[i32]>) -> Self {
-        Self { ids, host }
+        Self {
+            ids: ManuallyDrop::new(ids),
+            host: Rc::new(RefCell::new(host.to_vec())),
+            home: None,
+        }
     }
 
     /// The ids' device buffer.
@@ -49,11 +80,27 @@ impl DeviceIds {
 }
 
 /// A token-id tensor whose range check the device reports in a flag slot.
+#[derive(Clone)]
 struct Check {
     what: &'static str,
-    host: Rc<[i32]>,
+    host: Rc<RefCell<Vec<i32>>>,
     seq: usize,
     vocab: usize,
+}
+
+/// Graph mode's state (`--graph`, [`crate::graph_step`]).
+#[derive(Default)]
+struct GraphState {
+    phase: Cell<Phase>,
+    /// The captured step and its executable.
+    exec: RefCell<Option<(Graph, GraphExec)>>,
+    /// The fixed token-id buffers and the host copies their flags name bad ids from.
+    slots: IdSlots,
+    hosts: RefCell<Vec<Rc<RefCell<Vec<i32>>>>>,
+    /// The captured step's token-id checks, restored for each replay's read.
+    checks: RefCell<Vec<Check>>,
+    /// The loss scale AdamW unscales by, uploaded outside the graph.
+    scale: RefCell<Option<DeviceBuffer<f32>>>,
 }
 
 /// What the backend keeps between the calls of a step.
@@ -124,6 +171,7 @@ pub struct DeviceBackend {
     zero2: RefCell<Option<Box<dyn std::any::Any>>>,
     /// ZeRO stage 2's bucket in elements ([`DeviceBackend::set_bucket_elems`]).
     bucket_elems: std::cell::Cell<usize>,
+    graph: GraphState,
 }
 
 impl DeviceBackend {
@@ -207,6 +255,7 @@ impl DeviceBackend {
             tables: RefCell::new(ops::OptimizerTables::new()),
             zero2: RefCell::new(None),
             bucket_elems: std::cell::Cell::new(crate::memory::estimate::DEFAULT_BUCKET_ELEMS),
+            graph: GraphState::default(),
         })
     }
 
@@ -231,6 +280,105 @@ impl DeviceBackend {
             .as_ref()
             .ok_or_else(|| TrainError::Op("ZeRO 2 without a communicator".into()))?;
         f(z, d)
+    }
+
+    /// Graph mode's `ids`: the step's next fixed buffer (allocated on first use), into which
+    /// [`Phase::Upload`] copies `host`. In [`Phase::Capture`] the upload pass just before has
+    /// copied it already (checked: the same ids in the same order), so nothing is queued: a copy
+    /// from pinned memory inside the graph would wait for the staging buffer.
+    fn slot_ids(&self, host: &[i32], capture: bool) -> Result<DeviceIds> {
+        let captured = self.graph.exec.borrow().is_some();
+        let k = {
+            let mut st = self.state.borrow_mut();
+            st.next += 1;
+            st.next - 1
+        };
+        let shape_changed = |had: usize| {
+            TrainError::Op(format!(
+                "graph step: token-id tensor {k} of the step holds {} ids, the captured step's \
+                 {had}; run with --no-graph",
+                host.len()
+            ))
+        };
+        let buf = {
+            let mut slots = self.graph.slots.borrow_mut();
+            if slots.len() <= k {
+                slots.resize_with(k + 1, || None);
+            }
+            match slots[k].take() {
+                Some(b) if b.len() == host.len() => b,
+                Some(b) if captured => {
+                    let had = b.len();
+                    slots[k] = Some(b);
+                    return Err(shape_changed(had));
+                }
+                None if captured => {
+                    return Err(TrainError::Op(format!(
+                        "graph step: token-id buffer {k} is still in use; run with --no-graph"
+                    )))
+                }
+                _ => DeviceBuffer::alloc(&self.stream, host.len()).map_err(dev)?,
+            }
+        };
+        let host_copy = {
+            let mut hosts = self.graph.hosts.borrow_mut();
+            while hosts.len() <= k {
+                hosts.push(Rc::default());
+            }
+            hosts[k].clone()
+        };
+        let uploaded = *host_copy.borrow() == host;
+        let mut ids = DeviceIds {
+            ids: ManuallyDrop::new(buf),
+            host: host_copy,
+            home: Some((self.graph.slots.clone(), k)),
+        };
+        if capture {
+            return match uploaded {
+                true => Ok(ids),
+                false => Err(TrainError::Op(format!(
+                    "graph step: token-id tensor {k} of the captured step is not the one \
+                     uploaded before the capture; run with --no-graph"
+                ))),
+            };
+        }
+        ids.host.borrow_mut().clone_from(&host.to_vec());
+        self.stage(k, host)?;
+        let st = self.state.borrow();
+        self.stream
+            .copy_htod_async(&st.staging[k], &mut *ids.ids)
+            .map_err(dev)?;
+        drop(st);
+        Ok(ids)
+    }
+
+    /// `host` into staging buffer `k` (made or swapped for one of its length first).
+    fn stage(&self, k: usize, host: &[i32]) -> Result<()> {
+        let mut guard = self.state.borrow_mut();
+        let st = &mut *guard;
+        while st.staging.len() < k {
+            st.staging
+                .push(PinnedHostBuffer::new(&self.device, 1).map_err(dev)?);
+        }
+        if st.staging.get(k).map_or(true, |b| b.len() != host.len()) {
+            let fresh = match st.retired.iter().position(|b| b.len() == host.len()) {
+                Some(j) => st.retired.swap_remove(j),
+                None => PinnedHostBuffer::new(&self.device, host.len()).map_err(dev)?,
+            };
+            match st.staging.get_mut(k) {
+                Some(slot) => st.retired.push(std::mem::replace(slot, fresh)),
+                None => st.staging.push(fresh),
+            }
+        }
+        st.staging[k]
+            .as_mut_slice()
+            .map_err(dev)?
+            .copy_from_slice(host);
+        Ok(())
+    }
+
+    fn phase(&self) -> Phase {
+        self.graph.phase.get()
     }
 
     /// Queue the upload of `host` through a pinned staging buffer (no host wait: the staging
@@ -284,6 +432,32 @@ impl DeviceBackend {
         f(&mut flag)
     }
 
+    /// Graph mode's [`Backend::update_scalars`] outside the graph: the loss scale into the
+    /// one-float buffer the graph copies it from; no kernel (the buffers returned are
+    /// placeholders: only the table upload of the AdamW call that follows uses them).
+    fn upload_scale(&self, scaling: GradScaling) -> Result<UpdateScalars<DeviceBuffer<f32>>> {
+        let s = &self.stream;
+        if scaling.loss_scale != 1.0 {
+            let mut st = self.state.borrow_mut();
+            if st.scale_queued {
+                s.synchronize().map_err(dev)?;
+            }
+            st.scale_staging.as_mut_slice().map_err(dev)?[0] = scaling.loss_scale as f32;
+            let mut held = self.graph.scale.borrow_mut();
+            if held.is_none() {
+                *held = Some(DeviceBuffer::<f32>::alloc(s, 1).map_err(dev)?);
+            }
+            if let Some(buf) = held.as_mut() {
+                s.copy_htod_async(&st.scale_staging, buf).map_err(dev)?;
+            }
+            st.scale_queued = true;
+        }
+        Ok(UpdateScalars {
+            grad_scale: None,
+            found_inf: DeviceBuffer::<f32>::alloc(s, 1).map_err(dev)?,
+        })
+    }
+
     fn too_many_micro_batches(&self) -> TrainError {
         TrainError::Op(format!(
             "the device backend was made for {} micro-batches per step; a step ran more",
@@ -317,7 +491,17 @@ impl DeviceBackend {
             .map_err(dev)?;
         // One launch over every gradient plus the final reduction (device-side table).
         let mut tables = self.tables.borrow_mut();
-        ops::l2_norm_tabled(&self.stream, &views, &mut norm, None, &mut tables).map_err(op)
+        match self.phase() {
+            Phase::Eager => {
+                ops::l2_norm_tabled(&self.stream, &views, &mut norm, None, &mut tables).map_err(op)
+            }
+            Phase::Upload => tables.upload_norm(&self.stream, &views).map_err(op),
+            Phase::Capture => {
+                // SAFETY: uploaded just before the capture from these gradients, which the
+                // model keeps for its whole run (the only run that launches this graph).
+                unsafe { tables.launch_norm::<T>(&self.stream, &mut norm, None) }.map_err(op)
+            }
+        }
     }
 }
 
@@ -351,11 +535,11 @@ impl<U: hip_rt::Element> Tail<OnDevice, U> for DeviceBuffer<U> {
 
 impl View<OnDevice, i32> for DeviceIds {
     fn view(&self) -> &dyn DeviceView<i32> {
-        &self.ids
+        &*self.ids
     }
 
     fn view_mut(&mut self) -> &mut dyn DeviceViewMut<i32> {
-        &mut self.ids
+        &mut *self.ids
     }
 }
 
@@ -406,10 +590,15 @@ impl<T: TrainElement> Backend<T> for DeviceBackend {
     }
 
     fn ids(&self, host: &[i32]) -> Result<DeviceIds> {
-        Ok(DeviceIds {
-            ids: self.upload_ids(host)?,
-            host: host.into(),
-        })
+        match self.phase() {
+            Phase::Eager => Ok(DeviceIds {
+                ids: ManuallyDrop::new(self.upload_ids(host)?),
+                host: Rc::new(RefCell::new(host.to_vec())),
+                home: None,
+            }),
+            Phase::Upload => self.slot_ids(host, false),
+            Phase::Capture => self.slot_ids(host, true),
+        }
     }
 
     /// A pinned slot of the ring (allocated now, once per slot of the run, kept until the
@@ -492,7 +681,20 @@ impl<T: TrainElement> Backend<T> for DeviceBackend {
     /// asynchronous copy).
     fn run_adamw(&self, a: AdamW<'_, '_, OnDevice, T>) -> Result<()> {
         let mut tables = self.tables.borrow_mut();
-        ops::adamw_tabled(&self.stream, a, &mut tables).map_err(op)
+        match self.phase() {
+            Phase::Eager => ops::adamw_tabled(&self.stream, a, &mut tables).map_err(op),
+            // Graph mode: the table (learning rate, bias corrections, tensors) outside the
+            // graph, the launch inside.
+            Phase::Upload => tables.upload_adamw(&self.stream, &a).map_err(op),
+            Phase::Capture => {
+                // SAFETY: the table was uploaded (Phase::Upload, just before the capture) from
+                // the same model tensors `a` holds; the model keeps them for its whole run, and
+                // the graph is launched only in the run that captured it (a run starts by
+                // dropping any graph an earlier one left: `GraphStep::new`).
+                unsafe { tables.launch_adamw::<T>(&self.stream, a.grad_scale, a.found_inf) }
+                    .map_err(op)
+            }
+        }
     }
 
     fn grad_norm(&self, grads: &[&DeviceBuffer<T>], scalars: &mut DeviceScalars) -> Result<()> {
@@ -532,6 +734,9 @@ impl<T: TrainElement> Backend<T> for DeviceBackend {
         scalars: &DeviceScalars,
     ) -> Result<UpdateScalars<DeviceBuffer<f32>>> {
         let s = &self.stream;
+        if self.phase() == Phase::Upload {
+            return self.upload_scale(scaling);
+        }
         let norm = scalars
             .values
             .slice(self.slots..self.slots + 1)
@@ -547,6 +752,18 @@ impl<T: TrainElement> Backend<T> for DeviceBackend {
         }
         let loss_scale = match scaling.loss_scale {
             1.0 => None,
+            // In the graph: a copy of the scale uploaded outside it (Phase::Upload).
+            _ if self.phase() == Phase::Capture => {
+                let held = self.graph.scale.borrow();
+                let Some(src) = held.as_ref() else {
+                    return Err(TrainError::Op(
+                        "graph step: the loss scale was not uploaded before the capture".into(),
+                    ));
+                };
+                let mut buf = DeviceBuffer::<f32>::alloc(s, 1).map_err(dev)?;
+                s.copy_dtod(src, &mut buf).map_err(dev)?;
+                Some(buf)
+            }
             x => {
                 let mut st = self.state.borrow_mut();
                 if st.scale_queued {
@@ -588,7 +805,7 @@ impl<T: TrainElement> Backend<T> for DeviceBackend {
         })
     }
 
-    /// The step's one host wait: queues the copies of the token-id flags and of the losses and
+    /// The step's one host wait (a replayed graph's too): queues the copies of the token-id flags and of the losses and
     /// norm into pinned memory, then waits once (for the later copy: the stream runs them in
     /// order, so the flags are complete by then and reading them does not wait again).
     fn read_step(&self, scalars: &DeviceScalars) -> Result<StepRead> {
@@ -614,7 +831,7 @@ impl<T: TrainElement> Backend<T> for DeviceBackend {
                     what: c.what,
                     b: i / c.seq.max(1),
                     t: i % c.seq.max(1),
-                    value: c.host.get(i).copied().unwrap_or(-1),
+                    value: c.host.borrow().get(i).copied().unwrap_or(-1),
                     vocab: c.vocab,
                 });
             }
@@ -709,6 +926,93 @@ impl<T: TrainElement> Backend<T> for DeviceBackend {
 
     fn emulated(&self) -> bool {
         self.device.is_emulated()
+    }
+
+    fn graph_capable(&self) -> std::result::Result<(), String> {
+        if let Some(d) = &self.ddp {
+            return Err(format!(
+                "{} ranks (the collectives of data parallelism are not captured)",
+                d.comm.world()
+            ));
+        }
+        match hip_rt::graph::supported() {
+            true => Ok(()),
+            false => Err("the HIP runtime has no graph entry points".into()),
+        }
+    }
+
+    fn graph_phase(&self, phase: Phase) {
+        if phase != Phase::Eager {
+            // The fixed buffers are numbered from the step's first `ids` call.
+            self.state.borrow_mut().next = 0;
+        }
+        self.graph.phase.set(phase);
+    }
+
+    /// A host wait, once per capture: the stream's queued work (the upload pass's frees
+    /// included) completes before the capture starts, so that no block handed out during the
+    /// capture is still being given back by work queued before it (hip-emu's memory checker
+    /// marks such a block live at once, and a queued free would mark it dead after).
+    fn graph_begin(&self) -> Result<()> {
+        self.state.borrow_mut().next = 0;
+        self.stream
+            .synchronize()
+            .map_err(|e| dev(format!("graph capture: {e}")))?;
+        self.stream
+            .begin_capture(CaptureMode::Global)
+            .map_err(|e| dev(format!("graph capture: {e}")))?;
+        self.graph.phase.set(Phase::Capture);
+        Ok(())
+    }
+
+    fn graph_end(&self) -> Result<()> {
+        self.graph.phase.set(Phase::Eager);
+        let made = self
+            .stream
+            .end_capture()
+            .and_then(|g| g.instantiate().map(|e| (g, e)));
+        let mut st = self.state.borrow_mut();
+        let graph = match made {
+            Ok(g) => g,
+            Err(e) => {
+                // Nothing ran: the step starts again, eagerly.
+                st.checks.clear();
+                st.next = 0;
+                return Err(dev(format!("graph capture: {e}")));
+            }
+        };
+        *self.graph.checks.borrow_mut() = st.checks.clone();
+        *self.graph.exec.borrow_mut() = Some(graph);
+        Ok(())
+    }
+
+    fn graph_launch(&self) -> Result<()> {
+        let exec = self.graph.exec.borrow();
+        let Some((_, exec)) = exec.as_ref() else {
+            return Err(TrainError::Op("graph step: nothing was captured".into()));
+        };
+        self.state.borrow_mut().checks = self.graph.checks.borrow().clone();
+        // SAFETY: the graph reads and writes the model's tensors (kept by the model for the
+        // run, the only one that launches this graph: `GraphStep::new` drops an earlier run's),
+        // the fixed token-id buffers and the optimizer's tables (kept by
+        // this backend until `graph_reset`), the step's scalars (kept by the step driver with
+        // the graph) and the blocks freed during the capture (held by the graph); every kernel
+        // argument was validated when captured, as for the eager launches.
+        unsafe { exec.launch(&self.stream) }.map_err(dev)
+    }
+
+    fn graph_reset(&self) {
+        self.graph.exec.borrow_mut().take();
+        self.graph.checks.borrow_mut().clear();
+        // A failed capture's checks: the step starts again, eagerly.
+        let mut st = self.state.borrow_mut();
+        st.checks.clear();
+        st.next = 0;
+    }
+
+    fn clear_scalars(&self, scalars: &mut DeviceScalars) -> Result<()> {
+        scalars.divisors.clear();
+        self.stream.memset_zero(&mut scalars.values).map_err(dev)
     }
 
     fn reset_peak_memory(&self) {

@@ -26,6 +26,7 @@ pub mod device_backend;
 pub mod error;
 pub mod feed;
 pub mod glm;
+pub mod graph_step;
 pub mod llama;
 pub mod lora;
 pub mod memory;

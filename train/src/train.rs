@@ -9,6 +9,7 @@ use crate::cpu_backend::Cpu;
 use crate::data::{Loader, Tokens};
 use crate::device_backend::DeviceBackend;
 use crate::error::{Result, TrainError};
+use crate::graph_step::{GraphStep, Phase};
 use crate::model::Gpt2;
 use crate::outputs;
 use crate::trainer_state::LOSS_SCALE_RANGE;
@@ -575,22 +576,15 @@ fn train<T: TrainElement, B: Backend<T>>(
         ""
     };
     let mut out = Vec::new();
+    // --graph: the steady step captured once and replayed (crate::graph_step).
+    let mut graph = GraphStep::new(backend, args, world, None);
+    let mut kept = None;
     for step in first..=args.steps {
         let t0 = Instant::now();
         backend.reset_peak_memory();
-        let mut scalars = backend.scalars()?;
-        model.zero_grads()?;
-        for micro in 0..args.grad_accum {
-            let b = s.loader.next(&s.tokens);
-            let (x, y) = (
-                backend.ids(&b.inputs[mine.clone()])?,
-                backend.ids(&b.targets[mine.clone()])?,
-            );
-            let loss_scale = scaler.map_or(1.0, |sc| sc.scale);
-            let last = micro + 1 == args.grad_accum;
-            model.forward_backward(&x, &y, args.grad_accum, loss_scale, &mut scalars, last)?;
-        }
-        model.grad_norm(&mut scalars)?;
+        let batches: Vec<_> = (0..args.grad_accum)
+            .map(|_| s.loader.next(&s.tokens))
+            .collect();
         let lr = args.lr_at(step);
         let hyper = AdamWStep {
             lr,
@@ -604,8 +598,37 @@ fn train<T: TrainElement, B: Backend<T>>(
         };
         let loss_scale = scaler.map_or(1.0, |sc| sc.scale);
         let scaling = GradScaling { loss_scale, clip };
-        model.update(&hyper, scaling, &scalars)?;
-        let read = backend.read_step(&scalars)?;
+        let mut fresh = None;
+        let scalars = graph.step(
+            backend,
+            (loss_scale.to_bits(), 0),
+            &mut kept,
+            &mut fresh,
+            |phase, scalars| {
+                if phase == Phase::Upload {
+                    // What the graph reads from outside it: the ids (as the step's calls below
+                    // make them), the optimizer's tables and the loss scale.
+                    for b in &batches {
+                        backend.ids(&b.inputs[mine.clone()])?;
+                        backend.ids(&b.targets[mine.clone()])?;
+                    }
+                    model.grad_norm(scalars)?;
+                    return model.update(&hyper, scaling, scalars);
+                }
+                model.zero_grads()?;
+                for (micro, b) in batches.iter().enumerate() {
+                    let (x, y) = (
+                        backend.ids(&b.inputs[mine.clone()])?,
+                        backend.ids(&b.targets[mine.clone()])?,
+                    );
+                    let last = micro + 1 == args.grad_accum;
+                    model.forward_backward(&x, &y, args.grad_accum, loss_scale, scalars, last)?;
+                }
+                model.grad_norm(scalars)?;
+                model.update(&hyper, scaling, scalars)
+            },
+        )?;
+        let read = backend.read_step(scalars)?;
         let skipped = !read.grad_norm.is_finite();
         if skipped && scaler.is_none() {
             return Err(TrainError::Op(format!(

@@ -13,6 +13,7 @@ use crate::cpu_backend::Cpu;
 use crate::data::{Batch, Loader, Tokens};
 use crate::device_backend::DeviceBackend;
 use crate::error::{Result, TrainError};
+use crate::graph_step::{GraphStep, Phase};
 use crate::sft::Slot;
 use crate::train::{
     check_resumed, emit_step, json_line, new_state, LossScaler, RankOutcome, Role, StepLog,
@@ -359,11 +360,15 @@ fn train<T: TrainElement, B: Backend<T>>(
         }
     }
     let mut out = Vec::new();
+    // --graph: the steady step captured once and replayed (crate::graph_step); SFT's packed
+    // rows change their sequence boundaries (and their count) every step.
+    let refusal = matches!(s.source, Source::Sft(_))
+        .then_some("SFT data: packed rows change their cu_seqlens every step");
+    let mut graph = GraphStep::new(backend, args, world, refusal);
+    let mut kept = None;
     for step in first..=args.steps {
         let t0 = Instant::now();
         backend.reset_peak_memory();
-        let mut scalars = backend.scalars()?;
-        model.zero_grads()?;
         // The step's micro-batches (every rank reads the whole global batch), and the divisor:
         // its counted targets over all micro-batches and ranks, known before the step.
         let fed = (0..args.grad_accum)
@@ -375,24 +380,22 @@ fn train<T: TrainElement, B: Backend<T>>(
                 "step {step} has no counted target (every target is -100)"
             )));
         }
-        // Every micro-batch's ids first: staged slots queue their copies on the device's copy
-        // stream now (copy k + 1 runs while micro-batch k computes) and go back to the
-        // producer.
+        // SFT's staged slots queue every micro-batch's copies on the device's copy stream now
+        // (copy k + 1 runs while micro-batch k computes) and go back to the producer; the other
+        // sources upload their ids in the step (graph mode needs that order).
+        let sft = matches!(s.source, Source::Sft(_));
+        let mut mine_rows = Vec::with_capacity(fed.len());
         let mut staged = Vec::with_capacity(fed.len());
         for (b, slot) in fed {
             let rows = b.rows(mine.clone());
-            let ids = backend.batch_ids(&rows, slot.as_deref());
-            s.source.recycle(slot);
-            staged.push((rows, ids?));
-        }
-        for (micro, (rows, ids)) in staged.into_iter().enumerate() {
-            let loss_scale = scaler.map_or(1.0, |sc| sc.scale);
-            let last = micro + 1 == args.grad_accum;
-            model.forward_backward_ids(&rows, ids, counted, loss_scale, &mut scalars, last)?;
-        }
-        match &model.lora {
-            Some(lo) => lo.grad_norm(backend, &mut scalars)?,
-            None => model.grad_norm(&mut scalars)?,
+            if sft {
+                let ids = backend.batch_ids(&rows, slot.as_deref());
+                s.source.recycle(slot);
+                staged.push(Some(ids?));
+            } else {
+                staged.push(None);
+            }
+            mine_rows.push(rows);
         }
         let lr = args.lr_at(step);
         let hyper = AdamWStep {
@@ -407,11 +410,47 @@ fn train<T: TrainElement, B: Backend<T>>(
         };
         let loss_scale = scaler.map_or(1.0, |sc| sc.scale);
         let scaling = GradScaling { loss_scale, clip };
-        match model.lora.as_mut() {
-            Some(lo) => lo.update(backend, &hyper, scaling, &scalars)?,
-            None => model.update(&hyper, scaling, &scalars)?,
-        }
-        let read = backend.read_step(&scalars)?;
+        let mut fresh = None;
+        let scalars = graph.step(
+            backend,
+            (loss_scale.to_bits(), counted as u64),
+            &mut kept,
+            &mut fresh,
+            |phase, scalars| {
+                if phase == Phase::Upload {
+                    // What the graph reads from outside it: the ids in the order
+                    // `Llama::forward_backward` makes them, the optimizer's tables, the scale.
+                    for b in &mine_rows {
+                        backend.ids(&b.inputs)?;
+                        backend.ids(&b.targets)?;
+                        b.positions.as_deref().map(|p| backend.ids(p)).transpose()?;
+                        b.cu_seqlens
+                            .as_deref()
+                            .map(|c| backend.ids(c))
+                            .transpose()?;
+                    }
+                } else {
+                    model.zero_grads()?;
+                    for (micro, (b, ids)) in mine_rows.iter().zip(staged.iter_mut()).enumerate() {
+                        let last = micro + 1 == args.grad_accum;
+                        match ids.take() {
+                            Some(ids) => model
+                                .forward_backward_ids(b, ids, counted, loss_scale, scalars, last)?,
+                            None => model.forward_backward(b, counted, loss_scale, scalars, last)?,
+                        }
+                    }
+                }
+                match &model.lora {
+                    Some(lo) => lo.grad_norm(backend, scalars)?,
+                    None => model.grad_norm(scalars)?,
+                }
+                match model.lora.as_mut() {
+                    Some(lo) => lo.update(backend, &hyper, scaling, scalars),
+                    None => model.update(&hyper, scaling, scalars),
+                }
+            },
+        )?;
+        let read = backend.read_step(scalars)?;
         let skipped = !read.grad_norm.is_finite();
         if skipped && scaler.is_none() {
             return Err(TrainError::Op(format!(

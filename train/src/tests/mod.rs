@@ -13,6 +13,8 @@ mod files_on_disk;
 mod glm_device;
 mod glm_train;
 mod grad_checkpoint;
+#[cfg(feature = "device")]
+mod graph;
 mod interrupted_save;
 #[cfg(feature = "device")]
 mod llama_device;
