@@ -3,7 +3,7 @@
 //! divided by the step's global count of counted targets.
 
 use super::checkpoint::{self as ckpt, Restored, Snapshot};
-use super::config::{Family, LlamaConfig};
+use super::config::LlamaConfig;
 use super::lora::{LlamaAdapters, LlamaLora};
 use super::model::Llama;
 use super::params::{Layout, Trained};
@@ -81,15 +81,7 @@ pub(crate) struct LlamaSetup {
 /// Load and check what a run of `world` ranks reads (the loader takes `world × --batch` rows
 /// per micro-batch; every rank keeps its own `--batch` rows).
 pub(crate) fn setup(args: &Args, cfg: LlamaConfig, world: usize) -> Result<LlamaSetup> {
-    let lora = LlamaLora::from_args(args)?;
-    if lora.is_some() && matches!(cfg.family, Family::Glm | Family::ChatGlm) {
-        return Err(TrainError::Usage(format!(
-            "--lora-rank {}: LoRA on the {} family is not implemented yet (its fused targets \
-             and PEFT names differ from llama's); train it without --lora-rank",
-            args.lora_rank,
-            cfg.family.name()
-        )));
-    }
+    let lora = LlamaLora::for_family(args, cfg.family)?;
     if lora.is_some() && world > 1 {
         return Err(TrainError::Usage(format!(
             "--lora-rank {} on {world} ranks: LoRA on the {} family runs on one device or the \

@@ -59,3 +59,41 @@ fn glm_and_chatglm_on_a_device_match_transformers_and_two_devices_equal_one() {
     let [p1, _] = outs[1].tensors.as_ref().unwrap();
     assert_eq!(p0, p1, "the ranks' parameters differ");
 }
+
+#[test]
+fn glm_family_lora_on_a_device_matches_peft() {
+    let _s = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    emu_setup();
+    for (name, model) in [("glm_lora", "glm"), ("chatglm_lora", "chatglm")] {
+        let logs = crate::train::run(&super::glm_lora::glm_lora_args(
+            name,
+            model,
+            &strs(&["--steps", "3", "--device", "0"]),
+        ))
+        .unwrap();
+        assert_eq!(logs.len(), 3);
+        glm_compare(&logs, name, LOSS_RTOL_DEVICE);
+    }
+}
+
+#[test]
+fn chatglm3_lora_sft_on_a_device_equals_the_cpu() {
+    let _s = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    emu_setup();
+    let steps = ["--steps", "3"];
+    let cpu = crate::train::run(&super::glm_sft::chatglm_sft_args(&steps)).unwrap();
+    let mut dev = steps.to_vec();
+    dev.extend(["--device", "0"]);
+    let gpu = crate::train::run(&super::glm_sft::chatglm_sft_args(&dev)).unwrap();
+    assert_eq!(gpu.len(), 3);
+    for (g, c) in gpu.iter().zip(&cpu) {
+        let rel = (g.loss - c.loss).abs() / c.loss.abs();
+        assert!(
+            rel <= LOSS_RTOL_DEVICE,
+            "step {}: device {} vs cpu {}",
+            g.step,
+            g.loss,
+            c.loss
+        );
+    }
+}
