@@ -152,3 +152,22 @@ fn peft_loads_our_glm_adapters_and_gives_the_next_step_loss() {
         .loss;
     assert!(rel(now, hf) <= LOSS_RTOL_CPU, "step 5 now {now} vs PEFT {hf}");
 }
+
+#[test]
+fn the_memory_estimate_sizes_glm_lora_targets_by_their_fused_sites() {
+    let estimate = |targets: &str| {
+        let mut a = glm_args(
+            "glm_base",
+            "chatglm",
+            &strs(&["--lora-rank", "8", "--lora-targets", targets, "--memory-estimate"]),
+        );
+        a.lora_init = None;
+        crate::memory::for_args(&a, 1, None)
+    };
+    let (what, qkv) = estimate("query_key_value").unwrap();
+    assert!(what.contains("LoRA r=8"), "{what}");
+    let (_, more) = estimate("query_key_value,dense_h_to_4h").unwrap();
+    assert!(more.peak() > qkv.peak());
+    let e = estimate("q_proj").unwrap_err().to_string();
+    assert!(e.contains("`q_proj` is not a target of this model"), "{e}");
+}
