@@ -8,7 +8,7 @@
 //! spans the fused width; the linears it also covers (k, v, up) carry no adapters of their own.
 
 use crate::llama::lora::Site;
-use crate::llama::{Family, LlamaConfig, Linear};
+use crate::llama::{Family, Linear, LlamaConfig};
 
 /// `glm`'s targets (transformers' GlmForCausalLM module names) and the linear each is keyed by.
 const GLM: [(&str, &str, Linear); 6] = [
@@ -63,10 +63,7 @@ pub fn peft_layer_prefix(family: Family) -> Option<&'static str> {
 
 /// The target of `family` named `name` (`None`: not one of its targets).
 pub fn by_name(family: Family, name: &str) -> Option<Linear> {
-    targets(family)?
-        .iter()
-        .find(|t| t.0 == name)
-        .map(|t| t.2)
+    targets(family)?.iter().find(|t| t.0 == name).map(|t| t.2)
 }
 
 /// The PEFT module name and in-layer path of the target keyed `key`.

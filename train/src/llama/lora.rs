@@ -99,9 +99,10 @@ impl LlamaLora {
         let Some((rank, alpha)) = crate::lora::check_flags(args)? else {
             return Ok(None);
         };
-        let list = args.lora_targets.as_deref().unwrap_or(
-            crate::glm::lora::default_targets(family).unwrap_or(DEFAULT_TARGETS),
-        );
+        let list = args
+            .lora_targets
+            .as_deref()
+            .unwrap_or(crate::glm::lora::default_targets(family).unwrap_or(DEFAULT_TARGETS));
         let mut targets = Vec::new();
         for name in list.split(',').map(str::trim) {
             let Some(t) = target_by_name(family, name) else {

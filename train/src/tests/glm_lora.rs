@@ -112,7 +112,10 @@ fn chatglm_lora_checkpoints_hold_the_adapters_in_thudms_peft_names() {
         (a.0.as_slice(), b.0.as_slice()),
         (&[4, 48][..], &[128, 4][..])
     );
-    assert_eq!(t[&format!("{pre}mlp.dense_h_to_4h.lora_B.weight")].0, [128, 4]);
+    assert_eq!(
+        t[&format!("{pre}mlp.dense_h_to_4h.lora_B.weight")].0,
+        [128, 4]
+    );
     let c: serde_json::Value =
         serde_json::from_slice(&std::fs::read(step4.join("adapter_config.json")).unwrap()).unwrap();
     assert_eq!(
@@ -150,7 +153,10 @@ fn peft_loads_our_glm_adapters_and_gives_the_next_step_loss() {
     let now = crate::train::run(&glm_lora_args("glm_lora", "glm", &strs(&["--steps", "5"])))
         .unwrap()[4]
         .loss;
-    assert!(rel(now, hf) <= LOSS_RTOL_CPU, "step 5 now {now} vs PEFT {hf}");
+    assert!(
+        rel(now, hf) <= LOSS_RTOL_CPU,
+        "step 5 now {now} vs PEFT {hf}"
+    );
 }
 
 #[test]
@@ -159,7 +165,13 @@ fn the_memory_estimate_sizes_glm_lora_targets_by_their_fused_sites() {
         let mut a = glm_args(
             "glm_base",
             "chatglm",
-            &strs(&["--lora-rank", "8", "--lora-targets", targets, "--memory-estimate"]),
+            &strs(&[
+                "--lora-rank",
+                "8",
+                "--lora-targets",
+                targets,
+                "--memory-estimate",
+            ]),
         );
         a.lora_init = None;
         crate::memory::for_args(&a, 1, None)

@@ -92,17 +92,24 @@ fn template_flags_are_checked_against_the_tokenizer_directory() {
     let e = crate::train::run(&chatglm_sft_args(&["--template", "chatml"]))
         .unwrap_err()
         .to_string();
-    assert!(e.contains("--template chatml") && e.contains("chatglm3"), "{e}");
+    assert!(
+        e.contains("--template chatml") && e.contains("chatglm3"),
+        "{e}"
+    );
     // chatglm3 is the default of such a directory; naming it changes nothing.
-    let named = crate::train::run(&chatglm_sft_args(&["--template", "chatglm3", "--steps", "1"]))
-        .unwrap();
+    let named = crate::train::run(&chatglm_sft_args(&[
+        "--template",
+        "chatglm3",
+        "--steps",
+        "1",
+    ]))
+    .unwrap();
     let default = crate::train::run(&chatglm_sft_args(&["--steps", "1"])).unwrap();
     assert_eq!(named[0].loss, default[0].loss);
     // A tokenizer.json directory renders with its own chat_template.
     let mut a = chatglm_sft_args(&["--template", "chatglm3"]);
-    a.tokenizer = Some(
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/data/sft/tokenizer_chatml"),
-    );
+    a.tokenizer =
+        Some(Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/data/sft/tokenizer_chatml"));
     let e = crate::train::run(&a).unwrap_err().to_string();
     assert!(e.contains("needs a ChatGLM3 tokenizer directory"), "{e}");
 }
@@ -154,7 +161,11 @@ fn chatglm3_lora_sft_trains_evaluates_and_resumes_on_the_cpu() {
     a.tokenizer = Some(other.clone());
     // The same bytes elsewhere resume fine (the fingerprint is the file's, not its path).
     assert_eq!(crate::train::run(&a).unwrap().len(), 4);
-    std::fs::copy(tok_dir().join("variant_suffix.model"), other.join("tokenizer.model")).unwrap();
+    std::fs::copy(
+        tok_dir().join("variant_suffix.model"),
+        other.join("tokenizer.model"),
+    )
+    .unwrap();
     let e = crate::train::run(&a).unwrap_err().to_string();
     assert!(e.contains("tokenizer"), "{e}");
 }
