@@ -280,7 +280,11 @@ fn train<T: TrainElement, B: Backend<T>>(
                 None => hf.count().to_string(),
                 Some((lo, [p, _, _])) => {
                     let trainable: usize = p.iter().map(Vec::len).sum();
-                    let names: Vec<_> = lo.targets.iter().map(|t| t.name()).collect();
+                    let names: Vec<_> = lo
+                        .targets
+                        .iter()
+                        .map(|&t| super::lora::target_name(s.cfg.family, t))
+                        .collect();
                     format!(
                         "LoRA r={} alpha={} on {}: {trainable} trainable of {}",
                         lo.rank,
