@@ -82,7 +82,7 @@ impl std::fmt::Display for ExampleError {
 }
 
 /// Tokenise `messages` and cut to `cutoff` tokens (a ChatGLM3 tokenizer: LLaMA-Factory's
-/// `chatglm3` template and its per-turn cut, [`chatglm3`]).
+/// `chatglm3` template and its per-turn cut).
 pub fn encode(
     tok: &SftTokenizer,
     messages: &[Message],

@@ -30,7 +30,7 @@ pub struct SftTokenizer {
 enum Kind {
     /// tokenizer.json and the config's chat template.
     Hf {
-        tok: tokenizers::Tokenizer,
+        tok: Box<tokenizers::Tokenizer>,
         template: ChatTemplate,
     },
     /// ChatGLM3's tokenizer.model with the `chatglm3` template.
@@ -160,7 +160,10 @@ impl SftTokenizer {
             .map_err(|m| SftError::file(&cj, format!("its chat_template does not compile: {m}")))?;
         Ok(Self {
             dir: dir.to_path_buf(),
-            kind: Kind::Hf { tok, template },
+            kind: Kind::Hf {
+                tok: Box::new(tok),
+                template,
+            },
             pad_id,
             fingerprint,
         })
