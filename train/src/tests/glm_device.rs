@@ -86,8 +86,10 @@ fn chatglm3_lora_sft_on_a_device_equals_the_cpu() {
     dev.extend(["--device", "0"]);
     let gpu = crate::train::run(&super::glm_sft::chatglm_sft_args(&dev)).unwrap();
     assert_eq!(gpu.len(), 3);
+    let mut max = 0.0f64;
     for (g, c) in gpu.iter().zip(&cpu) {
         let rel = (g.loss - c.loss).abs() / c.loss.abs();
+        max = max.max(rel);
         assert!(
             rel <= LOSS_RTOL_DEVICE,
             "step {}: device {} vs cpu {}",
@@ -96,4 +98,5 @@ fn chatglm3_lora_sft_on_a_device_equals_the_cpu() {
             c.loss
         );
     }
+    println!("chatglm3 LoRA SFT: device vs cpu, max rel diff loss {max:.3e}");
 }
