@@ -204,8 +204,8 @@ def save_peft(peft_model, directory, base, targets=None, rename=()):
     with open(cfg_path) as f:
         saved = json.load(f)
     saved["base_model_name_or_path"] = base
-    if targets is not None:
-        saved["target_modules"] = targets
+    # PEFT writes its set of targets in hash order: a fixed order keeps reruns byte-identical.
+    saved["target_modules"] = targets if targets is not None else sorted(saved["target_modules"])
     with open(cfg_path, "w") as f:
         json.dump(saved, f, indent=2, sort_keys=True)
         f.write("\n")
