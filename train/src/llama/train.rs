@@ -82,6 +82,14 @@ pub(crate) struct LlamaSetup {
 /// per micro-batch; every rank keeps its own `--batch` rows).
 pub(crate) fn setup(args: &Args, cfg: LlamaConfig, world: usize) -> Result<LlamaSetup> {
     let lora = LlamaLora::for_family(args, cfg.family)?;
+    if lora.is_some() && args.merge_on_save && cfg.family.is_glm() {
+        return Err(TrainError::Usage(format!(
+            "--merge-on-save is not implemented for the {} layout's LoRA (its fused targets \
+             merge into fused tensors); drop it: PEFT merges the saved adapters with \
+             merge_and_unload",
+            cfg.family.name()
+        )));
+    }
     if lora.is_some() && world > 1 {
         return Err(TrainError::Usage(format!(
             "--lora-rank {} on {world} ranks: LoRA on the {} family runs on one device or the \

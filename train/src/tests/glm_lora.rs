@@ -80,6 +80,13 @@ fn glm_family_lora_targets_are_the_layouts_names() {
             "{e}"
         );
     }
+    let mut merge = base("chatglm", None);
+    merge.merge_on_save = true;
+    merge.checkpoint_dir = Some(std::env::temp_dir().join("hipk-glm-merge-refused"));
+    merge.save_every = 1;
+    let e = crate::train::run(&merge).unwrap_err();
+    assert!(matches!(e, crate::error::TrainError::Usage(_)), "{e}");
+    assert!(e.to_string().contains("--merge-on-save"), "{e}");
     let e = crate::train::run(&base("glm", Some("gate_proj")))
         .unwrap_err()
         .to_string();
