@@ -118,6 +118,25 @@ fn async_copies_on_two_streams_are_ordered_by_events() {
     d.check_err().unwrap();
 }
 
+/// A staging buffer longer than its content: the prefix goes over, a longer destination is
+/// refused with both lengths.
+#[test]
+fn a_prefix_of_pinned_memory_copies_to_the_device() {
+    let d = device();
+    let s = Stream::new(&d, StreamOptions::default()).unwrap();
+    let src = PinnedHostBuffer::from_slice(&d, &[3i32, 1, 4, 1, 5, 9]).unwrap();
+    let mut dst = DeviceBuffer::<i32>::alloc(&s, 4).unwrap();
+    s.copy_htod_async_prefix(&src, &mut dst).unwrap();
+    assert_eq!(dst.to_vec(&s).unwrap(), [3, 1, 4, 1]);
+    let mut long = DeviceBuffer::<i32>::alloc(&s, 7).unwrap();
+    let e = s.copy_htod_async_prefix(&src, &mut long).unwrap_err();
+    assert!(
+        matches!(e, Error::LengthMismatch { dst: 7, src: 6, .. }),
+        "{e}"
+    );
+    d.check_err().unwrap();
+}
+
 #[test]
 fn event_timing_measures_work() {
     let d = device();

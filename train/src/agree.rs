@@ -37,6 +37,10 @@ pub(crate) fn llama_settings(args: &Args, setup: &crate::llama::train::LlamaSetu
     for group in [&r.params, &r.exp_avg, &r.exp_avg_sq] {
         feed(&mut h, &group.iter().collect::<Vec<_>>());
     }
+    // LoRA: the adapters and their moments are what trains; every rank must start from the same.
+    for group in setup.lora.iter().flat_map(|(_, g)| g) {
+        feed(&mut h, &group.iter().collect::<Vec<_>>());
+    }
     settings_of(
         args,
         setup.cfg.describe(),

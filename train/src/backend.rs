@@ -10,7 +10,9 @@
 //! every op only queues work, and the trainer's one host read per step is
 //! [`Backend::read_step`]).
 
+use crate::data::Batch;
 use crate::error::{op, Result};
+use crate::sft::Slot;
 use hip_kernels::ops::{
     AdamW, AdamWParams, AdamWTensor, AttentionLayout, AttentionParams, EncoderForward,
     EncoderParams, Kernels, LayerNormParams, MatmulLayout, MatmulParams, Qkv, Run,
@@ -245,6 +247,32 @@ pub type BackendSlot<'a, B, T> =
 /// The queue of backend `B`'s space, what every op struct runs on.
 pub type Queue<'q, B, T> = <<B as Backend<T>>::Space as Space>::Queue<'q>;
 
+/// A micro-batch's token ids on a backend: [`Backend::ids`] of each array of a
+/// [`Batch`].
+pub struct BatchIds<I> {
+    /// Input ids.
+    pub inputs: I,
+    /// Target ids.
+    pub targets: I,
+    /// Position ids (packed rows).
+    pub positions: Option<I>,
+    /// Sequence boundaries (packed rows).
+    pub cu_seqlens: Option<I>,
+}
+
+/// The ids of `batch` uploaded from its host arrays with [`Backend::ids`].
+pub fn host_ids<T: TrainElement, B: Backend<T> + ?Sized>(
+    be: &B,
+    batch: &Batch,
+) -> Result<BatchIds<B::Ids>> {
+    Ok(BatchIds {
+        inputs: be.ids(&batch.inputs)?,
+        targets: be.ids(&batch.targets)?,
+        positions: batch.positions.as_deref().map(|p| be.ids(p)).transpose()?,
+        cu_seqlens: batch.cu_seqlens.as_deref().map(|c| be.ids(c)).transpose()?,
+    })
+}
+
 /// A compute backend for training with storage type `T`: buffers (`Buf<T>` for the storage type,
 /// `Buf<f32>` for statistics, master weights and AdamW moments, `Ids` for token ids), where the
 /// op structs built on them run ([`Backend::Space`], [`Backend::queue`]), and what differs
@@ -296,6 +324,22 @@ pub trait Backend<T: TrainElement> {
     fn fill_zero<U: TrainElement>(&self, buf: &mut Self::Buf<U>) -> Result<()>;
     /// Token ids on the backend.
     fn ids(&self, host: &[i32]) -> Result<Self::Ids>;
+    /// A slot of the ring the SFT producer thread stages micro-batches into: this rank's
+    /// positions `rows` of each global micro-batch, in memory the backend copies from (pinned
+    /// host memory on a device, allocated here once and kept until the backend drops). `None`,
+    /// the default, where [`Backend::ids`] reads the host arrays directly (the CPU).
+    fn feed_slot(&self, rows: std::ops::Range<usize>) -> Result<Option<Box<dyn Slot>>> {
+        let _ = rows;
+        Ok(None)
+    }
+    /// The ids of `batch` (this rank's rows): from `slot` if this backend staged it there
+    /// ([`Backend::feed_slot`]; a device queues the copies on its copy stream, ordered before
+    /// the compute stream's next work by an event), else from the host arrays
+    /// ([`Backend::ids`]).
+    fn batch_ids(&self, batch: &Batch, slot: Option<&dyn Slot>) -> Result<BatchIds<Self::Ids>> {
+        let _ = slot;
+        host_ids(self, batch)
+    }
     /// Fresh per-step scalars (loss sum 0, norm unset).
     fn scalars(&self) -> Result<Self::Scalars>;
 

@@ -124,6 +124,11 @@ pub struct Args {
     /// Micro-batches per step.
     #[arg(long, default_value_t = 1)]
     pub grad_accum: usize,
+    /// SFT data on a device: upload each micro-batch from host vectors on the compute stream,
+    /// not through the ring of pinned slots and the copy stream (the data path before the
+    /// ring, kept for comparisons: the losses are bit-identical either way).
+    #[arg(long, hide = true)]
+    pub host_feed: bool,
     /// `cpu` or a HIP device index.
     #[arg(long, default_value = "cpu")]
     pub device: Device,
@@ -148,7 +153,8 @@ pub struct Args {
     /// written as transformers' `glm`, which loads without remote code).
     #[arg(long, value_enum, default_value_t = SaveFormat::Native)]
     pub save_format: SaveFormat,
-    /// Continue from a checkpoint directory `DIR/step_<s>`.
+    /// Continue from a checkpoint directory `DIR/step_<s>` (LLaMA-family LoRA: also a bare PEFT
+    /// adapter directory, which starts at step 1 from its adapters).
     #[arg(long)]
     pub resume: Option<PathBuf>,
     /// JSONL log, one object per step.
@@ -204,7 +210,7 @@ pub struct Args {
     #[arg(long)]
     pub memory_estimate: bool,
     /// Activation checkpointing: keep each layer's input only and recompute the layer in the
-    /// backward (planned: `--memory-estimate` only).
+    /// backward (the same results bit for bit, less device memory; docs/MEMORY.md).
     #[arg(long)]
     pub grad_checkpoint: bool,
     /// Keep AdamW's state and the f32 master weights in pinned host memory and update on the

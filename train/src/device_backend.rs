@@ -7,9 +7,13 @@
 //! Has run on hip-emu (the CPU-emulated HIP device, `cargo build -p hip-emu`), never on a GPU.
 
 use crate::backend::{
-    Backend, GradScaling, IdCheck, MemStats, StepRead, Tail, TrainElement, UpdateScalars, View,
+    host_ids, Backend, BatchIds, GradScaling, IdCheck, MemStats, StepRead, Tail, TrainElement,
+    UpdateScalars, View,
 };
+use crate::data::Batch;
 use crate::error::{dev, op, Result, TrainError};
+use crate::feed::PinnedSlot;
+use crate::sft::Slot;
 use hip_kernels::ops::{
     self, AdamW, ClipGradScale, ClipParams, EncoderForward, Run, SoftmaxCrossEntropy, NO_ERROR,
 };
@@ -30,6 +34,18 @@ const CHECKS_PER_MICRO_BATCH: usize = 2;
 pub struct DeviceIds {
     ids: DeviceBuffer<i32>,
     host: Rc<[i32]>,
+}
+
+impl DeviceIds {
+    /// `ids`, uploaded from `host`.
+    pub fn new(ids: DeviceBuffer<i32>, host: Rc<[i32]>) -> Self {
+        Self { ids, host }
+    }
+
+    /// The ids' device buffer.
+    pub fn buffer(&self) -> &DeviceBuffer<i32> {
+        &self.ids
+    }
 }
 
 /// A token-id tensor whose range check the device reports in a flag slot.
@@ -91,6 +107,12 @@ pub struct DeviceBackend {
     ordinal: i32,
     device: Device,
     stream: Stream,
+    /// The copy stream of staged micro-batches ([`crate::feed`]): their copies run beside the
+    /// compute stream's work.
+    copy: Stream,
+    /// The ring of pinned slots made by [`Backend::feed_slot`], kept (never freed) while the
+    /// backend lives.
+    ring: RefCell<Vec<PinnedSlot>>,
     /// Micro-batches per step (slots for their losses and token-id flags).
     slots: usize,
     state: RefCell<StepState>,
@@ -141,6 +163,11 @@ impl DeviceBackend {
         }
     }
 
+    /// The copy stream of staged micro-batches ([`crate::feed`]).
+    pub fn copy_stream(&self) -> &Stream {
+        &self.copy
+    }
+
     /// An aborter of this rank's communicator (none without one).
     pub fn abort_handle(&self) -> Option<hip_rt::comm::AbortHandle> {
         self.ddp.as_ref().map(|d| d.comm.abort_handle())
@@ -166,6 +193,8 @@ impl DeviceBackend {
         };
         Ok(Self {
             ordinal: ord,
+            copy: Stream::new(&device, StreamOptions::default()).map_err(|e| at(&e))?,
+            ring: RefCell::new(Vec::new()),
             device,
             stream,
             slots,
@@ -352,6 +381,23 @@ impl<T: TrainElement> Backend<T> for DeviceBackend {
             ids: self.upload_ids(host)?,
             host: host.into(),
         })
+    }
+
+    /// A pinned slot of the ring (allocated now, once per slot of the run, kept until the
+    /// backend drops: see [`crate::feed`]).
+    fn feed_slot(&self, rows: std::ops::Range<usize>) -> Result<Option<Box<dyn Slot>>> {
+        let slot = PinnedSlot::new(&self.device, rows)?;
+        self.ring.borrow_mut().push(slot.clone());
+        Ok(Some(Box::new(slot)))
+    }
+
+    /// A staged micro-batch: its copies queued on the copy stream, the compute stream waiting
+    /// for them by an event (no host wait).
+    fn batch_ids(&self, batch: &Batch, slot: Option<&dyn Slot>) -> Result<BatchIds<DeviceIds>> {
+        match slot.and_then(|s| s.as_any().downcast_ref::<PinnedSlot>()) {
+            Some(p) => p.upload(batch, &self.copy, &self.stream),
+            None => host_ids::<T, Self>(self, batch),
+        }
     }
 
     fn scalars(&self) -> Result<DeviceScalars> {

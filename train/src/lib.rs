@@ -24,6 +24,7 @@ pub mod cpu_backend;
 pub mod data;
 pub mod device_backend;
 pub mod error;
+pub mod feed;
 pub mod glm;
 pub mod llama;
 pub mod lora;

@@ -17,7 +17,8 @@ use hip_kernels::ops::{CrossEntropyParams, SoftmaxCrossEntropy};
 use hip_kernels::params::DType;
 use std::marker::PhantomData;
 
-/// Saved activations of one layer (`N = B·T` rows): `T` tensors, `S` f32 statistics.
+/// Saved activations of one layer (`N = B·T` rows): `T` tensors, `S` f32 statistics. The
+/// layer's output (the residual stream after it) lives in `Acts::resid`.
 struct LayerActs<T, S> {
     ln1: T,
     ln1_mean: S,
@@ -31,13 +32,17 @@ struct LayerActs<T, S> {
     ln2_rstd: S,
     fc_pre: T,
     fc_gelu: T,
-    resid_out: T,
 }
 
 /// Activations of the whole model plus the backward's scratch.
 struct Acts<T, S> {
     encoded: T,
+    /// One set per layer; with activation checkpointing one set, which each layer's forward
+    /// and its recomputation in the backward reuse.
     layers: Vec<LayerActs<T, S>>,
+    /// The residual stream after each layer `[N, C]` (layer `l + 1`'s input): with
+    /// checkpointing, what the forward keeps of the layers.
+    resid: Vec<T>,
     lnf: T,
     lnf_mean: S,
     lnf_rstd: S,
@@ -82,6 +87,10 @@ pub struct Gpt2<'b, T: TrainElement, B: Backend<T>> {
     /// ZeRO stage 1: the rank that keeps each tensor's AdamW state (and f32 master weights)
     /// and updates it, in canonical order; `None`: every rank keeps and updates all.
     owners: Option<Vec<usize>>,
+    /// `--grad-checkpoint`: the forward keeps each layer's input only, and the backward
+    /// recomputes each layer's activations (into the one set of `Acts::layers`) before its
+    /// backward.
+    grad_checkpoint: bool,
     acts: Acts<B::Buf<T>, B::Buf<f32>>,
     _t: PhantomData<T>,
 }
@@ -89,7 +98,8 @@ pub struct Gpt2<'b, T: TrainElement, B: Backend<T>> {
 impl<'b, T: TrainElement, B: Backend<T>> Gpt2<'b, T, B> {
     /// Upload `[params, exp_avg, exp_avg_sq]` for micro-batches of `batch × seq`. With `zero`
     /// (ZeRO stage 1) and several ranks, this rank keeps the moments and master weights of its
-    /// share of the tensors only ([`zero_owners`]); the others are empty.
+    /// share of the tensors only ([`zero_owners`]); the others are empty. With
+    /// `grad_checkpoint` the activations of one layer are kept at a time (`--grad-checkpoint`).
     pub fn new(
         backend: &'b B,
         cfg: &GptConfig,
@@ -97,6 +107,7 @@ impl<'b, T: TrainElement, B: Backend<T>> Gpt2<'b, T, B> {
         batch: usize,
         seq: usize,
         zero: bool,
+        grad_checkpoint: bool,
     ) -> Result<Self> {
         Self::build(
             backend,
@@ -105,12 +116,12 @@ impl<'b, T: TrainElement, B: Backend<T>> Gpt2<'b, T, B> {
             Some([exp_avg, exp_avg_sq]),
             None,
             [batch, seq],
-            zero,
+            [zero, grad_checkpoint],
         )
     }
 
     /// Upload the frozen base `params` (no gradients, no optimizer state) and LoRA's `adapters`
-    /// for micro-batches of `batch × seq`.
+    /// for micro-batches of `batch × seq` (`grad_checkpoint` as in [`Gpt2::new`]).
     pub fn with_lora(
         backend: &'b B,
         cfg: &GptConfig,
@@ -118,6 +129,7 @@ impl<'b, T: TrainElement, B: Backend<T>> Gpt2<'b, T, B> {
         adapters: &HostAdapters,
         batch: usize,
         seq: usize,
+        grad_checkpoint: bool,
     ) -> Result<Self> {
         Self::build(
             backend,
@@ -126,7 +138,7 @@ impl<'b, T: TrainElement, B: Backend<T>> Gpt2<'b, T, B> {
             None,
             Some(adapters),
             [batch, seq],
-            false,
+            [false, grad_checkpoint],
         )
     }
 
@@ -137,7 +149,7 @@ impl<'b, T: TrainElement, B: Backend<T>> Gpt2<'b, T, B> {
         moments: Option<[&Params<Vec<f32>>; 2]>,
         adapters: Option<&HostAdapters>,
         [batch, seq]: [usize; 2],
-        zero: bool,
+        [zero, grad_checkpoint]: [bool; 2],
     ) -> Result<Self> {
         let owners = (zero && backend.world() > 1).then(|| {
             let lens: Vec<usize> = params.iter().iter().map(|t| t.len()).collect();
@@ -165,7 +177,11 @@ impl<'b, T: TrainElement, B: Backend<T>> Gpt2<'b, T, B> {
         let z = |len: usize| backend.zeros::<T>(len);
         let zs = |len: usize| backend.zeros::<f32>(len);
         let lse_len = batch * cfg.heads * seq;
-        let layers = (0..cfg.layers)
+        let sets = match grad_checkpoint {
+            true => cfg.layers.min(1),
+            false => cfg.layers,
+        };
+        let layers = (0..sets)
             .map(|_| {
                 Ok(LayerActs {
                     ln1: z(n * c)?,
@@ -180,13 +196,13 @@ impl<'b, T: TrainElement, B: Backend<T>> Gpt2<'b, T, B> {
                     ln2_rstd: zs(n)?,
                     fc_pre: z(n * f)?,
                     fc_gelu: z(n * f)?,
-                    resid_out: z(n * c)?,
                 })
             })
             .collect::<Result<Vec<_>>>()?;
         let acts = Acts {
             encoded: z(n * c)?,
             layers,
+            resid: (0..cfg.layers).map(|_| z(n * c)).collect::<Result<_>>()?,
             lnf: z(n * c)?,
             lnf_mean: zs(n)?,
             lnf_rstd: zs(n)?,
@@ -222,6 +238,7 @@ impl<'b, T: TrainElement, B: Backend<T>> Gpt2<'b, T, B> {
             },
             decays: specs(cfg).iter().map(|s| s.decays()).collect(),
             owners,
+            grad_checkpoint,
             acts,
             _t: PhantomData,
         })

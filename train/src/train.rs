@@ -522,7 +522,8 @@ fn train<T: TrainElement, B: Backend<T>>(
     let r = &s.restored;
     let mut model = match &s.lora {
         Some(adapters) => {
-            Gpt2::with_lora(backend, &s.cfg, &r.params, adapters, args.batch, args.seq)?
+            let (batch, seq, ckpt) = (args.batch, args.seq, args.grad_checkpoint);
+            Gpt2::with_lora(backend, &s.cfg, &r.params, adapters, batch, seq, ckpt)?
         }
         None => Gpt2::new(
             backend,
@@ -531,6 +532,7 @@ fn train<T: TrainElement, B: Backend<T>>(
             args.batch,
             args.seq,
             args.zero == 1,
+            args.grad_checkpoint,
         )?,
     };
     let first = first_step(&r.state)?;

@@ -120,6 +120,24 @@ fn the_estimate_is_within_ten_percent_of_the_measured_peak() {
             vec!["--devices", "0,1", "--zero", "1"],
             2,
         ),
+        (
+            "gpt2 bf16 grad-checkpoint",
+            gpt2,
+            vec!["--device", "0", "--dtype", "bf16", "--grad-checkpoint"],
+            1,
+        ),
+        (
+            "gpt2 f32 LoRA r=4 grad-checkpoint",
+            gpt2,
+            [&["--device", "0", "--grad-checkpoint"][..], &lora].concat(),
+            1,
+        ),
+        (
+            "llama f32 2 ranks zero 1 grad-checkpoint",
+            llama,
+            vec!["--devices", "0,1", "--zero", "1", "--grad-checkpoint"],
+            2,
+        ),
     ];
     let mut within = 0;
     for (label, (model, tokens), extra, world) in cases {

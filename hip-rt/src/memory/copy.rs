@@ -112,6 +112,44 @@ impl Stream {
         })
     }
 
+    /// Queue a copy of the first `dst.len()` elements of pinned host memory (`src` may be
+    /// longer: a staging buffer allocated once for the longest content it will hold, as the
+    /// trainer's ring of micro-batch slots is). Otherwise as [`Stream::copy_htod_async`];
+    /// `dst` longer than `src` is [`Error::LengthMismatch`].
+    pub fn copy_htod_async_prefix<T: Element>(
+        &self,
+        src: &PinnedHostBuffer<T>,
+        dst: &mut impl DeviceViewMut<T>,
+    ) -> Result<()> {
+        let n = dst.len();
+        // The prefix copied: a mismatch only when `src` is shorter than `dst`.
+        let src_len = n.min(src.len());
+        if !self.prepare(
+            "copy_htod_async_prefix",
+            n,
+            src_len,
+            &[dst.buffer().device()],
+        )? {
+            return Ok(());
+        }
+        src.wait()?;
+        dst.buffer().record_stream(self)?;
+        src.track_copy(self, || {
+            // SAFETY: `dst.len() <= src.len()` checked above (so `byte_len` bytes of `src` are
+            // readable); `src` is pinned memory that `track_copy` keeps from being written or
+            // freed until the copy completes; `dst` a live device view.
+            unsafe {
+                result::memory::copy_htod_async(
+                    dst.device_ptr(),
+                    src.host_ptr() as *const c_void,
+                    dst.byte_len(),
+                    self.raw(),
+                )
+            }?;
+            Ok(())
+        })
+    }
+
     /// Queue a copy into pinned host memory (returns without waiting; reading the pinned buffer
     /// waits for it).
     pub fn copy_dtoh_async<T: Element>(

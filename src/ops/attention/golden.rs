@@ -1,15 +1,18 @@
 //! Golden cases of `attention_forward` and `attention_backward`: parsing and running them.
 
-use super::{AttentionBackward, AttentionForward, AttentionKernel, AttentionParams};
-use crate::golden::{
-    download, download_f32, f32s, upload, Case, CaseReader, GoldenCase, GoldenError, GoldenOp,
-    Outputs, TensorData, Want,
+use super::{
+    AttentionBackward, AttentionBackwardStrided, AttentionForward, AttentionForwardStrided,
+    AttentionKernel, AttentionParams,
 };
-use crate::ops::OpError;
-use crate::params::{DType, Element};
+use crate::golden::{
+    f32s, Case, CaseReader, GoldenCase, GoldenError, GoldenOp, GoldenSpace, Outputs, TensorData,
+    Want,
+};
+use crate::ops::{OpError, Run};
+use crate::params::{DType, DeviceElement, Host, OnDevice};
 use crate::tolerance::{tolerance, Rule, Tolerance};
-use crate::{cpu, ops, with_dtype};
-use hip_rt::{DeviceBuffer, Stream};
+use crate::{golden_runs, ops, with_dtype};
+use hip_rt::Stream;
 use std::any::Any;
 
 /// The golden ops of this family.
@@ -177,32 +180,155 @@ fn parse_backward(r: &mut CaseReader<'_>) -> Result<Case, GoldenError> {
     Ok(r.finish(dtype, Box::new(case), expected))
 }
 
+/// A [`GoldenSpace`] that runs the attention ops on a chosen kernel family: the golden runs of
+/// this family are one generic function per case that takes the choice. The CPU reference has
+/// one algorithm (the choice does not apply); a device launches the family asked for
+/// ([`AttentionKernel::Auto`] for [`GoldenCase::run_device`], the matrix-core tests pass
+/// [`AttentionKernel::MatrixCore`]).
+pub(super) trait AttentionSpace: GoldenSpace + Sized {
+    /// [`AttentionForward`] on `kernel`.
+    fn forward<T: DeviceElement>(
+        q: Self::Queue<'_>,
+        a: AttentionForward<'_, Self, T>,
+        kernel: AttentionKernel,
+    ) -> Result<(), OpError>;
+
+    /// [`AttentionBackward`] on `kernel`.
+    fn backward<T: DeviceElement>(
+        q: Self::Queue<'_>,
+        a: AttentionBackward<'_, Self, T>,
+        kernel: AttentionKernel,
+    ) -> Result<(), OpError>;
+
+    /// [`AttentionForwardStrided`] on `kernel`.
+    fn forward_strided<T: DeviceElement>(
+        q: Self::Queue<'_>,
+        a: AttentionForwardStrided<'_, Self, T>,
+        kernel: AttentionKernel,
+    ) -> Result<(), OpError>;
+
+    /// [`AttentionBackwardStrided`] on `kernel`.
+    fn backward_strided<T: DeviceElement>(
+        q: Self::Queue<'_>,
+        a: AttentionBackwardStrided<'_, Self, T>,
+        kernel: AttentionKernel,
+    ) -> Result<(), OpError>;
+}
+
+impl AttentionSpace for Host {
+    fn forward<T: DeviceElement>(
+        (): (),
+        a: AttentionForward<'_, Host, T>,
+        _: AttentionKernel,
+    ) -> Result<(), OpError> {
+        a.run(())
+    }
+
+    fn backward<T: DeviceElement>(
+        (): (),
+        a: AttentionBackward<'_, Host, T>,
+        _: AttentionKernel,
+    ) -> Result<(), OpError> {
+        a.run(())
+    }
+
+    fn forward_strided<T: DeviceElement>(
+        (): (),
+        a: AttentionForwardStrided<'_, Host, T>,
+        _: AttentionKernel,
+    ) -> Result<(), OpError> {
+        a.run(())
+    }
+
+    fn backward_strided<T: DeviceElement>(
+        (): (),
+        a: AttentionBackwardStrided<'_, Host, T>,
+        _: AttentionKernel,
+    ) -> Result<(), OpError> {
+        a.run(())
+    }
+}
+
+impl AttentionSpace for OnDevice {
+    fn forward<T: DeviceElement>(
+        s: &Stream,
+        a: AttentionForward<'_, OnDevice, T>,
+        kernel: AttentionKernel,
+    ) -> Result<(), OpError> {
+        ops::attention_forward_with(s, a, kernel)
+    }
+
+    fn backward<T: DeviceElement>(
+        s: &Stream,
+        a: AttentionBackward<'_, OnDevice, T>,
+        kernel: AttentionKernel,
+    ) -> Result<(), OpError> {
+        ops::attention_backward_with(s, a, kernel)
+    }
+
+    fn forward_strided<T: DeviceElement>(
+        s: &Stream,
+        a: AttentionForwardStrided<'_, OnDevice, T>,
+        kernel: AttentionKernel,
+    ) -> Result<(), OpError> {
+        ops::attention_forward_strided_with(s, a, kernel)
+    }
+
+    fn backward_strided<T: DeviceElement>(
+        s: &Stream,
+        a: AttentionBackwardStrided<'_, OnDevice, T>,
+        kernel: AttentionKernel,
+    ) -> Result<(), OpError> {
+        ops::attention_backward_strided_with(s, a, kernel)
+    }
+}
+
+impl AttentionForwardCase {
+    /// The case on the space `S` with the kernel family `kernel`.
+    fn run_on<S: AttentionSpace>(
+        &self,
+        q: S::Queue<'_>,
+        kernel: AttentionKernel,
+    ) -> Result<Outputs, OpError> {
+        with_dtype!(self.q.dtype(), T => {
+            let bq = S::typed::<T>(q, &self.q, OP, "q")?;
+            let bk = S::typed::<T>(q, &self.k, OP, "k")?;
+            let bv = S::typed::<T>(q, &self.v, OP, "v")?;
+            // NaN in the outputs: every element must be written.
+            let mut out = S::nan::<T>(q, self.q.len())?;
+            let mut lse = S::nan::<f32>(q, self.params.lse_len()?)?;
+            let cu = self.cu_seqlens.as_deref().map(|c| S::upload(q, c)).transpose()?;
+            S::forward(q, AttentionForward::<S, T> {
+                params: self.params,
+                q: S::input(&bq),
+                k: S::input(&bk),
+                v: S::input(&bv),
+                out: S::output(&mut out),
+                lse: S::output(&mut lse),
+                cu_seqlens: cu.as_ref().map(S::input),
+            }, kernel)?;
+            Ok(vec![("out", S::tensor(q, &out)?), ("lse", S::tensor(q, &lse)?)])
+        })
+    }
+
+    /// The case on the default kernel family (what [`crate::golden_runs!`] runs).
+    fn run<S: AttentionSpace>(&self, q: S::Queue<'_>) -> Result<Outputs, OpError> {
+        self.run_on::<S>(q, AttentionKernel::Auto)
+    }
+
+    /// [`GoldenCase::run_device`] on the kernel family `kernel` (the golden tests of the
+    /// matrix-core kernels pass [`AttentionKernel::MatrixCore`]): the same generic run.
+    pub fn run_device_with(&self, s: &Stream, kernel: AttentionKernel) -> Result<Outputs, OpError> {
+        self.run_on::<OnDevice>(s, kernel)
+    }
+}
+
 impl GoldenCase for AttentionForwardCase {
     fn op(&self) -> &'static str {
         "attention_forward"
     }
 
-    fn run_cpu(&self) -> Result<Outputs, OpError> {
-        with_dtype!(self.q.dtype(), T => {
-            let q = self.q.typed::<T>(OP, "q")?;
-            let mut out = q.to_vec();
-            let mut lse = vec![0.0; self.params.lse_len()?];
-            cpu::attention_forward(AttentionForward::<_, T> {
-                params: self.params,
-                q,
-                k: self.k.typed::<T>(OP, "k")?,
-                v: self.v.typed::<T>(OP, "v")?,
-                out: &mut out,
-                lse: &mut lse,
-                cu_seqlens: self.cu_seqlens.as_deref(),
-            })?;
-            Ok(vec![("out", TensorData::from_slice(&out)), ("lse", TensorData::F32(lse))])
-        })
-    }
-
-    fn run_device(&self, s: &Stream) -> Result<Outputs, OpError> {
-        self.run_device_with(s, AttentionKernel::Auto)
-    }
+    golden_runs!();
 
     fn tolerance(&self, output: &str, dtype: DType) -> Tolerance {
         let len = self.params.tk.max(self.params.head_dim);
@@ -214,27 +340,51 @@ impl GoldenCase for AttentionForwardCase {
     }
 }
 
-impl AttentionForwardCase {
-    /// [`GoldenCase::run_device`] on the kernel family `kernel` (the golden tests of the
-    /// matrix-core kernels pass [`AttentionKernel::MatrixCore`]).
-    pub fn run_device_with(&self, s: &Stream, kernel: AttentionKernel) -> Result<Outputs, OpError> {
+impl AttentionBackwardCase {
+    /// The case on the space `S` with the kernel family `kernel`.
+    fn run_on<S: AttentionSpace>(
+        &self,
+        q: S::Queue<'_>,
+        kernel: AttentionKernel,
+    ) -> Result<Outputs, OpError> {
         with_dtype!(self.q.dtype(), T => {
-            let q = self.q.typed::<T>(OP, "q")?;
-            let (dq, dk, dv) = (upload(s, q)?, upload(s, self.k.typed::<T>(OP, "k")?)?, upload(s, self.v.typed::<T>(OP, "v")?)?);
-            let mut out = DeviceBuffer::<T>::zeroed(s, q.len())?;
-            let mut lse = DeviceBuffer::<f32>::zeroed(s, self.params.lse_len()?)?;
-            let cu = self.cu_seqlens.as_deref().map(|c| DeviceBuffer::from_slice(s, c)).transpose()?;
-            ops::attention_forward_with(s, AttentionForward {
+            let bq = S::typed::<T>(q, &self.q, OP, "q")?;
+            let bk = S::typed::<T>(q, &self.k, OP, "k")?;
+            let bv = S::typed::<T>(q, &self.v, OP, "v")?;
+            let bo = S::typed::<T>(q, &self.out, OP, "out")?;
+            let bdo = S::typed::<T>(q, &self.dout, OP, "dout")?;
+            let blse = S::upload(q, &self.lse)?;
+            // NaN in the outputs: every element must be written.
+            let mut dq = S::nan::<T>(q, self.q.len())?;
+            let mut dk = S::nan::<T>(q, self.k.len())?;
+            let mut dv = S::nan::<T>(q, self.v.len())?;
+            let cu = self.cu_seqlens.as_deref().map(|c| S::upload(q, c)).transpose()?;
+            S::backward(q, AttentionBackward::<S, T> {
                 params: self.params,
-                q: &dq,
-                k: &dk,
-                v: &dv,
-                out: &mut out,
-                lse: &mut lse,
-                cu_seqlens: cu.as_ref().map(|c| c as _),
+                q: S::input(&bq),
+                k: S::input(&bk),
+                v: S::input(&bv),
+                out: S::input(&bo),
+                dout: S::input(&bdo),
+                lse: S::input(&blse),
+                dq: S::output(&mut dq),
+                dk: S::output(&mut dk),
+                dv: S::output(&mut dv),
+                cu_seqlens: cu.as_ref().map(S::input),
             }, kernel)?;
-            Ok(vec![("out", download(s, &out)?), ("lse", TensorData::F32(download_f32(s, &lse)?))])
+            Ok(vec![("dq", S::tensor(q, &dq)?), ("dk", S::tensor(q, &dk)?), ("dv", S::tensor(q, &dv)?)])
         })
+    }
+
+    /// The case on the default kernel family (what [`crate::golden_runs!`] runs).
+    fn run<S: AttentionSpace>(&self, q: S::Queue<'_>) -> Result<Outputs, OpError> {
+        self.run_on::<S>(q, AttentionKernel::Auto)
+    }
+
+    /// [`GoldenCase::run_device`] on the kernel family `kernel` (the golden tests of the
+    /// matrix-core kernels pass [`AttentionKernel::MatrixCore`]): the same generic run.
+    pub fn run_device_with(&self, s: &Stream, kernel: AttentionKernel) -> Result<Outputs, OpError> {
+        self.run_on::<OnDevice>(s, kernel)
     }
 }
 
@@ -243,34 +393,7 @@ impl GoldenCase for AttentionBackwardCase {
         "attention_backward"
     }
 
-    fn run_cpu(&self) -> Result<Outputs, OpError> {
-        with_dtype!(self.q.dtype(), T => {
-            let (q, k, v) = (self.q.typed::<T>(OP, "q")?, self.k.typed::<T>(OP, "k")?, self.v.typed::<T>(OP, "v")?);
-            let (mut dq, mut dk, mut dv) = (q.to_vec(), k.to_vec(), v.to_vec());
-            cpu::attention_backward(AttentionBackward::<_, T> {
-                params: self.params,
-                q,
-                k,
-                v,
-                out: self.out.typed::<T>(OP, "out")?,
-                dout: self.dout.typed::<T>(OP, "dout")?,
-                lse: &self.lse,
-                dq: &mut dq,
-                dk: &mut dk,
-                dv: &mut dv,
-                cu_seqlens: self.cu_seqlens.as_deref(),
-            })?;
-            Ok(vec![
-                ("dq", TensorData::from_slice(&dq)),
-                ("dk", TensorData::from_slice(&dk)),
-                ("dv", TensorData::from_slice(&dv)),
-            ])
-        })
-    }
-
-    fn run_device(&self, s: &Stream) -> Result<Outputs, OpError> {
-        self.run_device_with(s, AttentionKernel::Auto)
-    }
+    golden_runs!();
 
     fn tolerance(&self, output: &str, dtype: DType) -> Tolerance {
         let p = &self.params;
@@ -287,38 +410,5 @@ impl GoldenCase for AttentionBackwardCase {
 
     fn as_any(&self) -> &dyn Any {
         self
-    }
-}
-
-impl AttentionBackwardCase {
-    /// [`GoldenCase::run_device`] on the kernel family `kernel` (the golden tests of the
-    /// matrix-core kernels pass [`AttentionKernel::MatrixCore`]).
-    pub fn run_device_with(&self, s: &Stream, kernel: AttentionKernel) -> Result<Outputs, OpError> {
-        with_dtype!(self.q.dtype(), T => {
-            let (q, k, v) = (self.q.typed::<T>(OP, "q")?, self.k.typed::<T>(OP, "k")?, self.v.typed::<T>(OP, "v")?);
-            let (bq, bk, bv) = (upload(s, q)?, upload(s, k)?, upload(s, v)?);
-            let (bo, bdo) = (upload(s, self.out.typed::<T>(OP, "out")?)?, upload(s, self.dout.typed::<T>(OP, "dout")?)?);
-            let blse = upload(s, &self.lse)?;
-            // Garbage in the outputs: every element must be written.
-            let nan = <T as Element>::from_f64(f64::NAN);
-            let mut dq = upload(s, &vec![nan; q.len()])?;
-            let mut dk = upload(s, &vec![nan; k.len()])?;
-            let mut dv = upload(s, &vec![nan; v.len()])?;
-            let cu = self.cu_seqlens.as_deref().map(|c| DeviceBuffer::from_slice(s, c)).transpose()?;
-            ops::attention_backward_with(s, AttentionBackward {
-                params: self.params,
-                q: &bq,
-                k: &bk,
-                v: &bv,
-                out: &bo,
-                dout: &bdo,
-                lse: &blse,
-                dq: &mut dq,
-                dk: &mut dk,
-                dv: &mut dv,
-                cu_seqlens: cu.as_ref().map(|c| c as _),
-            }, kernel)?;
-            Ok(vec![("dq", download(s, &dq)?), ("dk", download(s, &dk)?), ("dv", download(s, &dv)?)])
-        })
     }
 }

@@ -2,18 +2,16 @@
 //! from one stored `qkv` tensor, `[B, T, 3, H, D]` (`layout = bt3hd`, output `[B, T, H, D]`) or
 //! `[3, B, H, T, D]` (`layout = packed`, output `[B, H, T, D]`).
 
+use super::golden::AttentionSpace;
 use super::{
     AttentionBackwardStrided, AttentionForwardStrided, AttentionKernel, AttentionLayout,
     AttentionParams, Qkv, Strided,
 };
-use crate::golden::{
-    download, download_f32, f32s, upload, Case, CaseReader, GoldenCase, GoldenError, Outputs,
-    TensorData, Want,
-};
-use crate::ops::{self, OpError};
-use crate::params::{DType, Element, Host, OnDevice};
+use crate::golden::{f32s, Case, CaseReader, GoldenCase, GoldenError, Outputs, TensorData, Want};
+use crate::ops::OpError;
+use crate::params::{DType, OnDevice};
 use crate::tolerance::{tolerance, Rule, Tolerance};
-use crate::{cpu, with_dtype};
+use crate::{golden_runs, with_dtype};
 use hip_rt::Stream;
 use std::any::Any;
 
@@ -122,6 +120,63 @@ pub(super) fn parse_backward(r: &mut CaseReader<'_>) -> Result<Case, GoldenError
 
 const OP: &str = "attention";
 
+impl AttentionStridedCase {
+    /// The case on the space `S` with the kernel family `kernel`.
+    fn run_on<S: AttentionSpace>(
+        &self,
+        q: S::Queue<'_>,
+        kernel: AttentionKernel,
+    ) -> Result<Outputs, OpError> {
+        let p = self.params;
+        with_dtype!(self.qkv.dtype(), T => {
+            let qkv = S::typed::<T>(q, &self.qkv, OP, "qkv")?;
+            let view = |w| Strided::<S, T> { data: S::input(&qkv), layout: self.qkv_layout(w) };
+            let out_layout = self.out_layout();
+            // NaN in every output: the views cover the whole buffers, so each element must be
+            // written.
+            match &self.backward {
+                None => {
+                    let mut out = S::nan::<T>(q, p.q_len()?)?;
+                    let mut lse = S::nan::<f32>(q, p.lse_len()?)?;
+                    S::forward_strided(q, AttentionForwardStrided::<S, T> {
+                        params: p, q: view(Qkv::Q), k: view(Qkv::K), v: view(Qkv::V),
+                        out: S::output(&mut out), out_layout, lse: S::output(&mut lse),
+                        cu_seqlens: None,
+                    }, kernel)?;
+                    Ok(vec![("out", S::tensor(q, &out)?), ("lse", S::tensor(q, &lse)?)])
+                }
+                Some((out, dout, lse)) => {
+                    let bo = S::typed::<T>(q, out, OP, "out")?;
+                    let bdo = S::typed::<T>(q, dout, OP, "dout")?;
+                    let blse = S::upload(q, lse)?;
+                    let mut dqkv = S::nan::<T>(q, self.qkv.len())?;
+                    S::backward_strided(q, AttentionBackwardStrided::<S, T> {
+                        params: p, q: view(Qkv::Q), k: view(Qkv::K), v: view(Qkv::V),
+                        out: Strided { data: S::input(&bo), layout: out_layout },
+                        dout: Strided { data: S::input(&bdo), layout: out_layout },
+                        lse: S::input(&blse),
+                        dqkv: S::output(&mut dqkv),
+                        dq: self.qkv_layout(Qkv::Q), dk: self.qkv_layout(Qkv::K), dv: self.qkv_layout(Qkv::V),
+                        cu_seqlens: None,
+                    }, kernel)?;
+                    Ok(vec![("dqkv", S::tensor(q, &dqkv)?)])
+                }
+            }
+        })
+    }
+
+    /// The case on the default kernel family (what [`crate::golden_runs!`] runs).
+    fn run<S: AttentionSpace>(&self, q: S::Queue<'_>) -> Result<Outputs, OpError> {
+        self.run_on::<S>(q, AttentionKernel::Auto)
+    }
+
+    /// [`GoldenCase::run_device`] on the kernel family `kernel` (the golden tests of the
+    /// matrix-core kernels pass [`AttentionKernel::MatrixCore`]): the same generic run.
+    pub fn run_device_with(&self, s: &Stream, kernel: AttentionKernel) -> Result<Outputs, OpError> {
+        self.run_on::<OnDevice>(s, kernel)
+    }
+}
+
 impl GoldenCase for AttentionStridedCase {
     fn op(&self) -> &'static str {
         if self.backward.is_some() {
@@ -131,43 +186,7 @@ impl GoldenCase for AttentionStridedCase {
         }
     }
 
-    fn run_cpu(&self) -> Result<Outputs, OpError> {
-        let p = self.params;
-        with_dtype!(self.qkv.dtype(), T => {
-            let qkv = self.qkv.typed::<T>(OP, "qkv")?;
-            let view = |w| Strided::<Host, T> { data: qkv, layout: self.qkv_layout(w) };
-            let out_layout = self.out_layout();
-            match &self.backward {
-                None => {
-                    let mut out = vec![T::from_f64(0.0); p.q_len()?];
-                    let mut lse = vec![0.0f32; p.batch * p.heads * p.tq];
-                    cpu::attention_forward_strided(AttentionForwardStrided::<Host, T> {
-                        params: p, q: view(Qkv::Q), k: view(Qkv::K), v: view(Qkv::V),
-                        out: &mut out, out_layout, lse: &mut lse,
-                        cu_seqlens: None,
-                    })?;
-                    Ok(vec![("out", TensorData::from_slice(&out)), ("lse", TensorData::F32(lse))])
-                }
-                Some((out, dout, lse)) => {
-                    let mut dqkv = vec![T::from_f64(0.0); qkv.len()];
-                    cpu::attention_backward_strided(AttentionBackwardStrided::<Host, T> {
-                        params: p, q: view(Qkv::Q), k: view(Qkv::K), v: view(Qkv::V),
-                        out: Strided { data: out.typed::<T>(OP, "out")?, layout: out_layout },
-                        dout: Strided { data: dout.typed::<T>(OP, "dout")?, layout: out_layout },
-                        lse,
-                        dqkv: &mut dqkv,
-                        dq: self.qkv_layout(Qkv::Q), dk: self.qkv_layout(Qkv::K), dv: self.qkv_layout(Qkv::V),
-                        cu_seqlens: None,
-                    })?;
-                    Ok(vec![("dqkv", TensorData::from_slice(&dqkv))])
-                }
-            }
-        })
-    }
-
-    fn run_device(&self, s: &Stream) -> Result<Outputs, OpError> {
-        self.run_device_with(s, AttentionKernel::Auto)
-    }
+    golden_runs!();
 
     fn tolerance(&self, output: &str, dtype: DType) -> Tolerance {
         let p = &self.params;
@@ -179,49 +198,5 @@ impl GoldenCase for AttentionStridedCase {
 
     fn as_any(&self) -> &dyn Any {
         self
-    }
-}
-
-impl AttentionStridedCase {
-    /// [`GoldenCase::run_device`] on the kernel family `kernel` (the golden tests of the
-    /// matrix-core kernels pass [`AttentionKernel::MatrixCore`]).
-    pub fn run_device_with(&self, s: &Stream, kernel: AttentionKernel) -> Result<Outputs, OpError> {
-        let p = self.params;
-        with_dtype!(self.qkv.dtype(), T => {
-            let qkv = upload(s, self.qkv.typed::<T>(OP, "qkv")?)?;
-            let view = |w| Strided::<OnDevice, T> { data: &qkv, layout: self.qkv_layout(w) };
-            let out_layout = self.out_layout();
-            // NaN in every output: the views cover the whole buffers, so each element must be
-            // written.
-            let nan = <T as Element>::from_f64(f64::NAN);
-            match &self.backward {
-                None => {
-                    let mut out = upload(s, &vec![nan; p.q_len()?])?;
-                    let mut lse = upload(s, &vec![f32::NAN; p.lse_len()?])?;
-                    ops::attention_forward_strided_with(s, AttentionForwardStrided {
-                        params: p, q: view(Qkv::Q), k: view(Qkv::K), v: view(Qkv::V),
-                        out: &mut out, out_layout, lse: &mut lse,
-                        cu_seqlens: None,
-                    }, kernel)?;
-                    Ok(vec![("out", download(s, &out)?), ("lse", TensorData::F32(download_f32(s, &lse)?))])
-                }
-                Some((out, dout, lse)) => {
-                    let bo = upload(s, out.typed::<T>(OP, "out")?)?;
-                    let bdo = upload(s, dout.typed::<T>(OP, "dout")?)?;
-                    let blse = upload(s, lse)?;
-                    let mut dqkv = upload(s, &vec![nan; self.qkv.len()])?;
-                    ops::attention_backward_strided_with(s, AttentionBackwardStrided {
-                        params: p, q: view(Qkv::Q), k: view(Qkv::K), v: view(Qkv::V),
-                        out: Strided { data: &bo, layout: out_layout },
-                        dout: Strided { data: &bdo, layout: out_layout },
-                        lse: &blse,
-                        dqkv: &mut dqkv,
-                        dq: self.qkv_layout(Qkv::Q), dk: self.qkv_layout(Qkv::K), dv: self.qkv_layout(Qkv::V),
-                        cu_seqlens: None,
-                    }, kernel)?;
-                    Ok(vec![("dqkv", download(s, &dqkv)?)])
-                }
-            }
-        })
     }
 }

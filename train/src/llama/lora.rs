@@ -271,14 +271,39 @@ fn take(
     Ok(out)
 }
 
+/// What `--resume DIR` restores for a LoRA run.
+#[derive(Debug, Clone)]
+pub enum LoraResume {
+    /// A trainer LoRA checkpoint (its `adapter_model.safetensors` as the trainer wrote it or
+    /// rewritten by PEFT's `save_pretrained`): adapters, their moments and the trainer state.
+    Checkpoint([Vec<Vec<f32>>; 3], crate::checkpoint::TrainerState),
+    /// A bare PEFT adapter directory (`adapter_config.json` + `adapter_model.safetensors`, no
+    /// `trainer.json` and no `optimizer.safetensors`): its adapters, zero moments; the run
+    /// starts at step 1 as with `--lora-init DIR`.
+    Peft([Vec<Vec<f32>>; 3]),
+}
+
+impl LoraResume {
+    /// The line rank 0 prints when `dir` was a bare PEFT adapter directory.
+    pub fn note(&self, dir: &Path) -> Option<String> {
+        match self {
+            LoraResume::Checkpoint(..) => None,
+            LoraResume::Peft(_) => Some(format!(
+                "--resume {}: a PEFT adapter directory without trainer state (no trainer.json, \
+                 no {}): starting at step 1 from its adapters with fresh AdamW moments, as \
+                 --lora-init would",
+                dir.display(),
+                crate::lora::checkpoint::OPTIMIZER
+            )),
+        }
+    }
+}
+
 /// The adapters, their moments and the trainer state of a LoRA checkpoint `dir` written by
-/// [`save`] (or a PEFT adapter directory beside the trainer's `optimizer.safetensors` and
-/// `trainer.json`) for the flags `lora`.
-pub fn resume(
-    dir: &Path,
-    lora: &LlamaLora,
-    cfg: &LlamaConfig,
-) -> Result<([Vec<Vec<f32>>; 3], crate::checkpoint::TrainerState)> {
+/// [`save`] (also after PEFT rewrote its adapter files: names are read by name, f32/f16/bf16,
+/// in any order), or the adapters of a bare PEFT adapter directory ([`LoraResume::Peft`]), for
+/// the flags `lora`.
+pub fn resume(dir: &Path, lora: &LlamaLora, cfg: &LlamaConfig) -> Result<LoraResume> {
     if !dir.exists() {
         crate::checkpoint::recover_for_resume(dir)?;
     }
@@ -286,18 +311,23 @@ pub fn resume(
         return Err(TrainError::file(
             dir,
             format!(
-                "has no {ADAPTER_CONFIG}: not a LoRA checkpoint DIR/step_<s> (resume a full \
-                 fine-tuning checkpoint without --lora-rank)"
+                "has no {ADAPTER_CONFIG}: not a LoRA checkpoint DIR/step_<s> nor a PEFT adapter \
+                 directory (resume a full fine-tuning checkpoint without --lora-rank)"
             ),
         ));
     }
-    let params = load(dir, lora, cfg)?;
+    let opt_path = dir.join(crate::lora::checkpoint::OPTIMIZER);
     let state_path = dir.join("trainer.json");
+    if !state_path.exists() && !opt_path.exists() {
+        let params = load(dir, lora, cfg)?;
+        let zeros: Vec<Vec<f32>> = params.iter().map(|t| vec![0.0; t.len()]).collect();
+        return Ok(LoraResume::Peft([params, zeros.clone(), zeros]));
+    }
+    let params = load(dir, lora, cfg)?;
     let state = crate::checkpoint::TrainerState::from_json(
         &state_path,
         &crate::error::read_regular(&state_path, 1 << 20)?,
     )?;
-    let opt_path = dir.join(crate::lora::checkpoint::OPTIMIZER);
     let (first, second): (BTreeMap<_, _>, BTreeMap<_, _>) = read_f32_tensors(&opt_path)?
         .into_iter()
         .partition(|(k, _)| k.starts_with("exp_avg."));
@@ -310,7 +340,7 @@ pub fn resume(
             format!("a second moment holds {x}; it must be >= 0"),
         ));
     }
-    Ok(([params, exp_avg, exp_avg_sq], state))
+    Ok(LoraResume::Checkpoint([params, exp_avg, exp_avg_sq], state))
 }
 
 /// Check PEFT's `adapter_config.json` at `path` against the flags (`r`, `lora_alpha`,
@@ -592,6 +622,16 @@ impl<T: TrainElement, B: Backend<T>> LlamaAdapters<T, B> {
         Ok(())
     }
 
+    /// Data parallel: hand layer `l`'s adapter gradients (final for this step) to the
+    /// backend's all-reduce, one bucket. Nothing on one device.
+    pub fn grads_ready(&mut self, be: &B, l: usize) -> Result<()> {
+        let per_layer = 2 * self.cfg.targets.len();
+        let start = l * per_layer;
+        let mut bufs: Vec<&mut B::Buf<T>> =
+            self.grads.iter_mut().skip(start).take(per_layer).collect();
+        be.grads_ready(&mut bufs, None)
+    }
+
     /// Store the adapters' gradient norm in `scalars`.
     pub fn grad_norm(&self, be: &B, scalars: &mut B::Scalars) -> Result<()> {
         let all: Vec<&B::Buf<T>> = self.grads.iter().collect();
@@ -645,7 +685,9 @@ impl<T: TrainElement, B: Backend<T>> LlamaAdapters<T, B> {
 
 /// Write a LoRA checkpoint `dir/step_<s>/` atomically: `adapter_model.safetensors` (PEFT's
 /// names), `adapter_config.json`, the adapters' AdamW moments (`optimizer.safetensors`) and
-/// `trainer.json`. The frozen base is not written.
+/// `trainer.json`. The frozen base is not written; with `merged` (`--merge-on-save`: HF
+/// tensors in [`super::params::Layout::new`]'s order, [`super::merge::merged`]) the merged
+/// model is, as `config.json` + `model.safetensors` (f32, HF names).
 pub fn save(
     dir: &Path,
     lora: &LlamaLora,
@@ -653,6 +695,7 @@ pub fn save(
     [params, exp_avg, exp_avg_sq]: &[Vec<Vec<f32>>; 3],
     base_model: &Path,
     state: &crate::checkpoint::TrainerState,
+    merged: Option<&[Vec<f32>]>,
 ) -> Result<std::path::PathBuf> {
     let specs = lora.specs(cfg);
     let named = |prefix: &str, group: &'_ [Vec<f32>]| -> Vec<(String, Vec<usize>, Vec<f32>)> {
@@ -670,7 +713,7 @@ pub fn save(
     };
     let state_json = serde_json::to_vec_pretty(state)
         .map_err(|e| TrainError::Op(format!("serializing trainer.json: {e}")))?;
-    let files = vec![
+    let mut files = vec![
         (
             ADAPTER_MODEL,
             crate::weights::to_safetensors(&as_refs(&adapters))?,
@@ -685,6 +728,10 @@ pub fn save(
         ),
         ("trainer.json", state_json),
     ];
+    if let Some(m) = merged {
+        files.push(("config.json", json(&cfg.raw, "config.json")?));
+        files.push(("model.safetensors", super::weights::to_bytes(cfg, m)?));
+    }
     crate::checkpoint::save_files(dir, state.step, &files)
 }
 

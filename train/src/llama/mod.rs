@@ -4,6 +4,7 @@
 pub mod checkpoint;
 pub mod config;
 pub mod lora;
+pub mod merge;
 pub mod model;
 pub mod params;
 pub mod train;

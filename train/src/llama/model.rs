@@ -9,9 +9,10 @@
 //! tensor that SwiGLU reads fused. Each residual add is fused with the RMSNorm after it.
 
 use super::config::LlamaConfig;
-use super::params::{Linear, Trained};
+use super::params::{Linear, Trained, TrainedLayer};
 use crate::backend::{
-    adamw_all, gemm, AdamWSlot, AdamWStep, Backend, GradScaling, IdCheck, TrainElement, View,
+    adamw_all, gemm, AdamWSlot, AdamWStep, Backend, BatchIds, GradScaling, IdCheck, TrainElement,
+    View,
 };
 use crate::data::Batch;
 use crate::error::{Result, TrainError};
@@ -101,7 +102,8 @@ impl LlamaDims {
     }
 }
 
-/// Saved activations of one layer (`N = B·T` rows): `A` tensors, `S` f32 statistics.
+/// Saved activations of one layer (`N = B·T` rows): `A` tensors, `S` f32 statistics. The
+/// layer's output (the residual stream after it) lives in `Acts::resid`.
 struct LayerActs<A, S> {
     /// The layer's input normed `[N, C]` and its `rstd`.
     h1: A,
@@ -118,14 +120,17 @@ struct LayerActs<A, S> {
     /// gate and up `[N, 2F]`, SwiGLU of them `[N, F]`.
     gate_up: A,
     act: A,
-    /// Residual after the MLP `[N, C]`.
-    resid_out: A,
 }
 
 /// Activations of the whole model plus the backward's scratch.
 struct Acts<A, S> {
     embedded: A,
+    /// One set per layer; with activation checkpointing one set, which each layer's forward
+    /// and its recomputation in the backward reuse.
     layers: Vec<LayerActs<A, S>>,
+    /// The residual stream after each layer `[N, C]` (layer `l + 1`'s input): with
+    /// checkpointing, what the forward keeps of the layers.
+    resid: Vec<A>,
     /// Final norm `[N, C]` and its `rstd`.
     hf: A,
     rstdf: S,
@@ -175,6 +180,10 @@ pub struct Llama<'b, T: TrainElement, B: Backend<T>> {
     owners: Option<Vec<usize>>,
     /// LoRA: the base is never updated and has no gradients of its 2-D weights.
     frozen: bool,
+    /// `--grad-checkpoint`: the forward keeps each layer's input only, and the backward
+    /// recomputes each layer's activations (into the one set of `Acts::layers`) before its
+    /// backward.
+    grad_checkpoint: bool,
     acts: Acts<B::Buf<T>, B::Buf<f32>>,
     /// LoRA's adapters (`--lora-rank`): they add into the targets' outputs; the base is then
     /// not updated.
@@ -200,7 +209,8 @@ impl<'b, T: TrainElement, B: Backend<T>> Llama<'b, T, B> {
     /// and master weights of its share of the tensors only ([`zero_owners`]). With `frozen`
     /// (LoRA) the model is never updated: no master weights, no moments, and no gradient
     /// buffers for the 2-D weights (the backward skips their products); only the small 1-D
-    /// tensors keep a gradient buffer, written and never read.
+    /// tensors keep a gradient buffer, written and never read. With `grad_checkpoint` the
+    /// activations of one layer are kept at a time (`--grad-checkpoint`).
     pub fn new(
         backend: &'b B,
         cfg: &LlamaConfig,
@@ -208,6 +218,7 @@ impl<'b, T: TrainElement, B: Backend<T>> Llama<'b, T, B> {
         [batch, seq]: [usize; 2],
         zero: bool,
         frozen: bool,
+        grad_checkpoint: bool,
     ) -> Result<Self> {
         let layout = Trained::new(cfg);
         if params.len() != layout.specs.len() {
@@ -246,7 +257,11 @@ impl<'b, T: TrainElement, B: Backend<T>> Llama<'b, T, B> {
         let hd = dims.heads * dims.head_dim;
         let z = |len: usize| backend.zeros::<T>(len);
         let zs = |len: usize| backend.zeros::<f32>(len);
-        let layers = (0..cfg.layers)
+        let sets = match grad_checkpoint {
+            true => cfg.layers.min(1),
+            false => cfg.layers,
+        };
+        let layers = (0..sets)
             .map(|_| {
                 Ok(LayerActs {
                     h1: z(n * c)?,
@@ -259,13 +274,13 @@ impl<'b, T: TrainElement, B: Backend<T>> Llama<'b, T, B> {
                     rstd2: zs(n)?,
                     gate_up: z(n * 2 * f)?,
                     act: z(n * f)?,
-                    resid_out: z(n * c)?,
                 })
             })
             .collect::<Result<Vec<_>>>()?;
         let acts = Acts {
             embedded: z(n * c)?,
             layers,
+            resid: (0..cfg.layers).map(|_| z(n * c)).collect::<Result<_>>()?,
             hf: z(n * c)?,
             rstdf: zs(n)?,
             logits: z(n * dims.vocab)?,
@@ -307,6 +322,7 @@ impl<'b, T: TrainElement, B: Backend<T>> Llama<'b, T, B> {
             stream_positions: backend.ids(&positions)?,
             decays,
             frozen,
+            grad_checkpoint,
             layout,
             owners,
             acts,
@@ -341,6 +357,21 @@ impl<'b, T: TrainElement, B: Backend<T>> Llama<'b, T, B> {
         scalars: &mut B::Scalars,
         last: bool,
     ) -> Result<()> {
+        let ids = self.backend.batch_ids(batch, None)?;
+        self.forward_backward_ids(batch, ids, divisor, loss_scale, scalars, last)
+    }
+
+    /// [`Llama::forward_backward`] on `ids`, the backend's ids of `batch` (made ahead, e.g.
+    /// staged by the SFT producer and copied on the device's copy stream).
+    pub fn forward_backward_ids(
+        &mut self,
+        batch: &Batch,
+        ids: BatchIds<B::Ids>,
+        divisor: usize,
+        loss_scale: f64,
+        scalars: &mut B::Scalars,
+        last: bool,
+    ) -> Result<()> {
         let be = self.backend;
         let d = self.dims;
         let n = d.rows();
@@ -353,11 +384,13 @@ impl<'b, T: TrainElement, B: Backend<T>> Llama<'b, T, B> {
                 d.seq
             )));
         }
-        let inputs = be.ids(&batch.inputs)?;
-        let targets = be.ids(&batch.targets)?;
+        let BatchIds {
+            inputs,
+            targets,
+            positions: own_positions,
+            cu_seqlens,
+        } = ids;
         // Packed rows bring their positions and sequence boundaries; a token stream uses 0..T.
-        let own_positions = batch.positions.as_deref().map(|p| be.ids(p)).transpose()?;
-        let cu_seqlens = batch.cu_seqlens.as_deref().map(|c| be.ids(c)).transpose()?;
         let (positions, cu) = (own_positions.as_ref(), cu_seqlens.as_ref());
         self.forward(&inputs, positions, cu)?;
         let check = self.check("target token");
@@ -477,7 +510,6 @@ impl<'b, T: TrainElement, B: Backend<T>> Llama<'b, T, B> {
         let mut lora = self.lora.as_mut();
         let queue = be.queue();
         let (n, c, f) = (d.rows(), d.channels, d.inner);
-        let (hd, w) = (d.heads * d.head_dim, d.qkv_width());
         let embed = EncoderForward::<B::Space, T> {
             params: EncoderParams {
                 batch: d.batch,
@@ -505,97 +537,29 @@ impl<'b, T: TrainElement, B: Backend<T>> Llama<'b, T, B> {
             .run(queue)
             .map_err(op)?;
         }
+        let cx = LayerCtx::<T, B> {
+            be,
+            d,
+            attn,
+            t_rows,
+            positions,
+            freqs: &self.freqs,
+            cu,
+        };
+        let ckpt = self.grad_checkpoint;
         for l in 0..lo.layers.len() {
-            let (done, rest) = a.layers.split_at_mut(l);
-            let x = done.last().map_or(&a.embedded, |prev| &prev.resid_out);
-            let (s, later) = rest
-                .split_first_mut()
+            let (done, rest) = a.resid.split_at_mut(l);
+            let x = done.last().unwrap_or(&a.embedded);
+            let out = rest
+                .first_mut()
+                .ok_or_else(|| TrainError::Op(format!("layer {l} has no output buffer")))?;
+            // With checkpointing every layer runs in the one set of activations.
+            let (cur, later) = a.layers.split_at_mut(if ckpt { 1 } else { l + 1 });
+            let s = cur
+                .last_mut()
                 .ok_or_else(|| TrainError::Op(format!("layer {l} has no activations")))?;
             let li = lo.layers[l];
-            linear_forward::<T, B>(
-                queue,
-                [n, w, c],
-                &s.h1,
-                &p[li.qkv_w],
-                li.qkv_b.map(|b| &p[b]),
-                &mut s.qkv,
-            )?;
-            if let Some(lo) = lora.as_deref_mut() {
-                for t in [Linear::Q, Linear::K, Linear::V] {
-                    lo.forward(be, l, t, &s.h1, &mut s.qkv)?;
-                }
-            }
-            for (which, heads) in [(0, d.heads), (1, d.kv_heads)] {
-                Rope::<B::Space, T> {
-                    params: d.rope(heads),
-                    x: s.qkv.view_mut(),
-                    layout: d.qkv_layout(which, d.seq),
-                    positions: positions.view(),
-                    freqs: self.freqs.view(),
-                }
-                .run(queue)
-                .map_err(op)?;
-            }
-            let [q, k, v] = [0, 1, 2].map(|which| Strided::<B::Space, T> {
-                data: s.qkv.view(),
-                layout: d.qkv_layout(which, t_rows),
-            });
-            AttentionForwardStrided::<B::Space, T> {
-                params: attn,
-                q,
-                k,
-                v,
-                out: s.att.view_mut(),
-                out_layout: AttentionLayout::bthd(t_rows, d.heads, d.head_dim),
-                lse: s.lse.view_mut(),
-                cu_seqlens: cu.map(View::view),
-            }
-            .run(queue)
-            .map_err(op)?;
-            linear_forward::<T, B>(
-                queue,
-                [n, c, hd],
-                &s.att,
-                &p[li.o_w],
-                li.o_b.map(|b| &p[b]),
-                &mut a.branch,
-            )?;
-            if let Some(lo) = lora.as_deref_mut() {
-                lo.forward(be, l, Linear::O, &s.att, &mut a.branch)?;
-            }
-            ResidualRmsNormForward::<B::Space, T> {
-                params: d.norm(),
-                a: x.view(),
-                b: a.branch.view(),
-                weight: p[li.post_norm].view(),
-                residual: s.resid_mid.view_mut(),
-                y: s.h2.view_mut(),
-                rstd: s.rstd2.view_mut(),
-            }
-            .run(queue)
-            .map_err(op)?;
-            linear_forward::<T, B>(
-                queue,
-                [n, 2 * f, c],
-                &s.h2,
-                &p[li.gate_up_w],
-                li.gate_up_b.map(|b| &p[b]),
-                &mut s.gate_up,
-            )?;
-            if let Some(lo) = lora.as_deref_mut() {
-                for t in [Linear::Gate, Linear::Up] {
-                    lo.forward(be, l, t, &s.h2, &mut s.gate_up)?;
-                }
-            }
-            SwigluForward::<B::Space, T> {
-                params: SwigluParams { rows: n, ffn: f },
-                input: GateUp::Fused {
-                    gate_up: s.gate_up.view(),
-                },
-                h: s.act.view_mut(),
-            }
-            .run(queue)
-            .map_err(op)?;
+            layer_front(&cx, p, li, l, x, s, &mut a.branch, lora.as_deref_mut())?;
             linear_forward::<T, B>(
                 queue,
                 [n, c, f],
@@ -607,20 +571,36 @@ impl<'b, T: TrainElement, B: Backend<T>> Llama<'b, T, B> {
             if let Some(lo) = lora.as_deref_mut() {
                 lo.forward(be, l, Linear::Down, &s.act, &mut a.branch)?;
             }
-            let (weight, y, rstd) = match later.first_mut() {
-                Some(next) => (
-                    &p[lo.layers[l + 1].input_norm],
-                    &mut next.h1,
-                    &mut next.rstd1,
-                ),
-                None => (&p[lo.norm], &mut a.hf, &mut a.rstdf),
+            // The next layer's input norm (into the same set with checkpointing), or the final.
+            let (weight, resid_mid, y, rstd) = match (l + 1 < lo.layers.len(), ckpt) {
+                (true, true) => {
+                    let LayerActs {
+                        resid_mid,
+                        h1,
+                        rstd1,
+                        ..
+                    } = s;
+                    (&p[lo.layers[l + 1].input_norm], &*resid_mid, h1, rstd1)
+                }
+                (true, false) => {
+                    let next = later.first_mut().ok_or_else(|| {
+                        TrainError::Op(format!("layer {} has no activations", l + 1))
+                    })?;
+                    (
+                        &p[lo.layers[l + 1].input_norm],
+                        &s.resid_mid,
+                        &mut next.h1,
+                        &mut next.rstd1,
+                    )
+                }
+                (false, _) => (&p[lo.norm], &s.resid_mid, &mut a.hf, &mut a.rstdf),
             };
             ResidualRmsNormForward::<B::Space, T> {
                 params: d.norm(),
-                a: s.resid_mid.view(),
+                a: resid_mid.view(),
                 b: a.branch.view(),
                 weight: weight.view(),
-                residual: s.resid_out.view_mut(),
+                residual: out.view_mut(),
                 y: y.view_mut(),
                 rstd: rstd.view_mut(),
             }
@@ -689,7 +669,7 @@ impl<'b, T: TrainElement, B: Backend<T>> Llama<'b, T, B> {
         .run(queue)
         .map_err(op)?;
         be.fill_zero(&mut a.dres)?;
-        let x_last = a.layers.last().map_or(&a.embedded, |s| &s.resid_out);
+        let x_last = a.resid.last().unwrap_or(&a.embedded);
         RmsNormBackward::<B::Space, T> {
             params: d.norm(),
             x: x_last.view(),
@@ -702,16 +682,49 @@ impl<'b, T: TrainElement, B: Backend<T>> Llama<'b, T, B> {
         }
         .run(queue)
         .map_err(op)?;
-        if last {
+        // A frozen base (LoRA): its 1-D gradients are scratch nobody reads; only the adapters'
+        // gradients are summed across ranks.
+        if last && !frozen {
             let mut ready = vec![lo.norm];
             ready.extend(lo.lm_head);
             ready_bucket::<T, B>(be, g, &ready, owners)?;
         }
+        let cx = LayerCtx::<T, B> {
+            be,
+            d,
+            attn,
+            t_rows,
+            positions,
+            freqs: &self.freqs,
+            cu,
+        };
+        let ckpt = self.grad_checkpoint;
         for l in (0..lo.layers.len()).rev() {
-            let (done, rest) = a.layers.split_at(l);
-            let x = done.last().map_or(&a.embedded, |prev| &prev.resid_out);
-            let s = &rest[0];
+            let x = match l {
+                0 => &a.embedded,
+                _ => &a.resid[l - 1],
+            };
             let li = lo.layers[l];
+            let s = a
+                .layers
+                .get_mut(if ckpt { 0 } else { l })
+                .ok_or_else(|| TrainError::Op(format!("layer {l} has no activations")))?;
+            if ckpt {
+                // Recompute the layer's activations from its input, exactly as the forward
+                // made them (the standalone norm equals the fused one of the forward: both
+                // normalise the stored residual).
+                RmsNormForward::<B::Space, T> {
+                    params: d.norm(),
+                    x: x.view(),
+                    weight: p[li.input_norm].view(),
+                    y: s.h1.view_mut(),
+                    rstd: s.rstd1.view_mut(),
+                }
+                .run(queue)
+                .map_err(op)?;
+                layer_front(&cx, p, li, l, x, s, &mut a.branch, lora.as_deref_mut())?;
+            }
+            let s = &*s;
             // MLP: resid_out = resid_mid + swiglu(h2·Wguᵀ)·Wdᵀ.
             linear_backward::<T, B>(
                 queue,
@@ -851,7 +864,11 @@ impl<'b, T: TrainElement, B: Backend<T>> Llama<'b, T, B> {
             }
             .run(queue)
             .map_err(op)?;
-            if last {
+            if let (true, Some(lo)) = (last, lora.as_deref_mut()) {
+                // Layer l's adapters' gradients are final: one bucket.
+                lo.grads_ready(be, l)?;
+            }
+            if last && !frozen {
                 let mut ready = vec![li.input_norm, li.qkv_w, li.o_w, li.post_norm];
                 ready.extend([li.gate_up_w, li.down_w]);
                 ready.extend(
@@ -1005,6 +1022,125 @@ impl<'b, T: TrainElement, B: Backend<T>> Llama<'b, T, B> {
         };
         Ok([params, down(&self.exp_avg)?, down(&self.exp_avg_sq)?])
     }
+}
+
+/// What every layer's forward shares: the backend, dimensions, attention's parameters and the
+/// rows of its view, the positions, the rotary table and the packed sequences' bounds.
+struct LayerCtx<'x, T: TrainElement, B: Backend<T>> {
+    be: &'x B,
+    d: LlamaDims,
+    attn: AttentionParams,
+    t_rows: usize,
+    positions: &'x B::Ids,
+    freqs: &'x B::Buf<f32>,
+    cu: Option<&'x B::Ids>,
+}
+
+/// Layer `l`'s forward from its input `x` and its normed input (`h1`, already in `s`) up to
+/// SwiGLU: every activation its backward reads, written into `s` (`branch` is scratch). The
+/// forward runs it for each layer and then the down projection and the residual add; with
+/// activation checkpointing the backward runs it again, from the kept input, to recompute the
+/// layer's activations bit for bit.
+#[allow(clippy::too_many_arguments)]
+fn layer_front<T: TrainElement, B: Backend<T>>(
+    cx: &LayerCtx<'_, T, B>,
+    p: &[B::Buf<T>],
+    li: TrainedLayer,
+    l: usize,
+    x: &B::Buf<T>,
+    s: &mut LayerActs<B::Buf<T>, B::Buf<f32>>,
+    branch: &mut B::Buf<T>,
+    mut lora: Option<&mut super::lora::LlamaAdapters<T, B>>,
+) -> Result<()> {
+    let (be, d) = (cx.be, cx.d);
+    let queue = be.queue();
+    let (n, c, f) = (d.rows(), d.channels, d.inner);
+    let (hd, w) = (d.heads * d.head_dim, d.qkv_width());
+    linear_forward::<T, B>(
+        queue,
+        [n, w, c],
+        &s.h1,
+        &p[li.qkv_w],
+        li.qkv_b.map(|b| &p[b]),
+        &mut s.qkv,
+    )?;
+    if let Some(lo) = lora.as_deref_mut() {
+        for t in [Linear::Q, Linear::K, Linear::V] {
+            lo.forward(be, l, t, &s.h1, &mut s.qkv)?;
+        }
+    }
+    for (which, heads) in [(0, d.heads), (1, d.kv_heads)] {
+        Rope::<B::Space, T> {
+            params: d.rope(heads),
+            x: s.qkv.view_mut(),
+            layout: d.qkv_layout(which, d.seq),
+            positions: cx.positions.view(),
+            freqs: cx.freqs.view(),
+        }
+        .run(queue)
+        .map_err(op)?;
+    }
+    let [q, k, v] = [0, 1, 2].map(|which| Strided::<B::Space, T> {
+        data: s.qkv.view(),
+        layout: d.qkv_layout(which, cx.t_rows),
+    });
+    AttentionForwardStrided::<B::Space, T> {
+        params: cx.attn,
+        q,
+        k,
+        v,
+        out: s.att.view_mut(),
+        out_layout: AttentionLayout::bthd(cx.t_rows, d.heads, d.head_dim),
+        lse: s.lse.view_mut(),
+        cu_seqlens: cx.cu.map(View::view),
+    }
+    .run(queue)
+    .map_err(op)?;
+    linear_forward::<T, B>(
+        queue,
+        [n, c, hd],
+        &s.att,
+        &p[li.o_w],
+        li.o_b.map(|b| &p[b]),
+        branch,
+    )?;
+    if let Some(lo) = lora.as_deref_mut() {
+        lo.forward(be, l, Linear::O, &s.att, branch)?;
+    }
+    ResidualRmsNormForward::<B::Space, T> {
+        params: d.norm(),
+        a: x.view(),
+        b: branch.view(),
+        weight: p[li.post_norm].view(),
+        residual: s.resid_mid.view_mut(),
+        y: s.h2.view_mut(),
+        rstd: s.rstd2.view_mut(),
+    }
+    .run(queue)
+    .map_err(op)?;
+    linear_forward::<T, B>(
+        queue,
+        [n, 2 * f, c],
+        &s.h2,
+        &p[li.gate_up_w],
+        li.gate_up_b.map(|b| &p[b]),
+        &mut s.gate_up,
+    )?;
+    if let Some(lo) = lora {
+        for t in [Linear::Gate, Linear::Up] {
+            lo.forward(be, l, t, &s.h2, &mut s.gate_up)?;
+        }
+    }
+    SwigluForward::<B::Space, T> {
+        params: SwigluParams { rows: n, ffn: f },
+        input: GateUp::Fused {
+            gate_up: s.gate_up.view(),
+        },
+        h: s.act.view_mut(),
+    }
+    .run(queue)
+    .map_err(op)?;
+    Ok(())
 }
 
 /// Hand the gradients `ids` to the backend's reduction across ranks (one bucket; with ZeRO

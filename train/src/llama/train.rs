@@ -4,7 +4,7 @@
 
 use super::checkpoint::{self as ckpt, Restored, Snapshot};
 use super::config::LlamaConfig;
-use super::lora::{LlamaAdapters, LlamaLora};
+use super::lora::{LlamaAdapters, LlamaLora, LoraResume};
 use super::model::Llama;
 use super::params::{Layout, Trained};
 use crate::backend::{AdamWStep, Backend, GradScaling, TrainElement};
@@ -13,6 +13,7 @@ use crate::cpu_backend::Cpu;
 use crate::data::{Batch, Loader, Tokens};
 use crate::device_backend::DeviceBackend;
 use crate::error::{Result, TrainError};
+use crate::sft::Slot;
 use crate::train::{
     check_resumed, emit_step, json_line, new_state, LossScaler, RankOutcome, Role, StepLog,
 };
@@ -58,6 +59,25 @@ impl Source {
         })
     }
 
+    /// The next micro-batch of the global batch, with the slot the SFT producer staged it into
+    /// (hand it back with [`Source::recycle`]); `None` for the other sources.
+    fn next_staged(&mut self) -> Result<(Batch, Option<Box<dyn Slot>>)> {
+        match self {
+            Source::Sft(src) => {
+                let (b, slot) = src.next_staged()?;
+                Ok((b, Some(slot)))
+            }
+            other => Ok((other.next()?, None)),
+        }
+    }
+
+    /// Hand a slot of [`Source::next_staged`] back to the producer.
+    fn recycle(&self, slot: Option<Box<dyn Slot>>) {
+        if let (Source::Sft(src), Some(slot)) = (self, slot) {
+            src.recycle(slot);
+        }
+    }
+
     /// The position to resume from, and the data's length (checked on resume).
     fn position(&self) -> (usize, usize) {
         match self {
@@ -76,6 +96,8 @@ pub(crate) struct LlamaSetup {
     pub(crate) restored: Restored,
     /// LoRA's flags and first `[params, exp_avg, exp_avg_sq]` (PEFT's order).
     pub(crate) lora: Option<(LlamaLora, [Vec<Vec<f32>>; 3])>,
+    /// A line rank 0 prints before the run (`--resume` of a bare PEFT adapter directory).
+    pub(crate) note: Option<String>,
 }
 
 /// Load and check what a run of `world` ranks reads (the loader takes `world × --batch` rows
@@ -87,21 +109,6 @@ pub(crate) fn setup(args: &Args, cfg: LlamaConfig, world: usize) -> Result<Llama
             "--merge-on-save is not implemented for the {} layout's LoRA (its fused targets \
              merge into fused tensors); drop it: PEFT merges the saved adapters with \
              merge_and_unload",
-            cfg.family.name()
-        )));
-    }
-    if lora.is_some() && world > 1 {
-        return Err(TrainError::Usage(format!(
-            "--lora-rank {} on {world} ranks: LoRA on the {} family runs on one device or the \
-             CPU for now",
-            args.lora_rank,
-            cfg.family.name()
-        )));
-    }
-    if lora.is_some() && args.merge_on_save {
-        return Err(TrainError::Usage(format!(
-            "--merge-on-save is not implemented for the {} family yet; drop it (the adapters \
-             are saved in PEFT's format, which PEFT merges with merge_and_unload)",
             cfg.family.name()
         )));
     }
@@ -124,14 +131,25 @@ pub(crate) fn setup(args: &Args, cfg: LlamaConfig, world: usize) -> Result<Llama
     let mut loader = Loader::new(&args.data, &tokens, global_batch, args.seq)?;
     let trained = Trained::new(&cfg);
     let mut resumed_adapters = None;
+    let mut note = None;
     let restored = match &args.resume {
         Some(dir) if lora.is_some() => {
             let lo = lora
                 .as_ref()
                 .ok_or_else(|| TrainError::Op("LoRA flags".into()))?;
-            let (adapters, state) = super::lora::resume(dir, lo, &cfg)?;
-            check_resumed(args, dir, &state, world, tokens.ids.len())?;
-            loader.pos = state.loader_pos;
+            let resumed = super::lora::resume(dir, lo, &cfg)?;
+            note = resumed.note(dir);
+            let (adapters, state) = match resumed {
+                LoraResume::Checkpoint(adapters, state) => {
+                    check_resumed(args, dir, &state, world, tokens.ids.len())?;
+                    loader.pos = state.loader_pos;
+                    (adapters, state)
+                }
+                LoraResume::Peft(adapters) => (
+                    adapters,
+                    new_state(args, global_batch, 0, 0, tokens.ids.len()),
+                ),
+            };
             resumed_adapters = Some(adapters);
             let (model_dir, _) = crate::weights::model_paths(&args.model);
             let params = trained.fuse(&super::weights::load(&model_dir, &cfg)?);
@@ -186,6 +204,7 @@ pub(crate) fn setup(args: &Args, cfg: LlamaConfig, world: usize) -> Result<Llama
         source: Source::Stream { tokens, loader },
         restored,
         lora: adapters,
+        note,
     })
 }
 
@@ -193,6 +212,9 @@ pub(crate) fn setup(args: &Args, cfg: LlamaConfig, world: usize) -> Result<Llama
 pub(crate) fn prepare(args: &Args, cfg: LlamaConfig, world: usize) -> Result<LlamaSetup> {
     crate::outputs::check_log(args)?;
     let s = setup(args, cfg, world)?;
+    if let Some(note) = &s.note {
+        println!("{note}");
+    }
     crate::outputs::check_checkpoint_dir(args, first_step(&s.restored.state)?)?;
     if let Some(dir) = &args.checkpoint_dir {
         crate::checkpoint::prepare_dir(dir)?;
@@ -256,6 +278,7 @@ fn train<T: TrainElement, B: Backend<T>>(
         [args.batch, args.seq],
         args.zero == 1,
         s.lora.is_some(),
+        args.grad_checkpoint,
     )?;
     if let Some((lo, [p, m, v])) = &s.lora {
         model.lora = Some(LlamaAdapters::new(
@@ -328,6 +351,17 @@ fn train<T: TrainElement, B: Backend<T>>(
     } else {
         ""
     };
+    if let (Source::Sft(src), false) = (&mut s.source, args.host_feed) {
+        // The device's ring of pinned slots, made once for the run: a step holds its
+        // micro-batches' slots until their copies are queued, the producer fills the rest ahead.
+        let n = args.grad_accum + crate::sft::source::AHEAD;
+        let slots = (0..n)
+            .map(|_| backend.feed_slot(mine.clone()))
+            .collect::<Result<Option<Vec<_>>>>()?;
+        if let Some(slots) = slots {
+            src.stage_into(slots);
+        }
+    }
     let mut out = Vec::new();
     for step in first..=args.steps {
         let t0 = Instant::now();
@@ -336,25 +370,29 @@ fn train<T: TrainElement, B: Backend<T>>(
         model.zero_grads()?;
         // The step's micro-batches (every rank reads the whole global batch), and the divisor:
         // its counted targets over all micro-batches and ranks, known before the step.
-        let batches = (0..args.grad_accum)
-            .map(|_| s.source.next())
-            .collect::<Result<Vec<Batch>>>()?;
-        let counted: usize = batches.iter().map(|b| b.counted(0..b.targets.len())).sum();
+        let fed = (0..args.grad_accum)
+            .map(|_| s.source.next_staged())
+            .collect::<Result<Vec<_>>>()?;
+        let counted: usize = fed.iter().map(|(b, _)| b.counted(0..b.targets.len())).sum();
         if counted == 0 {
             return Err(TrainError::Op(format!(
                 "step {step} has no counted target (every target is -100)"
             )));
         }
-        for (micro, b) in batches.iter().enumerate() {
+        // Every micro-batch's ids first: staged slots queue their copies on the device's copy
+        // stream now (copy k + 1 runs while micro-batch k computes) and go back to the
+        // producer.
+        let mut staged = Vec::with_capacity(fed.len());
+        for (b, slot) in fed {
+            let rows = b.rows(mine.clone());
+            let ids = backend.batch_ids(&rows, slot.as_deref());
+            s.source.recycle(slot);
+            staged.push((rows, ids?));
+        }
+        for (micro, (rows, ids)) in staged.into_iter().enumerate() {
             let loss_scale = scaler.map_or(1.0, |sc| sc.scale);
             let last = micro + 1 == args.grad_accum;
-            model.forward_backward(
-                &b.rows(mine.clone()),
-                counted,
-                loss_scale,
-                &mut scalars,
-                last,
-            )?;
+            model.forward_backward_ids(&rows, ids, counted, loss_scale, &mut scalars, last)?;
         }
         match &model.lora {
             Some(lo) => lo.grad_norm(backend, &mut scalars)?,
@@ -440,7 +478,25 @@ fn train<T: TrainElement, B: Backend<T>>(
             state.adam_steps = adam_steps;
             if let (Some(lo), Some((flags, _))) = (&model.lora, &s.lora) {
                 let host = lo.download(backend)?;
-                let path = super::lora::save(dir, flags, &s.cfg, &host, &args.model, &state)?;
+                // --merge-on-save: the base (HF order) with the adapters folded in, beside them.
+                let merged = match args.merge_on_save {
+                    true => Some(super::merge::merged(
+                        &s.cfg,
+                        flags,
+                        &trained.split(&hf, &s.restored.params),
+                        &host[0],
+                    )?),
+                    false => None,
+                };
+                let path = super::lora::save(
+                    dir,
+                    flags,
+                    &s.cfg,
+                    &host,
+                    &args.model,
+                    &state,
+                    merged.as_deref(),
+                )?;
                 if let Source::Sft(src) = &s.source {
                     src.save_state(&path)?;
                 }

@@ -387,7 +387,6 @@ fn gpt2_activations(y: &mut Tally, cfg: &GptConfig, s: &Settings, t: usize) {
             (n, 4),
             (n * f, t),
             (n * f, t),
-            (n * c, t),
         ] {
             y.add(Part::Activations, len, bytes);
         }
@@ -427,7 +426,6 @@ fn llama_activations(y: &mut Tally, cfg: &LlamaConfig, s: &Settings, t: usize) {
             (n, 4),
             (n * 2 * f, t),
             (n * f, t),
-            (n * c, t),
         ] {
             y.add(Part::Activations, len, bytes);
         }
@@ -455,24 +453,25 @@ fn llama_activations(y: &mut Tally, cfg: &LlamaConfig, s: &Settings, t: usize) {
     y.add(Part::Workspace, n, 4);
 }
 
-/// `count` layers' saved activations (`layer` adds one layer's); with checkpointing only each
-/// layer's input `[N, C]` and one layer's activations, recomputed in the backward.
+/// `count` layers' saved activations: each layer's output `[N, C]` (`output` elements; the
+/// next layer's input) and (`layer` adds one layer's) the rest of its activations, of every
+/// layer, or with checkpointing of one layer at a time (recomputed in the backward).
 fn layers(
     y: &mut Tally,
     count: usize,
-    input: usize,
+    output: usize,
     t: usize,
     checkpoint: bool,
     layer: impl Fn(&mut Tally),
 ) {
-    if checkpoint {
-        for _ in 0..count {
-            y.add(Part::Activations, input, t);
-        }
+    for _ in 0..count {
+        y.add(Part::Activations, output, t);
+    }
+    let sets = match checkpoint {
+        true => count.min(1),
+        false => count,
+    };
+    for _ in 0..sets {
         layer(y);
-    } else {
-        for _ in 0..count {
-            layer(y);
-        }
     }
 }

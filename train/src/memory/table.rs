@@ -2,7 +2,7 @@
 //! by [`super::estimate`] from the configs in tests/data/memory (ChatGLM3-6B's and
 //! GLM-4-9B-chat's own THUDM configs in the `chatglm` layout).
 
-use super::estimate::{estimate, LoraPlan, Settings, Shape, DEFAULT_BUCKET_ELEMS};
+use super::estimate::{estimate, LoraPlan, Part, Settings, Shape, DEFAULT_BUCKET_ELEMS};
 use crate::cli::Precision;
 use crate::config::ModelConfig;
 use crate::error::{Result, TrainError};
@@ -27,7 +27,15 @@ const FULL_ROWS: [(&str, u8, bool, bool, bool); 4] = [
 ];
 const LORA_ROWS: [(&str, u8, bool, bool, bool); 2] = [
     ("zero 0", 0, false, false, false),
-    ("zero 0 + grad-checkpoint (planned)", 0, true, false, true),
+    ("zero 0 + grad-checkpoint", 0, true, false, false),
+];
+
+/// The models of the tables: `(name, directory under tests/data/memory)`.
+const MODELS: [(&str, &str); 4] = [
+    ("Qwen2-7B", "qwen2-7b"),
+    ("Llama-2-7B", "llama-2-7b"),
+    ("ChatGLM3-6B", "chatglm3-6b"),
+    ("GLM-4-9B", "glm-4-9b"),
 ];
 
 fn llama(dir: &Path) -> Result<LlamaConfig> {
@@ -41,35 +49,16 @@ fn llama(dir: &Path) -> Result<LlamaConfig> {
 /// per rank, 8 ranks; LoRA r=8 on q, k and v (the GLM family: on the fused `query_key_value`,
 /// LLaMA-Factory's default, one adapter over q|k|v); a GPU's allocator (no hip-emu guard byte).
 pub fn markdown(dir: &Path) -> Result<String> {
-    let models = [
-        ("Qwen2-7B", "qwen2-7b"),
-        ("Llama-2-7B", "llama-2-7b"),
-        ("ChatGLM3-6B", "chatglm3-6b"),
-        ("GLM-4-9B", "glm-4-9b"),
-    ];
     let gib = |b: u64| b as f64 / (1u64 << 30) as f64;
     let mut s = String::from(
         "| model | training | settings | peak per rank (GiB) | needs per card (GiB) | K100_AI 64 GB | Z100 32 GB |\n\
          |---|---|---|---:|---:|---|---|\n",
     );
     let mut cheapest = String::new();
-    for (name, sub) in models {
+    for (name, sub) in MODELS {
         let cfg = llama(&dir.join(sub))?;
-        // chatglm's query_key_value is keyed by q and spans q|k|v (crate::glm::lora).
-        let (targets, lora_label): (&[Linear], &str) = match cfg.family {
-            Family::ChatGlm => (&[Linear::Q], "LoRA r=8 (query_key_value)"),
-            _ => (&[Linear::Q, Linear::K, Linear::V], "LoRA r=8 (q,k,v)"),
-        };
-        let lora = LoraPlan {
-            rank: 8,
-            modules: targets
-                .iter()
-                .map(|&l| {
-                    let site = crate::llama::lora::site(&cfg, l);
-                    (site.inputs, site.outputs)
-                })
-                .collect(),
-        };
+        let lora = qkv_lora(&cfg);
+        let lora_label = lora_label(&cfg);
         for (training, rows, plan) in [
             ("full", &FULL_ROWS[..], None),
             (lora_label, &LORA_ROWS[..], Some(lora)),
@@ -126,6 +115,90 @@ pub fn markdown(dir: &Path) -> Result<String> {
     ))
 }
 
+/// LoRA r=8 on q, k and v.
+fn qkv_lora(cfg: &LlamaConfig) -> LoraPlan {
+    // chatglm's query_key_value is keyed by q and spans q|k|v (crate::glm::lora).
+    let targets: &[Linear] = match cfg.family {
+        Family::ChatGlm => &[Linear::Q],
+        _ => &[Linear::Q, Linear::K, Linear::V],
+    };
+    LoraPlan {
+        rank: 8,
+        modules: targets
+            .iter()
+            .map(|&l| {
+                let site = crate::llama::lora::site(cfg, l);
+                (site.inputs, site.outputs)
+            })
+            .collect(),
+    }
+}
+
+/// The checkpointing table's LoRA row label.
+fn lora_label_zero0(cfg: &LlamaConfig) -> &'static str {
+    match cfg.family {
+        Family::ChatGlm => "LoRA r=8 (query_key_value), zero 0",
+        _ => "LoRA r=8 (q,k,v), zero 0",
+    }
+}
+
+/// The LoRA rows' label: the targets of [`qkv_lora`].
+fn lora_label(cfg: &LlamaConfig) -> &'static str {
+    match cfg.family {
+        Family::ChatGlm => "LoRA r=8 (query_key_value)",
+        _ => "LoRA r=8 (q,k,v)",
+    }
+}
+
+/// What `--grad-checkpoint` saves on the models under `dir`, as a markdown table: the
+/// estimator's activations and peak per rank without and with it (bf16, batch 1 × seq 1024, 8
+/// ranks; full with `--zero 1`, LoRA r=8 on q, k, v with `--zero 0`).
+pub fn checkpoint_markdown(dir: &Path) -> Result<String> {
+    let gib = |b: u64| b as f64 / (1u64 << 30) as f64;
+    let mut s = String::from(
+        "| model | training | activations (GiB) | with --grad-checkpoint | peak per rank (GiB) | with --grad-checkpoint | peak drop |\n\
+         |---|---|---:|---:|---:|---:|---:|\n",
+    );
+    let at = Part::ALL
+        .iter()
+        .position(|&p| p == Part::Activations)
+        .unwrap_or(0);
+    for (name, sub) in MODELS {
+        let cfg = llama(&dir.join(sub))?;
+        for (training, zero, lora) in [
+            ("full, zero 1", 1, None),
+            (lora_label_zero0(&cfg), 0, Some(qkv_lora(&cfg))),
+        ] {
+            let [plain, ckpt] = [false, true].map(|grad_checkpoint| {
+                let set = Settings {
+                    dtype: Precision::Bf16,
+                    batch: 1,
+                    seq: 1024,
+                    grad_accum: 1,
+                    world: 8,
+                    zero,
+                    lora: lora.clone(),
+                    grad_checkpoint,
+                    offload: false,
+                    bucket_elems: DEFAULT_BUCKET_ELEMS,
+                    guard_slack: 0,
+                };
+                estimate(Shape::Llama(&cfg), &set)
+            });
+            let drop = plain.peak().saturating_sub(ckpt.peak());
+            s += &format!(
+                "| {name} | {training} | {:.2} | {:.2} | {:.1} | {:.1} | {:.1} % |\n",
+                gib(plain.parts[at]),
+                gib(ckpt.parts[at]),
+                gib(plain.peak()),
+                gib(ckpt.peak()),
+                100.0 * drop as f64 / plain.peak() as f64
+            );
+        }
+    }
+    Ok(s)
+}
+
 #[cfg(test)]
 mod tests {
     use std::path::PathBuf;
@@ -142,6 +215,18 @@ mod tests {
         assert!(
             doc.contains(&table),
             "docs/MEMORY.md does not hold the estimator's table; paste the printed one"
+        );
+    }
+
+    #[test]
+    fn the_checkpointing_table_in_docs_memory_is_the_estimators() {
+        let table = super::checkpoint_markdown(&root().join("tests/data/memory")).unwrap();
+        println!("{table}");
+        let doc = std::fs::read_to_string(root().join("docs/MEMORY.md")).unwrap();
+        assert!(
+            doc.contains(&table),
+            "docs/MEMORY.md does not hold the estimator's checkpointing table; paste the \
+             printed one"
         );
     }
 }

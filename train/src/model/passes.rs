@@ -1,10 +1,12 @@
 //! The forward and backward passes of [`Gpt2`]: every op is its argument struct built with named
 //! fields on the backend's space and run on its queue (`.run(queue)`).
 
-use super::Gpt2;
-use crate::backend::{gemm, Backend, Queue, TrainElement, View};
+use super::{Gpt2, LayerActs};
+use crate::backend::{gemm, Backend, Dims, Queue, TrainElement, View};
 use crate::error::{Result, TrainError};
+use crate::lora::adapters::Adapters;
 use crate::lora::Target;
+use crate::params::Layer;
 use hip_kernels::ops::{
     AttentionBackwardStrided, AttentionForwardStrided, BiasBackward, BiasParams, ElementwiseParams,
     EncoderBackward, EncoderForward, GeluBackward, GeluForward, LayerNormBackward,
@@ -63,97 +65,20 @@ impl<T: TrainElement, B: Backend<T>> Gpt2<'_, T, B> {
             }
             .run(queue)?;
         }
+        let ckpt = self.grad_checkpoint;
         for l in 0..self.layers {
-            let (done, rest) = a.layers.split_at_mut(l);
-            let x = done.last().map_or(&a.encoded, |prev| &prev.resid_out);
-            let (s, later) = rest
-                .split_first_mut()
+            let (done, rest) = a.resid.split_at_mut(l);
+            let x = done.last().unwrap_or(&a.encoded);
+            let out = rest
+                .first_mut()
+                .ok_or_else(|| TrainError::Op(format!("layer {l} has no output buffer")))?;
+            // With checkpointing every layer runs in the one set of activations.
+            let (cur, later) = a.layers.split_at_mut(if ckpt { 1 } else { l + 1 });
+            let s = cur
+                .last_mut()
                 .ok_or_else(|| TrainError::Op(format!("layer {l} has no activations")))?;
             let w = &p.layers[l];
-            MatmulBias::<B::Space, T> {
-                params: gemm_bias(n, 3 * c, c, false),
-                a: s.ln1.view(),
-                b: w.qkv_w.view(),
-                bias: w.qkv_b.view(),
-                out: s.qkv.view_mut(),
-                pre_gelu: None,
-            }
-            .run(queue)?;
-            if let Some(lo) = lora.as_deref_mut() {
-                lo.forward(be, l, Target::CAttn, &s.ln1, &mut s.qkv)?;
-            }
-            // q, k, v read from the fused `qkv` [B, T, 3, H, D]; `atty` [B, T, H, D].
-            let [q, k, v] = d.qkv_layouts().map(|layout| Strided::<B::Space, T> {
-                data: s.qkv.view(),
-                layout,
-            });
-            AttentionForwardStrided::<B::Space, T> {
-                params: d.attention(),
-                q,
-                k,
-                v,
-                out: s.atty.view_mut(),
-                out_layout: d.bthd(),
-                lse: s.lse.view_mut(),
-                cu_seqlens: None,
-            }
-            .run(queue)?;
-            MatmulBias::<B::Space, T> {
-                params: gemm_bias(n, c, c, false),
-                a: s.atty.view(),
-                b: w.proj_w.view(),
-                bias: w.proj_b.view(),
-                out: a.branch.view_mut(),
-                pre_gelu: None,
-            }
-            .run(queue)?;
-            if let Some(lo) = lora.as_deref_mut() {
-                lo.forward(be, l, Target::AttnProj, &s.atty, &mut a.branch)?;
-            }
-            ResidualLayerNormForward::<B::Space, T> {
-                params: d.ln(),
-                a: x.view(),
-                b: a.branch.view(),
-                weight: w.ln2_w.view(),
-                bias: w.ln2_b.view(),
-                residual: s.resid_mid.view_mut(),
-                y: s.ln2.view_mut(),
-                mean: s.ln2_mean.view_mut(),
-                rstd: s.ln2_rstd.view_mut(),
-            }
-            .run(queue)?;
-            let fc = |gelu| gemm_bias(n, f, c, gelu);
-            match lora.as_deref_mut().filter(|lo| lo.adapts(Target::CFc)) {
-                // The adapter adds to GELU's input: the bias GEMM writes it, the adapter
-                // accumulates into it, then GELU.
-                Some(lo) => {
-                    MatmulBias::<B::Space, T> {
-                        params: fc(false),
-                        a: s.ln2.view(),
-                        b: w.fc_w.view(),
-                        bias: w.fc_b.view(),
-                        out: s.fc_pre.view_mut(),
-                        pre_gelu: None,
-                    }
-                    .run(queue)?;
-                    lo.forward(be, l, Target::CFc, &s.ln2, &mut s.fc_pre)?;
-                    GeluForward::<B::Space, T> {
-                        params: ElementwiseParams { len: n * f },
-                        x: s.fc_pre.view(),
-                        out: s.fc_gelu.view_mut(),
-                    }
-                    .run(queue)?;
-                }
-                None => MatmulBias::<B::Space, T> {
-                    params: fc(true),
-                    a: s.ln2.view(),
-                    b: w.fc_w.view(),
-                    bias: w.fc_b.view(),
-                    out: s.fc_gelu.view_mut(),
-                    pre_gelu: Some(s.fc_pre.view_mut()),
-                }
-                .run(queue)?,
-            }
+            layer_front(be, d, w, l, x, s, &mut a.branch, lora.as_deref_mut())?;
             MatmulBias::<B::Space, T> {
                 params: gemm_bias(n, c, f, false),
                 a: s.fc_gelu.view(),
@@ -166,20 +91,37 @@ impl<T: TrainElement, B: Backend<T>> Gpt2<'_, T, B> {
             if let Some(lo) = lora.as_deref_mut() {
                 lo.forward(be, l, Target::MlpProj, &s.fc_gelu, &mut a.branch)?;
             }
-            let (ln_w, ln_b, y, mean, rstd) = match later.first_mut() {
-                Some(next) => {
+            // The next layer's ln_1 (into the same set with checkpointing), or ln_f.
+            let (ln_w, ln_b, resid_mid, y, mean, rstd) = match (l + 1 < self.layers, ckpt) {
+                (true, true) => {
                     let nw = &p.layers[l + 1];
+                    let LayerActs {
+                        resid_mid,
+                        ln1,
+                        ln1_mean,
+                        ln1_rstd,
+                        ..
+                    } = s;
+                    (&nw.ln1_w, &nw.ln1_b, &*resid_mid, ln1, ln1_mean, ln1_rstd)
+                }
+                (true, false) => {
+                    let nw = &p.layers[l + 1];
+                    let next = later.first_mut().ok_or_else(|| {
+                        TrainError::Op(format!("layer {} has no activations", l + 1))
+                    })?;
                     (
                         &nw.ln1_w,
                         &nw.ln1_b,
+                        &s.resid_mid,
                         &mut next.ln1,
                         &mut next.ln1_mean,
                         &mut next.ln1_rstd,
                     )
                 }
-                None => (
+                (false, _) => (
                     &p.lnf_w,
                     &p.lnf_b,
+                    &s.resid_mid,
                     &mut a.lnf,
                     &mut a.lnf_mean,
                     &mut a.lnf_rstd,
@@ -187,11 +129,11 @@ impl<T: TrainElement, B: Backend<T>> Gpt2<'_, T, B> {
             };
             ResidualLayerNormForward::<B::Space, T> {
                 params: d.ln(),
-                a: s.resid_mid.view(),
+                a: resid_mid.view(),
                 b: a.branch.view(),
                 weight: ln_w.view(),
                 bias: ln_b.view(),
-                residual: s.resid_out.view_mut(),
+                residual: out.view_mut(),
                 y: y.view_mut(),
                 mean: mean.view_mut(),
                 rstd: rstd.view_mut(),
@@ -250,7 +192,7 @@ impl<T: TrainElement, B: Backend<T>> Gpt2<'_, T, B> {
         }
         .run(queue)?;
         be.fill_zero(&mut a.dres)?;
-        let x_last = a.layers.last().map_or(&a.encoded, |s| &s.resid_out);
+        let x_last = a.resid.last().unwrap_or(&a.encoded);
         let (dw, db) = ln_grads(
             g.as_deref_mut().map(|g| (&mut g.lnf_w, &mut g.lnf_b)),
             frozen.as_deref_mut(),
@@ -274,10 +216,34 @@ impl<T: TrainElement, B: Backend<T>> Gpt2<'_, T, B> {
             let at = 2 + 12 * self.layers;
             be.grads_ready(&mut [&mut g.lnf_w, &mut g.lnf_b], roots(at, 2))?;
         }
+        let ckpt = self.grad_checkpoint;
         for l in (0..self.layers).rev() {
-            let (done, rest) = a.layers.split_at(l);
-            let x = done.last().map_or(&a.encoded, |prev| &prev.resid_out);
-            let (w, s) = (&p.layers[l], &rest[0]);
+            let x = match l {
+                0 => &a.encoded,
+                _ => &a.resid[l - 1],
+            };
+            let w = &p.layers[l];
+            let s = a
+                .layers
+                .get_mut(if ckpt { 0 } else { l })
+                .ok_or_else(|| TrainError::Op(format!("layer {l} has no activations")))?;
+            if ckpt {
+                // Recompute the layer's activations from its input, exactly as the forward
+                // made them (the standalone layer norm equals the fused one of the forward:
+                // both normalise the stored residual).
+                LayerNormForward::<B::Space, T> {
+                    params: d.ln(),
+                    x: x.view(),
+                    weight: w.ln1_w.view(),
+                    bias: w.ln1_b.view(),
+                    y: s.ln1.view_mut(),
+                    mean: s.ln1_mean.view_mut(),
+                    rstd: s.ln1_rstd.view_mut(),
+                }
+                .run(queue)?;
+                layer_front(be, d, w, l, x, s, &mut a.branch, lora.as_deref_mut())?;
+            }
+            let s = &*s;
             let mut gw = g.as_deref_mut().map(|g| &mut g.layers[l]);
             // MLP: resid_out = resid_mid + gelu(ln2·Wfc + bfc)·Wmproj + bmproj.
             Linear {
@@ -432,6 +398,111 @@ impl<T: TrainElement, B: Backend<T>> Gpt2<'_, T, B> {
         // Frozen embeddings (LoRA): the residual gradient ends here.
         Ok(())
     }
+}
+
+/// Layer `l`'s forward from its input `x` and its `ln_1` (already in `s`) up to the MLP's
+/// GELU: every activation its backward reads, written into `s` (`branch` is scratch). The
+/// forward runs it for each layer and then the MLP's projection and the residual add; with
+/// activation checkpointing the backward runs it again, from the kept input, to recompute
+/// the layer's activations bit for bit.
+#[allow(clippy::too_many_arguments)]
+fn layer_front<T: TrainElement, B: Backend<T>>(
+    be: &B,
+    d: Dims,
+    w: &Layer<B::Buf<T>>,
+    l: usize,
+    x: &B::Buf<T>,
+    s: &mut LayerActs<B::Buf<T>, B::Buf<f32>>,
+    branch: &mut B::Buf<T>,
+    mut lora: Option<&mut Adapters<T, B>>,
+) -> Result<()> {
+    let queue = be.queue();
+    let (n, c, f) = (d.rows(), d.channels, d.inner);
+    MatmulBias::<B::Space, T> {
+        params: gemm_bias(n, 3 * c, c, false),
+        a: s.ln1.view(),
+        b: w.qkv_w.view(),
+        bias: w.qkv_b.view(),
+        out: s.qkv.view_mut(),
+        pre_gelu: None,
+    }
+    .run(queue)?;
+    if let Some(lo) = lora.as_deref_mut() {
+        lo.forward(be, l, Target::CAttn, &s.ln1, &mut s.qkv)?;
+    }
+    // q, k, v read from the fused `qkv` [B, T, 3, H, D]; `atty` [B, T, H, D].
+    let [q, k, v] = d.qkv_layouts().map(|layout| Strided::<B::Space, T> {
+        data: s.qkv.view(),
+        layout,
+    });
+    AttentionForwardStrided::<B::Space, T> {
+        params: d.attention(),
+        q,
+        k,
+        v,
+        out: s.atty.view_mut(),
+        out_layout: d.bthd(),
+        lse: s.lse.view_mut(),
+        cu_seqlens: None,
+    }
+    .run(queue)?;
+    MatmulBias::<B::Space, T> {
+        params: gemm_bias(n, c, c, false),
+        a: s.atty.view(),
+        b: w.proj_w.view(),
+        bias: w.proj_b.view(),
+        out: branch.view_mut(),
+        pre_gelu: None,
+    }
+    .run(queue)?;
+    if let Some(lo) = lora.as_deref_mut() {
+        lo.forward(be, l, Target::AttnProj, &s.atty, branch)?;
+    }
+    ResidualLayerNormForward::<B::Space, T> {
+        params: d.ln(),
+        a: x.view(),
+        b: branch.view(),
+        weight: w.ln2_w.view(),
+        bias: w.ln2_b.view(),
+        residual: s.resid_mid.view_mut(),
+        y: s.ln2.view_mut(),
+        mean: s.ln2_mean.view_mut(),
+        rstd: s.ln2_rstd.view_mut(),
+    }
+    .run(queue)?;
+    let fc = |gelu| gemm_bias(n, f, c, gelu);
+    match lora.filter(|lo| lo.adapts(Target::CFc)) {
+        // The adapter adds to GELU's input: the bias GEMM writes it, the adapter accumulates
+        // into it, then GELU.
+        Some(lo) => {
+            MatmulBias::<B::Space, T> {
+                params: fc(false),
+                a: s.ln2.view(),
+                b: w.fc_w.view(),
+                bias: w.fc_b.view(),
+                out: s.fc_pre.view_mut(),
+                pre_gelu: None,
+            }
+            .run(queue)?;
+            lo.forward(be, l, Target::CFc, &s.ln2, &mut s.fc_pre)?;
+            GeluForward::<B::Space, T> {
+                params: ElementwiseParams { len: n * f },
+                x: s.fc_pre.view(),
+                out: s.fc_gelu.view_mut(),
+            }
+            .run(queue)?;
+        }
+        None => MatmulBias::<B::Space, T> {
+            params: fc(true),
+            a: s.ln2.view(),
+            b: w.fc_w.view(),
+            bias: w.fc_b.view(),
+            out: s.fc_gelu.view_mut(),
+            pre_gelu: Some(s.fc_pre.view_mut()),
+        }
+        .run(queue)?,
+    }
+    Ok(())
 }
 
 /// Where a layer norm's weight and bias gradients go: the model's gradients, or with a frozen

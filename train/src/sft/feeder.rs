@@ -18,16 +18,47 @@ use std::sync::mpsc::{self, Receiver, SyncSender, TryRecvError};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-/// Where a micro-batch is staged: the trainer's copy source (pinned host memory on a device).
+/// Where a micro-batch is staged besides the host copy every [`Fed`] carries: the trainer's copy
+/// source on a device (a slot of its ring of pinned host buffers, `crate::feed::PinnedSlot`),
+/// nothing on the CPU (`()`).
 pub trait Slot: Send + 'static {
-    /// Store `batch` (its four arrays).
+    /// Store `batch` (its four arrays, or the part of them the slot stages).
     fn write(&mut self, batch: &SftBatch) -> std::result::Result<(), String>;
+
+    /// The concrete slot, for the backend that made it.
+    fn as_any(&self) -> &dyn std::any::Any;
 }
 
+/// No staging: the host copy is all (the CPU backend reads it directly).
+impl Slot for () {
+    fn write(&mut self, _: &SftBatch) -> std::result::Result<(), String> {
+        Ok(())
+    }
+
+    fn as_any(&self) -> &dyn std::any::Any {
+        self
+    }
+}
+
+/// A second host copy (tests).
 impl Slot for SftBatch {
     fn write(&mut self, batch: &SftBatch) -> std::result::Result<(), String> {
         self.clone_from(batch);
         Ok(())
+    }
+
+    fn as_any(&self) -> &dyn std::any::Any {
+        self
+    }
+}
+
+impl Slot for Box<dyn Slot> {
+    fn write(&mut self, batch: &SftBatch) -> std::result::Result<(), String> {
+        (**self).write(batch)
+    }
+
+    fn as_any(&self) -> &dyn std::any::Any {
+        (**self).as_any()
     }
 }
 
@@ -145,8 +176,10 @@ impl RowMaker {
 
 /// A staged micro-batch.
 pub struct Fed<S> {
-    /// The slot holding it.
+    /// The slot it was staged into.
     pub slot: S,
+    /// The micro-batch as made (the split's rows), on the host.
+    pub batch: SftBatch,
     /// Its first global row (before the rank's offset).
     pub row: u64,
     /// Counted targets of this rank's rows.
@@ -275,10 +308,12 @@ fn produce<S: Slot>(
         let made = maker
             .micro_batch(&index, split, g, &mut batch)
             .and_then(|()| slot.write(&batch).map_err(SftError::Producer));
+        // The host copy moves out (this thread allocates the next one, not the trainer's).
         let item = made.map(|()| Fed {
             slot,
             row: g,
             counted: batch.counted() as u64,
+            batch: std::mem::take(&mut batch),
         });
         let failed = item.is_err();
         if full.send(item).is_err() || failed {

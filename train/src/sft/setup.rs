@@ -41,12 +41,23 @@ pub(crate) fn setup(args: &Args, cfg: LlamaConfig, world: usize) -> Result<Llama
         Ok(trained.fuse(&crate::llama::weights::load(&model_dir, cfg)?))
     };
     let mut resumed_adapters = None;
+    let mut note = None;
     let restored = match (&args.resume, &lora) {
         (Some(dir), Some(lo)) => {
-            let (adapters, state) = crate::llama::lora::resume(dir, lo, &cfg)?;
-            // The data and tokenizer first: a refusal names which of them differs.
-            src.resume_from(dir)?;
-            check_resumed(args, dir, &state, world, rows)?;
+            let resumed = crate::llama::lora::resume(dir, lo, &cfg)?;
+            note = resumed.note(dir);
+            let (adapters, state) = match resumed {
+                crate::llama::lora::LoraResume::Checkpoint(adapters, state) => {
+                    // The data and tokenizer first: a refusal names which of them differs.
+                    src.resume_from(dir)?;
+                    check_resumed(args, dir, &state, world, rows)?;
+                    (adapters, state)
+                }
+                // A bare PEFT adapter directory: the data from its start.
+                crate::llama::lora::LoraResume::Peft(adapters) => {
+                    (adapters, new_state(args, global_batch, 0, 0, rows))
+                }
+            };
             resumed_adapters = Some(adapters);
             let params = base(&cfg)?;
             let none: Vec<Vec<f32>> = params.iter().map(|_| Vec::new()).collect();
@@ -99,6 +110,7 @@ pub(crate) fn setup(args: &Args, cfg: LlamaConfig, world: usize) -> Result<Llama
         source: Source::Sft(Box::new(src)),
         restored,
         lora: adapters,
+        note,
     })
 }
 

@@ -4,7 +4,7 @@
 
 use super::error::{Result, SftError};
 use super::eval::eval_batches;
-use super::feeder::{FeedStats, Feeder, Split};
+use super::feeder::{FeedStats, Feeder, Slot, Split};
 use super::index::SftIndex;
 use super::pack::SftBatch;
 use super::state::DataState;
@@ -29,7 +29,10 @@ pub struct SftSource {
     pub global_batch: usize,
     /// The next global row.
     pub next_row: u64,
-    feeder: Option<Feeder<SftBatch>>,
+    feeder: Option<Feeder<Box<dyn Slot>>>,
+    /// The slots the producer stages into when it starts ([`SftSource::stage_into`]; none:
+    /// [`AHEAD`] host-only slots).
+    slots: Option<Vec<Box<dyn Slot>>>,
     /// The held-out set's global micro-batches, when `--eval-data` is given.
     pub eval: Option<SftEval>,
 }
@@ -52,6 +55,7 @@ impl Clone for SftSource {
             global_batch: self.global_batch,
             next_row: self.next_row,
             feeder: None,
+            slots: None,
             eval: self.eval.clone(),
         }
     }
@@ -102,14 +106,27 @@ impl SftSource {
             global_batch,
             next_row: 0,
             feeder: None,
+            slots: None,
             eval,
         })
     }
 
-    /// The next global micro-batch.
-    pub fn next_batch(&mut self) -> Result<Batch> {
+    /// Stage the micro-batches into `slots` (a backend's ring: `Backend::feed_slot`) from the
+    /// next read on: the producer runs as many micro-batches ahead as there are slots.
+    /// Restarts the producer if it ran.
+    pub fn stage_into(&mut self, slots: Vec<Box<dyn Slot>>) {
+        self.feeder = None;
+        self.slots = Some(slots);
+    }
+
+    /// The next global micro-batch, and the slot it was staged into: hand the slot back with
+    /// [`SftSource::recycle`] once its contents are read (or their copies queued).
+    pub fn next_staged(&mut self) -> Result<(Batch, Box<dyn Slot>)> {
         if self.feeder.is_none() {
-            let slots = vec![SftBatch::default(); AHEAD];
+            let slots = self
+                .slots
+                .take()
+                .unwrap_or_else(|| (0..AHEAD).map(|_| Box::new(()) as Box<dyn Slot>).collect());
             self.feeder = Some(Feeder::start(
                 Arc::clone(&self.index),
                 Arc::clone(&self.tok),
@@ -122,7 +139,7 @@ impl SftSource {
             .feeder
             .as_mut()
             .ok_or_else(|| SftError::Producer("not started".into()))?;
-        let mut fed = f.take()?;
+        let fed = f.take()?;
         if fed.row != self.next_row {
             return Err(SftError::Producer(format!(
                 "made row {} where row {} was due",
@@ -130,11 +147,22 @@ impl SftSource {
             )));
         }
         self.next_row += self.global_batch as u64;
-        // The batch moves out; the slot goes back empty and the producer thread allocates it
-        // again (no copy on the trainer's thread).
-        let out = std::mem::take(&mut fed.slot);
-        f.recycle(fed.slot);
-        Ok(to_batch(out))
+        // The host copy moved out of the producer (no copy on the trainer's thread).
+        Ok((to_batch(fed.batch), fed.slot))
+    }
+
+    /// Hand `slot` back for the producer to fill again.
+    pub fn recycle(&self, slot: Box<dyn Slot>) {
+        if let Some(f) = &self.feeder {
+            f.recycle(slot);
+        }
+    }
+
+    /// The next global micro-batch (its slot handed back at once).
+    pub fn next_batch(&mut self) -> Result<Batch> {
+        let (b, slot) = self.next_staged()?;
+        self.recycle(slot);
+        Ok(b)
     }
 
     /// What the consumer saw of the producer (waits for data).

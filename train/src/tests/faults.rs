@@ -7,7 +7,7 @@
 //! devices and RCCL. `HIPK_EMU_RCCL_TIMEOUT_MS` is set far past the test's limits: hip-emu's
 //! own watchdog then never ends a wait, as a real RCCL (which has none) would not.
 
-use super::{emu_setup, run_tiny, strs};
+use super::{emu_setup, run_tiny, serial, strs};
 use std::io::{BufRead, BufReader, Read};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -18,13 +18,6 @@ const CHILD_FLAGS: &str = "TRAIN_GPT2_FAULT_CHILD";
 const SECRET: &str = "fault-tests-secret-0123456789abcdef";
 /// hip-emu's watchdog, far past any limit below.
 const NO_WATCHDOG: (&str, &str) = ("HIPK_EMU_RCCL_TIMEOUT_MS", "600000");
-
-/// The ranks of these tests share hip-emu's devices: one case at a time.
-static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
-
-fn serial() -> std::sync::MutexGuard<'static, ()> {
-    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
-}
 
 /// In a child: train with the parent's flags, print the outcome, exit with the trainer's
 /// status. Returns false in the parent.

@@ -12,12 +12,9 @@ const STEPS: &str = "3";
 /// order of the sum across ranks.
 const DDP_RTOL: f64 = 1e-5;
 
-/// The collectives of concurrent runs would share hip-emu's device queues: one at a time.
-static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
-
 #[test]
 fn glm_and_chatglm_on_a_device_match_transformers_and_two_devices_equal_one() {
-    let _s = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let _s = super::serial();
     emu_setup();
     let mut one = Vec::new();
     for model in ["glm", "chatglm"] {

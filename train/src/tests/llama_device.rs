@@ -2,7 +2,7 @@
 //! sequences, and data parallelism (threads, ZeRO-1, processes) against one device.
 
 use super::llama_train::{compare, packed_batches, variant_args, LOSS_RTOL_DEVICE};
-use super::{emu_setup, strs};
+use super::{emu_setup, serial, strs};
 use crate::device_backend::DeviceBackend;
 use crate::llama::train::{setup, train_as, Source};
 use crate::train::{Role, StepLog};
@@ -13,13 +13,6 @@ const STEPS: &str = "3";
 /// Between W ranks and one device with the global batch (f32): the runs differ only in the
 /// order of the sum across ranks.
 const DDP_RTOL: f64 = 1e-5;
-
-/// The collectives of concurrent runs would share hip-emu's device queues: one at a time.
-static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
-
-fn serial() -> std::sync::MutexGuard<'static, ()> {
-    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
-}
 
 fn rel(a: f64, b: f64) -> f64 {
     (a - b).abs() / b.abs().max(1e-30)
@@ -265,4 +258,137 @@ fn qwen2_lora_on_a_device_matches_peft_and_its_bf16_base_stays_small() {
         "qwen2 bf16 on hip-emu: mem_peak LoRA r=4 (7 targets) {lora} B, full fine-tuning {full} B"
     );
     assert!(lora < full, "LoRA {lora} B vs full {full} B");
+}
+
+#[test]
+fn qwen2_lora_on_two_devices_reproduces_one_device_and_resumes() {
+    let _s = serial();
+    emu_setup();
+    let s = super::Scratch::new("llama-lora-ddp");
+    let ck = s.path("ck");
+    let dir = ck.display().to_string();
+    let one = crate::train::run(&super::llama_lora::lora_args(&strs(&[
+        "--steps", STEPS, "--device", "0",
+    ])))
+    .unwrap();
+    // The same global batch: 2 ranks × --batch 2; rank 0 saves step 2 (and 3).
+    let two = |extra: &[&str]| {
+        let mut flags = strs(&["--steps", STEPS, "--batch", "2", "--devices", "0,1"]);
+        flags.extend(strs(extra));
+        super::llama_lora::lora_args(&flags)
+    };
+    let args = two(&["--checkpoint-dir", &dir, "--save-every", "2"]);
+    let outs = crate::parallel::run_devices(&args, &[0, 1], false).unwrap();
+    assert_close("qwen2 LoRA on 2 devices", &outs[0].logs, &one, DDP_RTOL);
+    let worst = one
+        .iter()
+        .zip(&outs[0].logs)
+        .map(|(a, b)| rel(b.loss, a.loss))
+        .fold(0.0, f64::max);
+    println!("qwen2 LoRA, 2 devices vs 1: largest relative loss difference {worst:.1e}");
+    // Both ranks end with the same adapters: the rank-1 run's losses are rank 0's.
+    assert_eq!(outs[0].logs.len(), outs[1].logs.len());
+    for (a, b) in outs[0].logs.iter().zip(&outs[1].logs) {
+        assert_eq!((a.loss, a.grad_norm), (b.loss, b.grad_norm));
+    }
+    let step2 = ck.join("step_2");
+    assert!(step2.join("adapter_model.safetensors").is_file());
+    // Resumed from step 2 on 2 devices (the checkpoint holds the adapters: no --lora-init).
+    let mut resume = two(&["--resume", step2.to_str().unwrap()]);
+    resume.lora_init = None;
+    let again = crate::parallel::run_devices(&resume, &[0, 1], false).unwrap();
+    assert_eq!(again[0].logs.len(), 1);
+    let (a, b) = (&again[0].logs[0], &outs[0].logs[2]);
+    assert_eq!(
+        (a.step, a.loss, a.grad_norm),
+        (b.step, b.loss, b.grad_norm),
+        "resumed step 3"
+    );
+}
+
+/// The child's `--log` file (set only in the children of the LoRA launcher test).
+const LORA_CHILD_LOG: &str = "HIPK_LLAMA_LORA_TEST_CHILD_LOG";
+
+/// A child rank of [`qwen2_lora_on_two_processes_through_the_launcher_variables`]: qwen2
+/// LoRA with `--batch 2`. Returns false in the parent (the variable is not set there).
+fn lora_child_rank() -> bool {
+    let Ok(log) = std::env::var(LORA_CHILD_LOG) else {
+        return false;
+    };
+    let mut extra = strs(&["--steps", STEPS, "--batch", "2"]);
+    if !log.is_empty() {
+        extra.extend(["--log".to_string(), log]);
+    }
+    crate::train::run(&super::llama_lora::lora_args(&extra)).unwrap();
+    true
+}
+
+#[test]
+fn qwen2_lora_on_two_processes_through_the_launcher_variables() {
+    const NAME: &str =
+        "tests::llama_device::qwen2_lora_on_two_processes_through_the_launcher_variables";
+    if lora_child_rank() {
+        return;
+    }
+    let _s = serial();
+    emu_setup();
+    let s = super::Scratch::new("llama-lora-procs");
+    let log = s.path("rank0.jsonl");
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .unwrap()
+        .port();
+    let children: Vec<_> = (0..2)
+        .map(|rank| {
+            let child_log = match rank {
+                0 => log.display().to_string(),
+                _ => String::new(),
+            };
+            std::process::Command::new(std::env::current_exe().unwrap())
+                .args([NAME, "--exact", "--test-threads=1", "--nocapture"])
+                .env(LORA_CHILD_LOG, child_log)
+                .env("RANK", rank.to_string())
+                .env("LOCAL_RANK", rank.to_string())
+                .env("WORLD_SIZE", "2")
+                .env("MASTER_ADDR", "127.0.0.1")
+                .env("MASTER_PORT", port.to_string())
+                .env("HIPK_RDZV_SECRET", "llama-lora-tests-secret-0123456789ab")
+                .stdout(std::process::Stdio::piped())
+                .stderr(std::process::Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    for (rank, c) in children.into_iter().enumerate() {
+        let out = c.wait_with_output().unwrap();
+        let text = String::from_utf8_lossy(&out.stdout).to_string()
+            + &String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "rank {rank} failed:\n{text}");
+    }
+    let one = crate::train::run(&super::llama_lora::lora_args(&strs(&[
+        "--steps", STEPS, "--device", "0",
+    ])))
+    .unwrap();
+    let logged: Vec<serde_json::Value> = std::fs::read_to_string(&log)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(logged.len(), one.len());
+    for (l, w) in logged.iter().zip(&one) {
+        assert_eq!(l["world_size"], 2);
+        let loss = l["loss"].as_f64().unwrap();
+        let norm = l["grad_norm"].as_f64().unwrap();
+        assert!(
+            rel(loss, w.loss) <= DDP_RTOL,
+            "step {}: {loss} vs {}",
+            w.step,
+            w.loss
+        );
+        assert!(
+            rel(norm, w.grad_norm) <= 10.0 * DDP_RTOL,
+            "step {}: {norm}",
+            w.step
+        );
+    }
 }

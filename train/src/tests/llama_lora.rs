@@ -113,6 +113,7 @@ fn bf16_lora_keeps_the_base_in_16_bits_and_stays_near_f32() {
         [4, 16],
         false,
         true,
+        false,
     )
     .unwrap();
     assert!(frozen.master.is_none());
@@ -152,27 +153,11 @@ fn peft_loads_our_adapters_and_gives_the_next_step_loss() {
 }
 
 #[test]
-fn lora_flags_not_implemented_for_this_family_are_usage_errors() {
-    let s = super::Scratch::new("llama-lora-refused");
-    let ck = s.path("ck");
-    let dir = ck.to_str().unwrap();
-    for (extra, want) in [
-        (
-            strs(&[
-                "--checkpoint-dir",
-                dir,
-                "--save-every",
-                "2",
-                "--merge-on-save",
-            ]),
-            "--merge-on-save",
-        ),
-        (strs(&["--devices", "0,1"]), "ranks"),
-    ] {
-        let e = crate::train::run(&lora_args(&extra)).unwrap_err();
-        assert!(matches!(e, crate::error::TrainError::Usage(_)), "{e}");
-        assert!(e.to_string().contains(want), "{e}");
-    }
+fn lora_with_zero_1_is_a_usage_error_naming_the_flag() {
+    // As GPT-2's LoRA: ZeRO shards optimizer state of the base, which LoRA does not have.
+    let e = crate::train::run(&lora_args(&strs(&["--devices", "0,1", "--zero", "1"]))).unwrap_err();
+    assert!(matches!(e, crate::error::TrainError::Usage(_)), "{e}");
+    assert!(e.to_string().contains("--zero 1 with --lora-rank 4"), "{e}");
 }
 
 #[test]
@@ -193,4 +178,168 @@ fn a_resumed_lora_run_continues_bit_for_bit() {
     for (a, b) in full[4..].iter().zip(&resumed) {
         assert_eq!((a.step, a.loss, a.grad_norm), (b.step, b.loss, b.grad_norm));
     }
+}
+
+/// The `qwen2_lora` variant's args without `--lora-init` (the adapters come from `--resume
+/// dir`), with `extra` flags appended.
+fn resume_args(dir: &std::path::Path, extra: &[&str]) -> Args {
+    let (flags, model, data) = variant("qwen2_lora");
+    let at = flags.iter().position(|f| f == "--lora-init").unwrap();
+    let mut flags: Vec<String> = [&flags[..at], &flags[at + 2..]].concat();
+    flags.extend(strs(extra));
+    flags.extend(["--resume".to_string(), dir.display().to_string()]);
+    args_with(&model, &data, &flags)
+}
+
+#[test]
+fn resume_of_a_bare_peft_directory_starts_at_step_1_from_its_adapters() {
+    // `peft/` has adapter_config.json and adapter_model.safetensors only: the run is the one
+    // --lora-init gives (fresh moments, the data from its start).
+    let init = crate::train::run(&lora_args(&strs(&["--steps", "3"]))).unwrap();
+    let resumed =
+        crate::train::run(&resume_args(&llama_dir().join("peft"), &["--steps", "3"])).unwrap();
+    assert_eq!(resumed.len(), 3);
+    for (a, b) in init.iter().zip(&resumed) {
+        assert_eq!((a.step, a.loss, a.grad_norm), (b.step, b.loss, b.grad_norm));
+    }
+    // Half a trainer checkpoint (the moments without trainer.json) is an error naming the file.
+    let s = super::Scratch::new("llama-lora-half");
+    let half = s.path("step_4");
+    std::fs::create_dir_all(&half).unwrap();
+    for f in ["adapter_config.json", "adapter_model.safetensors"] {
+        std::fs::copy(llama_dir().join("peft").join(f), half.join(f)).unwrap();
+    }
+    std::fs::write(half.join("optimizer.safetensors"), b"").unwrap();
+    let e = crate::train::run(&resume_args(&half, &["--steps", "3"]))
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("trainer.json"), "{e}");
+}
+
+#[test]
+fn a_checkpoint_whose_adapters_peft_rewrote_resumes() {
+    // `peft_resaved/`: the trainer's step_4 of `--steps 6`, its adapter files then rewritten by
+    // PEFT (PeftModel.from_pretrained + save_pretrained; tools/peft_resave_llama.py): another
+    // header order and PEFT's own adapter_config.json (and README.md).
+    let dir = llama_dir().join("peft_resaved");
+    let cfg: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(dir.join("adapter_config.json")).unwrap()).unwrap();
+    assert!(cfg.get("peft_version").is_some(), "not PEFT's config");
+    assert!(dir.join("README.md").is_file());
+    let full = crate::train::run(&lora_args(&strs(&["--steps", "6"]))).unwrap();
+    let resumed = crate::train::run(&resume_args(&dir, &["--steps", "6"])).unwrap();
+    assert_eq!(resumed.len(), 2);
+    // The fixture was written by this trainer (equal to the bit when made); the tolerance lets
+    // a later change of summation order pass.
+    for (a, b) in full[4..].iter().zip(&resumed) {
+        assert_eq!(a.step, b.step);
+        assert!(
+            rel(b.loss, a.loss) <= LOSS_RTOL_CPU,
+            "step {}: {} vs {}",
+            a.step,
+            b.loss,
+            a.loss
+        );
+    }
+}
+
+#[test]
+fn merge_on_save_writes_w_plus_scaled_ba_and_gives_the_next_loss() {
+    let s = super::Scratch::new("llama-lora-merge");
+    let ck = s.path("ck");
+    let dir = ck.to_str().unwrap();
+    let run = crate::train::run(&lora_args(&strs(&[
+        "--steps",
+        "5",
+        "--checkpoint-dir",
+        dir,
+        "--save-every",
+        "4",
+        "--merge-on-save",
+    ])))
+    .unwrap();
+    let step4 = ck.join("step_4");
+    let (_, model, data) = variant("qwen2_lora");
+    let cfg = match crate::config::ModelConfig::load(&model.join("config.json")).unwrap() {
+        crate::config::ModelConfig::Llama(c) => c,
+        crate::config::ModelConfig::Gpt2(_) => panic!("not a llama"),
+    };
+    let written: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(step4.join("config.json")).unwrap()).unwrap();
+    assert_eq!(written, cfg.raw);
+    // Every weight: the base, plus for the seven targets (alpha / r = 8 / 4)·B·A in f64.
+    let base = crate::llama::weights::load(&model, &cfg).unwrap();
+    let layout = crate::llama::Layout::new(&cfg);
+    let merged = crate::weights::read_f32_tensors(&step4.join("model.safetensors")).unwrap();
+    let ad = crate::weights::read_f32_tensors(&step4.join("adapter_model.safetensors")).unwrap();
+    assert_eq!(merged.len(), layout.specs.len());
+    let mut adapted = 0;
+    for (spec, w) in layout.specs.iter().zip(&base) {
+        let (shape, got) = &merged[&spec.name];
+        assert_eq!(shape, &spec.shape, "{}", spec.name);
+        let stem = spec.name.strip_suffix(".weight").unwrap_or("");
+        let key = |m: &str| format!("base_model.model.{stem}.{m}.weight");
+        let Some((a, b)) = ad.get(&key("lora_A")).zip(ad.get(&key("lora_B"))) else {
+            assert_eq!(got, w, "{} is not adapted and must be the base", spec.name);
+            continue;
+        };
+        adapted += 1;
+        let (n_out, n_in, r) = (spec.shape[0], spec.shape[1], a.0[0]);
+        for row in 0..n_out {
+            for col in 0..n_in {
+                let ba: f64 = (0..r)
+                    .map(|k| f64::from(b.1[row * r + k]) * f64::from(a.1[k * n_in + col]))
+                    .sum();
+                let want = f64::from(w[row * n_in + col]) + 2.0 * ba;
+                let g = f64::from(got[row * n_in + col]);
+                // One rounding to f32: half an ulp.
+                assert!(
+                    (g - want).abs() <= want.abs() * f64::from(f32::EPSILON) / 2.0,
+                    "{}[{row}, {col}]: {g} vs {want}",
+                    spec.name
+                );
+            }
+        }
+    }
+    assert_eq!(adapted, 2 * 7);
+    // The merged model (a full fine-tuning --model) on step 5's batch gives the adapter run's
+    // step-5 loss: the loss is taken before the update.
+    let state: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(step4.join("trainer.json")).unwrap()).unwrap();
+    let args = args_with(
+        &step4,
+        &data,
+        &strs(&["--batch", "4", "--seq", "16", "--steps", "1"]),
+    );
+    let mut setup = crate::llama::train::setup(&args, cfg, 1).unwrap();
+    if let crate::llama::train::Source::Stream { loader, .. } = &mut setup.source {
+        loader.pos = state["loader_pos"].as_u64().unwrap() as usize;
+    }
+    let out = crate::llama::train::train_as(
+        &crate::cpu_backend::Cpu,
+        &args,
+        setup,
+        crate::train::Role::SINGLE,
+        false,
+    )
+    .unwrap();
+    let (m, a) = (out.logs[0].loss, run[4].loss);
+    assert!(
+        rel(m, a) <= LOSS_RTOL_CPU,
+        "merged {m} vs adapters {a} on step 5"
+    );
+    // tools/lora_files_llama.py: transformers (float64) on the merged checkpoint and PEFT on
+    // base + adapters give the trainer's step-5 loss; the trainer gives it again now.
+    let v: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(llama_dir().join("merged.json")).unwrap()).unwrap();
+    let r = &v["qwen2_lora"];
+    let hf = r["merged_transformers_loss"].as_f64().unwrap();
+    let peft = r["peft_loss"].as_f64().unwrap();
+    let then = r["trainer_loss"].as_f64().unwrap();
+    assert!(rel(hf, peft) <= LOSS_RTOL_CPU, "merged {hf} vs PEFT {peft}");
+    assert!(
+        rel(then, hf) <= LOSS_RTOL_CPU,
+        "trainer {then} vs merged {hf}"
+    );
+    assert!(rel(a, hf) <= LOSS_RTOL_CPU, "step 5 now {a} vs merged {hf}");
 }

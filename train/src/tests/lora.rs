@@ -218,7 +218,7 @@ fn the_base_stays_frozen_with_no_gradient_or_optimizer_state() {
     let init = crate::lora::init::load(&lora_dir().join("init.safetensors"), &lora, &cfg).unwrap();
     let host = HostAdapters::with_zero_moments(lora.clone(), init.clone());
     let be = Cpu;
-    let mut model = Gpt2::<f32, _>::with_lora(&be, &cfg, &base, &host, 4, 16).unwrap();
+    let mut model = Gpt2::<f32, _>::with_lora(&be, &cfg, &base, &host, 4, 16, false).unwrap();
     assert!(model.grads.is_none() && model.exp_avg.is_none() && model.exp_avg_sq.is_none());
     assert!(model.master.is_none());
     let tokens = crate::data::Tokens::load(&d.join("tokens.bin"), cfg.vocab).unwrap();

@@ -14,6 +14,7 @@ mod glm_device;
 mod glm_lora;
 mod glm_sft;
 mod glm_train;
+mod grad_checkpoint;
 mod interrupted_save;
 #[cfg(feature = "device")]
 mod llama_device;
@@ -68,6 +69,18 @@ fn args_with(model: &Path, data: &Path, extra: &[String]) -> Args {
     Args::try_parse_from(argv).unwrap()
 }
 
+/// One run on several emulated devices at a time, across every module of these tests: hip-emu's
+/// devices, queues and emulated RCCL are shared by the whole test process, and two such runs
+/// beside each other would share (and stall) their collectives.
+#[cfg(feature = "device")]
+static SEVERAL_DEVICES: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+/// Take [`SEVERAL_DEVICES`] (a test that failed while holding it does not poison it for others).
+#[cfg(feature = "device")]
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    SEVERAL_DEVICES.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 /// Set in the child of [`alone`] to the name of the test it runs.
 #[cfg(feature = "device")]
 const ALONE: &str = "HIPK_TRAIN_TEST_ALONE";
@@ -83,6 +96,9 @@ fn alone(name: &str) -> bool {
         return false;
     }
     emu_setup();
+    // No other run on several devices beside it either: under load, a rank of the child could
+    // fall behind hip-emu's collective watchdog.
+    let _s = serial();
     let out = std::process::Command::new(std::env::current_exe().unwrap())
         .args([name, "--exact", "--test-threads=1", "--nocapture"])
         .env(ALONE, name)

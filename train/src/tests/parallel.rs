@@ -47,7 +47,7 @@ fn device_and_devices_together_are_usage_errors() {
 
 #[cfg(feature = "device")]
 mod on_devices {
-    use super::super::{args_with, data_dir, emu_setup, run_tiny, strs, Scratch};
+    use super::super::{args_with, data_dir, emu_setup, run_tiny, serial, strs, Scratch};
     use crate::parallel::run_devices;
     use crate::train::{RankOutcome, StepLog};
 
@@ -58,13 +58,6 @@ mod on_devices {
     const DEVICE_LOSS_RTOL: f64 = 1e-4;
     /// Steps per run: on hip-emu a tiny-model step of one device takes about a second.
     const STEPS: &str = "4";
-
-    /// The collectives of concurrent runs would share hip-emu's device queues: one at a time.
-    static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
-
-    fn serial() -> std::sync::MutexGuard<'static, ()> {
-        SERIAL.lock().unwrap_or_else(|e| e.into_inner())
-    }
 
     fn flags(batch: usize, extra: &[&str]) -> Vec<String> {
         let mut f = strs(&["--seq", "16", "--lr", "1e-2", "--steps", STEPS]);

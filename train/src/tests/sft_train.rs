@@ -258,6 +258,7 @@ fn sft_training_matches_transformers_on_an_emulated_device() {
 #[cfg(feature = "device")]
 #[test]
 fn sft_training_matches_transformers_on_two_emulated_devices() {
+    let _s = super::serial();
     let s = Scratch::new("sft-dev");
     let log = s.path("log.jsonl");
     let mut f = flags(&["--devices", "0,1", "--batch", "1", "--log"]);
@@ -317,4 +318,188 @@ fn sft_with_lora_starts_at_the_base_loss_and_resumes() {
     ))
     .unwrap();
     assert_eq!(resumed.last().map(|l| l.loss), whole.last().map(|l| l.loss));
+}
+
+/// The reference flags without the pairs of `skip` (to set them otherwise), plus `extra`.
+#[cfg(feature = "device")]
+fn flags_without(skip: &[&str], extra: &[&str]) -> Vec<String> {
+    let all = flags(&[]);
+    let mut out = Vec::new();
+    let mut i = 0;
+    while i < all.len() {
+        if skip.contains(&all[i].as_str()) {
+            i += 2;
+        } else {
+            out.push(all[i].clone());
+            i += 1;
+        }
+    }
+    out.extend(extra.iter().map(|s| s.to_string()));
+    out
+}
+
+/// A run's log figures that the data path must not change, bit for bit (serde_json writes the
+/// shortest text that reads back as the same f64).
+#[cfg(feature = "device")]
+fn figures(log: &Path) -> Vec<String> {
+    lines(log)
+        .iter()
+        .map(|l| {
+            let k = [
+                "step",
+                "loss",
+                "grad_norm",
+                "tokens",
+                "eval_loss",
+                "eval_tokens",
+            ];
+            k.map(|k| l.get(k).map_or(String::new(), |v| v.to_string()))
+                .join(" ")
+        })
+        .collect()
+}
+
+/// The SFT run of `extra` (device flags) fed through the pinned ring and the copy stream, and
+/// again with `--host-feed` (each micro-batch uploaded from host vectors on the compute
+/// stream, the path before the ring): the same losses, gradient norms and eval losses, bit for
+/// bit.
+#[cfg(feature = "device")]
+fn ring_equals_host_uploads(tag: &str, extra: &[&str]) {
+    let s = Scratch::new(tag);
+    let run_with = |host_feed: bool| {
+        let log = s.path(&format!("log-{host_feed}.jsonl"));
+        let mut f = flags(extra);
+        f.push("--log".into());
+        f.push(log.display().to_string());
+        if host_feed {
+            f.push("--host-feed".into());
+        }
+        run(&args_with(
+            &dir().join("model"),
+            &dir().join("train.jsonl"),
+            &f,
+        ))
+        .unwrap();
+        figures(&log)
+    };
+    let (ring, host) = (run_with(false), run_with(true));
+    assert!(!ring.is_empty());
+    assert_eq!(ring, host);
+    compare(
+        &lines(&s.path("log-false.jsonl")),
+        super::llama_train::LOSS_RTOL_DEVICE,
+    );
+}
+
+#[cfg(feature = "device")]
+#[test]
+fn sft_feed_through_the_pinned_ring_is_bit_identical_on_one_emulated_device() {
+    ring_equals_host_uploads("sft-ring1", &["--device", "0"]);
+}
+
+#[cfg(feature = "device")]
+#[test]
+fn sft_feed_through_the_pinned_ring_is_bit_identical_on_two_emulated_devices() {
+    // In a process of its own: beside the other tests' work on device 0, rank 0 can miss the
+    // collectives' arrival timeout on a loaded CI machine.
+    if super::alone("tests::sft_train::sft_feed_through_the_pinned_ring_is_bit_identical_on_two_emulated_devices") {
+        return;
+    }
+    ring_equals_host_uploads("sft-ring2", &["--devices", "0,1", "--batch", "1"]);
+}
+
+/// hip-emu's counters of the trainer's thread (one device runs on the calling thread; the
+/// producer thread's own waits for a slot's last copy count on that thread, not here) over an
+/// SFT run of `steps` steps without eval, fed through the ring or (`host_feed`) not.
+#[cfg(feature = "device")]
+fn sft_counters(steps: usize, host_feed: bool) -> Option<hip_rt::emu::EmuStats> {
+    use hip_rt::emu::{stats, StatsScope};
+    let n = steps.to_string();
+    let mut extra = vec!["--device", "0", "--steps", n.as_str()];
+    if host_feed {
+        extra.push("--host-feed");
+    }
+    let f = flags_without(&["--steps", "--eval-every", "--eval-data"], &extra);
+    let args = args_with(&dir().join("model"), &dir().join("train.jsonl"), &f);
+    let before = stats(StatsScope::Thread)?;
+    run(&args).unwrap();
+    Some(stats(StatsScope::Thread)?.since(&before))
+}
+
+/// A steady step waits once (its read), whatever feeds it: the ring's copies add no host wait
+/// on the trainer's thread, and copy the same bytes as host uploads.
+#[cfg(feature = "device")]
+#[test]
+fn sft_steady_steps_wait_once_with_the_pinned_ring() {
+    if sft_counters(1, false).is_none() {
+        return; // not hip-emu: no counters to read
+    }
+    let c = |steps, host| sft_counters(steps, host).unwrap();
+    let (ring3, ring6, host6) = (c(3, false), c(6, false), c(6, true));
+    println!("SFT, 1 emulated device: ring 3 steps {ring3:?}\nring 6 {ring6:?}\nhost 6 {host6:?}");
+    assert_eq!(
+        ring6.host_waits,
+        ring3.host_waits + 3,
+        "{ring3:?} vs {ring6:?}"
+    );
+    assert!(
+        ring6.host_waits <= host6.host_waits,
+        "{ring6:?} vs {host6:?}"
+    );
+    assert_eq!(ring6.bytes_htod, host6.bytes_htod, "{ring6:?} vs {host6:?}");
+}
+
+/// A slot's copies: queued on the backend's copy stream into buffers allocated there, the
+/// compute stream ordered after them (reading on the compute stream sees the staged rows).
+#[cfg(feature = "device")]
+#[test]
+fn a_staged_micro_batch_is_copied_on_the_copy_stream() {
+    use crate::backend::Backend;
+    use crate::device_backend::DeviceBackend;
+    use crate::sft::pack::SftBatch;
+    use crate::sft::source::to_batch;
+    use crate::sft::Slot;
+    super::emu_setup();
+    let be = DeviceBackend::new(0, 1).unwrap();
+    // Two rows of 4 positions: [a a b pad], [c c c c]; this rank takes the second row.
+    let global = SftBatch {
+        inputs: vec![1, 2, 3, 0, 4, 5, 6, 7],
+        targets: vec![2, -100, -100, -100, 5, 6, 7, -100],
+        positions: vec![0, 1, 0, 0, 0, 1, 2, 3],
+        cu_seqlens: vec![0, 2, 3, 4, 8],
+    };
+    let mut slot = Backend::<f32>::feed_slot(&be, 4..8).unwrap().unwrap();
+    slot.write(&global).unwrap();
+    let host = to_batch(global).rows(4..8);
+    let ids = Backend::<f32>::batch_ids(&be, &host, Some(&*slot)).unwrap();
+    let compute = Backend::<f32>::queue(&be);
+    let cu = ids.cu_seqlens.as_ref().unwrap();
+    for (got, want) in [
+        (&ids.inputs, &host.inputs),
+        (&ids.targets, &host.targets),
+        (
+            ids.positions.as_ref().unwrap(),
+            host.positions.as_ref().unwrap(),
+        ),
+        (cu, host.cu_seqlens.as_ref().unwrap()),
+    ] {
+        assert_eq!(got.buffer().stream_id(), be.copy_stream().id());
+        assert_ne!(got.buffer().stream_id(), compute.id());
+        assert_eq!(&got.buffer().to_vec(compute).unwrap(), want);
+    }
+    assert_eq!(host.cu_seqlens.as_deref(), Some(&[0, 4][..]));
+    // A staged micro-batch that is not the step's is refused, naming both.
+    let other = to_batch(SftBatch {
+        inputs: vec![1; 8],
+        targets: vec![1; 8],
+        positions: vec![0; 8],
+        cu_seqlens: vec![0, 8],
+    });
+    let e = Backend::<f32>::batch_ids(&be, &other, Some(&*slot))
+        .err()
+        .unwrap();
+    assert!(
+        e.to_string().contains("not the one handed to the step"),
+        "{e}"
+    );
 }
