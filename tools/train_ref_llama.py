@@ -28,7 +28,15 @@ Usage: python3 tools/train_ref_llama.py --model DIR --data FILE [--batch 4] [--s
   [--steps 10] [--lr 1e-3] [--beta1 0.9] [--beta2 0.999] [--eps 1e-8] [--weight-decay 0]
   [--grad-clip 0] [--warmup 0] [--lr-min M] [--grad-accum 1] [--log FILE]
   [--lora-rank R [--lora-alpha A] [--lora-targets q_proj,v_proj] [--lora-init PEFT_DIR]]
-  [--save-dir DIR]
+  [--save-dir DIR] [--fuse-qkv]
+
+--fuse-qkv (glm only) makes the GlmForCausalLM THUDM's `chatglm` model for LoRA: each layer's
+q_proj, k_proj and v_proj become row blocks of one Linear `self_attn.query_key_value` (the same
+weights stacked q|k|v; the three modules read its output's columns), so that PEFT puts one
+adapter over the fused output, as PEFT on THUDM's ChatGLM does. --lora-targets then takes the
+chatglm names (query_key_value, dense, dense_h_to_4h, dense_4h_to_h), and --lora-init a
+directory whose adapter file is in THUDM's layout's PEFT names
+(`base_model.model.transformer.encoder.layers.{l}.self_attention.query_key_value.lora_A.weight`).
 """
 import argparse
 import json
@@ -164,15 +172,95 @@ def lr_at(s, args):
     return m + 0.5 * (args.lr - m) * (1.0 + math.cos(math.pi * (s - w) / max(1, n - w)))
 
 
+# chatglm LoRA target -> the module of the fused GlmForCausalLM (--fuse-qkv).
+CHATGLM_TARGETS = {"query_key_value": "query_key_value", "dense": "o_proj",
+                   "dense_h_to_4h": "gate_up_proj", "dense_4h_to_h": "down_proj"}
+# PEFT name pieces: THUDM's layout -> the fused GlmForCausalLM's.
+CHATGLM_NAMES = [("base_model.model.transformer.encoder.layers.", "base_model.model.model.layers."),
+                 (".self_attention.query_key_value.", ".self_attn.query_key_value."),
+                 (".self_attention.dense.", ".self_attn.o_proj."),
+                 (".mlp.dense_h_to_4h.", ".mlp.gate_up_proj."),
+                 (".mlp.dense_4h_to_h.", ".mlp.down_proj.")]
+
+
+class _Rows(torch.nn.Module):
+    """Columns lo..hi of the attention's fused `query_key_value` output (not a submodule of
+    it, so PEFT's wrapper of query_key_value is what is called)."""
+
+    def __init__(self, attn, lo, hi):
+        super().__init__()
+        self._attn = [attn]
+        self.lo, self.hi = lo, hi
+
+    def forward(self, x):
+        return self._attn[0].query_key_value(x)[..., self.lo:self.hi]
+
+
+def fuse_qkv(model):
+    """Each layer's q/k/v projections as one Linear `self_attn.query_key_value`."""
+    for layer in model.model.layers:
+        a = layer.self_attn
+        parts = [a.q_proj, a.k_proj, a.v_proj]
+        rows = [p.weight.shape[0] for p in parts]
+        has_bias = parts[0].bias is not None
+        fused = torch.nn.Linear(parts[0].weight.shape[1], sum(rows), bias=has_bias, dtype=F64)
+        with torch.no_grad():
+            fused.weight.copy_(torch.cat([p.weight for p in parts]))
+            if has_bias:
+                fused.bias.copy_(torch.cat([p.bias for p in parts]))
+        a.query_key_value = fused
+        at = 0
+        for name, n in zip(("q_proj", "k_proj", "v_proj"), rows):
+            setattr(a, name, _Rows(a, at, at + n))
+            at += n
+
+
+def load_chatglm_adapter(peft_model, directory):
+    """Copy the adapter file of `directory` (THUDM's layout's PEFT names) into the fused
+    model's adapters; every adapter must be found."""
+    from safetensors.torch import load_file
+
+    params = dict(peft_model.named_parameters())
+    seen = set()
+    for name, t in load_file(os.path.join(directory, "adapter_model.safetensors")).items():
+        for a, b in CHATGLM_NAMES:
+            name = name.replace(a, b)
+        name = name.replace(".lora_A.weight", ".lora_A.default.weight")
+        name = name.replace(".lora_B.weight", ".lora_B.default.weight")
+        if name not in params:
+            sys.exit(f"{directory}: {name} is not an adapter of the fused model")
+        with torch.no_grad():
+            params[name].copy_(t.to(F64))
+        seen.add(name)
+    missing = [n for n, p in params.items() if p.requires_grad and n not in seen]
+    if missing:
+        sys.exit(f"{directory}: no tensor for {missing[:3]}")
+
+
 def load_model(args):
     from transformers import AutoModelForCausalLM
 
     model = AutoModelForCausalLM.from_pretrained(args.model, dtype=F64, attn_implementation="eager")
     rotary_f64(model)
+    if args.fuse_qkv:
+        fuse_qkv(model)
     if args.lora_rank <= 0:
         return model, None
     from peft import LoraConfig, PeftModel, get_peft_model
 
+    if args.fuse_qkv:
+        names = [t.strip() for t in args.lora_targets.split(",") if t.strip()]
+        alpha = args.lora_alpha if args.lora_alpha is not None else args.lora_rank
+        cfg = LoraConfig(r=args.lora_rank, lora_alpha=alpha, lora_dropout=0.0, bias="none",
+                         task_type="CAUSAL_LM", target_modules=[CHATGLM_TARGETS[t] for t in names])
+        peft_model = get_peft_model(model, cfg)
+        peft_model.to(F64)
+        if args.lora_init:
+            c = json.load(open(os.path.join(args.lora_init, "adapter_config.json")))
+            if (c["r"], c["lora_alpha"], sorted(c["target_modules"])) != (args.lora_rank, alpha, sorted(names)):
+                sys.exit(f"{args.lora_init}: adapter_config.json differs from the flags")
+            load_chatglm_adapter(peft_model, args.lora_init)
+        return peft_model, peft_model
     if args.lora_init:
         peft_model = PeftModel.from_pretrained(model, args.lora_init, is_trainable=True)
         c = peft_model.peft_config["default"]
@@ -213,6 +301,8 @@ def main():
     ap.add_argument("--lora-targets", default="q_proj,v_proj")
     ap.add_argument("--lora-init", help="a PEFT adapter directory")
     ap.add_argument("--save-dir", help="after the last step, save_pretrained here")
+    ap.add_argument("--fuse-qkv", action="store_true",
+                    help="glm as THUDM's chatglm: one query_key_value Linear per layer")
     args = ap.parse_args()
 
     torch.use_deterministic_algorithms(True)

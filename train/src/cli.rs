@@ -190,6 +190,11 @@ pub struct Args {
     /// tokenizer_config.json with its chat_template).
     #[arg(long)]
     pub tokenizer: Option<PathBuf>,
+    /// SFT data: the template that renders examples. `chatglm3` (LLaMA-Factory's; the default
+    /// for a ChatGLM3 tokenizer directory: tokenizer.model and no tokenizer.json); without it
+    /// a tokenizer.json directory renders with its tokenizer_config.json chat_template.
+    #[arg(long)]
+    pub template: Option<String>,
     /// SFT data: tokens kept of each example (at most --seq + 1).
     #[arg(long, default_value_t = crate::sft::DEFAULT_CUTOFF_LEN)]
     pub cutoff_len: usize,

@@ -6,4 +6,5 @@
 
 pub mod config;
 pub mod convert;
+pub mod lora;
 pub mod params;

@@ -22,6 +22,11 @@ pub enum Family {
 }
 
 impl Family {
+    /// Whether this is the GLM family (`glm` or `chatglm`).
+    pub fn is_glm(self) -> bool {
+        matches!(self, Family::Glm | Family::ChatGlm)
+    }
+
     /// The `model_type` string.
     pub fn name(self) -> &'static str {
         match self {

@@ -12,7 +12,7 @@
 //! `query_key_value` is one site over the whole stacked width) and calling
 //! [`LlamaAdapters::forward`] / [`LlamaAdapters::backward`] beside their GEMMs.
 
-use super::config::LlamaConfig;
+use super::config::{Family, LlamaConfig};
 use super::params::Linear;
 use crate::backend::{
     adamw_all, gemm, AdamWSlot, AdamWStep, Backend, BackendSlot, GradScaling, Tail, TrainElement,
@@ -50,8 +50,12 @@ pub struct Site {
     pub width: usize,
 }
 
-/// `target`'s [`Site`] in a model of `cfg` (q, k, v stacked; gate, up stacked).
+/// `target`'s [`Site`] in a model of `cfg` (q, k, v stacked; gate, up stacked; a GLM fused
+/// target spans its whole fused output, [`crate::glm::lora`]).
 pub fn site(cfg: &LlamaConfig, target: Linear) -> Site {
+    if let Some(s) = crate::glm::lora::fused_site(cfg, target) {
+        return s;
+    }
     let (c, f) = (cfg.channels, cfg.inner);
     let (hd, kd) = (cfg.heads * cfg.head_dim, cfg.kv_heads * cfg.head_dim);
     let w = hd + 2 * kd;
@@ -84,16 +88,25 @@ pub struct LlamaLora {
 }
 
 impl LlamaLora {
-    /// The LoRA flags of `args` for this family (`None` without `--lora-rank`).
+    /// The LoRA flags of `args` for llama and qwen2 (`None` without `--lora-rank`).
     pub fn from_args(args: &Args) -> Result<Option<Self>> {
+        Self::for_family(args, Family::Llama)
+    }
+
+    /// The LoRA flags of `args` for a model of `family` (the GLM family's targets are its
+    /// layout's module names, [`crate::glm::lora`]).
+    pub fn for_family(args: &Args, family: Family) -> Result<Option<Self>> {
         let Some((rank, alpha)) = crate::lora::check_flags(args)? else {
             return Ok(None);
         };
-        let list = args.lora_targets.as_deref().unwrap_or(DEFAULT_TARGETS);
+        let list = args
+            .lora_targets
+            .as_deref()
+            .unwrap_or(crate::glm::lora::default_targets(family).unwrap_or(DEFAULT_TARGETS));
         let mut targets = Vec::new();
         for name in list.split(',').map(str::trim) {
-            let Some(t) = Linear::ALL.into_iter().find(|t| t.name() == name) else {
-                let all: Vec<_> = Linear::ALL.iter().map(|t| t.name()).collect();
+            let Some(t) = target_by_name(family, name) else {
+                let all = target_names(family);
                 return Err(TrainError::Usage(format!(
                     "--lora-targets: `{name}` is not a target of this model; choose from {}",
                     all.join(", ")
@@ -125,7 +138,13 @@ impl LlamaLora {
         for l in 0..cfg.layers {
             for &t in &self.targets {
                 let s = site(cfg, t);
-                let base = format!("{PEFT_PREFIX}layers.{l}.{}", t.path());
+                let base = match (
+                    crate::glm::lora::peft_layer_prefix(cfg.family),
+                    crate::glm::lora::name_of(cfg.family, t),
+                ) {
+                    (Some(prefix), Some((_, path))) => format!("{prefix}{l}.{path}"),
+                    _ => format!("{PEFT_PREFIX}layers.{l}.{}", t.path()),
+                };
                 out.push(Spec {
                     name: format!("{base}.lora_A.weight"),
                     shape: vec![self.rank, s.inputs],
@@ -145,15 +164,16 @@ impl LlamaLora {
         Some(2 * (l * self.targets.len() + k))
     }
 
-    /// `adapter_config.json` that `peft.PeftModel.from_pretrained` loads on the base model.
-    pub fn peft_config(&self, base_model: &Path) -> Value {
+    /// `adapter_config.json` that `peft.PeftModel.from_pretrained` loads on the base model
+    /// (`target_modules` in the names of `family`'s layout).
+    pub fn peft_config(&self, family: Family, base_model: &Path) -> Value {
         json!({
             "peft_type": "LORA",
             "task_type": "CAUSAL_LM",
             "base_model_name_or_path": base_model.display().to_string(),
             "r": self.rank,
             "lora_alpha": self.alpha,
-            "target_modules": self.targets.iter().map(|t| t.name()).collect::<Vec<_>>(),
+            "target_modules": self.targets.iter().map(|&t| target_name(family, t)).collect::<Vec<_>>(),
             "lora_dropout": 0.0,
             "bias": "none",
             "fan_in_fan_out": false,
@@ -198,7 +218,7 @@ pub fn load(path: &Path, lora: &LlamaLora, cfg: &LlamaConfig) -> Result<Vec<Vec<
     };
     let config = file.with_file_name(ADAPTER_CONFIG);
     if config.exists() {
-        check_config(&config, lora)?;
+        check_config(&config, lora, cfg.family)?;
     }
     take(&file, read_f32_tensors(&file)?, "", &lora.specs(cfg), lora)
 }
@@ -325,7 +345,7 @@ pub fn resume(dir: &Path, lora: &LlamaLora, cfg: &LlamaConfig) -> Result<LoraRes
 
 /// Check PEFT's `adapter_config.json` at `path` against the flags (`r`, `lora_alpha`,
 /// `target_modules`; no rsLoRA, DoRA or bias).
-fn check_config(path: &Path, lora: &LlamaLora) -> Result<()> {
+fn check_config(path: &Path, lora: &LlamaLora, family: Family) -> Result<()> {
     let raw: Value = serde_json::from_slice(&crate::error::read_regular(path, 1 << 20)?)
         .map_err(|e| TrainError::file(path, format!("is not valid JSON: {e}")))?;
     let bad = |m: String| Err(TrainError::file(path, m));
@@ -346,12 +366,12 @@ fn check_config(path: &Path, lora: &LlamaLora) -> Result<()> {
         .flatten()
     {
         let name = e.as_str().unwrap_or_default();
-        match Linear::ALL.into_iter().find(|t| t.name() == name) {
+        match target_by_name(family, name) {
             Some(t) => targets.push(t),
             None => {
                 return bad(format!(
-                    "target_modules entry `{name}` is not one of q_proj, k_proj, v_proj, o_proj, \
-                     gate_proj, up_proj, down_proj"
+                    "target_modules entry `{name}` is not one of {}",
+                    target_names(family).join(", ")
                 ))
             }
         }
@@ -359,7 +379,7 @@ fn check_config(path: &Path, lora: &LlamaLora) -> Result<()> {
     targets.sort();
     targets.dedup();
     if r != Some(lora.rank as u64) || alpha != Some(lora.alpha) || targets != lora.targets {
-        let names: Vec<_> = targets.iter().map(|t| t.name()).collect();
+        let names: Vec<_> = targets.iter().map(|&t| target_name(family, t)).collect();
         return bad(format!(
             "the adapters have r = {r:?}, lora_alpha = {alpha:?}, target_modules = {}; run with \
              --lora-rank, --lora-alpha and --lora-targets to match",
@@ -367,6 +387,27 @@ fn check_config(path: &Path, lora: &LlamaLora) -> Result<()> {
         ));
     }
     Ok(())
+}
+
+/// The target of `family` named `name` (PEFT's module name).
+fn target_by_name(family: Family, name: &str) -> Option<Linear> {
+    match crate::glm::lora::targets(family) {
+        Some(_) => crate::glm::lora::by_name(family, name),
+        None => Linear::from_name(name),
+    }
+}
+
+/// PEFT's module name of target `t` in `family`'s layout.
+pub fn target_name(family: Family, t: Linear) -> &'static str {
+    crate::glm::lora::name_of(family, t).map_or(t.name(), |n| n.0)
+}
+
+/// Every target name of `family`, in order.
+fn target_names(family: Family) -> Vec<&'static str> {
+    match crate::glm::lora::targets(family) {
+        Some(all) => all.iter().map(|t| t.0).collect(),
+        None => Linear::ALL.iter().map(|t| t.name()).collect(),
+    }
 }
 
 /// [`gemm`] as `alpha·op(A)·op(B) + beta·out`, with leading dimensions.
@@ -679,7 +720,7 @@ pub fn save(
         ),
         (
             ADAPTER_CONFIG,
-            json(&lora.peft_config(base_model), ADAPTER_CONFIG)?,
+            json(&lora.peft_config(cfg.family, base_model), ADAPTER_CONFIG)?,
         ),
         (
             crate::lora::checkpoint::OPTIMIZER,

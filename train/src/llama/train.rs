@@ -3,7 +3,7 @@
 //! divided by the step's global count of counted targets.
 
 use super::checkpoint::{self as ckpt, Restored, Snapshot};
-use super::config::{Family, LlamaConfig};
+use super::config::LlamaConfig;
 use super::lora::{LlamaAdapters, LlamaLora, LoraResume};
 use super::model::Llama;
 use super::params::{Layout, Trained};
@@ -104,12 +104,12 @@ pub(crate) struct LlamaSetup {
 /// Load and check what a run of `world` ranks reads (the loader takes `world × --batch` rows
 /// per micro-batch; every rank keeps its own `--batch` rows).
 pub(crate) fn setup(args: &Args, cfg: LlamaConfig, world: usize) -> Result<LlamaSetup> {
-    let lora = LlamaLora::from_args(args)?;
-    if lora.is_some() && matches!(cfg.family, Family::Glm | Family::ChatGlm) {
+    let lora = LlamaLora::for_family(args, cfg.family)?;
+    if lora.is_some() && args.merge_on_save && cfg.family.is_glm() {
         return Err(TrainError::Usage(format!(
-            "--lora-rank {}: LoRA on the {} family is not implemented yet (its fused targets \
-             and PEFT names differ from llama's); train it without --lora-rank",
-            args.lora_rank,
+            "--merge-on-save is not implemented for the {} layout's LoRA (its fused targets \
+             merge into fused tensors); drop it: PEFT merges the saved adapters with \
+             merge_and_unload",
             cfg.family.name()
         )));
     }
@@ -312,7 +312,11 @@ fn train<T: TrainElement, B: Backend<T>>(
                 None => hf.count().to_string(),
                 Some((lo, [p, _, _])) => {
                     let trainable: usize = p.iter().map(Vec::len).sum();
-                    let names: Vec<_> = lo.targets.iter().map(|t| t.name()).collect();
+                    let names: Vec<_> = lo
+                        .targets
+                        .iter()
+                        .map(|&t| super::lora::target_name(s.cfg.family, t))
+                        .collect();
                     format!(
                         "LoRA r={} alpha={} on {}: {trainable} trainable of {}",
                         lo.rank,

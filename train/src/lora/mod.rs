@@ -241,19 +241,33 @@ pub fn check_flags(args: &Args) -> Result<Option<(usize, f64)>> {
     }
     // Before the model is read: a name no family adapts (each family checks its own later).
     let llama: Vec<&str> = crate::llama::Linear::ALL.iter().map(|t| t.name()).collect();
+    let glm: Vec<&str> = glm_names(crate::llama::Family::Glm);
+    let chatglm: Vec<&str> = glm_names(crate::llama::Family::ChatGlm);
     let list = args.lora_targets.as_deref().unwrap_or(DEFAULT_TARGETS);
     for name in list.split(',').map(str::trim) {
-        if Target::parse(name).is_none() && !llama.contains(&name) {
+        let known = llama.contains(&name) || glm.contains(&name) || chatglm.contains(&name);
+        if Target::parse(name).is_none() && !known {
             let gpt2: Vec<_> = Target::ALL.iter().map(|t| t.name()).collect();
             return bad(format!(
-                "--lora-targets: `{name}` is not a target; choose from {} (GPT-2) or {} (LLaMA, \
-                 Qwen2)",
+                "--lora-targets: `{name}` is not a target; choose from {} (GPT-2), {} (LLaMA, \
+                 Qwen2), {} (glm) or {} (chatglm)",
                 gpt2.join(", "),
-                llama.join(", ")
+                llama.join(", "),
+                glm.join(", "),
+                chatglm.join(", ")
             ));
         }
     }
     Ok(Some((args.lora_rank, alpha)))
+}
+
+/// The LoRA target names of a GLM-family layout.
+fn glm_names(family: crate::llama::Family) -> Vec<&'static str> {
+    crate::glm::lora::targets(family)
+        .unwrap_or_default()
+        .iter()
+        .map(|t| t.0)
+        .collect()
 }
 
 /// A [`crate::checkpoint::Restored`] of a frozen base: `params`, no optimizer state (empty

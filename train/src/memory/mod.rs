@@ -59,14 +59,15 @@ pub fn check_world(args: &Args, world: usize) -> Result<()> {
     Ok(())
 }
 
-/// LoRA's adapters on a LLaMA-family model (`--lora-targets` in HF's names).
+/// LoRA's adapters on a LLaMA- or GLM-family model (`--lora-targets` in the layout's names; a
+/// fused GLM target is one adapter over its fused output).
 fn llama_lora(lora: &crate::llama::lora::LlamaLora, cfg: &LlamaConfig) -> LoraPlan {
     let modules = lora
         .targets
         .iter()
-        .map(|l| {
-            let [out, inp] = l.shape(cfg);
-            (inp, out)
+        .map(|&l| {
+            let site = crate::llama::lora::site(cfg, l);
+            (site.inputs, site.outputs)
         })
         .collect();
     LoraPlan {
@@ -109,7 +110,8 @@ pub fn for_args(
             (c.describe(), of(Shape::Gpt2(c), &s))
         }
         ModelConfig::Llama(c) => {
-            s.lora = crate::llama::lora::LlamaLora::from_args(args)?.map(|l| llama_lora(&l, c));
+            s.lora = crate::llama::lora::LlamaLora::for_family(args, c.family)?
+                .map(|l| llama_lora(&l, c));
             (c.describe(), of(Shape::Llama(c), &s))
         }
     };

@@ -1,11 +1,12 @@
-//! The table of docs/MEMORY.md (and the README): 7B-class fine-tunes on 8 DCU cards, computed
-//! by [`super::estimate`] from the configs in tests/data/memory.
+//! The table of docs/MEMORY.md (and the README): 6B–9B fine-tunes on 8 DCU cards, computed
+//! by [`super::estimate`] from the configs in tests/data/memory (ChatGLM3-6B's and
+//! GLM-4-9B-chat's own THUDM configs in the `chatglm` layout).
 
 use super::estimate::{estimate, LoraPlan, Part, Settings, Shape, DEFAULT_BUCKET_ELEMS};
 use crate::cli::Precision;
 use crate::config::ModelConfig;
 use crate::error::{Result, TrainError};
-use crate::llama::{Linear, LlamaConfig};
+use crate::llama::{Family, Linear, LlamaConfig};
 use std::path::Path;
 
 /// `(label, cards' memory in GiB)` of the two DCU cards the table is for.
@@ -30,10 +31,11 @@ const LORA_ROWS: [(&str, u8, bool, bool, bool); 2] = [
 ];
 
 /// The models of the tables: `(name, directory under tests/data/memory)`.
-const MODELS: [(&str, &str); 3] = [
+const MODELS: [(&str, &str); 4] = [
     ("Qwen2-7B", "qwen2-7b"),
     ("Llama-2-7B", "llama-2-7b"),
-    ("ChatGLM3-6B-shaped", "chatglm3-6b-shape"),
+    ("ChatGLM3-6B", "chatglm3-6b"),
+    ("GLM-4-9B", "glm-4-9b"),
 ];
 
 fn llama(dir: &Path) -> Result<LlamaConfig> {
@@ -44,7 +46,8 @@ fn llama(dir: &Path) -> Result<LlamaConfig> {
 }
 
 /// The markdown table for the models under `dir` (tests/data/memory): bf16, batch 1 × seq 1024
-/// per rank, 8 ranks; LoRA r=8 on q, k and v; a GPU's allocator (no hip-emu guard byte).
+/// per rank, 8 ranks; LoRA r=8 on q, k and v (the GLM family: on the fused `query_key_value`,
+/// LLaMA-Factory's default, one adapter over q|k|v); a GPU's allocator (no hip-emu guard byte).
 pub fn markdown(dir: &Path) -> Result<String> {
     let gib = |b: u64| b as f64 / (1u64 << 30) as f64;
     let mut s = String::from(
@@ -55,9 +58,10 @@ pub fn markdown(dir: &Path) -> Result<String> {
     for (name, sub) in MODELS {
         let cfg = llama(&dir.join(sub))?;
         let lora = qkv_lora(&cfg);
+        let lora_label = lora_label(&cfg);
         for (training, rows, plan) in [
             ("full", &FULL_ROWS[..], None),
-            ("LoRA r=8 (q,k,v)", &LORA_ROWS[..], Some(lora)),
+            (lora_label, &LORA_ROWS[..], Some(lora)),
         ] {
             let mut first_fit = [None; 2];
             for &(label, zero, ckpt, offload, _) in rows {
@@ -113,15 +117,36 @@ pub fn markdown(dir: &Path) -> Result<String> {
 
 /// LoRA r=8 on q, k and v.
 fn qkv_lora(cfg: &LlamaConfig) -> LoraPlan {
+    // chatglm's query_key_value is keyed by q and spans q|k|v (crate::glm::lora).
+    let targets: &[Linear] = match cfg.family {
+        Family::ChatGlm => &[Linear::Q],
+        _ => &[Linear::Q, Linear::K, Linear::V],
+    };
     LoraPlan {
         rank: 8,
-        modules: [Linear::Q, Linear::K, Linear::V]
+        modules: targets
             .iter()
-            .map(|l| {
-                let [o, i] = l.shape(cfg);
-                (i, o)
+            .map(|&l| {
+                let site = crate::llama::lora::site(cfg, l);
+                (site.inputs, site.outputs)
             })
             .collect(),
+    }
+}
+
+/// The checkpointing table's LoRA row label.
+fn lora_label_zero0(cfg: &LlamaConfig) -> &'static str {
+    match cfg.family {
+        Family::ChatGlm => "LoRA r=8 (query_key_value), zero 0",
+        _ => "LoRA r=8 (q,k,v), zero 0",
+    }
+}
+
+/// The LoRA rows' label: the targets of [`qkv_lora`].
+fn lora_label(cfg: &LlamaConfig) -> &'static str {
+    match cfg.family {
+        Family::ChatGlm => "LoRA r=8 (query_key_value)",
+        _ => "LoRA r=8 (q,k,v)",
     }
 }
 
@@ -142,7 +167,7 @@ pub fn checkpoint_markdown(dir: &Path) -> Result<String> {
         let cfg = llama(&dir.join(sub))?;
         for (training, zero, lora) in [
             ("full, zero 1", 1, None),
-            ("LoRA r=8 (q,k,v), zero 0", 0, Some(qkv_lora(&cfg))),
+            (lora_label_zero0(&cfg), 0, Some(qkv_lora(&cfg))),
         ] {
             let [plain, ckpt] = [false, true].map(|grad_checkpoint| {
                 let set = Settings {

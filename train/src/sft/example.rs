@@ -81,12 +81,16 @@ impl std::fmt::Display for ExampleError {
     }
 }
 
-/// Tokenise `messages` and cut to `cutoff` tokens.
+/// Tokenise `messages` and cut to `cutoff` tokens (a ChatGLM3 tokenizer: LLaMA-Factory's
+/// `chatglm3` template and its per-turn cut).
 pub fn encode(
     tok: &SftTokenizer,
     messages: &[Message],
     cutoff: usize,
 ) -> Result<Example, ExampleError> {
+    if let Some(t) = tok.chatglm3() {
+        return chatglm3(t, messages, cutoff);
+    }
     let enc = |ms: &[Message], gen: bool| -> Result<Vec<u32>, ExampleError> {
         let text = tok.render(ms, gen).map_err(ExampleError::Template)?;
         tok.encode(&text).map_err(ExampleError::Tokenizer)
@@ -118,6 +122,36 @@ pub fn encode(
     Ok(Example {
         ids,
         labels,
+        full_len,
+    })
+}
+
+/// ChatGLM3's ids and labels of `messages`, exactly as LLaMA-Factory 0.9.5's supervised
+/// processor with its `chatglm3` template (slots encoded one by one, efficient-eos labels, the
+/// final eos, each turn cut by `infer_seqlen` under `cutoff`): the spec's "GLM family" rules.
+fn chatglm3(
+    t: &crate::spm::chatglm3::ChatGlm3Tokenizer,
+    messages: &[Message],
+    cutoff: usize,
+) -> Result<Example, ExampleError> {
+    use crate::spm::chatglm3::Conversation;
+    let conv = Conversation::from_messages(messages.iter().map(|m| (m.role.as_str(), &*m.content)))
+        .map_err(|e| ExampleError::Template(e.to_string()))?;
+    let ex = t.encode_example(&conv, cutoff);
+    if let Some(&id) = ex.ids.iter().find(|&&id| i32::try_from(id).is_err()) {
+        return Err(ExampleError::IdRange(id));
+    }
+    // A cut example fills `cutoff` exactly; only then is the whole length worth counting.
+    let full_len = match ex.ids.len() < cutoff {
+        true => ex.ids.len(),
+        false => {
+            let turns = t.encode_turns(&conv);
+            1 + turns.iter().map(|(s, a)| s.len() + a.len()).sum::<usize>()
+        }
+    };
+    Ok(Example {
+        ids: ex.ids,
+        labels: ex.labels,
         full_len,
     })
 }

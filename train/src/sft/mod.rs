@@ -74,10 +74,15 @@ pub fn check_args(args: &crate::cli::Args) -> crate::error::Result<()> {
             ));
         }
         index::check_flags(args.cutoff_len, args.seq)?;
+        if let Some(dir) = &args.tokenizer {
+            tokenizer::check_template(args.template.as_deref(), dir)
+                .map_err(crate::error::TrainError::Usage)?;
+        }
     } else {
         for (flag, given) in [
             ("--tokenizer", args.tokenizer.is_some()),
             ("--eval-data", args.eval_data.is_some()),
+            ("--template", args.template.is_some()),
         ] {
             if given {
                 return bad(format!(

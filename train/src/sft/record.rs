@@ -137,7 +137,8 @@ fn string_field<'a>(
     }
 }
 
-/// `[system?] + [user: instruction + ("\n" + input if input is non-empty)] + [assistant: output]`.
+/// `[system?] + [user: instruction + ("\n" + input if input is non-empty)] + [assistant: output]`
+/// (an empty instruction with an input: the input alone).
 fn alpaca(obj: &Map<String, Value>) -> Result<Vec<Message>, String> {
     let need = |key: &str| {
         string_field(obj, key, "")?.ok_or_else(|| {
@@ -156,10 +157,12 @@ fn alpaca(obj: &Map<String, Value>) -> Result<Vec<Message>, String> {
             out.push(Message::new(Role::System, system));
         }
     }
-    let user = if input.is_empty() {
-        instruction.to_string()
-    } else {
-        format!("{instruction}\n{input}")
+    // The non-empty ones of instruction and input, joined by "\n" (LLaMA-Factory's alpaca
+    // converter: an empty instruction leaves the input alone).
+    let user = match (instruction.is_empty(), input.is_empty()) {
+        (_, true) => instruction.to_string(),
+        (true, false) => input.to_string(),
+        (false, false) => format!("{instruction}\n{input}"),
     };
     out.push(Message::new(Role::User, user));
     out.push(Message::new(Role::Assistant, output));

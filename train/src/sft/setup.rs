@@ -35,7 +35,7 @@ pub(crate) fn setup(args: &Args, cfg: LlamaConfig, world: usize) -> Result<Llama
     )?;
     let rows = src.index.rows.len();
     let trained = Trained::new(&cfg);
-    let lora = crate::llama::lora::LlamaLora::from_args(args)?;
+    let lora = crate::llama::lora::LlamaLora::for_family(args, cfg.family)?;
     let base = |cfg: &LlamaConfig| -> Result<Vec<Vec<f32>>> {
         let (model_dir, _) = crate::weights::model_paths(&args.model);
         Ok(trained.fuse(&crate::llama::weights::load(&model_dir, cfg)?))

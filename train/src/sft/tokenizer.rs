@@ -1,6 +1,7 @@
 //! `--tokenizer DIR`: `tokenizer.json` through Hugging Face's `tokenizers` (the library
 //! transformers' fast tokenizers are), and `tokenizer_config.json`'s chat template and special
-//! tokens.
+//! tokens; or ChatGLM3's SentencePiece `tokenizer.model` (a directory with it and no
+//! tokenizer.json) with LLaMA-Factory's `chatglm3` template ([`crate::spm::chatglm3`]).
 
 use super::error::{Result, SftError};
 use super::jsonl::sha256_files;
@@ -17,18 +18,61 @@ pub const MAX_TOKENIZER_BYTES: u64 = 256 << 20;
 pub struct SftTokenizer {
     /// The directory.
     pub dir: PathBuf,
-    tok: tokenizers::Tokenizer,
-    template: ChatTemplate,
-    /// The id padding positions take: the config's `pad_token`, or 0.
+    kind: Kind,
+    /// The id padding positions take: the config's `pad_token`, or 0 (ChatGLM3: its unk).
     pub pad_id: u32,
-    /// SHA-256 of tokenizer.json and tokenizer_config.json (what resuming compares).
+    /// SHA-256 of tokenizer.json and tokenizer_config.json, or of ChatGLM3's tokenizer.model
+    /// (what resuming compares).
     pub fingerprint: String,
+}
+
+/// The two kinds of tokenizer directory.
+enum Kind {
+    /// tokenizer.json and the config's chat template.
+    Hf {
+        tok: Box<tokenizers::Tokenizer>,
+        template: ChatTemplate,
+    },
+    /// ChatGLM3's tokenizer.model with the `chatglm3` template.
+    ChatGlm3(crate::spm::chatglm3::ChatGlm3Tokenizer),
+}
+
+/// The `--template` that renders a ChatGLM3 tokenizer directory's examples.
+pub const CHATGLM3_TEMPLATE: &str = "chatglm3";
+
+/// Check `--template NAME` against the tokenizer directory `dir`: `chatglm3` (the default
+/// for a directory with a SentencePiece tokenizer.model and no tokenizer.json) needs such a
+/// directory; a tokenizer.json directory renders with its own chat template (no --template).
+pub fn check_template(template: Option<&str>, dir: &Path) -> std::result::Result<(), String> {
+    let spm = crate::spm::chatglm3::is_sentencepiece_dir(dir);
+    match template {
+        None => Ok(()),
+        Some(CHATGLM3_TEMPLATE) if spm => Ok(()),
+        Some(CHATGLM3_TEMPLATE) => Err(format!(
+            "--template {CHATGLM3_TEMPLATE} needs a ChatGLM3 tokenizer directory (tokenizer.model, \
+             no tokenizer.json), but --tokenizer {} is not one: drop --template to render with \
+             its tokenizer_config.json chat_template",
+            dir.display()
+        )),
+        Some(other) => Err(format!(
+            "--template {other}: the templates are `{CHATGLM3_TEMPLATE}` (ChatGLM3's \
+             tokenizer.model directories, their default) and, without --template, the \
+             tokenizer_config.json chat_template of a tokenizer.json directory"
+        )),
+    }
 }
 
 impl std::fmt::Debug for SftTokenizer {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("SftTokenizer")
             .field("dir", &self.dir)
+            .field(
+                "template",
+                &match self.kind {
+                    Kind::Hf { .. } => "chat_template",
+                    Kind::ChatGlm3(_) => CHATGLM3_TEMPLATE,
+                },
+            )
             .field("pad_id", &self.pad_id)
             .field("fingerprint", &self.fingerprint)
             .finish_non_exhaustive()
@@ -45,8 +89,12 @@ fn token_text(v: &Value) -> Option<String> {
 }
 
 impl SftTokenizer {
-    /// Load `dir`/tokenizer.json and `dir`/tokenizer_config.json.
+    /// Load `dir`/tokenizer.json and `dir`/tokenizer_config.json, or ChatGLM3's
+    /// `dir`/tokenizer.model when the directory has it and no tokenizer.json.
     pub fn load(dir: &Path) -> Result<Self> {
+        if crate::spm::chatglm3::is_sentencepiece_dir(dir) {
+            return Self::load_chatglm3(dir);
+        }
         let tj = dir.join("tokenizer.json");
         let cj = dir.join("tokenizer_config.json");
         for p in [&tj, &cj] {
@@ -112,20 +160,51 @@ impl SftTokenizer {
             .map_err(|m| SftError::file(&cj, format!("its chat_template does not compile: {m}")))?;
         Ok(Self {
             dir: dir.to_path_buf(),
-            tok,
-            template,
+            kind: Kind::Hf {
+                tok: Box::new(tok),
+                template,
+            },
             pad_id,
             fingerprint,
         })
     }
 
+    /// ChatGLM3's `dir`/tokenizer.model (a corrupt or truncated file is an error naming it).
+    fn load_chatglm3(dir: &Path) -> Result<Self> {
+        let file = dir.join("tokenizer.model");
+        let fingerprint = sha256_files(&[&file], MAX_TOKENIZER_BYTES)?;
+        let tok = crate::spm::chatglm3::ChatGlm3Tokenizer::load(&file).map_err(|e| {
+            let text = e.to_string();
+            let prefix = format!("{}: ", e.path().display());
+            SftError::file(e.path(), text.strip_prefix(&prefix).unwrap_or(&text))
+        })?;
+        Ok(Self {
+            dir: dir.to_path_buf(),
+            pad_id: tok.pad_id(),
+            kind: Kind::ChatGlm3(tok),
+            fingerprint,
+        })
+    }
+
+    /// ChatGLM3's tokenizer, when this directory is one (examples then go through
+    /// [`crate::spm::chatglm3::ChatGlm3Tokenizer::encode_example`]).
+    pub fn chatglm3(&self) -> Option<&crate::spm::chatglm3::ChatGlm3Tokenizer> {
+        match &self.kind {
+            Kind::ChatGlm3(t) => Some(t),
+            Kind::Hf { .. } => None,
+        }
+    }
+
     /// The ids of `text`, without added special tokens (as apply_chat_template encodes; special
     /// tokens written in the text are still recognised).
     pub fn encode(&self, text: &str) -> Result<Vec<u32>, String> {
-        self.tok
-            .encode_fast(text, false)
-            .map(|e| e.get_ids().to_vec())
-            .map_err(|e| format!("the tokenizer failed: {e}"))
+        match &self.kind {
+            Kind::Hf { tok, .. } => tok
+                .encode_fast(text, false)
+                .map(|e| e.get_ids().to_vec())
+                .map_err(|e| format!("the tokenizer failed: {e}")),
+            Kind::ChatGlm3(t) => Ok(t.encode_text(text)),
+        }
     }
 
     /// The chat template's text of `messages`.
@@ -134,23 +213,68 @@ impl SftTokenizer {
         messages: &[Message],
         add_generation_prompt: bool,
     ) -> Result<String, String> {
-        self.template.render(messages, add_generation_prompt)
+        match &self.kind {
+            Kind::Hf { template, .. } => template.render(messages, add_generation_prompt),
+            Kind::ChatGlm3(_) => Err(format!(
+                "the {CHATGLM3_TEMPLATE} template encodes slot by slot; it renders no text"
+            )),
+        }
     }
 
     /// The text of one id (for previews), `None` if the id is unknown.
     pub fn id_to_token(&self, id: u32) -> Option<String> {
-        self.tok.id_to_token(id)
+        match &self.kind {
+            Kind::Hf { tok, .. } => tok.id_to_token(id),
+            Kind::ChatGlm3(t) => chatglm3_piece(t, id).map(|p| String::from_utf8_lossy(&p).into()),
+        }
     }
 
     /// Decode `ids` to text, special tokens included (for previews).
     pub fn decode(&self, ids: &[u32]) -> String {
-        self.tok.decode(ids, false).unwrap_or_default()
+        match &self.kind {
+            Kind::Hf { tok, .. } => tok.decode(ids, false).unwrap_or_default(),
+            Kind::ChatGlm3(t) => {
+                let mut bytes = Vec::new();
+                for &id in ids {
+                    let Some(p) = chatglm3_piece(t, id) else {
+                        continue;
+                    };
+                    match byte_piece(&p) {
+                        Some(b) => bytes.push(b),
+                        None => bytes.extend_from_slice(&p),
+                    }
+                }
+                String::from_utf8_lossy(&bytes).replace('\u{2581}', " ")
+            }
+        }
     }
 
     /// The tokenizer's vocabulary size, added tokens included.
     pub fn vocab_size(&self) -> usize {
-        self.tok.get_vocab_size(true)
+        match &self.kind {
+            Kind::Hf { tok, .. } => tok.get_vocab_size(true),
+            Kind::ChatGlm3(t) => t.vocab_size(),
+        }
     }
+}
+
+/// The bytes of ChatGLM3's id `id`: its piece, or a special token's name.
+fn chatglm3_piece(t: &crate::spm::chatglm3::ChatGlm3Tokenizer, id: u32) -> Option<Vec<u8>> {
+    use crate::spm::chatglm3::Special;
+    let pieces = t.spm().pieces();
+    match pieces.get(id as usize) {
+        Some(p) => Some(p.piece.to_vec()),
+        None => Special::ALL
+            .into_iter()
+            .find(|&s| t.id(s) == id)
+            .map(|s| s.name().as_bytes().to_vec()),
+    }
+}
+
+/// The byte of a byte-fallback piece `<0xXX>`.
+fn byte_piece(p: &[u8]) -> Option<u8> {
+    let hex = p.strip_prefix(b"<0x")?.strip_suffix(b">")?;
+    u8::from_str_radix(std::str::from_utf8(hex).ok()?, 16).ok()
 }
 
 /// The `default` entry of a list of named templates (`[{"name", "template"}, …]`).

@@ -172,18 +172,6 @@ fn the_first_progress_line_names_the_family() {
 }
 
 #[test]
-fn lora_on_glm_is_refused_until_implemented() {
-    let e = crate::train::run(&glm_args(
-        "glm_base",
-        "chatglm",
-        &strs(&["--lora-rank", "4"]),
-    ))
-    .unwrap_err()
-    .to_string();
-    assert!(e.contains("LoRA on the chatglm family"), "{e}");
-}
-
-#[test]
 fn save_format_hf_writes_a_chatglm_run_as_glm() {
     let s = Scratch::new("chatglm-as-glm");
     let ck = s.path("ck");

@@ -11,6 +11,8 @@ mod faults;
 mod files_on_disk;
 #[cfg(feature = "device")]
 mod glm_device;
+mod glm_lora;
+mod glm_sft;
 mod glm_train;
 mod grad_checkpoint;
 #[cfg(feature = "device")]
