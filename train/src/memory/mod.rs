@@ -36,9 +36,7 @@ pub fn check_flags(args: &Args) -> Result<()> {
     if args.memory_estimate {
         return Ok(());
     }
-    let planned = [
-        ("--offload-optimizer cpu", args.offload_optimizer.is_some()),
-    ];
+    let planned = [("--offload-optimizer cpu", args.offload_optimizer.is_some())];
     match planned.iter().find(|(_, on)| *on) {
         Some((flag, _)) => bad(format!(
             "{flag} is not implemented in training yet: `--memory-estimate` predicts its \
