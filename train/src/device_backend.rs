@@ -13,8 +13,8 @@ use crate::backend::{
 use crate::data::Batch;
 use crate::error::{dev, op, Result, TrainError};
 use crate::feed::PinnedSlot;
-use crate::sft::Slot;
 use crate::graph_step::Phase;
+use crate::sft::Slot;
 use hip_kernels::ops::{
     self, AdamW, ClipGradScale, ClipParams, EncoderForward, Run, SoftmaxCrossEntropy, NO_ERROR,
 };

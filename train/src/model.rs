@@ -169,8 +169,7 @@ impl<'b, T: TrainElement, B: Backend<T>> Gpt2<'b, T, B> {
         // --offload-optimizer cpu: the master weights and moments live on the host.
         let offload = backend.offloads() && moments.is_some() && !zero2;
         let rank = backend.rank();
-        let mine =
-            |i: usize| !zero2 && !offload && owners.as_ref().map_or(true, |o| o[i] == rank);
+        let mine = |i: usize| !zero2 && !offload && owners.as_ref().map_or(true, |o| o[i] == rank);
         let dims = Dims {
             batch,
             seq,

@@ -16,10 +16,7 @@ use crate::backend::{AdamWStep, TrainElement, UpdateScalars, Zero2Host};
 use crate::error::{dev, op, Result, TrainError};
 use hip_kernels::ops::{AdamW, AdamWParams, AdamWTensor};
 use hip_kernels::params::{DType, Element, Host};
-use hip_rt::{
-    Device, DeviceBuffer, Event, EventOptions, PinnedHostBuffer, Stream,
-    StreamOptions,
-};
+use hip_rt::{Device, DeviceBuffer, Event, EventOptions, PinnedHostBuffer, Stream, StreamOptions};
 
 /// Elements of one host work item (a tensor is cut into chunks of this many).
 const CHUNK: usize = 1 << 16;
@@ -75,7 +72,12 @@ impl<T: TrainElement> HostOptimizer<T> {
         let at = |e: hip_rt::Error| dev(format!("{FLAG}: {e}"));
         let stored: Vec<PinnedHostBuffer<T>> = params
             .iter()
-            .map(|p| pinned(device, &p.iter().map(|&x| T::from_f32(x)).collect::<Vec<T>>()))
+            .map(|p| {
+                pinned(
+                    device,
+                    &p.iter().map(|&x| T::from_f32(x)).collect::<Vec<T>>(),
+                )
+            })
             .collect::<Result<_>>()?;
         let grads = params
             .iter()
@@ -162,7 +164,9 @@ impl<T: TrainElement> HostOptimizer<T> {
             step: hyper.step,
         };
         fn slices(g: &mut [PinnedHostBuffer<f32>]) -> Result<Vec<&mut [f32]>> {
-            g.iter_mut().map(|b| b.as_mut_slice().map_err(dev)).collect()
+            g.iter_mut()
+                .map(|b| b.as_mut_slice().map_err(dev))
+                .collect()
         }
         let p: Vec<&mut [T]> = self
             .params
@@ -223,7 +227,9 @@ impl<T: TrainElement> HostOptimizer<T> {
                 .collect();
             runs.into_iter().try_for_each(|r| match r.join() {
                 Ok(done) => done.map_err(op),
-                Err(_) => Err(TrainError::Op(format!("{FLAG}: a host AdamW thread panicked"))),
+                Err(_) => Err(TrainError::Op(format!(
+                    "{FLAG}: a host AdamW thread panicked"
+                ))),
             })
         })
     }

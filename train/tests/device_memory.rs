@@ -162,7 +162,14 @@ fn the_estimate_is_within_ten_percent_of_the_measured_peak() {
         (
             "gpt2 bf16 offload",
             gpt2,
-            vec!["--device", "0", "--dtype", "bf16", "--offload-optimizer", "cpu"],
+            vec![
+                "--device",
+                "0",
+                "--dtype",
+                "bf16",
+                "--offload-optimizer",
+                "cpu",
+            ],
             1,
         ),
         (

@@ -247,8 +247,7 @@ impl<'b, T: TrainElement, B: Backend<T>> Llama<'b, T, B> {
         // --offload-optimizer cpu: the master weights and moments live on the host.
         let offload = backend.offloads() && !frozen && !zero2;
         let rank = backend.rank();
-        let mine =
-            |i: usize| !zero2 && !offload && owners.as_ref().map_or(true, |o| o[i] == rank);
+        let mine = |i: usize| !zero2 && !offload && owners.as_ref().map_or(true, |o| o[i] == rank);
         let dims = LlamaDims {
             batch,
             seq,

@@ -444,7 +444,9 @@ fn train<T: TrainElement, B: Backend<T>>(
                         match ids.take() {
                             Some(ids) => model
                                 .forward_backward_ids(b, ids, counted, loss_scale, scalars, last)?,
-                            None => model.forward_backward(b, counted, loss_scale, scalars, last)?,
+                            None => {
+                                model.forward_backward(b, counted, loss_scale, scalars, last)?
+                            }
                         }
                     }
                 }

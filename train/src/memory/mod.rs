@@ -212,10 +212,7 @@ mod tests {
         assert!(args(&["--grad-checkpoint"]).validate().is_ok());
         assert!(args(&["--offload-optimizer", "cpu"]).validate().is_ok());
         let m = usage(&["--offload-optimizer", "cpu", "--graph"]);
-        assert!(
-            m.starts_with("--offload-optimizer cpu with --graph"),
-            "{m}"
-        );
+        assert!(m.starts_with("--offload-optimizer cpu with --graph"), "{m}");
         let a = args(&["--offload-optimizer", "cpu"]);
         let e = super::check_offload(&a, false);
         assert!(

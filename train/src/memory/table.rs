@@ -18,7 +18,13 @@ const FULL_ROWS: [(&str, u8, bool, bool, bool); 5] = [
     ("zero 1", 1, false, false, false),
     ("zero 2", 2, false, false, false),
     ("zero 2 + grad-checkpoint", 2, true, false, false),
-    ("zero 0 + grad-checkpoint + offload cpu", 0, true, true, false),
+    (
+        "zero 0 + grad-checkpoint + offload cpu",
+        0,
+        true,
+        true,
+        false,
+    ),
     (
         "zero 2 + grad-checkpoint + offload cpu (planned)",
         2,

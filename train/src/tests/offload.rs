@@ -50,7 +50,9 @@ mod on_device {
 
     fn gpt2(extra: &[String]) -> Args {
         let d = data_dir();
-        let mut f = strs(&["--seq", "16", "--batch", "4", "--lr", "1e-2", "--steps", "3"]);
+        let mut f = strs(&[
+            "--seq", "16", "--batch", "4", "--lr", "1e-2", "--steps", "3",
+        ]);
         f.extend(extra.iter().cloned());
         args_with(&d.join("model"), &d.join("tokens.bin"), &f)
     }
@@ -157,12 +159,20 @@ mod on_device {
     /// run within the bound; f16 with an overflowing first step skips it as the plain run does.
     #[test]
     fn two_devices_follow_the_plain_run_and_skip_as_it_does() {
-        if alone("tests::offload::on_device::two_devices_follow_the_plain_run_and_skip_as_it_does") {
+        if alone("tests::offload::on_device::two_devices_follow_the_plain_run_and_skip_as_it_does")
+        {
             return;
         }
         let _s = serial();
         let two = ["--batch", "2", "--devices", "0,1"];
-        let f16 = ["--dtype", "f16", "--scale-init", "16777216", "--scale-window", "2"];
+        let f16 = [
+            "--dtype",
+            "f16",
+            "--scale-init",
+            "16777216",
+            "--scale-window",
+            "2",
+        ];
         for (what, extra) in [
             ("gpt2 f32", &two[..]),
             ("gpt2 bf16", &[&two[..], &["--dtype", "bf16"]].concat()[..]),
@@ -171,15 +181,26 @@ mod on_device {
             let plain = run_devices(&gpt2(&strs(extra)), &[0, 1], true).unwrap();
             let off = run_devices(&gpt2(&with(extra, &OFFLOAD)), &[0, 1], true).unwrap();
             let bits = |o| -> Vec<Vec<u32>> {
-                finals(o).iter().map(|t| t.iter().map(|x| x.to_bits()).collect()).collect()
+                finals(o)
+                    .iter()
+                    .map(|t| t.iter().map(|x| x.to_bits()).collect())
+                    .collect()
             };
-            assert!(bits(&off[0]) == bits(&off[1]), "{what}: the ranks' parameters differ");
+            assert!(
+                bits(&off[0]) == bits(&off[1]),
+                "{what}: the ranks' parameters differ"
+            );
             let worst = assert_close(what, &off[0].logs, &plain[0].logs, OFFLOAD_RTOL);
             eprintln!("{what} on 2 devices with offload: worst rel {worst:e}");
         }
         let plain = run_devices(&llama(&strs(&two)), &[0, 1], true).unwrap();
         let off = run_devices(&llama(&with(&two, &OFFLOAD)), &[0, 1], true).unwrap();
-        assert_close("llama f32 on 2 devices", &off[0].logs, &plain[0].logs, OFFLOAD_RTOL);
+        assert_close(
+            "llama f32 on 2 devices",
+            &off[0].logs,
+            &plain[0].logs,
+            OFFLOAD_RTOL,
+        );
     }
 
     /// The host state is the optimizer state saved: an offloaded run resumes bit for bit with
@@ -194,9 +215,14 @@ mod on_device {
         let full = run(&gpt2(&strs(&[&dev[..], &OFFLOAD[..], &save[..]].concat()))).unwrap();
         let from = format!("{ck}/step_2");
         let resume = ["--resume", from.as_str()];
-        let again = run(&gpt2(&strs(&[&dev[..], &OFFLOAD[..], &resume[..]].concat()))).unwrap();
+        let again = run(&gpt2(&strs(
+            &[&dev[..], &OFFLOAD[..], &resume[..]].concat(),
+        )))
+        .unwrap();
         let bits = |l: &[StepLog]| -> Vec<(u64, u64)> {
-            l.iter().map(|x| (x.loss.to_bits(), x.grad_norm.to_bits())).collect()
+            l.iter()
+                .map(|x| (x.loss.to_bits(), x.grad_norm.to_bits()))
+                .collect()
         };
         assert_eq!(bits(&again), bits(&full[2..]), "offload → offload resume");
         let plain = run(&gpt2(&strs(&[&dev[..], &resume[..]].concat()))).unwrap();
