@@ -222,13 +222,17 @@ mod tests {
         assert!(super::check_offload(&a, true).is_ok());
         let m = usage(&["--zero", "1", "--lora-rank", "4"]);
         assert!(m.contains("--lora-rank 4"), "{m}");
-        // With --memory-estimate the planned flags are accepted.
+        // With --memory-estimate the planned combination (offload with ZeRO) is accepted.
         let a = args(&[
             "--memory-estimate",
             "--grad-checkpoint",
+            "--zero",
+            "1",
             "--offload-optimizer",
             "cpu",
         ]);
         assert!(a.validate().is_ok());
+        let m = usage(&["--zero", "1", "--offload-optimizer", "cpu"]);
+        assert!(m.starts_with("--offload-optimizer cpu with --zero"), "{m}");
     }
 }
