@@ -195,7 +195,9 @@ impl<'b, T: TrainElement, B: Backend<T>> Gpt2<'b, T, B> {
             backend.zero2_init([&host(params), &host(m), &host(v)], &decays)?;
         }
         if let (true, Some([m, v])) = (offload, moments) {
-            backend.offload_init([&host(params), &host(m), &host(v)], &decays)?;
+            // ZeRO 1: only the tensors this rank owns.
+            let own = |p| crate::offload::owned_only(host(p), owners.as_deref(), rank);
+            backend.offload_init([&own(params), &own(m), &own(v)], &decays)?;
         }
         let (n, c, f) = (dims.rows(), dims.channels, dims.inner);
         let z = |len: usize| backend.zeros::<T>(len);
@@ -374,9 +376,14 @@ impl<'b, T: TrainElement, B: Backend<T>> Gpt2<'b, T, B> {
         if let (true, Some(grads)) = (self.offload, self.grads.as_ref()) {
             let grads = grads.iter();
             let mut params = self.params.iter_mut();
-            return self
-                .backend
-                .offload_update(hyper, scaling, scalars, &grads, &mut params);
+            self.backend
+                .offload_update(hyper, scaling, scalars, &grads, &mut params)?;
+            if let Some(o) = &self.owners {
+                // Each tensor's owner updated it: hand the new values to every rank.
+                let mut bufs: Vec<_> = params.into_iter().zip(o.iter().copied()).collect();
+                self.backend.broadcast(&mut bufs)?;
+            }
+            return Ok(());
         }
         let (Some(grads), Some(ms), Some(vs)) = (
             self.grads.as_ref(),
@@ -449,7 +456,11 @@ impl<'b, T: TrainElement, B: Backend<T>> Gpt2<'b, T, B> {
         };
         if self.zero2 || self.offload {
             let (master, m, v) = match self.offload {
-                true => be.offload_download()?,
+                true => {
+                    let lens: Vec<usize> =
+                        self.params.iter().iter().map(|t| be.len_of(t)).collect();
+                    offload_gather(be, self.owners.as_deref(), &lens, be.offload_download()?)?
+                }
                 false => be.zero2_download()?,
             };
             let params = match master {
@@ -486,6 +497,35 @@ impl<'b, T: TrainElement, B: Backend<T>> Gpt2<'b, T, B> {
         };
         Ok([params, exp_avg.try_map(stat)?, exp_avg_sq.try_map(stat)?])
     }
+}
+
+/// Offload with ZeRO 1 (`owners`): every tensor's host state `(master, exp_avg, exp_avg_sq)`
+/// from its owner (the others hold it empty), through the device (upload, broadcast,
+/// download); every rank calls it at the same point. Without owners, `state` as it is.
+pub(crate) fn offload_gather<T: TrainElement, B: Backend<T>>(
+    be: &B,
+    owners: Option<&[usize]>,
+    lens: &[usize],
+    state: crate::backend::Zero2Host,
+) -> Result<crate::backend::Zero2Host> {
+    let Some(o) = owners else {
+        return Ok(state);
+    };
+    let gather = |group: Vec<Vec<f32>>| -> Result<Vec<Vec<f32>>> {
+        let mut full = group
+            .iter()
+            .enumerate()
+            .map(|(i, t)| match o.get(i) == Some(&be.rank()) {
+                true => be.upload::<f32>(t),
+                false => be.zeros::<f32>(lens.get(i).copied().unwrap_or(0)),
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let mut bufs: Vec<_> = full.iter_mut().zip(o.iter().copied()).collect();
+        be.broadcast(&mut bufs)?;
+        full.iter().map(|t| be.download(t)).collect()
+    };
+    let (master, m, v) = state;
+    Ok((master.map(gather).transpose()?, gather(m)?, gather(v)?))
 }
 
 /// ZeRO stage 2: give each empty gradient of `grads` (canonical index, buffer) its zeroed

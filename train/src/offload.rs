@@ -24,6 +24,24 @@ const CHUNK: usize = 1 << 16;
 /// The flag, named in errors.
 const FLAG: &str = "--offload-optimizer cpu";
 
+/// ZeRO 1 with offload: of every tensor's host slice `all` (canonical order), those `rank`
+/// owns (`owners`: each tensor's owner; `None`: all), the others empty.
+pub fn owned_only<'a>(
+    all: Vec<&'a [f32]>,
+    owners: Option<&[usize]>,
+    rank: usize,
+) -> Vec<&'a [f32]> {
+    all.into_iter()
+        .enumerate()
+        .map(
+            |(i, t)| match owners.map_or(true, |o| o.get(i) == Some(&rank)) {
+                true => t,
+                false => &[],
+            },
+        )
+        .collect()
+}
+
 /// The optimizer state of one device's parameters on the host, with the staging buffers and
 /// the copy stream of the transfers.
 pub struct HostOptimizer<T: TrainElement> {
@@ -37,6 +55,9 @@ pub struct HostOptimizer<T: TrainElement> {
     exp_avg_sq: Vec<PinnedHostBuffer<f32>>,
     /// Weight decay per tensor.
     decays: Vec<bool>,
+    /// Whether this rank updates each tensor (ZeRO 1: the tensors it owns; the others' state is
+    /// empty here).
+    owned: Vec<bool>,
     copy: Stream,
     /// Recorded on the compute stream once the gradients are final.
     ready: Event,
@@ -56,7 +77,8 @@ fn pinned<U: hip_rt::Element>(device: &Device, data: &[U]) -> Result<PinnedHostB
 
 impl<T: TrainElement> HostOptimizer<T> {
     /// The host state of every tensor (`state`: full f32 parameters, first and second moments
-    /// in canonical order; `decays`: weight decay per tensor) on `device`. Pinned memory that
+    /// in canonical order; `decays`: weight decay per tensor) on `device`. A tensor given empty
+    /// (ZeRO 1: one another rank owns) is neither copied nor updated here. Pinned memory that
     /// cannot be had is a usage error naming the flag.
     pub fn new(device: &Device, state: [&[&[f32]]; 3], decays: &[bool]) -> Result<Self> {
         let [params, m, v] = state;
@@ -96,6 +118,7 @@ impl<T: TrainElement> HostOptimizer<T> {
             exp_avg: group(m)?,
             exp_avg_sq: group(v)?,
             decays: decays.to_vec(),
+            owned: params.iter().map(|p| !p.is_empty()).collect(),
             copy: Stream::new(device, StreamOptions::default()).map_err(at)?,
             ready: Event::new(device, EventOptions::NO_TIMING).map_err(at)?,
             done: Event::new(device, EventOptions::NO_TIMING).map_err(at)?,
@@ -123,7 +146,12 @@ impl<T: TrainElement> HostOptimizer<T> {
         }
         stream.record(&self.ready).map_err(dev)?;
         self.copy.wait(&self.ready).map_err(dev)?;
-        for (g, host) in grads.iter().zip(&mut self.grads) {
+        for ((g, host), _) in grads
+            .iter()
+            .zip(&mut self.grads)
+            .zip(&self.owned)
+            .filter(|(_, &own)| own)
+        {
             self.copy.copy_dtoh_async(*g, host).map_err(dev)?;
         }
         // The step's two scalars (a host wait the update needs in any case).
@@ -141,7 +169,13 @@ impl<T: TrainElement> HostOptimizer<T> {
         };
         if found_inf[0] == 0.0 {
             self.host_step(hyper, grad_scale)?;
-            for (host, p) in self.params.iter().zip(params.iter_mut()) {
+            for ((host, p), _) in self
+                .params
+                .iter()
+                .zip(params.iter_mut())
+                .zip(&self.owned)
+                .filter(|(_, &own)| own)
+            {
                 self.copy.copy_htod_async(host, &mut **p).map_err(dev)?;
             }
         }
@@ -235,7 +269,8 @@ impl<T: TrainElement> HostOptimizer<T> {
     }
 
     /// The host state: `(master (None when the storage type is f32: the parameters are their
-    /// own master), exp_avg, exp_avg_sq)`, one vector per tensor in canonical order.
+    /// own master), exp_avg, exp_avg_sq)`, one vector per tensor in canonical order (empty for
+    /// a tensor another rank owns).
     pub fn download(&self) -> Result<Zero2Host> {
         let f32s = |g: &[PinnedHostBuffer<f32>]| -> Result<Vec<Vec<f32>>> {
             g.iter()

@@ -273,7 +273,9 @@ impl<'b, T: TrainElement, B: Backend<T>> Llama<'b, T, B> {
             backend.zero2_init([&host(params), &host(exp_avg), &host(exp_avg_sq)], &decays)?;
         }
         if offload {
-            backend.offload_init([&host(params), &host(exp_avg), &host(exp_avg_sq)], &decays)?;
+            // ZeRO 1: only the tensors this rank owns.
+            let own = |g| crate::offload::owned_only(host(g), owners.as_deref(), rank);
+            backend.offload_init([&own(params), &own(exp_avg), &own(exp_avg_sq)], &decays)?;
         }
         let (n, c, f) = (dims.rows(), dims.channels, dims.inner);
         let hd = dims.heads * dims.head_dim;
@@ -990,9 +992,14 @@ impl<'b, T: TrainElement, B: Backend<T>> Llama<'b, T, B> {
         if self.offload {
             let grads: Vec<&B::Buf<T>> = self.grads.iter().collect();
             let mut params: Vec<&mut B::Buf<T>> = self.params.iter_mut().collect();
-            return self
-                .backend
-                .offload_update(hyper, scaling, scalars, &grads, &mut params);
+            self.backend
+                .offload_update(hyper, scaling, scalars, &grads, &mut params)?;
+            if let Some(o) = &self.owners {
+                // Each tensor's owner updated it: hand the new values to every rank.
+                let mut bufs: Vec<_> = params.into_iter().zip(o.iter().copied()).collect();
+                self.backend.broadcast(&mut bufs)?;
+            }
+            return Ok(());
         }
         if self.zero2 {
             let mut params: Vec<&mut B::Buf<T>> = self.params.iter_mut().collect();
@@ -1052,7 +1059,15 @@ impl<'b, T: TrainElement, B: Backend<T>> Llama<'b, T, B> {
         };
         if self.zero2 || self.offload {
             let (master, m, v) = match self.offload {
-                true => be.offload_download()?,
+                true => {
+                    let lens: Vec<usize> = self.params.iter().map(|t| be.len_of(t)).collect();
+                    crate::model::offload_gather(
+                        be,
+                        self.owners.as_deref(),
+                        &lens,
+                        be.offload_download()?,
+                    )?
+                }
                 false => be.zero2_download()?,
             };
             let params = match master {

@@ -15,7 +15,8 @@ use crate::lora::LoraConfig;
 use estimate::{LoraPlan, Settings, Shape, DEFAULT_BUCKET_ELEMS};
 
 /// The memory flags alone: `--bucket-mb` only with `--zero 2`, positive and finite;
-/// `--offload-optimizer cpu` without the flags it is not implemented with.
+/// `--offload-optimizer cpu` without the flags it is not implemented with (`--zero 2`, LoRA,
+/// `--graph`).
 pub fn check_flags(args: &Args) -> Result<()> {
     let bad = |m: String| Err(TrainError::Usage(m));
     if let Some(mb) = args.bucket_mb {
@@ -34,14 +35,15 @@ pub fn check_flags(args: &Args) -> Result<()> {
     }
     if args.offload_optimizer.is_some() && !args.memory_estimate {
         let clash = [
-            ("--zero", args.zero != 0),
+            ("--zero 2", args.zero == 2),
             ("--lora-rank", args.lora_rank > 0),
             ("--graph", args.graph),
         ];
         if let Some((flag, _)) = clash.iter().find(|(_, on)| *on) {
             return bad(format!(
                 "--offload-optimizer cpu with {flag}: the offloaded optimizer is implemented for \
-                 a full fine-tune without ZeRO and without --graph; drop {flag} or the offload"
+                 a full fine-tune with ZeRO 0 or 1 and without --graph; drop {flag} or the \
+                 offload"
             ));
         }
     }

@@ -23,7 +23,10 @@ fn offload_on_the_cpu_backend_is_a_usage_error_naming_the_flag() {
         other => panic!("expected a usage error, got {other:?}"),
     }
     for (extra, needle) in [
-        (&["--zero", "1"][..], "--offload-optimizer cpu with --zero"),
+        (
+            &["--zero", "2"][..],
+            "--offload-optimizer cpu with --zero 2",
+        ),
         (&["--graph"][..], "--offload-optimizer cpu with --graph"),
     ] {
         let mut f = strs(&["--seq", "16", "--steps", "1", "--device", "0"]);
@@ -155,7 +158,8 @@ mod on_device {
         }
     }
 
-    /// Two emulated devices (threads): the ranks agree bit for bit, and follow the plain 2-rank
+    /// Two emulated devices (threads), without ZeRO and with ZeRO 1 (each rank keeps the host
+    /// state of the tensors it owns): the ranks agree bit for bit, and follow the plain 2-rank
     /// run within the bound; f16 with an overflowing first step skips it as the plain run does.
     #[test]
     fn two_devices_follow_the_plain_run_and_skip_as_it_does() {
@@ -177,6 +181,10 @@ mod on_device {
             ("gpt2 f32", &two[..]),
             ("gpt2 bf16", &[&two[..], &["--dtype", "bf16"]].concat()[..]),
             ("gpt2 f16 skip", &[&two[..], &f16[..]].concat()[..]),
+            (
+                "gpt2 bf16 zero 1",
+                &[&two[..], &["--dtype", "bf16", "--zero", "1"]].concat()[..],
+            ),
         ] {
             let plain = run_devices(&gpt2(&strs(extra)), &[0, 1], true).unwrap();
             let off = run_devices(&gpt2(&with(extra, &OFFLOAD)), &[0, 1], true).unwrap();
@@ -193,14 +201,24 @@ mod on_device {
             let worst = assert_close(what, &off[0].logs, &plain[0].logs, OFFLOAD_RTOL);
             eprintln!("{what} on 2 devices with offload: worst rel {worst:e}");
         }
-        let plain = run_devices(&llama(&strs(&two)), &[0, 1], true).unwrap();
-        let off = run_devices(&llama(&with(&two, &OFFLOAD)), &[0, 1], true).unwrap();
-        assert_close(
-            "llama f32 on 2 devices",
-            &off[0].logs,
-            &plain[0].logs,
-            OFFLOAD_RTOL,
-        );
+        for extra in [&two[..], &[&two[..], &["--zero", "1"]].concat()[..]] {
+            let what = format!("llama f32 on 2 devices {extra:?}");
+            let plain = run_devices(&llama(&strs(extra)), &[0, 1], true).unwrap();
+            let off = run_devices(&llama(&with(extra, &OFFLOAD)), &[0, 1], true).unwrap();
+            let worst = assert_close(&what, &off[0].logs, &plain[0].logs, OFFLOAD_RTOL);
+            // The final parameters (ZeRO 1: gathered from the owners' host state) agree.
+            let bits = |o| -> Vec<Vec<u32>> {
+                finals(o)
+                    .iter()
+                    .map(|t| t.iter().map(|x| x.to_bits()).collect())
+                    .collect()
+            };
+            assert!(
+                bits(&off[0]) == bits(&off[1]),
+                "{what}: the ranks' parameters differ"
+            );
+            eprintln!("{what} with offload: worst rel {worst:e}");
+        }
     }
 
     /// The host state is the optimizer state saved: an offloaded run resumes bit for bit with
