@@ -13,7 +13,7 @@ use std::path::Path;
 pub const CARDS: [(&str, u64); 2] = [("K100_AI 64 GB", 64), ("Z100 32 GB", 32)];
 
 /// The settings rows, cheapest first: `(label, zero, grad_checkpoint, offload, planned)`.
-/// `--offload-optimizer cpu` trains without ZeRO; its combination with ZeRO is planned.
+/// `--offload-optimizer cpu` trains with ZeRO 0 or 1; its combination with ZeRO 2 is planned.
 const FULL_ROWS: [(&str, u8, bool, bool, bool); 5] = [
     ("zero 1", 1, false, false, false),
     ("zero 2", 2, false, false, false),
