@@ -224,17 +224,23 @@ mod tests {
         assert!(super::check_offload(&a, true).is_ok());
         let m = usage(&["--zero", "1", "--lora-rank", "4"]);
         assert!(m.contains("--lora-rank 4"), "{m}");
-        // With --memory-estimate the planned combination (offload with ZeRO) is accepted.
+        // With --memory-estimate the planned combination (offload with ZeRO 2) is accepted.
         let a = args(&[
             "--memory-estimate",
             "--grad-checkpoint",
             "--zero",
-            "1",
+            "2",
             "--offload-optimizer",
             "cpu",
         ]);
         assert!(a.validate().is_ok());
-        let m = usage(&["--zero", "1", "--offload-optimizer", "cpu"]);
-        assert!(m.starts_with("--offload-optimizer cpu with --zero"), "{m}");
+        assert!(args(&["--zero", "1", "--offload-optimizer", "cpu"])
+            .validate()
+            .is_ok());
+        let m = usage(&["--zero", "2", "--offload-optimizer", "cpu"]);
+        assert!(
+            m.starts_with("--offload-optimizer cpu with --zero 2"),
+            "{m}"
+        );
     }
 }
