@@ -51,13 +51,16 @@ pub struct HostOptimizer<T: TrainElement> {
     grads: Vec<PinnedHostBuffer<T>>,
     /// f32 master weights, when the storage type is not f32.
     master: Option<Vec<PinnedHostBuffer<f32>>>,
+    /// AdamW first moments.
     exp_avg: Vec<PinnedHostBuffer<f32>>,
+    /// AdamW second moments.
     exp_avg_sq: Vec<PinnedHostBuffer<f32>>,
     /// Weight decay per tensor.
     decays: Vec<bool>,
     /// Whether this rank updates each tensor (ZeRO 1: the tensors it owns; the others' state is
     /// empty here).
     owned: Vec<bool>,
+    /// The stream of the gradient and parameter copies.
     copy: Stream,
     /// Recorded on the compute stream once the gradients are final.
     ready: Event,
