@@ -474,11 +474,54 @@ pub trait Backend<T: TrainElement> {
     fn zero2_download(&self) -> Result<Zero2Host> {
         Err(no_zero2())
     }
+    /// `--offload-optimizer cpu` (crate::offload): keep the optimizer state on the host from
+    /// now on. A backend without device memory refuses it.
+    fn set_offload(&self, on: bool) -> Result<()> {
+        match on {
+            true => Err(no_offload()),
+            false => Ok(()),
+        }
+    }
+    /// Whether the optimizer state lives on the host ([`Backend::set_offload`]).
+    fn offloads(&self) -> bool {
+        false
+    }
+    /// Offload: take every tensor's full f32 parameters and moments (`state`, canonical order)
+    /// and weight decay flags into host memory.
+    fn offload_init(&self, state: [&[&[f32]]; 3], decays: &[bool]) -> Result<()> {
+        let _ = (state, decays);
+        Err(no_offload())
+    }
+    /// Offload: AdamW of every tensor on the host (as [`adamw_all`]) from `grads`, the updated
+    /// `params` copied back before the backend's next work.
+    fn offload_update(
+        &self,
+        hyper: &AdamWStep,
+        scaling: GradScaling,
+        scalars: &Self::Scalars,
+        grads: &[&Self::Buf<T>],
+        params: &mut [&mut Self::Buf<T>],
+    ) -> Result<()> {
+        let _ = (hyper, scaling, scalars, grads, params);
+        Err(no_offload())
+    }
+    /// Offload: the host state (as [`Backend::zero2_download`]).
+    fn offload_download(&self) -> Result<Zero2Host> {
+        Err(no_offload())
+    }
 }
 
 /// ZeRO stage 2's optimizer state on the host: `[master (None when T is f32), exp_avg,
 /// exp_avg_sq]`, one vector per tensor in canonical order.
 pub type Zero2Host = (Option<Vec<Vec<f32>>>, Vec<Vec<f32>>, Vec<Vec<f32>>);
+
+fn no_offload() -> TrainError {
+    TrainError::Usage(
+        "--offload-optimizer cpu moves the optimizer state off a device's memory; the CPU \
+         backend has none (train on a device: --device N or --devices 0,1,…, or drop the flag)"
+            .into(),
+    )
+}
 
 fn no_zero2() -> TrainError {
     TrainError::Usage(

@@ -214,7 +214,7 @@ pub struct Args {
     #[arg(long)]
     pub grad_checkpoint: bool,
     /// Keep AdamW's state and the f32 master weights in pinned host memory and update on the
-    /// CPU (planned: `--memory-estimate` only).
+    /// CPU (device runs with ZeRO 0 or 1, without LoRA or --graph; docs/MEMORY.md).
     #[arg(long, value_enum)]
     pub offload_optimizer: Option<Offload>,
     /// Capture the steady step once as a HIP graph and replay it (one device, no SFT data; more

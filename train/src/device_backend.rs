@@ -171,6 +171,10 @@ pub struct DeviceBackend {
     zero2: RefCell<Option<Box<dyn std::any::Any>>>,
     /// ZeRO stage 2's bucket in elements ([`DeviceBackend::set_bucket_elems`]).
     bucket_elems: std::cell::Cell<usize>,
+    /// `--offload-optimizer cpu`: whether models keep their optimizer state on the host.
+    offload: Cell<bool>,
+    /// The host optimizer state (a `crate::offload::HostOptimizer<T>`), once set up.
+    host_opt: RefCell<Option<Box<dyn std::any::Any>>>,
     graph: GraphState,
 }
 
@@ -255,6 +259,8 @@ impl DeviceBackend {
             tables: RefCell::new(ops::OptimizerTables::new()),
             zero2: RefCell::new(None),
             bucket_elems: std::cell::Cell::new(crate::memory::estimate::DEFAULT_BUCKET_ELEMS),
+            offload: Cell::new(false),
+            host_opt: RefCell::new(None),
             graph: GraphState::default(),
         })
     }
@@ -263,6 +269,12 @@ impl DeviceBackend {
     /// (default DeepSpeed's `reduce_bucket_size`, 2e8).
     pub fn set_bucket_elems(&self, elems: usize) {
         self.bucket_elems.set(elems.max(1));
+    }
+
+    /// `--offload-optimizer cpu`: models built on this backend keep their optimizer state in
+    /// host memory ([`crate::offload`]).
+    pub fn set_offload_flag(&self, on: bool) {
+        self.offload.set(on);
     }
 
     /// Run `f` on ZeRO stage 2's state of storage type `T` and this rank's communicator.
@@ -1070,5 +1082,48 @@ impl<T: TrainElement> Backend<T> for DeviceBackend {
     fn zero2_download(&self) -> Result<crate::backend::Zero2Host> {
         self.settle()?;
         self.with_zero2::<T, _>(|z, d| z.download(&d.comm, &self.stream))
+    }
+
+    fn set_offload(&self, on: bool) -> Result<()> {
+        self.set_offload_flag(on);
+        Ok(())
+    }
+
+    fn offloads(&self) -> bool {
+        self.offload.get()
+    }
+
+    fn offload_init(&self, state: [&[&[f32]]; 3], decays: &[bool]) -> Result<()> {
+        let h = crate::offload::HostOptimizer::<T>::new(&self.device, state, decays)?;
+        *self.host_opt.borrow_mut() = Some(Box::new(h));
+        Ok(())
+    }
+
+    fn offload_update(
+        &self,
+        hyper: &crate::backend::AdamWStep,
+        scaling: GradScaling,
+        scalars: &DeviceScalars,
+        grads: &[&DeviceBuffer<T>],
+        params: &mut [&mut DeviceBuffer<T>],
+    ) -> Result<()> {
+        let update = <Self as Backend<T>>::update_scalars(self, scaling, scalars)?;
+        // The scalars read on the host may depend on the other ranks' collectives.
+        self.settle()?;
+        let mut guard = self.host_opt.borrow_mut();
+        let h = guard
+            .as_mut()
+            .and_then(|b| b.downcast_mut::<crate::offload::HostOptimizer<T>>())
+            .ok_or_else(|| TrainError::Op("offload used before offload_init".into()))?;
+        h.update(&self.stream, hyper, &update, grads, params)
+    }
+
+    fn offload_download(&self) -> Result<crate::backend::Zero2Host> {
+        let guard = self.host_opt.borrow();
+        let h = guard
+            .as_ref()
+            .and_then(|b| b.downcast_ref::<crate::offload::HostOptimizer<T>>())
+            .ok_or_else(|| TrainError::Op("offload used before offload_init".into()))?;
+        h.download()
     }
 }

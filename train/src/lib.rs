@@ -31,6 +31,7 @@ pub mod llama;
 pub mod lora;
 pub mod memory;
 pub mod model;
+pub mod offload;
 pub mod outputs;
 pub mod parallel;
 pub mod params;

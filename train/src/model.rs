@@ -94,6 +94,9 @@ pub struct Gpt2<'b, T: TrainElement, B: Backend<T>> {
     /// ZeRO stage 2: the backend keeps this rank's shards of the gradients and optimizer
     /// state; the model's gradients are empty outside the backward that produces them.
     zero2: bool,
+    /// `--offload-optimizer cpu`: the backend keeps the master weights and moments in host
+    /// memory ([`crate::offload`]); the model's are empty.
+    offload: bool,
     /// Every trained tensor's length, in canonical order.
     grad_lens: Vec<usize>,
     acts: Acts<B::Buf<T>, B::Buf<f32>>,
@@ -163,8 +166,10 @@ impl<'b, T: TrainElement, B: Backend<T>> Gpt2<'b, T, B> {
             let lens: Vec<usize> = params.iter().iter().map(|t| t.len()).collect();
             zero_owners(&lens, backend.world())
         });
+        // --offload-optimizer cpu: the master weights and moments live on the host.
+        let offload = backend.offloads() && moments.is_some() && !zero2;
         let rank = backend.rank();
-        let mine = |i: usize| !zero2 && owners.as_ref().map_or(true, |o| o[i] == rank);
+        let mine = |i: usize| !zero2 && !offload && owners.as_ref().map_or(true, |o| o[i] == rank);
         let dims = Dims {
             batch,
             seq,
@@ -183,11 +188,16 @@ impl<'b, T: TrainElement, B: Backend<T>> Gpt2<'b, T, B> {
         // ZeRO 2: allocated by the backward (`zero2_alloc`).
         let zero = |_: usize, t: &Vec<f32>| backend.zeros::<T>(if zero2 { 0 } else { t.len() });
         let decays: Vec<bool> = specs(cfg).iter().map(|s| s.decays()).collect();
+        fn host(p: &Params<Vec<f32>>) -> Vec<&[f32]> {
+            p.iter().into_iter().map(|t| &t[..]).collect()
+        }
         if let (true, Some([m, v])) = (zero2, moments) {
-            fn host(p: &Params<Vec<f32>>) -> Vec<&[f32]> {
-                p.iter().into_iter().map(|t| &t[..]).collect()
-            }
             backend.zero2_init([&host(params), &host(m), &host(v)], &decays)?;
+        }
+        if let (true, Some([m, v])) = (offload, moments) {
+            // ZeRO 1: only the tensors this rank owns.
+            let own = |p| crate::offload::owned_only(host(p), owners.as_deref(), rank);
+            backend.offload_init([&own(params), &own(m), &own(v)], &decays)?;
         }
         let (n, c, f) = (dims.rows(), dims.channels, dims.inner);
         let z = |len: usize| backend.zeros::<T>(len);
@@ -256,6 +266,7 @@ impl<'b, T: TrainElement, B: Backend<T>> Gpt2<'b, T, B> {
             owners,
             grad_checkpoint,
             zero2,
+            offload,
             grad_lens: params.iter().iter().map(|t| t.len()).collect(),
             acts,
             _t: PhantomData,
@@ -362,6 +373,18 @@ impl<'b, T: TrainElement, B: Backend<T>> Gpt2<'b, T, B> {
                 .backend
                 .zero2_update(hyper, scaling, scalars, &mut params);
         }
+        if let (true, Some(grads)) = (self.offload, self.grads.as_ref()) {
+            let grads = grads.iter();
+            let mut params = self.params.iter_mut();
+            self.backend
+                .offload_update(hyper, scaling, scalars, &grads, &mut params)?;
+            if let Some(o) = &self.owners {
+                // Each tensor's owner updated it: hand the new values to every rank.
+                let mut bufs: Vec<_> = params.into_iter().zip(o.iter().copied()).collect();
+                self.backend.broadcast(&mut bufs)?;
+            }
+            return Ok(());
+        }
         let (Some(grads), Some(ms), Some(vs)) = (
             self.grads.as_ref(),
             self.exp_avg.as_mut(),
@@ -431,8 +454,15 @@ impl<'b, T: TrainElement, B: Backend<T>> Gpt2<'b, T, B> {
                 "the base is frozen (LoRA): it has no optimizer state to download".into(),
             ));
         };
-        if self.zero2 {
-            let (master, m, v) = be.zero2_download()?;
+        if self.zero2 || self.offload {
+            let (master, m, v) = match self.offload {
+                true => {
+                    let lens: Vec<usize> =
+                        self.params.iter().iter().map(|t| be.len_of(t)).collect();
+                    offload_gather(be, self.owners.as_deref(), &lens, be.offload_download()?)?
+                }
+                false => be.zero2_download()?,
+            };
             let params = match master {
                 Some(h) => Params::from_vec(h, self.layers)?,
                 None => self.params.try_map(|_, t| be.download(t))?,
@@ -467,6 +497,35 @@ impl<'b, T: TrainElement, B: Backend<T>> Gpt2<'b, T, B> {
         };
         Ok([params, exp_avg.try_map(stat)?, exp_avg_sq.try_map(stat)?])
     }
+}
+
+/// Offload with ZeRO 1 (`owners`): every tensor's host state `(master, exp_avg, exp_avg_sq)`
+/// from its owner (the others hold it empty), through the device (upload, broadcast,
+/// download); every rank calls it at the same point. Without owners, `state` as it is.
+pub(crate) fn offload_gather<T: TrainElement, B: Backend<T>>(
+    be: &B,
+    owners: Option<&[usize]>,
+    lens: &[usize],
+    state: crate::backend::Zero2Host,
+) -> Result<crate::backend::Zero2Host> {
+    let Some(o) = owners else {
+        return Ok(state);
+    };
+    let gather = |group: Vec<Vec<f32>>| -> Result<Vec<Vec<f32>>> {
+        let mut full = group
+            .iter()
+            .enumerate()
+            .map(|(i, t)| match o.get(i) == Some(&be.rank()) {
+                true => be.upload::<f32>(t),
+                false => be.zeros::<f32>(lens.get(i).copied().unwrap_or(0)),
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let mut bufs: Vec<_> = full.iter_mut().zip(o.iter().copied()).collect();
+        be.broadcast(&mut bufs)?;
+        full.iter().map(|t| be.download(t)).collect()
+    };
+    let (master, m, v) = state;
+    Ok((master.map(gather).transpose()?, gather(m)?, gather(v)?))
 }
 
 /// ZeRO stage 2: give each empty gradient of `grads` (canonical index, buffer) its zeroed

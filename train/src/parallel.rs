@@ -95,6 +95,7 @@ fn run_threads<S: Clone + Send>(
                     let backend =
                         DeviceBackend::with_comm(comm, args.grad_accum).inspect_err(fail)?;
                     backend.set_bucket_elems(crate::memory::bucket_elems(args));
+                    backend.set_offload_flag(args.offload_optimizer.is_some());
                     // Aborted before the backend (and its communicator) is dropped: a
                     // communicator's teardown may wait for the other ranks.
                     rank_fn(&backend, role, setup).inspect_err(fail)
@@ -186,6 +187,7 @@ fn join_and_run(
     let liveness = joined.liveness;
     let backend = DeviceBackend::with_comm(joined.comm, args.grad_accum)?;
     backend.set_bucket_elems(crate::memory::bucket_elems(args));
+    backend.set_offload_flag(args.offload_optimizer.is_some());
     match rank_fn(&backend) {
         Ok(o) => {
             liveness.finish();

@@ -330,7 +330,11 @@ pub fn run(args: &Args) -> Result<Vec<StepLog>> {
             match args.device {
                 Device::Cpu => train_as(&Cpu, args, setup, Role::SINGLE),
                 Device::Gpu(n) => train_as(
-                    &DeviceBackend::new(n, args.grad_accum)?,
+                    &{
+                        let b = DeviceBackend::new(n, args.grad_accum)?;
+                        b.set_offload_flag(args.offload_optimizer.is_some());
+                        b
+                    },
                     args,
                     setup,
                     Role::SINGLE,
@@ -349,6 +353,7 @@ fn show_memory_estimate(args: &Args, launched: Option<&LaunchEnv>) -> Result<boo
         (None, None) => 1,
     };
     crate::memory::check_world(args, world)?;
+    crate::memory::check_offload(args, crate::memory::on_device(args, launched.is_some()))?;
     let primary = launched.map_or(true, |e| e.rank == 0);
     if args.memory_estimate {
         if primary {

@@ -159,6 +159,40 @@ fn the_estimate_is_within_ten_percent_of_the_measured_peak() {
             ],
             2,
         ),
+        (
+            "gpt2 bf16 offload",
+            gpt2,
+            vec![
+                "--device",
+                "0",
+                "--dtype",
+                "bf16",
+                "--offload-optimizer",
+                "cpu",
+            ],
+            1,
+        ),
+        (
+            "llama f32 2 ranks offload",
+            llama,
+            vec!["--devices", "0,1", "--offload-optimizer", "cpu"],
+            2,
+        ),
+        (
+            "gpt2 bf16 2 ranks zero 1 offload",
+            gpt2,
+            vec![
+                "--devices",
+                "0,1",
+                "--zero",
+                "1",
+                "--dtype",
+                "bf16",
+                "--offload-optimizer",
+                "cpu",
+            ],
+            2,
+        ),
     ];
     let mut within = 0;
     for (label, (model, tokens), extra, world) in cases {

@@ -181,6 +181,9 @@ pub struct Llama<'b, T: TrainElement, B: Backend<T>> {
     /// ZeRO stage 2: the backend keeps this rank's shards of the gradients and optimizer
     /// state; the model's gradients are empty outside the backward that produces them.
     zero2: bool,
+    /// `--offload-optimizer cpu`: the backend keeps the master weights and moments in host
+    /// memory ([`crate::offload`]); the model's are empty.
+    offload: bool,
     /// Every trained tensor's length, in the trained order.
     grad_lens: Vec<usize>,
     /// LoRA: the base is never updated and has no gradients of its 2-D weights.
@@ -241,8 +244,10 @@ impl<'b, T: TrainElement, B: Backend<T>> Llama<'b, T, B> {
             let lens: Vec<usize> = params.iter().map(Vec::len).collect();
             zero_owners(&lens, backend.world())
         });
+        // --offload-optimizer cpu: the master weights and moments live on the host.
+        let offload = backend.offloads() && !frozen && !zero2;
         let rank = backend.rank();
-        let mine = |i: usize| !zero2 && owners.as_ref().map_or(true, |o| o[i] == rank);
+        let mine = |i: usize| !zero2 && !offload && owners.as_ref().map_or(true, |o| o[i] == rank);
         let dims = LlamaDims {
             batch,
             seq,
@@ -261,11 +266,16 @@ impl<'b, T: TrainElement, B: Backend<T>> Llama<'b, T, B> {
             false => backend.zeros::<f32>(0),
         };
         let decays: Vec<bool> = layout.specs.iter().map(|s| s.decays()).collect();
+        fn host(g: &[Vec<f32>]) -> Vec<&[f32]> {
+            g.iter().map(|t| &t[..]).collect()
+        }
         if zero2 {
-            fn host(g: &[Vec<f32>]) -> Vec<&[f32]> {
-                g.iter().map(|t| &t[..]).collect()
-            }
             backend.zero2_init([&host(params), &host(exp_avg), &host(exp_avg_sq)], &decays)?;
+        }
+        if offload {
+            // ZeRO 1: only the tensors this rank owns.
+            let own = |g| crate::offload::owned_only(host(g), owners.as_deref(), rank);
+            backend.offload_init([&own(params), &own(exp_avg), &own(exp_avg_sq)], &decays)?;
         }
         let (n, c, f) = (dims.rows(), dims.channels, dims.inner);
         let hd = dims.heads * dims.head_dim;
@@ -342,6 +352,7 @@ impl<'b, T: TrainElement, B: Backend<T>> Llama<'b, T, B> {
             layout,
             owners,
             zero2,
+            offload,
             acts,
             lora: None,
             _t: PhantomData,
@@ -978,6 +989,18 @@ impl<'b, T: TrainElement, B: Backend<T>> Llama<'b, T, B> {
         scaling: GradScaling,
         scalars: &B::Scalars,
     ) -> Result<()> {
+        if self.offload {
+            let grads: Vec<&B::Buf<T>> = self.grads.iter().collect();
+            let mut params: Vec<&mut B::Buf<T>> = self.params.iter_mut().collect();
+            self.backend
+                .offload_update(hyper, scaling, scalars, &grads, &mut params)?;
+            if let Some(o) = &self.owners {
+                // Each tensor's owner updated it: hand the new values to every rank.
+                let mut bufs: Vec<_> = params.into_iter().zip(o.iter().copied()).collect();
+                self.backend.broadcast(&mut bufs)?;
+            }
+            return Ok(());
+        }
         if self.zero2 {
             let mut params: Vec<&mut B::Buf<T>> = self.params.iter_mut().collect();
             return self
@@ -1034,8 +1057,19 @@ impl<'b, T: TrainElement, B: Backend<T>> Llama<'b, T, B> {
         let down = |group: &[B::Buf<f32>]| -> Result<Vec<Vec<f32>>> {
             group.iter().map(|t| be.download(t)).collect()
         };
-        if self.zero2 {
-            let (master, m, v) = be.zero2_download()?;
+        if self.zero2 || self.offload {
+            let (master, m, v) = match self.offload {
+                true => {
+                    let lens: Vec<usize> = self.params.iter().map(|t| be.len_of(t)).collect();
+                    crate::model::offload_gather(
+                        be,
+                        self.owners.as_deref(),
+                        &lens,
+                        be.offload_download()?,
+                    )?
+                }
+                false => be.zero2_download()?,
+            };
             let params = match master {
                 Some(h) => h,
                 None => self

@@ -236,7 +236,11 @@ pub(crate) fn run_single(args: &Args, cfg: LlamaConfig) -> Result<Vec<StepLog>> 
     let out = match args.device {
         Device::Cpu => train_as(&Cpu, args, s, Role::SINGLE, false)?,
         Device::Gpu(n) => train_as(
-            &DeviceBackend::new(n, args.grad_accum)?,
+            &{
+                let b = DeviceBackend::new(n, args.grad_accum)?;
+                b.set_offload_flag(args.offload_optimizer.is_some());
+                b
+            },
             args,
             s,
             Role::SINGLE,

@@ -1,9 +1,8 @@
 //! Device memory of a run: the per-rank estimate (`--memory-estimate`, [`estimate`]) and the
 //! checks of the memory flags (docs/MEMORY.md).
 //!
-//! `--grad-checkpoint` and `--zero 2` ([`crate::zero2`]) train (both model families).
-//! `--offload-optimizer cpu` is planned: the estimate predicts it, a training run refuses it
-//! with a usage error that says so.
+//! `--grad-checkpoint`, `--zero 2` ([`crate::zero2`]) and `--offload-optimizer cpu`
+//! ([`crate::offload`]) train (both model families).
 
 pub mod estimate;
 pub mod table;
@@ -15,8 +14,9 @@ use crate::llama::LlamaConfig;
 use crate::lora::LoraConfig;
 use estimate::{LoraPlan, Settings, Shape, DEFAULT_BUCKET_ELEMS};
 
-/// The memory flags alone: `--bucket-mb` only with `--zero 2`, positive and finite; outside
-/// `--memory-estimate`, the planned features refused by name.
+/// The memory flags alone: `--bucket-mb` only with `--zero 2`, positive and finite;
+/// `--offload-optimizer cpu` without the flags it is not implemented with (`--zero 2`, LoRA,
+/// `--graph`).
 pub fn check_flags(args: &Args) -> Result<()> {
     let bad = |m: String| Err(TrainError::Usage(m));
     if let Some(mb) = args.bucket_mb {
@@ -33,17 +33,35 @@ pub fn check_flags(args: &Args) -> Result<()> {
             ));
         }
     }
-    if args.memory_estimate {
-        return Ok(());
+    if args.offload_optimizer.is_some() && !args.memory_estimate {
+        let clash = [
+            ("--zero 2", args.zero == 2),
+            ("--lora-rank", args.lora_rank > 0),
+            ("--graph", args.graph),
+        ];
+        if let Some((flag, _)) = clash.iter().find(|(_, on)| *on) {
+            return bad(format!(
+                "--offload-optimizer cpu with {flag}: the offloaded optimizer is implemented for \
+                 a full fine-tune with ZeRO 0 or 1 and without --graph; drop {flag} or the \
+                 offload"
+            ));
+        }
     }
-    let planned = [("--offload-optimizer cpu", args.offload_optimizer.is_some())];
-    match planned.iter().find(|(_, on)| *on) {
-        Some((flag, _)) => bad(format!(
-            "{flag} is not implemented in training yet: `--memory-estimate` predicts its \
-             memory (docs/MEMORY.md); drop {flag} to train"
-        )),
-        None => Ok(()),
+    Ok(())
+}
+
+/// The offload's backend: `--offload-optimizer cpu` moves optimizer state off a device, so a
+/// run on the CPU backend (`on_device` false) is a usage error naming the flag.
+pub fn check_offload(args: &Args, on_device: bool) -> Result<()> {
+    if args.offload_optimizer.is_some() && !on_device && !args.memory_estimate {
+        return Err(TrainError::Usage(
+            "--offload-optimizer cpu moves the optimizer state off a device's memory; the CPU \
+             backend has none (train on a device: --device N or --devices 0,1,…, or drop the \
+             flag)"
+                .into(),
+        ));
     }
+    Ok(())
 }
 
 /// The checks that need the number of ranks `world`.
@@ -194,20 +212,35 @@ mod tests {
         let m = usage(&["--zero", "2", "--bucket-mb", "0"]);
         assert!(m.starts_with("--bucket-mb 0"), "{m}");
         assert!(args(&["--grad-checkpoint"]).validate().is_ok());
-        let m = usage(&["--offload-optimizer", "cpu"]);
+        assert!(args(&["--offload-optimizer", "cpu"]).validate().is_ok());
+        let m = usage(&["--offload-optimizer", "cpu", "--graph"]);
+        assert!(m.starts_with("--offload-optimizer cpu with --graph"), "{m}");
+        let a = args(&["--offload-optimizer", "cpu"]);
+        let e = super::check_offload(&a, false);
         assert!(
-            m.starts_with("--offload-optimizer cpu") && m.contains("--memory-estimate"),
-            "{m}"
+            matches!(&e, Err(TrainError::Usage(m)) if m.starts_with("--offload-optimizer cpu")),
+            "{e:?}"
         );
+        assert!(super::check_offload(&a, true).is_ok());
         let m = usage(&["--zero", "1", "--lora-rank", "4"]);
         assert!(m.contains("--lora-rank 4"), "{m}");
-        // With --memory-estimate the planned flags are accepted.
+        // With --memory-estimate the planned combination (offload with ZeRO 2) is accepted.
         let a = args(&[
             "--memory-estimate",
             "--grad-checkpoint",
+            "--zero",
+            "2",
             "--offload-optimizer",
             "cpu",
         ]);
         assert!(a.validate().is_ok());
+        assert!(args(&["--zero", "1", "--offload-optimizer", "cpu"])
+            .validate()
+            .is_ok());
+        let m = usage(&["--zero", "2", "--offload-optimizer", "cpu"]);
+        assert!(
+            m.starts_with("--offload-optimizer cpu with --zero 2"),
+            "{m}"
+        );
     }
 }

@@ -13,10 +13,18 @@ use std::path::Path;
 pub const CARDS: [(&str, u64); 2] = [("K100_AI 64 GB", 64), ("Z100 32 GB", 32)];
 
 /// The settings rows, cheapest first: `(label, zero, grad_checkpoint, offload, planned)`.
-const FULL_ROWS: [(&str, u8, bool, bool, bool); 4] = [
+/// `--offload-optimizer cpu` trains with ZeRO 0 or 1; its combination with ZeRO 2 is planned.
+const FULL_ROWS: [(&str, u8, bool, bool, bool); 5] = [
     ("zero 1", 1, false, false, false),
     ("zero 2", 2, false, false, false),
     ("zero 2 + grad-checkpoint", 2, true, false, false),
+    (
+        "zero 0 + grad-checkpoint + offload cpu",
+        0,
+        true,
+        true,
+        false,
+    ),
     (
         "zero 2 + grad-checkpoint + offload cpu (planned)",
         2,

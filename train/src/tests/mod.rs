@@ -25,6 +25,7 @@ mod llama_lora;
 mod llama_train;
 mod lora;
 mod mixed;
+mod offload;
 mod parallel;
 mod peft;
 mod reference;

@@ -1,0 +1,289 @@
+//! CPU optimizer offload on the device backend (`--offload-optimizer cpu`, docs/MEMORY.md):
+//! the f32 master weights and AdamW moments live in pinned host memory; the device keeps only
+//! the parameters (storage type) and their gradients.
+//!
+//! A step, after the backward (and the gradient all-reduce of a data-parallel run): the copy
+//! stream waits (on the device) for the compute stream and copies every gradient down into
+//! pinned staging buffers; the host reads the step's two scalars (gradient divisor and
+//! non-finite flag, computed on the device as without offload), runs AdamW on the host
+//! ([`hip_kernels::cpu::adamw`], the same formula and rounding order as the device kernel)
+//! over chunks of the tensors on several threads, and queues the updated parameters (storage
+//! type) back up on the copy stream. The compute stream waits on an event recorded after those
+//! copies, so the next step's forward starts only once its weights have arrived, with no host
+//! wait for them.
+
+use crate::backend::{AdamWStep, TrainElement, UpdateScalars, Zero2Host};
+use crate::error::{dev, op, Result, TrainError};
+use hip_kernels::ops::{AdamW, AdamWParams, AdamWTensor};
+use hip_kernels::params::{DType, Element, Host};
+use hip_rt::{Device, DeviceBuffer, Event, EventOptions, PinnedHostBuffer, Stream, StreamOptions};
+
+/// Elements of one host work item (a tensor is cut into chunks of this many).
+const CHUNK: usize = 1 << 16;
+
+/// The flag, named in errors.
+const FLAG: &str = "--offload-optimizer cpu";
+
+/// ZeRO 1 with offload: of every tensor's host slice `all` (canonical order), those `rank`
+/// owns (`owners`: each tensor's owner; `None`: all), the others empty.
+pub fn owned_only<'a>(
+    all: Vec<&'a [f32]>,
+    owners: Option<&[usize]>,
+    rank: usize,
+) -> Vec<&'a [f32]> {
+    all.into_iter()
+        .enumerate()
+        .map(
+            |(i, t)| match owners.map_or(true, |o| o.get(i) == Some(&rank)) {
+                true => t,
+                false => &[],
+            },
+        )
+        .collect()
+}
+
+/// The optimizer state of one device's parameters on the host, with the staging buffers and
+/// the copy stream of the transfers.
+pub struct HostOptimizer<T: TrainElement> {
+    /// The parameters in the storage type (when it is f32, also their master copy).
+    params: Vec<PinnedHostBuffer<T>>,
+    /// The step's gradients, copied down.
+    grads: Vec<PinnedHostBuffer<T>>,
+    /// f32 master weights, when the storage type is not f32.
+    master: Option<Vec<PinnedHostBuffer<f32>>>,
+    /// AdamW first moments.
+    exp_avg: Vec<PinnedHostBuffer<f32>>,
+    /// AdamW second moments.
+    exp_avg_sq: Vec<PinnedHostBuffer<f32>>,
+    /// Weight decay per tensor.
+    decays: Vec<bool>,
+    /// Whether this rank updates each tensor (ZeRO 1: the tensors it owns; the others' state is
+    /// empty here).
+    owned: Vec<bool>,
+    /// The stream of the gradient and parameter copies.
+    copy: Stream,
+    /// Recorded on the compute stream once the gradients are final.
+    ready: Event,
+    /// Recorded on the copy stream after the step's copies; the compute stream waits on it.
+    done: Event,
+}
+
+fn pinned<U: hip_rt::Element>(device: &Device, data: &[U]) -> Result<PinnedHostBuffer<U>> {
+    PinnedHostBuffer::from_slice(device, data).map_err(|e| {
+        TrainError::Usage(format!(
+            "{FLAG}: pinned host memory for {} bytes of optimizer state is not available \
+             ({e}); drop {FLAG} or free host memory",
+            std::mem::size_of_val(data)
+        ))
+    })
+}
+
+impl<T: TrainElement> HostOptimizer<T> {
+    /// The host state of every tensor (`state`: full f32 parameters, first and second moments
+    /// in canonical order; `decays`: weight decay per tensor) on `device`. A tensor given empty
+    /// (ZeRO 1: one another rank owns) is neither copied nor updated here. Pinned memory that
+    /// cannot be had is a usage error naming the flag.
+    pub fn new(device: &Device, state: [&[&[f32]]; 3], decays: &[bool]) -> Result<Self> {
+        let [params, m, v] = state;
+        if m.len() != params.len() || v.len() != params.len() || decays.len() != params.len() {
+            return Err(TrainError::Op(format!(
+                "{FLAG}: {} parameter tensors but {} / {} moments and {} decay flags",
+                params.len(),
+                m.len(),
+                v.len(),
+                decays.len()
+            )));
+        }
+        let at = |e: hip_rt::Error| dev(format!("{FLAG}: {e}"));
+        let stored: Vec<PinnedHostBuffer<T>> = params
+            .iter()
+            .map(|p| {
+                pinned(
+                    device,
+                    &p.iter().map(|&x| T::from_f32(x)).collect::<Vec<T>>(),
+                )
+            })
+            .collect::<Result<_>>()?;
+        let grads = params
+            .iter()
+            .map(|p| PinnedHostBuffer::<T>::new(device, p.len()).map_err(at))
+            .collect::<Result<_>>()?;
+        let group = |g: &[&[f32]]| -> Result<Vec<PinnedHostBuffer<f32>>> {
+            g.iter().map(|t| pinned(device, t)).collect()
+        };
+        Ok(Self {
+            master: match <T as Element>::DTYPE {
+                DType::F32 => None,
+                _ => Some(group(params)?),
+            },
+            params: stored,
+            grads,
+            exp_avg: group(m)?,
+            exp_avg_sq: group(v)?,
+            decays: decays.to_vec(),
+            owned: params.iter().map(|p| !p.is_empty()).collect(),
+            copy: Stream::new(device, StreamOptions::default()).map_err(at)?,
+            ready: Event::new(device, EventOptions::NO_TIMING).map_err(at)?,
+            done: Event::new(device, EventOptions::NO_TIMING).map_err(at)?,
+        })
+    }
+
+    /// One AdamW step: `grads` (final, on `stream`) copied down, the update on the host with
+    /// `update`'s divisor unless its non-finite flag is set, `params` rewritten from the host
+    /// asynchronously; work queued on `stream` afterwards waits for those copies.
+    pub fn update(
+        &mut self,
+        stream: &Stream,
+        hyper: &AdamWStep,
+        update: &UpdateScalars<DeviceBuffer<f32>>,
+        grads: &[&DeviceBuffer<T>],
+        params: &mut [&mut DeviceBuffer<T>],
+    ) -> Result<()> {
+        let n = self.params.len();
+        if grads.len() != n || params.len() != n {
+            return Err(TrainError::Op(format!(
+                "{FLAG}: {n} tensors offloaded, {} gradients and {} parameters given",
+                grads.len(),
+                params.len()
+            )));
+        }
+        stream.record(&self.ready).map_err(dev)?;
+        self.copy.wait(&self.ready).map_err(dev)?;
+        for ((g, host), _) in grads
+            .iter()
+            .zip(&mut self.grads)
+            .zip(&self.owned)
+            .filter(|(_, &own)| own)
+        {
+            self.copy.copy_dtoh_async(*g, host).map_err(dev)?;
+        }
+        // The step's two scalars (a host wait the update needs in any case).
+        let mut found_inf = [0f32];
+        stream
+            .copy_dtoh(&update.found_inf, &mut found_inf)
+            .map_err(dev)?;
+        let grad_scale = match &update.grad_scale {
+            Some(s) => {
+                let mut h = [0f32];
+                stream.copy_dtoh(s, &mut h).map_err(dev)?;
+                Some(h)
+            }
+            None => None,
+        };
+        if found_inf[0] == 0.0 {
+            self.host_step(hyper, grad_scale)?;
+            for ((host, p), _) in self
+                .params
+                .iter()
+                .zip(params.iter_mut())
+                .zip(&self.owned)
+                .filter(|(_, &own)| own)
+            {
+                self.copy.copy_htod_async(host, &mut **p).map_err(dev)?;
+            }
+        }
+        // The compute stream reuses the gradients and reads the parameters only after the
+        // copies.
+        self.copy.record(&self.done).map_err(dev)?;
+        stream.wait(&self.done).map_err(dev)
+    }
+
+    /// AdamW over every tensor on the host, chunks spread over the available cores.
+    fn host_step(&mut self, hyper: &AdamWStep, grad_scale: Option<[f32; 1]>) -> Result<()> {
+        let params = AdamWParams {
+            lr: hyper.lr,
+            beta1: hyper.beta1,
+            beta2: hyper.beta2,
+            eps: hyper.eps,
+            weight_decay: hyper.weight_decay,
+            maximize: false,
+            amsgrad: false,
+            step: hyper.step,
+        };
+        fn slices(g: &mut [PinnedHostBuffer<f32>]) -> Result<Vec<&mut [f32]>> {
+            g.iter_mut()
+                .map(|b| b.as_mut_slice().map_err(dev))
+                .collect()
+        }
+        let p: Vec<&mut [T]> = self
+            .params
+            .iter_mut()
+            .map(|b| b.as_mut_slice().map_err(dev))
+            .collect::<Result<_>>()?;
+        let g: Vec<&[T]> = self
+            .grads
+            .iter()
+            .map(|b| b.as_slice().map_err(dev))
+            .collect::<Result<_>>()?;
+        let m = slices(&mut self.exp_avg)?;
+        let v = slices(&mut self.exp_avg_sq)?;
+        let mut masters = match self.master.as_mut() {
+            Some(ms) => Some(slices(ms)?.into_iter()),
+            None => None,
+        };
+        let mut items: Vec<AdamWTensor<'_, Host, T>> = Vec::new();
+        for ((((p, g), m), v), &decay) in p.into_iter().zip(g).zip(m).zip(v).zip(&self.decays) {
+            let master = masters.as_mut().and_then(|it| it.next());
+            let mut master_chunks = master.map(|ms| ms.chunks_mut(CHUNK));
+            for (((p, g), m), v) in p
+                .chunks_mut(CHUNK)
+                .zip(g.chunks(CHUNK))
+                .zip(m.chunks_mut(CHUNK))
+                .zip(v.chunks_mut(CHUNK))
+            {
+                items.push(AdamWTensor {
+                    param: p,
+                    grad: g,
+                    exp_avg: m,
+                    exp_avg_sq: v,
+                    max_exp_avg_sq: None,
+                    master: master_chunks.as_mut().and_then(|it| it.next()),
+                    weight_decay: (!decay).then_some(0.0),
+                    lr_scale: None,
+                });
+            }
+        }
+        let threads = std::thread::available_parallelism()
+            .map_or(1, |n| n.get())
+            .min(items.len().max(1));
+        let per = items.len().div_ceil(threads).max(1);
+        let scale = grad_scale.as_ref().map(|s| &s[..]);
+        std::thread::scope(|scope| {
+            let runs: Vec<_> = items
+                .chunks_mut(per)
+                .map(|work| {
+                    scope.spawn(move || {
+                        hip_kernels::cpu::adamw(AdamW::<Host, T> {
+                            params,
+                            grad_scale: scale,
+                            found_inf: None,
+                            tensors: work,
+                        })
+                    })
+                })
+                .collect();
+            runs.into_iter().try_for_each(|r| match r.join() {
+                Ok(done) => done.map_err(op),
+                Err(_) => Err(TrainError::Op(format!(
+                    "{FLAG}: a host AdamW thread panicked"
+                ))),
+            })
+        })
+    }
+
+    /// The host state: `(master (None when the storage type is f32: the parameters are their
+    /// own master), exp_avg, exp_avg_sq)`, one vector per tensor in canonical order (empty for
+    /// a tensor another rank owns).
+    pub fn download(&self) -> Result<Zero2Host> {
+        let f32s = |g: &[PinnedHostBuffer<f32>]| -> Result<Vec<Vec<f32>>> {
+            g.iter()
+                .map(|b| b.as_slice().map(<[f32]>::to_vec).map_err(dev))
+                .collect()
+        };
+        let master = match &self.master {
+            Some(m) => Some(f32s(m)?),
+            None => None,
+        };
+        Ok((master, f32s(&self.exp_avg)?, f32s(&self.exp_avg_sq)?))
+    }
+}
