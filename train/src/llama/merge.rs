@@ -6,6 +6,7 @@ use super::config::LlamaConfig;
 use super::lora::LlamaLora;
 use super::params::{Layout, Linear};
 use crate::error::{Result, TrainError};
+use crate::lora::merge::{fold_adapter, WeightLayout};
 
 /// `base` (HF tensors in [`Layout::new`]'s order) with every adapter of `lora` (`adapters` in
 /// [`LlamaLora::specs`]' order) merged into its target's weight.
@@ -35,24 +36,8 @@ pub fn merged(
             let [n_out, n_in] = t.shape(cfg);
             let (a, b) = (&adapters[i], &adapters[i + 1]);
             let w = &mut out[layer.weight[position(t)]];
-            if a.len() != r * n_in || b.len() != n_out * r || w.len() != n_out * n_in {
-                return Err(TrainError::Op(format!(
-                    "{}: adapter sizes {} / {} do not fit a [{n_out}, {n_in}] weight at rank {r}",
-                    name(),
-                    a.len(),
-                    b.len()
-                )));
-            }
-            for row in 0..n_out {
-                for col in 0..n_in {
-                    // (B·A)[row, col] = Σ_k B[row, k] · A[k, col].
-                    let dot: f64 = (0..r)
-                        .map(|k| f64::from(b[row * r + k]) * f64::from(a[k * n_in + col]))
-                        .sum();
-                    let x = &mut w[row * n_in + col];
-                    *x = (f64::from(*x) + s * dot) as f32;
-                }
-            }
+            let dims = [n_out, n_in, r];
+            fold_adapter(w, [a, b], dims, s, WeightLayout::OutIn, &name)?;
         }
     }
     Ok(out)

@@ -33,26 +33,57 @@ pub fn merged(
                 .ok_or_else(|| TrainError::Op(format!("no adapter for h.{l}.{}", t.name())))?;
             let (n_in, n_out) = t.dims(cfg);
             let (a, b) = (&lora.params[i], &lora.params[i + 1]);
-            let w = weight(layer, t);
-            if a.len() != r * n_in || b.len() != n_out * r || w.len() != n_in * n_out {
-                return Err(TrainError::Op(format!(
-                    "h.{l}.{}: adapter sizes {} / {} do not fit a [{n_in}, {n_out}] weight at rank {r}",
-                    t.name(),
-                    a.len(),
-                    b.len()
-                )));
-            }
-            for row in 0..n_in {
-                for col in 0..n_out {
-                    // (Aᵀ @ Bᵀ)[row, col] = Σ_k A[k, row] · B[col, k].
-                    let dot: f64 = (0..r)
-                        .map(|k| f64::from(a[k * n_in + row]) * f64::from(b[col * r + k]))
-                        .sum();
-                    let x = &mut w[row * n_out + col];
-                    *x = (f64::from(*x) + s * dot) as f32;
-                }
-            }
+            let what = || format!("h.{l}.{}", t.name());
+            let dims = [n_out, n_in, r];
+            fold_adapter(weight(layer, t), [a, b], dims, s, WeightLayout::InOut, &what)?;
         }
     }
     Ok(out)
+}
+
+/// How a base weight is laid out: HF's `Linear` (`[out, in]`) or GPT-2's `Conv1D` (`[in, out]`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum WeightLayout {
+    /// `[out, in]` (transformers' `nn.Linear`).
+    OutIn,
+    /// `[in, out]` (GPT-2's `Conv1D`).
+    InOut,
+}
+
+/// `w += s · B·A` for one adapter (A `[r, in]`, B `[out, r]`) on a weight in `layout`: each
+/// element's Σ_k B[o, k]·A[k, i] summed in f64, added to the weight in f64 and rounded once to
+/// f32. `what` names the target when the lengths do not fit `[n_out, n_in, r]`.
+pub(crate) fn fold_adapter(
+    w: &mut [f32],
+    [a, b]: [&[f32]; 2],
+    [n_out, n_in, r]: [usize; 3],
+    s: f64,
+    layout: WeightLayout,
+    what: &dyn Fn() -> String,
+) -> Result<()> {
+    if a.len() != r * n_in || b.len() != n_out * r || w.len() != n_out * n_in {
+        let shape = match layout {
+            WeightLayout::OutIn => format!("[{n_out}, {n_in}]"),
+            WeightLayout::InOut => format!("[{n_in}, {n_out}]"),
+        };
+        return Err(TrainError::Op(format!(
+            "{}: adapter sizes {} / {} do not fit a {shape} weight at rank {r}",
+            what(),
+            a.len(),
+            b.len()
+        )));
+    }
+    for o in 0..n_out {
+        for i in 0..n_in {
+            let dot: f64 = (0..r)
+                .map(|k| f64::from(b[o * r + k]) * f64::from(a[k * n_in + i]))
+                .sum();
+            let x = &mut w[match layout {
+                WeightLayout::OutIn => o * n_in + i,
+                WeightLayout::InOut => i * n_out + o,
+            }];
+            *x = (f64::from(*x) + s * dot) as f32;
+        }
+    }
+    Ok(())
 }
