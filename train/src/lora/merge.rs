@@ -35,7 +35,14 @@ pub fn merged(
             let (a, b) = (&lora.params[i], &lora.params[i + 1]);
             let what = || format!("h.{l}.{}", t.name());
             let dims = [n_out, n_in, r];
-            fold_adapter(weight(layer, t), [a, b], dims, s, WeightLayout::InOut, &what)?;
+            fold_adapter(
+                weight(layer, t),
+                [a, b],
+                dims,
+                s,
+                WeightLayout::InOut,
+                &what,
+            )?;
         }
     }
     Ok(out)
