@@ -9,20 +9,24 @@
 // Every kernel is instantiated per rank class RP (8, 16, 32, 64: the smallest RP ≥ r; ranks
 // past r are read as zero, never loaded) and dtype. f32 accumulation, one rounding per output.
 //
-//   lora_down_r<RP>_<T>(x, w, out, rows, k, rank, w_sc, w_sj, alpha)
-//     out[n, j] = alpha · Σ_c x[n, c]·W(c, j)              (u = x·Aᵀ; du = s·dy·B)
+// The big operands (x, y, d) are row-major with a row stride of their own (ldx, ldy, ldd ≥ their
+// width): a target's output block inside a wider stacked tensor (q/k/v, gate/up) is read and
+// written in place through a pointer to its first column.
+//
+//   lora_down_r<RP>_<T>(x, w, out, rows, k, rank, w_sc, w_sj, alpha, ldx)
+//     out[n, j] = alpha · Σ_c x[n·ldx + c]·W(c, j)         (u = x·Aᵀ; du = s·dy·B)
 //     Block: 256 threads = 256 rows, one row per thread, acc[RP] in registers. Per K step of
 //     kKc = 16 columns the block stages x [256, 16] (coalesced: 16 lanes per row segment) and
 //     W [16, RP] into LDS (f32); each thread then reads its row of the x tile and the W tile
 //     (a broadcast: every lane reads the same address). x is read once; W once per block.
-//   lora_up_r<RP>_<T>(u, w, y, rows, cols, rank, w_sc, w_sj, alpha, beta, rows_per_block)
-//     y[n, c] = beta·y[n, c] + alpha · Σ_j u[n, j]·W(c, j)  (y += s·u·Bᵀ; dx += du·A; y is not
-//     read when beta = 0)
+//   lora_up_r<RP>_<T>(u, w, y, rows, cols, rank, w_sc, w_sj, alpha, beta, rows_per_block, ldy)
+//     y[n·ldy + c] = beta·y[..] + alpha · Σ_j u[n, j]·W(c, j)  (y += s·u·Bᵀ; dx += du·A; y is
+//     not read when beta = 0)
 //     Block: 256 threads = 256 columns, W(c, 0..RP) in registers, rows_per_block rows walked in
 //     chunks of kRc = 16 rows whose u [16, RP] is staged into LDS (f32, broadcast reads).
 //     y is read and written once; u once per column block; W once per block.
 //   lora_gradw_r<RP>_<T>(job0, job1, rows, rank, rows_per_group)
-//     G(c, j) (+)= alpha · Σ_n d[n, c]·u[n, j]              (dB += s·dyᵀ·u; dA += duᵀ·x)
+//     G(c, j) (+)= alpha · Σ_n d[n·ldd + c]·u[n, j]         (dB += s·dyᵀ·u; dA += duᵀ·x)
 //     Two independent jobs in one launch (blockIdx.z): the backward runs dB and dA together.
 //     Block: 256 threads = 256 columns of d, acc[RP] per thread, rows [g·rpg, (g+1)·rpg) of
 //     group g = blockIdx.y walked in chunks of 16 rows (u staged into LDS as in lora_up). With
@@ -40,14 +44,16 @@
 //
 // Resource usage on gfx906 (hipcc 5.2 / clang 15, -O3; f16, the other dtypes within a few
 // VGPRs), from docs/isa-baseline.json; the rank kernels are bounded to 2 waves per SIMD
-// (__launch_bounds__(256, 2)); B/elem = the hot loop's global bytes per element vs the minimum:
+// (__launch_bounds__(256, 2)); B/elem = the hot loop's global bytes per element vs the minimum.
+// The row strides (ldx, ldy, ldd) cost SGPRs (lora_down +26 to +28, the others 0 to +6) and 3
+// VGPRs at lora_down_r8; the hot loops' bytes and the occupancy are unchanged:
 //   kernel              VGPRs  SGPRs  LDS B  waves/SIMD  scratch  B/elem (min)
-//   lora_down_r8          28     66  17920       3         0     2.125 (2)
-//   lora_down_r64         98     68  21504       2         0     2.5   (2)
+//   lora_down_r8          31     92  17920       3         0     2.125 (2)
+//   lora_down_r64         98     96  21504       2         0     2.5   (2)
 //   lora_up_r8            31     30    512       8         0     4.125 (4)
 //   lora_up_r64           97     38   4096       2         0     4.5   (4)
-//   lora_gradw_r8         41     60    512       5         0     2.125 (2)
-//   lora_gradw_r64       111     56   4096       2         0     2.5   (2)
+//   lora_gradw_r8         41     66    512       5         0     2.125 (2)
+//   lora_gradw_r64       111     60   4096       2         0     2.5   (2)
 //   lora_gradw_final      15     34      0      10         0       -
 #include "common.h"
 
@@ -59,7 +65,8 @@ constexpr int kKc = 16;
 /// Rows per LDS chunk of lora_up / lora_gradw.
 constexpr int kRc = 16;
 
-/// One product of lora_gradw: G(c, j) = g[c·g_sc + j·g_sj], d [rows, cols], u [rows, rank].
+/// One product of lora_gradw: G(c, j) = g[c·g_sc + j·g_sj], d [rows, cols] (row stride ldd),
+/// u [rows, rank].
 struct GradwJob {
   const void* d;
   const void* u;
@@ -68,6 +75,7 @@ struct GradwJob {
   int64_t g_sc;
   int64_t g_sj;
   int64_t cols;
+  int64_t ldd;
   float alpha;
   int accumulate;
 };
@@ -75,7 +83,7 @@ struct GradwJob {
 template <int RP, typename T>
 __device__ void down_impl(const T* __restrict__ x, const T* __restrict__ w, T* __restrict__ out,
                           int64_t rows, int k, int rank, int64_t w_sc, int64_t w_sj,
-                          float alpha) {
+                          float alpha, int64_t ldx) {
   __shared__ float xs[kBlock][kKc + 1];
   __shared__ float ws[kKc][RP];
   const int t = static_cast<int>(threadIdx.x);
@@ -93,11 +101,11 @@ __device__ void down_impl(const T* __restrict__ x, const T* __restrict__ w, T* _
     {
       const int c = t % kKc;
       const bool col_ok = c0 + c < k;
-      const T* xp = x + (row0 + t / kKc) * k + c0 + c;
+      const T* xp = x + (row0 + t / kKc) * ldx + c0 + c;
 #pragma unroll
       for (int i = 0; i < kBlock / kKc; ++i) {
         const int r = t / kKc + (kBlock / kKc) * i;
-        xs[r][c] = (col_ok && row0 + r < rows) ? hipk::load_as_float(xp, static_cast<int64_t>(kBlock / kKc) * i * k) : 0.0f;
+        xs[r][c] = (col_ok && row0 + r < rows) ? hipk::load_as_float(xp, static_cast<int64_t>(kBlock / kKc) * i * ldx) : 0.0f;
       }
     }
     // W [16, RP]: element e = t + 256·i is column e / RP, rank e % RP.
@@ -162,7 +170,7 @@ __device__ __forceinline__ void stage_u(const T* __restrict__ u, int64_t n0, int
 template <int RP, typename T>
 __device__ void up_impl(const T* __restrict__ u, const T* __restrict__ w, T* __restrict__ y,
                         int64_t rows, int cols, int rank, int64_t w_sc, int64_t w_sj,
-                        float alpha, float beta, int64_t rows_per_block) {
+                        float alpha, float beta, int64_t rows_per_block, int64_t ldy) {
   __shared__ float us[kRc][RP];
   const int64_t c = static_cast<int64_t>(blockIdx.x) * kBlock + threadIdx.x;
   const bool live = c < cols;
@@ -197,7 +205,7 @@ __device__ void up_impl(const T* __restrict__ u, const T* __restrict__ w, T* __r
           // next 16 reads take their index from an opaque zero that depends on s.
           if (j % 16 == 15) z = opaque_zero_after(z, s);
         }
-        const int64_t i = (n0 + r) * cols + c;
+        const int64_t i = (n0 + r) * ldy + c;
         const float old = beta != 0.0f ? beta * hipk::load_as_float(y, i) : 0.0f;
         hipk::store_from_float(y, i, old + alpha * s);
       }
@@ -233,7 +241,7 @@ __device__ void gradw_impl(const GradwJob& job, int64_t rows, int rank, int64_t 
       const int nr = last - n0 < kRc ? static_cast<int>(last - n0) : kRc;
 #pragma unroll 1
       for (int r = 0; r < nr; ++r) {
-        const float dv = hipk::load_as_float(d, (n0 + r) * cols + c);
+        const float dv = hipk::load_as_float(d, (n0 + r) * job.ldd + c);
 #pragma unroll
         for (int j = 0; j < RP; ++j) acc[j] += dv * us[r][j];
       }
@@ -283,13 +291,13 @@ __device__ void gradw_final_impl(const GradwJob& job, int64_t groups, int rank) 
 #define LORA_RANK_KERNELS(suffix, T, RP)                                                      \
   LORA_KERNEL(lora_down_r##RP##_##suffix)                                                     \
   (const T* x, const T* w, T* out, int64_t rows, int k, int rank, int64_t w_sc, int64_t w_sj, \
-   float alpha) {                                                                             \
-    down_impl<RP, T>(x, w, out, rows, k, rank, w_sc, w_sj, alpha);                            \
+   float alpha, int64_t ldx) {                                                                \
+    down_impl<RP, T>(x, w, out, rows, k, rank, w_sc, w_sj, alpha, ldx);                       \
   }                                                                                           \
   LORA_KERNEL(lora_up_r##RP##_##suffix)                                                       \
   (const T* u, const T* w, T* y, int64_t rows, int cols, int rank, int64_t w_sc,              \
-   int64_t w_sj, float alpha, float beta, int64_t rows_per_block) {                           \
-    up_impl<RP, T>(u, w, y, rows, cols, rank, w_sc, w_sj, alpha, beta, rows_per_block);       \
+   int64_t w_sj, float alpha, float beta, int64_t rows_per_block, int64_t ldy) {              \
+    up_impl<RP, T>(u, w, y, rows, cols, rank, w_sc, w_sj, alpha, beta, rows_per_block, ldy);  \
   }                                                                                           \
   LORA_KERNEL(lora_gradw_r##RP##_##suffix)                                                    \
   (GradwJob job0, GradwJob job1, int64_t rows, int rank, int64_t rows_per_group) {            \

@@ -42,8 +42,8 @@ fn target<T: DeviceElement>(p: &LoraParams, seed: u64) -> Target<T> {
         x: rng.vec(n * i, 1.0),
         a: rng.vec(r * i, 1.0),
         b: rng.vec(o * r, 1.0),
-        y: rng.vec(n * o, 1.0),
-        dy: rng.vec(n * o, 1.0),
+        y: rng.vec(n * p.row_stride(), 1.0),
+        dy: rng.vec(n * p.row_stride(), 1.0),
         da: rng.vec(r * i, 1.0),
         db: rng.vec(o * r, 1.0),
         dx: rng.vec(n * i, 1.0),
@@ -52,8 +52,20 @@ fn target<T: DeviceElement>(p: &LoraParams, seed: u64) -> Target<T> {
 
 /// Forward and backward of one target on `kernel` against the reference.
 fn lora_case<T: DeviceElement>(s: &Stream, p: LoraParams, kernel: LoraKernel, seed: u64) {
+    lora_case_at::<T>(s, p, kernel, seed, 0)
+}
+
+/// [`lora_case`] with `y` and `dy` the column block from column `off` of `[rows, ldy]`
+/// tensors (`p.ldy`): the columns outside it must come back untouched.
+fn lora_case_at<T: DeviceElement>(
+    s: &Stream,
+    p: LoraParams,
+    kernel: LoraKernel,
+    seed: u64,
+    off: usize,
+) {
     let t = target::<T>(&p, seed);
-    let what = format!("{} {p:?} {kernel:?}", T::DTYPE);
+    let what = format!("{} {p:?} {kernel:?} from column {off}", T::DTYPE);
     let (n, r) = (p.rows, p.rank);
     // Forward.
     let (mut u, mut y) = (vec![T::from_f64(0.0); n * r], t.y.clone());
@@ -63,7 +75,7 @@ fn lora_case<T: DeviceElement>(s: &Stream, p: LoraParams, kernel: LoraKernel, se
         a: &t.a,
         b: &t.b,
         u: &mut u,
-        y: &mut y,
+        y: &mut y[off..],
     })
     .unwrap();
     let (dx_, da_, db_) = (upload(s, &t.x), upload(s, &t.a), upload(s, &t.b));
@@ -77,7 +89,7 @@ fn lora_case<T: DeviceElement>(s: &Stream, p: LoraParams, kernel: LoraKernel, se
             a: &da_,
             b: &db_,
             u: &mut du_,
-            y: &mut dy_,
+            y: &mut dy_.slice_mut(off..).unwrap(),
         },
         kernel,
     )
@@ -109,7 +121,7 @@ fn lora_case<T: DeviceElement>(s: &Stream, p: LoraParams, kernel: LoraKernel, se
     cpu::lora_backward(LoraBackward::<Host, T> {
         params: p,
         x: &t.x,
-        dy: &t.dy,
+        dy: &t.dy[off..],
         a: &t.a,
         b: &t.b,
         u: &u,
@@ -127,7 +139,7 @@ fn lora_case<T: DeviceElement>(s: &Stream, p: LoraParams, kernel: LoraKernel, se
         LoraBackward {
             params: p,
             x: &dx_,
-            dy: &ddy,
+            dy: &ddy.slice(off..).unwrap(),
             a: &da_,
             b: &db_,
             u: &du_in,
@@ -194,6 +206,32 @@ fn every_rank_class_and_dtype_matches_the_reference() {
         lora_case::<f32>(&s, p, LoraKernel::Skinny, seed);
         lora_case::<f16>(&s, p.accumulating(), LoraKernel::Skinny, seed);
         lora_case::<bf16>(&s, p, LoraKernel::Skinny, seed);
+    }
+}
+
+/// A target's output block inside a wider stacked tensor (LLaMA's q/k/v, GLM's fused
+/// projections): `y` written and `dy` read in place through `ldy`, on the skinny kernels (both
+/// row plans) and the GEMM.
+#[test]
+fn strided_output_blocks_match_the_reference_in_place() {
+    let s = stream();
+    // (rows, d_in, d_out, rank, ldy, first column): the k block of a [N, q + k + v] tensor,
+    // a block ending at the row's end, a wide block over two column blocks, long rows that
+    // split the row reduction.
+    for (k, &(n, i, o, r, ld, off)) in [
+        (37, 19, 8, 4, 24, 8),
+        (9, 33, 17, 32, 40, 23),
+        (5, 40, 300, 8, 600, 150),
+        (1100, 6, 5, 4, 15, 5),
+    ]
+    .iter()
+    .enumerate()
+    {
+        let p = LoraParams::new(n, i, o, r, 0.5).strided(ld);
+        let seed = 200 + k as u64;
+        lora_case_at::<f32>(&s, p, LoraKernel::Skinny, seed, off);
+        lora_case_at::<f16>(&s, p.accumulating(), LoraKernel::Skinny, seed, off);
+        lora_case_at::<bf16>(&s, p, LoraKernel::Gemm, seed, off);
     }
 }
 

@@ -434,6 +434,7 @@ const LORA: LoraParams = LoraParams {
     rank: 12,
     scale: 0.5,
     accumulate: true,
+    ldy: None,
 };
 
 fn lora_forward(dtype: DType) -> Result<Box<dyn GoldenCase>, String> {

@@ -9,6 +9,13 @@ fn wide<T: DeviceElement>(v: &[T]) -> Vec<f64> {
     v.iter().map(|x| x.to_f64()).collect()
 }
 
+/// Rows `0..rows` of `cols` elements, `ld` apart, packed and widened (a validated `dy`).
+fn wide_rows<T: DeviceElement>(v: &[T], rows: usize, cols: usize, ld: usize) -> Vec<f64> {
+    (0..rows)
+        .flat_map(|n| v[n * ld..n * ld + cols].iter().map(|x| x.to_f64()))
+        .collect()
+}
+
 /// `out[n, j] = alpha · Σ_c x[n, c]·w(c, j)` for `n < rows`, `j < rank`, `c < k`, in f64.
 fn down(
     x: &[f64],
@@ -29,7 +36,8 @@ fn down(
     out
 }
 
-/// [`LoraForward`]: `u = x·Aᵀ` (rounded to T), `y += scale·u·Bᵀ` (one rounding of the sum).
+/// [`LoraForward`]: `u = x·Aᵀ` (rounded to T), `y += scale·u·Bᵀ` (one rounding of the sum;
+/// `y`'s rows [`crate::ops::lora_gemm::LoraParams::ldy`] apart).
 pub fn lora_forward<T: DeviceElement>(a: LoraForward<'_, Host, T>) -> Result<(), ShapeError> {
     a.validate()?;
     let p = a.params;
@@ -41,10 +49,11 @@ pub fn lora_forward<T: DeviceElement>(a: LoraForward<'_, Host, T>) -> Result<(),
     }
     let u = wide(a.u);
     let s = f64::from(p.scale);
+    let ld = p.row_stride();
     for n in 0..rows {
         for c in 0..dout {
             let sum: f64 = (0..r).map(|j| u[n * r + j] * wb[c * r + j]).sum();
-            let y = &mut a.y[n * dout + c];
+            let y = &mut a.y[n * ld + c];
             *y = T::from_f64(y.to_f64() + s * sum);
         }
     }
@@ -52,13 +61,15 @@ pub fn lora_forward<T: DeviceElement>(a: LoraForward<'_, Host, T>) -> Result<(),
 }
 
 /// [`LoraBackward`]: `du = scale·dy·B` (rounded to T), `db (+)= scale·dyᵀ·u`,
-/// `da (+)= duᵀ·x`, `dx += du·A`, each output rounded once.
+/// `da (+)= duᵀ·x`, `dx += du·A`, each output rounded once (`dy`'s rows
+/// [`crate::ops::lora_gemm::LoraParams::ldy`] apart).
 pub fn lora_backward<T: DeviceElement>(a: LoraBackward<'_, Host, T>) -> Result<(), ShapeError> {
     a.validate()?;
     let p = a.params;
     let (rows, din, dout, r) = (p.rows, p.d_in, p.d_out, p.rank);
     let s = f64::from(p.scale);
-    let (x, dy, wa, wb, u) = (wide(a.x), wide(a.dy), wide(a.a), wide(a.b), wide(a.u));
+    let dy = wide_rows(a.dy, rows, dout, p.row_stride());
+    let (x, wa, wb, u) = (wide(a.x), wide(a.a), wide(a.b), wide(a.u));
     let du = down(&dy, |c, j| wb[c * r + j], rows, dout, r, s);
     for (d, v) in a.du.iter_mut().zip(&du) {
         *d = T::from_f64(*v);
@@ -136,5 +147,55 @@ mod tests {
         assert_eq!(db, [3.0, -1.0]);
         assert_eq!(da, [-6.0, -13.0]);
         assert_eq!(dx, [-16.0, 12.0]);
+    }
+
+    #[test]
+    fn a_strided_output_block_is_the_packed_one_in_place() {
+        // rows 2, d_in 2, d_out 2, rank 1 inside rows of 5: columns 1..3 of each row.
+        let p = LoraParams::new(2, 2, 2, 1, 2.0);
+        let (x, a, b) = ([1.0f32, 2.0, -1.0, 0.5], [3.0f32, -1.0], [0.5f32, 4.0]);
+        let mut u = [0f32; 2];
+        let mut packed = [10.0f32, 20.0, 30.0, 40.0];
+        let fwd = |p: LoraParams, u: &mut [f32], y: &mut [f32]| {
+            lora_forward(LoraForward::<Host, f32> {
+                params: p,
+                x: &x,
+                a: &a,
+                b: &b,
+                u,
+                y,
+            })
+        };
+        fwd(p, &mut u, &mut packed).unwrap();
+        // A view from column 1 of a [2, 5] tensor: 9 elements, rows 5 apart.
+        let mut wide = [0f32, 10.0, 20.0, 7.0, 7.0, 7.0, 30.0, 40.0, 7.0, 7.0];
+        fwd(p.strided(5), &mut u, &mut wide[1..]).unwrap();
+        assert_eq!(wide, [0.0, packed[0], packed[1], 7.0, 7.0, 7.0, packed[2], packed[3], 7.0, 7.0]);
+        // Too short a view, too small a stride: errors naming them.
+        let e = fwd(p.strided(5), &mut u, &mut wide[4..]).unwrap_err();
+        assert!(e.to_string().contains("reach 7"), "{e}");
+        let e = fwd(p.strided(1), &mut u, &mut wide[1..]).unwrap_err();
+        assert!(e.to_string().contains("ldy"), "{e}");
+        // The backward reads dy through the same stride.
+        let dy_packed = [1.0f32, -1.0, 0.25, 2.0];
+        let dy_wide = [9.0f32, 1.0, -1.0, 9.0, 9.0, 9.0, 0.25, 2.0, 9.0];
+        let bwd = |p: LoraParams, dy: &[f32]| {
+            let (mut du, mut da, mut db, mut dx) = ([0f32; 2], [0f32; 2], [0f32; 2], [0f32; 4]);
+            lora_backward(LoraBackward::<Host, f32> {
+                params: p,
+                x: &x,
+                dy,
+                a: &a,
+                b: &b,
+                u: &u,
+                du: &mut du,
+                da: &mut da,
+                db: &mut db,
+                dx: &mut dx,
+            })
+            .unwrap();
+            (du, da, db, dx)
+        };
+        assert_eq!(bwd(p, &dy_packed), bwd(p.strided(5), &dy_wide[1..]));
     }
 }

@@ -1,5 +1,6 @@
 //! The LoRA adapter's products on the device: the skinny kernels of `kernels/lora_gemm.hip`
-//! (forward in 2 launches; backward in 3, or 4 when the row reductions are split into groups:
+//! (`y` / `dy` strided in place, [`LoraParams::ldy`]; forward in 2 launches; backward in 3, or 4
+//! when the row reductions are split into groups:
 //! `lora_down` for du, one `lora_gradw` launch for dB and dA together, `lora_up` for dx, and
 //! one `lora_gradw_final` for both partial sums), or the GEMM for every product.
 //!
@@ -10,7 +11,7 @@ use super::plan::{self, GradwPlan, GradwShape, Operands, SkinnyGemm, BLOCK};
 use super::{LoraBackward, LoraForward, LoraKernel, LoraParams};
 use crate::embedded::kernel_names::lora_gemm as names;
 use crate::ops::launch::{kernel, ptr};
-use crate::ops::matmul::{Matmul, MatmulParams};
+use crate::ops::matmul::{Matmul, MatmulLayout, MatmulParams};
 use crate::ops::OpError;
 use crate::params::{invalid, DeviceElement, OnDevice};
 use hip_rt::memory::buffer::{DeviceBuffer, DeviceView, DeviceViewMut};
@@ -79,6 +80,7 @@ fn launch_down<T: DeviceElement>(
         w_sc,
         w_sj,
         alpha,
+        ldx,
     } = *g
     else {
         return Ok(());
@@ -104,11 +106,12 @@ fn launch_down<T: DeviceElement>(
         .value(rank as i32)
         .value(w_sc as i64)
         .value(w_sj as i64)
-        .value(alpha);
+        .value(alpha)
+        .value(ldx as i64);
     // SAFETY: lora_down_r<RP>_<T>(const T* x, const T* w, T* out, int64_t rows, int k, int rank,
-    // int64_t w_sc, int64_t w_sj, float alpha): x holds rows·k elements, w every
-    // c·w_sc + j·w_sj for c < k, j < rank, out rows·rank (the callers validated them); one
-    // block per 256 rows.
+    // int64_t w_sc, int64_t w_sj, float alpha, int64_t ldx): x holds (rows − 1)·ldx + k
+    // elements, w every c·w_sc + j·w_sj for c < k, j < rank, out rows·rank (the callers
+    // validated them); one block per 256 rows.
     unsafe { b.launch(&cfg((grid, 1, 1))) }?;
     Ok(())
 }
@@ -127,6 +130,7 @@ fn launch_up<T: DeviceElement>(
         w_sj,
         alpha,
         beta,
+        ldy,
     } = *g
     else {
         return Ok(());
@@ -167,11 +171,12 @@ fn launch_up<T: DeviceElement>(
         .value(w_sj as i64)
         .value(alpha)
         .value(beta)
-        .value(rpb as i64);
+        .value(rpb as i64)
+        .value(ldy as i64);
     // SAFETY: lora_up_r<RP>_<T>(const T* u, const T* w, T* y, int64_t rows, int cols, int rank,
-    // int64_t w_sc, int64_t w_sj, float alpha, float beta, int64_t rows_per_block): u holds
-    // rows·rank elements, y rows·cols, w every c·w_sc + j·w_sj (validated by the callers);
-    // grid (column blocks, row blocks) covers y.
+    // int64_t w_sc, int64_t w_sj, float alpha, float beta, int64_t rows_per_block,
+    // int64_t ldy): u holds rows·rank elements, y (rows − 1)·ldy + cols, w every
+    // c·w_sc + j·w_sj (validated by the callers); grid (column blocks, row blocks) covers y.
     unsafe { b.launch(&cfg((gx, gy, 1))) }?;
     Ok(())
 }
@@ -187,14 +192,15 @@ struct GradwJob {
     g_sc: i64,
     g_sj: i64,
     cols: i64,
+    ldd: i64,
     alpha: f32,
     accumulate: i32,
 }
 
-// SAFETY: `#[repr(C)]`: four u64 device addresses, three i64, one f32 and one i32 (64 bytes, no
+// SAFETY: `#[repr(C)]`: four u64 device addresses, four i64, one f32 and one i32 (72 bytes, no
 // padding) = the kernel's `struct GradwJob { const void* d; const void* u; void* g;
-// float* partial; int64_t g_sc, g_sj, cols; float alpha; int accumulate; }`; any bit pattern is
-// valid and nothing in it is a host pointer.
+// float* partial; int64_t g_sc, g_sj, cols, ldd; float alpha; int accumulate; }`; any bit
+// pattern is valid and nothing in it is a host pointer.
 unsafe impl DeviceRepr for GradwJob {}
 
 /// One or two `lora_gradw` reductions over the same rows and rank (`[d, u, g]` each), in one
@@ -250,6 +256,7 @@ fn launch_gradw<T: DeviceElement>(
             g_sc: s.g_sc as i64,
             g_sj: s.g_sj as i64,
             cols: s.cols as i64,
+            ldd: s.ldd as i64,
             alpha: s.alpha,
             accumulate: i32::from(s.accumulate),
         };
@@ -271,7 +278,8 @@ fn launch_gradw<T: DeviceElement>(
         .value(rank as i32)
         .value(plan.rows_per_group as i64);
     // SAFETY: lora_gradw_r<RP>_<T>(GradwJob job0, GradwJob job1, int64_t rows, int rank,
-    // int64_t rows_per_group): for each of the njobs jobs (grid z) d holds rows·cols elements, u
+    // int64_t rows_per_group): for each of the njobs jobs (grid z) d holds (rows − 1)·ldd + cols
+    // elements, u
     // rows·rank, g every c·g_sc + j·g_sj (validated by the callers), partial (when split)
     // groups·cols·rank floats (allocated above); grid (column blocks of the widest job, groups).
     unsafe { b.launch(&cfg((gx, gy, njobs))) }?;
@@ -352,6 +360,22 @@ fn mm(
     }
 }
 
+/// The GEMM layout that reads `dy` (`a`, when `is_a`) or writes `y` (`out`) through
+/// [`LoraParams::ldy`]: packed when it is not set.
+fn y_layout(p: &LoraParams, is_a: bool) -> MatmulLayout {
+    match (p.ldy, is_a) {
+        (None, _) => MatmulLayout::PACKED,
+        (Some(ld), true) => MatmulLayout {
+            lda: Some(ld),
+            ..MatmulLayout::PACKED
+        },
+        (Some(ld), false) => MatmulLayout {
+            ldc: Some(ld),
+            ..MatmulLayout::PACKED
+        },
+    }
+}
+
 /// [`LoraForward`] on `stream`: [`crate::cpu::lora_forward`]'s semantics (f32 accumulation),
 /// on the kernel [`LoraKernel::Auto`] picks. Queues the work; no host sync (unless GEMM tuning
 /// is on, see [`crate::ops::matmul()`]).
@@ -373,7 +397,10 @@ pub fn lora_forward_with<T: DeviceElement>(
     let p = a.params;
     let (n, din, dout, r, s) = (p.rows, p.d_in, p.d_out, p.rank, p.scale);
     let down = mm(n, r, din, false, true, 1.0, 0.0);
-    let up = mm(n, dout, r, false, true, s, 1.0);
+    let up = MatmulParams {
+        layout: y_layout(&p, false),
+        ..mm(n, dout, r, false, true, s, 1.0)
+    };
     if resolve(kernel, &p)? == LoraKernel::Gemm {
         crate::ops::matmul(
             stream,
@@ -412,6 +439,7 @@ pub fn lora_forward_with<T: DeviceElement>(
         w_sc: 1,
         w_sj: din,
         alpha: 1.0,
+        ldx: din,
     };
     let gu = SkinnyGemm::Up {
         rows: n,
@@ -421,6 +449,7 @@ pub fn lora_forward_with<T: DeviceElement>(
         w_sj: 1,
         alpha: s,
         beta: 1.0,
+        ldy: p.row_stride(),
     };
     launch_down::<T>(stream, &gd, [x, wa, u])?;
     launch_up::<T>(stream, &gu, [u, wb, y])
@@ -449,8 +478,14 @@ pub fn lora_backward_with<T: DeviceElement>(
     let p = a.params;
     let (n, din, dout, r, s) = (p.rows, p.d_in, p.d_out, p.rank, p.scale);
     let beta = if p.accumulate { 1.0 } else { 0.0 };
-    let du_mm = mm(n, r, dout, false, false, s, 0.0);
-    let db_mm = mm(dout, r, n, true, false, s, beta);
+    let du_mm = MatmulParams {
+        layout: y_layout(&p, true),
+        ..mm(n, r, dout, false, false, s, 0.0)
+    };
+    let db_mm = MatmulParams {
+        layout: y_layout(&p, true),
+        ..mm(dout, r, n, true, false, s, beta)
+    };
     let da_mm = mm(r, din, n, true, false, 1.0, beta);
     let dx_mm = mm(n, din, r, false, false, 1.0, 1.0);
     if resolve(kernel, &p)? == LoraKernel::Gemm {
@@ -521,6 +556,7 @@ pub fn lora_backward_with<T: DeviceElement>(
         w_sc: r,
         w_sj: 1,
         alpha: s,
+        ldx: p.row_stride(),
     };
     let g_dx = SkinnyGemm::Up {
         rows: n,
@@ -530,6 +566,7 @@ pub fn lora_backward_with<T: DeviceElement>(
         w_sj: din,
         alpha: 1.0,
         beta: 1.0,
+        ldy: din,
     };
     // dB [out, r] (+)= s·dyᵀ·u and dA [r, in] (+)= duᵀ·x.
     let s_db = GradwShape {
@@ -540,6 +577,7 @@ pub fn lora_backward_with<T: DeviceElement>(
         g_sj: 1,
         alpha: s,
         accumulate: p.accumulate,
+        ldd: p.row_stride(),
     };
     let s_da = GradwShape {
         rows: n,
@@ -549,6 +587,7 @@ pub fn lora_backward_with<T: DeviceElement>(
         g_sj: din,
         alpha: 1.0,
         accumulate: p.accumulate,
+        ldd: din,
     };
     launch_down::<T>(stream, &g_du, [dy, wb, du])?;
     launch_gradw::<T>(stream, &[(s_db, [dy, u, db]), (s_da, [x, du, da])])?;

@@ -9,6 +9,11 @@
 //! `dB (+)= s·dyᵀ·u`, `dA (+)= duᵀ·x` and `dx += du·A`. One dimension of every product is r
 //! (1 to [`MAX_RANK`] on the skinny kernels): the big operands (`x`, `dy`, `y`, `dx`) are read
 //! once, the small ones staged per block.
+//!
+//! `y` and `dy` may be a column block of a wider row-major tensor ([`LoraParams::ldy`]): a
+//! target whose output is stacked with others (LLaMA's q, k and v in one `[N, (H + 2K)·D]`
+//! tensor) passes a view starting at its block's first column and the stacked width as the
+//! row stride; nothing is copied.
 
 pub(crate) mod cpu;
 mod device;
@@ -50,6 +55,10 @@ pub struct LoraParams {
     pub scale: f32,
     /// Backward: add into `da` and `db` (gradient accumulation) instead of overwriting them.
     pub accumulate: bool,
+    /// Row stride (elements) of `y` (forward) and `dy` (backward), at least `d_out`; `None`:
+    /// `d_out` (packed). Elements between the rows' `d_out` columns are neither read nor
+    /// written.
+    pub ldy: Option<usize>,
 }
 
 impl LoraParams {
@@ -68,7 +77,22 @@ impl LoraParams {
             rank,
             scale,
             accumulate: false,
+            ldy: None,
         }
+    }
+
+    /// The same with `y` / `dy` rows `ldy` elements apart (a column block of a wider tensor,
+    /// see [`LoraParams::ldy`]).
+    pub fn strided(self, ldy: usize) -> Self {
+        Self {
+            ldy: Some(ldy),
+            ..self
+        }
+    }
+
+    /// The row stride of `y` and `dy`.
+    pub fn row_stride(&self) -> usize {
+        self.ldy.unwrap_or(self.d_out)
     }
 
     /// The same, adding into `da` and `db` instead of overwriting them.
@@ -94,6 +118,40 @@ impl LoraParams {
         if !self.scale.is_finite() {
             return Err(invalid(op, "scale", self.scale, "must be finite"));
         }
+        if let Some(ld) = self.ldy {
+            if ld < self.d_out || i64::try_from(ld).is_err() {
+                return Err(invalid(
+                    op,
+                    "ldy",
+                    ld,
+                    "the row stride of y / dy must be at least d_out (and fit an i64)",
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// Check that `y` (or `dy`, named `tensor`) of `len` elements holds every row: exactly
+    /// `rows·d_out` when packed, at least `(rows − 1)·ldy + d_out` when strided.
+    fn check_y(&self, op: &'static str, tensor: &'static str, len: usize) -> Result<(), ShapeError> {
+        let Some(ld) = self.ldy else {
+            return check_len(op, tensor, checked_len(op, tensor, &[self.rows, self.d_out])?, len);
+        };
+        let reach = match self.rows {
+            0 => 0,
+            n => (n - 1)
+                .checked_mul(ld)
+                .and_then(|v| v.checked_add(self.d_out))
+                .ok_or(ShapeError::Overflow { op, tensor })?,
+        };
+        if len < reach {
+            return Err(ShapeError::Invalid {
+                op,
+                name: tensor,
+                value: format!("{len} elements (rows {} with row stride {ld} reach {reach})", self.rows),
+                reason: "the buffer ends before the last row's block; pass a longer view or fix ldy",
+            });
+        }
         Ok(())
     }
 
@@ -101,7 +159,6 @@ impl LoraParams {
         let (n, i, o, r) = (self.rows, self.d_in, self.d_out, self.rank);
         Ok(Lens {
             x: checked_len(op, "x", &[n, i])?,
-            y: checked_len(op, "y", &[n, o])?,
             a: checked_len(op, "a", &[r, i])?,
             b: checked_len(op, "b", &[o, r])?,
             u: checked_len(op, "u", &[n, r])?,
@@ -111,7 +168,6 @@ impl LoraParams {
 
 struct Lens {
     x: usize,
-    y: usize,
     a: usize,
     b: usize,
     u: usize,
@@ -144,7 +200,8 @@ pub struct LoraForward<'a, S: Space, T: hip_rt::Element> {
     pub b: S::In<'a, T>,
     /// `x·Aᵀ` `[rows, rank]`, overwritten (keep it for the backward).
     pub u: S::Out<'a, T>,
-    /// Target output `[rows, d_out]` (the base product), added to.
+    /// Target output `[rows, d_out]` (the base product; rows [`LoraParams::ldy`] apart), added
+    /// to.
     pub y: S::Out<'a, T>,
 }
 
@@ -158,7 +215,7 @@ impl<S: Space, T: hip_rt::Element> LoraForward<'_, S, T> {
         check_len(OP, "a", l.a, self.a.numel())?;
         check_len(OP, "b", l.b, self.b.numel())?;
         check_len(OP, "u", l.u, self.u.numel())?;
-        check_len(OP, "y", l.y, self.y.numel())
+        self.params.check_y(OP, "y", self.y.numel())
     }
 }
 
@@ -169,7 +226,7 @@ pub struct LoraBackward<'a, S: Space, T: hip_rt::Element> {
     pub params: LoraParams,
     /// Target input `[rows, d_in]`.
     pub x: S::In<'a, T>,
-    /// Gradient of the target output `[rows, d_out]`.
+    /// Gradient of the target output `[rows, d_out]` (rows [`LoraParams::ldy`] apart).
     pub dy: S::In<'a, T>,
     /// `lora_A` `[rank, d_in]`.
     pub a: S::In<'a, T>,
@@ -194,7 +251,7 @@ impl<S: Space, T: hip_rt::Element> LoraBackward<'_, S, T> {
         self.params.check(OP)?;
         let l = self.params.lens(OP)?;
         check_len(OP, "x", l.x, self.x.numel())?;
-        check_len(OP, "dy", l.y, self.dy.numel())?;
+        self.params.check_y(OP, "dy", self.dy.numel())?;
         check_len(OP, "a", l.a, self.a.numel())?;
         check_len(OP, "b", l.b, self.b.numel())?;
         check_len(OP, "u", l.u, self.u.numel())?;

@@ -22,10 +22,11 @@ pub fn rank_class(r: usize) -> Option<usize> {
 }
 
 /// One skinny product, as the kernels take it. `W(c, j) = w[c·w_sc + j·w_sj]` (c: the long
-/// dimension, j < rank); `G(c, j) = g[c·g_sc + j·g_sj]`.
+/// dimension, j < rank); `G(c, j) = g[c·g_sc + j·g_sj]`. The big operand (x, y, d) is
+/// row-major with its own row stride (at least its width: a column block of a wider tensor).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum SkinnyGemm {
-    /// `out[n, j] = alpha · Σ_c x[n, c]·W(c, j)` (`lora_down`), out `[rows, rank]` packed.
+    /// `out[n, j] = alpha · Σ_c x[n·ldx + c]·W(c, j)` (`lora_down`), out `[rows, rank]` packed.
     Down {
         /// Rows of x.
         rows: usize,
@@ -39,8 +40,10 @@ pub enum SkinnyGemm {
         w_sj: usize,
         /// Scale.
         alpha: f32,
+        /// Row stride of x (≥ k).
+        ldx: usize,
     },
-    /// `y[n, c] = beta·y[n, c] + alpha · Σ_j u[n, j]·W(c, j)` (`lora_up`), beta 0 or 1.
+    /// `y[n·ldy + c] = beta·y[..] + alpha · Σ_j u[n, j]·W(c, j)` (`lora_up`), beta 0 or 1.
     Up {
         /// Rows of u and y.
         rows: usize,
@@ -56,12 +59,15 @@ pub enum SkinnyGemm {
         alpha: f32,
         /// Scale of y (0: y is not read).
         beta: f32,
+        /// Row stride of y (≥ cols).
+        ldy: usize,
     },
     /// `G(c, j) = beta·G(c, j) + alpha · Σ_n d[n, c]·u[n, j]` (`lora_gradw`), beta 0 or 1.
     Gradw(GradwShape),
 }
 
-/// One reduction over rows of `lora_gradw`: `d` `[rows, cols]`, `u` `[rows, rank]`.
+/// One reduction over rows of `lora_gradw`: `d` `[rows, cols]` (rows `ldd` apart), `u`
+/// `[rows, rank]`.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct GradwShape {
     /// Rows (the reduction).
@@ -78,6 +84,8 @@ pub struct GradwShape {
     pub alpha: f32,
     /// Add into G (beta 1) instead of overwriting it (beta 0).
     pub accumulate: bool,
+    /// Row stride of d (≥ cols).
+    pub ldd: usize,
 }
 
 /// Which operand of the GEMM each kernel argument is.
@@ -115,6 +123,7 @@ impl SkinnyGemm {
                 w_sc,
                 w_sj,
                 alpha: p.alpha,
+                ldx: p.k,
             };
             return Some((d, Operands::AB));
         }
@@ -129,6 +138,7 @@ impl SkinnyGemm {
                 w_sj,
                 alpha: p.alpha,
                 beta: p.beta,
+                ldy: p.n,
             };
             return Some((u, Operands::AB));
         }
@@ -145,6 +155,7 @@ impl SkinnyGemm {
                     g_sj: 1,
                     alpha: p.alpha,
                     accumulate,
+                    ldd: p.m,
                 };
                 return Some((SkinnyGemm::Gradw(g), Operands::DU));
             }
@@ -158,6 +169,7 @@ impl SkinnyGemm {
                     g_sj: p.n,
                     alpha: p.alpha,
                     accumulate,
+                    ldd: p.n,
                 };
                 return Some((SkinnyGemm::Gradw(g), Operands::UD));
             }
