@@ -358,7 +358,8 @@ fn one_target_takes_2_launches_forward_and_at_most_4_backward() {
         });
         eprintln!("rows {rows}: forward {fwd} launches, backward {bwd} (counted by hip-emu)");
         assert_eq!((fwd, bwd), (2, expect_bwd), "rows {rows}");
-        // The GEMM path: one launch per product at these shapes.
+        // The GEMM path (what the trainer ran before it took these ops): one launch per
+        // product at these shapes.
         let gemm = count(&mut || {
             ops::lora_forward_with(
                 &s,
@@ -374,7 +375,27 @@ fn one_target_takes_2_launches_forward_and_at_most_4_backward() {
             )
             .unwrap()
         });
-        assert!(gemm >= 2, "{gemm}");
+        let gemm_bwd = count(&mut || {
+            ops::lora_backward_with(
+                &s,
+                LoraBackward {
+                    params: p,
+                    x: &x,
+                    dy: &dy,
+                    a: &a,
+                    b: &b,
+                    u: &u,
+                    du: &mut du,
+                    da: &mut da,
+                    db: &mut db,
+                    dx: &mut dx,
+                },
+                LoraKernel::Gemm,
+            )
+            .unwrap()
+        });
+        eprintln!("rows {rows}: GEMM path forward {gemm} launches, backward {gemm_bwd}");
+        assert!(gemm >= 2 && gemm_bwd >= 4, "{gemm} {gemm_bwd}");
     }
 }
 

@@ -4,9 +4,11 @@
 //! A target is one HF Linear W `[out, in]` whose output is a column block of a wider stacked
 //! tensor ([`Site`]: q, k and v share one `[N, (H + 2K)·D]` output, gate and up one `[N, 2F]`).
 //! Its adapters `lora_A` `[r, in]` and `lora_B` `[out, r]` add `s · (x·Aᵀ)·Bᵀ` (s = alpha / r)
-//! into that block: the GEMM writes through a view starting at the block's first column with
-//! the stacked width as its leading dimension ([`Tail::tail_mut`]), so nothing is copied.
-//! The backward reads the block of the output gradient the same way.
+//! into that block: the adapter op (`hip_kernels::ops::LoraForward`, on a device the skinny
+//! kernels of `kernels/lora_gemm.hip`) writes through a view starting at the block's first
+//! column with the stacked width as its row stride ([`Tail::tail_mut`],
+//! `LoraParams::ldy`), so nothing is copied. The backward (`LoraBackward`) reads the block of
+//! the output gradient the same way.
 //!
 //! Other families plug in by building their own [`Site`] list (a fused target such as GLM's
 //! `query_key_value` is one site over the whole stacked width) and calling
@@ -15,15 +17,14 @@
 use super::config::{Family, LlamaConfig};
 use super::params::Linear;
 use crate::backend::{
-    adamw_all, gemm, AdamWSlot, AdamWStep, Backend, BackendSlot, GradScaling, Tail, TrainElement,
-    View,
+    adamw_all, AdamWSlot, AdamWStep, Backend, BackendSlot, GradScaling, Tail, TrainElement, View,
 };
 use crate::cli::Args;
 use crate::error::{Result, TrainError};
 use crate::lora::checkpoint::{ADAPTER_CONFIG, ADAPTER_MODEL};
 use crate::params::Spec;
 use crate::weights::read_f32_tensors;
-use hip_kernels::ops::{Matmul, MatmulLayout, MatmulParams, Run};
+use hip_kernels::ops::{LoraBackward, LoraForward, LoraParams, Run};
 use hip_kernels::params::DType;
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
@@ -410,16 +411,6 @@ fn target_names(family: Family) -> Vec<&'static str> {
     }
 }
 
-/// [`gemm`] as `alpha·op(A)·op(B) + beta·out`, with leading dimensions.
-fn scaled(p: MatmulParams, alpha: f32, beta: f32, layout: MatmulLayout) -> MatmulParams {
-    MatmulParams {
-        alpha,
-        beta,
-        layout,
-        ..p
-    }
-}
-
 fn op(e: hip_kernels::ops::OpError) -> TrainError {
     TrainError::Op(e.to_string())
 }
@@ -513,31 +504,25 @@ impl<T: TrainElement, B: Backend<T>> LlamaAdapters<T, B> {
         let Some((i, site)) = self.slot(l, t) else {
             return Ok(());
         };
-        let (n, r, s) = (self.rows, self.cfg.rank, self.cfg.scale() as f32);
-        let u = &mut self.saved[i / 2];
-        let queue = be.queue();
-        Matmul::<B::Space, T> {
-            params: gemm(n, r, site.inputs, false, true),
-            a: x.view(),
-            b: self.params[i].view(),
-            out: u.view_mut(),
-        }
-        .run(queue)
-        .map_err(op)?;
-        let b = &self.params[i + 1];
-        let layout = MatmulLayout {
-            ldc: Some(site.width),
-            ..MatmulLayout::PACKED
-        };
+        let params = self.params_of(site);
         let mut block = y.tail_mut(site.offset)?;
-        Matmul::<B::Space, T> {
-            params: scaled(gemm(n, site.outputs, r, false, true), s, 1.0, layout),
-            a: u.view(),
-            b: b.view(),
-            out: block.view_mut(),
+        LoraForward::<B::Space, T> {
+            params,
+            x: x.view(),
+            a: self.params[i].view(),
+            b: self.params[i + 1].view(),
+            u: self.saved[i / 2].view_mut(),
+            y: block.view_mut(),
         }
-        .run(queue)
+        .run(be.queue())
         .map_err(op)
+    }
+
+    /// The adapter op's parameters at `site`: its rows, dimensions and row stride.
+    fn params_of(&self, site: Site) -> LoraParams {
+        let scale = self.cfg.scale() as f32;
+        LoraParams::new(self.rows, site.inputs, site.outputs, self.cfg.rank, scale)
+            .strided(site.width)
     }
 
     /// The adapters' backward of layer `l`'s target `t` with input `x` and the stacked output
@@ -555,62 +540,23 @@ impl<T: TrainElement, B: Backend<T>> LlamaAdapters<T, B> {
         let Some((i, site)) = self.slot(l, t) else {
             return Ok(());
         };
-        let (n, r, s) = (self.rows, self.cfg.rank, self.cfg.scale() as f32);
-        let u = &self.saved[i / 2];
+        let params = self.params_of(site);
         let (ga, gb) = self.grads.split_at_mut(i + 1);
-        let (b, du) = (&self.params[i + 1], &mut self.du);
-        let queue = be.queue();
-        let lda = MatmulLayout {
-            lda: Some(site.width),
-            ..MatmulLayout::PACKED
-        };
         let block = dy.tail_mut(site.offset)?;
-        // dB [out, r] += s · dyᵀ·u.
-        Matmul::<B::Space, T> {
-            params: scaled(gemm(site.outputs, r, n, true, false), s, 1.0, lda),
-            a: block.view(),
-            b: u.view(),
-            out: gb[0].view_mut(),
+        // dA and dB accumulate over the step's micro-batches.
+        LoraBackward::<B::Space, T> {
+            params: params.accumulating(),
+            x: x.view(),
+            dy: block.view(),
+            a: self.params[i].view(),
+            b: self.params[i + 1].view(),
+            u: self.saved[i / 2].view(),
+            du: self.du.view_mut(),
+            da: ga[i].view_mut(),
+            db: gb[0].view_mut(),
+            dx: dx.view_mut(),
         }
-        .run(queue)
-        .map_err(op)?;
-        // du [N, r] = s · dy·B.
-        Matmul::<B::Space, T> {
-            params: scaled(gemm(n, r, site.outputs, false, false), s, 0.0, lda),
-            a: block.view(),
-            b: b.view(),
-            out: du.view_mut(),
-        }
-        .run(queue)
-        .map_err(op)?;
-        drop(block);
-        // dA [r, in] += duᵀ·x.
-        Matmul::<B::Space, T> {
-            params: scaled(
-                gemm(r, site.inputs, n, true, false),
-                1.0,
-                1.0,
-                MatmulLayout::PACKED,
-            ),
-            a: self.du.view(),
-            b: x.view(),
-            out: ga[i].view_mut(),
-        }
-        .run(queue)
-        .map_err(op)?;
-        // dx [N, in] += du·A.
-        Matmul::<B::Space, T> {
-            params: scaled(
-                gemm(n, site.inputs, r, false, false),
-                1.0,
-                1.0,
-                MatmulLayout::PACKED,
-            ),
-            a: self.du.view(),
-            b: self.params[i].view(),
-            out: dx.view_mut(),
-        }
-        .run(queue)
+        .run(be.queue())
         .map_err(op)
     }
 

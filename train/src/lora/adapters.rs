@@ -3,25 +3,25 @@
 //!
 //! Forward of a target with input `x` `[N, in]` and output `y` `[N, out]` (already `x @ W + b`):
 //! `u = x @ Aᵀ` `[N, r]` (kept for the backward), then `y += s · u @ Bᵀ` — the second product
-//! accumulates into the target's output through the GEMM's `beta = 1` (no extra buffer, no add
-//! kernel). Backward with the output gradient `dy`, after the base GEMM wrote `dx = dy @ Wᵀ`:
-//! `dB += s · dyᵀ @ u`, `du = s · dy @ B`, `dA += duᵀ @ x`, `dx += du @ A` (again `beta = 1`).
-//! The frozen weight's gradient `xᵀ @ dy` is never computed.
+//! accumulates into the target's output (no extra buffer, no add kernel). Backward with the
+//! output gradient `dy`, after the base GEMM wrote `dx = dy @ Wᵀ`: `du = s · dy @ B`,
+//! `dB += s · dyᵀ @ u`, `dA += duᵀ @ x`, `dx += du @ A`. The frozen weight's gradient
+//! `xᵀ @ dy` is never computed.
+//!
+//! Both run as one op each (`hip_kernels::ops::LoraForward` / `LoraBackward`): on a device the
+//! skinny kernels of `kernels/lora_gemm.hip` (forward 2 launches, backward 3, or 4 when the row
+//! reductions split into groups; the GEMM through the tuner when GEMM tuning is on), on the CPU
+//! the reference with the GEMMs' numerics (f64 sums, one rounding per stored value).
 
 use super::{HostAdapters, LoraConfig, Target};
 use crate::backend::{
-    adamw_all, gemm, AdamWSlot, AdamWStep, Backend, BackendSlot, GradScaling, TrainElement, View,
+    adamw_all, AdamWSlot, AdamWStep, Backend, BackendSlot, GradScaling, TrainElement, View,
 };
 use crate::config::GptConfig;
 use crate::error::{Result, TrainError};
-use hip_kernels::ops::{Matmul, MatmulParams, Run};
+use hip_kernels::ops::{LoraBackward, LoraForward, LoraParams, Run};
 use hip_kernels::params::DType;
 use std::marker::PhantomData;
-
-/// [`gemm`] as `alpha·op(A)·op(B) + beta·out`.
-fn scaled(p: MatmulParams, alpha: f32, beta: f32) -> MatmulParams {
-    MatmulParams { alpha, beta, ..p }
-}
 
 /// The adapters of a GPT-2 on backend `B` with storage type `T`.
 pub struct Adapters<T: TrainElement, B: Backend<T>> {
@@ -121,25 +121,22 @@ impl<T: TrainElement, B: Backend<T>> Adapters<T, B> {
         let Some((i, n_in, n_out)) = self.slot(l, t) else {
             return Ok(());
         };
-        let (n, r, s) = (self.rows, self.cfg.rank, self.cfg.scale() as f32);
-        let u = &mut self.saved[i / 2];
-        let queue = be.queue();
-        Matmul::<B::Space, T> {
-            params: gemm(n, r, n_in, false, true),
-            a: x.view(),
-            b: self.params[i].view(),
-            out: u.view_mut(),
-        }
-        .run(queue)?;
-        // Accumulates into the target's output (beta = 1).
-        Matmul::<B::Space, T> {
-            params: scaled(gemm(n, n_out, r, false, true), s, 1.0),
-            a: u.view(),
+        let params = LoraParams::new(self.rows, n_in, n_out, self.cfg.rank, self.scale());
+        LoraForward::<B::Space, T> {
+            params,
+            x: x.view(),
+            a: self.params[i].view(),
             b: self.params[i + 1].view(),
-            out: y.view_mut(),
+            u: self.saved[i / 2].view_mut(),
+            y: y.view_mut(),
         }
-        .run(queue)?;
+        .run(be.queue())?;
         Ok(())
+    }
+
+    /// The adapters' scale alpha / r, as the kernels take it.
+    fn scale(&self) -> f32 {
+        self.cfg.scale() as f32
     }
 
     /// The adapters' part of the backward of layer `l`'s target `t` with input `x` and output
@@ -157,42 +154,22 @@ impl<T: TrainElement, B: Backend<T>> Adapters<T, B> {
         let Some((i, n_in, n_out)) = self.slot(l, t) else {
             return Ok(());
         };
-        let (n, r, s) = (self.rows, self.cfg.rank, self.cfg.scale() as f32);
-        let u = &self.saved[i / 2];
+        let params = LoraParams::new(self.rows, n_in, n_out, self.cfg.rank, self.scale());
         let (ga, gb) = self.grads.split_at_mut(i + 1);
-        let queue = be.queue();
-        // dB [out, r] += s · dyᵀ @ u.
-        Matmul::<B::Space, T> {
-            params: scaled(gemm(n_out, r, n, true, false), s, 1.0),
-            a: dy.view(),
-            b: u.view(),
-            out: gb[0].view_mut(),
-        }
-        .run(queue)?;
-        // du [N, r] = s · dy @ B.
-        Matmul::<B::Space, T> {
-            params: scaled(gemm(n, r, n_out, false, false), s, 0.0),
-            a: dy.view(),
+        // dA and dB accumulate over the step's micro-batches.
+        LoraBackward::<B::Space, T> {
+            params: params.accumulating(),
+            x: x.view(),
+            dy: dy.view(),
+            a: self.params[i].view(),
             b: self.params[i + 1].view(),
-            out: self.du.view_mut(),
+            u: self.saved[i / 2].view(),
+            du: self.du.view_mut(),
+            da: ga[i].view_mut(),
+            db: gb[0].view_mut(),
+            dx: dx.view_mut(),
         }
-        .run(queue)?;
-        // dA [r, in] += duᵀ @ x.
-        Matmul::<B::Space, T> {
-            params: scaled(gemm(r, n_in, n, true, false), 1.0, 1.0),
-            a: self.du.view(),
-            b: x.view(),
-            out: ga[i].view_mut(),
-        }
-        .run(queue)?;
-        // dx [N, in] += du @ A.
-        Matmul::<B::Space, T> {
-            params: scaled(gemm(n, n_in, r, false, false), 1.0, 1.0),
-            a: self.du.view(),
-            b: self.params[i].view(),
-            out: dx.view_mut(),
-        }
-        .run(queue)?;
+        .run(be.queue())?;
         Ok(())
     }
 

@@ -1,10 +1,14 @@
 //! LoRA on the device (hip-emu in CI: semantics, not speed): every step against the float64
-//! PyTorch reference, bf16 against the CPU backend, bit-identical resume.
+//! PyTorch reference, bf16 against the CPU backend, bit-identical resume, and the launches of
+//! one adapted target (hip-emu's counters).
 
 use super::DEVICE_LOSS_RTOL;
+use crate::backend::Backend;
+use crate::device_backend::DeviceBackend;
 use crate::tests::lora::{compare, lora_flags, reference};
 use crate::tests::{run_tiny, Scratch};
 use crate::train::StepLog;
+use hip_kernels::hip_rt::emu::{self, StatsScope};
 
 fn on_device(extra: &[&str]) -> Vec<StepLog> {
     let mut e = vec!["--device", "0"];
@@ -58,3 +62,92 @@ fn lora_resume_on_the_device_continues_bit_identically() {
 
 // The allocator's figures of LoRA against full fine-tuning: tests/device_lora.rs (a process of
 // its own, as the figures are the process's and these tests run in parallel).
+
+/// Kernel launches `f` queues from this thread (hip-emu's counters; `None` off hip-emu).
+fn launches(f: impl FnOnce()) -> Option<u64> {
+    let before = emu::stats(StatsScope::Thread)?;
+    f();
+    Some(emu::stats(StatsScope::Thread)?.since(&before).launches)
+}
+
+/// The launches of one adapted target's forward and backward on the device backend: GPT-2's
+/// `attn.c_attn` (its whole `[N, 3C]` output) and qwen2's `k_proj` (the k column block of the
+/// stacked q/k/v output), at 64 rows (one row group) and 2048 rows (the row reductions split
+/// into groups, one more launch). At most 3 forward and 4 backward (issue 35); the skinny
+/// kernels take 2 forward and 3 or 4 backward.
+#[test]
+fn one_adapted_target_takes_2_launches_forward_and_3_or_4_backward() {
+    use crate::llama::lora::{seeded, LlamaAdapters, LlamaLora};
+    use crate::llama::Linear;
+    use crate::lora::adapters::Adapters;
+    use crate::lora::{init, HostAdapters, LoraConfig, Target};
+    let be = DeviceBackend::new(0, 1).unwrap();
+    if emu::stats(StatsScope::Thread).is_none() {
+        eprintln!("not hip-emu: no launch counters, skipped");
+        return;
+    }
+    let data = crate::tests::data_dir();
+    let gpt = crate::config::GptConfig::load(&data.join("model/config.json")).unwrap();
+    let qwen = match crate::config::ModelConfig::load(
+        &data.join("../train_llama/qwen2/config.json"),
+    )
+    .unwrap()
+    {
+        crate::config::ModelConfig::Llama(c) => c,
+        crate::config::ModelConfig::Gpt2(_) => unreachable!("qwen2 is a LLaMA-family model"),
+    };
+    let zeros = |n: usize| Backend::<f32>::zeros::<f32>(&be, n).unwrap();
+    for (rows, backward) in [(64, 3), (2048, 4)] {
+        // GPT-2, attn.c_attn.
+        let lora = LoraConfig {
+            rank: 4,
+            alpha: 8.0,
+            targets: vec![Target::CAttn],
+        };
+        let host = HostAdapters::with_zero_moments(lora.clone(), init::seeded(&lora, &gpt, 1));
+        let mut ad = Adapters::<f32, DeviceBackend>::new(&be, &gpt, &host, rows).unwrap();
+        let (n_in, n_out) = Target::CAttn.dims(&gpt);
+        let (x, dy) = (zeros(rows * n_in), zeros(rows * n_out));
+        let (mut y, mut dx) = (zeros(rows * n_out), zeros(rows * n_in));
+        let fwd = launches(|| ad.forward(&be, 0, Target::CAttn, &x, &mut y).unwrap()).unwrap();
+        let bwd = launches(|| {
+            ad.backward(&be, 0, Target::CAttn, &x, &dy, &mut dx)
+                .unwrap()
+        })
+        .unwrap();
+        println!("gpt2 attn.c_attn, {rows} rows: forward {fwd} launches, backward {bwd} (hip-emu)");
+        assert_eq!((fwd, bwd), (2, backward), "gpt2, {rows} rows");
+        // qwen2, k_proj.
+        let lora = LlamaLora {
+            rank: 4,
+            alpha: 8.0,
+            targets: vec![Linear::K],
+        };
+        let params = seeded(&lora, &qwen, 1);
+        let moments: Vec<Vec<f32>> = params.iter().map(|p| vec![0.0; p.len()]).collect();
+        let mut ad = LlamaAdapters::<f32, DeviceBackend>::new(
+            &be,
+            &qwen,
+            lora,
+            [&params, &moments, &moments],
+            rows,
+        )
+        .unwrap();
+        let site = crate::llama::lora::site(&qwen, Linear::K);
+        assert!(site.offset > 0 && site.width > site.outputs, "{site:?}");
+        let x = zeros(rows * site.inputs);
+        let (mut qkv, mut dqkv, mut dx) = (
+            zeros(rows * site.width),
+            zeros(rows * site.width),
+            zeros(rows * site.inputs),
+        );
+        let fwd = launches(|| ad.forward(&be, 0, Linear::K, &x, &mut qkv).unwrap()).unwrap();
+        let bwd = launches(|| {
+            ad.backward(&be, 0, Linear::K, &x, &mut dqkv, &mut dx)
+                .unwrap()
+        })
+        .unwrap();
+        println!("qwen2 k_proj, {rows} rows: forward {fwd} launches, backward {bwd} (hip-emu)");
+        assert_eq!((fwd, bwd), (2, backward), "qwen2, {rows} rows");
+    }
+}
