@@ -170,7 +170,10 @@ mod tests {
         // A view from column 1 of a [2, 5] tensor: 9 elements, rows 5 apart.
         let mut wide = [0f32, 10.0, 20.0, 7.0, 7.0, 7.0, 30.0, 40.0, 7.0, 7.0];
         fwd(p.strided(5), &mut u, &mut wide[1..]).unwrap();
-        assert_eq!(wide, [0.0, packed[0], packed[1], 7.0, 7.0, 7.0, packed[2], packed[3], 7.0, 7.0]);
+        assert_eq!(
+            wide,
+            [0.0, packed[0], packed[1], 7.0, 7.0, 7.0, packed[2], packed[3], 7.0, 7.0]
+        );
         // Too short a view, too small a stride: errors naming them.
         let e = fwd(p.strided(5), &mut u, &mut wide[4..]).unwrap_err();
         assert!(e.to_string().contains("reach 7"), "{e}");

@@ -133,9 +133,19 @@ impl LoraParams {
 
     /// Check that `y` (or `dy`, named `tensor`) of `len` elements holds every row: exactly
     /// `rows·d_out` when packed, at least `(rows − 1)·ldy + d_out` when strided.
-    fn check_y(&self, op: &'static str, tensor: &'static str, len: usize) -> Result<(), ShapeError> {
+    fn check_y(
+        &self,
+        op: &'static str,
+        tensor: &'static str,
+        len: usize,
+    ) -> Result<(), ShapeError> {
         let Some(ld) = self.ldy else {
-            return check_len(op, tensor, checked_len(op, tensor, &[self.rows, self.d_out])?, len);
+            return check_len(
+                op,
+                tensor,
+                checked_len(op, tensor, &[self.rows, self.d_out])?,
+                len,
+            );
         };
         let reach = match self.rows {
             0 => 0,
@@ -148,8 +158,12 @@ impl LoraParams {
             return Err(ShapeError::Invalid {
                 op,
                 name: tensor,
-                value: format!("{len} elements (rows {} with row stride {ld} reach {reach})", self.rows),
-                reason: "the buffer ends before the last row's block; pass a longer view or fix ldy",
+                value: format!(
+                    "{len} elements (rows {} with row stride {ld} reach {reach})",
+                    self.rows
+                ),
+                reason:
+                    "the buffer ends before the last row's block; pass a longer view or fix ldy",
             });
         }
         Ok(())

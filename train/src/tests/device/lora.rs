@@ -88,14 +88,13 @@ fn one_adapted_target_takes_2_launches_forward_and_3_or_4_backward() {
     }
     let data = crate::tests::data_dir();
     let gpt = crate::config::GptConfig::load(&data.join("model/config.json")).unwrap();
-    let qwen = match crate::config::ModelConfig::load(
-        &data.join("../train_llama/qwen2/config.json"),
-    )
-    .unwrap()
-    {
-        crate::config::ModelConfig::Llama(c) => c,
-        crate::config::ModelConfig::Gpt2(_) => unreachable!("qwen2 is a LLaMA-family model"),
-    };
+    let qwen =
+        match crate::config::ModelConfig::load(&data.join("../train_llama/qwen2/config.json"))
+            .unwrap()
+        {
+            crate::config::ModelConfig::Llama(c) => c,
+            crate::config::ModelConfig::Gpt2(_) => unreachable!("qwen2 is a LLaMA-family model"),
+        };
     let zeros = |n: usize| Backend::<f32>::zeros::<f32>(&be, n).unwrap();
     for (rows, backward) in [(64, 3), (2048, 4)] {
         // GPT-2, attn.c_attn.
