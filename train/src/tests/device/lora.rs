@@ -63,6 +63,26 @@ fn lora_resume_on_the_device_continues_bit_identically() {
 // The allocator's figures of LoRA against full fine-tuning: tests/device_lora.rs (a process of
 // its own, as the figures are the process's and these tests run in parallel).
 
+/// `--graph` with the backward's row groups (16 × 32 = 512 rows at rank 4: `lora_gradw` takes
+/// its f32 partials from the allocator inside the captured step): the same losses and norms,
+/// bit for bit, as eager steps.
+#[test]
+fn lora_graph_steps_with_row_groups_equal_eager_ones() {
+    use hip_kernels::ops::lora_gemm::plan::GradwPlan;
+    // The widest adapted output (mlp.c_fc, 128 columns): two groups whatever the CU count.
+    assert_eq!(GradwPlan::new(512, 128, 4, 4, 1).groups, 2);
+    assert_eq!(GradwPlan::new(512, 128, 4, 4, 1024).groups, 2);
+    let run = |mode: &str| {
+        on_device(&["--batch", "16", "--seq", "32", "--steps", "3", mode])
+            .iter()
+            .map(|l| (l.step, l.loss.to_bits(), l.grad_norm.to_bits()))
+            .collect::<Vec<_>>()
+    };
+    let (graph, eager) = (run("--graph"), run("--no-graph"));
+    assert_eq!(graph.len(), 3);
+    assert_eq!(graph, eager);
+}
+
 /// Kernel launches `f` queues from this thread (hip-emu's counters; `None` off hip-emu).
 fn launches(f: impl FnOnce()) -> Option<u64> {
     let before = emu::stats(StatsScope::Thread)?;
