@@ -376,7 +376,11 @@ fn a_capture_reuses_its_own_frees_and_its_pool_is_the_eager_peak() {
         let s = eager.stats();
         (s.allocated_bytes.all().peak, s.reserved_bytes.all().current)
     };
-    assert_eq!(peak, 4 * MIB as u64 + (300 << 10), "a and b, then b, c and d at once");
+    assert_eq!(
+        peak,
+        4 * MIB as u64 + (300 << 10),
+        "a and b, then b, c and d at once"
+    );
 
     // The same work captured, beside a warm cache of another size.
     let (host, alloc) = allocator_with(1 << 30, "");
@@ -386,7 +390,10 @@ fn a_capture_reuses_its_own_frees_and_its_pool_is_the_eager_peak() {
     alloc.begin_capture(S0).unwrap();
     let seen = temporaries(&alloc);
     let pool = alloc.end_capture();
-    assert_eq!(seen[2], seen[0], "c splits a's freed block, as in eager mode");
+    assert_eq!(
+        seen[2], seen[0],
+        "c splits a's freed block, as in eager mode"
+    );
     assert_eq!(seen[4], seen[1], "e gets b's freed block");
     assert_eq!(seen[5], seen[0], "f gets a's merged block back");
     let same = |v: &[DevicePtr]| {
@@ -395,9 +402,17 @@ fn a_capture_reuses_its_own_frees_and_its_pool_is_the_eager_peak() {
     };
     assert_eq!(same(&seen), same(&eager_seen), "the same reuse as eager");
     let s = alloc.stats();
-    assert_eq!(s.allocated_bytes.all().peak, peak, "the capture's peak is eager's");
+    assert_eq!(
+        s.allocated_bytes.all().peak,
+        peak,
+        "the capture's peak is eager's"
+    );
     assert_eq!(s.allocated_bytes.all().current, 0, "nothing is held");
-    assert_eq!(pool.bytes(), reserved as usize, "the pool is eager's reservation");
+    assert_eq!(
+        pool.bytes(),
+        reserved as usize,
+        "the pool is eager's reservation"
+    );
     assert_eq!(pool.private_segments(), (reserved as usize, 2));
     assert_eq!(s.reserved_bytes.all().current - before, reserved);
 
@@ -407,7 +422,11 @@ fn a_capture_reuses_its_own_frees_and_its_pool_is_the_eager_peak() {
     assert!(!seen.contains(&eager_block.ptr()));
     drop(eager_block);
     alloc.empty_cache().unwrap();
-    assert_eq!(host.used(), reserved as usize, "only the pool's segments remain");
+    assert_eq!(
+        host.used(),
+        reserved as usize,
+        "only the pool's segments remain"
+    );
 
     // The graph goes: the pool's blocks join S0's cache.
     drop(pool);
@@ -448,7 +467,10 @@ fn frees_of_other_streams_and_older_blocks_stay_held_for_the_graph() {
     assert_eq!(held, want);
     assert_eq!(alloc.stats().allocated_bytes.all().current, 3 * MIB as u64);
     let eager = alloc.allocate(MIB, S0).unwrap();
-    assert!(!want.contains(&eager.ptr()), "held blocks stay out of eager requests");
+    assert!(
+        !want.contains(&eager.ptr()),
+        "held blocks stay out of eager requests"
+    );
     drop(eager);
 
     // Launched on `side` too: nothing comes back before `side` has done that work.

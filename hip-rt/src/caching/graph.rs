@@ -40,7 +40,7 @@ use std::sync::{Mutex, MutexGuard, PoisonError};
 
 use super::backend::{Backend, DevicePtr};
 use super::error::AllocError;
-use super::policy::Grant;
+use super::policy::{Grant, NONE};
 use super::CachingAllocator;
 
 /// The capture state of one allocator.
@@ -173,10 +173,13 @@ impl<B: Backend> GraphPool<B> {
         }
     }
 
-    /// The graph's memory in bytes: the private pool's segments plus the held blocks.
+    /// The graph's memory in bytes: the private pool's segments plus the held blocks outside
+    /// them.
     pub fn bytes(&self) -> usize {
         let policy = self.allocator.lock();
+        let private = self.private.map_or(NONE, |p| p);
         let held: usize = (self.blocks.iter())
+            .filter(|&&(id, _)| !policy.in_pool(id, private))
             .map(|&(id, _)| policy.block_size(id))
             .sum();
         let private = self.private.map_or(0, |p| policy.private_segments(p).0);

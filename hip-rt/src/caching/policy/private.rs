@@ -121,6 +121,13 @@ impl<B: Backend> Policy<B> {
             .is_some_and(|b| b.stream == sid && b.stream_uses.is_empty())
     }
 
+    /// True when block `id` lies in private pool `sid`.
+    pub fn in_pool(&self, id: u32, sid: u32) -> bool {
+        self.blocks
+            .get(id as usize)
+            .is_some_and(|b| b.stream == sid)
+    }
+
     /// Bytes of the segments private pool `sid` reserved, and their count.
     pub fn private_segments(&self, sid: u32) -> (usize, usize) {
         self.blocks
