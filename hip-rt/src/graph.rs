@@ -26,11 +26,15 @@
 //! - [`Graph::instantiate`] gives a [`GraphExec`]; [`GraphExec::launch`] queues the whole graph
 //!   on a stream; [`GraphExec::update`] (`hipGraphExecUpdate`) swaps in the kernel arguments,
 //!   addresses and sizes of a newly captured graph of the same shape, without re-instantiating.
-//! - Memory: with the device's caching allocator (the default), a buffer freed during the
-//!   capture is held for the graph (never reused, not even by the capture's later requests)
-//!   and returns to the cache when the graph and every `GraphExec` made from it are dropped
-//!   ([`crate::caching::GraphPool`]). With the direct allocator a free during a capture is
-//!   `hipFree`, which waits for the device: it fails and invalidates the capture.
+//! - Memory: with the device's caching allocator (the default), the capturing stream's requests
+//!   come from a private pool of the graph's own, where a buffer freed during the capture is
+//!   reused by the capture's later requests (stream-ordered, as in eager mode: the pool is the
+//!   capture's eager peak); any other buffer freed during the capture (allocated before it, or
+//!   used on another stream) is held for the graph. The pool and the held buffers return to the
+//!   cache when the graph and every `GraphExec` made from it are dropped
+//!   ([`crate::caching::GraphPool`], [`Graph::memory_bytes`]). With the direct allocator a free
+//!   during a capture is `hipFree`, which waits for the device: it fails and invalidates the
+//!   capture.
 //! - A HIP without graphs: every call here is `Err(Error::Sys(MissingSymbol))` naming the entry
 //!   point ([`supported`] asks first); fall back to eager launches.
 //!
@@ -191,6 +195,14 @@ impl Graph {
     pub fn node_count(&self) -> Result<usize> {
         // SAFETY: `raw` is the live graph this value owns.
         Ok(unsafe { result::graph::graph_node_count(self.raw) }?)
+    }
+
+    /// The device memory the graph keeps for its replays: its private pool's segments plus the
+    /// blocks held for it ([`crate::caching::GraphPool::bytes`]); 0 without the caching
+    /// allocator.
+    pub fn memory_bytes(&self) -> usize {
+        let guard = self.pool.lock().unwrap_or_else(|p| p.into_inner());
+        guard.as_ref().map_or(0, |p| p.bytes())
     }
 
     /// An executable graph (`hipGraphInstantiate`); it keeps the capture's held blocks alive too.

@@ -344,3 +344,151 @@ fn concurrent_threads_share_one_allocator() {
     alloc.empty_cache().unwrap();
     assert_eq!(host.used(), 0);
 }
+
+/// A step's temporaries: frees and requests that reuse them, in one stream's order; returns the
+/// addresses handed out, in order.
+fn temporaries(alloc: &CachingAllocator<HostBackend>) -> Vec<DevicePtr> {
+    let mut seen = Vec::new();
+    let mut take = |size: usize| {
+        let a = alloc.allocate(size, S0).unwrap();
+        seen.push(a.ptr());
+        a
+    };
+    let a = take(4 * MIB);
+    let b = take(300 << 10);
+    drop(a);
+    let c = take(2 * MIB);
+    let d = take(2 * MIB);
+    drop(b);
+    let e = take(300 << 10);
+    drop((c, d, e));
+    let f = take(4 * MIB);
+    drop(f);
+    seen
+}
+
+#[test]
+fn a_capture_reuses_its_own_frees_and_its_pool_is_the_eager_peak() {
+    // Eager, from an empty cache: the peak and what it reserved.
+    let (_, eager) = allocator_with(1 << 30, "");
+    let eager_seen = temporaries(&eager);
+    let (peak, reserved) = {
+        let s = eager.stats();
+        (s.allocated_bytes.all().peak, s.reserved_bytes.all().current)
+    };
+    assert_eq!(
+        peak,
+        4 * MIB as u64 + (300 << 10),
+        "a and b, then b, c and d at once"
+    );
+
+    // The same work captured, beside a warm cache of another size.
+    let (host, alloc) = allocator_with(1 << 30, "");
+    drop(alloc.allocate(8 * MIB, S0).unwrap());
+    let before = alloc.stats().reserved_bytes.all().current;
+    alloc.reset_peak_stats();
+    alloc.begin_capture(S0).unwrap();
+    let seen = temporaries(&alloc);
+    let pool = alloc.end_capture();
+    assert_eq!(
+        seen[2], seen[0],
+        "c splits a's freed block, as in eager mode"
+    );
+    assert_eq!(seen[4], seen[1], "e gets b's freed block");
+    assert_eq!(seen[5], seen[0], "f gets a's merged block back");
+    let same = |v: &[DevicePtr]| {
+        let n = v.len();
+        (0..n * n).map(|k| v[k / n] == v[k % n]).collect::<Vec<_>>()
+    };
+    assert_eq!(same(&seen), same(&eager_seen), "the same reuse as eager");
+    let s = alloc.stats();
+    assert_eq!(
+        s.allocated_bytes.all().peak,
+        peak,
+        "the capture's peak is eager's"
+    );
+    assert_eq!(s.allocated_bytes.all().current, 0, "nothing is held");
+    assert_eq!(
+        pool.bytes(),
+        reserved as usize,
+        "the pool is eager's reservation"
+    );
+    assert_eq!(pool.private_segments(), (reserved as usize, 2));
+    assert_eq!(s.reserved_bytes.all().current - before, reserved);
+
+    // Closed: an eager request of a pool block's size gets another block, and neither
+    // empty_cache nor the out-of-memory path releases the pool's segments.
+    let eager_block = alloc.allocate(300 << 10, S0).unwrap();
+    assert!(!seen.contains(&eager_block.ptr()));
+    drop(eager_block);
+    alloc.empty_cache().unwrap();
+    assert_eq!(
+        host.used(),
+        reserved as usize,
+        "only the pool's segments remain"
+    );
+
+    // The graph goes: the pool's blocks join S0's cache.
+    drop(pool);
+    let again = alloc.allocate(4 * MIB, S0).unwrap();
+    assert_eq!(again.ptr(), seen[0], "a's block is reusable again");
+    drop(again);
+    alloc.empty_cache().unwrap();
+    assert_eq!(host.used(), 0, "and releasable");
+}
+
+#[test]
+fn frees_of_other_streams_and_older_blocks_stay_held_for_the_graph() {
+    let (host, alloc) = allocator_with(1 << 30, "");
+    let side = host.new_stream();
+    let old = alloc.allocate(MIB, S0).unwrap();
+    let old_ptr = old.ptr();
+    alloc.begin_capture(S0).unwrap();
+    drop(old); // allocated before the capture: held
+    let on_side = alloc.allocate(MIB, side).unwrap(); // not the capture's stream: the cache
+    let side_ptr = on_side.ptr();
+    drop(on_side);
+    let shared = alloc.allocate(MIB, S0).unwrap(); // the pool, then used on `side`: held
+    shared.record_stream(side).unwrap();
+    let shared_ptr = shared.ptr();
+    drop(shared);
+    let fresh = alloc.allocate(MIB, S0).unwrap();
+    assert!(
+        ![old_ptr, side_ptr, shared_ptr].contains(&fresh.ptr()),
+        "no held block is reused in the capture"
+    );
+    let fresh_ptr = fresh.ptr();
+    drop(fresh); // the pool's own, used on S0 only: back to the pool
+    let mut pool = alloc.end_capture();
+    let mut held = pool.addresses();
+    held.sort();
+    let mut want = vec![old_ptr, side_ptr, shared_ptr];
+    want.sort();
+    assert_eq!(held, want);
+    assert_eq!(alloc.stats().allocated_bytes.all().current, 3 * MIB as u64);
+    let eager = alloc.allocate(MIB, S0).unwrap();
+    assert!(
+        !want.contains(&eager.ptr()),
+        "held blocks stay out of eager requests"
+    );
+    drop(eager);
+
+    // Launched on `side` too: nothing comes back before `side` has done that work.
+    pool.record_stream(side).unwrap();
+    drop(pool);
+    assert_eq!(alloc.stats().allocated_bytes.all().current, 0);
+    let early = alloc.allocate(MIB, S0).unwrap();
+    assert!(
+        ![old_ptr, shared_ptr, fresh_ptr].contains(&early.ptr()),
+        "a block of the graph came back before `side` completed"
+    );
+    drop(early);
+    host.complete_stream(side);
+    let late: Vec<_> = (0..4).map(|_| alloc.allocate(MIB, S0).unwrap()).collect();
+    for p in [old_ptr, shared_ptr, fresh_ptr] {
+        assert!(late.iter().any(|a| a.ptr() == p), "{p:?} is S0's again");
+    }
+    drop(late);
+    alloc.empty_cache().unwrap();
+    assert_eq!(host.used(), 0);
+}

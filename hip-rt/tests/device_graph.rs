@@ -1,14 +1,19 @@
-//! A captured graph and the caching allocator's stream-ordered reuse: blocks freed during the
-//! capture are held for the graph (never handed out again while it lives, not even to the
-//! capture's own later requests), the replays keep computing into them correctly beside eager
-//! work, and the blocks return to the cache when the graph goes.
+//! A captured graph and the caching allocator's stream-ordered reuse: the capture's requests
+//! come from a private pool in which a block it frees is reused by its later requests (so the
+//! graph keeps its eager peak, not the sum of its temporaries), blocks freed during the capture
+//! that it did not allocate on its stream (older ones, ones used on another stream) are held,
+//! the replays keep computing into all of them correctly beside eager work, and everything
+//! returns to the cache when the graph goes.
 //! `cargo test -p hip-rt --features device --test device_graph` with hip-emu as the runtime.
 #![cfg(feature = "device")]
 
 mod common;
 
+use hip_rt::caching::allocation_size;
 use hip_rt::emu::{self, StatsScope};
-use hip_rt::{CaptureMode, Device, DeviceBuffer, Function, LaunchConfig, Module, Stream};
+use hip_rt::{
+    CaptureMode, Device, DeviceBuffer, DevicePtr, Function, LaunchConfig, Module, Stream,
+};
 
 const N: usize = 1000;
 
@@ -26,6 +31,24 @@ fn add(s: &Stream, f: &Function, x: &mut DeviceBuffer<f32>, v: f32) {
     .unwrap();
 }
 
+/// A step's two temporaries of one size, each computed into, copied out and freed; the
+/// addresses they got.
+fn temporaries(
+    s: &Stream,
+    f: &Function,
+    out: &mut DeviceBuffer<f32>,
+) -> hip_rt::Result<Vec<DevicePtr>> {
+    let mut addresses = Vec::new();
+    for (half, v) in [(0, 2.0), (1, 5.0)] {
+        let mut t = DeviceBuffer::<f32>::alloc(s, N)?;
+        s.memset_zero(&mut t)?;
+        add(s, f, &mut t, v);
+        s.copy_dtod(&t, &mut out.slice_mut(half * N..(half + 1) * N)?)?;
+        addresses.push(t.device_ptr());
+    }
+    Ok(addresses)
+}
+
 #[test]
 fn a_graph_that_frees_and_reuses_a_block() {
     let d = Device::get(0).unwrap_or_else(|e| panic!("the `device` tests need a HIP device: {e}"));
@@ -34,57 +57,82 @@ fn a_graph_that_frees_and_reuses_a_block() {
         return;
     }
     let s = Stream::new(&d, Default::default()).unwrap();
+    let side = Stream::new(&d, Default::default()).unwrap();
     let m = Module::load(&d, &common::build_bundle(&[d.arch()]).unwrap()).unwrap();
     let f = m.function("hipk_test_add").unwrap();
     let mut out = DeviceBuffer::<f32>::zeroed(&s, 2 * N).unwrap();
-    // Warm the cache with a block of the temporaries' size, freed (reusable) before the capture.
-    let warm = DeviceBuffer::<f32>::zeroed(&s, N).unwrap();
-    let cached = warm.device_ptr();
-    drop(warm);
-    s.synchronize().unwrap();
+    let allocated = || *d.memory_stats().unwrap().allocated_bytes.all();
 
+    // Eager: the second temporary reuses the first's block; the peak is one block.
+    s.synchronize().unwrap();
+    d.reset_peak_memory_stats().unwrap();
+    let base = allocated().current;
+    let eager = temporaries(&s, &f, &mut out).unwrap();
+    assert_eq!(eager[0], eager[1]);
+    let block = allocated().peak - base;
+    assert_eq!(block, ((N * 4 + 1) as u64).next_multiple_of(512));
+
+    // Captured: the same reuse inside the graph's pool, beside two frees the graph holds: a
+    // buffer from before the capture, and the pool's block once it is also used on another
+    // stream (freed when the graph ends, so the pool's segment stays in use).
+    let mut old = DeviceBuffer::<f32>::zeroed(&s, N).unwrap();
+    let old_ptr = old.device_ptr();
+    let mut shared_ptr = DevicePtr::NULL;
+    s.synchronize().unwrap();
+    d.reset_peak_memory_stats().unwrap();
+    let base = allocated().current;
     let mut addresses = Vec::new();
     let graph = s
         .capture(CaptureMode::Global, |s| {
-            // A temporary, computed into, copied out, freed...
-            let mut a = DeviceBuffer::<f32>::alloc(s, N).unwrap();
-            s.memset_zero(&mut a)?;
-            add(s, &f, &mut a, 2.0);
-            s.copy_dtod(&a, &mut out.slice_mut(0..N)?)?;
-            addresses.push(a.device_ptr());
-            drop(a);
-            // ...and the next request of the same size: a new block (the freed one is the
-            // graph's: each replay writes it again).
-            let mut b = DeviceBuffer::<f32>::alloc(s, N).unwrap();
-            s.memset_zero(&mut b)?;
-            add(s, &f, &mut b, 5.0);
-            s.copy_dtod(&b, &mut out.slice_mut(N..2 * N)?)?;
-            addresses.push(b.device_ptr());
-            drop(b);
+            addresses = temporaries(s, &f, &mut out)?;
+            add(s, &f, &mut old, 1.0);
+            drop(old);
+            let mut shared = DeviceBuffer::<f32>::alloc(s, N)?;
+            shared.record_stream(&side)?;
+            s.memset_zero(&mut shared)?;
+            shared_ptr = shared.device_ptr();
             Ok(())
         })
         .unwrap();
     assert_eq!(
-        addresses[0], cached,
-        "a capture's requests are served from the cache"
-    );
-    assert_ne!(
         addresses[0], addresses[1],
-        "a block freed in the capture is not reused by it"
+        "the capture's second request gets the block it freed"
+    );
+    assert!(
+        !eager.contains(&addresses[0]),
+        "the capture has a pool of its own"
+    );
+    assert_eq!(
+        shared_ptr, addresses[0],
+        "a third request of that size gets it too"
+    );
+    assert_eq!(
+        allocated().peak - base,
+        block,
+        "the capture's peak is the eager one"
+    );
+    assert_eq!(
+        allocated().current - base,
+        block,
+        "held: the old buffer and the shared one"
+    );
+    assert_eq!(
+        graph.memory_bytes() as u64,
+        allocation_size(block as usize) as u64 + block,
+        "the graph keeps its pool (one segment, eager's) and the old buffer"
     );
     let exec = graph.instantiate().unwrap();
-    let held = d.memory_stats().unwrap().allocated_bytes.all().current;
 
-    // Eager work beside the graph: never given a held block, never overwritten by a replay.
+    // Eager work beside the graph: never given a block of the graph, never overwritten.
     let mut c = DeviceBuffer::<f32>::zeroed(&s, N).unwrap();
     assert!(
-        !addresses.contains(&c.device_ptr()),
-        "an eager request got a block the graph holds"
+        ![addresses[0], old_ptr].contains(&c.device_ptr()),
+        "an eager request got a block the graph keeps"
     );
     add(&s, &f, &mut c, 100.0);
     let before = emu::stats(StatsScope::Thread);
     for replay in 1..=3 {
-        // SAFETY: `out` and the held temporaries are all the graph touches; all are alive.
+        // SAFETY: `out` and the graph's own blocks are all it touches; all are alive.
         unsafe { exec.launch(&s) }.unwrap();
         let got = out.to_vec(&s).unwrap();
         assert!(
@@ -104,24 +152,28 @@ fn a_graph_that_frees_and_reuses_a_block() {
     );
     if let (Some(b), Some(a)) = (before, emu::stats(StatsScope::Thread)) {
         let d = a.since(&b);
-        // 3 replays of 6 nodes each (2 × memset, kernel, copy); the 3 eager adds are launches.
-        assert_eq!((d.graph_launches, d.graph_nodes, d.launches), (3, 18, 3));
+        // 3 replays of 8 nodes each (2 × (memset, kernel, copy), add, memset); 3 eager adds.
+        assert_eq!((d.graph_launches, d.graph_nodes, d.launches), (3, 24, 3));
     }
     drop(c);
 
-    // The graph goes: its two blocks return to the cache and are reused.
+    // The cache keeps the graph's pool while it lives, and gives it back once it is gone.
+    d.empty_cache().unwrap();
+    let reserved = || d.memory_stats().unwrap().reserved_bytes.all().current;
+    let (held, kept) = (allocated().current, reserved());
     drop(exec);
     drop(graph);
     s.synchronize().unwrap();
-    let after = d.memory_stats().unwrap().allocated_bytes.all().current;
+    side.synchronize().unwrap();
     assert_eq!(
-        held - after,
-        2 * (N * 4).next_multiple_of(512) as u64,
-        "the held blocks are freed with the graph"
+        held - allocated().current,
+        2 * block,
+        "the held blocks are freed"
     );
-    let again = DeviceBuffer::<f32>::alloc(&s, N).unwrap();
+    d.empty_cache().unwrap();
     assert!(
-        addresses.contains(&again.device_ptr()),
-        "a block the graph held is reused once it is gone"
+        kept - reserved() >= allocation_size(block as usize) as u64,
+        "the pool's segment is released with the graph gone ({kept} -> {})",
+        reserved()
     );
 }

@@ -217,11 +217,12 @@ pub struct Args {
     /// CPU (device runs with ZeRO 0 or 1, without LoRA or --graph; docs/MEMORY.md).
     #[arg(long, value_enum)]
     pub offload_optimizer: Option<Offload>,
-    /// Capture the steady step once as a HIP graph and replay it (one device, no SFT data; more
-    /// device memory than eager steps: see docs/PERFORMANCE.md).
+    /// Capture the steady step once as a HIP graph and replay it: the default on one device
+    /// (not with several ranks, SFT data or an offloaded optimizer, where steps are eager and
+    /// one line says why); the flag only makes that line print on the CPU too.
     #[arg(long, conflicts_with = "no_graph")]
     pub graph: bool,
-    /// Launch every step's kernels one by one (the default).
+    /// Launch every step's kernels one by one instead of replaying a captured step.
     #[arg(long)]
     pub no_graph: bool,
     /// ZeRO stage 2's reduce-scatter bucket in MiB, fractions allowed (default: DeepSpeed's

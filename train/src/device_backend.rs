@@ -818,8 +818,8 @@ impl<T: TrainElement> Backend<T> for DeviceBackend {
     }
 
     /// The step's one host wait (a replayed graph's too): queues the copies of the token-id flags and of the losses and
-    /// norm into pinned memory, then waits once (for the later copy: the stream runs them in
-    /// order, so the flags are complete by then and reading them does not wait again).
+    /// norm into pinned memory, then waits once for the stream (so reading either buffer does
+    /// not wait again).
     fn read_step(&self, scalars: &DeviceScalars) -> Result<StepRead> {
         // The step's collectives first, bounded: the pinned read-back below has no timeout.
         self.settle()?;
@@ -833,6 +833,10 @@ impl<T: TrainElement> Backend<T> for DeviceBackend {
         self.stream
             .copy_dtoh_async(&scalars.values, &mut st.value_readback)
             .map_err(dev)?;
+        // The wait, always taken: reading the pinned buffers alone would wait only when their
+        // copies are still running (an event query first), so the count would depend on timing.
+        // The copy of the values is the stream's last work: this waits no longer than for it.
+        self.stream.synchronize().map_err(dev)?;
         let values = st.value_readback.as_slice().map_err(dev)?.to_vec();
         st.scale_queued = false;
         let flags = st.flag_readback.as_slice().map_err(dev)?;

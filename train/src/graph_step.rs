@@ -20,16 +20,17 @@
 //! When either changes (the f16 scaler doubles or halves the scale; a step counts another
 //! number of targets) the step is captured again ([`Key`]).
 //!
-//! Opt-in (`--graph`; eager steps by default): device memory is higher in graph mode, because the
-//! caching allocator keeps every block freed during the capture for the graph
-//! (`hip_rt::caching::GraphPool`) instead of reusing it later in the same step, so the step's
-//! peak grows by the temporaries it frees (9–17 % over `--memory-estimate` on the tiny GPT-2 on
-//! hip-emu), and `--memory-estimate`, which models eager steps, would no longer hold.
-//! Off even with `--graph` (eager steps, one line says why): on the CPU, with several ranks (the
-//! collectives are not captured), with SFT data (packed rows change their `cu_seqlens` length
-//! every step), and when the HIP runtime has no graphs or a capture fails. Losses are
-//! bit-identical to eager steps: the same kernels run on the same buffers with the same
-//! arguments.
+//! On by default on a device (`--no-graph` turns it off). Memory: the caching allocator serves the
+//! capture from a private pool in which a temporary freed during the step is reused by the
+//! step's later requests, as in an eager step (`hip_rt::caching::GraphPool`), so the captured
+//! step's peak is the eager one and `--memory-estimate` holds in graph mode too; the pool stays
+//! reserved for the replays (its free blocks are not counted as allocated, as PyTorch counts a
+//! graph's private pool).
+//! Off (eager steps, one line says why, on the CPU only when `--graph` asked): on the CPU, with
+//! several ranks (the collectives are not captured), with SFT data (packed rows change their
+//! `cu_seqlens` length every step), with `--offload-optimizer cpu` (the update runs on the host),
+//! and when the HIP runtime has no graphs or a capture fails. Losses are bit-identical to eager
+//! steps: the same kernels run on the same buffers with the same arguments.
 
 use crate::backend::{Backend, TrainElement};
 use crate::cli::Args;
@@ -75,28 +76,34 @@ pub(crate) struct GraphStep {
 }
 
 impl GraphStep {
-    /// On when `--graph` asks for it and the backend and run allow it, else one line says why.
-    /// `refusal`: why the loop cannot (SFT data).
+    /// On unless `--no-graph`, when the backend and run allow it, else one line says why (on
+    /// the CPU only when `--graph` asked). `refusal`: why the loop cannot (SFT data).
     pub(crate) fn new<T: TrainElement, B: Backend<T>>(
         backend: &B,
         args: &Args,
         world: usize,
         refusal: Option<&str>,
     ) -> Self {
-        let why_not = match (!args.graph, world, refusal, backend.graph_capable()) {
-            (true, ..) => None,
-            (_, w, _, _) if w > 1 => Some(format!(
+        let wanted = !args.no_graph;
+        let offload = args.offload_optimizer.is_some();
+        let why_not = match (wanted, world, refusal, offload, backend.graph_capable()) {
+            (false, ..) => None,
+            (_, w, ..) if w > 1 => Some(format!(
                 "{w} ranks (the collectives of data parallelism are not captured)"
             )),
-            (_, _, Some(r), _) => Some(r.to_string()),
-            (_, _, _, Err(e)) => Some(e),
+            (_, _, Some(r), ..) => Some(r.to_string()),
+            (_, _, _, true, _) => {
+                Some("--offload-optimizer cpu: the optimizer steps on the host".to_string())
+            }
+            (.., Err(e)) => Some(e),
             _ => None,
         };
-        let on = args.graph && why_not.is_none();
+        let on = wanted && why_not.is_none();
         // A graph an earlier run on this backend left points at that run's model: never launched
         // again.
         backend.graph_reset();
-        if let (true, Some(w), true) = (args.graph, &why_not, world <= 1 || backend.rank() == 0) {
+        let say = args.graph || backend.memory().is_some();
+        if let (true, Some(w), true) = (say, &why_not, world <= 1 || backend.rank() == 0) {
             println!("graph: off, eager steps ({w})");
         }
         GraphStep {
@@ -218,9 +225,11 @@ mod tests {
     }
 
     #[test]
-    fn graphs_are_opt_in() {
-        let backend = Cpu;
-        assert!(!GraphStep::new::<f32, _>(&backend, &args(&[]), 1, None).on);
+    fn graphs_are_on_unless_refused() {
+        let wanted = |extra: &[&str]| !args(extra).no_graph;
+        assert!(wanted(&[]) && wanted(&["--graph"]) && !wanted(&["--no-graph"]));
+        // The CPU backend refuses, quietly unless --graph asked.
+        assert!(!GraphStep::new::<f32, _>(&Cpu, &args(&[]), 1, None).on);
     }
 
     #[test]

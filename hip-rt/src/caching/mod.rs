@@ -53,8 +53,11 @@
 //!
 //! Graph capture: between [`CachingAllocator::begin_capture`] and
 //! [`CachingAllocator::end_capture`] (hip-rt's `Stream::begin_capture` / `end_capture` call
-//! them), frees are held for the graph and come back when its [`GraphPool`] drops: see the
-//! `graph` module's docs in the source (`caching/graph.rs`) and [`GraphPool`].
+//! them), the capturing stream's requests come from a private pool of the capture's own, in
+//! which its frees are reused by its later requests (stream-ordered as in eager mode); every
+//! other free is held for the graph. The pool and the held blocks come back when the graph's
+//! [`GraphPool`] drops: see the `graph` module's docs in the source (`caching/graph.rs`) and
+//! [`GraphPool`].
 //!
 //! Memory checking: the policy tells its backend which bytes of a segment hold a live block
 //! ([`Backend::mark`]: a new segment is all free; a handed-out block's requested bytes are live,
@@ -73,6 +76,7 @@ mod stats;
 mod summary;
 
 use std::fmt;
+use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 pub use backend::{Backend, BackendError, DevicePtr, MemInfo};
@@ -111,6 +115,8 @@ struct Shared<B: Backend> {
     device: i32,
     /// Graph capture: frees held for the graph (see [`GraphPool`]). Locked before `policy`.
     graphs: Mutex<graph::Holds<B::Stream>>,
+    /// True while a capture is under way (spares the allocation path the `graphs` lock).
+    capturing: AtomicBool,
 }
 
 /// A caching allocator for one device. Cheap to clone (clones share the cache).
@@ -177,6 +183,7 @@ impl<B: Backend> CachingAllocator<B> {
                 policy: Mutex::new(policy),
                 device,
                 graphs: Mutex::new(graph::Holds::default()),
+                capturing: AtomicBool::new(false),
             }),
         })
     }
@@ -211,7 +218,7 @@ impl<B: Backend> CachingAllocator<B> {
         if size == 0 {
             return Ok(RawBlock::EMPTY);
         }
-        let grant = self.lock().malloc(size, stream, false)?;
+        let grant = self.malloc(size, stream, false)?;
         Ok(RawBlock {
             id: grant.id,
             ptr: grant.ptr,
@@ -253,7 +260,7 @@ impl<B: Backend> CachingAllocator<B> {
         if size == 0 {
             return Ok(DevicePtr::NULL);
         }
-        Ok(self.lock().malloc(size, stream, true)?.ptr)
+        Ok(self.malloc(size, stream, true)?.ptr)
     }
 
     /// Returns an allocation from [`CachingAllocator::allocate_ptr`], stream-ordered as for

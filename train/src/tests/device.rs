@@ -620,12 +620,21 @@ fn a_non_finite_gradient_skips_the_update_on_the_device() {
         .all(|&x| x == 0.0));
 }
 
-/// What a profiler would count over a whole run of `steps` f32 steps (hip-emu's counters of
-/// this thread; `None` on a real runtime, which has no counters).
-fn run_counters(steps: usize) -> Option<hip_rt::emu::EmuStats> {
+/// What a profiler would count over a whole run of `steps` f32 steps in `mode` (`--graph` or
+/// `--no-graph`; hip-emu's counters of this thread; `None` on a real runtime, which has no
+/// counters).
+fn run_counters(steps: usize, mode: &str) -> Option<hip_rt::emu::EmuStats> {
     use hip_rt::emu::{stats, StatsScope};
     let before = stats(StatsScope::Thread)?;
-    tiny("0", "f32", steps, None);
+    let mut f = variant_flags("base");
+    f.extend(strs(&[
+        "--device",
+        "0",
+        "--steps",
+        &steps.to_string(),
+        mode,
+    ]));
+    run_tiny(&f).unwrap();
     Some(stats(StatsScope::Thread)?.since(&before))
 }
 
@@ -633,19 +642,28 @@ fn run_counters(steps: usize) -> Option<hip_rt::emu::EmuStats> {
 fn a_step_after_the_first_waits_once_and_allocates_nothing() {
     // A first run loads the kernels (module loads wait) and leaves state behind (the kernel
     // cache keeps its device); the runs compared below both start after it.
-    if run_counters(1).is_none() {
+    if run_counters(1, "--no-graph").is_none() {
         return; // not hip-emu: no counters to read
     }
-    let (Some(three), Some(six)) = (run_counters(3), run_counters(6)) else {
-        unreachable!("hip-emu answered once");
-    };
-    println!("tiny model, f32, 3 steps: {three:?}\n6 steps: {six:?}");
-    // Three more steps: three more host waits (each step's read), no more hipMalloc.
-    assert_eq!(six.host_waits, three.host_waits + 3, "{three:?} vs {six:?}");
-    assert!(six.mallocs <= three.mallocs, "{three:?} vs {six:?}");
-    // Every step launches the same kernels.
-    let per_step = (six.launches - three.launches) / 3;
-    assert_eq!(six.launches - three.launches, 3 * per_step);
-    assert!(three.launches >= 3 * per_step);
+    let mut per_step = 0;
+    // Eager steps, and replayed graphs (steps 3 to 6: the capture is step 2 in both runs).
+    for mode in ["--no-graph", "--graph"] {
+        let (Some(three), Some(six)) = (run_counters(3, mode), run_counters(6, mode)) else {
+            unreachable!("hip-emu answered once");
+        };
+        println!("tiny model, f32, {mode}, 3 steps: {three:?}\n6 steps: {six:?}");
+        // Three more steps: three more host waits (each step's read), no more hipMalloc.
+        assert_eq!(six.host_waits, three.host_waits + 3, "{three:?} vs {six:?}");
+        assert!(six.mallocs <= three.mallocs, "{three:?} vs {six:?}");
+        if mode == "--graph" {
+            assert_eq!(six.launches, three.launches, "a replay launches no kernel");
+            assert_eq!(six.graph_launches, three.graph_launches + 3);
+            continue;
+        }
+        // Every eager step launches the same kernels.
+        per_step = (six.launches - three.launches) / 3;
+        assert_eq!(six.launches - three.launches, 3 * per_step);
+        assert!(three.launches >= 3 * per_step);
+    }
     println!("launches per step (tiny model: L=2, C=32, V=96, batch 4 x seq 16): {per_step}");
 }

@@ -16,6 +16,7 @@ use super::{
 };
 
 mod keys;
+mod private;
 mod release;
 
 use keys::{AddrHasher, Key, Pool, ADDRESS_LIMIT, MAX_STREAMS};
@@ -125,6 +126,8 @@ pub(crate) struct Policy<B: Backend> {
     /// The first error hit while freeing from `Drop`, and how many followed it.
     pub drop_error: Option<AllocError>,
     pub drop_error_count: u64,
+    /// Graph capture's private pools (see `private.rs`).
+    private: private::Pools<B::Event>,
 }
 
 fn backend_err(op: &'static str, device: i32) -> impl FnOnce(super::BackendError) -> AllocError {
@@ -156,6 +159,7 @@ impl<B: Backend> Policy<B> {
             guard_slack: None,
             drop_error: None,
             drop_error_count: 0,
+            private: private::Pools::default(),
             config: AllocatorConfig::default(),
             backend,
         };
@@ -277,13 +281,22 @@ impl<B: Backend> Policy<B> {
         stream: B::Stream,
         indexed: bool,
     ) -> Result<Grant, AllocError> {
+        let sid = self.stream_id(stream)?;
+        self.malloc_on(size, sid, indexed)
+    }
+
+    /// [`Policy::malloc`] for an interned stream or a private pool's id.
+    fn malloc_on(&mut self, size: usize, sid: u32, indexed: bool) -> Result<Grant, AllocError> {
         if size > MAX_REQUEST {
             return Err(AllocError::TooLarge { requested: size });
         }
         if self.pending_count > 0 {
             self.process_events()?;
         }
-        let sid = self.stream_id(stream)?;
+        if self.private.dissolving() {
+            self.poll_dissolving(false)?;
+        }
+        let stream = self.streams[sid as usize];
         let slack = match self.guard_slack {
             Some(slack) => slack,
             None => *self.guard_slack.insert(self.backend.guard_slack()),
@@ -493,6 +506,11 @@ impl<B: Backend> Policy<B> {
         }
     }
 
+    /// The size of block `id` (rounded; 0 for an unknown id).
+    pub fn block_size(&self, id: u32) -> usize {
+        self.blocks.get(id as usize).map_or(0, |b| b.size)
+    }
+
     /// The allocated block at `addr`, if any.
     pub fn allocated_at(&self, addr: u64) -> Option<u32> {
         self.by_addr.get(&addr).copied()
@@ -508,8 +526,11 @@ impl<B: Backend> Policy<B> {
     /// Marks an allocated block as used on `stream` (PyTorch's `recordStream`).
     pub fn record_stream(&mut self, id: u32, stream: B::Stream) -> Result<(), AllocError> {
         let sid = self.stream_id(stream)?;
+        let streams = &self.streams;
         if let Some(b) = self.blocks.get_mut(id as usize) {
-            if b.state == State::Allocated && b.stream != sid && !b.stream_uses.contains(&sid) {
+            // A private pool's block runs on its pool's stream (`streams[b.stream]`).
+            let own = streams[b.stream as usize] == stream;
+            if b.state == State::Allocated && !own && !b.stream_uses.contains(&sid) {
                 b.stream_uses.push(sid);
             }
         }
@@ -616,7 +637,11 @@ impl<B: Backend> Policy<B> {
     fn free_block(&mut self, id: u32) {
         let b = &self.blocks[id as usize];
         let (addr, size, stream) = (DevicePtr(b.addr), b.size, self.streams[b.stream as usize]);
-        self.backend.mark(addr, size, false, Some(stream));
+        // A block of the capture under way stays live for the checker: the graph's replays
+        // touch it (the pool's free blocks are marked free when it dissolves).
+        if b.stream != self.private.capturing() {
+            self.backend.mark(addr, size, false, Some(stream));
+        }
         let b = &self.blocks[id as usize];
         let (ty, original, requested) = (b.stat_type(), b.size as u64, b.requested as u64);
         let mut net_count: i64 = 0;

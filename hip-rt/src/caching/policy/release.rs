@@ -40,7 +40,8 @@ impl<B: Backend> Policy<B> {
         rounded: usize,
     ) -> Result<bool, AllocError> {
         let max_split = self.config.max_split_size;
-        if max_split == usize::MAX {
+        // A capture's private segments are never released: its nodes hold their addresses.
+        if max_split == usize::MAX || self.private.is_private(sid) {
             return Ok(false);
         }
         let want = rounded.max(max_split);
@@ -71,10 +72,15 @@ impl<B: Backend> Policy<B> {
         Ok(released >= want)
     }
 
-    /// Waits for outstanding events, then returns every unsplit cached segment.
+    /// Waits for outstanding events, then returns every unsplit cached segment (but those of
+    /// graphs' private pools).
     pub fn release_cached_blocks(&mut self) -> Result<(), AllocError> {
         self.synchronize_and_free_events()?;
+        if self.private.dissolving() {
+            self.poll_dissolving(true)?;
+        }
         let whole: Vec<u32> = (self.small.free.iter().chain(self.large.free.iter()))
+            .filter(|k| !self.private.is_private(k.stream()))
             .map(|k| k.id())
             .filter(|&id| !self.blocks[id as usize].is_split())
             .collect();
@@ -99,6 +105,7 @@ impl<B: Backend> Policy<B> {
         let target = self.total_reserved - threshold;
         let now = self.large.gc_calls;
         let mut candidates: Vec<(u32, u64, usize)> = (self.large.free.iter())
+            .filter(|k| !self.private.is_private(k.stream()))
             .map(|k| (k.id(), &self.blocks[k.id() as usize]))
             .filter(|(_, b)| !b.is_split())
             .map(|(id, b)| (id, now - b.gc_base, b.size))
