@@ -177,14 +177,18 @@ impl<T: TrainElement> HostOptimizer<T> {
     /// of its owned piece) are read on the copy stream once the work queued so far on `after`
     /// (the compute stream, or with ZeRO 2 the communication stream that reduced them) is
     /// done. No host wait.
-    pub fn copy_down<V: DeviceView<T>>(&mut self, after: &Stream, grads: &[(usize, V)]) -> Result<()> {
+    pub fn copy_down<V: DeviceView<T>>(
+        &mut self,
+        after: &Stream,
+        grads: &[(usize, &V)],
+    ) -> Result<()> {
         after.record(&self.ready).map_err(dev)?;
         self.copy.wait(&self.ready).map_err(dev)?;
         for (i, g) in grads {
             let (Some(host), Some(true)) = (self.grads.get_mut(*i), self.owned.get(*i).copied()) else {
                 continue;
             };
-            self.copy.copy_dtoh_async(g, host).map_err(dev)?;
+            self.copy.copy_dtoh_async(*g, host).map_err(dev)?;
             self.fresh[*i] = true;
         }
         Ok(())

@@ -264,7 +264,8 @@ impl<T: TrainElement> Zero2<T> {
                 })
                 .map(|(i, r)| Ok((i, self.grads.slice(r).map_err(dev)?)))
                 .collect::<Result<Vec<_>>>()?;
-            h.copy_down(stream, &mine)?;
+            let refs: Vec<_> = mine.iter().map(|(i, g)| (*i, g)).collect();
+            h.copy_down(stream, &refs)?;
         }
         for (_, g) in self.pending.drain(..) {
             // Freed now; its memory is reused only after the reduces queued above have run.
