@@ -185,7 +185,8 @@ impl<T: TrainElement> HostOptimizer<T> {
         after.record(&self.ready).map_err(dev)?;
         self.copy.wait(&self.ready).map_err(dev)?;
         for (i, g) in grads {
-            let (Some(host), Some(true)) = (self.grads.get_mut(*i), self.owned.get(*i).copied()) else {
+            let (Some(host), Some(true)) = (self.grads.get_mut(*i), self.owned.get(*i).copied())
+            else {
                 continue;
             };
             self.copy.copy_dtoh_async(*g, host).map_err(dev)?;

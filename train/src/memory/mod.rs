@@ -47,9 +47,11 @@ pub fn check_flags(args: &Args) -> Result<()> {
             ));
         }
         if args.graph {
-            return bad("--offload-optimizer cpu with --graph: the host AdamW update cannot be \
+            return bad(
+                "--offload-optimizer cpu with --graph: the host AdamW update cannot be \
                  captured in a graph; drop --graph or the offload"
-                .into());
+                    .into(),
+            );
         }
     }
     Ok(())

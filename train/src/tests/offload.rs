@@ -286,7 +286,10 @@ mod on_device {
                 .collect()
         };
         for (r, o) in outs.iter().enumerate().skip(1) {
-            assert!(bits(o) == bits(&outs[0]), "{what}: rank {r}'s parameters differ");
+            assert!(
+                bits(o) == bits(&outs[0]),
+                "{what}: rank {r}'s parameters differ"
+            );
             assert_eq!(o.logs.len(), outs[0].logs.len(), "{what}: rank {r}'s steps");
         }
     }
@@ -362,7 +365,12 @@ mod on_device {
         )
         .unwrap();
         assert_ranks_agree("llama f32 --zero 2 offload", &off);
-        let worst = assert_close("llama --zero 2 offload", &off[0].logs, &plain[0].logs, STAGES_RTOL);
+        let worst = assert_close(
+            "llama --zero 2 offload",
+            &off[0].logs,
+            &plain[0].logs,
+            STAGES_RTOL,
+        );
         eprintln!("llama f32 --zero 2 offload on 2 devices vs plain: worst rel {worst:e}");
     }
 
@@ -396,7 +404,12 @@ mod on_device {
         let z1full = gpt2_ranks(2, &[&base[..], &["--zero", "1"], &save1[..]].concat());
         let from1 = format!("{ck1}/step_2");
         let off = gpt2_ranks(2, &[&z2off[..], &["--resume", from1.as_str()][..]].concat());
-        assert_close("--zero 1 →", &off[0].logs, &z1full[0].logs[2..], STAGES_RTOL);
+        assert_close(
+            "--zero 1 →",
+            &off[0].logs,
+            &z1full[0].logs[2..],
+            STAGES_RTOL,
+        );
     }
 
     /// The child side of [`zero_2_offload_on_two_processes`]: its `--log` (empty: none).
@@ -444,7 +457,10 @@ mod on_device {
             let text = String::from_utf8_lossy(&out.stdout).to_string()
                 + &String::from_utf8_lossy(&out.stderr);
             assert!(out.status.success(), "rank {rank} failed:\n{text}");
-            assert!(text.contains("1 passed"), "rank {rank} ran nothing:\n{text}");
+            assert!(
+                text.contains("1 passed"),
+                "rank {rank} ran nothing:\n{text}"
+            );
         }
         let plain = gpt2_ranks(2, &[]);
         let lines = std::fs::read_to_string(&log).unwrap();
@@ -458,8 +474,17 @@ mod on_device {
             assert_eq!(l["world_size"], 2);
             let loss = l["loss"].as_f64().unwrap();
             let norm = l["grad_norm"].as_f64().unwrap();
-            assert!(rel(loss, w.loss) <= STAGES_RTOL, "step {}: {loss} vs {}", w.step, w.loss);
-            assert!(rel(norm, w.grad_norm) <= STAGES_RTOL, "step {}: {norm}", w.step);
+            assert!(
+                rel(loss, w.loss) <= STAGES_RTOL,
+                "step {}: {loss} vs {}",
+                w.step,
+                w.loss
+            );
+            assert!(
+                rel(norm, w.grad_norm) <= STAGES_RTOL,
+                "step {}: {norm}",
+                w.step
+            );
         }
     }
 
@@ -487,12 +512,9 @@ mod on_device {
             g.iter().map(Vec::as_slice).collect()
         }
         let decays = [true, false];
-        let mut h = HostOptimizer::<f32>::new(
-            &device,
-            [&refs(&p), &refs(&zeros), &refs(&zeros)],
-            &decays,
-        )
-        .unwrap();
+        let mut h =
+            HostOptimizer::<f32>::new(&device, [&refs(&p), &refs(&zeros), &refs(&zeros)], &decays)
+                .unwrap();
         let up = |h: &[f32]| DeviceBuffer::from_slice(&stream, h).unwrap();
         let mut params: Vec<DeviceBuffer<f32>> = p.iter().map(|t| up(t)).collect();
         let mut grads: Vec<DeviceBuffer<f32>> = zeros.iter().map(|t| up(t)).collect();
@@ -506,7 +528,11 @@ mod on_device {
         for step in 1..=3u64 {
             let g: Vec<Vec<f32>> = lens
                 .iter()
-                .map(|&n| (0..n).map(|i| ((i as u64 * 7 + step) as f32).cos()).collect())
+                .map(|&n| {
+                    (0..n)
+                        .map(|i| ((i as u64 * 7 + step) as f32).cos())
+                        .collect()
+                })
                 .collect();
             for (d, host) in grads.iter_mut().zip(&g) {
                 stream.copy_htod(host, d).unwrap();
@@ -527,22 +553,28 @@ mod on_device {
             let gs: Vec<&DeviceBuffer<f32>> = grads.iter().collect();
             let mut ps: Vec<&mut DeviceBuffer<f32>> = params.iter_mut().collect();
             h.update(&stream, &hyper, &scalars, &gs, &mut ps).unwrap();
-            assert_eq!(h.late_copies(), if step == 1 { 2 } else { 1 }, "step {step}");
+            assert_eq!(
+                h.late_copies(),
+                if step == 1 { 2 } else { 1 },
+                "step {step}"
+            );
             let mut items: Vec<AdamWTensor<'_, Host, f32>> = want
                 .iter_mut()
                 .zip(&g)
                 .zip(m.iter_mut().zip(v.iter_mut()))
                 .zip(decays)
-                .map(|(((param, grad), (exp_avg, exp_avg_sq)), decay)| AdamWTensor {
-                    param: param.as_mut_slice(),
-                    grad: grad.as_slice(),
-                    exp_avg: exp_avg.as_mut_slice(),
-                    exp_avg_sq: exp_avg_sq.as_mut_slice(),
-                    max_exp_avg_sq: None,
-                    master: None,
-                    weight_decay: (!decay).then_some(0.0),
-                    lr_scale: None,
-                })
+                .map(
+                    |(((param, grad), (exp_avg, exp_avg_sq)), decay)| AdamWTensor {
+                        param: param.as_mut_slice(),
+                        grad: grad.as_slice(),
+                        exp_avg: exp_avg.as_mut_slice(),
+                        exp_avg_sq: exp_avg_sq.as_mut_slice(),
+                        max_exp_avg_sq: None,
+                        master: None,
+                        weight_decay: (!decay).then_some(0.0),
+                        lr_scale: None,
+                    },
+                )
                 .collect();
             hip_kernels::cpu::adamw(AdamW::<Host, f32> {
                 params: AdamWParams {
