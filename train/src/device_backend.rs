@@ -277,6 +277,23 @@ impl DeviceBackend {
         self.offload.set(on);
     }
 
+    /// Offload (ZeRO 0/1): queue the copies of a bucket of final gradients down once `after`
+    /// is done with them ([`crate::offload::HostOptimizer::copy_ready`]); nothing otherwise.
+    fn offload_ready<T: TrainElement>(
+        &self,
+        after: &Stream,
+        grads: &[&mut DeviceBuffer<T>],
+    ) -> Result<()> {
+        let mut guard = self.host_opt.borrow_mut();
+        match guard
+            .as_mut()
+            .and_then(|b| b.downcast_mut::<crate::offload::HostOptimizer<T>>())
+        {
+            Some(h) => h.copy_ready(after, grads),
+            None => Ok(()),
+        }
+    }
+
     /// Run `f` on ZeRO stage 2's state of storage type `T` and this rank's communicator.
     fn with_zero2<T: TrainElement, R>(
         &self,
@@ -871,7 +888,8 @@ impl<T: TrainElement> Backend<T> for DeviceBackend {
         roots: Option<&[usize]>,
     ) -> Result<()> {
         let Some(d) = &self.ddp else {
-            return Ok(());
+            // Offload: final on the compute stream, they can go down now.
+            return self.offload_ready::<T>(&self.stream, grads);
         };
         if roots.is_some_and(|r| r.len() != grads.len()) {
             return Err(TrainError::Op(format!(
@@ -897,7 +915,9 @@ impl<T: TrainElement> Backend<T> for DeviceBackend {
                         .all_reduce_in_place(&mut **g, ReduceOp::Sum, &d.stream),
                 })
         })
-        .map_err(dev)
+        .map_err(dev)?;
+        // Offload: down as soon as the communication stream has summed them.
+        self.offload_ready::<T>(&d.stream, grads)
     }
 
     fn grads_reduced(&self) -> Result<()> {
@@ -1050,7 +1070,7 @@ impl<T: TrainElement> Backend<T> for DeviceBackend {
             &self.stream,
             state,
             decays,
-            self.bucket_elems.get(),
+            (self.bucket_elems.get(), self.offload.get()),
         )?;
         *self.zero2.borrow_mut() = Some(Box::new(z));
         Ok(())
@@ -1077,6 +1097,11 @@ impl<T: TrainElement> Backend<T> for DeviceBackend {
         params: &mut [&mut DeviceBuffer<T>],
     ) -> Result<()> {
         let update = <Self as Backend<T>>::update_scalars(self, scaling, scalars)?;
+        if self.offload.get() {
+            // Offload reads the step's scalars on the host: they depend on the other ranks'
+            // collectives.
+            self.settle()?;
+        }
         let mut tables = self.tables.borrow_mut();
         self.with_zero2::<T, _>(|z, d| {
             z.update(&d.comm, &self.stream, &mut tables, hyper, &update, params)

@@ -4,7 +4,9 @@
 //!
 //! A step, after the backward (and the gradient all-reduce of a data-parallel run): the copy
 //! stream waits (on the device) for the compute stream and copies every gradient down into
-//! pinned staging buffers; the host reads the step's two scalars (gradient divisor and
+//! pinned staging buffers, bucket by bucket as the backward hands them over and (with several
+//! ranks) the communication stream has summed them ([`HostOptimizer::copy_ready`]; with ZeRO 2,
+//! [`crate::zero2`], each bucket's owned pieces: [`HostOptimizer::copy_down`]); the host reads the step's two scalars (gradient divisor and
 //! non-finite flag, computed on the device as without offload), runs AdamW on the host
 //! ([`hip_kernels::cpu::adamw`], the same formula and rounding order as the device kernel)
 //! over chunks of the tensors on several threads, and queues the updated parameters (storage
@@ -16,7 +18,10 @@ use crate::backend::{AdamWStep, TrainElement, UpdateScalars, Zero2Host};
 use crate::error::{dev, op, Result, TrainError};
 use hip_kernels::ops::{AdamW, AdamWParams, AdamWTensor};
 use hip_kernels::params::{DType, Element, Host};
-use hip_rt::{Device, DeviceBuffer, Event, EventOptions, PinnedHostBuffer, Stream, StreamOptions};
+use hip_rt::{
+    Device, DeviceBuffer, DeviceView, Event, EventOptions, PinnedHostBuffer, Stream, StreamOptions,
+};
+use std::ops::Range;
 
 /// Elements of one host work item (a tensor is cut into chunks of this many).
 const CHUNK: usize = 1 << 16;
@@ -60,6 +65,17 @@ pub struct HostOptimizer<T: TrainElement> {
     /// Whether this rank updates each tensor (ZeRO 1: the tensors it owns; the others' state is
     /// empty here).
     owned: Vec<bool>,
+    /// The elements of each device tensor the host state covers (the whole tensor, or with
+    /// ZeRO 2 the piece this rank owns).
+    ranges: Vec<Range<usize>>,
+    /// Whether each owned tensor's gradient has been queued down this step.
+    fresh: Vec<bool>,
+    /// The device address of each tensor's gradient buffer (ZeRO 0/1, learnt from the first
+    /// [`HostOptimizer::update`]): how [`HostOptimizer::copy_ready`] knows the buffers the
+    /// backward hands over bucket by bucket.
+    by_addr: std::collections::HashMap<u64, usize>,
+    /// How many gradients the last [`HostOptimizer::update`] had to copy down itself.
+    late: usize,
     /// The stream of the gradient and parameter copies.
     copy: Stream,
     /// Recorded on the compute stream once the gradients are final.
@@ -84,14 +100,35 @@ impl<T: TrainElement> HostOptimizer<T> {
     /// (ZeRO 1: one another rank owns) is neither copied nor updated here. Pinned memory that
     /// cannot be had is a usage error naming the flag.
     pub fn new(device: &Device, state: [&[&[f32]]; 3], decays: &[bool]) -> Result<Self> {
+        Self::pieces(device, state, decays, &vec![0; state[0].len()])
+    }
+
+    /// As [`HostOptimizer::new`], of pieces of the device tensors: tensor `i`'s host state
+    /// (possibly empty) covers its elements from `starts[i]` on (ZeRO 2: the piece this rank
+    /// owns).
+    pub fn pieces(
+        device: &Device,
+        state: [&[&[f32]]; 3],
+        decays: &[bool],
+        starts: &[usize],
+    ) -> Result<Self> {
         let [params, m, v] = state;
-        if m.len() != params.len() || v.len() != params.len() || decays.len() != params.len() {
+        let n = params.len();
+        let same = |k: usize| m.get(k).map(|t| t.len()) == Some(params[k].len());
+        let same_v = |k: usize| v.get(k).map(|t| t.len()) == Some(params[k].len());
+        if m.len() != n
+            || v.len() != n
+            || decays.len() != n
+            || starts.len() != n
+            || !(0..n).all(|k| same(k) && same_v(k))
+        {
             return Err(TrainError::Op(format!(
-                "{FLAG}: {} parameter tensors but {} / {} moments and {} decay flags",
-                params.len(),
+                "{FLAG}: {n} parameter tensors but {} / {} moments (of other lengths?), {} decay \
+                 flags and {} offsets",
                 m.len(),
                 v.len(),
-                decays.len()
+                decays.len(),
+                starts.len()
             )));
         }
         let at = |e: hip_rt::Error| dev(format!("{FLAG}: {e}"));
@@ -122,10 +159,60 @@ impl<T: TrainElement> HostOptimizer<T> {
             exp_avg_sq: group(v)?,
             decays: decays.to_vec(),
             owned: params.iter().map(|p| !p.is_empty()).collect(),
+            ranges: params
+                .iter()
+                .zip(starts)
+                .map(|(p, &s)| s..s + p.len())
+                .collect(),
+            fresh: vec![false; n],
+            by_addr: std::collections::HashMap::new(),
+            late: 0,
             copy: Stream::new(device, StreamOptions::default()).map_err(at)?,
             ready: Event::new(device, EventOptions::NO_TIMING).map_err(at)?,
             done: Event::new(device, EventOptions::NO_TIMING).map_err(at)?,
         })
+    }
+
+    /// Queue the copies of final gradients down: `grads` (tensor index, the device elements
+    /// of its owned piece) are read on the copy stream once the work queued so far on `after`
+    /// (the compute stream, or with ZeRO 2 the communication stream that reduced them) is
+    /// done. No host wait.
+    pub fn copy_down<V: DeviceView<T>>(
+        &mut self,
+        after: &Stream,
+        grads: &[(usize, &V)],
+    ) -> Result<()> {
+        after.record(&self.ready).map_err(dev)?;
+        self.copy.wait(&self.ready).map_err(dev)?;
+        for (i, g) in grads {
+            let (Some(host), Some(true)) = (self.grads.get_mut(*i), self.owned.get(*i).copied())
+            else {
+                continue;
+            };
+            self.copy.copy_dtoh_async(*g, host).map_err(dev)?;
+            self.fresh[*i] = true;
+        }
+        Ok(())
+    }
+
+    /// ZeRO 0/1: the final gradient buffers of a bucket (`grads`, summed across ranks on
+    /// `after`'s queue, or final on the compute stream of one device) queued down on the copy
+    /// stream as soon as `after` is done with them, so that the copies overlap the rest of the
+    /// backward. Buffers not known yet (the first step, before [`HostOptimizer::update`] has
+    /// seen them in canonical order) are left to that update. No host wait.
+    pub fn copy_ready(&mut self, after: &Stream, grads: &[&mut DeviceBuffer<T>]) -> Result<()> {
+        let known: Vec<(usize, &DeviceBuffer<T>)> = grads
+            .iter()
+            .filter_map(|g| {
+                let i = *self.by_addr.get(&g.device_ptr().0)?;
+                let fits = self.ranges.get(i).map(|r| (r.start, r.len())) == Some((0, g.len()));
+                (fits && self.owned[i]).then_some((i, &**g))
+            })
+            .collect();
+        if known.is_empty() {
+            return Ok(());
+        }
+        self.copy_down(after, &known)
     }
 
     /// One AdamW step: `grads` (final, on `stream`) copied down, the update on the host with
@@ -140,23 +227,68 @@ impl<T: TrainElement> HostOptimizer<T> {
         params: &mut [&mut DeviceBuffer<T>],
     ) -> Result<()> {
         let n = self.params.len();
-        if grads.len() != n || params.len() != n {
+        if grads.len() != n {
             return Err(TrainError::Op(format!(
-                "{FLAG}: {n} tensors offloaded, {} gradients and {} parameters given",
-                grads.len(),
+                "{FLAG}: {n} tensors offloaded, {} gradients given",
+                grads.len()
+            )));
+        }
+        // The buffers' addresses, for the next steps' bucket-by-bucket copies; any change (a
+        // rebuilt model) and the copies queued by address are redone here.
+        let stale = grads
+            .iter()
+            .enumerate()
+            .any(|(i, g)| self.by_addr.get(&g.device_ptr().0) != Some(&i));
+        if stale {
+            self.by_addr = grads
+                .iter()
+                .enumerate()
+                .map(|(i, g)| (g.device_ptr().0, i))
+                .collect();
+            self.fresh.iter_mut().for_each(|f| *f = false);
+        }
+        let left: Vec<(usize, &DeviceBuffer<T>)> = grads
+            .iter()
+            .copied()
+            .enumerate()
+            .filter(|&(i, _)| !self.fresh[i])
+            .collect();
+        self.late = left.iter().filter(|&&(i, _)| self.owned[i]).count();
+        self.copy_down(stream, &left)?;
+        self.finish(stream, hyper, update, params)
+    }
+
+    /// How many owned gradients the last [`HostOptimizer::update`] copied down itself, after
+    /// the backward, rather than bucket by bucket during it ([`HostOptimizer::copy_ready`]).
+    pub fn late_copies(&self) -> usize {
+        self.late
+    }
+
+    /// The rest of a step once every owned gradient has been queued down
+    /// ([`HostOptimizer::copy_down`]): the step's scalars read (a host wait), AdamW on the
+    /// host unless the step is skipped, each updated piece of `params` queued up on the copy
+    /// stream after the work queued so far on `stream` (so after every read of the old
+    /// values); work queued on `stream` afterwards waits for those copies.
+    pub fn finish(
+        &mut self,
+        stream: &Stream,
+        hyper: &AdamWStep,
+        update: &UpdateScalars<DeviceBuffer<f32>>,
+        params: &mut [&mut DeviceBuffer<T>],
+    ) -> Result<()> {
+        let n = self.params.len();
+        if params.len() != n {
+            return Err(TrainError::Op(format!(
+                "{FLAG}: {n} tensors offloaded, {} parameters given",
                 params.len()
             )));
         }
-        stream.record(&self.ready).map_err(dev)?;
-        self.copy.wait(&self.ready).map_err(dev)?;
-        for ((g, host), _) in grads
-            .iter()
-            .zip(&mut self.grads)
-            .zip(&self.owned)
-            .filter(|(_, &own)| own)
-        {
-            self.copy.copy_dtoh_async(*g, host).map_err(dev)?;
+        if let Some(i) = (0..n).find(|&i| self.owned[i] && !self.fresh[i]) {
+            return Err(TrainError::Op(format!(
+                "{FLAG}: the gradient of tensor {i} was not copied down this step"
+            )));
         }
+        self.fresh.iter_mut().for_each(|f| *f = false);
         // The step's two scalars (a host wait the update needs in any case).
         let mut found_inf = [0f32];
         stream
@@ -172,14 +304,18 @@ impl<T: TrainElement> HostOptimizer<T> {
         };
         if found_inf[0] == 0.0 {
             self.host_step(hyper, grad_scale)?;
-            for ((host, p), _) in self
+            stream.record(&self.ready).map_err(dev)?;
+            self.copy.wait(&self.ready).map_err(dev)?;
+            for (((host, p), range), _) in self
                 .params
                 .iter()
                 .zip(params.iter_mut())
+                .zip(&self.ranges)
                 .zip(&self.owned)
                 .filter(|(_, &own)| own)
             {
-                self.copy.copy_htod_async(host, &mut **p).map_err(dev)?;
+                let mut dst = p.slice_mut(range.clone()).map_err(dev)?;
+                self.copy.copy_htod_async(host, &mut dst).map_err(dev)?;
             }
         }
         // The compute stream reuses the gradients and reads the parameters only after the
@@ -272,8 +408,8 @@ impl<T: TrainElement> HostOptimizer<T> {
     }
 
     /// The host state: `(master (None when the storage type is f32: the parameters are their
-    /// own master), exp_avg, exp_avg_sq)`, one vector per tensor in canonical order (empty for
-    /// a tensor another rank owns).
+    /// own master), exp_avg, exp_avg_sq)`, one vector per tensor in canonical order (the owned
+    /// piece: empty for a tensor another rank owns).
     pub fn download(&self) -> Result<Zero2Host> {
         let f32s = |g: &[PinnedHostBuffer<f32>]| -> Result<Vec<Vec<f32>>> {
             g.iter()

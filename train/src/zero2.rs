@@ -15,9 +15,15 @@
 //! element granularity) and the tensors are freed (the allocator waits for that stream before
 //! reusing them). The norm is taken over the shards; AdamW updates the owned pieces; the
 //! updated pieces are broadcast from their owners (an all-gather at element granularity).
+//!
+//! With `--offload-optimizer cpu` ([`crate::offload`]) the device keeps only the gradient shard:
+//! the owned pieces' master weights and moments live in pinned host memory, each bucket's owned
+//! pieces are copied down on the copy stream as soon as the communication stream has reduced
+//! them, AdamW runs on the host, and the updated pieces go back up before the broadcast.
 
 use crate::backend::{AdamWStep, TrainElement, UpdateScalars, Zero2Host};
 use crate::error::{dev, op, Result, TrainError};
+use crate::offload::HostOptimizer;
 use hip_kernels::ops::{self, AdamW, AdamWParams, AdamWTensor, OptimizerTables};
 use hip_kernels::params::OnDevice;
 use hip_rt::ddp::ShardPlan;
@@ -68,9 +74,12 @@ pub struct Zero2<T: TrainElement> {
     decays: Vec<bool>,
     /// This rank's summed gradients (`shard_len`; padding stays 0).
     grads: DeviceBuffer<T>,
+    /// The optimizer state's shards on the device (empty with offload).
     master: Option<DeviceBuffer<f32>>,
     exp_avg: DeviceBuffer<f32>,
     exp_avg_sq: DeviceBuffer<f32>,
+    /// `--offload-optimizer cpu`: the owned pieces' optimizer state on the host.
+    host: Option<Box<HostOptimizer<T>>>,
     bucket_elems: usize,
     pending: Vec<(usize, DeviceBuffer<T>)>,
     pending_elems: usize,
@@ -78,13 +87,14 @@ pub struct Zero2<T: TrainElement> {
 
 impl<T: TrainElement> Zero2<T> {
     /// This rank's shares of `state` (`[params, exp_avg, exp_avg_sq]`, full f32 tensors in
-    /// canonical order), uploaded on `stream`; buckets of `bucket_elems` elements.
+    /// canonical order), uploaded on `stream` (with `offload`, kept in pinned host memory
+    /// instead); buckets of `bucket_elems` elements.
     pub fn new(
         comm: &Comm,
         stream: &Stream,
         state: [&[&[f32]]; 3],
         decays: &[bool],
-        bucket_elems: usize,
+        (bucket_elems, offload): (usize, bool),
     ) -> Result<Self> {
         let lens: Vec<usize> = state[0].iter().map(|t| t.len()).collect();
         for (what, group) in [("exp_avg", state[1]), ("exp_avg_sq", state[2])] {
@@ -118,15 +128,54 @@ impl<T: TrainElement> Zero2<T> {
             out
         };
         let up = |h: &[f32]| DeviceBuffer::from_slice(stream, h).map_err(dev);
-        let master = match <T as hip_kernels::params::Element>::DTYPE {
-            hip_kernels::params::DType::F32 => None,
-            _ => Some(up(&share(state[0]))?),
+        let on_host = |group: &[&[f32]]| -> Vec<Vec<f32>> {
+            group
+                .iter()
+                .zip(&pieces)
+                .map(|(t, ps)| match ps.iter().find(|p| p.owner == rank) {
+                    Some(p) => t[p.range.clone()].to_vec(),
+                    None => Vec::new(),
+                })
+                .collect()
+        };
+        let (master, exp_avg, exp_avg_sq, host) = match offload {
+            true => {
+                let groups = [on_host(state[0]), on_host(state[1]), on_host(state[2])];
+                let refs: Vec<Vec<&[f32]>> = groups
+                    .iter()
+                    .map(|g| g.iter().map(Vec::as_slice).collect())
+                    .collect();
+                let starts: Vec<usize> = pieces
+                    .iter()
+                    .map(|ps| {
+                        ps.iter()
+                            .find(|p| p.owner == rank)
+                            .map_or(0, |p| p.range.start)
+                    })
+                    .collect();
+                let h = HostOptimizer::pieces(
+                    comm.device(),
+                    [&refs[0], &refs[1], &refs[2]],
+                    decays,
+                    &starts,
+                )?;
+                let none = || DeviceBuffer::<f32>::zeroed(stream, 0).map_err(dev);
+                (None, none()?, none()?, Some(Box::new(h)))
+            }
+            false => {
+                let master = match <T as hip_kernels::params::Element>::DTYPE {
+                    hip_kernels::params::DType::F32 => None,
+                    _ => Some(up(&share(state[0]))?),
+                };
+                (master, up(&share(state[1]))?, up(&share(state[2]))?, None)
+            }
         };
         Ok(Zero2 {
             grads: DeviceBuffer::zeroed(stream, plan.shard_len()).map_err(dev)?,
             master,
-            exp_avg: up(&share(state[1]))?,
-            exp_avg_sq: up(&share(state[2]))?,
+            exp_avg,
+            exp_avg_sq,
+            host,
             plan,
             rank,
             lens,
@@ -201,6 +250,23 @@ impl<T: TrainElement> Zero2<T> {
             Ok(())
         })
         .map_err(dev)?;
+        if let Some(h) = self.host.as_mut() {
+            // Offload: this rank's reduced pieces of the bucket go down as soon as the
+            // communication stream is done with them.
+            let mine = self
+                .pending
+                .iter()
+                .flat_map(|(i, _)| {
+                    self.pieces[*i]
+                        .iter()
+                        .filter(|p| p.owner == rank)
+                        .map(move |p| (*i, p.at..p.at + p.range.len()))
+                })
+                .map(|(i, r)| Ok((i, self.grads.slice(r).map_err(dev)?)))
+                .collect::<Result<Vec<_>>>()?;
+            let refs: Vec<_> = mine.iter().map(|(i, g)| (*i, g)).collect();
+            h.copy_down(stream, &refs)?;
+        }
         for (_, g) in self.pending.drain(..) {
             // Freed now; its memory is reused only after the reduces queued above have run.
             g.record_stream(stream).map_err(dev)?;
@@ -233,6 +299,33 @@ impl<T: TrainElement> Zero2<T> {
                 self.lens.len()
             )));
         }
+        match self.host.as_mut() {
+            Some(h) => h.finish(stream, hyper, update, params)?,
+            None => self.device_step(stream, tables, hyper, update, params)?,
+        }
+        // Every owner's updated piece to every rank.
+        let pieces = &self.pieces;
+        hip_rt::comm::group(|| {
+            for (t, ps) in params.iter_mut().zip(pieces) {
+                for p in ps {
+                    let mut v = t.slice_mut(p.range.clone())?;
+                    comm.broadcast_in_place(&mut v, p.owner, stream)?;
+                }
+            }
+            Ok(())
+        })
+        .map_err(dev)
+    }
+
+    /// AdamW over the owned pieces on the device.
+    fn device_step(
+        &mut self,
+        stream: &Stream,
+        tables: &mut OptimizerTables,
+        hyper: &AdamWStep,
+        update: &UpdateScalars<DeviceBuffer<f32>>,
+        params: &mut [&mut DeviceBuffer<T>],
+    ) -> Result<()> {
         let rank = self.rank;
         // The owned pieces lie in canonical order in the shard: carve each state buffer into
         // consecutive disjoint views, one per piece.
@@ -313,20 +406,7 @@ impl<T: TrainElement> Zero2<T> {
             };
             ops::adamw_tabled(stream, a, tables).map_err(op)?;
         }
-        drop(slots);
-        drop(param_views);
-        // Every owner's updated piece to every rank.
-        let pieces = &self.pieces;
-        hip_rt::comm::group(|| {
-            for (t, ps) in params.iter_mut().zip(pieces) {
-                for p in ps {
-                    let mut v = t.slice_mut(p.range.clone())?;
-                    comm.broadcast_in_place(&mut v, p.owner, stream)?;
-                }
-            }
-            Ok(())
-        })
-        .map_err(dev)
+        Ok(())
     }
 
     /// Every tensor's full master weights (when kept), moments, gathered from every rank's
@@ -351,6 +431,20 @@ impl<T: TrainElement> Zero2<T> {
                 })
                 .collect())
         };
+        if let Some(h) = &self.host {
+            // Offload: each owned piece's host state laid out as the shard, then gathered.
+            let (master, m, v) = h.download()?;
+            let shard = |group: Vec<Vec<f32>>| -> Result<Vec<Vec<f32>>> {
+                let mut out = vec![0.0f32; self.plan.shard_len()];
+                for (t, ps) in group.iter().zip(&self.pieces) {
+                    for p in ps.iter().filter(|p| p.owner == self.rank) {
+                        out[p.at..p.at + t.len()].copy_from_slice(t);
+                    }
+                }
+                gather(&DeviceBuffer::from_slice(stream, &out).map_err(dev)?)
+            };
+            return Ok((master.map(shard).transpose()?, shard(m)?, shard(v)?));
+        }
         let master = match &self.master {
             Some(m) => Some(gather(m)?),
             None => None,

@@ -193,6 +193,23 @@ fn the_estimate_is_within_ten_percent_of_the_measured_peak() {
             ],
             2,
         ),
+        (
+            "gpt2 bf16 2 ranks zero 2 offload",
+            gpt2,
+            vec![
+                "--devices",
+                "0,1",
+                "--zero",
+                "2",
+                "--dtype",
+                "bf16",
+                "--bucket-mb",
+                "0.01",
+                "--offload-optimizer",
+                "cpu",
+            ],
+            2,
+        ),
     ];
     let mut within = 0;
     for (label, (model, tokens), extra, world) in cases {

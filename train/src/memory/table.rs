@@ -12,30 +12,17 @@ use std::path::Path;
 /// `(label, cards' memory in GiB)` of the two DCU cards the table is for.
 pub const CARDS: [(&str, u64); 2] = [("K100_AI 64 GB", 64), ("Z100 32 GB", 32)];
 
-/// The settings rows, cheapest first: `(label, zero, grad_checkpoint, offload, planned)`.
-/// `--offload-optimizer cpu` trains with ZeRO 0 or 1; its combination with ZeRO 2 is planned.
-const FULL_ROWS: [(&str, u8, bool, bool, bool); 5] = [
-    ("zero 1", 1, false, false, false),
-    ("zero 2", 2, false, false, false),
-    ("zero 2 + grad-checkpoint", 2, true, false, false),
-    (
-        "zero 0 + grad-checkpoint + offload cpu",
-        0,
-        true,
-        true,
-        false,
-    ),
-    (
-        "zero 2 + grad-checkpoint + offload cpu (planned)",
-        2,
-        true,
-        true,
-        true,
-    ),
+/// The settings rows, cheapest first: `(label, zero, grad_checkpoint, offload)`.
+const FULL_ROWS: [(&str, u8, bool, bool); 5] = [
+    ("zero 1", 1, false, false),
+    ("zero 2", 2, false, false),
+    ("zero 2 + grad-checkpoint", 2, true, false),
+    ("zero 0 + grad-checkpoint + offload cpu", 0, true, true),
+    ("zero 2 + grad-checkpoint + offload cpu", 2, true, true),
 ];
-const LORA_ROWS: [(&str, u8, bool, bool, bool); 2] = [
-    ("zero 0", 0, false, false, false),
-    ("zero 0 + grad-checkpoint", 0, true, false, false),
+const LORA_ROWS: [(&str, u8, bool, bool); 2] = [
+    ("zero 0", 0, false, false),
+    ("zero 0 + grad-checkpoint", 0, true, false),
 ];
 
 /// The models of the tables: `(name, directory under tests/data/memory)`.
@@ -72,7 +59,7 @@ pub fn markdown(dir: &Path) -> Result<String> {
             (lora_label, &LORA_ROWS[..], Some(lora)),
         ] {
             let mut first_fit = [None; 2];
-            for &(label, zero, ckpt, offload, _) in rows {
+            for &(label, zero, ckpt, offload) in rows {
                 let set = Settings {
                     dtype: Precision::Bf16,
                     batch: 1,
