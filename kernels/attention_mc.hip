@@ -70,10 +70,10 @@
 // into the ds_read immediate (hoisted, they took one v_add per read and a register each).
 //
 // Figures (gfx90a, hipcc 5.2 / clang 15, -O3; `cargo xtask isa-mc`, docs/ISA-REPORT.md,
-// "Matrix-core attention (gfx90a)"; static, never measured): every kernel 0 scratch and 2
+// "Matrix-core attention (gfx90a)"; static, never measured): every kernel 0 scratch and 2-3
 // waves/SIMD; hot-loop matrix busy 100 % (overlap model) everywhere; no overlap: forward
-// 70.0-75.4 %, dq 69.9-74.9 %, dkdv 62.0-63.7 %. Below issue 35's targets: dkdv d64's 89 SGPR
-// spills (to VGPR lanes, outside the hot loop).
+// 70.0-75.4 %, dq 69.9-74.9 %, dkdv 60.5-63.7 %; 0 spills: issue 35's targets, with thin
+// margins at d64 (forward varlen 70.0 %, dkdv 60.5 %).
 
 #include "attention_mc.h"
 
@@ -288,10 +288,14 @@ template <int DB> struct BwdCfg {
   static constexpr int ROWS = 64;                       // keys (dkdv) / queries (dq) per block
   static constexpr int DQ_BKV = DB == 128 ? 32 : 64;    // keys per LDS tile of dq
   static constexpr int DKDV_BQ = DB == 128 ? 16 : 32;   // queries per LDS tile of dkdv
-  // dkdv loads tile t + 1 into registers during tile t (d64); at d128 those 24 words would
-  // not fit 2 waves/SIMD (the accumulators of dk and dv alone take 64), so it loads each tile
-  // at the start of its step.
-  static constexpr bool DKDV_PREFETCH = DB != 128;
+  // Whether dkdv loads tile t + 1 into registers during tile t. Off in both buckets: each
+  // step loads its own tile first. At d128 the 24 prefetch words would not fit 2 waves/SIMD
+  // (dk's and dv's accumulators alone take 64); at d64 the prefetch (24 words, its uniform
+  // addresses live across the step) cost 89 SGPR spills and a wave per SIMD (gfx90a,
+  // static: 244 VGPRs, 2 waves, against 166 and 3 without it), and the order of the tiles is
+  // then free, so the whole ones run first in one loop. Whether the third wave hides the load
+  // latency as well as the prefetch did only a device can say.
+  static constexpr bool DKDV_PREFETCH = false;
 };
 
 /// lse (natural log) as the exponent offset of exp2: lse * log2 e, and +inf for a row that
