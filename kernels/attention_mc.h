@@ -17,6 +17,9 @@ using hipk::bf16;
 using hipk::mc::f32x4;
 using hipk_attn::kNegInf;
 
+/// Two f32 (packed math on gfx90a: v_pk_fma_f32, v_pk_add_f32).
+typedef float f32x2 __attribute__((ext_vector_type(2)));
+
 /// LDS row padding (halves): 16 bytes, so rows stay 16-byte aligned and shift banks.
 constexpr int kPad = 8;
 
@@ -35,53 +38,83 @@ template <> struct Mac<bf16> {
   }
 };
 
-/// Two finite f32 rounded to bf16 (nearest, ties to even) in one word, lo in the low half.
-/// No NaN handling (common.h's f32_to_bf16 has it, at 2 more VALU per value): p and dS, the
-/// only values rounded here, are finite whenever q, k, v and dout are; a NaN among those makes
-/// the rounded operand some unspecified value instead of NaN.
-__device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi) {
-  const uint32_t a = __float_as_uint(lo);
-  const uint32_t b = __float_as_uint(hi);
-  const uint32_t ra = a + 0x7fffu + ((a >> 16) & 1u);
-  const uint32_t rb = b + 0x7fffu + ((b >> 16) & 1u);
-  return __builtin_amdgcn_perm(rb, ra, 0x07060302u);  // high halves: ra's low, rb's high
+/// Two f32 rounded toward zero to f16 in one word, lo in the low half (v_cvt_pkrtz_f16_f32 on
+/// the device; the same rounding in software on hip-emu's host build).
+__device__ __forceinline__ uint32_t pack_f16x2_rtz(float lo, float hi) {
+#if defined(__AMDGCN__)
+  return __builtin_bit_cast(uint32_t, __builtin_amdgcn_cvt_pkrtz(lo, hi));
+#else
+  auto rtz = [](float x) -> uint32_t {
+    uint32_t b = hipk::to_bits(hipk::from_float<__half>(x));  // nearest, ties to even
+    // One step toward zero when nearest rounded away from zero (never for 0 or NaN).
+    const float back = hipk::to_float(__ushort_as_half(static_cast<unsigned short>(b)));
+    if ((b & 0x7fffu) != 0u && fabsf(back) > fabsf(x)) b -= 1u;
+    return b;
+  };
+  return rtz(lo) | (rtz(hi) << 16);
+#endif
 }
 
-/// 4 f32 rounded to T (round to nearest even) as one operand.
-template <typename T, typename Vec>
-__device__ __forceinline__ Vec pack4(float x0, float x1, float x2, float x3) {
-  uint32_t w[2];
-  if constexpr (std::is_same<T, bf16>::value) {
-    w[0] = pack_bf16x2(x0, x1);
-    w[1] = pack_bf16x2(x2, x3);
-  } else {
-    w[0] = hipk::to_bits(hipk::from_float<T>(x0)) | (hipk::to_bits(hipk::from_float<T>(x1)) << 16);
-    w[1] = hipk::to_bits(hipk::from_float<T>(x2)) | (hipk::to_bits(hipk::from_float<T>(x3)) << 16);
-  }
-  Vec v;
-  __builtin_memcpy(&v, w, sizeof(v));
-  return v;
-}
-
-/// 4 f32 as two operands, hi + lo, with hi = x rounded to T and lo = (x - hi) rounded to T:
-/// hi + lo carries about twice T's significand (22 bits for f16, 16 for bf16), so a product
-/// through both tile MACs is as accurate as one with x in f32 (p and dS are f32 in the vector
-/// kernels and in the golden tolerances of the forward and the strided backward).
+/// 4 f32 as two operands, hi + lo, with hi = x rounded toward zero to T's significand and
+/// lo = (x - hi) rounded toward zero to T: hi + lo carries about twice T's significand
+/// (relative error below 2^-20 for f16, 2^-14 for bf16; x - hi is exact), so a product through
+/// both tile MACs is close to one with x in f32 (p and dS are f32 in the vector kernels and in
+/// the golden tolerances). Rounding toward zero is what keeps it cheap: hi is x with its low
+/// significand bits cleared (one AND), and the packing is one v_cvt_pkrtz_f16_f32 (f16) or
+/// one v_perm_b32 taking the high halves (bf16) per two values; no conversion back to f32.
+/// f16 below its normal range (|x| < 2^-14) loses its bits past 2^-24 (absolute error below
+/// 2^-24, as with nearest rounding); x past f16's range is not representable either way.
 template <typename T, typename Vec>
 __device__ __forceinline__ void split4(const float (&x)[4], Vec& hi, Vec& lo) {
-  float h[4], l[4];
+  constexpr bool kBf16 = std::is_same<T, bf16>::value;
+  // f32 keeps 24 significant bits; f16 11 (clear 13), bf16 8 (clear 16).
+  constexpr uint32_t kMask = kBf16 ? 0xffff0000u : 0xffffe000u;
+  float h[4], r[4];
 #pragma unroll
-  for (int e = 0; e < 4; ++e) {
-    if constexpr (std::is_same<T, bf16>::value) {
-      const uint32_t a = __float_as_uint(x[e]);
-      h[e] = __uint_as_float((a + 0x7fffu + ((a >> 16) & 1u)) & 0xffff0000u);
-    } else {
-      h[e] = hipk::to_float(hipk::from_float<T>(x[e]));
-    }
-    l[e] = x[e] - h[e];  // exact (Sterbenz / the rounding error of one rounding)
+  for (int i = 0; i < 2; ++i) {
+    h[2 * i] = __uint_as_float(__float_as_uint(x[2 * i]) & kMask);
+    h[2 * i + 1] = __uint_as_float(__float_as_uint(x[2 * i + 1]) & kMask);
+    // Exact: the cleared bits (one packed subtraction for two values).
+    const f32x2 d = f32x2{x[2 * i], x[2 * i + 1]} - f32x2{h[2 * i], h[2 * i + 1]};
+    r[2 * i] = d[0];
+    r[2 * i + 1] = d[1];
   }
-  hi = pack4<T, Vec>(h[0], h[1], h[2], h[3]);  // exact: h is representable in T
-  lo = pack4<T, Vec>(l[0], l[1], l[2], l[3]);
+  uint32_t wh[2], wl[2];
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    if constexpr (kBf16) {
+      // The high halves (truncation toward zero), first value in the low half.
+      wh[i] = __builtin_amdgcn_perm(__float_as_uint(h[2 * i + 1]), __float_as_uint(h[2 * i]),
+                                    0x07060302u);
+      wl[i] = __builtin_amdgcn_perm(__float_as_uint(r[2 * i + 1]), __float_as_uint(r[2 * i]),
+                                    0x07060302u);
+    } else {
+      wh[i] = pack_f16x2_rtz(h[2 * i], h[2 * i + 1]);
+      wl[i] = pack_f16x2_rtz(r[2 * i], r[2 * i + 1]);
+    }
+  }
+  __builtin_memcpy(&hi, wh, sizeof(hi));
+  __builtin_memcpy(&lo, wl, sizeof(lo));
+}
+
+/// -x of the 4 16-bit floats of an operand (their sign bits flipped; exact).
+template <typename Vec> __device__ __forceinline__ Vec neg4(Vec x) {
+  uint32_t w[2];
+  __builtin_memcpy(w, &x, sizeof(w));
+  w[0] ^= 0x80008000u;
+  w[1] ^= 0x80008000u;
+  __builtin_memcpy(&x, w, sizeof(w));
+  return x;
+}
+
+/// Makes the pointer p opaque to the optimiser, held in a VGPR pair at this point (emits no
+/// instruction): its computation is not sunk past the loops that follow.
+template <typename P> __device__ __forceinline__ void in_vgprs(P*& p) {
+#if defined(__AMDGCN__)
+  __asm__ __volatile__("" : "+v"(p));
+#else
+  (void)p;
+#endif
 }
 
 /// Two raw words as one operand.
@@ -266,6 +299,14 @@ __device__ __forceinline__ float quad_sum(float x) {
 __device__ __forceinline__ float quad_max(float x) {
   x = fmaxf(x, __shfl_xor(x, 16));
   return fmaxf(x, __shfl_xor(x, 32));
+}
+
+/// quad_max with no per-call address arithmetic: l ^ 16 by ds_swizzle (bitmask mode: and 31,
+/// xor 16, within each 32 lanes), l ^ 32 by ds_bpermute from `bp32` = 4 (lane ^ 32), which the
+/// caller computes once outside its loop.
+__device__ __forceinline__ float quad_max_at(float x, int bp32) {
+  x = fmaxf(x, __int_as_float(__builtin_amdgcn_ds_swizzle(__float_as_int(x), 0x401f)));
+  return fmaxf(x, __int_as_float(__builtin_amdgcn_ds_bpermute(bp32, __float_as_int(x))));
 }
 
 }  // namespace hipk_attn_mc

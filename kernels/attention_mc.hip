@@ -18,7 +18,7 @@
 // Exported kernels (<db> = 64 or 128: head_dim 1..=64 runs in the 64 bucket, 65..=128 in the
 // 128 bucket; columns past D are zero-filled on load and never stored):
 //   attention_mc_fwd_d<db>[_varlen]_<dtype>   (attention_fwd_d<db>_<dtype>'s arguments)
-//       grid (ceil(Tq / FQ), H, B), block FWAVES * 64; FQ = 16 * FWAVES queries per block.
+//       grid (ceil(Tq / 128), H, B), block 512: 8 waves x 16 queries.
 //   attention_mc_bwd_dkdv_d<db>_<dtype>       (attention_bwd_dkdv_d<db>_<dtype>'s arguments)
 //       grid (ceil(Tk / 64), K, B), block 256: 4 waves x 16 keys.
 //   attention_mc_bwd_dq_d<db>[_varlen]_<dtype> (attention_bwd_dq_d<db>_<dtype>'s arguments)
@@ -36,12 +36,14 @@
 // 4-lane reduction (lanes l ^ 16, l ^ 32) for the row maximum, the row sums stay per-lane
 // partial sums until the end, and no score goes through LDS.
 //
-// Forward: block = FWAVES waves x 16 queries; the query operands (16 x DB per wave) stay in
-// registers. K/V tiles of BKV = 64 keys: K row-major [BKV][DB + 8] and V transposed
+// Forward: block = 8 waves x 16 queries; the query operands (16 x DB per wave) stay in
+// registers. K/V tiles of BKV keys (128 at d64, 64 at d128: 35 KiB of LDS either way, 2
+// waves/SIMD): K row-major [BKV][DB + 8] and V transposed
 // [DB][BKV + 8] in LDS (f16/bf16), staged global -> registers -> LDS; tile t + 1's global loads
 // are issued right after tile t is in LDS, before its math. One online-softmax step per tile:
-// S (DB / 16 x 4 tile MACs), the row max over the 4 lanes, p = exp2(s * scale log2 e - m)
-// rounded to T as the operand of O += P V (DB / 16 x 4 tile MACs), O rescaled by
+// S (DB / 16 x BKV / 16 tile MACs), the row max of the raw scores over the 4 lanes (q is
+// negated for a negative scale, so c = |scale| log2 e > 0), p = exp2(s c - m) (one packed fma
+// per two values) split into T hi + lo as the operands of O += P V, O rescaled by
 // exp2(m_old - m_new). Tiles every query of the block sees whole run a loop without the mask
 // (the hot loop `fwd_mc`); partial tiles (causal diagonal, sequence edges, past Tk) apply it
 // per element. Causal: tiles past the block's last visible key are never loaded; heavy query
@@ -59,16 +61,19 @@
 // Each output element is written once by one thread. Causal: dkdv starts at the first query
 // tile that sees its keys, dq stops after the last key tile its queries see.
 //
-// P and dS enter their tile MACs as hi + lo pairs (split4 in attention_mc.h: hi = round(x),
-// lo = round(x - hi)), so those products are as accurate as with x in f32 (the vector
-// kernels' precision, which the golden tolerances hold) at one more MFMA each.
+// P and dS enter their tile MACs as hi + lo pairs (split4 in attention_mc.h: hi = x rounded
+// toward zero to T, lo = x - hi rounded toward zero), so those products carry about twice T's
+// significand (relative error below 2^-20 for f16, 2^-14 for bf16), far below the outputs'
+// own rounding to T, at one more MFMA each.
+//
+// Per step, the lane's LDS offsets go through hipk::opaque so that each tile's offset folds
+// into the ds_read immediate (hoisted, they took one v_add per read and a register each).
 //
 // Figures (gfx90a, hipcc 5.2 / clang 15, -O3; `cargo xtask isa-mc`, docs/ISA-REPORT.md,
 // "Matrix-core attention (gfx90a)"; static, never measured): every kernel 0 scratch and 2-3
-// waves/SIMD; hot-loop matrix busy 100 % (overlap model) for the f16 forward, dq and dkdv d64,
-// no-overlap 54-70 % (forward), 59-70 % (dq f16); below issue 35's targets: the d64 forward's
-// no-overlap figure, the bf16 d64 forward (busy 81 %), dkdv d64's SGPR spills and dkdv d128
-// (busy 36 %: bounds-checked staging left in its hot loop, SGPR spills).
+// waves/SIMD; hot-loop matrix busy 100 % (overlap model) everywhere; no overlap: forward
+// 70.0-75.4 %, dq 69.9-74.9 %, dkdv 60.5-63.7 %; 0 spills: issue 35's targets, with thin
+// margins at d64 (forward varlen 70.0 %, dkdv 60.5 %).
 
 #include "attention_mc.h"
 
@@ -87,10 +92,12 @@ using hipk_attn::kLn2;
 using hipk_attn::kLog2e;
 
 template <int DB> struct FwdCfg {
-  static constexpr int WAVES = DB == 128 ? 8 : 4;  // 2 waves/SIMD at d128 (35 KiB of LDS)
+  static constexpr int WAVES = 8;  // 2 waves/SIMD (35 KiB of LDS)
   static constexpr int THREADS = 64 * WAVES;
   static constexpr int BQ = 16 * WAVES;  // queries per block
-  static constexpr int BKV = 64;         // keys per tile and softmax step
+  // Keys per tile and softmax step: 128 at d64 halves the per-step costs (barriers, staging
+  // addresses, the row max, O's rescale) per MFMA.
+  static constexpr int BKV = DB == 128 ? 64 : 128;
 };
 
 /// Rounds x down / up to a multiple of m.
@@ -124,11 +131,19 @@ __device__ __forceinline__ void fwd(const T* __restrict__ q, Strides qst, const 
                           : static_cast<int>(blockIdx.x);
   const int q0 = tile * Cfg::BQ;
   const int qi = q0 + wave * 16 + lane % 16;  // this lane's query
-  const float c = scale * kLog2e;
+  // The scores' factor c = scale log2 e, made positive by negating q (exact) when scale < 0,
+  // so that max(s) c = max(s c) and each p takes one fma: exp2(s c - m). A zero scale becomes
+  // the smallest normal float (every p then exp2(s * 1e-38 - m) = 1 to f32 precision, as with 0).
+  const float c_signed = scale * kLog2e;
+  const float c = fmaxf(fabsf(c_signed), __FLT_MIN__);
 
   // The query operands: row qi, columns 16 t + 4 (lane / 16) .. + 3.
   Vec qop[ND];
   load_own<T>(qop, Rows<const T>(q, qst), qi, qi < Tq, D, vec_ok<4>(q, qst), lane);
+  if (c_signed < 0.0f) {
+#pragma unroll
+    for (int t = 0; t < ND; ++t) qop[t] = neg4(qop[t]);
+  }
 
   const SeqMap sm(cu, VARLEN ? ncu : 0, Tq);  // no varlen code without VARLEN
   const int2 span = key_span(qi, Tq, Tk, causal, sm);
@@ -155,6 +170,7 @@ __device__ __forceinline__ void fwd(const T* __restrict__ q, Strides qst, const 
   f32x4 o[ND];
 #pragma unroll
   for (int t = 0; t < ND; ++t) o[t] = f32x4{0.0f, 0.0f, 0.0f, 0.0f};
+  const int bp32 = (lane ^ 32) << 2;  // quad_max_at's ds_bpermute address
   float m = kNegInf;  // running max of s * c over the lane's query
   float l = 0.0f;     // this lane's part of the running sum of exp2(s * c - m)
 
@@ -167,6 +183,10 @@ __device__ __forceinline__ void fwd(const T* __restrict__ q, Strides qst, const 
     __syncthreads();
     load_kv(j0 + BKV, fast_tag);  // past the end: checked loads of nothing, or an unused tile
     hipk::sched_fence();
+    // The lane's LDS offsets computed per step: the tile offsets then fold into the ds_read
+    // immediates instead of 2 x ND x NT hoisted address registers re-added every step.
+    int ln = lane;
+    hipk::opaque(ln);
     f32x4 s[NT];
 #pragma unroll
     for (int u = 0; u < NT; ++u) s[u] = f32x4{0.0f, 0.0f, 0.0f, 0.0f};
@@ -174,39 +194,45 @@ __device__ __forceinline__ void fwd(const T* __restrict__ q, Strides qst, const 
     for (int t = 0; t < ND; ++t) {
 #pragma unroll
       for (int u = 0; u < NT; ++u) {
-        s[u] = Lane::mac<M>(lds_op<Vec>(sk, KStage::PITCH, 16 * u, 16 * t, lane), qop[t], s[u]);
+        s[u] = Lane::mac<M>(lds_op<Vec>(sk, KStage::PITCH, 16 * u, 16 * t, ln), qop[t], s[u]);
       }
     }
+    // The row max of the raw scores (c > 0), masked keys at -inf.
     float mx = kNegInf;
 #pragma unroll
     for (int u = 0; u < NT; ++u) {
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
-        float x = s[u][e] * c;
         if constexpr (MASK) {
           const int j = j0 + 16 * u + Lane::idx(lane, e);
-          x = j >= span.x && j <= span.y ? x : kNegInf;
+          s[u][e] = j >= span.x && j <= span.y ? s[u][e] : kNegInf;
         }
-        s[u][e] = x;
-        mx = fmaxf(mx, x);
+        mx = fmaxf(mx, s[u][e]);
       }
     }
-    const float m_new = fmaxf(m, quad_max(mx));
+    const float m_new = fmaxf(m, quad_max_at(mx, bp32) * c);
     const float m_use = m_new == kNegInf ? 0.0f : m_new;  // no key yet: every p is 0
     const float alpha = hipk_attn::fast_exp2(m - m_use);
     m = m_new;
     Vec p[NT], plo[NT];
-    float sum = 0.0f;
+    // p = exp2(s c - m) (exp2(-inf) = 0 for masked keys), two values per packed fma / add.
+    const f32x2 c2 = f32x2{c, c};
+    const f32x2 m2 = f32x2{-m_use, -m_use};
+    f32x2 sum2 = f32x2{0.0f, 0.0f};
 #pragma unroll
     for (int u = 0; u < NT; ++u) {
       float pe[4];
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        pe[e] = hipk_attn::fast_exp2(s[u][e] - m_use);
-        sum += pe[e];
+      for (int i = 0; i < 2; ++i) {
+        const f32x2 x = f32x2{s[u][2 * i], s[u][2 * i + 1]} * c2 + m2;
+        const f32x2 e2 = f32x2{hipk_attn::fast_exp2(x[0]), hipk_attn::fast_exp2(x[1])};
+        sum2 += e2;
+        pe[2 * i] = e2[0];
+        pe[2 * i + 1] = e2[1];
       }
       split4<T>(pe, p[u], plo[u]);
     }
+    const float sum = sum2[0] + sum2[1];
     l = __builtin_fmaf(l, alpha, sum);
 #pragma unroll
     for (int t = 0; t < ND; ++t) {
@@ -217,7 +243,7 @@ __device__ __forceinline__ void fwd(const T* __restrict__ q, Strides qst, const 
     for (int t = 0; t < ND; ++t) {
 #pragma unroll
       for (int u = 0; u < NT; ++u) {
-        const Vec vop = lds_op<Vec>(sv, VStage::PITCH, 16 * t, 16 * u, lane);
+        const Vec vop = lds_op<Vec>(sv, VStage::PITCH, 16 * t, 16 * u, ln);
         o[t] = Lane::mac<M>(vop, p[u], o[t]);
         o[t] = Lane::mac<M>(vop, plo[u], o[t]);
       }
@@ -262,10 +288,14 @@ template <int DB> struct BwdCfg {
   static constexpr int ROWS = 64;                       // keys (dkdv) / queries (dq) per block
   static constexpr int DQ_BKV = DB == 128 ? 32 : 64;    // keys per LDS tile of dq
   static constexpr int DKDV_BQ = DB == 128 ? 16 : 32;   // queries per LDS tile of dkdv
-  // dkdv loads tile t + 1 into registers during tile t (d64); at d128 those 24 words would
-  // not fit 2 waves/SIMD (the accumulators of dk and dv alone take 64), so it loads each tile
-  // at the start of its step.
-  static constexpr bool DKDV_PREFETCH = DB != 128;
+  // Whether dkdv loads tile t + 1 into registers during tile t. Off in both buckets: each
+  // step loads its own tile first. At d128 the 24 prefetch words would not fit 2 waves/SIMD
+  // (dk's and dv's accumulators alone take 64); at d64 the prefetch (24 words, its uniform
+  // addresses live across the step) cost 89 SGPR spills and a wave per SIMD (gfx90a,
+  // static: 244 VGPRs, 2 waves, against 166 and 3 without it), and the order of the tiles is
+  // then free, so the whole ones run first in one loop. Whether the third wave hides the load
+  // latency as well as the prefetch did only a device can say.
+  static constexpr bool DKDV_PREFETCH = false;
 };
 
 /// lse (natural log) as the exponent offset of exp2: lse * log2 e, and +inf for a row that
@@ -351,6 +381,8 @@ __device__ __forceinline__ void bwd_dq(const T* __restrict__ q, Strides qst,
     __syncthreads();
     load_kv(j0 + BKV, fast_tag);
     hipk::sched_fence();
+    int ln = lane;  // per step: the tile offsets fold into the ds_read immediates (see fwd)
+    hipk::opaque(ln);
     f32x4 s[NT], dp[NT];
 #pragma unroll
     for (int u = 0; u < NT; ++u) {
@@ -361,8 +393,8 @@ __device__ __forceinline__ void bwd_dq(const T* __restrict__ q, Strides qst,
     for (int t = 0; t < ND; ++t) {
 #pragma unroll
       for (int u = 0; u < NT; ++u) {
-        s[u] = Lane::mac<M>(lds_op<Vec>(sk, KStage::PITCH, 16 * u, 16 * t, lane), qop[t], s[u]);
-        dp[u] = Lane::mac<M>(lds_op<Vec>(sv, KStage::PITCH, 16 * u, 16 * t, lane), dop[t], dp[u]);
+        s[u] = Lane::mac<M>(lds_op<Vec>(sk, KStage::PITCH, 16 * u, 16 * t, ln), qop[t], s[u]);
+        dp[u] = Lane::mac<M>(lds_op<Vec>(sv, KStage::PITCH, 16 * u, 16 * t, ln), dop[t], dp[u]);
       }
     }
     Vec ds[NT], dslo[NT];
@@ -384,7 +416,7 @@ __device__ __forceinline__ void bwd_dq(const T* __restrict__ q, Strides qst,
     for (int t = 0; t < ND; ++t) {
 #pragma unroll
       for (int u = 0; u < NT; ++u) {
-        const Vec kop = lds_op<Vec>(skt, KtStage::PITCH, 16 * t, 16 * u, lane);
+        const Vec kop = lds_op<Vec>(skt, KtStage::PITCH, 16 * t, 16 * u, ln);
         acc[t] = Lane::mac<M>(kop, ds[u], acc[t]);
         acc[t] = Lane::mac<M>(kop, dslo[u], acc[t]);
       }
@@ -455,6 +487,12 @@ __device__ __forceinline__ void bwd_dkdv(const T* __restrict__ q, Strides qst,
   const int kj = k0 + wave * 16 + lane % 16;  // this lane's key
   const bool key_ok = kj < Tk;
   const float c = scale * kLog2e;
+  // This lane's rows of dk and dv, computed now and held in 4 VGPRs through the loops: dk's
+  // and dv's pointers and strides held in SGPRs until the end were spilled.
+  T* rk = Rows<T>(dk, dks).row(key_ok ? kj : 0);
+  T* rv = Rows<T>(dv, dvs).row(key_ok ? kj : 0);
+  in_vgprs(rk);
+  in_vgprs(rv);
 
   // k, v: key/value head blockIdx.y; q, dout, lse, delta: its group's query heads.
   Vec kop[ND], vop[ND];
@@ -547,14 +585,16 @@ __device__ __forceinline__ void bwd_dkdv(const T* __restrict__ q, Strides qst,
         load_q(i0 + BQ, fast_tag);
         hipk::sched_fence();
       }
+      int ln = lane;  // per step: the tile offsets fold into the ds_read immediates (see fwd)
+      hipk::opaque(ln);
 #pragma unroll
       for (int u = 0; u < NU; ++u) {
         f32x4 s = f32x4{0.0f, 0.0f, 0.0f, 0.0f};
         f32x4 dp = f32x4{0.0f, 0.0f, 0.0f, 0.0f};
 #pragma unroll
         for (int t = 0; t < ND; ++t) {
-          s = Lane::mac<M>(lds_op<Vec>(sq, QStage::PITCH, 16 * u, 16 * t, lane), kop[t], s);
-          dp = Lane::mac<M>(lds_op<Vec>(sdo, QStage::PITCH, 16 * u, 16 * t, lane), vop[t], dp);
+          s = Lane::mac<M>(lds_op<Vec>(sq, QStage::PITCH, 16 * u, 16 * t, ln), kop[t], s);
+          dp = Lane::mac<M>(lds_op<Vec>(sdo, QStage::PITCH, 16 * u, 16 * t, ln), vop[t], dp);
         }
         float pe[4], dse[4];
 #pragma unroll
@@ -573,8 +613,8 @@ __device__ __forceinline__ void bwd_dkdv(const T* __restrict__ q, Strides qst,
         split4<T>(dse, dsv, dsvlo);
 #pragma unroll
         for (int t = 0; t < ND; ++t) {
-          const Vec dot = lds_op<Vec>(sdot, QtStage::PITCH, 16 * t, 16 * u, lane);
-          const Vec qt = lds_op<Vec>(sqt, QtStage::PITCH, 16 * t, 16 * u, lane);
+          const Vec dot = lds_op<Vec>(sdot, QtStage::PITCH, 16 * t, 16 * u, ln);
+          const Vec qt = lds_op<Vec>(sqt, QtStage::PITCH, 16 * t, 16 * u, ln);
           acc_v[t] = Lane::mac<M>(dot, pv, acc_v[t]);
           acc_v[t] = Lane::mac<M>(dot, pvlo, acc_v[t]);
           acc_k[t] = Lane::mac<M>(qt, dsv, acc_k[t]);
@@ -588,24 +628,42 @@ __device__ __forceinline__ void bwd_dkdv(const T* __restrict__ q, Strides qst,
     int ua = max(ib, round_up(fb, BQ));
     int ub = round_down(fe, BQ);
     if (ub <= ua) ua = ub = round_up(ie, BQ);
-    if (Cfg::DKDV_PREFETCH && ib < ie) load_q(ib, std::false_type{});
-    // The tile a step loads (the next with prefetch, its own without) is whole when
-    // fast_all and it ends by Tq.
-    constexpr int kAhead = Cfg::DKDV_PREFETCH ? 2 * BQ : BQ;
-    int i = ib;
-    for (; i < min(ua, ie); i += BQ) step(i, std::true_type{}, std::false_type{});
-    HIPK_HOT_LOOP_BEGIN("dkdv_mc");
-    for (; i < ub && fast_all && i + kAhead <= Tq; i += BQ) {
-      step(i, std::false_type{}, std::true_type{});
+    if constexpr (Cfg::DKDV_PREFETCH) {
+      // Tile order fixed by the prefetch: [ib, ua) masked, the whole tiles, the rest masked
+      // (exact for whole tiles too).
+      if (ib < ie) load_q(ib, std::false_type{});
+      int i = ib;
+      for (; i < min(ua, ie); i += BQ) step(i, std::true_type{}, std::false_type{});
+      HIPK_HOT_LOOP_BEGIN("dkdv_mc");
+      for (; i < ub && fast_all && i + 2 * BQ <= Tq; i += BQ) {
+        step(i, std::false_type{}, std::true_type{});
+      }
+      HIPK_HOT_LOOP_END("dkdv_mc");
+      for (; i < ie; i += BQ) step(i, std::true_type{}, std::false_type{});
+    } else {
+      // Each step loads its own tile, so the order is free: the whole tiles first (a step's
+      // tile is whole when fast_all and it ends by Tq), then the others of [ib, ie) in one
+      // masked loop that skips [ua, hot_end).
+      int i = ua;
+      if (fast_all && i < ub && i + BQ <= Tq) {
+        // The marker in the loop's own preheader: laid out right before the loop.
+        HIPK_HOT_LOOP_BEGIN("dkdv_mc");
+        do {
+          step(i, std::false_type{}, std::true_type{});
+          i += BQ;
+        } while (i < ub && i + BQ <= Tq);
+        HIPK_HOT_LOOP_END("dkdv_mc");
+      }
+      const int hot_end = i;
+      for (int r = ib == ua ? hot_end : ib; r < ie;) {
+        step(r, std::true_type{}, std::false_type{});
+        r += BQ;
+        if (r == ua) r = hot_end;
+      }
     }
-    HIPK_HOT_LOOP_END("dkdv_mc");
-    for (; i < ub; i += BQ) step(i, std::false_type{}, std::false_type{});
-    for (; i < ie; i += BQ) step(i, std::true_type{}, std::false_type{});
   }
 
   if (key_ok) {
-    T* rk = Rows<T>(dk, dks).row(kj);
-    T* rv = Rows<T>(dv, dvs).row(kj);
 #pragma unroll
     for (int t = 0; t < ND; ++t) {
 #pragma unroll
@@ -633,7 +691,7 @@ __device__ __forceinline__ void bwd_dkdv(const T* __restrict__ q, Strides qst,
 #endif
 
 #define HIPK_ATTN_MC_FWD_V(DB, VARIANT, VARLEN, SUFFIX, T)                                    \
-  extern "C" __global__ void __launch_bounds__(hipk_attn_mc::FwdCfg<DB>::THREADS)             \
+  extern "C" __global__ void __launch_bounds__(hipk_attn_mc::FwdCfg<DB>::THREADS, 2)          \
       attention_mc_fwd_d##DB##VARIANT##_##SUFFIX(                                             \
           const T* q, hipk_attn::Strides qs, const T* k, hipk_attn::Strides ks, const T* v,   \
           hipk_attn::Strides vs, T* out, hipk_attn::Strides os, float* lse,                   \
@@ -648,7 +706,7 @@ __device__ __forceinline__ void bwd_dkdv(const T* __restrict__ q, Strides qst,
   HIPK_ATTN_MC_FWD_V(DB, , false, SUFFIX, T) HIPK_ATTN_MC_FWD_V(DB, _varlen, true, SUFFIX, T)
 
 #define HIPK_ATTN_MC_DQ(DB, VARIANT, VARLEN, SUFFIX, T)                                       \
-  extern "C" __global__ void __launch_bounds__(256) attention_mc_bwd_dq_d##DB##VARIANT##_##SUFFIX( \
+  extern "C" __global__ void __launch_bounds__(256, 2) attention_mc_bwd_dq_d##DB##VARIANT##_##SUFFIX( \
       const T* q, hipk_attn::Strides qs, const T* k, hipk_attn::Strides ks, const T* v,         \
       hipk_attn::Strides vs, const T* dout, hipk_attn::Strides dos, const float* lse,           \
       const float* delta, hipk_attn::RowStrides ls, T* dq, hipk_attn::Strides dqs, int Tq,      \

@@ -5,9 +5,9 @@
 //!
 //! - f16 and bf16; head dims 64 and 128 (whole buckets: the unchecked vector loads and the
 //!   unmasked tile loop) and off them (7: scalar loads; 8, 100: zero-filled columns); Tq and Tk
-//!   below, at and across the 64-key tiles and the 64/128-query blocks, Tq ≠ Tk both ways,
+//!   below, at and across the 64/128-key tiles and the 64/128-query blocks, Tq ≠ Tk both ways,
 //!   causal (with Tq > Tk: rows that see no key, out 0 and lse −inf) or not; grouped-query
-//!   heads (K = 1, K = H / 2);
+//!   heads (K = 1, K = H / 2); a negative scale;
 //! - variable-length sequences (`cu_seqlens`: padding at both ends, empty sequences, a
 //!   sequence of length 1, sequences crossing query blocks) with grouped heads;
 //! - q, k, v straight from the fused projection `[B, T, 3, H, D]`, out `[B, T, H, D]`;
@@ -200,8 +200,9 @@ fn check<T: DeviceElement>(s: &Stream, rng: &mut Rng, p: AttentionParams, cu: Op
 
 /// (batch, heads, n_kv_heads, tq, tk, head_dim, causal)
 const SHAPES: [(usize, usize, usize, usize, usize, usize, bool); 8] = [
-    // Whole buckets: interior tiles take the unmasked loop and the unchecked loads.
-    (1, 2, 1, 128, 192, 64, false),
+    // Whole buckets: interior tiles take the unmasked loop and the unchecked loads (at d64
+    // the forward's 128-key tiles need Tk ≥ 256 for that: the tile after must be whole too).
+    (1, 2, 1, 128, 256, 64, false),
     (1, 1, 1, 128, 128, 128, true),
     // Partial tiles and blocks, Tq ≠ Tk both ways, grouped heads.
     (2, 4, 2, 130, 70, 64, true),
@@ -219,6 +220,10 @@ fn shapes<T: DeviceElement>(seed: u64) {
     for (b, h, kv, tq, tk, d, causal) in SHAPES {
         check::<T>(&s, &mut rng, params(b, h, kv, tq, tk, d, causal), None);
     }
+    // A negative scale (the forward negates q and takes the row max of the raw scores).
+    let mut p = params(1, 1, 1, 40, 150, 64, false);
+    p.scale = -p.scale;
+    check::<T>(&s, &mut rng, p, None);
 }
 
 #[test]

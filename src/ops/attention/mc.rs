@@ -80,8 +80,8 @@ pub(crate) fn use_matrix_cores(
 pub struct McAttentionPlan {
     /// Head-dim bucket: 64 (head_dim ≤ 64) or 128.
     pub bucket: usize,
-    /// Threads per block of the forward kernel (`FwdCfg<DB>::THREADS`: 4 waves at 64, 8 at
-    /// 128).
+    /// Threads per block of the forward kernel (`FwdCfg<DB>::THREADS`: 8 waves in both
+    /// buckets).
     pub fwd_threads: u32,
     /// Blocks along the queries of the forward kernel (16 queries per wave).
     pub fwd_blocks: u32,
@@ -96,7 +96,7 @@ impl McAttentionPlan {
     /// [`super::AttentionPlan::new`] first).
     pub fn new(shape: &AttentionParams) -> McAttentionPlan {
         let bucket = if shape.head_dim <= 64 { 64 } else { 128 };
-        let fwd_threads: u32 = if bucket == 64 { 256 } else { 512 };
+        let fwd_threads: u32 = 512;
         let fwd_rows = 16 * fwd_threads as usize / 64;
         // tq, tk ≤ MAX_T (checked by AttentionPlan::new), so the quotients fit.
         let blocks = |rows: usize, per: usize| rows.div_ceil(per) as u32;
@@ -197,7 +197,7 @@ mod tests {
     #[test]
     fn buckets_grids_and_every_kernel_exist() {
         let table = kernel_names(SOURCE).expect("attention_mc is in the name table");
-        for (d, bucket, threads) in [(1, 64, 256), (64, 64, 256), (65, 128, 512), (128, 128, 512)] {
+        for (d, bucket, threads) in [(1, 64, 512), (64, 64, 512), (65, 128, 512), (128, 128, 512)] {
             let p = McAttentionPlan::new(&shape(1000, 130, d));
             assert_eq!((p.bucket, p.fwd_threads), (bucket, threads), "head_dim {d}");
             let fwd_rows = 16 * threads as usize / 64;

@@ -5,8 +5,8 @@
 //! for what each figure means and where its numbers come from.
 //!
 //! Per kernel, for its hot loop (the matmul's `k_interior`: one 32-deep k slice per
-//! iteration; the attention's `fwd_mc`, `dq_mc`: one 64- (d128 dq: 32-) key tile, `dkdv_mc`:
-//! one 32- (d128: 16-) query tile):
+//! iteration; the attention's `fwd_mc`: one 128- (d128: 64-) key tile, `dq_mc`: one 64- (d128:
+//! 32-) key tile, `dkdv_mc`: one 32- (d128: 16-) query tile):
 //! - matrix busy: Σ over the loop's MFMA instructions of their passes (issue slots the
 //!   matrix unit is occupied; [`mfma_passes`]);
 //! - issue slots: every instruction of the loop, MFMA included, costs its wave one issue slot;
