@@ -460,6 +460,28 @@ mod on_devices {
                 );
                 assert!(z.peak < p.peak, "{what} rank {r}: mem_peak did not drop");
             }
+            // Two micro-batches a step: each one's buckets go to their owners and add into
+            // the shard, so the peak stays that of one micro-batch a step (holding every
+            // gradient until the last micro-batch would add the others' share, (P - ⌈P/2⌉)
+            // elements, to it); between steps the same shard.
+            let accum = ranks(2, 2, &[&common[..], &ZERO2[..], &["--grad-accum", "2"]].concat());
+            let what = format!("--zero 2 --grad-accum 2 {dtype}");
+            assert_ranks_agree(&what, &accum);
+            let others = ((PARAMS - shard) * t) as f64;
+            for r in 0..2 {
+                let (z, a) = (mem(&zero, r), mem(&accum, r));
+                let (grow, held) = (a.peak as f64 - z.peak as f64, a.allocated as f64);
+                eprintln!(
+                    "{what} rank {r}: mem_peak {} (--grad-accum 1: {}, +{grow}; the others' \
+                     gradients: {others}); mem_allocated {held} vs {}",
+                    a.peak, z.peak, z.allocated
+                );
+                assert!(
+                    grow < others / 4.0,
+                    "{what} rank {r}: mem_peak grew by {grow} bytes over one micro-batch a step"
+                );
+                assert_eq!(a.allocated, z.allocated, "{what} rank {r}: mem_allocated");
+            }
         }
         // Four ranks.
         let (plain, zero) = (ranks(4, 1, &[]), ranks(4, 1, &ZERO2));
@@ -476,7 +498,8 @@ mod on_devices {
     #[test]
     fn zero_2_with_gradient_accumulation_and_f16_skips_follows_the_plain_run() {
         let _s = serial();
-        // Two micro-batches per step: the gradients stay until the last one's backward.
+        // Two micro-batches per step: each one's gradients are reduced to their owners and
+        // added into the shards.
         let accum = ["--grad-accum", "2"];
         let plain = ranks(2, 2, &accum);
         let zero = ranks(2, 2, &[&accum[..], &ZERO2[..]].concat());
@@ -487,13 +510,16 @@ mod on_devices {
             &plain[0].logs,
             DDP_RTOL,
         );
-        // f16 with a first scale of 2^24: step 1 overflows and every rank skips it.
+        // f16 with a first scale of 2^24, two micro-batches a step: step 1 overflows (in the
+        // shards' sums) and every rank skips it.
         let f16 = [
             "--dtype",
             "f16",
             "--scale-init",
             "16777216",
             "--scale-window",
+            "2",
+            "--grad-accum",
             "2",
         ];
         let plain = ranks(2, 2, &f16);
