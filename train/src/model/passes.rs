@@ -226,11 +226,9 @@ impl<T: TrainElement, B: Backend<T>> Gpt2<'_, T, B> {
         if let (true, Some(g)) = (hand, g.as_deref_mut()) {
             let at = at_lnf;
             match z2 {
-                Some(_) => zero2_hand::<T, B>(
-                    be,
-                    vec![(at, &mut g.lnf_w), (at + 1, &mut g.lnf_b)],
-                    last,
-                )?,
+                Some(_) => {
+                    zero2_hand::<T, B>(be, vec![(at, &mut g.lnf_w), (at + 1, &mut g.lnf_b)], last)?
+                }
                 None => be.grads_ready(&mut [&mut g.lnf_w, &mut g.lnf_b], roots(at, 2))?,
             }
         }

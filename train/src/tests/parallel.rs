@@ -464,7 +464,11 @@ mod on_devices {
             // the shard, so the peak stays that of one micro-batch a step (holding every
             // gradient until the last micro-batch would add the others' share, (P - ⌈P/2⌉)
             // elements, to it); between steps the same shard.
-            let accum = ranks(2, 2, &[&common[..], &ZERO2[..], &["--grad-accum", "2"]].concat());
+            let accum = ranks(
+                2,
+                2,
+                &[&common[..], &ZERO2[..], &["--grad-accum", "2"]].concat(),
+            );
             let what = format!("--zero 2 --grad-accum 2 {dtype}");
             assert_ranks_agree(&what, &accum);
             let others = ((PARAMS - shard) * t) as f64;
