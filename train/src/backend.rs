@@ -392,7 +392,9 @@ pub trait Backend<T: TrainElement> {
     /// contribution). Nothing on one device.
     fn grads_ready(&self, grads: &mut [&mut Self::Buf<T>], roots: Option<&[usize]>) -> Result<()>;
     /// Data parallel: makes the work queued from now on wait (on the device) for every sum
-    /// started by [`Backend::grads_ready`]. Nothing on one device.
+    /// started by [`Backend::grads_ready`]. Nothing on one device. With ZeRO stage 2 it is
+    /// called after every micro-batch's backward: it reduces the partly filled bucket, and
+    /// waits only after the step's last.
     fn grads_reduced(&self) -> Result<()>;
     /// Ranks the gradients are summed over (1 without data parallelism).
     fn world(&self) -> usize;
@@ -444,11 +446,12 @@ pub trait Backend<T: TrainElement> {
         let _ = (state, decays);
         Err(no_zero2())
     }
-    /// ZeRO stage 2: the gradients `grads` (canonical index, buffer) are final for this step;
-    /// the backend takes them, reduces each element to its owner's gradient shard once their
-    /// bucket is full (on the communication stream) and frees them.
-    fn zero2_ready(&self, grads: Vec<(usize, Self::Buf<T>)>) -> Result<()> {
-        let _ = grads;
+    /// ZeRO stage 2: the gradients `grads` (canonical index, buffer) of a micro-batch (`last`:
+    /// the step's last) are final; the backend takes them, reduces each element to its owner's
+    /// gradient shard (written by a step's first micro-batch, added to by the later ones) once
+    /// their bucket is full (on the communication stream) and frees them.
+    fn zero2_ready(&self, grads: Vec<(usize, Self::Buf<T>)>, last: bool) -> Result<()> {
+        let _ = (grads, last);
         Err(no_zero2())
     }
     /// ZeRO stage 2: the global gradient norm from the ranks' gradient shards into `scalars`.

@@ -925,8 +925,14 @@ impl<T: TrainElement> Backend<T> for DeviceBackend {
             return Ok(());
         };
         if self.zero2.borrow().is_some() {
-            // ZeRO 2: the last, partly filled bucket.
-            self.with_zero2::<T, _>(|z, d| z.flush(&d.comm, [&self.stream, &d.stream], &d.ready))?;
+            // ZeRO 2: the micro-batch's last, partly filled bucket; the compute stream waits
+            // only after the step's last micro-batch.
+            let last = self.with_zero2::<T, _>(|z, d| {
+                z.end_micro_batch(&d.comm, [&self.stream, &d.stream], &d.ready)
+            })?;
+            if !last {
+                return Ok(());
+            }
         }
         d.done.record(&d.stream).map_err(dev)?;
         self.stream.wait(&d.done).map_err(dev)
@@ -1076,8 +1082,10 @@ impl<T: TrainElement> Backend<T> for DeviceBackend {
         Ok(())
     }
 
-    fn zero2_ready(&self, grads: Vec<(usize, DeviceBuffer<T>)>) -> Result<()> {
-        self.with_zero2::<T, _>(|z, d| z.ready(grads, &d.comm, [&self.stream, &d.stream], &d.ready))
+    fn zero2_ready(&self, grads: Vec<(usize, DeviceBuffer<T>)>, last: bool) -> Result<()> {
+        self.with_zero2::<T, _>(|z, d| {
+            z.ready(grads, last, &d.comm, [&self.stream, &d.stream], &d.ready)
+        })
     }
 
     fn zero2_norm(&self, scalars: &mut DeviceScalars) -> Result<()> {

@@ -327,7 +327,8 @@ impl<'b, T: TrainElement, B: Backend<T>> Gpt2<'b, T, B> {
         };
         be.cross_entropy(a_ce, targets, d.token_check("target token"), accum, scalars)?;
         self.backward(inputs, last)?;
-        if last {
+        // ZeRO 2: every micro-batch's gradients go to their owners' shards.
+        if last || self.zero2 {
             be.grads_reduced()?;
         }
         Ok(())
@@ -529,7 +530,7 @@ pub(crate) fn offload_gather<T: TrainElement, B: Backend<T>>(
 }
 
 /// ZeRO stage 2: give each empty gradient of `grads` (canonical index, buffer) its zeroed
-/// buffer of `lens[index]` elements (the first micro-batch of a step; later ones find it).
+/// buffer of `lens[index]` elements (every micro-batch: the previous one handed it over).
 pub(crate) fn zero2_alloc<T: TrainElement, B: Backend<T>>(
     be: &B,
     grads: Vec<(usize, &mut B::Buf<T>)>,
@@ -544,17 +545,18 @@ pub(crate) fn zero2_alloc<T: TrainElement, B: Backend<T>>(
     Ok(())
 }
 
-/// ZeRO stage 2: hand the final gradients `grads` (canonical index, buffer) to the backend's
-/// bucket, leaving them empty.
+/// ZeRO stage 2: hand a micro-batch's final gradients `grads` (canonical index, buffer;
+/// `last`: the step's last micro-batch) to the backend's bucket, leaving them empty.
 pub(crate) fn zero2_hand<T: TrainElement, B: Backend<T>>(
     be: &B,
     grads: Vec<(usize, &mut B::Buf<T>)>,
+    last: bool,
 ) -> Result<()> {
     let taken = grads
         .into_iter()
         .map(|(i, g)| Ok((i, std::mem::replace(g, be.zeros::<T>(0)?))))
         .collect::<Result<Vec<_>>>()?;
-    be.zero2_ready(taken)
+    be.zero2_ready(taken, last)
 }
 
 /// ZeRO stage 1's owner of each tensor (lengths `lens` in canonical order) among `world` ranks:

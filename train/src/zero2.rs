@@ -13,7 +13,10 @@
 //! bucket (`--bucket-mb`), the communication stream reduces every element of the bucket to its
 //! owner's shard (one `ncclReduce` per (tensor, owner) piece, grouped: a reduce-scatter at
 //! element granularity) and the tensors are freed (the allocator waits for that stream before
-//! reusing them). The norm is taken over the shards; AdamW updates the owned pieces; the
+//! reusing them). With gradient accumulation every micro-batch does so: its finished buckets go
+//! to their owners, the first micro-batch's sums are written into the shard and each later
+//! one's added to it (in the storage type, on the communication stream), so a rank never holds
+//! more than its shard and the buckets in flight ([`Zero2::end_micro_batch`]). The norm is taken over the shards; AdamW updates the owned pieces; the
 //! updated pieces are broadcast from their owners (an all-gather at element granularity).
 //!
 //! With `--offload-optimizer cpu` ([`crate::offload`]) the device keeps only the gradient shard:
@@ -24,7 +27,7 @@
 use crate::backend::{AdamWStep, TrainElement, UpdateScalars, Zero2Host};
 use crate::error::{dev, op, Result, TrainError};
 use crate::offload::HostOptimizer;
-use hip_kernels::ops::{self, AdamW, AdamWParams, AdamWTensor, OptimizerTables};
+use hip_kernels::ops::{self, AdamW, AdamWParams, AdamWTensor, OptimizerTables, Run};
 use hip_kernels::params::OnDevice;
 use hip_rt::ddp::ShardPlan;
 use hip_rt::{Comm, DeviceBuffer, DeviceView, DeviceViewMut, Event, ReduceOp, Stream};
@@ -83,6 +86,12 @@ pub struct Zero2<T: TrainElement> {
     bucket_elems: usize,
     pending: Vec<(usize, DeviceBuffer<T>)>,
     pending_elems: usize,
+    /// Per tensor: whether this step's shard already holds a sum of its owned piece (a later
+    /// micro-batch's sum is added to it rather than written over it).
+    written: Vec<bool>,
+    /// Whether the gradients handed over are of the step's last micro-batch (offload copies
+    /// the owned pieces down only then).
+    last: bool,
 }
 
 impl<T: TrainElement> Zero2<T> {
@@ -178,12 +187,14 @@ impl<T: TrainElement> Zero2<T> {
             host,
             plan,
             rank,
-            lens,
             pieces,
             decays: decays.to_vec(),
             bucket_elems: bucket_elems.max(1),
             pending: Vec::new(),
             pending_elems: 0,
+            written: vec![false; lens.len()],
+            last: true,
+            lens,
         })
     }
 
@@ -192,10 +203,12 @@ impl<T: TrainElement> Zero2<T> {
         self.plan.shard_len()
     }
 
-    /// Take the final gradients `grads`; reduce the bucket once it is full.
+    /// Take the final gradients `grads` of a micro-batch (`last`: the step's last); reduce the
+    /// bucket once it is full.
     pub fn ready(
         &mut self,
         grads: Vec<(usize, DeviceBuffer<T>)>,
+        last: bool,
         comm: &Comm,
         sync: [&Stream; 2],
         ready: &Event,
@@ -211,6 +224,7 @@ impl<T: TrainElement> Zero2<T> {
             self.pending_elems += g.len();
             self.pending.push((i, g));
         }
+        self.last = last;
         if self.pending_elems >= self.bucket_elems {
             self.flush(comm, sync, ready)?;
         }
@@ -219,7 +233,8 @@ impl<T: TrainElement> Zero2<T> {
 
     /// Reduce every pending gradient to its owners on the communication stream `sync[1]`
     /// (after the work queued so far on the compute stream `sync[0]`, through `ready`), then
-    /// free them once that stream is done with them.
+    /// free them once that stream is done with them. The first sum of a step's owned piece is
+    /// written into the shard; a later micro-batch's is added to it.
     pub fn flush(
         &mut self,
         comm: &Comm,
@@ -232,25 +247,51 @@ impl<T: TrainElement> Zero2<T> {
         ready.record(compute).map_err(dev)?;
         stream.wait(ready).map_err(dev)?;
         let (rank, pieces, shard) = (self.rank, &self.pieces, &mut self.grads);
-        let pending = &mut self.pending;
+        let (pending, written) = (&mut self.pending, &mut self.written);
+        // (pending entry, piece) of the owned sums to add to the shard after the group.
+        let mut adds: Vec<(usize, Piece)> = Vec::new();
         hip_rt::comm::group(|| {
-            for (i, g) in pending.iter_mut() {
+            for (k, (i, g)) in pending.iter_mut().enumerate() {
                 for p in &pieces[*i] {
                     let len = p.range.len();
-                    if p.owner == rank {
+                    if p.owner == rank && !written[*i] {
                         let send = g.slice(p.range.clone())?;
                         let mut recv = shard.slice_mut(p.at..p.at + len)?;
                         comm.reduce(&send, &mut recv, ReduceOp::Sum, p.owner, stream)?;
+                        written[*i] = true;
                     } else {
+                        // Another rank's piece, or one this step's shard already holds a sum
+                        // of: this micro-batch's sum lands in `g` (on its owner).
                         let mut buf = g.slice_mut(p.range.clone())?;
                         comm.reduce_in_place(&mut buf, ReduceOp::Sum, p.owner, stream)?;
+                        if p.owner == rank {
+                            adds.push((k, p.clone()));
+                        }
                     }
                 }
             }
             Ok(())
         })
         .map_err(dev)?;
-        if let Some(h) = self.host.as_mut() {
+        for (k, p) in adds {
+            // shard += this micro-batch's sum, in the storage type, after the reduce (same
+            // stream); the old shard values go through a scratch copy (the add writes apart
+            // from its inputs).
+            let len = p.range.len();
+            let mut old = DeviceBuffer::<T>::alloc(stream, len).map_err(dev)?;
+            let mut piece = self.grads.slice_mut(p.at..p.at + len).map_err(dev)?;
+            stream.copy_dtod(&piece, &mut old).map_err(dev)?;
+            let sum = self.pending[k].1.slice(p.range.clone()).map_err(dev)?;
+            ops::ResidualAdd::<OnDevice, T> {
+                params: ops::ElementwiseParams { len },
+                a: &old,
+                b: &sum,
+                out: &mut piece,
+            }
+            .run(stream)
+            .map_err(op)?;
+        }
+        if let (Some(h), true) = (self.host.as_mut(), self.last) {
             // Offload: this rank's reduced pieces of the bucket go down as soon as the
             // communication stream is done with them.
             let mine = self
@@ -273,6 +314,22 @@ impl<T: TrainElement> Zero2<T> {
         }
         self.pending_elems = 0;
         Ok(())
+    }
+
+    /// After a micro-batch's backward: reduce the partly filled bucket; returns whether that
+    /// micro-batch was the step's last (then the next gradients handed over start a new step's
+    /// sums).
+    pub fn end_micro_batch(
+        &mut self,
+        comm: &Comm,
+        sync: [&Stream; 2],
+        ready: &Event,
+    ) -> Result<bool> {
+        self.flush(comm, sync, ready)?;
+        if self.last {
+            self.written.iter_mut().for_each(|w| *w = false);
+        }
+        Ok(self.last)
     }
 
     /// The gradient shard (for the norm).

@@ -145,7 +145,7 @@ fn the_estimate_is_within_ten_percent_of_the_measured_peak() {
             2,
         ),
         (
-            "qwen2 bf16 2 ranks zero 2",
+            "qwen2 bf16 2 ranks zero 2 grad-accum 2",
             qwen2,
             vec![
                 "--devices",
@@ -156,6 +156,8 @@ fn the_estimate_is_within_ten_percent_of_the_measured_peak() {
                 "bf16",
                 "--bucket-mb",
                 "0.01",
+                "--grad-accum",
+                "2",
             ],
             2,
         ),

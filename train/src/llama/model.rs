@@ -446,7 +446,8 @@ impl<'b, T: TrainElement, B: Backend<T>> Llama<'b, T, B> {
         };
         be.cross_entropy(ce, &targets, check, 1, scalars)?;
         self.backward(&inputs, positions, cu, last)?;
-        if last {
+        // ZeRO 2: every micro-batch's gradients go to their owners' shards.
+        if last || self.zero2 {
             be.grads_reduced()?;
         }
         Ok(())
@@ -721,11 +722,12 @@ impl<'b, T: TrainElement, B: Backend<T>> Llama<'b, T, B> {
         .map_err(op)?;
         // A frozen base (LoRA): its 1-D gradients are scratch nobody reads; only the adapters'
         // gradients are summed across ranks.
-        if last && !frozen {
+        // ZeRO 2: every micro-batch's gradients go to their owners' shards.
+        if (last || z2.is_some()) && !frozen {
             let mut ready = vec![lo.norm];
             ready.extend(lo.lm_head);
             match z2 {
-                Some(_) => zero2_hand_ids::<T, B>(be, g, &ready)?,
+                Some(_) => zero2_hand_ids::<T, B>(be, g, &ready, last)?,
                 None => ready_bucket::<T, B>(be, g, &ready, owners)?,
             }
         }
@@ -918,9 +920,9 @@ impl<'b, T: TrainElement, B: Backend<T>> Llama<'b, T, B> {
                 // Layer l's adapters' gradients are final: one bucket.
                 lo.grads_ready(be, l)?;
             }
-            if last && !frozen {
+            if (last || z2.is_some()) && !frozen {
                 match z2 {
-                    Some(_) => zero2_hand_ids::<T, B>(be, g, &layer_ids)?,
+                    Some(_) => zero2_hand_ids::<T, B>(be, g, &layer_ids, last)?,
                     None => ready_bucket::<T, B>(be, g, &layer_ids, owners)?,
                 }
             }
@@ -946,9 +948,9 @@ impl<'b, T: TrainElement, B: Backend<T>> Llama<'b, T, B> {
         }
         .run(queue)
         .map_err(op)?;
-        if last {
+        if last || z2.is_some() {
             match z2 {
-                Some(_) => zero2_hand_ids::<T, B>(be, g, &[lo.embed])?,
+                Some(_) => zero2_hand_ids::<T, B>(be, g, &[lo.embed], last)?,
                 None => ready_bucket::<T, B>(be, g, &[lo.embed], owners)?,
             }
         }
@@ -1251,18 +1253,20 @@ fn zero2_alloc_ids<T: TrainElement, B: Backend<T>>(
     crate::model::zero2_alloc::<T, B>(be, picked, lens)
 }
 
-/// ZeRO stage 2: hand the final gradients `ids` to the backend's bucket (in index order).
+/// ZeRO stage 2: hand a micro-batch's final gradients `ids` (`last`: the step's last
+/// micro-batch) to the backend's bucket (in index order).
 fn zero2_hand_ids<T: TrainElement, B: Backend<T>>(
     be: &B,
     grads: &mut [B::Buf<T>],
     ids: &[usize],
+    last: bool,
 ) -> Result<()> {
     let picked = grads
         .iter_mut()
         .enumerate()
         .filter(|(i, _)| ids.contains(i))
         .collect();
-    crate::model::zero2_hand::<T, B>(be, picked)
+    crate::model::zero2_hand::<T, B>(be, picked, last)
 }
 
 /// Hand the gradients `ids` to the backend's reduction across ranks (one bucket; with ZeRO

@@ -304,7 +304,9 @@ pub fn estimate_rank(shape: Shape, s: &Settings, rank: usize) -> Estimate {
     }
     // Gradients: every trained tensor. ZeRO 2 (crate::zero2): this rank's share, plus what the
     // backward holds at once: the largest tensor (the embedding, written first and last), a
-    // bucket not yet reduced with the group that tops it, and the layer being written.
+    // bucket not yet reduced with the group that tops it, and the layer being written. The same
+    // with `--grad-accum` > 1: every micro-batch's buckets go to their owners and add into the
+    // share (the scratch copy of an owned piece is at most a bucket's share, inside the slack).
     match (s.zero, s.world) {
         (2, w) if w > 1 => {
             let total: usize = trained.iter().sum();

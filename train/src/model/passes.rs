@@ -221,11 +221,13 @@ impl<T: TrainElement, B: Backend<T>> Gpt2<'_, T, B> {
             accumulate: true,
         }
         .run(queue)?;
-        if let (true, Some(g)) = (last, g.as_deref_mut()) {
+        // ZeRO 2: every micro-batch's gradients go to their owners' shards.
+        let hand = last || z2.is_some();
+        if let (true, Some(g)) = (hand, g.as_deref_mut()) {
             let at = at_lnf;
             match z2 {
                 Some(_) => {
-                    zero2_hand::<T, B>(be, vec![(at, &mut g.lnf_w), (at + 1, &mut g.lnf_b)])?
+                    zero2_hand::<T, B>(be, vec![(at, &mut g.lnf_w), (at + 1, &mut g.lnf_b)], last)?
                 }
                 None => be.grads_ready(&mut [&mut g.lnf_w, &mut g.lnf_b], roots(at, 2))?,
             }
@@ -389,12 +391,13 @@ impl<T: TrainElement, B: Backend<T>> Gpt2<'_, T, B> {
                 accumulate: true,
             }
             .run(queue)?;
-            if let (true, Some(gw)) = (last, gw) {
+            if let (true, Some(gw)) = (hand, gw) {
                 // Layer l's twelve gradients are final: one bucket.
                 match z2 {
                     Some(_) => {
                         let bufs = gw.iter_mut().into_iter().enumerate();
-                        zero2_hand::<T, B>(be, bufs.map(|(k, b)| (2 + 12 * l + k, b)).collect())?;
+                        let bufs = bufs.map(|(k, b)| (2 + 12 * l + k, b)).collect();
+                        zero2_hand::<T, B>(be, bufs, last)?;
                     }
                     None => be.grads_ready(&mut gw.iter_mut(), roots(2 + 12 * l, 12))?,
                 }
@@ -415,9 +418,11 @@ impl<T: TrainElement, B: Backend<T>> Gpt2<'_, T, B> {
                 error: None,
             }
             .run(queue)?;
-            if last {
+            if hand {
                 match z2 {
-                    Some(_) => zero2_hand::<T, B>(be, vec![(0, &mut g.wte), (1, &mut g.wpe)])?,
+                    Some(_) => {
+                        zero2_hand::<T, B>(be, vec![(0, &mut g.wte), (1, &mut g.wpe)], last)?
+                    }
                     None => be.grads_ready(&mut [&mut g.wte, &mut g.wpe], roots(0, 2))?,
                 }
             }

@@ -89,12 +89,14 @@ fn two_devices_and_zero_1_reproduce_one_device() {
         ))
         .unwrap();
         for zero in ["0", "1", "2"] {
-            // The same global batch: 2 ranks × --batch 2.
+            // The same global batch: 2 ranks × --batch 2 (ZeRO 2: × 2 micro-batches of 1 row,
+            // each one's gradients reduced to their owners).
+            let batch = if zero == "2" { "1" } else { "2" };
             let mut flags = strs(&[
                 "--steps",
                 STEPS,
                 "--batch",
-                "2",
+                batch,
                 "--devices",
                 "0,1",
                 "--zero",
@@ -102,7 +104,7 @@ fn two_devices_and_zero_1_reproduce_one_device() {
             ]);
             if zero == "2" {
                 // Buckets of 0.01 MiB: several per step on the tiny models.
-                flags.extend(strs(&["--bucket-mb", "0.01"]));
+                flags.extend(strs(&["--bucket-mb", "0.01", "--grad-accum", "2"]));
             }
             let args = variant_args(name, &flags);
             let outs = crate::parallel::run_devices(&args, &[0, 1], true).unwrap();
