@@ -30,8 +30,11 @@ pub const VERSION: i32 = 21804;
 
 /// Watchdog: how long a rank waits for the others (milliseconds).
 pub const TIMEOUT_VAR: &str = "HIPK_EMU_RCCL_TIMEOUT_MS";
-/// Default watchdog time.
-pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10);
+/// Default watchdog time. A minute: the emulated ranks are CPU threads that share the machine
+/// with every other test, and under load one of them could spend over 10 s in emulated kernels
+/// before reaching a collective (seen with 2 cores and a load of 13); a lost rank of a process
+/// that exited is still reported within about 0.1 s.
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// `ncclResult_t`: a newtype over the C enum (4 bytes), so a value this code does not name is
 /// still representable.
