@@ -496,7 +496,8 @@ pub trait Backend<T: TrainElement> {
         Err(no_offload())
     }
     /// Offload: AdamW of every tensor on the host (as [`adamw_all`]) from `grads`, the updated
-    /// `params` copied back before the backend's next work.
+    /// `params` queued up without waiting: work that reads them asks first
+    /// ([`Backend::offload_params_ready`]).
     fn offload_update(
         &self,
         hyper: &AdamWStep,
@@ -511,6 +512,15 @@ pub trait Backend<T: TrainElement> {
     /// Offload: the host state (as [`Backend::zero2_download`]).
     fn offload_download(&self) -> Result<Zero2Host> {
         Err(no_offload())
+    }
+    /// Offload: the backend's next work waits for the updated parameters of the tensors
+    /// before canonical index `upto` (`usize::MAX`: all), which [`Backend::offload_update`]
+    /// queued up without waiting. A forward asks layer by layer (so that the later layers'
+    /// uploads overlap the earlier layers' work); anything else that reads the parameters asks
+    /// for all of them first. Nothing to do without offload.
+    fn offload_params_ready(&self, upto: usize) -> Result<()> {
+        let _ = upto;
+        Ok(())
     }
 }
 

@@ -1155,6 +1155,17 @@ impl<T: TrainElement> Backend<T> for DeviceBackend {
         h.update(&self.stream, hyper, &update, grads, params)
     }
 
+    fn offload_params_ready(&self, upto: usize) -> Result<()> {
+        let mut guard = self.host_opt.borrow_mut();
+        match guard
+            .as_mut()
+            .and_then(|b| b.downcast_mut::<crate::offload::HostOptimizer<T>>())
+        {
+            Some(h) => h.params_ready(&self.stream, upto),
+            None => Ok(()),
+        }
+    }
+
     fn offload_download(&self) -> Result<crate::backend::Zero2Host> {
         let guard = self.host_opt.borrow();
         let h = guard

@@ -381,6 +381,7 @@ impl<'b, T: TrainElement, B: Backend<T>> Gpt2<'b, T, B> {
                 .offload_update(hyper, scaling, scalars, &grads, &mut params)?;
             if let Some(o) = &self.owners {
                 // Each tensor's owner updated it: hand the new values to every rank.
+                self.backend.offload_params_ready(usize::MAX)?;
                 let mut bufs: Vec<_> = params.into_iter().zip(o.iter().copied()).collect();
                 self.backend.broadcast(&mut bufs)?;
             }
@@ -450,6 +451,7 @@ impl<'b, T: TrainElement, B: Backend<T>> Gpt2<'b, T, B> {
     /// every rank must call it at the same point: each tensor's state comes from its owner.
     pub fn download(&self) -> Result<[Params<Vec<f32>>; 3]> {
         let be = self.backend;
+        be.offload_params_ready(usize::MAX)?;
         let (Some(exp_avg), Some(exp_avg_sq)) = (&self.exp_avg, &self.exp_avg_sq) else {
             return Err(TrainError::Op(
                 "the base is frozen (LoRA): it has no optimizer state to download".into(),

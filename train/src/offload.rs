@@ -10,9 +10,11 @@
 //! non-finite flag, computed on the device as without offload), runs AdamW on the host
 //! ([`hip_kernels::cpu::adamw`], the same formula and rounding order as the device kernel)
 //! over chunks of the tensors on several threads, and queues the updated parameters (storage
-//! type) back up on the copy stream. The compute stream waits on an event recorded after those
-//! copies, so the next step's forward starts only once its weights have arrived, with no host
-//! wait for them.
+//! type) back up on the copy stream, one event recorded after each tensor's copy. The compute
+//! stream does not wait for them all: the next step's forward asks, layer by layer, for the
+//! tensors that layer reads ([`HostOptimizer::params_ready`], through
+//! `Backend::offload_params_ready`), so the upload of layer `l + 1` overlaps the forward of
+//! layer `l`; anything else that reads the parameters asks for all of them first.
 
 use crate::backend::{AdamWStep, TrainElement, UpdateScalars, Zero2Host};
 use crate::error::{dev, op, Result, TrainError};
@@ -80,8 +82,14 @@ pub struct HostOptimizer<T: TrainElement> {
     copy: Stream,
     /// Recorded on the compute stream once the gradients are final.
     ready: Event,
-    /// Recorded on the copy stream after the step's copies; the compute stream waits on it.
-    done: Event,
+    /// Per tensor: recorded on the copy stream after its upload.
+    uploaded: Vec<Event>,
+    /// Per tensor: whether the last [`HostOptimizer::finish`] queued its upload (and recorded
+    /// its event).
+    queued: Vec<bool>,
+    /// The compute stream has waited for the uploads of the tensors before this index (the
+    /// prefix [`HostOptimizer::params_ready`] was asked for).
+    awaited: usize,
 }
 
 fn pinned<U: hip_rt::Element>(device: &Device, data: &[U]) -> Result<PinnedHostBuffer<U>> {
@@ -169,7 +177,11 @@ impl<T: TrainElement> HostOptimizer<T> {
             late: 0,
             copy: Stream::new(device, StreamOptions::default()).map_err(at)?,
             ready: Event::new(device, EventOptions::NO_TIMING).map_err(at)?,
-            done: Event::new(device, EventOptions::NO_TIMING).map_err(at)?,
+            uploaded: (0..n)
+                .map(|_| Event::new(device, EventOptions::NO_TIMING).map_err(at))
+                .collect::<Result<_>>()?,
+            queued: vec![false; n],
+            awaited: n,
         })
     }
 
@@ -217,7 +229,8 @@ impl<T: TrainElement> HostOptimizer<T> {
 
     /// One AdamW step: `grads` (final, on `stream`) copied down, the update on the host with
     /// `update`'s divisor unless its non-finite flag is set, `params` rewritten from the host
-    /// asynchronously; work queued on `stream` afterwards waits for those copies.
+    /// asynchronously: work queued on `stream` afterwards that reads `params` must first ask for
+    /// them ([`HostOptimizer::params_ready`]).
     pub fn update(
         &mut self,
         stream: &Stream,
@@ -265,10 +278,12 @@ impl<T: TrainElement> HostOptimizer<T> {
     }
 
     /// The rest of a step once every owned gradient has been queued down
-    /// ([`HostOptimizer::copy_down`]): the step's scalars read (a host wait), AdamW on the
-    /// host unless the step is skipped, each updated piece of `params` queued up on the copy
-    /// stream after the work queued so far on `stream` (so after every read of the old
-    /// values); work queued on `stream` afterwards waits for those copies.
+    /// ([`HostOptimizer::copy_down`]): the copies down and the step's scalars waited for (host
+    /// waits the update needs in any case; the backward may then overwrite the gradients),
+    /// AdamW on the host unless the step is skipped, each updated piece of `params` queued up
+    /// on the copy stream after the work queued so far on `stream` (so after every read of the
+    /// old values), with an event after each. Work queued on `stream` afterwards that reads
+    /// `params` must first ask for them ([`HostOptimizer::params_ready`]).
     pub fn finish(
         &mut self,
         stream: &Stream,
@@ -289,6 +304,11 @@ impl<T: TrainElement> HostOptimizer<T> {
             )));
         }
         self.fresh.iter_mut().for_each(|f| *f = false);
+        // The previous step's uploads were asked for by this step's forward; the gradients'
+        // copies down must be done before the host reads them (and before the next backward
+        // writes the device buffers again).
+        self.params_ready(stream, n)?;
+        self.copy.synchronize().map_err(dev)?;
         // The step's two scalars (a host wait the update needs in any case).
         let mut found_inf = [0f32];
         stream
@@ -306,22 +326,39 @@ impl<T: TrainElement> HostOptimizer<T> {
             self.host_step(hyper, grad_scale)?;
             stream.record(&self.ready).map_err(dev)?;
             self.copy.wait(&self.ready).map_err(dev)?;
-            for (((host, p), range), _) in self
-                .params
-                .iter()
-                .zip(params.iter_mut())
-                .zip(&self.ranges)
-                .zip(&self.owned)
-                .filter(|(_, &own)| own)
-            {
-                let mut dst = p.slice_mut(range.clone()).map_err(dev)?;
-                self.copy.copy_htod_async(host, &mut dst).map_err(dev)?;
+            for (i, p) in params.iter_mut().enumerate() {
+                if !self.owned[i] {
+                    continue;
+                }
+                let mut dst = p.slice_mut(self.ranges[i].clone()).map_err(dev)?;
+                self.copy
+                    .copy_htod_async(&self.params[i], &mut dst)
+                    .map_err(dev)?;
+                self.copy.record(&self.uploaded[i]).map_err(dev)?;
+                self.queued[i] = true;
             }
+            self.awaited = 0;
         }
-        // The compute stream reuses the gradients and reads the parameters only after the
-        // copies.
-        self.copy.record(&self.done).map_err(dev)?;
-        stream.wait(&self.done).map_err(dev)
+        Ok(())
+    }
+
+    /// Make `stream` wait for the uploads (queued by the last [`HostOptimizer::finish`]) of
+    /// the tensors before index `upto` in canonical order (`usize::MAX`: all of them). The
+    /// copy stream runs them in canonical order, so one event, that of the last such tensor
+    /// uploaded, covers them; a prefix already waited for costs nothing.
+    pub fn params_ready(&mut self, stream: &Stream, upto: usize) -> Result<()> {
+        let upto = upto.min(self.queued.len());
+        if upto <= self.awaited {
+            return Ok(());
+        }
+        if let Some(last) = (self.awaited..upto).rev().find(|&i| self.queued[i]) {
+            stream.wait(&self.uploaded[last]).map_err(dev)?;
+        }
+        for q in &mut self.queued[self.awaited..upto] {
+            *q = false;
+        }
+        self.awaited = upto;
+        Ok(())
     }
 
     /// AdamW over every tensor on the host, chunks spread over the available cores.

@@ -64,6 +64,18 @@ impl Spec {
     }
 }
 
+/// How long a prefix of the canonical order the forward of a `layers`-layer GPT-2 has read
+/// when it starts layer `l`: the embeddings, the layers before `l` and layer `l`'s `ln_1`
+/// (fused into the residual add that ends layer `l - 1`); every tensor from the last layer's
+/// end on (`ln_f` follows it). With the optimizer offloaded the forward waits for that
+/// prefix's uploads only.
+pub fn read_before(l: usize, layers: usize) -> usize {
+    match l < layers {
+        true => 2 + 12 * l + 2,
+        false => usize::MAX,
+    }
+}
+
 /// Per-layer names after `h.{l}.` and shapes, in the canonical order.
 fn layer_specs(c: usize, f: usize) -> [(&'static str, Vec<usize>); 12] {
     [

@@ -357,7 +357,11 @@ impl<T: TrainElement> Zero2<T> {
             )));
         }
         match self.host.as_mut() {
-            Some(h) => h.finish(stream, hyper, update, params)?,
+            Some(h) => {
+                h.finish(stream, hyper, update, params)?;
+                // The broadcasts below read the owners' uploaded pieces.
+                h.params_ready(stream, usize::MAX)?;
+            }
             None => self.device_step(stream, tables, hyper, update, params)?,
         }
         // Every owner's updated piece to every rank.

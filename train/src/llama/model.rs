@@ -540,6 +540,8 @@ impl<'b, T: TrainElement, B: Backend<T>> Llama<'b, T, B> {
         let mut lora = self.lora.as_mut();
         let queue = be.queue();
         let (n, c, f) = (d.rows(), d.channels, d.inner);
+        // Offload: each stretch of the forward waits for the uploads of the weights it reads.
+        be.offload_params_ready(lo.read_before(0))?;
         let embed = EncoderForward::<B::Space, T> {
             params: EncoderParams {
                 batch: d.batch,
@@ -578,6 +580,7 @@ impl<'b, T: TrainElement, B: Backend<T>> Llama<'b, T, B> {
         };
         let ckpt = self.grad_checkpoint;
         for l in 0..lo.layers.len() {
+            be.offload_params_ready(lo.read_before(l + 1))?;
             let (done, rest) = a.resid.split_at_mut(l);
             let x = done.last().unwrap_or(&a.embedded);
             let out = rest
@@ -637,6 +640,7 @@ impl<'b, T: TrainElement, B: Backend<T>> Llama<'b, T, B> {
             .run(queue)
             .map_err(op)?;
         }
+        be.offload_params_ready(usize::MAX)?;
         if lo.layers.is_empty() {
             RmsNormForward::<B::Space, T> {
                 params: d.norm(),
@@ -998,6 +1002,7 @@ impl<'b, T: TrainElement, B: Backend<T>> Llama<'b, T, B> {
                 .offload_update(hyper, scaling, scalars, &grads, &mut params)?;
             if let Some(o) = &self.owners {
                 // Each tensor's owner updated it: hand the new values to every rank.
+                self.backend.offload_params_ready(usize::MAX)?;
                 let mut bufs: Vec<_> = params.into_iter().zip(o.iter().copied()).collect();
                 self.backend.broadcast(&mut bufs)?;
             }
@@ -1056,6 +1061,7 @@ impl<'b, T: TrainElement, B: Backend<T>> Llama<'b, T, B> {
     /// comes from its owner.
     pub fn download(&self) -> Result<[Vec<Vec<f32>>; 3]> {
         let be = self.backend;
+        be.offload_params_ready(usize::MAX)?;
         let down = |group: &[B::Buf<f32>]| -> Result<Vec<Vec<f32>>> {
             group.iter().map(|t| be.download(t)).collect()
         };

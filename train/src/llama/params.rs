@@ -217,6 +217,17 @@ pub struct Trained {
 }
 
 impl Trained {
+    /// How long a prefix of the trained order the forward has read when it starts layer `l`:
+    /// the embedding, the layers before `l` and layer `l`'s input norm (fused into the residual
+    /// add that ends layer `l - 1`); every tensor from the last layer's end on (the final norm
+    /// and the lm_head follow it). With the optimizer offloaded the forward waits for that
+    /// prefix's uploads only.
+    pub fn read_before(&self, l: usize) -> usize {
+        self.layers
+            .get(l)
+            .map_or(usize::MAX, |layer| layer.input_norm.max(self.embed) + 1)
+    }
+
     /// The trained layout of `cfg` (built from [`Layout::new`]).
     pub fn new(cfg: &LlamaConfig) -> Self {
         let hf = Layout::new(cfg);

@@ -41,6 +41,9 @@ impl<T: TrainElement, B: Backend<T>> Gpt2<'_, T, B> {
         let queue = be.queue();
         let mut lora = self.lora.as_mut();
         let (n, c, f) = (d.rows(), d.channels, d.inner);
+        // Offload: each stretch of the forward waits for the uploads of the weights it reads.
+        let read_before = |l: usize| crate::params::read_before(l, self.layers);
+        be.offload_params_ready(read_before(0))?;
         let embed = EncoderForward::<B::Space, T> {
             params: d.encoder(false),
             tokens: inputs.view(),
@@ -67,6 +70,7 @@ impl<T: TrainElement, B: Backend<T>> Gpt2<'_, T, B> {
         }
         let ckpt = self.grad_checkpoint;
         for l in 0..self.layers {
+            be.offload_params_ready(read_before(l + 1))?;
             let (done, rest) = a.resid.split_at_mut(l);
             let x = done.last().unwrap_or(&a.encoded);
             let out = rest
@@ -140,6 +144,7 @@ impl<T: TrainElement, B: Backend<T>> Gpt2<'_, T, B> {
             }
             .run(queue)?;
         }
+        be.offload_params_ready(usize::MAX)?;
         if self.layers == 0 {
             LayerNormForward::<B::Space, T> {
                 params: d.ln(),

@@ -493,6 +493,76 @@ mod on_device {
         }
     }
 
+    /// The child side of [`forward_waits_for_each_layers_upload_under_shuffled_streams`]: the
+    /// model (`gpt2` or `llama`) and its `--log`.
+    const SEED_CHILD: &str = "HIPK_OFFLOAD_TEST_SEED_CHILD";
+
+    /// The updated weights go up on the copy stream while the next forward runs: each layer
+    /// waits for its own tensors' uploads only (`Backend::offload_params_ready`). hip-emu with
+    /// `HIPK_EMU_SEED` picks among the ready streams at random, so a layer that did not wait
+    /// for its weights would read the previous step's in some steps and the losses would leave
+    /// the plain run's. One process per model (the seed is read at start-up), f32 and bf16
+    /// master weights: within the offload bound of the plain run without the seed.
+    #[test]
+    fn forward_waits_for_each_layers_upload_under_shuffled_streams() {
+        const NAME: &str =
+            "tests::offload::on_device::forward_waits_for_each_layers_upload_under_shuffled_streams";
+        let makers: [(&str, &dyn Fn(&[String]) -> Args, &str); 2] =
+            [("gpt2", &gpt2, "f32"), ("llama", &llama, "bf16")];
+        if let Ok(child) = std::env::var(SEED_CHILD) {
+            let (model, log) = child.split_once(':').expect("model:log");
+            let (_, make, dtype) = makers.iter().find(|m| m.0 == model).expect("a model");
+            let f = with(&["--device", "0", "--dtype", dtype, "--log", log], &OFFLOAD);
+            run(&make(&f)).unwrap();
+            return;
+        }
+        emu_setup();
+        let s = Scratch::new("offload-seeded");
+        for (model, make, dtype) in makers {
+            let log = s.path(&format!("{model}.jsonl"));
+            let out = std::process::Command::new(std::env::current_exe().unwrap())
+                .args([NAME, "--exact", "--test-threads=1", "--nocapture"])
+                .env(SEED_CHILD, format!("{model}:{}", log.display()))
+                .env("HIPK_EMU_SEED", "7")
+                .output()
+                .expect("spawn the seeded run");
+            let text = String::from_utf8_lossy(&out.stdout).to_string()
+                + &String::from_utf8_lossy(&out.stderr);
+            assert!(
+                out.status.success(),
+                "{model}: the seeded run failed:\n{text}"
+            );
+            assert!(text.contains("1 passed"), "{model}: ran nothing:\n{text}");
+            let plain = run(&make(&strs(&["--device", "0", "--dtype", dtype]))).unwrap();
+            let lines = std::fs::read_to_string(&log).unwrap();
+            let logged: Vec<serde_json::Value> = lines
+                .lines()
+                .map(|l| serde_json::from_str(l).unwrap())
+                .collect();
+            assert_eq!(logged.len(), plain.len(), "{model}: steps");
+            let rel = |a: f64, b: f64| (a - b).abs() / b.abs().max(1e-30);
+            for (l, w) in logged.iter().zip(&plain) {
+                let loss = l["loss"].as_f64().unwrap();
+                let norm = l["grad_norm"].as_f64().unwrap();
+                eprintln!(
+                    "{model} {dtype} offload, HIPK_EMU_SEED=7, step {}: loss {loss} vs {} \
+                     (rel {:e}), grad_norm {norm} vs {}",
+                    w.step,
+                    w.loss,
+                    rel(loss, w.loss),
+                    w.grad_norm
+                );
+                assert!(
+                    rel(loss, w.loss) <= OFFLOAD_RTOL && rel(norm, w.grad_norm) <= OFFLOAD_RTOL,
+                    "{model} step {}: loss {loss} vs {}, grad_norm {norm} vs {}",
+                    w.step,
+                    w.loss,
+                    w.grad_norm
+                );
+            }
+        }
+    }
+
     /// ZeRO 0/1: once an update has seen the gradient buffers, the backward's buckets
     /// ([`crate::offload::HostOptimizer::copy_ready`]) queue their copies down, and the update
     /// copies only the rest; the parameters are the host AdamW's of the same gradients, bit for
@@ -598,6 +668,12 @@ mod on_device {
             })
             .unwrap();
         }
+        // The uploads were queued without the stream waiting for them: ask for the first
+        // tensor (a prefix), then for all.
+        h.params_ready(&stream, 1).unwrap();
+        let first = params[0].to_vec(&stream).unwrap();
+        assert_eq!(first, want[0], "tensor 0 after waiting for it alone");
+        h.params_ready(&stream, usize::MAX).unwrap();
         for (t, (d, w)) in params.iter().zip(&want).enumerate() {
             let got = d.to_vec(&stream).unwrap();
             let bits = |x: &[f32]| x.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
