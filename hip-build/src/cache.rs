@@ -19,13 +19,26 @@ pub(crate) fn root(out_dir: &Path) -> PathBuf {
     if let Some(dir) = std::env::var_os("HIPK_BUILD_CACHE").filter(|v| !v.is_empty()) {
         return PathBuf::from(dir);
     }
-    // <target>/<profile>/build/<pkg>-<hash>/out
+    root_of(out_dir, std::env::var("TARGET").ok().as_deref())
+}
+
+/// [`root`] for a build of target triple `triple` (the build script's `TARGET`): the target
+/// directory above `<profile>/build/<pkg>-<hash>/out`, or above `<triple>/<profile>/…` when
+/// Cargo was given `--target` (cargo-zigbuild's portable `hip-doctor`), so that a build for an
+/// explicit target reuses the kernels the host builds compiled (the kernels do not depend on
+/// the Rust target).
+fn root_of(out_dir: &Path, triple: Option<&str>) -> PathBuf {
+    // <target>/[<triple>/]<profile>/build/<pkg>-<hash>/out
     let mut up = out_dir.ancestors();
     match (up.nth(2), up.next(), up.next()) {
         (Some(build), Some(_profile), Some(target))
             if build.file_name().is_some_and(|n| n == "build") =>
         {
-            target.join("hip-build-cache")
+            let explicit = triple.is_some_and(|t| target.file_name().is_some_and(|n| n == t));
+            match (explicit, target.parent()) {
+                (true, Some(above)) => above.join("hip-build-cache"),
+                _ => target.join("hip-build-cache"),
+            }
         }
         _ => out_dir.join("hip-build-cache"),
     }
@@ -155,6 +168,13 @@ mod tests {
         assert_eq!(root(out), Path::new("/t/target/hip-build-cache"));
         let odd = Path::new("/somewhere/out");
         assert_eq!(root(odd), Path::new("/somewhere/out/hip-build-cache"));
+        // `--target x86_64-unknown-linux-gnu`: the same cache as the host builds'.
+        let triple = "x86_64-unknown-linux-gnu";
+        let cross = Path::new("/t/target/x86_64-unknown-linux-gnu/release/build/foo-0123/out");
+        let want = Path::new("/t/target/hip-build-cache");
+        assert_eq!(root_of(cross, Some(triple)), want);
+        // A host build (TARGET is the host triple, no triple directory).
+        assert_eq!(root_of(out, Some(triple)), want);
     }
 
     #[test]
