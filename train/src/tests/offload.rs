@@ -420,12 +420,15 @@ mod on_device {
     /// The child side of [`zero_2_offload_on_two_processes`]: its `--log` (empty: none).
     const CHILD_LOG: &str = "HIPK_OFFLOAD_TEST_CHILD_LOG";
 
-    /// `--zero 2 --offload-optimizer cpu` as 2 processes started with the launcher's
-    /// variables: rank 0's logged steps follow the plain 2-thread run within the stages' bound.
+    /// `--zero 2 --offload-optimizer cpu --grad-accum 2` as 2 processes started with the
+    /// launcher's variables (each micro-batch's buckets reduced to their owners across
+    /// processes and added into the shards): rank 0's logged steps follow the plain 2-thread
+    /// run with `--grad-accum 2` within the stages' bound.
     #[test]
     fn zero_2_offload_on_two_processes() {
         const NAME: &str = "tests::offload::on_device::zero_2_offload_on_two_processes";
-        let flags = [&["--batch", "2"][..], &ZERO2[..], &OFFLOAD[..]].concat();
+        const ACCUM: [&str; 2] = ["--grad-accum", "2"];
+        let flags = [&["--batch", "2"][..], &ZERO2[..], &OFFLOAD[..], &ACCUM[..]].concat();
         if let Ok(log) = std::env::var(CHILD_LOG) {
             let mut f = strs(&flags);
             f.extend(["--log".to_string(), log]);
@@ -467,7 +470,7 @@ mod on_device {
                 "rank {rank} ran nothing:\n{text}"
             );
         }
-        let plain = gpt2_ranks(2, &[]);
+        let plain = gpt2_ranks(2, &ACCUM);
         let lines = std::fs::read_to_string(&log).unwrap();
         let logged: Vec<serde_json::Value> = lines
             .lines()
