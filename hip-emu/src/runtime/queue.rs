@@ -130,6 +130,18 @@ impl EventState {
     }
 }
 
+/// Demand on an executor while alive (see [`Executor::demand`]).
+pub struct Demand<'a>(Option<&'a Executor>);
+
+impl Drop for Demand<'_> {
+    fn drop(&mut self) {
+        if let Some(ex) = self.0 {
+            ex.lock().demand -= 1;
+            ex.cv.notify_all();
+        }
+    }
+}
+
 /// The executor of one device.
 pub struct Executor {
     state: Mutex<State>,
@@ -243,6 +255,19 @@ impl Executor {
     /// Block until `(stream, seq)` completed, without taking its faults.
     pub fn wait_done(&self, stream: u64, seq: u64) {
         drop(self.wait_for(|st| Self::done(st, stream, seq)));
+    }
+
+    /// Demand for as long as the guard lives: in lazy mode the executor runs every ready command
+    /// meanwhile, as if a host thread waited. The emulated RCCL holds one on the other devices of
+    /// the process while an operation runs, since it cannot finish before their parts have run.
+    /// Does nothing when lazy mode is off.
+    pub fn demand(&self) -> Demand<'_> {
+        let held = self.lazy.map(|_| {
+            self.lock().demand += 1;
+            self.cv.notify_all();
+            self
+        });
+        Demand(held)
     }
 
     /// Block until `ready` holds, and return the state lock. While this thread is blocked it
@@ -675,6 +700,21 @@ mod tests {
         assert_eq!(log.lock().unwrap().len(), 5);
         ex.sync_stream(1).unwrap();
         assert_eq!(log.lock().unwrap().last(), Some(&6));
+        // A demand guard (the emulated RCCL's, for the other devices) runs work while it lives.
+        let guard = ex.demand();
+        ex.enqueue(1, "g".into(), log_work(&log, 7, 0)).unwrap();
+        while !ex.query_stream(1).unwrap() {
+            assert!(t0.elapsed() < NEVER / 2, "a demand guard did not run work");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        drop(guard);
+        ex.enqueue(1, "h".into(), log_work(&log, 8, 0)).unwrap();
+        std::thread::sleep(Duration::from_millis(5));
+        assert!(
+            !ex.query_stream(1).unwrap(),
+            "the guard gave its demand back"
+        );
+        assert_eq!(log.lock().unwrap().last(), Some(&7));
     }
 
     /// Lazy and seeded: A's command, then B's (after A's event when `wait`), then a device
