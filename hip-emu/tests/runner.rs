@@ -10,18 +10,18 @@ fn runner() -> Command {
 #[test]
 fn run_points_every_library_variable_at_hip_emu_and_returns_the_status() {
     let out = runner()
-        .args(["run", "--devices", "3", "--", "sh", "-c"])
-        .arg("echo $HIPK_HIP_LIBRARY $HIPK_HIPBLAS_LIBRARY $HIPK_ROCBLAS_LIBRARY $HIPK_RCCL_LIBRARY $HIPK_EMU_DEVICES; exit 7")
+        .args(["run", "--devices", "3", "--lazy", "--", "sh", "-c"])
+        .arg("echo $HIPK_HIP_LIBRARY $HIPK_HIPBLAS_LIBRARY $HIPK_ROCBLAS_LIBRARY $HIPK_RCCL_LIBRARY $HIPK_EMU_DEVICES $HIPK_EMU_LAZY; exit 7")
         .env_remove("HIPK_EMU_LIBRARY")
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(7), "{out:?}");
     let text = String::from_utf8(out.stdout).unwrap();
     let words: Vec<&str> = text.split_whitespace().collect();
-    assert_eq!(words.len(), 5, "{text}");
+    assert_eq!(words.len(), 6, "{text}");
     assert!(words[0].ends_with("libhip_emu.so") && std::path::Path::new(words[0]).is_file());
     assert!(words[1..4].iter().all(|w| *w == words[0]), "{text}");
-    assert_eq!(words[4], "3");
+    assert_eq!(words[4..], ["3", "1"]);
 }
 
 #[test]

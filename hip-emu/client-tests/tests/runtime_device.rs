@@ -218,3 +218,60 @@ fn bad_pointers_and_handles_are_errors_with_messages() {
         .unwrap_err();
     assert!(err.to_string().contains("hipErrorInvalidHandle"), "{err}");
 }
+
+/// Set in the child process of the lazy-mode test.
+const LAZY_CHILD_VAR: &str = "HIPK_EMU_LAZY_TEST_CHILD";
+
+/// Stream B reads a buffer that stream A has just zeroed, without waiting for A: a bug that
+/// hip-emu's default mode hides (A's memset runs first) and that `HIPK_EMU_SEED=7` alone shows
+/// only by chance of thread timing (0 to 11 stale rounds of 20 when run). Under
+/// `HIPK_EMU_LAZY=1 HIPK_EMU_SEED=7` both stay queued until B's host wait and then run in the
+/// seed's order: 11 of 20 rounds read the stale ones, every run. The variables are read once
+/// per process: the rounds run in a child process.
+#[test]
+fn lazy_seeded_mode_exposes_a_missing_cross_stream_wait() {
+    const ROUNDS: usize = 20;
+    if std::env::var_os(LAZY_CHILD_VAR).is_some() {
+        let dev = device();
+        let a = Stream::new(&dev, StreamOptions::default()).unwrap();
+        let b = Stream::new(&dev, StreamOptions::default()).unwrap();
+        let mut stale = 0;
+        for _ in 0..ROUNDS {
+            let mut buf = DeviceBuffer::from_slice(&a, &[1.0f32; 4096]).unwrap();
+            a.memset_zero(&mut buf).unwrap();
+            let got = buf.to_vec(&b).unwrap(); // No wait for `a`: the bug.
+            stale += usize::from(got.iter().any(|&v| v != 0.0));
+            a.synchronize().unwrap();
+        }
+        println!("stale rounds: {stale}");
+        return;
+    }
+    let out = std::process::Command::new(std::env::current_exe().unwrap())
+        .args([
+            "lazy_seeded_mode_exposes_a_missing_cross_stream_wait",
+            "--exact",
+            "--test-threads=1",
+            "--nocapture",
+        ])
+        .env(LAZY_CHILD_VAR, "1")
+        .env("HIPK_EMU_LAZY", "1")
+        .env("HIPK_EMU_SEED", "7")
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let stale: usize = text
+        .lines()
+        .find_map(|l| l.split_once("stale rounds: ").map(|(_, n)| n))
+        .and_then(|n| n.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no count in the child's output: {text}"));
+    // 11 when run; a margin for a machine that stalls past the 20 ms grace period.
+    assert!(
+        (ROUNDS / 4..ROUNDS).contains(&stale),
+        "{stale} of {ROUNDS} rounds read stale data"
+    );
+}

@@ -1,13 +1,13 @@
 //! `hip-emu`: runs a command on the emulated HIP device, in the spirit of `compute-sanitizer`.
 //!
 //! ```text
-//! hip-emu run [--devices N] [--race] [--seed S] -- cargo test --features device
+//! hip-emu run [--devices N] [--race] [--seed S] [--lazy] -- cargo test --features device
 //! hip-emu lib          # prints the path of libhip_emu.so
 //! ```
 //!
 //! `run` sets `HIPK_HIP_LIBRARY`, `HIPK_HIPBLAS_LIBRARY`, `HIPK_ROCBLAS_LIBRARY` and
 //! `HIPK_RCCL_LIBRARY` to libhip_emu.so (and `HIPK_EMU_DEVICES`, `HIPK_EMU_RACE_CHECK=1`,
-//! `HIPK_EMU_SEED` from the options), runs the command and exits with its status.
+//! `HIPK_EMU_SEED`, `HIPK_EMU_LAZY=1` from the options), runs the command and exits with its status.
 //!
 //! The library: `HIPK_EMU_LIBRARY` if set; else `libhip_emu.so` next to this executable (Cargo
 //! builds both into `target/<profile>/`), in its `deps/` or in `../lib`; else it is built once from this
@@ -18,7 +18,8 @@ use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
 
-const USAGE: &str = "usage: hip-emu run [--devices N] [--race] [--seed S] -- <command> [args...]
+const USAGE: &str =
+    "usage: hip-emu run [--devices N] [--race] [--seed S] [--lazy] -- <command> [args...]
        hip-emu lib
 Runs <command> with HIP, hipBLAS, rocBLAS and RCCL pointed at hip-emu (libhip_emu.so), the
 emulated HIP device on the CPU (not a GPU: nothing it measures is a device figure).
@@ -26,6 +27,8 @@ emulated HIP device on the CPU (not a GPU: nothing it measures is a device figur
   --race        build the kernels with hip-emu's LDS race check (HIPK_EMU_RACE_CHECK=1; takes
                 effect when the command builds them, e.g. cargo test)
   --seed S      shuffle block order and stream choice (HIPK_EMU_SEED)
+  --lazy        run queued work only when the host waits for it, or after 20 ms
+                (HIPK_EMU_LAZY=1; with --seed, exposes missing stream and host waits)
 Library: HIPK_EMU_LIBRARY, else next to this executable or in ../lib, else built from source.";
 
 fn main() -> ExitCode {
@@ -58,6 +61,10 @@ fn run(args: &[OsString]) -> Result<ExitCode, String> {
                     }
                     Some("--race") => {
                         env.push(("HIPK_EMU_RACE_CHECK", "1".into()));
+                        rest = &rest[1..];
+                    }
+                    Some("--lazy") => {
+                        env.push(("HIPK_EMU_LAZY", "1".into()));
                         rest = &rest[1..];
                     }
                     Some(flag @ ("--devices" | "--seed")) => {

@@ -175,6 +175,17 @@ fn enqueue(comm: &Arc<Comm>, ops: &[(hipStream_t, Op)]) -> Res {
     let colls = list.iter().filter(|o| matches!(o, Op::Coll(_))).count() as u64;
     let c = comm.clone();
     let work: crate::runtime::queue::Work = Box::new(move || {
+        // It cannot finish before the other ranks' parts run: under HIPK_EMU_LAZY it is demand
+        // on this process's other devices meanwhile (else each operation waits their grace).
+        let _peers: Vec<_> = runtime()
+            .map(|rt| {
+                rt.devices
+                    .iter()
+                    .filter(|d| d.ordinal != c.device)
+                    .map(|d| d.executor.demand())
+                    .collect()
+            })
+            .unwrap_or_default();
         transfer::run(&c, &list).map_err(|f| {
             crate::runtime::error::Fail::new(
                 hip_sys::hipError_t::hipErrorLaunchFailure,

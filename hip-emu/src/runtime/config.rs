@@ -1,6 +1,12 @@
-//! The emulator's environment: `HIPK_EMU_DEVICES`, `HIPK_EMU_MEMORY`, `HIPK_EMU_SEED`. Parsed
-//! once, on the first runtime call; a bad value fails every call that needs a device with
-//! hipErrorInvalidValue and a message naming the variable, its value and the fix.
+//! The emulator's environment: `HIPK_EMU_DEVICES`, `HIPK_EMU_MEMORY`, `HIPK_EMU_SEED`,
+//! `HIPK_EMU_LAZY`. Parsed once, on the first runtime call; a bad value fails every call that
+//! needs a device with hipErrorInvalidValue and a message naming the variable, its value and the
+//! fix.
+//!
+//! `HIPK_EMU_LAZY=1` keeps queued device work queued until the host waits for it (or the oldest
+//! command has waited [`LAZY_GRACE`](super::queue::LAZY_GRACE)); see [`super::queue`]. With
+//! `HIPK_EMU_SEED` it runs the work of several streams in a random ready order, which exposes a
+//! missing `hipStreamWaitEvent` or a missing host wait.
 
 use super::error::{Fail, Res};
 
@@ -10,17 +16,26 @@ pub const DEVICES_VAR: &str = "HIPK_EMU_DEVICES";
 pub const MEMORY_VAR: &str = "HIPK_EMU_MEMORY";
 /// Seed that shuffles block order and the choice among ready streams (`HIPK_EMU_SEED`).
 pub const SEED_VAR: &str = "HIPK_EMU_SEED";
+/// `1`: run queued work only while the host waits for it (`HIPK_EMU_LAZY`; unset, empty or `0`:
+/// run it as soon as it is ready).
+pub const LAZY_VAR: &str = "HIPK_EMU_LAZY";
 
 /// Default capacity per device: 4 GiB.
 pub const DEFAULT_MEMORY: usize = 4 << 30;
 /// At most this many devices.
 pub const MAX_DEVICES: usize = 16;
 
+/// The parsed environment.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Config {
+    /// Number of devices (`HIPK_EMU_DEVICES`).
     pub devices: usize,
+    /// Capacity of each device in bytes (`HIPK_EMU_MEMORY`).
     pub memory: usize,
+    /// `HIPK_EMU_SEED`, if set.
     pub seed: Option<u64>,
+    /// `HIPK_EMU_LAZY=1`: the executors run queued work only on demand.
+    pub lazy: bool,
 }
 
 impl Config {
@@ -62,10 +77,21 @@ impl Config {
                 ))
             })?),
         };
+        let lazy = match value(LAZY_VAR).as_deref().map(str::trim) {
+            None | Some("0") => false,
+            Some("1") => true,
+            Some(v) => {
+                return Err(Fail::invalid(format!(
+                    "{LAZY_VAR}={v:?} is neither 1 nor 0; set {LAZY_VAR}=1 to run queued work \
+                     only when the host waits for it, or unset it"
+                )))
+            }
+        };
         Ok(Config {
             devices,
             memory,
             seed,
+            lazy,
         })
     }
 }
@@ -126,17 +152,35 @@ mod tests {
     fn defaults_and_bad_values_name_the_variable() {
         let c = Config::parse(&env(&[])).unwrap();
         assert_eq!((c.devices, c.memory, c.seed), (1, DEFAULT_MEMORY, None));
+        assert!(!c.lazy);
         let c = Config::parse(&env(&[
             (DEVICES_VAR, "3"),
             (MEMORY_VAR, "1M"),
             (SEED_VAR, "7"),
+            (LAZY_VAR, "1"),
         ]))
         .unwrap();
         assert_eq!((c.devices, c.memory, c.seed), (3, 1 << 20, Some(7)));
+        assert!(c.lazy);
+        for off in [
+            &[(LAZY_VAR, "0")][..],
+            &[(LAZY_VAR, "")][..],
+            &[(LAZY_VAR, " 0 ")][..],
+        ] {
+            let pairs: &'static [(&str, &str)] = off;
+            assert!(!Config::parse(&env(pairs)).unwrap().lazy, "{pairs:?}");
+        }
+        let err = Config::parse(&env(&[(LAZY_VAR, "yes")])).unwrap_err();
+        assert!(
+            err.message.contains("HIPK_EMU_LAZY=\"yes\"") && err.message.contains("=1"),
+            "{err}"
+        );
         for bad in [
             &[(MEMORY_VAR, "4X")][..],
             &[(DEVICES_VAR, "0")][..],
             &[(SEED_VAR, "x")][..],
+            &[(LAZY_VAR, "yes")][..],
+            &[(LAZY_VAR, "2")][..],
         ] {
             let pairs: &'static [(&str, &str)] = bad;
             let err = Config::parse(&env(pairs)).unwrap_err();

@@ -10,7 +10,7 @@ use hip_sys::props::layouts::LegacyProps;
 
 use super::config::{Config, MEMORY_VAR};
 use super::error::{Fail, Res};
-use super::queue::Executor;
+use super::queue::{Executor, LAZY_GRACE};
 
 /// Every emulated device's name: says plainly that it is not a GPU.
 pub const DEVICE_NAME: &str = "hip-emu (CPU emulation, not a GPU)";
@@ -41,7 +41,7 @@ impl Device {
             ordinal,
             capacity: config.memory,
             used: Mutex::new(0),
-            executor: Executor::start(ordinal, config.seed)?,
+            executor: Executor::start(ordinal, config.seed, config.lazy.then_some(LAZY_GRACE))?,
         })
     }
 

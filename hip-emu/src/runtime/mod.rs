@@ -6,7 +6,8 @@
 //! numbers looked up in tables, never dereferenced, so a stale or made-up handle is
 //! hipErrorInvalidHandle rather than undefined behaviour.
 //!
-//! Environment: see [`config`] (`HIPK_EMU_DEVICES`, `HIPK_EMU_MEMORY`, `HIPK_EMU_SEED`).
+//! Environment: see [`config`] (`HIPK_EMU_DEVICES`, `HIPK_EMU_MEMORY`, `HIPK_EMU_SEED`,
+//! `HIPK_EMU_LAZY`).
 
 pub mod api_device;
 pub mod api_memory;

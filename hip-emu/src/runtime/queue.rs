@@ -8,6 +8,16 @@
 //! it picks a ready stream at random instead, which exposes missing cross-stream
 //! synchronisation. Dependencies only point at earlier commands, so the queue never deadlocks.
 //!
+//! With `HIPK_EMU_LAZY=1` (a grace period in [`Executor::start`]) the executor holds queued work
+//! back and runs it only on demand: while a host thread is blocked in one of its waits (stream,
+//! event or device synchronize, a synchronous copy or memset, hipFree, a stream destroy, an RCCL
+//! communicator's drain), or once the oldest queued command has waited [`LAZY_GRACE`], which
+//! keeps programs that only poll (hipStreamQuery, hipEventQuery) and the emulated RCCL's
+//! cross-device waits going. While there is demand every ready command runs, in the usual order
+//! or, with `HIPK_EMU_SEED`, in a random ready order: the work of several streams is then queued
+//! together and run in an order a real device could choose, which exposes a missing
+//! `hipStreamWaitEvent` or a missing host wait that the eager default hides.
+//!
 //! A command that fails (a kernel fault, a canary hit, a panic) becomes a pending fault of its
 //! stream: the next synchronising call that covers it (stream or device synchronize/query,
 //! event synchronize/query) returns it once. Unlike a real device, whose context is lost after
@@ -16,7 +26,7 @@
 use std::collections::{BTreeMap, VecDeque};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use hip_sys::hipError_t;
 
@@ -24,6 +34,12 @@ use super::error::{panic_text, Fail, Res};
 
 /// Stream id of the null (default) stream of every device.
 pub const NULL_STREAM: u64 = 0;
+
+/// Under `HIPK_EMU_LAZY=1`, how long the oldest queued command of a device waits for a host
+/// wait before the executor runs work anyway. Short enough that polling programs and
+/// collectives progress; long enough that work queued back to back on several streams is
+/// queued together before it runs.
+pub const LAZY_GRACE: Duration = Duration::from_millis(20);
 
 /// The work of one command; `Err` becomes a fault of its stream.
 pub type Work = Box<dyn FnOnce() -> Res + Send>;
@@ -41,6 +57,8 @@ struct Command {
     deps: Vec<(u64, u64)>,
     label: String,
     action: Action,
+    /// When it was queued (for [`LAZY_GRACE`]).
+    queued: Instant,
 }
 
 struct StreamQueue {
@@ -71,6 +89,8 @@ struct State {
     next_seq: u64,
     faults: Vec<Fault>,
     rng: Option<u64>,
+    /// Host threads blocked in a wait of this executor (lazy mode runs work while it is > 0).
+    demand: usize,
 }
 
 /// `(stream, seq)` of an event's last record, and `(seq, time)` of the last record that ran.
@@ -110,15 +130,32 @@ impl EventState {
     }
 }
 
+/// Demand on an executor while alive (see [`Executor::demand`]).
+pub struct Demand<'a>(Option<&'a Executor>);
+
+impl Drop for Demand<'_> {
+    fn drop(&mut self) {
+        if let Some(ex) = self.0 {
+            ex.lock().demand -= 1;
+            ex.cv.notify_all();
+        }
+    }
+}
+
 /// The executor of one device.
 pub struct Executor {
     state: Mutex<State>,
     cv: Condvar,
+    /// Lazy mode's grace period; `None`: run work as soon as it is ready.
+    lazy: Option<Duration>,
 }
 
 impl Executor {
-    /// Start the executor thread of device `ordinal`.
-    pub fn start(ordinal: i32, seed: Option<u64>) -> Res<Arc<Executor>> {
+    /// Start the executor thread of device `ordinal`. `seed`: pick among ready streams at random
+    /// (`HIPK_EMU_SEED`). `lazy`: hold queued work back until a host thread waits or the oldest
+    /// command has waited this long (`HIPK_EMU_LAZY=1` passes [`LAZY_GRACE`]); `None` runs
+    /// work as soon as it is ready.
+    pub fn start(ordinal: i32, seed: Option<u64>, lazy: Option<Duration>) -> Res<Arc<Executor>> {
         let mut streams = BTreeMap::new();
         streams.insert(
             NULL_STREAM,
@@ -136,8 +173,10 @@ impl Executor {
                 next_seq: 1,
                 faults: Vec::new(),
                 rng: seed.map(|s| s ^ 0x5DEE_CE66_D1CE_4E5B),
+                demand: 0,
             }),
             cv: Condvar::new(),
+            lazy,
         });
         let worker = exec.clone();
         std::thread::Builder::new()
@@ -172,10 +211,7 @@ impl Executor {
 
     /// Wait for the stream's work, then remove it. Its unreported faults stay for the device.
     pub fn remove_stream(&self, id: u64) {
-        let mut st = self.lock();
-        while st.streams.get(&id).is_some_and(|q| !q.idle()) {
-            st = self.cv.wait(st).unwrap_or_else(|p| p.into_inner());
-        }
+        let mut st = self.wait_for(|st| st.streams.get(&id).map_or(true, |q| q.idle()));
         st.streams.remove(&id);
     }
 
@@ -218,10 +254,42 @@ impl Executor {
 
     /// Block until `(stream, seq)` completed, without taking its faults.
     pub fn wait_done(&self, stream: u64, seq: u64) {
+        drop(self.wait_for(|st| Self::done(st, stream, seq)));
+    }
+
+    /// Demand for as long as the guard lives: in lazy mode the executor runs every ready command
+    /// meanwhile, as if a host thread waited. The emulated RCCL holds one on the other devices of
+    /// the process while an operation runs, since it cannot finish before their parts have run.
+    /// Does nothing when lazy mode is off.
+    pub fn demand(&self) -> Demand<'_> {
+        let held = self.lazy.map(|_| {
+            self.lock().demand += 1;
+            self.cv.notify_all();
+            self
+        });
+        Demand(held)
+    }
+
+    /// Block until `ready` holds, and return the state lock. While this thread is blocked it
+    /// counts as demand (lazy mode runs work for it). `ready` must not panic (the callers' are
+    /// map lookups and comparisons), so the demand it adds is always taken back.
+    fn wait_for(&self, ready: impl Fn(&State) -> bool) -> MutexGuard<'_, State> {
         let mut st = self.lock();
-        while !Self::done(&st, stream, seq) {
+        if ready(&st) {
+            return st;
+        }
+        st.demand += 1;
+        if self.lazy.is_some() {
+            self.cv.notify_all();
+        }
+        while !ready(&st) {
             st = self.cv.wait(st).unwrap_or_else(|p| p.into_inner());
         }
+        st.demand -= 1;
+        if self.lazy.is_some() {
+            self.cv.notify_all();
+        }
+        st
     }
 
     /// Queue a record of `event` on `stream`.
@@ -290,6 +358,7 @@ impl Executor {
             deps,
             label,
             action,
+            queued: Instant::now(),
         });
         Ok(seq)
     }
@@ -301,10 +370,7 @@ impl Executor {
 
     /// Block until `(stream, seq)` completed; then take the faults `select` matches.
     fn wait_until(&self, stream: u64, seq: u64, select: impl Fn(&Fault) -> bool) -> Res<()> {
-        let mut st = self.lock();
-        while !Self::done(&st, stream, seq) {
-            st = self.cv.wait(st).unwrap_or_else(|p| p.into_inner());
-        }
+        let mut st = self.wait_for(|st| Self::done(st, stream, seq));
         Self::take_fault(&mut st, select)
     }
 
@@ -346,10 +412,7 @@ impl Executor {
                 .collect()
         };
         let ids: Vec<u64> = targets.iter().map(|t| t.0).collect();
-        let mut st = self.lock();
-        while !targets.iter().all(|&(s, seq)| Self::done(&st, s, seq)) {
-            st = self.cv.wait(st).unwrap_or_else(|p| p.into_inner());
-        }
+        let mut st = self.wait_for(|st| targets.iter().all(|&(s, seq)| Self::done(st, s, seq)));
         Self::take_fault(&mut st, |f| ids.contains(&f.stream))
     }
 
@@ -371,10 +434,7 @@ impl Executor {
 
     /// Wait for every stream without reporting faults (hipFree's implicit wait).
     pub fn wait_idle(&self) {
-        let mut st = self.lock();
-        while st.streams.values().any(|q| !q.idle()) {
-            st = self.cv.wait(st).unwrap_or_else(|p| p.into_inner());
-        }
+        drop(self.wait_for(|st| st.streams.values().all(|q| q.idle())));
     }
 
     /// `hipEventSynchronize`.
@@ -405,6 +465,14 @@ impl Executor {
             let (stream, cmd) = {
                 let mut st = self.lock();
                 loop {
+                    if let Some(left) = self.hold(&st) {
+                        st = self
+                            .cv
+                            .wait_timeout(st, left)
+                            .unwrap_or_else(|p| p.into_inner())
+                            .0;
+                        continue;
+                    }
                     if let Some(next) = Self::pick(&mut st) {
                         break next;
                     }
@@ -437,6 +505,25 @@ impl Executor {
             drop(st);
             self.cv.notify_all();
         }
+    }
+
+    /// In lazy mode with no host thread waiting: how much longer the queued work is held back
+    /// (what is left of the oldest command's grace period). `None`: it may run now (lazy mode
+    /// off, demand, the grace is over, or nothing is queued).
+    fn hold(&self, st: &State) -> Option<Duration> {
+        let grace = self.lazy?;
+        if st.demand > 0 {
+            return None;
+        }
+        let oldest = st
+            .streams
+            .values()
+            .filter_map(|q| q.queue.front())
+            .map(|c| c.queued)
+            .min()?;
+        grace
+            .checked_sub(oldest.elapsed())
+            .filter(|left| !left.is_zero())
     }
 
     /// Pop the next command to run, if any stream's head is ready.
@@ -482,7 +569,7 @@ mod tests {
 
     #[test]
     fn fifo_per_stream_wait_event_and_faults_reported_once() {
-        let ex = Executor::start(0, None).unwrap();
+        let ex = Executor::start(0, None, None).unwrap();
         ex.add_stream(1, false, 0);
         ex.add_stream(2, false, 0);
         let log = Arc::new(Mutex::new(Vec::new()));
@@ -529,7 +616,7 @@ mod tests {
 
     #[test]
     fn null_stream_waits_for_blocking_streams() {
-        let ex = Executor::start(0, Some(3)).unwrap();
+        let ex = Executor::start(0, Some(3), None).unwrap();
         ex.add_stream(5, true, 0);
         let log = Arc::new(Mutex::new(Vec::new()));
         ex.enqueue(5, "slow".into(), log_work(&log, 1, 40)).unwrap();
@@ -557,5 +644,122 @@ mod tests {
             ex.sync_stream(6).is_err(),
             "the non-blocking stream's fault stays its own"
         );
+    }
+
+    /// A grace period no test waits out: whatever runs did so because a host thread waited.
+    const NEVER: Duration = Duration::from_secs(60);
+
+    #[test]
+    fn lazy_work_waits_for_a_host_wait() {
+        let ex = Executor::start(0, None, Some(LAZY_GRACE)).unwrap();
+        ex.add_stream(1, false, 0);
+        ex.add_stream(2, false, 0);
+        let log = Arc::new(Mutex::new(Vec::new()));
+        let t0 = Instant::now();
+        ex.enqueue(1, "a".into(), log_work(&log, 1, 0)).unwrap();
+        // B does not wait for A.
+        ex.enqueue(2, "b".into(), log_work(&log, 2, 0)).unwrap();
+        std::thread::sleep(Duration::from_millis(5));
+        let early = log.lock().unwrap().clone();
+        // Measured after the read: only a machine that stalled this thread past the grace
+        // period may have run the work (then the check says nothing).
+        if t0.elapsed() < LAZY_GRACE {
+            assert!(early.is_empty(), "ran without a host wait: {early:?}");
+        }
+        ex.sync_stream(2).unwrap();
+        // With demand every ready command runs, oldest first without a seed.
+        assert_eq!(*log.lock().unwrap(), vec![1, 2]);
+    }
+
+    #[test]
+    fn lazy_every_blocking_wait_is_demand_and_gives_it_back() {
+        let ex = Executor::start(0, None, Some(NEVER)).unwrap();
+        ex.add_stream(1, false, 0);
+        ex.add_stream(2, true, 0);
+        let log = Arc::new(Mutex::new(Vec::new()));
+        let ev = Arc::new(EventState::new(false));
+        let t0 = Instant::now();
+        ex.enqueue(1, "a".into(), log_work(&log, 1, 0)).unwrap();
+        ex.record(1, &ev).unwrap();
+        ex.sync_event(&ev).unwrap();
+        let seq = ex.enqueue(2, "b".into(), log_work(&log, 2, 0)).unwrap();
+        ex.wait_done(2, seq);
+        ex.enqueue(NULL_STREAM, "c".into(), log_work(&log, 3, 0))
+            .unwrap();
+        ex.sync_all().unwrap();
+        ex.enqueue(1, "d".into(), log_work(&log, 4, 0)).unwrap();
+        ex.wait_idle();
+        ex.enqueue(2, "e".into(), log_work(&log, 5, 0)).unwrap();
+        ex.remove_stream(2);
+        assert_eq!(*log.lock().unwrap(), vec![1, 2, 3, 4, 5]);
+        assert!(t0.elapsed() < NEVER / 2, "a wait did not count as demand");
+        // Every wait gave its demand back: new work stays queued.
+        ex.enqueue(1, "f".into(), log_work(&log, 6, 0)).unwrap();
+        std::thread::sleep(Duration::from_millis(5));
+        assert!(!ex.query_stream(1).unwrap());
+        assert_eq!(log.lock().unwrap().len(), 5);
+        ex.sync_stream(1).unwrap();
+        assert_eq!(log.lock().unwrap().last(), Some(&6));
+        // A demand guard (the emulated RCCL's, for the other devices) runs work while it lives.
+        let guard = ex.demand();
+        ex.enqueue(1, "g".into(), log_work(&log, 7, 0)).unwrap();
+        while !ex.query_stream(1).unwrap() {
+            assert!(t0.elapsed() < NEVER / 2, "a demand guard did not run work");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        drop(guard);
+        ex.enqueue(1, "h".into(), log_work(&log, 8, 0)).unwrap();
+        std::thread::sleep(Duration::from_millis(5));
+        assert!(
+            !ex.query_stream(1).unwrap(),
+            "the guard gave its demand back"
+        );
+        assert_eq!(log.lock().unwrap().last(), Some(&7));
+    }
+
+    /// Lazy and seeded: A's command, then B's (after A's event when `wait`), then a device
+    /// synchronize; the order they ran in.
+    fn lazy_order(seed: u64, wait: bool) -> Vec<u32> {
+        let ex = Executor::start(0, Some(seed), Some(NEVER)).unwrap();
+        ex.add_stream(1, false, 0);
+        ex.add_stream(2, false, 0);
+        let log = Arc::new(Mutex::new(Vec::new()));
+        ex.enqueue(1, "a".into(), log_work(&log, 1, 0)).unwrap();
+        if wait {
+            let ev = Arc::new(EventState::new(false));
+            ex.record(1, &ev).unwrap();
+            ex.wait_event(2, &ev).unwrap();
+        }
+        ex.enqueue(2, "b".into(), log_work(&log, 2, 0)).unwrap();
+        ex.sync_all().unwrap();
+        let order = log.lock().unwrap().clone();
+        order
+    }
+
+    #[test]
+    fn lazy_and_seeded_runs_a_missing_wait_out_of_order() {
+        // Seed 2's first pick among the two ready streams is B's: the newer command runs first;
+        // seed 1's is A's. Both are queued before anything runs, so the order is the seed's.
+        assert_eq!(lazy_order(2, false), vec![2, 1]);
+        assert_eq!(lazy_order(1, false), vec![1, 2]);
+        for seed in 0..8 {
+            assert_eq!(lazy_order(seed, true), vec![1, 2], "seed {seed}");
+        }
+    }
+
+    #[test]
+    fn lazy_work_nobody_waits_for_runs_after_the_grace_period() {
+        let ex = Executor::start(0, None, Some(LAZY_GRACE)).unwrap();
+        ex.add_stream(1, false, 0);
+        let log = Arc::new(Mutex::new(Vec::new()));
+        let t0 = Instant::now();
+        ex.enqueue(1, "polled".into(), log_work(&log, 1, 0))
+            .unwrap();
+        while !ex.query_stream(1).unwrap() {
+            assert!(t0.elapsed() < Duration::from_secs(2), "no progress");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        assert!(t0.elapsed() >= LAZY_GRACE, "ran before the grace period");
+        assert_eq!(*log.lock().unwrap(), vec![1]);
     }
 }
