@@ -502,10 +502,13 @@ mod on_device {
 
     /// The updated weights go up on the copy stream while the next forward runs: each layer
     /// waits for its own tensors' uploads only (`Backend::offload_params_ready`). hip-emu with
-    /// `HIPK_EMU_SEED` picks among the ready streams at random, so a layer that did not wait
-    /// for its weights would read the previous step's in some steps and the losses would leave
-    /// the plain run's. One process per model (the seed is read at start-up), f32 and bf16
-    /// master weights: within the offload bound of the plain run without the seed.
+    /// `HIPK_EMU_LAZY=1` holds queued work until the host waits for it, and with
+    /// `HIPK_EMU_SEED` then runs the ready streams in a random order, so a layer that did not
+    /// wait for its weights would read the previous step's and the losses would leave the
+    /// plain run's (checked: with only the last wait kept, GPT-2's step 3 differs by 8e-6, 8 times
+    /// the bound).
+    /// One process per model (hip-emu reads both variables at start-up), f32 and bf16 master
+    /// weights: within the offload bound of the plain run.
     #[test]
     fn forward_waits_for_each_layers_upload_under_shuffled_streams() {
         const NAME: &str =
@@ -526,6 +529,7 @@ mod on_device {
             let out = std::process::Command::new(std::env::current_exe().unwrap())
                 .args([NAME, "--exact", "--test-threads=1", "--nocapture"])
                 .env(SEED_CHILD, format!("{model}:{}", log.display()))
+                .env("HIPK_EMU_LAZY", "1")
                 .env("HIPK_EMU_SEED", "7")
                 .output()
                 .expect("spawn the seeded run");
