@@ -251,12 +251,24 @@ mod on_device {
 
     /// `world` threads' ranks of GPT-2 (`--batch` 4 / world) with `extra`.
     fn gpt2_ranks(world: usize, extra: &[&str]) -> Vec<crate::train::RankOutcome> {
+        let (args, list) = gpt2_ranks_args(world, extra);
+        run_devices(&args, &list, true).unwrap()
+    }
+
+    /// [`gpt2_ranks`], run once per process (`tests::ranks_once`): for the runs that
+    /// `tests::parallel`'s ZeRO 2 test compares too.
+    fn gpt2_ranks_shared(world: usize, extra: &[&str]) -> Vec<crate::train::RankOutcome> {
+        let (args, list) = gpt2_ranks_args(world, extra);
+        super::super::ranks_once(&args, &list)
+    }
+
+    fn gpt2_ranks_args(world: usize, extra: &[&str]) -> (Args, Vec<usize>) {
         let list: Vec<usize> = (0..world).collect();
         let names: Vec<String> = list.iter().map(|d| d.to_string()).collect();
         let batch = (4 / world).to_string();
         let mut f = strs(&["--batch", &batch, "--devices", &names.join(",")]);
         f.extend(strs(extra));
-        run_devices(&gpt2(&f), &list, true).unwrap()
+        (gpt2(&f), list)
     }
 
     fn assert_ranks_agree(what: &str, outs: &[crate::train::RankOutcome]) {
@@ -284,7 +296,12 @@ mod on_device {
     /// ⌈P/W⌉ f32 per group, rounded as the caching allocator does).
     #[test]
     fn zero_2_with_offload_follows_zero_2_and_keeps_only_the_gradient_shard() {
-        if alone("tests::offload::on_device::zero_2_with_offload_follows_zero_2_and_keeps_only_the_gradient_shard") {
+        // In one process with `tests::parallel`'s ZeRO 2 test, which compares the same plain and
+        // --zero 2 runs (f32 and bf16 on 2 ranks, f32 on 4).
+        if super::super::alone_with(
+            "tests::offload::on_device::zero_2_with_offload_follows_zero_2_and_keeps_only_the_gradient_shard",
+            &super::super::ZERO_2_GROUP,
+        ) {
             return;
         }
         let _s = serial();
@@ -307,8 +324,8 @@ mod on_device {
             ("gpt2 f16 skip", 2, &f16[..], 3),
             ("gpt2 f32 on 4", 4, &["--dtype", "f32"][..], 2),
         ] {
-            let plain = gpt2_ranks(world, extra);
-            let zero = gpt2_ranks(world, &[extra, &ZERO2[..]].concat());
+            let plain = gpt2_ranks_shared(world, extra);
+            let zero = gpt2_ranks_shared(world, &[extra, &ZERO2[..]].concat());
             let off = gpt2_ranks(world, &[extra, &ZERO2[..], &OFFLOAD[..]].concat());
             let what = format!("{what} --zero 2 offload");
             assert_ranks_agree(&what, &off);
@@ -503,8 +520,8 @@ mod on_device {
     fn forward_waits_for_each_layers_upload_under_shuffled_streams() {
         const NAME: &str =
             "tests::offload::on_device::forward_waits_for_each_layers_upload_under_shuffled_streams";
-        let makers: [(&str, &dyn Fn(&[String]) -> Args, &str); 2] =
-            [("gpt2", &gpt2, "f32"), ("llama", &llama, "bf16")];
+        type Maker<'a> = (&'a str, &'a dyn Fn(&[String]) -> Args, &'a str);
+        let makers: [Maker; 2] = [("gpt2", &gpt2, "f32"), ("llama", &llama, "bf16")];
         if let Ok(child) = std::env::var(SEED_CHILD) {
             let (model, log) = child.split_once(':').expect("model:log");
             let (_, make, dtype) = makers.iter().find(|m| m.0 == model).expect("a model");

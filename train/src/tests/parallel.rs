@@ -75,14 +75,25 @@ mod on_devices {
 
     /// `world` ranks of `--batch batch` in this process, with their final parameters.
     fn ranks(world: usize, batch: usize, extra: &[&str]) -> Vec<RankOutcome> {
+        let (args, list) = ranks_args(world, batch, extra);
+        run_devices(&args, &list, true).unwrap()
+    }
+
+    /// [`ranks`], run once per process (`tests::ranks_once`): for the runs that
+    /// `tests::offload`'s ZeRO 2 test compares too.
+    fn ranks_shared(world: usize, batch: usize, extra: &[&str]) -> Vec<RankOutcome> {
+        let (args, list) = ranks_args(world, batch, extra);
+        super::super::ranks_once(&args, &list)
+    }
+
+    fn ranks_args(world: usize, batch: usize, extra: &[&str]) -> (crate::cli::Args, Vec<usize>) {
         emu_setup();
         let list: Vec<usize> = (0..world).collect();
         let mut f = flags(batch, extra);
         let names: Vec<String> = list.iter().map(|d| d.to_string()).collect();
         f.extend(["--devices".to_string(), names.join(",")]);
         let d = data_dir();
-        let args = args_with(&d.join("model"), &d.join("tokens.bin"), &f);
-        run_devices(&args, &list, true).unwrap()
+        (args_with(&d.join("model"), &d.join("tokens.bin"), &f), list)
     }
 
     /// One device, `--batch batch`.
@@ -419,8 +430,11 @@ mod on_devices {
     #[test]
     fn zero_2_gives_the_steps_of_the_plain_run_with_a_share_of_the_gradients() {
         // The memory per rank compared below is the device's: alone in a process.
-        if super::super::alone(
+        // In one process with `tests::offload`'s ZeRO 2 test, which compares the same plain and
+        // --zero 2 runs (f32 and bf16 on 2 ranks, f32 on 4).
+        if super::super::alone_with(
             "tests::parallel::on_devices::zero_2_gives_the_steps_of_the_plain_run_with_a_share_of_the_gradients",
+            &super::super::ZERO_2_GROUP,
         ) {
             return;
         }
@@ -428,8 +442,8 @@ mod on_devices {
         const PARAMS: usize = 29568;
         for dtype in ["f32", "bf16"] {
             let common = ["--dtype", dtype];
-            let plain = ranks(2, 2, &common);
-            let zero = ranks(2, 2, &[&common[..], &ZERO2[..]].concat());
+            let plain = ranks_shared(2, 2, &common);
+            let zero = ranks_shared(2, 2, &[&common[..], &ZERO2[..]].concat());
             let what = format!("--zero 2 {dtype}");
             assert_ranks_agree(&what, &zero);
             let (dl, dn) = assert_close(&what, &zero[0].logs, &plain[0].logs, DDP_RTOL);
@@ -514,7 +528,11 @@ mod on_devices {
             }
         }
         // Four ranks.
-        let (plain, zero) = (ranks(4, 1, &[]), ranks(4, 1, &ZERO2));
+        let f32 = ["--dtype", "f32"];
+        let (plain, zero) = (
+            ranks_shared(4, 1, &f32),
+            ranks_shared(4, 1, &[&f32[..], &ZERO2[..]].concat()),
+        );
         assert_ranks_agree("--zero 2 on 4 devices", &zero);
         let (dl, dn) = assert_close(
             "--zero 2 on 4 devices",
