@@ -520,8 +520,9 @@ mod on_device {
     fn forward_waits_for_each_layers_upload_under_shuffled_streams() {
         const NAME: &str =
             "tests::offload::on_device::forward_waits_for_each_layers_upload_under_shuffled_streams";
-        type Maker<'a> = (&'a str, &'a dyn Fn(&[String]) -> Args, &'a str);
-        let makers: [Maker; 2] = [("gpt2", &gpt2, "f32"), ("llama", &llama, "bf16")];
+        // (model, its arguments, dtype)
+        type Run<'a> = (&'a str, &'a dyn Fn(&[String]) -> Args, &'a str);
+        let makers: [Run; 2] = [("gpt2", &gpt2, "f32"), ("llama", &llama, "bf16")];
         if let Ok(child) = std::env::var(SEED_CHILD) {
             let (model, log) = child.split_once(':').expect("model:log");
             let (_, make, dtype) = makers.iter().find(|m| m.0 == model).expect("a model");
