@@ -39,17 +39,38 @@ fn assert_close(what: &str, got: &[StepLog], want: &[StepLog], tol: f64) {
     }
 }
 
+/// `name`'s run of [`STEPS`] steps on device 0, computed once per test process: the
+/// reference of several tests here.
+fn one_device(name: &str) -> Vec<StepLog> {
+    static RUNS: std::sync::Mutex<Vec<(String, Vec<StepLog>)>> = std::sync::Mutex::new(Vec::new());
+    let mut runs = RUNS.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some((_, logs)) = runs.iter().find(|(n, _)| n == name) {
+        return logs.clone();
+    }
+    emu_setup();
+    let logs = crate::train::run(&variant_args(
+        name,
+        &strs(&["--steps", STEPS, "--device", "0"]),
+    ))
+    .unwrap();
+    runs.push((name.to_string(), logs.clone()));
+    logs
+}
+
 #[test]
 fn llama_and_qwen2_on_a_device_match_transformers() {
     let _s = serial();
     emu_setup();
     // qwen2's schedule (warmup, cosine) depends on --steps: its whole run.
     for (name, steps) in [("llama_base", STEPS), ("qwen2_base", "10")] {
-        let logs = crate::train::run(&variant_args(
-            name,
-            &strs(&["--steps", steps, "--device", "0"]),
-        ))
-        .unwrap();
+        let logs = match steps {
+            STEPS => one_device(name),
+            _ => crate::train::run(&variant_args(
+                name,
+                &strs(&["--steps", steps, "--device", "0"]),
+            ))
+            .unwrap(),
+        };
         assert!(logs.iter().all(|l| l.mem.is_some()));
         compare(&logs, name, LOSS_RTOL_DEVICE);
     }
@@ -83,11 +104,7 @@ fn two_devices_and_zero_1_reproduce_one_device() {
     let _s = serial();
     emu_setup();
     for name in ["qwen2_base", "llama_base"] {
-        let one = crate::train::run(&variant_args(
-            name,
-            &strs(&["--steps", STEPS, "--device", "0"]),
-        ))
-        .unwrap();
+        let one = one_device(name);
         for zero in ["0", "1", "2"] {
             // The same global batch: 2 ranks × --batch 2 (ZeRO 2: × 2 micro-batches of 1 row,
             // each one's gradients reduced to their owners).
@@ -185,11 +202,7 @@ fn two_processes_through_the_launcher_variables() {
                 "{extra:?}: rank {rank} failed:\n{text}"
             );
         }
-        let one = crate::train::run(&variant_args(
-            "qwen2_base",
-            &strs(&["--steps", STEPS, "--device", "0"]),
-        ))
-        .unwrap();
+        let one = one_device("qwen2_base");
         let logged: Vec<serde_json::Value> = std::fs::read_to_string(&log)
             .unwrap()
             .lines()

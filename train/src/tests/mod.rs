@@ -122,6 +122,74 @@ fn alone(name: &str) -> bool {
     true
 }
 
+/// The ZeRO 2 tests of `parallel` and `offload` (memory per rank, so each alone in a process):
+/// together in one, sharing their plain and `--zero 2` runs.
+#[cfg(feature = "device")]
+const ZERO_2_GROUP: [&str; 2] = [
+    "tests::offload::on_device::zero_2_with_offload_follows_zero_2_and_keeps_only_the_gradient_shard",
+    "tests::parallel::on_devices::zero_2_gives_the_steps_of_the_plain_run_with_a_share_of_the_gradients",
+];
+
+/// [`alone`] for a group of tests that compare the same runs: the first of them to start runs
+/// every test of `group` (full paths, `name` among them) in one child process, one after
+/// another, so that [`ranks_once`] computes their shared runs once; the others take that
+/// child's verdict. Returns true in the parent, false in the child (the caller runs its body).
+#[cfg(feature = "device")]
+fn alone_with(name: &str, group: &[&str]) -> bool {
+    assert!(
+        group.contains(&name),
+        "{name} is not in its group {group:?}"
+    );
+    let joined = group.join(" ");
+    if std::env::var(ALONE).as_deref() == Ok(joined.as_str()) {
+        return false;
+    }
+    emu_setup();
+    let _s = serial();
+    static VERDICTS: std::sync::Mutex<Vec<(String, Result<String, String>)>> =
+        std::sync::Mutex::new(Vec::new());
+    let mut verdicts = VERDICTS.lock().unwrap_or_else(|e| e.into_inner());
+    if !verdicts.iter().any(|(g, _)| *g == joined) {
+        let out = std::process::Command::new(std::env::current_exe().unwrap())
+            .args(group)
+            .args(["--exact", "--test-threads=1", "--nocapture"])
+            .env(ALONE, &joined)
+            .output()
+            .expect("start this test binary again");
+        let text = String::from_utf8_lossy(&out.stdout).to_string()
+            + &String::from_utf8_lossy(&out.stderr);
+        // A misspelt name would pass by running nothing.
+        let ran = text.contains(&format!("{} passed", group.len()));
+        let verdict = match out.status.success() && ran {
+            true => Ok(text),
+            false => Err(text),
+        };
+        verdicts.push((joined.clone(), verdict));
+    }
+    let (_, verdict) = verdicts.iter().find(|(g, _)| *g == joined).unwrap();
+    match verdict {
+        Ok(text) => println!("{text}"),
+        Err(text) => panic!("{group:?} failed or did not run in their own process:\n{text}"),
+    }
+    true
+}
+
+/// `run_devices(args, list, true)`, computed once per process for the same args and devices:
+/// for the runs that tests of one [`alone_with`] group both compare with.
+#[cfg(feature = "device")]
+fn ranks_once(args: &Args, list: &[usize]) -> Vec<crate::train::RankOutcome> {
+    type Runs = Vec<(String, Vec<crate::train::RankOutcome>)>;
+    static RUNS: std::sync::Mutex<Runs> = std::sync::Mutex::new(Vec::new());
+    let key = format!("{list:?} {args:?}");
+    let mut runs = RUNS.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some((_, outs)) = runs.iter().find(|(k, _)| *k == key) {
+        return outs.clone();
+    }
+    let outs = crate::parallel::run_devices(args, list, true).unwrap();
+    runs.push((key, outs.clone()));
+    outs
+}
+
 /// On hip-emu (`HIPK_HIP_LIBRARY` names libhip_emu.so): four emulated devices and hip-emu's
 /// emulated RCCL, unless set otherwise. Called before any device is touched (hip-emu reads
 /// `HIPK_EMU_DEVICES` once, when it starts).

@@ -61,8 +61,10 @@ mod on_devices {
     const DDP_RTOL: f64 = 1e-5;
     /// The device suite's bound against PyTorch's float64 figures (issue 14).
     const DEVICE_LOSS_RTOL: f64 = 1e-4;
-    /// Steps per run: on hip-emu a tiny-model step of one device takes about a second.
-    const STEPS: &str = "4";
+    /// Steps per run: on hip-emu a tiny-model step of one device takes about a second. Three
+    /// give a first step, a step after it and a third for the runs resumed from step 1's
+    /// checkpoint to continue over two steps.
+    const STEPS: &str = "3";
 
     fn flags(batch: usize, extra: &[&str]) -> Vec<String> {
         let mut f = strs(&["--seq", "16", "--lr", "1e-2", "--steps", STEPS]);
@@ -73,14 +75,25 @@ mod on_devices {
 
     /// `world` ranks of `--batch batch` in this process, with their final parameters.
     fn ranks(world: usize, batch: usize, extra: &[&str]) -> Vec<RankOutcome> {
+        let (args, list) = ranks_args(world, batch, extra);
+        run_devices(&args, &list, true).unwrap()
+    }
+
+    /// [`ranks`], run once per process (`tests::ranks_once`): for the runs that
+    /// `tests::offload`'s ZeRO 2 test compares too.
+    fn ranks_shared(world: usize, batch: usize, extra: &[&str]) -> Vec<RankOutcome> {
+        let (args, list) = ranks_args(world, batch, extra);
+        super::super::ranks_once(&args, &list)
+    }
+
+    fn ranks_args(world: usize, batch: usize, extra: &[&str]) -> (crate::cli::Args, Vec<usize>) {
         emu_setup();
         let list: Vec<usize> = (0..world).collect();
         let mut f = flags(batch, extra);
         let names: Vec<String> = list.iter().map(|d| d.to_string()).collect();
         f.extend(["--devices".to_string(), names.join(",")]);
         let d = data_dir();
-        let args = args_with(&d.join("model"), &d.join("tokens.bin"), &f);
-        run_devices(&args, &list, true).unwrap()
+        (args_with(&d.join("model"), &d.join("tokens.bin"), &f), list)
     }
 
     /// One device, `--batch batch`.
@@ -194,28 +207,6 @@ mod on_devices {
             .collect()
     }
 
-    #[test]
-    fn two_and_four_devices_reproduce_one_device_with_the_global_batch() {
-        let _s = serial();
-        let one = single(4, &[]);
-        let refs = reference_losses();
-        for (world, batch) in [(2, 2), (4, 1)] {
-            let what = format!("{world} devices × --batch {batch}");
-            let outs = ranks(world, batch, &[]);
-            assert_ranks_agree(&what, &outs);
-            let (dl, dn) = assert_close(&what, &outs[0].logs, &one, DDP_RTOL);
-            for l in &outs[0].logs {
-                let r = refs[l.step as usize - 1];
-                assert!(
-                    rel(l.loss, r) <= DEVICE_LOSS_RTOL,
-                    "{what}: step {} vs PyTorch",
-                    l.step
-                );
-            }
-            eprintln!("{what} vs one device --batch 4: loss {dl:e}, grad_norm {dn:e}");
-        }
-    }
-
     /// LoRA on 2 devices (only the adapters' gradients are summed across ranks) follows one
     /// device with the global batch, and PyTorch's LoRA figures (tests/data/train_gpt2/lora:
     /// rank 4, alpha 8, all four targets, weight decay and clipping). The ranks' merged models
@@ -260,24 +251,31 @@ mod on_devices {
     #[test]
     fn bf16_and_f16_on_two_devices_follow_one_device() {
         let _s = serial();
-        // f16: a first scale of 2^24 overflows step 1's gradients (skipped, scale halved) and a
-        // window of 2 doubles it again: every rank must skip the same steps as one device.
+        // f16: a first scale of 2^20 overflows step 1's gradients (on hip-emu step 2's too;
+        // skipped, scale halved), and the 3rd step updates: every rank must skip the same steps
+        // as one device. (A first scale of 2^24 overflowed all of 4 steps.)
         let f16 = [
             "--dtype",
             "f16",
             "--scale-init",
-            "16777216",
+            "1048576",
             "--scale-window",
             "2",
         ];
-        // Measured on hip-emu over these 4 steps: bf16 3.8e-5 (loss) and 2.7e-4 (grad_norm),
-        // f16 1.0e-7; the bounds leave margin for the rounding of the 16-bit sums across ranks.
+        // Measured on hip-emu over 4 steps: bf16 3.8e-5 (loss) and 2.7e-4 (grad_norm),
+        // f16 (all skipped, 2^24) 1.0e-7; the bounds leave margin for the rounding of the 16-bit sums across ranks.
         for (extra, tol) in [(&["--dtype", "bf16"][..], 2e-3), (&f16[..], 1e-3)] {
             let what = format!("2 devices {extra:?}");
             let one = single(4, extra);
             let outs = ranks(2, 2, extra);
             assert_ranks_agree(&what, &outs);
             if extra.contains(&"f16") {
+                let skips: Vec<_> = outs[0].logs.iter().map(|l| l.scaler).collect();
+                eprintln!("{what}: (loss scale, skipped) per step {skips:?}");
+                assert!(
+                    skips.iter().any(|s| s.map(|s| s.1) == Some(false)),
+                    "{what}: every step skipped"
+                );
                 assert_eq!(
                     outs[0].logs[0].scaler.map(|s| s.1),
                     Some(true),
@@ -289,24 +287,50 @@ mod on_devices {
         }
     }
 
+    /// 2 and 4 devices follow one device with the global batch (and PyTorch's figures), and
+    /// their checkpoints resume on another number of devices. The runs that write the
+    /// checkpoints are the ones compared (saving changes no step's figures).
     #[test]
-    fn checkpoints_resume_across_world_sizes() {
+    fn two_and_four_devices_reproduce_one_device_and_resume_across_world_sizes() {
         let _s = serial();
         let s = Scratch::new("ddp-resume");
         let (two_dir, one_dir) = (s.path("two"), s.path("one"));
         let (two_ck, one_ck) = (two_dir.display().to_string(), one_dir.display().to_string());
-        let save = |dir: &str| ["--checkpoint-dir", dir, "--save-every", "2"].map(String::from);
+        let save = |dir: &str| ["--checkpoint-dir", dir, "--save-every", "1"].map(String::from);
         let two = ranks(2, 2, &save(&two_ck).each_ref().map(|x| x.as_str()));
         let one = single(4, &save(&one_ck).each_ref().map(|x| x.as_str()));
+        let refs = reference_losses();
+        for (world, batch) in [(2, 2), (4, 1)] {
+            let what = format!("{world} devices × --batch {batch}");
+            let four;
+            let outs = match world {
+                2 => &two,
+                _ => {
+                    four = ranks(world, batch, &[]);
+                    &four
+                }
+            };
+            assert_ranks_agree(&what, outs);
+            let (dl, dn) = assert_close(&what, &outs[0].logs, &one, DDP_RTOL);
+            for l in &outs[0].logs {
+                let r = refs[l.step as usize - 1];
+                assert!(
+                    rel(l.loss, r) <= DEVICE_LOSS_RTOL,
+                    "{what}: step {} vs PyTorch",
+                    l.step
+                );
+            }
+            eprintln!("{what} vs one device --batch 4: loss {dl:e}, grad_norm {dn:e}");
+        }
         // A 2-device checkpoint on one device (global batch 4 = 1 × 4) ...
-        let resumed_one = single(4, &["--resume", &format!("{two_ck}/step_2")]);
-        assert_close("2 → 1 device", &resumed_one, &two[0].logs[2..], DDP_RTOL);
+        let resumed_one = single(4, &["--resume", &format!("{two_ck}/step_1")]);
+        assert_close("2 → 1 device", &resumed_one, &two[0].logs[1..], DDP_RTOL);
         // ... and a one-device checkpoint on two devices (2 × 2).
-        let resumed_two = ranks(2, 2, &["--resume", &format!("{one_ck}/step_2")]);
+        let resumed_two = ranks(2, 2, &["--resume", &format!("{one_ck}/step_1")]);
         assert_ranks_agree("1 → 2 devices", &resumed_two);
-        assert_close("1 → 2 devices", &resumed_two[0].logs, &one[2..], DDP_RTOL);
+        assert_close("1 → 2 devices", &resumed_two[0].logs, &one[1..], DDP_RTOL);
         // Another global batch is refused, naming it.
-        let mut f = flags(4, &["--resume", &format!("{two_ck}/step_2")]);
+        let mut f = flags(4, &["--resume", &format!("{two_ck}/step_1")]);
         f.extend(strs(&["--devices", "0,1"]));
         let err = run_tiny(&f).unwrap_err();
         assert!(err.to_string().contains("2 ranks × --batch 4 = 8"), "{err}");
@@ -322,9 +346,10 @@ mod on_devices {
         }
         let _s = serial();
         let sc = Scratch::new("ddp-zero");
-        // f16: a first scale of 2^24 overflows step 1's gradients; with --zero 1 every rank
-        // must still skip it (the norm combined across ranks is non-finite on all of them).
-        let f16 = ["--scale-init", "16777216", "--scale-window", "2"];
+        // f16: a first scale of 2^20 overflows step 1's gradients (on hip-emu step 2's too);
+        // with --zero 1 every rank must still skip it (the norm combined across ranks is
+        // non-finite on all of them). The 3rd step, whose gradients are compared below, updates.
+        let f16 = ["--scale-init", "1048576", "--scale-window", "2"];
         for (dtype, extra) in [("f32", &[][..]), ("bf16", &[][..]), ("f16", &f16[..])] {
             let (plain_dir, zero_dir) = (
                 sc.path(&format!("plain-{dtype}")),
@@ -361,7 +386,8 @@ mod on_devices {
                 "{dtype}: --zero 1 changed the parameters"
             );
             for f in ["model.safetensors", "optimizer.safetensors"] {
-                let read = |d: &std::path::Path| std::fs::read(d.join("step_4").join(f)).unwrap();
+                let last = format!("step_{}", plain[0].logs.len());
+                let read = |d: &std::path::Path| std::fs::read(d.join(&last).join(f)).unwrap();
                 assert!(
                     read(&plain_dir) == read(&zero_dir),
                     "{dtype}: {f} differs with --zero 1"
@@ -404,8 +430,11 @@ mod on_devices {
     #[test]
     fn zero_2_gives_the_steps_of_the_plain_run_with_a_share_of_the_gradients() {
         // The memory per rank compared below is the device's: alone in a process.
-        if super::super::alone(
+        // In one process with `tests::offload`'s ZeRO 2 test, which compares the same plain and
+        // --zero 2 runs (f32 and bf16 on 2 ranks, f32 on 4).
+        if super::super::alone_with(
             "tests::parallel::on_devices::zero_2_gives_the_steps_of_the_plain_run_with_a_share_of_the_gradients",
+            &super::super::ZERO_2_GROUP,
         ) {
             return;
         }
@@ -413,8 +442,8 @@ mod on_devices {
         const PARAMS: usize = 29568;
         for dtype in ["f32", "bf16"] {
             let common = ["--dtype", dtype];
-            let plain = ranks(2, 2, &common);
-            let zero = ranks(2, 2, &[&common[..], &ZERO2[..]].concat());
+            let plain = ranks_shared(2, 2, &common);
+            let zero = ranks_shared(2, 2, &[&common[..], &ZERO2[..]].concat());
             let what = format!("--zero 2 {dtype}");
             assert_ranks_agree(&what, &zero);
             let (dl, dn) = assert_close(&what, &zero[0].logs, &plain[0].logs, DDP_RTOL);
@@ -471,6 +500,17 @@ mod on_devices {
             );
             let what = format!("--zero 2 --grad-accum 2 {dtype}");
             assert_ranks_agree(&what, &accum);
+            // The same steps as the plain run with two micro-batches: it sums a rank's
+            // micro-batches, then the ranks; ZeRO 2 sums the ranks of each micro-batch, then
+            // the micro-batches (docs/MEMORY.md): in bf16 the gradients differ by that storage
+            // rounding, in f32 by summation order only.
+            let plain_accum = ranks(2, 2, &[&common[..], &["--grad-accum", "2"]].concat());
+            let tol = match dtype {
+                "f32" => DDP_RTOL,
+                _ => hip_kernels::tolerance::unit_roundoff(hip_kernels::params::DType::BF16),
+            };
+            let (dl, dn) = assert_close(&what, &accum[0].logs, &plain_accum[0].logs, tol);
+            eprintln!("{what} vs without: loss {dl:e}, grad_norm {dn:e}");
             let others = ((PARAMS - shard) * t) as f64;
             for r in 0..2 {
                 let (z, a) = (mem(&zero, r), mem(&accum, r));
@@ -488,7 +528,11 @@ mod on_devices {
             }
         }
         // Four ranks.
-        let (plain, zero) = (ranks(4, 1, &[]), ranks(4, 1, &ZERO2));
+        let f32 = ["--dtype", "f32"];
+        let (plain, zero) = (
+            ranks_shared(4, 1, &f32),
+            ranks_shared(4, 1, &[&f32[..], &ZERO2[..]].concat()),
+        );
         assert_ranks_agree("--zero 2 on 4 devices", &zero);
         let (dl, dn) = assert_close(
             "--zero 2 on 4 devices",
@@ -499,30 +543,16 @@ mod on_devices {
         eprintln!("--zero 2 on 4 devices vs without: loss {dl:e}, grad_norm {dn:e}");
     }
 
+    /// `--zero 2 --grad-accum 2` in f16 with overflowing first steps skips them as the plain
+    /// run does (f32 and bf16 with two micro-batches are compared with the plain run in
+    /// [`zero_2_gives_the_steps_of_the_plain_run_with_a_share_of_the_gradients`], beside their
+    /// memory).
     #[test]
     fn zero_2_with_gradient_accumulation_and_f16_skips_follows_the_plain_run() {
         let _s = serial();
-        // Two micro-batches per step: each one's gradients are reduced to their owners and
-        // added into the shards.
-        for dtype in ["f32", "bf16"] {
-            let accum = ["--grad-accum", "2", "--dtype", dtype];
-            let plain = ranks(2, 2, &accum);
-            let zero = ranks(2, 2, &[&accum[..], &ZERO2[..]].concat());
-            let what = format!("--zero 2 --grad-accum 2 {dtype}");
-            assert_ranks_agree(&what, &zero);
-            // The plain run sums a rank's micro-batches, then the ranks; ZeRO 2 sums the ranks
-            // of each micro-batch, then the micro-batches (docs/MEMORY.md): in bf16 the
-            // gradients differ by that storage rounding, in f32 by summation order only.
-            let tol = match dtype {
-                "f32" => DDP_RTOL,
-                _ => hip_kernels::tolerance::unit_roundoff(hip_kernels::params::DType::BF16),
-            };
-            let (dl, dn) = assert_close(&what, &zero[0].logs, &plain[0].logs, tol);
-            eprintln!("{what} vs without: loss {dl:e}, grad_norm {dn:e}");
-        }
         // f16 with a first scale of 2^20, two micro-batches a step: step 1 (and on hip-emu
-        // step 2) overflows in the shards' sums and every rank skips it; the later steps
-        // update.
+        // step 2) overflows in the shards' sums and every rank skips it; the later step
+        // updates.
         let f16 = [
             "--dtype",
             "f16",
@@ -544,7 +574,11 @@ mod on_devices {
                 .any(|l| l.scaler.map(|s| s.1) == Some(false)),
             "--zero 2 f16: every step skipped"
         );
-        // The order of the sums, as in bf16 above: within f16's unit roundoff.
+        let skips: Vec<_> = zero[0].logs.iter().map(|l| l.scaler).collect();
+        eprintln!("--zero 2 --grad-accum 2 f16: (loss scale, skipped) per step {skips:?}");
+        // The order of the sums, as bf16's in
+        // [`zero_2_gives_the_steps_of_the_plain_run_with_a_share_of_the_gradients`]: within
+        // f16's unit roundoff.
         let tol = hip_kernels::tolerance::unit_roundoff(hip_kernels::params::DType::F16);
         let (dl, dn) = assert_close("--zero 2 f16", &zero[0].logs, &plain[0].logs, tol);
         eprintln!("--zero 2 --grad-accum 2 f16 vs without: loss {dl:e}, grad_norm {dn:e}");
@@ -555,18 +589,18 @@ mod on_devices {
         let _s = serial();
         let s = Scratch::new("ddp-zero2-resume");
         let ck = s.path("z2").display().to_string();
-        let save = ["--checkpoint-dir", ck.as_str(), "--save-every", "2"];
+        let save = ["--checkpoint-dir", ck.as_str(), "--save-every", "1"];
         let z2 = ranks(2, 2, &[&ZERO2[..], &save[..]].concat());
-        let from = format!("{ck}/step_2");
+        let from = format!("{ck}/step_1");
         // On one device without ZeRO (global batch 4 = 1 × 4) ...
         let one = single(4, &["--resume", &from]);
-        assert_close("--zero 2 → 1 device", &one, &z2[0].logs[2..], DDP_RTOL);
+        assert_close("--zero 2 → 1 device", &one, &z2[0].logs[1..], DDP_RTOL);
         // ... on two with ZeRO 1 ...
         let z1 = ranks(2, 2, &["--resume", &from, "--zero", "1"]);
         assert_close(
             "--zero 2 → --zero 1",
             &z1[0].logs,
-            &z2[0].logs[2..],
+            &z2[0].logs[1..],
             DDP_RTOL,
         );
         // ... and on four with ZeRO 2 (4 × 1).
@@ -579,7 +613,7 @@ mod on_devices {
         assert_close(
             "--zero 2 on 2 → 4",
             &four[0].logs,
-            &z2[0].logs[2..],
+            &z2[0].logs[1..],
             DDP_RTOL,
         );
     }
