@@ -120,7 +120,13 @@ fn llama_graph_steps_are_bit_identical_to_eager() {
 /// steps (the setup, the first eager step and the capture are in both). A first run, not
 /// counted, does what only a process's first run of a model does (loading its kernels), which
 /// would otherwise fall in the short run, or in another test's thread if it got there first.
-fn two_steady_steps(run: impl Fn(&str)) -> Option<EmuStats> {
+///
+/// Host waits are timing-dependent on top of the `waits` each steady step always makes: a
+/// pinned staging buffer's host access waits for its last copy only when that copy still runs
+/// (hip-rt's `PinnedHostBuffer`: a non-blocking event query first), which under load adds a wait
+/// to either run. Such waits only add, so when the first measurement is off, each run is
+/// measured up to twice more and the host waits are the difference of the runs' minima.
+fn two_steady_steps(run: impl Fn(&str), waits: u64) -> Option<EmuStats> {
     let count = |steps: &str| {
         let before = emu::stats(StatsScope::Thread)?;
         run(steps);
@@ -128,7 +134,17 @@ fn two_steady_steps(run: impl Fn(&str)) -> Option<EmuStats> {
     };
     count("2")?;
     let (short, long) = (count("2")?, count("4")?);
-    Some(long.since(&short))
+    let mut steady = long.since(&short);
+    let (mut fewest_short, mut fewest_long) = (short.host_waits, long.host_waits);
+    for _ in 0..2 {
+        if steady.host_waits == 2 * waits {
+            break;
+        }
+        fewest_short = fewest_short.min(count("2")?.host_waits);
+        fewest_long = fewest_long.min(count("4")?.host_waits);
+        steady.host_waits = fewest_long.saturating_sub(fewest_short);
+    }
+    Some(steady)
 }
 
 #[test]
@@ -150,13 +166,13 @@ fn a_steady_step_is_one_graph_launch_plus_its_copies() {
     for (what, graph, eager) in [
         (
             "gpt2",
-            two_steady_steps(gpt2("--graph")),
-            two_steady_steps(gpt2("--no-graph")),
+            two_steady_steps(gpt2("--graph"), 1),
+            two_steady_steps(gpt2("--no-graph"), 1),
         ),
         (
             "llama",
-            two_steady_steps(llama("--graph")),
-            two_steady_steps(llama("--no-graph")),
+            two_steady_steps(llama("--graph"), 1),
+            two_steady_steps(llama("--no-graph"), 1),
         ),
     ] {
         let (Some(g), Some(e)) = (graph, eager) else {
@@ -181,7 +197,8 @@ fn a_steady_step_is_one_graph_launch_plus_its_copies() {
         assert_eq!(g.bytes_dtoh, e.bytes_dtoh, "{what}: bytes copied out");
         // One host wait per steady step, the step's read-back, in either mode (it always
         // waits for the stream: a read that first queried its copies' event waited only when
-        // they were still running, 1 or 2 times over these two steps beside other tests).
+        // they were still running, 1 or 2 times over these two steps beside other tests). A
+        // staging buffer's conditional wait is taken out as `two_steady_steps` says.
         assert_eq!(
             (g.host_waits, e.host_waits),
             (2, 2),
