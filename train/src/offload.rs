@@ -82,13 +82,11 @@ pub struct HostOptimizer<T: TrainElement> {
     copy: Stream,
     /// Recorded on the compute stream once the gradients are final.
     ready: Event,
-    /// Per tensor: recorded on the copy stream after its upload.
+    /// Per tensor: recorded on the copy stream after its upload (owned tensors only).
     uploaded: Vec<Event>,
-    /// Per tensor: whether the last [`HostOptimizer::finish`] queued its upload (and recorded
-    /// its event).
-    queued: Vec<bool>,
     /// The compute stream has waited for the uploads of the tensors before this index (the
-    /// prefix [`HostOptimizer::params_ready`] was asked for).
+    /// prefix [`HostOptimizer::params_ready`] was asked for); the last
+    /// [`HostOptimizer::finish`] queued the uploads of the owned tensors from here on.
     awaited: usize,
 }
 
@@ -180,7 +178,6 @@ impl<T: TrainElement> HostOptimizer<T> {
             uploaded: (0..n)
                 .map(|_| Event::new(device, EventOptions::NO_TIMING).map_err(at))
                 .collect::<Result<_>>()?,
-            queued: vec![false; n],
             awaited: n,
         })
     }
@@ -335,7 +332,6 @@ impl<T: TrainElement> HostOptimizer<T> {
                     .copy_htod_async(&self.params[i], &mut dst)
                     .map_err(dev)?;
                 self.copy.record(&self.uploaded[i]).map_err(dev)?;
-                self.queued[i] = true;
             }
             self.awaited = 0;
         }
@@ -347,15 +343,12 @@ impl<T: TrainElement> HostOptimizer<T> {
     /// copy stream runs them in canonical order, so one event, that of the last such tensor
     /// uploaded, covers them; a prefix already waited for costs nothing.
     pub fn params_ready(&mut self, stream: &Stream, upto: usize) -> Result<()> {
-        let upto = upto.min(self.queued.len());
+        let upto = upto.min(self.owned.len());
         if upto <= self.awaited {
             return Ok(());
         }
-        if let Some(last) = (self.awaited..upto).rev().find(|&i| self.queued[i]) {
+        if let Some(last) = (self.awaited..upto).rev().find(|&i| self.owned[i]) {
             stream.wait(&self.uploaded[last]).map_err(dev)?;
-        }
-        for q in &mut self.queued[self.awaited..upto] {
-            *q = false;
         }
         self.awaited = upto;
         Ok(())
